@@ -1,0 +1,1 @@
+"""Command-line interface (click). Command modules are loaded lazily from ``main.COMMANDS``."""

@@ -1,0 +1,73 @@
+"""Everything a command needs, wired in one place and built lazily (no globals)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InvalidInput, NotFound
+from ..host import Host
+
+if TYPE_CHECKING:
+    from ..nvml import Nvml
+
+SIM_MARKER = ".vgpukit-sim"
+
+
+@dataclass
+class App:
+    """Per-invocation context: where the host is, how to print, whether to act."""
+
+    root: Path | None = None
+    sim_dir: Path | None = None
+    json: bool = False
+    dry_run: bool = False
+    debug: bool = False
+    _host: Host | None = field(default=None, repr=False)
+    _nvml: Any = field(default=None, repr=False)
+    _nvml_loaded: bool = field(default=False, repr=False)
+
+    @classmethod
+    def from_env(cls, root: str | None, sim: str | None, **kw: Any) -> App:
+        root = root or os.environ.get("VGPUKIT_ROOT") or None
+        sim = sim or os.environ.get("VGPUKIT_SIM") or None
+        if root and sim:
+            raise InvalidInput("--root and --sim exclude each other (--sim DIR already sets the root to DIR)")
+        return cls(root=Path(root) if root else None, sim_dir=Path(sim) if sim else None, **kw)
+
+    @property
+    def is_sim(self) -> bool:
+        return self.sim_dir is not None
+
+    @property
+    def host(self) -> Host:
+        if self._host is None:
+            if self.sim_dir is not None:
+                from ..sim.kernel import SimKernel
+
+                check_sim_dir(self.sim_dir)
+                self._host = Host(self.sim_dir, kernel=SimKernel(self.sim_dir), dry_run=self.dry_run)
+            else:
+                self._host = Host(self.root or Path("/"), dry_run=self.dry_run)
+        return self._host
+
+    @property
+    def nvml(self) -> Nvml | None:
+        """The NVML facade: simulated on a sim host, pynvml otherwise; None where no driver is loaded."""
+        if not self._nvml_loaded:
+            from ..nvml import open_nvml
+
+            self._nvml = open_nvml(self.sim_dir)
+            self._nvml_loaded = True
+        return self._nvml  # type: ignore[no-any-return]
+
+
+def check_sim_dir(path: Path) -> None:
+    if not (path / SIM_MARKER / "sim.json").is_file():
+        raise NotFound(
+            f"{path} is not a simulated host",
+            path=str(path),
+            hint=f"create one with: vgpukit sim init {path} --profile hgx-a100",
+        )

@@ -1,0 +1,154 @@
+"""The ``vgpukit`` command.
+
+Sub-commands are registered in :data:`COMMANDS` by module path and imported only when run, so
+``vgpukit --help`` stays fast and a host without libvirt or NVML still runs everything else.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import sys
+
+import click
+
+from ..errors import EXIT_INVALID, VgpukitError
+from .context import App
+
+# name -> (module, attribute, one-line help). Listed commands whose module is not installed are hidden.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "topo": ("vgpukit.cli.topo_cmd", "topo", "Show the PCIe topology (tree, --matrix)."),
+    "devices": ("vgpukit.cli.topo_cmd", "devices", "List PCI devices, flat and filterable."),
+    "sriov": ("vgpukit.sriov.cli", "sriov", "SR-IOV virtual functions: list, enable, disable."),
+    "bind": ("vgpukit.sriov.cli", "bind", "Bind a device to a driver (vfio-pci) or restore its driver."),
+    "unbind": ("vgpukit.sriov.cli", "unbind", "Unbind a device from its driver."),
+    "mdev": ("vgpukit.mdev.cli", "mdev", "Mediated devices: types, create, remove, define, start."),
+    "vgpu": ("vgpukit.vgpu.cli", "vgpu", "NVIDIA vGPUs on legacy mdev or per-VF vendor VFIO."),
+    "mig": ("vgpukit.mig.cli", "mig", "MIG status, profiles, destroy, apply mig-parted configs."),
+    "partition": ("vgpukit.mig.cli", "partition", "Carve a GPU into MIG slices: partition gpu0 --mig 3g.20gb."),
+    "render": ("vgpukit.attach.cli", "render", "Render libvirt XML for devices and VMs."),
+    "attach": ("vgpukit.attach.cli", "attach", "Attach devices to a libvirt domain."),
+    "detach": ("vgpukit.attach.cli", "detach", "Detach devices from a libvirt domain."),
+    "cdi": ("vgpukit.attach.cdi_cli", "cdi", "Generate CDI specs for containers."),
+    "qos": ("vgpukit.qos.cli", "qos", "GPU time-slice QoS daemon and its control commands."),
+    "sim": ("vgpukit.cli.sim_cmd", "sim", "Create and inspect simulated hosts."),
+}
+
+
+def _available(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name, (mod, _, _) in COMMANDS.items() if _available(mod)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None or not _available(entry[0]):
+            return None
+        module = importlib.import_module(entry[0])
+        cmd = getattr(module, entry[1])
+        assert isinstance(cmd, click.Command)
+        return cmd
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--root", metavar="DIR", help="Host root directory (default /; env VGPUKIT_ROOT).")
+@click.option("--sim", "sim", metavar="DIR", help="Act on the simulated host in DIR (env VGPUKIT_SIM).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (also accepted after the command).")
+@click.option("--dry-run", is_flag=True, help="Show the plan, change nothing (mutating commands).")
+@click.option("--debug", is_flag=True, help="Debug logging and tracebacks.")
+@click.version_option(package_name="vgpukit")
+@click.pass_context
+def cli(ctx: click.Context, root: str | None, sim: str | None, as_json: bool, dry_run: bool, debug: bool) -> None:
+    """vgpukit: carve GPUs and PCIe devices into VFs, mdevs, vGPUs and MIG slices.
+
+    Devices are named gpuN / nicN / nvmeN (physical functions in PCI bus order), by PCI address
+    (0000:3b:00.0 or 3b:00.0), or by GPU UUID where NVML is available.
+    """
+    if debug:
+        logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
+    ctx.obj = App.from_env(root, sim, json=as_json, dry_run=dry_run, debug=debug)
+
+
+def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.find_object(App).json = True  # type: ignore[union-attr]
+
+
+def _set_dry_run(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        app = ctx.find_object(App)
+        assert app is not None
+        app.dry_run = True
+        if app._host is not None:
+            app._host.dry_run = True
+
+
+json_option = click.option(
+    "--json",
+    "json_",
+    is_flag=True,
+    expose_value=False,
+    callback=_set_json,
+    is_eager=True,
+    help="Print one JSON document.",
+)
+dry_run_option = click.option(
+    "--dry-run",
+    "dry_run_",
+    is_flag=True,
+    expose_value=False,
+    callback=_set_dry_run,
+    is_eager=True,
+    help="Show the plan, change nothing.",
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    as_json = "--json" in args
+    try:
+        cli.main(args=args, prog_name="vgpukit", standalone_mode=False)
+    except VgpukitError as err:
+        if debug:
+            raise
+        _report(err, as_json)
+        return err.exit_code
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        return EXIT_INVALID if isinstance(exc, click.UsageError) else exc.exit_code
+    except click.Abort:
+        click.echo("aborted", err=True)
+        return 1
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except Exception as exc:  # an unexpected bug: one line, traceback only with --debug
+        if debug:
+            raise
+        sys.stderr.write(f"vgpukit: internal error: {type(exc).__name__}: {exc} (rerun with --debug)\n")
+        return 1
+    return 0
+
+
+def _report(err: VgpukitError, as_json: bool) -> None:
+    if as_json:
+        from .output import json_doc, print_json
+
+        print_json(json_doc("error", err.to_dict()))
+    sys.stderr.write(f"vgpukit: error: {err}\n")

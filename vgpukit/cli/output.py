@@ -1,0 +1,103 @@
+"""Output conventions shared by every command.
+
+* ``--json``: one JSON document on stdout, ``{"schema": "vgpukit.<kind>/v1", ...}``.
+* a terminal: rich tables and trees; a pipe: plain aligned text, no colour, no box drawing.
+* mutating commands: :func:`emit_result` shows the plan (``--dry-run``) or what was changed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .context import App
+
+SCHEMA_VERSION = 1
+
+
+def is_tty() -> bool:
+    return sys.stdout.isatty()
+
+
+def console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False)
+
+
+def json_doc(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {"schema": f"vgpukit.{kind}/v{SCHEMA_VERSION}", **data}
+
+
+def print_json(doc: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def emit(app: App, kind: str, data: dict[str, Any], human: Callable[[], None]) -> None:
+    """Print ``data`` as JSON under --json, else call the human renderer."""
+    if app.json:
+        print_json(json_doc(kind, data))
+    else:
+        human()
+
+
+def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A rich table on a terminal; tab-free aligned plain text in a pipe."""
+    cells = [["-" if c is None or c == "" else str(c) for c in row] for row in rows]
+    if is_tty():
+        from rich.table import Table
+
+        t = Table(title=title, title_justify="left", header_style="bold")
+        for col in columns:
+            t.add_column(col)
+        for row in cells:
+            t.add_row(*row)
+        console().print(t)
+        return
+    if title:
+        print(title)
+    widths = [len(c) for c in columns]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=False)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=False)).rstrip())
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())
+
+
+def say(text: str, style: str | None = None) -> None:
+    """One human line (styled on a terminal)."""
+    if is_tty() and style:
+        console().print(text, style=style)
+    else:
+        print(text)
+
+
+def emit_result(
+    app: App,
+    kind: str,
+    *,
+    plan: Sequence[str],
+    data: dict[str, Any] | None = None,
+    human: Callable[[], None] | None = None,
+) -> None:
+    """Report a mutating command: its plan (dry run) or its outcome.
+
+    ``plan`` lists the steps in words; an empty plan means the host already matched the request.
+    """
+    doc = {"dry_run": app.dry_run, "changed": bool(plan) and not app.dry_run, "plan": list(plan), **(data or {})}
+    if app.json:
+        print_json(json_doc(kind, doc))
+        return
+    if not plan:
+        say("nothing to do: the host already matches the request", "green")
+    elif app.dry_run:
+        say("dry run, nothing changed. Plan:", "bold")
+        for step in plan:
+            say(f"  - {step}")
+    else:
+        for step in plan:
+            say(f"done: {step}", "green")
+    if human is not None:
+        human()

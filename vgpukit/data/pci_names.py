@@ -1,0 +1,20 @@
+"""Human names for PCI vendor/device ids, from ``pci-ids.yaml`` (extend the file, not the code)."""
+
+from __future__ import annotations
+
+from . import load_yaml
+
+
+def vendor_name(vendor: str) -> str:
+    entry = load_yaml("pci-ids.yaml").get("vendors", {}).get(vendor.lower())
+    return str(entry["name"]) if entry else f"vendor {vendor}"
+
+
+def device_name(vendor: str, device: str) -> str:
+    vendors = load_yaml("pci-ids.yaml").get("vendors", {})
+    entry = vendors.get(vendor.lower())
+    if not entry:
+        return f"[{vendor}:{device}]"
+    dev = (entry.get("devices") or {}).get(device.lower())
+    short = entry.get("short", entry["name"])
+    return f"{short} {dev}" if dev else f"{short} device {device}"

@@ -1,0 +1,142 @@
+"""The one exception hierarchy of vgpukit.
+
+Every error carries what it is about (path, device, value, errno) and an optional hint saying what
+to do. The CLI maps each class to a stable exit code (see README, "Exit codes") and prints one line.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import os
+from typing import Any
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INVALID = 2
+EXIT_NOT_FOUND = 3
+EXIT_BUSY = 4
+EXIT_UNSUPPORTED = 5
+
+
+class VgpukitError(Exception):
+    """Base class. ``str(err)`` is the one-line message shown to users."""
+
+    exit_code = EXIT_FAILED
+    kind = "failed"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        device: str | None = None,
+        value: Any = None,
+        errno: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = os.fspath(path) if path is not None else None
+        self.device = device
+        self.value = value
+        self.errno = errno
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"error": self.kind, "message": self.message, "exit_code": self.exit_code}
+        for key in ("path", "device", "hint"):
+            if getattr(self, key) is not None:
+                doc[key] = getattr(self, key)
+        if self.value is not None:
+            doc["value"] = self.value if isinstance(self.value, (int, float, str, bool)) else str(self.value)
+        if self.errno is not None:
+            doc["errno"] = _errno.errorcode.get(self.errno, str(self.errno))
+        return doc
+
+
+class InvalidInput(VgpukitError):
+    """The request is malformed (bad BDF, UUID, profile name, count...)."""
+
+    exit_code = EXIT_INVALID
+    kind = "invalid-input"
+
+
+class NotFound(VgpukitError):
+    """A named device, file, type, instance or domain does not exist."""
+
+    exit_code = EXIT_NOT_FOUND
+    kind = "not-found"
+
+
+class Busy(VgpukitError):
+    """The target is in use (open by a VM, held by processes, bound elsewhere)."""
+
+    exit_code = EXIT_BUSY
+    kind = "busy"
+
+
+class Conflict(VgpukitError):
+    """The request contradicts the host's current state (exists already, wrong mode...)."""
+
+    exit_code = EXIT_BUSY
+    kind = "conflict"
+
+
+class NoCapacity(Conflict):
+    """Not enough room: VFs, mdev instances, MIG slices."""
+
+    kind = "no-capacity"
+
+
+class Unsupported(VgpukitError):
+    """The device, host or installation cannot do this (no SR-IOV, no MIG, extra not installed)."""
+
+    exit_code = EXIT_UNSUPPORTED
+    kind = "unsupported"
+
+
+class HostIOError(VgpukitError):
+    """A read or write of a host file failed for a reason with no better class."""
+
+    kind = "host-io"
+
+
+class VerifyFailed(VgpukitError):
+    """A change was applied but reading it back did not show the expected state."""
+
+    kind = "verify-failed"
+
+
+_ERRNO_CLASS: dict[int, type[VgpukitError]] = {
+    _errno.EBUSY: Busy,
+    _errno.EEXIST: Conflict,
+    _errno.ENOSPC: NoCapacity,
+    _errno.EUSERS: NoCapacity,
+    _errno.ERANGE: InvalidInput,
+    _errno.EINVAL: InvalidInput,
+    _errno.ENOENT: NotFound,
+    _errno.ENODEV: NotFound,
+    _errno.EOPNOTSUPP: Unsupported,
+    _errno.EPERM: HostIOError,
+    _errno.EACCES: HostIOError,
+}
+
+
+def errno_name(code: int | None) -> str:
+    if code is None:
+        return "?"
+    return _errno.errorcode.get(code, str(code))
+
+
+def from_oserror(exc: OSError, *, path: str | os.PathLike[str], action: str, value: Any = None) -> VgpukitError:
+    """Turn an OSError from ``action`` on ``path`` into the typed error for its errno."""
+    cls = _ERRNO_CLASS.get(exc.errno or 0, HostIOError)
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    msg = f"{action} {os.fspath(path)} failed: {errno_name(exc.errno)} ({reason})"
+    hint = None
+    if exc.errno in (_errno.EPERM, _errno.EACCES):
+        hint = "run as root"
+    return cls(msg, path=path, value=value, errno=exc.errno, hint=hint)

@@ -1,0 +1,254 @@
+"""The one door to the host.
+
+Every path vgpukit reads or writes (/sys, /dev, /proc, /etc, /run) is derived here from one root
+(``--root`` / ``VGPUKIT_ROOT``, default ``/``), the way mdevctl derives every path from its
+environment root. Every change to the host goes through :meth:`Host._change`, which
+
+* refuses targets that escape the root (``..``, absolute parts, symlinks pointing outside),
+* records instead of acting when the host is in dry-run mode,
+* logs each change at debug level,
+* turns ``OSError`` into the typed errors of :mod:`vgpukit.errors`, carrying path and errno.
+
+Writes to kernel control files go through a :class:`KernelPort`. On a real host that is a plain
+``write(2)``; the simulator (``vgpukit.sim``) plugs in a port that plays the kernel's reactions. No
+domain module knows which one it talks to.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from .errors import InvalidInput, NotFound, from_oserror
+
+log = logging.getLogger("vgpukit.host")
+
+T = TypeVar("T")
+
+
+class KernelPort(Protocol):
+    """How a control-file write reaches the kernel."""
+
+    def write(self, path: Path, data: str) -> None: ...
+
+
+class RealKernel:
+    """A single ``write(2)`` of the whole value, as sysfs expects."""
+
+    def write(self, path: Path, data: str) -> None:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, data.encode())
+        finally:
+            os.close(fd)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change to the host, as recorded in dry-run mode and in the change log."""
+
+    action: str  # write | write-file | remove | mkdir | symlink
+    path: str
+    value: str | None = None
+
+    def describe(self) -> str:
+        if self.action == "write":
+            return f"write {self.value!r} > {self.path}"
+        if self.action == "write-file":
+            return f"write file {self.path}"
+        return f"{self.action} {self.path}" + (f" -> {self.value}" if self.value else "")
+
+
+def check_name(name: str, what: str = "name") -> str:
+    """Validate one user-supplied path component (a device name, a uuid, a type id)."""
+    if not name or name in (".", "..") or "/" in name or "\0" in name or len(name) > 255:
+        raise InvalidInput(f"invalid {what}: {name!r}", value=name)
+    return name
+
+
+@dataclass
+class Host:
+    """Root-aware access to the host's files. Construct one per command; never a global."""
+
+    root: Path = field(default_factory=lambda: Path("/"))
+    kernel: KernelPort = field(default_factory=RealKernel)
+    dry_run: bool = False
+    changes: list[Change] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.root = Path(os.path.abspath(self.root))
+        self._real_root = os.path.realpath(self.root)
+
+    # ----------------------------------------------------------------- locations
+    def path(self, *parts: str) -> Path:
+        """``root/parts...``. Parts are relative; ``..`` and absolute parts are refused."""
+        p = self.root
+        for part in parts:
+            for piece in Path(part).parts:
+                if piece in ("..", "/") or os.path.isabs(piece) or "\0" in piece:
+                    raise InvalidInput(f"refusing path component {piece!r}", value=part)
+            p = p / part
+        return p
+
+    def sys(self, *parts: str) -> Path:
+        return self.path("sys", *parts)
+
+    def dev(self, *parts: str) -> Path:
+        return self.path("dev", *parts)
+
+    def proc(self, *parts: str) -> Path:
+        return self.path("proc", *parts)
+
+    def etc(self, *parts: str) -> Path:
+        return self.path("etc", *parts)
+
+    def run(self, *parts: str) -> Path:
+        return self.path("run", *parts)
+
+    def config_dir(self, *parts: str) -> Path:
+        """vgpukit's own configuration: ``/etc/vgpukit``."""
+        return self.etc("vgpukit", *parts)
+
+    def state_dir(self, *parts: str) -> Path:
+        """vgpukit's runtime state: ``/run/vgpukit``."""
+        return self.run("vgpukit", *parts)
+
+    def pci_device(self, bdf: str, *parts: str) -> Path:
+        return self.sys("bus", "pci", "devices", check_name(bdf, "PCI address"), *parts)
+
+    def pci_driver(self, driver: str, *parts: str) -> Path:
+        return self.sys("bus", "pci", "drivers", check_name(driver, "driver name"), *parts)
+
+    def display(self, path: Path | str) -> str:
+        """The path as the user would see it on the host (root stripped)."""
+        p = os.path.abspath(path)
+        rel = os.path.relpath(p, self.root)
+        return "/" + rel if not rel.startswith("..") else p
+
+    def contains(self, path: Path | str) -> bool:
+        real = os.path.realpath(path)
+        return real == self._real_root or real.startswith(self._real_root.rstrip("/") + "/")
+
+    # ----------------------------------------------------------------- reads
+    def _read_op(self, action: str, path: Path, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except OSError as exc:
+            raise from_oserror(exc, path=self.display(path), action=action) from exc
+
+    def exists(self, path: Path) -> bool:
+        return os.path.lexists(path)
+
+    def is_dir(self, path: Path) -> bool:
+        return path.is_dir()
+
+    def read(self, path: Path) -> str:
+        """Text of a file, surrounding white space stripped."""
+        return self._read_op("reading", path, lambda: path.read_text(errors="replace")).strip()
+
+    def read_opt(self, path: Path, default: str | None = None) -> str | None:
+        try:
+            return path.read_text(errors="replace").strip()
+        except OSError:
+            return default
+
+    def read_int(self, path: Path, default: int | None = None, base: int = 0) -> int | None:
+        text = self.read_opt(path)
+        if text is None or text == "":
+            return default
+        try:
+            return int(text, base)
+        except ValueError:
+            return default
+
+    def listdir(self, path: Path) -> list[str]:
+        """Sorted entries of a directory; empty when it does not exist."""
+        try:
+            return sorted(os.listdir(path))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise from_oserror(exc, path=self.display(path), action="listing") from exc
+
+    def readlink(self, path: Path) -> str | None:
+        try:
+            return os.readlink(path)
+        except OSError:
+            return None
+
+    def link_name(self, path: Path) -> str | None:
+        """Last component of a symlink's target (``driver`` -> ``vfio-pci``), or None."""
+        target = self.readlink(path)
+        return os.path.basename(target.rstrip("/")) if target else None
+
+    def resolve(self, path: Path) -> Path:
+        """Canonical path, which must stay inside the root."""
+        real = Path(os.path.realpath(path))
+        if not self.contains(real):
+            raise InvalidInput(f"{self.display(path)} points outside the host root", path=str(path))
+        return real
+
+    def walk_files(self, path: Path, pattern: str) -> Iterator[Path]:
+        yield from sorted(path.glob(pattern))
+
+    # ----------------------------------------------------------------- changes
+    def _change(self, change: Change, target: Path, apply: Callable[[], None]) -> None:
+        """The single gate every change passes through."""
+        parent = os.path.dirname(os.path.abspath(target))
+        if not self.contains(parent) or (os.path.lexists(target) and not self.contains(target)):
+            raise InvalidInput(f"refusing to change {target}: outside the host root {self.root}", path=str(target))
+        shown = Change(change.action, self.display(target), change.value)
+        if self.dry_run:
+            log.debug("dry-run: %s", shown.describe())
+            self.changes.append(shown)
+            return
+        log.debug("%s", shown.describe())
+        try:
+            apply()
+        except OSError as exc:
+            raise from_oserror(
+                exc,
+                path=shown.path,
+                action=f"{change.action} {change.value!r} to" if change.action == "write" else change.action,
+                value=change.value,
+            ) from exc
+        self.changes.append(shown)
+
+    def write(self, path: Path, value: str) -> None:
+        """Write a kernel control file (sysfs attribute) with one write."""
+        self._change(Change("write", str(path), value), path, lambda: self.kernel.write(path, value))
+
+    def write_file(self, path: Path, text: str, mode: int = 0o644) -> None:
+        """Create or replace a regular file atomically (config, state, specs)."""
+
+        def apply() -> None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+            try:
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(text)
+                os.chmod(tmp, mode)
+                os.replace(tmp, path)
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+
+        self._change(Change("write-file", str(path)), path, apply)
+
+    def remove(self, path: Path, missing_ok: bool = True) -> None:
+        if not os.path.lexists(path):
+            if missing_ok:
+                return
+            raise NotFound(f"{self.display(path)} does not exist", path=self.display(path))
+        self._change(Change("remove", str(path)), path, lambda: os.unlink(path))
+
+    def mkdir(self, path: Path) -> None:
+        if path.is_dir():
+            return
+        self._change(Change("mkdir", str(path)), path, lambda: path.mkdir(parents=True, exist_ok=True))
