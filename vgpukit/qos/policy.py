@@ -59,9 +59,7 @@ class Scheduler:
     grant_end: int = 0
 
     @classmethod
-    def create(
-        cls, policy: str, slice_ms: int, tenants: Iterable[tuple[str, str, int]], now: int
-    ) -> Scheduler:
+    def create(cls, policy: str, slice_ms: int, tenants: Iterable[tuple[str, str, int]], now: int) -> Scheduler:
         sched = cls(policy=policy, slice_ns=slice_ms * NS_PER_MS, now=now)
         sched.configure(policy, slice_ms, tenants, now)
         return sched
