@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 
 BUCKET_NS = 100_000_000  # 100 ms
-KEEP = 101  # buckets kept: a full 10 s window plus the current one
+KEEP = 102  # buckets kept: a full 10 s window plus the partial ones at both ends
 
 
 class ShareWindows:
@@ -30,9 +30,9 @@ class ShareWindows:
             del b[old]
 
     def share(self, name: str, now: int, window_ns: int) -> float:
-        """Fraction of the last ``window_ns`` (rounded to whole buckets) the tenant held the device."""
+        """Fraction of the last ``window_ns`` (extended to a bucket boundary) the tenant held the device."""
         cur = now // BUCKET_NS
-        first = cur - window_ns // BUCKET_NS + 1
+        first = max(0, now - window_ns) // BUCKET_NS
         since = max(first * BUCKET_NS, self.start)
         denom = now - since
         if denom <= 0:
