@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import InvalidInput
 from ..host import Host
 from .model import check_key
 
@@ -49,8 +50,11 @@ def decode(data: bytes, pid: int = 0, uid: int = 0) -> DemandMsg:
     parts = data.decode("ascii").split()
     if len(parts) not in (4, 5) or parts[0] != VERSION or parts[3] not in ("busy", "idle"):
         raise ValueError(f"malformed demand datagram {data[:80]!r}")
-    check_key(parts[1], "GPU key")
-    check_key(parts[2], "tenant name")
+    try:
+        check_key(parts[1], "GPU key")
+        check_key(parts[2], "tenant name")
+    except InvalidInput as err:
+        raise ValueError(str(err)) from err
     sent = int(parts[4]) if len(parts) == 5 else None
     return DemandMsg(parts[1], parts[2], parts[3] == "busy", sent, pid, uid)
 
