@@ -7,8 +7,8 @@ import pytest
 from vgpukit.attach import render
 from vgpukit.attach.checks import check_iommu
 from vgpukit.attach.devices import resolve
+from vgpukit.attach.hostfacts import detect_firmware, parse_cpulist
 from vgpukit.attach.model import HostdevInterface, MdevHostdev, PciHostdev
-from vgpukit.attach.platform import detect_firmware, parse_cpulist
 from vgpukit.cli.context import App
 from vgpukit.errors import Conflict, InvalidInput, NotFound, Unsupported
 

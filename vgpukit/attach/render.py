@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .devices import Target, resolve
+from .hostfacts import firmware_for, hugepage_warnings, placement_for
 from .model import Device, DomainSpec
-from .platform import firmware_for, hugepage_warnings, placement_for
 
 if TYPE_CHECKING:
     from ..cli.context import App
