@@ -175,3 +175,9 @@ def test_domain_spec_validation(kw: dict[str, object], msg: str) -> None:
 def test_interface_validation(mac: str | None, vlan: int | None) -> None:
     with pytest.raises(InvalidInput):
         HostdevInterface(VF, mac=mac, vlan=vlan)
+
+
+def test_schema_validation_can_fail(tmp_path: Path) -> None:
+    bad = wrap_device("<hostdev mode='subsystem' type='pci' managed='maybe'><source/></hostdev>")
+    with pytest.raises(AssertionError):
+        validate_domain_xml(bad, tmp_path)

@@ -131,7 +131,13 @@ def attach(
         )
     finally:
         lv.close()
-    emit_result(app, "attach", plan=out.plan("attach"), data=out.to_dict(), human=lambda: _unchanged(out.unchanged))
+    emit_result(
+        app,
+        "attach",
+        plan=out.plan("attach"),
+        data=out.to_dict(),
+        human=lambda: _unchanged(out.unchanged, "already attached"),
+    )
 
 
 @click.command()
@@ -153,9 +159,15 @@ def detach(app: App, domain: str, devices: tuple[str, ...], live: bool, config: 
         out = ops.detach(app, lv, domain, list(devices), live=live, config=config)
     finally:
         lv.close()
-    emit_result(app, "detach", plan=out.plan("detach"), data=out.to_dict(), human=lambda: _unchanged(out.unchanged))
+    emit_result(
+        app,
+        "detach",
+        plan=out.plan("detach"),
+        data=out.to_dict(),
+        human=lambda: _unchanged(out.unchanged, "not attached"),
+    )
 
 
-def _unchanged(labels: list[str]) -> None:
+def _unchanged(labels: list[str], why: str) -> None:
     for label in labels:
-        say(f"unchanged: {label} (already as requested)")
+        say(f"unchanged: {label} ({why})")
