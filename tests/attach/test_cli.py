@@ -163,3 +163,16 @@ def test_without_libvirt_python(sim_dir: Path, tmp_path: Path) -> None:
         capture_output=True, text=True, env=env, check=False,
     )  # fmt: skip
     assert res.returncode == 0 and "<hostdev" in res.stdout
+
+
+def test_attach_refuses_device_held_by_a_process(qemu_sim: Path, run_cli: Run, tmp_path: Path) -> None:
+    libvirt_or_skip()
+    make_mdev(qemu_sim)
+    uri = node_file(tmp_path)
+    held = run_cli(qemu_sim, "sim", "hold", MTTY_UUID, "--vm", "stray", "--json")
+    assert held.exit_code == 0, held.stderr
+    res = run_cli(qemu_sim, "attach", "vm1", MTTY_UUID, "--config", "--connect", uri)
+    assert res.exit_code == 4 and f"{MTTY_UUID} is in use: /dev/vfio/" in res.stderr
+    assert run_cli(qemu_sim, "sim", "release", str(as_json(held)["pid"])).exit_code == 0
+    res = run_cli(qemu_sim, "attach", "vm1", MTTY_UUID, "--config", "--connect", uri)
+    assert res.exit_code == 0, res.stderr

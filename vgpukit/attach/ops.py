@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import Conflict, InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
 from ..pci import is_bdf, parse_bdf
-from .checks import check_iommu, device_keys, element_key
+from .checks import check_iommu, check_not_held, device_keys, element_key
 from .devices import UUID_RE, Target, resolve
 from .libvirt_facade import AFFECT_CONFIG, AFFECT_LIVE, Libvirt
 from .templates import TemplateSet
@@ -177,6 +177,7 @@ def attach(
                 hint=f"detach it first: vgpukit detach {taken[t.key]} {t.label}",
             )
     live_keys, cfg_keys = _present(lv, domain, do_live, do_config)
+    running = set(device_keys(lv.xml(domain))) if lv.domain(domain).active else set()
     tpl = TemplateSet(app.host)
     out = Outcome(domain, lv.uri)
     for t in targets:
@@ -185,6 +186,8 @@ def attach(
         if not (need_live or need_cfg):
             out.unchanged.append(t.label)
             continue
+        if t.key not in running:  # the domain's own QEMU may hold it; anyone else may not
+            check_not_held(app.host, t)
         xml = tpl.device(t.element(mac=mac, vlan=vlan))
         out.steps.append(Step(t.key, t.label, xml, need_live, need_cfg))
     if out.steps and not app.dry_run:
