@@ -139,3 +139,8 @@ def test_parse_cpulist() -> None:
     assert parse_cpulist("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
     with pytest.raises(InvalidInput):
         parse_cpulist("0-x")
+
+
+def test_domain_render_warns_about_non_viable_group(app: App) -> None:
+    _, warnings = render.domain(app, name="vm", memory_mib=2048, vcpus=1, devices=[BAD_GPU])
+    assert any("not viable" in w for w in warnings)

@@ -148,3 +148,12 @@ def test_unreachable_uri() -> None:
     libvirt_or_skip()
     with pytest.raises(HostIOError, match=r"cannot connect to qemu\+unix:///system\?socket=/nonexistent"):
         connect("qemu+unix:///system?socket=/nonexistent")
+
+
+def test_mac_needs_exactly_one_device(app: App, lv: Libvirt) -> None:
+    from vgpukit.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="exactly one DEVICE"):
+        ops.attach(app, lv, "vm1", [NIC_VF, MDEV], config=True, mac="52:54:00:00:00:01")
+    with pytest.raises(InvalidInput, match="named twice"):
+        ops.attach(app, lv, "vm1", [NIC_VF, "5e:02.1"], config=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..errors import Conflict
+from .checks import check_iommu
 from .devices import Target, resolve
 from .hostfacts import firmware_for, hugepage_warnings, placement_for
 from .model import Device, DomainSpec
@@ -34,6 +36,11 @@ def domain(
     DomainSpec(name=name, memory_mib=memory_mib, vcpus=vcpus)  # validate before reading the host
     targets = [resolve(app, d) for d in devices]
     placement, warnings = placement_for(app.host, [t.numa_node for t in targets], vcpus, pin=pin)
+    for t in targets:
+        try:
+            check_iommu(app.host, t)
+        except Conflict as exc:  # rendering is allowed; starting that VM would fail
+            warnings.append(str(exc))
     fw = firmware_for(app.host, firmware)
     if fw.kind == "bios" and firmware == "auto":
         warnings.append("no UEFI firmware found on this host (install ovmf); the VM boots with SeaBIOS")
