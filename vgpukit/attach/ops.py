@@ -225,8 +225,7 @@ def detach(
         if not (in_live or in_cfg):
             out.unchanged.append(label)
             continue
-        el = live_xml.get(key) if in_live else cfg_xml[key]
-        assert el is not None
+        el = cfg_xml[key] if in_cfg else live_xml[key]  # prefer the element without run-time additions
         out.steps.append(Step(key, label, ET.tostring(el, encoding="unicode"), in_live, in_cfg))
     if out.steps and not app.dry_run:
         _apply(lv, domain, out.steps, "detach")
