@@ -124,11 +124,11 @@ def attach(
     from . import ops
     from .libvirt_facade import connect
 
+    mac = mac.lower() if mac else None
+    targets = ops.targets_for(app, list(devices), mac=mac, vlan=vlan)  # bad devices fail before connecting
     lv = connect(uri)
     try:
-        out = ops.attach(
-            app, lv, domain, list(devices), live=live, config=config, mac=mac.lower() if mac else None, vlan=vlan
-        )
+        out = ops.attach(app, lv, domain, list(devices), live=live, config=config, mac=mac, vlan=vlan, targets=targets)
     finally:
         lv.close()
     emit_result(
@@ -154,9 +154,10 @@ def detach(app: App, domain: str, devices: tuple[str, ...], live: bool, config: 
     from . import ops
     from .libvirt_facade import connect
 
+    keys = ops.detach_keys(app, list(devices))
     lv = connect(uri)
     try:
-        out = ops.detach(app, lv, domain, list(devices), live=live, config=config)
+        out = ops.detach(app, lv, domain, list(devices), live=live, config=config, keys=keys)
     finally:
         lv.close()
     emit_result(

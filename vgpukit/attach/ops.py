@@ -145,17 +145,8 @@ def _verify(lv: Libvirt, name: str, steps: list[Step], want_present: bool) -> No
                 raise VerifyFailed(f"{s.label} is {state} the {scope} definition of {name!r} after libvirt accepted it")
 
 
-def attach(
-    app: App,
-    lv: Libvirt,
-    domain: str,
-    names: list[str],
-    *,
-    live: bool = False,
-    config: bool = False,
-    mac: str | None = None,
-    vlan: int | None = None,
-) -> Outcome:
+def targets_for(app: App, names: list[str], *, mac: str | None = None, vlan: int | None = None) -> list[Target]:
+    """Resolve and check every DEVICE on the host (no libvirt needed): the first half of attach."""
     if not names:
         raise InvalidInput("name at least one DEVICE to attach")
     if (mac is not None or vlan is not None) and len(names) > 1:
@@ -167,6 +158,25 @@ def attach(
             raise InvalidInput(f"{t.label} is named twice")
         seen.add(t.key)
         check_iommu(app.host, t)
+        t.element(mac=mac, vlan=vlan)  # --mac on a non-NIC is bad input now, not after connecting
+    return targets
+
+
+def attach(
+    app: App,
+    lv: Libvirt,
+    domain: str,
+    names: list[str],
+    *,
+    live: bool = False,
+    config: bool = False,
+    mac: str | None = None,
+    vlan: int | None = None,
+    targets: list[Target] | None = None,
+) -> Outcome:
+    """Attach ``names`` (or already checked ``targets``) to ``domain``."""
+    if targets is None:
+        targets = targets_for(app, names, mac=mac, vlan=vlan)
     do_live, do_config = scopes_for(lv, domain, live, config)
     taken = holders(lv, domain)
     for t in targets:
@@ -210,12 +220,25 @@ def detach_key(app: App, name: str) -> tuple[str, str]:
         raise
 
 
-def detach(
-    app: App, lv: Libvirt, domain: str, names: list[str], *, live: bool = False, config: bool = False
-) -> Outcome:
+def detach_keys(app: App, names: list[str]) -> list[tuple[str, str]]:
     if not names:
         raise InvalidInput("name at least one DEVICE to detach")
-    keys = [detach_key(app, n) for n in names]
+    return [detach_key(app, n) for n in names]
+
+
+def detach(
+    app: App,
+    lv: Libvirt,
+    domain: str,
+    names: list[str],
+    *,
+    live: bool = False,
+    config: bool = False,
+    keys: list[tuple[str, str]] | None = None,
+) -> Outcome:
+    """Detach ``names`` (or already resolved ``keys``) from ``domain``."""
+    if keys is None:
+        keys = detach_keys(app, names)
     do_live, do_config = scopes_for(lv, domain, live, config)
     live_xml = device_keys(lv.xml(domain)) if do_live else {}
     cfg_xml = device_keys(lv.xml(domain, inactive=True)) if do_config else {}
