@@ -61,9 +61,8 @@ def test_generate_vfs_on_sim(sim_dir: Path, run_cli: Run) -> None:
     nodes = spec["devices"][0]["containerEdits"]["deviceNodes"]
     group = (sim_dir / "sys/bus/pci/devices" / NIC_VF / "iommu_group").readlink().name
     assert [n["path"] for n in nodes] == ["/dev/vfio/vfio", f"/dev/vfio/{group}"]
-    if (sim_dir / "dev/vfio/vfio").is_char_device():  # the sim makes real nodes when run as root
-        assert (nodes[0]["major"], nodes[0]["minor"]) == (10, 196)
-        assert nodes[1]["minor"] == int(group)
+    # simulated nodes are plain files, so no major/minor (the runtime stats the node itself)
+    assert all("major" not in n and "minor" not in n for n in nodes)
     again = as_json(run_cli(sim_dir, "cdi", "generate", "--json"))
     assert again["changed"] is False and again["plan"] == []
 

@@ -23,8 +23,6 @@ nodes (``stat``) where they are character devices, else (nvidia-caps) from ``/pr
 from __future__ import annotations
 
 import json
-import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -96,17 +94,6 @@ class Spec:
 
 
 # ----------------------------------------------------------------------------- device numbers
-def char_device(host: Host, path: Path) -> tuple[int, int] | None:
-    """(major, minor) of a character device node under the host root, or None (absent / not a node)."""
-    try:
-        st = os.stat(path)  # read-only look at a Host-built path
-    except OSError:
-        return None
-    if not stat.S_ISCHR(st.st_mode):
-        return None
-    return os.major(st.st_rdev), os.minor(st.st_rdev)
-
-
 def proc_major(host: Host, name: str) -> int | None:
     """The character major registered as ``name`` in /proc/devices."""
     text = host.read_opt(host.proc("devices")) or ""
@@ -125,7 +112,7 @@ def proc_major(host: Host, name: str) -> int | None:
 
 def node(host: Host, *parts: str, fallback: tuple[int | None, int | None] = (None, None)) -> Node:
     path = host.dev(*parts)
-    nums = char_device(host, path)
+    nums = host.char_device(path)
     major, minor = nums if nums else fallback
     return Node(host.display(path), major, minor)
 
