@@ -2,8 +2,10 @@
  *
  *   LD_PRELOAD=libvgpukit-qos-hook.so VGPUKIT_QOS_GPU=gpu0 VGPUKIT_QOS_TENANT=web ./app
  *
- * cuLaunchKernel after an idle period sends "busy" before the launch is forwarded; a watcher thread
- * sends "idle" once no kernel was launched for VGPUKIT_QOS_IDLE_MS (default 20) milliseconds.
+ * cuLaunchKernel after an idle period sends "busy" before the launch is forwarded, and repeats it at
+ * most every 100 ms while launches continue (a datagram sent before the tenant was registered, or to
+ * a daemon that restarted since, is lost); a watcher thread sends "idle" once no kernel was launched
+ * for VGPUKIT_QOS_IDLE_MS (default 20) milliseconds.
  * Frozen processes launch nothing, so the daemon's freeze is what bounds new work; kernels already
  * queued on the device still drain (docs/qos.md, "The hard physical fact").
  */
@@ -27,6 +29,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static launch_fn real_launch;
 static atomic_llong last_launch_ns;
 static atomic_int busy;
+static atomic_llong last_busy_ns;
 static int enabled;
 static long long idle_ns = 20000000LL;
 
@@ -69,10 +72,14 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
 {
     pthread_once(&once, setup);
     if (enabled) {
-        atomic_store(&last_launch_ns, now_ns());
+        long long now = now_ns();
         int expected = 0;
-        if (atomic_compare_exchange_strong(&busy, &expected, 1))
+        atomic_store(&last_launch_ns, now);
+        if (atomic_compare_exchange_strong(&busy, &expected, 1) ||
+            now - atomic_load(&last_busy_ns) > 100000000LL) {
+            atomic_store(&last_busy_ns, now);
             vgpukit_qos_busy();
+        }
     }
     if (!real_launch)
         return 3; /* CUDA_ERROR_NOT_INITIALIZED */

@@ -52,14 +52,16 @@ def spawn() -> Iterator:  # type: ignore[type-arg]
 
 
 class DaemonProc:
-    def __init__(self, root: Path, config: Path | None = None) -> None:
+    def __init__(self, root: Path, config: Path | None = None, sim: bool = False) -> None:
         self.root = root
+        self.sim = sim
         self.host = Host(root)
         self.config = config
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> DaemonProc:
-        env = dict(os.environ, VGPUKIT_ROOT=str(self.root), PYTHONPATH=str(REPO))
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env["VGPUKIT_SIM" if self.sim else "VGPUKIT_ROOT"] = str(self.root)
         cmd = [sys.executable, "-m", "vgpukit", "qos", "daemon"]
         if self.config:
             cmd += ["--config", str(self.config)]

@@ -155,3 +155,40 @@ def test_metrics_observer_text() -> None:
     assert 'vgpukit_qos_tenant_state{class="online",gpu="gpu0",state="running",tenant="t"} 1.0' in text
     assert "vgpukit_qos_detection_latency_seconds_count" in text
     assert 'vgpukit_qos_achieved_share_ratio{class="online",gpu="gpu0",tenant="t",window="10s"}' in text
+
+
+def test_daemon_on_a_simulated_host(tmp_path: Path, spawn, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import make_sim
+
+    sim = make_sim(tmp_path / "host")
+    d = DaemonProc(sim, sim=True).start()
+    try:
+        p, q = spawn(), spawn()
+        rc = main(["--sim", str(sim), "qos", "set", "gpu0", "--policy", "fixed-share"])
+        for name, pid, share in (("a", p.pid, 20), ("b", q.pid, 30)):
+            rc |= main(
+                [
+                    "--sim",
+                    str(sim),
+                    "qos",
+                    "tenant",
+                    "add",
+                    "gpu0",
+                    name,
+                    "--class",
+                    "offline",
+                    "--share",
+                    str(share),
+                    "--pid",
+                    str(pid),
+                    "--demand",
+                    "sample",
+                ]
+            )
+        assert rc == 0
+        assert (sim / "run/vgpukit/qos/control.sock").exists()
+        assert wait_for(lambda: d.status()["a"]["frozen_s"] > 0.2 and d.status()["b"]["frozen_s"] > 0.2, timeout=5)
+        capsys.readouterr()
+    finally:
+        assert d.stop() == 0
+    assert proc_state(p.pid) not in "Tt" and proc_state(q.pid) not in "Tt"
