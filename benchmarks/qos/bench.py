@@ -32,10 +32,26 @@ from vgpukit.qos.backends import process_cpu_ns  # noqa: E402
 from vgpukit.qos.demand import socket_path  # noqa: E402
 
 TENANT = str(Path(__file__).with_name("tenant.py"))
-# the machine is shared: the daemon (like the systemd unit: Nice=-20) and the tenants (all equal)
-# run above other load so that only the daemon decides who runs on the stand-in core
+# The machine is shared and the kernel groups tasks per session (sched_autogroup), where plain nice
+# values do not reach across sessions. Each tenant and the daemon get a session of their own, with
+# the autogroup's nice raised: the tenants all equal, above other load, so that only the daemon
+# decides who runs on the stand-in core; the daemon (like the systemd unit: Nice=-20) above them.
 DAEMON_NICE = -20
-TENANT_NICE = -15
+TENANT_NICE = -20
+
+
+def prioritise(core: int, nice: int) -> None:
+    """preexec_fn: pin to ``core``, own session, autogroup and task nice ``nice``."""
+    os.sched_setaffinity(0, {core})
+    os.setsid()
+    try:
+        with open("/proc/self/autogroup", "w") as fh:
+            fh.write(str(nice))
+    except OSError:
+        pass
+    os.nice(nice)
+
+
 Row = tuple[str, str, str, str, str, str]
 ROWS: list[Row] = []
 MISSES: list[str] = []
@@ -72,7 +88,7 @@ class Env:
             [sys.executable, "-m", "vgpukit", "qos", "daemon"],
             env=env,
             stderr=open(self.root / "daemon.log", "ab"),  # noqa: SIM115
-            preexec_fn=lambda: (os.sched_setaffinity(0, {core}), os.nice(DAEMON_NICE)),
+            preexec_fn=lambda: prioritise(core, DAEMON_NICE),
         )
         end = time.monotonic() + 15
         while time.monotonic() < end:
@@ -94,9 +110,7 @@ class Env:
         cmd = [sys.executable, TENANT, *argv]
         if name:
             cmd += ["--notify", str(socket_path(self.host)), "gpu0", name]
-        p = subprocess.Popen(
-            cmd, stdin=stdin, preexec_fn=lambda: (os.sched_setaffinity(0, {core}), os.nice(TENANT_NICE))
-        )
+        p = subprocess.Popen(cmd, stdin=stdin, preexec_fn=lambda: prioritise(core, TENANT_NICE))
         self.tenants.append(p)
         return p
 

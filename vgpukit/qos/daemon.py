@@ -85,8 +85,11 @@ class Daemon:
 
     def apply_config(self, cfg: QosConfig) -> None:
         cfg, backends = self._backends(cfg)
-        # persist every target that may be frozen before the first freeze of any of them
-        save_managed(self.host, [b.target for bs in backends.values() for b in bs.values()])
+        # persist every target that may be frozen before the first freeze of any of them; until the
+        # removed tenants are thawed, they stay in the set too
+        new = [b.target for bs in backends.values() for b in bs.values()]
+        old = [b.target for rt in self.gpus.values() for b in rt.backends.values()]
+        save_managed(self.host, old + new)
         self.cfg = cfg
         for key in [k for k in self.gpus if k not in cfg.gpus]:
             self.gpus.pop(key).thaw_everything()
@@ -96,6 +99,8 @@ class Daemon:
                 self.gpus[key] = GpuRuntime(gpu, backends[key], self.clock, self.observer)
             else:
                 self._drop(rt.reconfigure(gpu, backends[key]), key)
+        if set(old) - set(new):
+            save_managed(self.host, new)
 
     def effective(self) -> QosConfig:
         cfg, problems = self.overlay.apply(self.base)
@@ -306,6 +311,7 @@ class Daemon:
                 self.reload()
             for key, rt in list(self.gpus.items()):
                 if rt.next_at is not None and rt.next_at <= now:
+                    rt.timer.add((now - rt.next_at) / 1e9)
                     self._drop(rt.step(now), key)
             sampling = any(t.demand == "sample" for g in self.cfg.gpus.values() for t in g.tenants)
             if sampling and now >= next_sample:

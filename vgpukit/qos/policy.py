@@ -11,8 +11,9 @@ it with a fake one and the daemon with ``time.monotonic_ns``.
   best-effort and the shares under burst-share, so idle capacity is lent in proportion to the
   shares of the busy tenants. A tenant that becomes busy starts at the class's current virtual
   time, so it gets its share back at the next slice without a catch-up burst.
-* fixed-share adds a credit per tenant: it grows at ``share`` of real time (capped at one slice, so
-  idleness is never banked) and shrinks by the time the tenant holds the device. Only tenants with
+* fixed-share adds a credit per tenant: it grows at ``share`` of real time (capped at one slice while
+  the tenant is idle, so idleness is never banked, and at three slices while it is busy, so that an
+  overrun by a late wake-up is still owed) and shrinks by the time the tenant holds the device. Only tenants with
   positive credit are eligible, so a tenant never exceeds its share, even on an idle GPU; overshoot
   of a late wake-up becomes debt and is paid back, so the long-run share is exact.
 
@@ -26,6 +27,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 NS_PER_MS = 1_000_000
+# A busy tenant kept off the device by others' overrun (a late daemon wake-up) may be owed up to
+# this many slices; an idle tenant banks at most one slice. Bounds the burst to 3 slices.
+BUSY_CAP_SLICES = 3
 
 
 @dataclass
@@ -147,6 +151,7 @@ class Scheduler:
             cur.vtime += dt / self.weight(cur)
             cur.credit -= dt
         if self.policy == "fixed-share":
-            cap = float(self.slice_ns)
+            idle_cap = float(self.slice_ns)
+            busy_cap = float(self.slice_ns * BUSY_CAP_SLICES)
             for t in self.tenants.values():
-                t.credit = min(t.credit + t.share * dt / 100.0, cap)
+                t.credit = min(t.credit + t.share * dt / 100.0, busy_cap if t.busy else idle_cap)

@@ -60,6 +60,7 @@ class GpuRuntime:
         self.detection = Samples()
         self.enforcement = Samples()
         self.preemption = Samples()
+        self.timer = Samples()  # how late the daemon woke for this GPU's slice boundaries
 
     @staticmethod
     def _params(spec: Gpu) -> list[tuple[str, str, int]]:
@@ -107,29 +108,36 @@ class GpuRuntime:
         self.granted = d.granted
         self.next_at = d.next_at
         vanished: list[str] = []
-        # freeze first, then thaw: the device is never shared by two tenants
-        for name in sorted(d.frozen - self.frozen):
-            try:
-                self._freeze(name, self.backends[name], now)
-            except NotFound as err:
-                log.warning("%s: tenant %s vanished: %s", self.spec.key, name, err)
-                vanished.append(name)
-            except VgpukitError as err:
-                log.error("%s: cannot freeze %s: %s", self.spec.key, name, err)
-        if d.preempted and trigger_ns is not None:
-            lat = max(0, self.clock() - trigger_ns) / S
-            self.preemption.add(lat)
-            for name in d.preempted:
-                self.obs.preemption(self.spec.key, name, self.cls_of(name), lat)
-        for name in sorted(self.frozen - d.frozen):
-            try:
-                self._thaw(name, self.backends[name], now)
-            except NotFound as err:
-                log.warning("%s: tenant %s vanished: %s", self.spec.key, name, err)
-                vanished.append(name)
-            except VgpukitError as err:
-                log.error("%s: cannot thaw %s: %s", self.spec.key, name, err)
+        to_freeze = sorted(d.frozen - self.frozen)
+        to_thaw = sorted(self.frozen - d.frozen)
+        # Preemption by online work: freeze first, the online tenant must not share the device.
+        # A slice rotation within a class: thaw the next holder first, so the device does not idle
+        # for the freeze + thaw + wake-up time at every switch (the old holder stops microseconds later).
+        if d.preempted:
+            self._enforce("freeze", to_freeze, now, vanished)
+            if trigger_ns is not None:
+                lat = max(0, self.clock() - trigger_ns) / S
+                self.preemption.add(lat)
+                for name in d.preempted:
+                    self.obs.preemption(self.spec.key, name, self.cls_of(name), lat)
+            self._enforce("thaw", to_thaw, now, vanished)
+        else:
+            self._enforce("thaw", to_thaw, now, vanished)
+            self._enforce("freeze", to_freeze, now, vanished)
         return vanished
+
+    def _enforce(self, action: str, names: list[str], now: int, vanished: list[str]) -> None:
+        for name in names:
+            try:
+                if action == "freeze":
+                    self._freeze(name, self.backends[name], now)
+                else:
+                    self._thaw(name, self.backends[name], now)
+            except NotFound as err:
+                log.warning("%s: tenant %s vanished: %s", self.spec.key, name, err)
+                vanished.append(name)
+            except VgpukitError as err:
+                log.error("%s: cannot %s %s: %s", self.spec.key, action, name, err)
 
     def _freeze(self, name: str, backend: Backend, now: int) -> None:
         t0 = self.clock()
@@ -204,5 +212,6 @@ class GpuRuntime:
                 "detection": self.detection.summary(),
                 "enforcement": self.enforcement.summary(),
                 "preemption": self.preemption.summary(),
+                "timer": self.timer.summary(),
             },
         }
