@@ -202,3 +202,23 @@ def test_sighup_reloads_config(tmp_path: Path, spawn) -> None:  # type: ignore[n
         assert set(d.status()) == {"w"}
     finally:
         assert d.stop() == 0
+
+
+def test_guardian_thaws_when_the_daemon_hangs(tmp_path: Path, spawn) -> None:  # type: ignore[no-untyped-def]
+    cfg = tmp_path / "qos.yaml"
+    cfg.write_text("watchdog_s: 0.5\n")
+    d = DaemonProc(tmp_path, cfg).start()
+    try:
+        a, b = spawn(), spawn()
+        add(d, "a", a.pid)
+        add(d, "b", b.pid)
+        DemandClient.for_host(d.host, "gpu0", "a").busy()
+        DemandClient.for_host(d.host, "gpu0", "b").busy()
+        assert wait_for(lambda: stopped(a.pid) or stopped(b.pid), timeout=2)
+        assert d.proc is not None
+        d.proc.send_signal(signal.SIGSTOP)  # the daemon hangs with one tenant frozen
+        assert wait_for(lambda: not stopped(a.pid) and not stopped(b.pid), timeout=3)
+        d.proc.send_signal(signal.SIGCONT)  # it recovers and schedules again
+        assert wait_for(lambda: stopped(a.pid) or stopped(b.pid), timeout=3)
+    finally:
+        assert d.stop() == 0
