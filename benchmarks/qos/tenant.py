@@ -48,14 +48,14 @@ def spin(n: Notifier, phases: str | None) -> None:
     if not phases:
         while True:  # repeat the state: a datagram sent before the tenant was added is lost
             n.busy()
-            work(0.1)
+            work(0.25)
     plan = [(p.split(":")[0], float(p.split(":")[1])) for p in phases.split(",")]
     for kind, secs in plan:
         end = time.monotonic() + secs
         if kind == "busy":
             last = 0.0
             while time.monotonic() < end:
-                if time.monotonic() - last > 0.1:
+                if time.monotonic() - last > 0.25:
                     n.busy()
                     last = time.monotonic()
                 work(0.001)

@@ -3,7 +3,7 @@
  *   LD_PRELOAD=libvgpukit-qos-hook.so VGPUKIT_QOS_GPU=gpu0 VGPUKIT_QOS_TENANT=web ./app
  *
  * cuLaunchKernel after an idle period sends "busy" before the launch is forwarded, and repeats it at
- * most every 100 ms while launches continue (a datagram sent before the tenant was registered, or to
+ * most every 250 ms while launches continue (a datagram sent before the tenant was registered, or to
  * a daemon that restarted since, is lost); a watcher thread sends "idle" once no kernel was launched
  * for VGPUKIT_QOS_IDLE_MS (default 20) milliseconds.
  * Frozen processes launch nothing, so the daemon's freeze is what bounds new work; kernels already
@@ -76,7 +76,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
         int expected = 0;
         atomic_store(&last_launch_ns, now);
         if (atomic_compare_exchange_strong(&busy, &expected, 1) ||
-            now - atomic_load(&last_busy_ns) > 100000000LL) {
+            now - atomic_load(&last_busy_ns) > 250000000LL) {
             atomic_store(&last_busy_ns, now);
             vgpukit_qos_busy();
         }

@@ -63,6 +63,7 @@ class Daemon:
         self.base = load_base(host, config_path)  # a broken config fails the start, before any freeze
         self.overlay = Overlay.load(host)
         self.cfg = QosConfig()
+        self.sampling = False
         self.gpus: dict[str, GpuRuntime] = {}
         self.sampler = Sampler()
         self.stop_requested = False
@@ -91,6 +92,7 @@ class Daemon:
         old = [b.target for rt in self.gpus.values() for b in rt.backends.values()]
         save_managed(self.host, old + new)
         self.cfg = cfg
+        self.sampling = any(t.demand == "sample" for g in cfg.gpus.values() for t in g.tenants)
         for key in [k for k in self.gpus if k not in cfg.gpus]:
             self.gpus.pop(key).thaw_everything()
         for key, gpu in cfg.gpus.items():
@@ -313,7 +315,7 @@ class Daemon:
                 if rt.next_at is not None and rt.next_at <= now:
                     rt.timer.add((now - rt.next_at) / 1e9)
                     self._drop(rt.step(now), key)
-            sampling = any(t.demand == "sample" for g in self.cfg.gpus.values() for t in g.tenants)
+            sampling = self.sampling
             if sampling and now >= next_sample:
                 self.sample(now)
                 next_sample = now + self.cfg.sample_ms * 1_000_000

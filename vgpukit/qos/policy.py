@@ -32,7 +32,7 @@ NS_PER_MS = 1_000_000
 BUSY_CAP_SLICES = 3
 
 
-@dataclass
+@dataclass(eq=False)  # identity: compared on every decision
 class TenantState:
     name: str
     cls: str

@@ -20,14 +20,20 @@ class ShareWindows:
             return
         b = self.buckets.setdefault(name, {})
         t = begin
+        fresh = False
         while t < end:
             idx = t // BUCKET_NS
             stop = min(end, (idx + 1) * BUCKET_NS)
-            b[idx] = b.get(idx, 0) + (stop - t)
+            if idx in b:
+                b[idx] += stop - t
+            else:
+                b[idx] = stop - t
+                fresh = True
             t = stop
-        low = end // BUCKET_NS - KEEP
-        for old in [i for i in b if i < low]:
-            del b[old]
+        if fresh:  # prune only when a bucket was opened
+            low = end // BUCKET_NS - KEEP
+            for old in [i for i in b if i < low]:
+                del b[old]
 
     def share(self, name: str, now: int, window_ns: int) -> float:
         """Fraction of the last ``window_ns`` (extended to a bucket boundary) the tenant held the device."""
