@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -222,3 +223,67 @@ def test_guardian_thaws_when_the_daemon_hangs(tmp_path: Path, spawn) -> None:  #
         assert wait_for(lambda: stopped(a.pid) or stopped(b.pid), timeout=3)
     finally:
         assert d.stop() == 0
+
+
+@pytest.fixture
+def cgroup_root(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A temporary host root whose sys/fs/cgroup/unified is this machine's real cgroup v2 (bind mount)."""
+    import os
+    import subprocess
+    import uuid
+
+    real = Path("/sys/fs/cgroup/unified")
+    if os.geteuid() != 0 or not (real / "cgroup.controllers").exists():
+        pytest.skip("needs root and cgroup v2 at /sys/fs/cgroup/unified")
+    mnt = tmp_path / "sys/fs/cgroup/unified"
+    mnt.mkdir(parents=True)
+    if subprocess.run(["mount", "--bind", str(real), str(mnt)], capture_output=True).returncode != 0:
+        pytest.skip("cannot bind-mount the cgroup v2 hierarchy")
+    cg = real / f"vgpukit-test-{uuid.uuid4().hex[:8]}"
+    cg.mkdir()
+    try:
+        yield tmp_path, cg
+    finally:
+        (cg / "cgroup.freeze").write_text("0")
+        (cg / "cgroup.kill").write_text("1")
+        wait_for(lambda: not (cg / "cgroup.procs").read_text().strip())
+        cg.rmdir()
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_real_cgroup_v2_tenants(cgroup_root: tuple[Path, Path], spawn) -> None:  # type: ignore[no-untyped-def]
+    root, cg = cgroup_root
+    d = DaemonProc(root).start()
+    try:
+        off_cg = cg / "off"
+        off_cg.mkdir()
+        off = spawn()
+        (off_cg / "cgroup.procs").write_text(str(off.pid))
+        on = spawn()
+        d.req(op="tenant-add", gpu="gpu0", name="on", tenant={"class": "online", "share": 50, "pids": [on.pid]})
+        d.req(
+            op="tenant-add",
+            gpu="gpu0",
+            name="off",
+            tenant={"class": "offline", "share": 50, "cgroup": f"{cg.name}/off"},
+        )
+        frozen = lambda: "frozen 1" in (off_cg / "cgroup.events").read_text()  # noqa: E731
+        DemandClient.for_host(d.host, "gpu0", "off").busy()
+        DemandClient.for_host(d.host, "gpu0", "on").busy()
+        assert wait_for(frozen, timeout=3)
+        DemandClient.for_host(d.host, "gpu0", "on").idle()
+        assert wait_for(lambda: not frozen(), timeout=3)
+        DemandClient.for_host(d.host, "gpu0", "on").busy()
+        assert wait_for(frozen, timeout=3)
+        d.proc.kill()  # type: ignore[union-attr]  # the guardian thaws the real cgroup
+        d.proc.wait()  # type: ignore[union-attr]
+        assert wait_for(lambda: not frozen(), timeout=3)
+        # the cgroup vanishes: the tenant is dropped, the daemon keeps running
+        d.start()
+        (off_cg / "cgroup.kill").write_text("1")
+        assert wait_for(lambda: not (off_cg / "cgroup.procs").read_text().strip())
+        off_cg.rmdir()
+        assert wait_for(lambda: "off" not in d.status(), timeout=5)
+        assert d.req(op="ping")["ok"]
+    finally:
+        d.stop()
