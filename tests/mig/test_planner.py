@@ -150,7 +150,7 @@ def test_guide_example_and_fragmentation_choice() -> None:
 def test_no_capacity_reasons_name_the_limit_and_the_slots() -> None:
     profiles = model("A100-SXM4-40GB").profiles
     by = {p.name: p for p in profiles}
-    with pytest.raises(NoCapacity, match="at most 2 3g.20gb"):
+    with pytest.raises(NoCapacity, match=r"at most 2 3g\.20gb"):
         plan(profiles, [], [by["3g.20gb"]] * 3)
     occ = [Occupant(by["1g.5gb"].id, 1, 1, "GI 8 (1g.5gb)"), Occupant(by["1g.5gb"].id, 5, 1, "GI 12 (1g.5gb)")]
     with pytest.raises(NoCapacity, match=r"slots 1 by GI 8 \(1g.5gb\); slots 5 by GI 12") as exc:
