@@ -158,7 +158,7 @@ def why_not(profiles: Sequence[GiProfile], occupants: Sequence[Occupant], reques
     free = slots - sum(o.size for o in occupants)
     names = ", ".join(p.name for p in sorted(request, key=lambda p: -p.size))
     if need > free:
-        return f"{names} need {need} of {slots} memory slots, {free} free ({where})"
+        return f"{names}: {need} of {slots} memory slots needed, {free} free ({where})"
     return f"{names} fit in no arrangement of the {free} free memory slots ({where})"
 
 

@@ -93,7 +93,8 @@ def ci_profiles(gi: GiProfile) -> list[CiProfile]:
     out = []
     for c, max_count in allowed.items():
         full = c == gi.slices
-        starts = tuple(s for s in range(0, gi.slices - c + 1) if s % c == 0)
+        align = 1 << (c - 1).bit_length()  # 3c aligns like 4c: {0, 4} in a 7g instance
+        starts = tuple(range(0, gi.slices - c + 1, align))
         name = gi.name if full else f"{c}c.{gi.name}"
         out.append(
             CiProfile(enum=int(enums[c]), name=name, slices=int(c), max_count=int(max_count), starts=starts, full=full)
