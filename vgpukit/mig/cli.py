@@ -21,8 +21,20 @@ def nvml_of(app: App) -> Nvml:
     return nvml
 
 
+_SCANS: dict[int, list[Any]] = {}
+
+
+def _scan(app: App) -> list[Any]:
+    """The host's PCI devices, scanned once per invocation (naming and aliases share it)."""
+    from ..pci import scan
+
+    if id(app) not in _SCANS:
+        _SCANS[id(app)] = scan(app.host)
+    return _SCANS[id(app)]
+
+
 def resolve_gpu(app: App, name: str) -> NvmlGpu:
-    from ..naming import resolve_device
+    from ..naming import UUID_RE, resolve_in
 
     nvml = nvml_of(app)
     if name.isdigit():  # a bare NVML index, as nvidia-smi -i takes
@@ -30,15 +42,15 @@ def resolve_gpu(app: App, name: str) -> NvmlGpu:
         if int(name) >= len(gpus):
             raise NotFound(f"no GPU with NVML index {name}: this host has {len(gpus)}", value=name)
         return gpus[int(name)]
-    return view.find_gpu(nvml, resolve_device(app, name))
+    uuids = {g.bdf: g.uuid for g in nvml.gpus()} if UUID_RE.match(name.strip()) else None
+    return view.find_gpu(nvml, resolve_in(app.host, name, devices=_scan(app), gpu_uuids=uuids))
 
 
 def aliases(app: App) -> dict[str, str]:
     from ..naming import aliases as pci_aliases
-    from ..pci import scan
 
     try:
-        return pci_aliases(scan(app.host))
+        return pci_aliases(_scan(app))
     except Exception:  # no sysfs (odd root): fall back to NVML order
         return {}
 
