@@ -15,12 +15,7 @@ simulated host, set with the module functions at the bottom.
 
 from __future__ import annotations
 
-import fcntl
-import json
-import os
 import uuid as uuidlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +32,27 @@ from .errors import (
     NOT_SUPPORTED,
     nvml_error,
 )
+from .sim_state import (
+    STATE_DIR,
+    STATE_FILE,
+    _check_fault,
+    _find_gi,
+    _fits,
+    _gi_id,
+    _gi_record,
+    _gpu,
+    _holders,
+    _locked,
+    _mask,
+    _mig_on,
+    _model,
+    _names,
+    _used_mask,
+    ci_minor,
+    gi_minor,
+    mig_minors_text,
+)
 
-STATE_DIR = ".vgpukit-sim"
-STATE_FILE = "nvml.json"
-LOCK_FILE = "nvml.lock"
 CAPS_MAJOR = 237  # nvidia-caps char major as /proc/devices usually shows it (informational in the sim)
 _MIG_NS = uuidlib.UUID("6b1f8f0e-3c52-4a35-9d0b-6d4b1f0c7a11")
 FAULT_CALLS = (
@@ -51,41 +63,6 @@ FAULT_CALLS = (
     "CreateComputeInstance",
     "DestroyComputeInstance",
 )
-
-
-# ----------------------------------------------------------------------------- state file
-def _paths(sim_dir: Path) -> tuple[Path, Path]:
-    base = Path(sim_dir) / STATE_DIR
-    return base / STATE_FILE, base / LOCK_FILE
-
-
-@contextmanager
-def _locked(sim_dir: Path, write: bool) -> Iterator[dict[str, Any]]:
-    state_path, lock_path = _paths(sim_dir)
-    if not state_path.exists():
-        raise NotFound(f"{sim_dir} has no simulated NVML driver", path=str(state_path))
-    with open(lock_path, "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
-        try:
-            state: dict[str, Any] = json.loads(state_path.read_text())
-            try:
-                yield state
-            except BaseException:
-                # a failed call changes nothing, except the fault counters it went through
-                if write and state.pop("_faults_touched", False):
-                    _save(state_path, state)
-                raise
-            state.pop("_faults_touched", None)
-            if write:
-                _save(state_path, state)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _save(state_path: Path, state: dict[str, Any]) -> None:
-    tmp = state_path.with_name(f".{STATE_FILE}.{os.getpid()}")
-    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
-    os.replace(tmp, state_path)
 
 
 def initial_state(gpus: list[dict[str, Any]]) -> dict[str, Any]:
@@ -105,98 +82,6 @@ def initial_state(gpus: list[dict[str, Any]]) -> dict[str, Any]:
                 entry["pci_device_id"] = f"0x{m.pci_device_ids[0]:08X}"
         out.append(entry)
     return {"version": 1, "gpus": out, "faults": [], "next_pid": 4000}
-
-
-# ----------------------------------------------------------------------------- driver logic
-def _gpu(state: dict[str, Any], index: int) -> dict[str, Any]:
-    gpus: list[dict[str, Any]] = state["gpus"]
-    if not 0 <= index < len(gpus):
-        raise nvml_error(INVALID_ARGUMENT, f"no GPU with NVML index {index}")
-    return gpus[index]
-
-
-def _model(g: dict[str, Any]) -> tables.MigModel:
-    if not g.get("mig_capable"):
-        raise nvml_error(NOT_SUPPORTED, f"GPU {g['bdf']} ({g['name']}) is not MIG-capable", device=g["bdf"])
-    return tables.model(g.get("model"), g.get("name"))
-
-
-def _mig_on(g: dict[str, Any]) -> tables.MigModel:
-    m = _model(g)
-    if not g["mig_current"]:
-        raise nvml_error(NOT_SUPPORTED, f"MIG mode is not enabled on GPU {g['bdf']}", device=g["bdf"])
-    return m
-
-
-def _check_fault(state: dict[str, Any], call: str, gpu: int) -> None:
-    for fault in state["faults"]:
-        if fault["call"] != call or (fault.get("gpu") is not None and fault["gpu"] != gpu):
-            continue
-        fault["seen"] = fault.get("seen", 0) + 1
-        state["_faults_touched"] = True
-        if fault["seen"] >= fault["nth"]:
-            state["faults"].remove(fault)
-            raise nvml_error(int(fault["code"]), f"{call} on GPU {gpu} (injected fault)")
-        return
-
-
-def _gi_id(m: tables.MigModel, start: int, size: int) -> int:
-    # the driver's id is the node of the placement in the binary tree of memory slots (swizzle id)
-    return (m.memory_slots // size - 1) + start // size
-
-
-def _mask(start: int, size: int) -> int:
-    return ((1 << size) - 1) << start
-
-
-def _used_mask(g: dict[str, Any]) -> int:
-    mask = 0
-    for gi in g["gis"]:
-        mask |= _mask(gi["start"], gi["size"])
-    return mask
-
-
-def _fits(g: dict[str, Any], m: tables.MigModel, p: GiProfile, start: int) -> bool:
-    if _used_mask(g) & _mask(start, p.size):
-        return False
-    if sum(1 for gi in g["gis"] if gi["profile_id"] == p.id) >= p.max_count:
-        return False
-    if p.media:
-        for gi in g["gis"]:
-            other = m.profile(gi["profile_id"])
-            if other is not None and other.media:
-                return False
-    return True
-
-
-def _gi_record(gi: dict[str, Any]) -> GpuInstance:
-    cis = tuple(
-        ComputeInstance(c["id"], gi["id"], c["profile"], c["slices"], c["start"], c["uuid"])
-        for c in sorted(gi["cis"], key=lambda c: c["id"])
-    )
-    return GpuInstance(gi["id"], gi["profile_id"], gi["start"], gi["size"], cis)
-
-
-def _find_gi(g: dict[str, Any], gi_id: int) -> dict[str, Any]:
-    for gi in g["gis"]:
-        if gi["id"] == gi_id:
-            return gi  # type: ignore[no-any-return]
-    raise nvml_error(NOT_FOUND, f"no GPU instance {gi_id} on GPU {g['bdf']}", device=g["bdf"])
-
-
-def _holders(g: dict[str, Any], gi_id: int | None = None, ci_id: int | None = None) -> list[dict[str, Any]]:
-    out = []
-    for c in g["clients"]:
-        if gi_id is not None and c.get("gi") != gi_id:
-            continue
-        if ci_id is not None and c.get("ci") not in (None, ci_id):
-            continue
-        out.append(c)
-    return out
-
-
-def _names(clients: list[dict[str, Any]]) -> str:
-    return ", ".join(f"{c['name']} (pid {c['pid']})" for c in clients)
 
 
 class SimNvml:
@@ -414,23 +299,6 @@ class SimNvml:
             host.write_file(caps / f"nvidia-cap{minor}", f"c {CAPS_MAJOR}:{minor}\n", mode=0o400)
         for minor in sorted(have - want):
             host.remove(caps / f"nvidia-cap{minor}")
-
-
-def gi_minor(gpu: int, gi: int) -> int:
-    return 3 + 135 * gpu + 9 * gi
-
-
-def ci_minor(gpu: int, gi: int, ci: int) -> int:
-    return gi_minor(gpu, gi) + 1 + ci
-
-
-def mig_minors_text(n_gpus: int) -> str:
-    lines = ["config 1", "monitor 2"]
-    for gpu in range(n_gpus):
-        for gi in range(15):
-            lines.append(f"gpu{gpu}/gi{gi}/access {gi_minor(gpu, gi)}")
-            lines.extend(f"gpu{gpu}/gi{gi}/ci{ci}/access {ci_minor(gpu, gi, ci)}" for ci in range(8))
-    return "\n".join(lines) + "\n"
 
 
 # ----------------------------------------------------------------------------- simulated host controls
