@@ -20,7 +20,7 @@ from vgpukit.nvml.errors import NvmlError, NvmlInsufficientResources, NvmlInUse,
 from vgpukit.nvml.sim import SimNvml
 
 
-@pytest.fixture(params=["sim-a100", "sim-h100", "real"])
+@pytest.fixture(params=["sim-a100", "sim-h100", "pynvml-over-sim", "real"])
 def dev(request: Any, sim_factory: Callable[..., Path]) -> Iterator[tuple[Nvml, int]]:
     if request.param == "real":
         index = os.environ.get("VGPUKIT_REAL_NVML_GPU")
@@ -40,6 +40,13 @@ def dev(request: Any, sim_factory: Callable[..., Path]) -> Iterator[tuple[Nvml, 
     model = "A100-SXM4-40GB" if request.param == "sim-a100" else "H100-SXM5-80GB"
     sim = sim_factory([model])
     enable_now(sim, 0)
+    if request.param == "pynvml-over-sim":  # the real backend's code, answered by the simulated driver
+        from sim_pynvml import Shim
+
+        from vgpukit.nvml.real import RealNvml
+
+        yield RealNvml(Shim(sim)), 0
+        return
     yield SimNvml(sim), 0
 
 

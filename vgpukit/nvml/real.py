@@ -10,6 +10,7 @@ import logging
 import shutil
 import subprocess
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from ..errors import HostIOError, Unsupported
@@ -235,7 +236,6 @@ class RealNvml:
     # ------------------------------------------------------------------ compute instances
     def ci_profiles(self, gpu: int, gi_id: int) -> list[CiProfile]:
         n, gi = self.n, self._gi(gpu, gi_id)
-        gi_slices = int(n.nvmlGpuInstanceGetInfo(gi).placement.size)
         out = []
         for enum in range(CI_PROFILE_COUNT):
             try:
@@ -253,10 +253,11 @@ class RealNvml:
                     slices=int(cp.sliceCount),
                     max_count=int(cp.instanceCount),
                     starts=tuple(int(arr[i].start) for i in range(count.value)),
-                    full="c." not in name or int(cp.sliceCount) >= gi_slices,
+                    full=False,
                 )
             )
-        return out
+        most = max((c.slices for c in out), default=0)
+        return [replace(c, full=c.slices == most) for c in out]
 
     def create_compute_instance(self, gpu: int, gi_id: int, profile: int, start: int | None = None) -> ComputeInstance:
         n, gi = self.n, self._gi(gpu, gi_id)
@@ -267,7 +268,9 @@ class RealNvml:
         else:
             place = n.c_nvmlComputeInstancePlacement_t()
             place.start, place.size = start, int(cp.sliceCount)
-            ci = self._call(what, n.nvmlGpuInstanceCreateComputeInstanceWithPlacement, gi, int(cp.id), place)
+            ci = self._call(
+                what, n.nvmlGpuInstanceCreateComputeInstanceWithPlacement, gi, int(cp.id), ctypes.byref(place)
+            )
         info = n.nvmlComputeInstanceGetInfo(ci)
         uuids = self._mig_uuids(self._h(gpu))
         return ComputeInstance(
