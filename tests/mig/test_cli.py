@@ -130,6 +130,22 @@ def test_hopper_needs_no_reset(sim_factory: Callable[..., Path]) -> None:
     assert sorted(p for p, _, _ in layout(sim)) == [9, 14]
 
 
+def test_hopper_held_by_a_client_rolls_the_mode_back(sim_factory: Callable[..., Path]) -> None:
+    sim = sim_factory(["H100-SXM5-80GB"])
+    simdrv.add_client(sim, 0, "python3")
+    rc, _, err = run(sim, "partition", "0", "--mig", "1g.10gb")
+    assert rc == 4 and "pending" in err and "rolled back" in err
+    assert SimNvml(sim).mig_mode(0) == (False, False)
+
+
+def test_gpu_named_by_uuid_or_address(host: Path) -> None:
+    gpu = SimNvml(host).gpus()[5]
+    rc, doc = jrun(host, "partition", gpu.uuid, "--mig", "2g.10gb", "--reset")
+    assert rc == 0 and doc["gpus"][0]["bdf"] == gpu.bdf and doc["gpus"][0]["gpu"] == "gpu5"
+    rc, doc = jrun(host, "mig", "status", gpu.bdf.split(":", 1)[1])
+    assert rc == 0 and doc["gpus"][0]["compute_slices"] == {"total": 7, "free": 5}
+
+
 def test_pending_mode_is_reported_and_needs_reset(host: Path) -> None:
     SimNvml(host).set_mig_mode(3, True)
     rc, doc = jrun(host, "mig", "status", "gpu3")

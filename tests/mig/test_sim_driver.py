@@ -118,3 +118,21 @@ def test_concurrent_commands_see_one_driver(hgx: Path) -> None:
         starts = pool.map(_create_one, [(str(hgx), i) for i in range(7)])
     assert sorted(starts) == list(range(7))
     assert len(SimNvml(hgx).gpu_instances(0)) == 7
+
+
+def test_sim_fault_and_client_commands(hgx: Path) -> None:
+    from click.testing import CliRunner
+
+    from vgpukit.cli.context import App
+    from vgpukit.nvml.sim_cli import client, fault
+
+    app = App(sim_dir=hgx)
+    r = CliRunner().invoke(fault, ["add", "CreateGpuInstance", "--nth", "2", "--error", "IN_USE"], obj=app)
+    assert r.exit_code == 0, r.output
+    assert simdrv.list_faults(hgx)[0]["code"] == 19
+    r = CliRunner().invoke(client, ["add", "0", "nvidia-persistenced"], obj=app)
+    pid = int(r.output)
+    assert [p.name for p in SimNvml(hgx).processes(0)] == ["nvidia-persistenced"]
+    assert CliRunner().invoke(client, ["remove", str(pid)], obj=app).exit_code == 0
+    assert CliRunner().invoke(fault, ["clear"], obj=app).exit_code == 0
+    assert simdrv.list_faults(hgx) == [] and SimNvml(hgx).processes(0) == []

@@ -52,6 +52,9 @@ def gpu_status(nvml: Nvml, gpu: NvmlGpu) -> dict[str, Any]:
             }
         )
     doc["free_slots"] = [i for i, o in enumerate(owner) if o is None]
+    total = max((p.slices for p in profiles), default=0)
+    used = sum(by_id[g.profile_id].slices for g in gis if g.profile_id in by_id)
+    doc["compute_slices"] = {"total": total, "free": total - used}
     occ = [planner.Occupant(g.profile_id, g.start, g.size, "") for g in gis]
     largest = planner.future_largest(profiles, occ) if current else None
     doc["largest_free_profile"] = largest.name if largest else None
@@ -94,7 +97,11 @@ def show_status(docs: list[dict[str, Any]]) -> None:
         if rows:
             table(None, ["", "GI", "PROFILE", "PLACEMENT", "CI", "CI SIZE", "MIG UUID"], rows)
         free = ",".join(str(s) for s in doc["free_slots"]) or "none"
-        say(f"  free slots: {free}; largest profile still placeable: {doc['largest_free_profile'] or 'none'}")
+        cs = doc["compute_slices"]
+        say(
+            f"  free memory slots: {free}; free compute slices: {cs['free']} of {cs['total']}; "
+            f"largest profile still placeable: {doc['largest_free_profile'] or 'none'}"
+        )
 
 
 def profiles_doc(nvml: Nvml, gpu: NvmlGpu) -> dict[str, Any]:
