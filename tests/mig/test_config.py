@@ -137,3 +137,13 @@ def test_config_errors_exit_2_with_line(host: Path, tmp_path: Path) -> None:
     assert rc == 2 and "unknown MIG profile '2g.11gb'" in err and ":7]" in err
     rc, _, err = run(host, "mig", "apply", "-f", str(bad))
     assert rc == 2 and "choose one with -c" in err
+
+
+def test_apply_failure_on_a_later_gpu_rolls_back_all_gpus(host: Path, cfg: Path) -> None:
+    run(host, "partition", "gpu0", "--mig", "7g.40gb", "--reset")  # gpu0 must be re-carved by the config
+    before = [layout(host, i) for i in range(3)]
+    simdrv.add_fault(host, "CreateGpuInstance", "UNKNOWN", nth=6)  # gpu0: 4 GIs, gpu1: 4 -> fails on gpu1
+    rc, _, err = run(host, "mig", "apply", "-f", str(cfg), "-c", "balanced", "--reset")
+    assert rc == 1 and "rolled back" in err
+    assert [layout(host, i) for i in range(3)] == before
+    assert [SimNvml(host).mig_mode(i) for i in range(3)] == [(True, True), (False, False), (False, False)]
