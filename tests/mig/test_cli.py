@@ -184,3 +184,12 @@ def test_profiles(host: Path) -> None:
     assert (p["id"], p["slices"], p["max_count"]) == (9, 3, 2)
     assert p["placements"] == [{"start": 0, "size": 4}, {"start": 4, "size": 4}]
     assert "1c.3g.20gb" in p["compute_instances"]
+
+
+def test_subdivided_instance_counts_unless_ci_layout_is_asked(host: Path) -> None:
+    run(host, "partition", "gpu6", "--mig", "3g.20gb", "--ci", "1c.3g.20gb=3", "--reset")
+    rc, doc = jrun(host, "partition", "gpu6", "--mig", "3g.20gb")
+    assert rc == 0 and doc["plan"] == []  # any 3g.20gb satisfies a request that names no --ci
+    rc, doc = jrun(host, "partition", "gpu6", "--mig", "3g.20gb", "--ci", "2c.3g.20gb,1c.3g.20gb")
+    assert rc == 0 and len(layout(host, 6)) == 2  # a different layout was asked: a second GI
+    assert sorted(c for _, _, c in layout(host, 6)) == [(1, 1, 1), (2, 1)]

@@ -75,19 +75,28 @@ def _sig(gi: GpuInstance) -> tuple[int, ...]:
 
 
 def _match(existing: list[GpuInstance], wants: list[WantGi]) -> tuple[list[tuple[WantGi, GpuInstance]], list[WantGi]]:
-    """Pair wanted GPU instances with existing ones of the same profile and compute layout."""
+    """Pair wanted GPU instances with existing ones of the same profile.
+
+    Passes, each over all wants: the same compute layout; then (a non-strict want, i.e. no --ci for
+    its profile) any compute layout; then a GPU instance without compute instances (they are added).
+    """
     free = list(existing)
-    pairs, missing = [], []
-    for w in wants:
-        gi = next((g for g in free if g.profile_id == w.profile.id and _sig(g) == w.cis), None)
-        if gi is None:
-            gi = next((g for g in free if g.profile_id == w.profile.id and not g.compute_instances), None)
-        if gi is None:
-            missing.append(w)
-        else:
-            free.remove(gi)
-            pairs.append((w, gi))
-    return pairs, missing
+    paired: dict[int, GpuInstance] = {}
+    passes = (
+        lambda w, g: _sig(g) == w.cis,
+        lambda w, g: not w.strict and bool(g.compute_instances),
+        lambda w, g: not g.compute_instances,
+    )
+    for accept in passes:
+        for k, w in enumerate(wants):
+            if k in paired:
+                continue
+            gi = next((g for g in free if g.profile_id == w.profile.id and accept(w, g)), None)
+            if gi is not None:
+                free.remove(gi)
+                paired[k] = gi
+    pairs = [(w, paired[k]) for k, w in enumerate(wants) if k in paired]
+    return pairs, [w for k, w in enumerate(wants) if k not in paired]
 
 
 def plan_gpu(nvml: Nvml, req: GpuRequest, allow_reset: bool) -> GpuPlan:

@@ -23,6 +23,7 @@ CI_RE = re.compile(r"^(?P<c>\d+)c\.(?P<gi>.+)$")
 class WantGi:
     profile: GiProfile
     cis: tuple[int, ...]  # compute-instance slice counts, largest first
+    strict: bool = True  # an existing GI matches only with exactly these CIs (else: any CIs of its own)
 
     @property
     def default_cis(self) -> bool:
@@ -121,4 +122,4 @@ def parse_request(profiles: Sequence[GiProfile], mig: Iterable[str], ci: Iterabl
             allowed = ", ".join(f"{c}c x{n}" for c, n in ci_allowed(p).items())
             got = "+".join(f"{c}c" for c in cis)
             raise InvalidInput(f"{got} does not fit in one {p.name} (allowed: {allowed})", value=p.name)
-    return [WantGi(p, tuple(subdiv.get(p.id, [p.slices]))) for p in gis]
+    return [WantGi(p, tuple(subdiv.get(p.id, [p.slices])), strict=p.id in subdiv) for p in gis]
