@@ -53,7 +53,6 @@ from .sim_state import (
     mig_minors_text,
 )
 
-CAPS_MAJOR = 237  # nvidia-caps char major as /proc/devices usually shows it (informational in the sim)
 _MIG_NS = uuidlib.UUID("6b1f8f0e-3c52-4a35-9d0b-6d4b1f0c7a11")
 FAULT_CALLS = (
     "SetMigMode",
@@ -296,7 +295,7 @@ class SimNvml:
                 want |= {ci_minor(index, gi["id"], c["id"]) for c in gi["cis"]}
         have = {int(n[len("nvidia-cap") :]) for n in host.listdir(caps) if n[len("nvidia-cap") :].isdigit()}
         for minor in sorted(want - have):
-            host.write_file(caps / f"nvidia-cap{minor}", f"c {CAPS_MAJOR}:{minor}\n", mode=0o400)
+            host.write_file(caps / f"nvidia-cap{minor}", "", mode=0o400)  # plain file: sim nodes carry no numbers
         for minor in sorted(have - want):
             host.remove(caps / f"nvidia-cap{minor}")
 
