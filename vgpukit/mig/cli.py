@@ -156,7 +156,13 @@ def partition(
     wants = parse_request(nvml.gi_profiles(g.index), mig_specs, ci_specs, f"{gpu} ({g.name})")
     if not wants:
         raise InvalidInput("--mig lists no GPU instance")
-    plan = engine.plan_gpu(nvml, engine.GpuRequest(g, True, wants, exact=replace), allow_reset=reset)
+    try:
+        plan = engine.plan_gpu(nvml, engine.GpuRequest(g, True, wants, exact=replace), allow_reset=reset)
+    except Conflict as exc:
+        if "needs a GPU reset" in exc.message:
+            words = ["vgpukit", "partition", gpu, *(f"--mig {m}" for m in mig_specs), *(f"--ci {c}" for c in ci_specs)]
+            exc.hint = f"nothing was changed; to reset the GPU as part of it: {' '.join(words)} --reset"
+        raise
     run_plans(app, "mig-partition", [plan])
 
 
