@@ -11,6 +11,7 @@ import functools
 import itertools
 import random
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -158,3 +159,26 @@ def test_no_capacity_reasons_name_the_limit_and_the_slots() -> None:
     assert "fit in no arrangement" in str(exc.value)
     with pytest.raises(NoCapacity, match="media engines"):
         plan(model("A30").profiles, [], [p for p in model("A30").profiles if p.media])
+
+
+def test_planned_layouts_are_accepted_by_the_simulated_driver(tmp_path: Path) -> None:
+    """The planner's model of the GPU agrees with the driver's: its placements create as planned."""
+    from mig_helpers import enable_now, make_sim
+
+    from vgpukit.nvml.sim import SimNvml
+
+    sim = make_sim(tmp_path / "s", ["H100-SXM5-80GB"])
+    enable_now(sim, 0)
+    n = SimNvml(sim)
+    profiles = n.gi_profiles(0)
+    fitting = [r for r in multisets(profiles) if r and search(profiles, [], r) is not None]
+    for request in random.Random(3).sample(fitting, 40):
+        placed = search(profiles, [], request)
+        assert placed is not None
+        for pl in placed:
+            assert n.create_gpu_instance(0, pl.profile.id, pl.start).start == pl.start
+        occupants = [Occupant(p.profile.id, p.start, p.profile.size, "") for p in placed]
+        for p in profiles:  # the driver's remaining capacity agrees with what the planner can still place
+            assert (n.remaining_capacity(0, p.id) > 0) == (search(profiles, occupants, [p]) is not None)
+        for gi in n.gpu_instances(0):
+            n.destroy_gpu_instance(0, gi.id)

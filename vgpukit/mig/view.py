@@ -93,7 +93,7 @@ def show_status(docs: list[dict[str, Any]]) -> None:
                     [letter[gi["id"]], gi["id"], gi["profile"], place, ci["id"], f"{ci['slices']}c", ci["uuid"]]
                 )
             if users:
-                rows[-1][-1] += f"  [{users}]"
+                rows[-1][-1] += f"  used by {users}"
         if rows:
             table(None, ["", "GI", "PROFILE", "PLACEMENT", "CI", "CI SIZE", "MIG UUID"], rows)
         free = ",".join(str(s) for s in doc["free_slots"]) or "none"
