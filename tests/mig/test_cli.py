@@ -193,3 +193,14 @@ def test_subdivided_instance_counts_unless_ci_layout_is_asked(host: Path) -> Non
     rc, doc = jrun(host, "partition", "gpu6", "--mig", "3g.20gb", "--ci", "2c.3g.20gb,1c.3g.20gb")
     assert rc == 0 and len(layout(host, 6)) == 2  # a different layout was asked: a second GI
     assert sorted(c for _, _, c in layout(host, 6)) == [(1, 1, 1), (2, 1)]
+
+
+def test_a30_four_slots_and_media_engines(sim_factory: Callable[..., Path]) -> None:
+    sim = sim_factory(["A30"])
+    rc, doc = jrun(sim, "partition", "0", "--mig", "2g.12gb,1g.6gb+me", "--reset")
+    assert rc == 0
+    assert sorted((p["profile"], p["start"]) for p in doc["placements"]) == [("1g.6gb+me", 3), ("2g.12gb", 0)]
+    rc, _, err = run(sim, "partition", "0", "--mig", "2g.12gb+me", "--dry-run")
+    assert rc == 4 and "media engines" in err
+    rc, out, _ = run(sim, "mig", "status", "0")
+    assert "memory slots  0 1 2 3\n" in out and "A A . B" in out

@@ -7,7 +7,7 @@ all complete layouts picks the one that
 
 1. keeps the largest possible future profile placeable (most compute slices, then memory slots),
 2. then keeps the most (profile, placement) pairs open (least fragmentation),
-3. then packs towards the high memory slots (the driver's own habit; deterministic tie-break).
+3. then puts single-slot instances high and larger ones low (deterministic tie-break).
 
 When nothing fits it raises :class:`NoCapacity` saying why: which limit is exceeded, or which memory
 slots are taken by what.
@@ -70,7 +70,9 @@ def _score(profiles: Sequence[GiProfile], st: _State, chosen: Sequence[Placement
             if _can_place(p, s, st):
                 open_pairs += 1
                 best = max(best, (p.slices, p.size))
-    return best[0], best[1], open_pairs, sum(c.start * c.profile.size for c in chosen)
+    # tie-break: single-slot instances high, larger ones low (the driver's habit; keeps free space together)
+    packing = sum(c.start if c.profile.size == 1 else -c.start * c.profile.size for c in chosen)
+    return best[0], best[1], open_pairs, packing
 
 
 def future_largest(profiles: Sequence[GiProfile], occupants: Sequence[Occupant]) -> GiProfile | None:

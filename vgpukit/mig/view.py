@@ -64,6 +64,8 @@ def gpu_status(nvml: Nvml, gpu: NvmlGpu) -> dict[str, Any]:
 
 
 def show_status(docs: list[dict[str, Any]]) -> None:
+    if not docs:
+        say("no NVIDIA GPU on this host")
     for doc in docs:
         head = f"{doc['gpu']}  {doc['bdf']}  {doc['name']}"
         if not doc["mig_capable"]:
