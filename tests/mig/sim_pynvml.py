@@ -30,8 +30,9 @@ class NVMLError(Exception):
 
 
 class Shim:
-    def __init__(self, sim_dir: Path) -> None:
+    def __init__(self, sim_dir: Path, profiles_need_mig: bool = False) -> None:
         self.sim = SimNvml(sim_dir)
+        self.profiles_need_mig = profiles_need_mig  # like drivers that answer profile queries only in MIG mode
         for name in dir(self):
             if name.startswith("nvml"):
                 setattr(self, name, self._wrap(getattr(self, name)))
@@ -99,6 +100,8 @@ class Shim:
         return 0 if self.sim.set_mig_mode(h[1], bool(mode)) else 16
 
     def _profile(self, i: int, enum: int) -> Any:
+        if self.profiles_need_mig and not self.sim.mig_mode(i)[0]:
+            raise NVMLError(NOT_SUPPORTED)
         p = next((p for p in self.sim.gi_profiles(i) if p.enum == enum), None)
         if p is None:
             raise NVMLError(NOT_SUPPORTED)

@@ -169,3 +169,16 @@ def test_errors_carry_nvml_codes(dev: tuple[Nvml, int]) -> None:
     with pytest.raises(NvmlError) as exc:
         n.destroy_gpu_instance(gpu, 14)
     assert exc.value.code in (2, 6)  # INVALID_ARGUMENT / NOT_FOUND
+
+
+def test_real_backend_plans_from_the_table_while_profiles_need_mig_mode(sim_factory: Callable[..., Path]) -> None:
+    from sim_pynvml import Shim
+
+    from vgpukit.nvml.real import RealNvml
+
+    sim = sim_factory(["A100-SXM4-80GB"])
+    real = RealNvml(Shim(sim, profiles_need_mig=True))
+    assert [p.name for p in real.gi_profiles(0)] == [p.name for p in SimNvml(sim).gi_profiles(0)]
+    enable_now(sim, 0)
+    live = real.gi_profiles(0)
+    assert {p.name for p in live} >= {"3g.40gb", "7g.80gb"} and all(p.starts for p in live)

@@ -140,6 +140,15 @@ class RealNvml:
                     media="+me" in name,
                 )
             )
+        if not out:
+            # some drivers answer profile queries only once MIG is on: plan from the shipped table
+            from ..errors import NotFound
+            from .table import model
+
+            try:
+                return list(model(None, _text(n.nvmlDeviceGetName(h))).profiles)
+            except NotFound:
+                return []
         return out
 
     def remaining_capacity(self, gpu: int, profile_id: int) -> int:
