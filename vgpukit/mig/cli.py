@@ -55,6 +55,10 @@ def aliases(app: App) -> dict[str, str]:
         return {}
 
 
+def label_of(app: App, gpu: NvmlGpu) -> str:
+    return f"{aliases(app).get(gpu.bdf, f'gpu{gpu.index}')} ({gpu.bdf})"
+
+
 def _named(app: App, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     names = aliases(app)
     for d in docs:
@@ -157,7 +161,9 @@ def partition(
     if not wants:
         raise InvalidInput("--mig lists no GPU instance")
     try:
-        plan = engine.plan_gpu(nvml, engine.GpuRequest(g, True, wants, exact=replace), allow_reset=reset)
+        plan = engine.plan_gpu(
+            nvml, engine.GpuRequest(g, True, wants, exact=replace, label=label_of(app, g)), allow_reset=reset
+        )
     except Conflict as exc:
         if "needs a GPU reset" in exc.message:
             words = ["vgpukit", "partition", gpu, *(f"--mig {m}" for m in mig_specs), *(f"--ci {c}" for c in ci_specs)]
@@ -181,7 +187,8 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
     if bool(gi_ids) == all_:
         raise InvalidInput("give --gi ID (repeatable) or --all")
     nvml = nvml_of(app)
-    plan, skipped = plan_destroy(nvml, resolve_gpu(app, gpu), None if all_ else list(gi_ids), force)
+    g = resolve_gpu(app, gpu)
+    plan, skipped = plan_destroy(nvml, g, None if all_ else list(gi_ids), force, label_of(app, g))
     run_plans(app, "mig-destroy", [plan], {"skipped_busy": skipped})
     if skipped:
         from ..errors import Busy
@@ -200,7 +207,7 @@ def disable(app: App, gpu: str, reset: bool) -> None:
     nvml = nvml_of(app)
     g = resolve_gpu(app, gpu)
     try:
-        plan = engine.plan_gpu(nvml, engine.GpuRequest(g, False), allow_reset=reset)
+        plan = engine.plan_gpu(nvml, engine.GpuRequest(g, False, label=label_of(app, g)), allow_reset=reset)
     except Conflict as exc:
         if reset or "needs a GPU reset" not in exc.message:
             raise

@@ -63,7 +63,9 @@ def build_plans(app: App, nvml: Nvml, entries: list[config.Entry], source: str, 
                 raise Unsupported(f"{source}:{entry.line}: gpu{gpu.index} ({gpu.name}) is not MIG-capable")
             continue
         wants = _wants(nvml, gpu, entry, source) if entry.mig_enabled else []
-        req = engine.GpuRequest(gpu, entry.mig_enabled, wants, exact=True)
+        from .cli import label_of
+
+        req = engine.GpuRequest(gpu, entry.mig_enabled, wants, exact=True, label=label_of(app, gpu))
         plans.append(engine.plan_gpu(nvml, req, allow_reset=reset))
     return plans
 

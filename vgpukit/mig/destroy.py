@@ -7,7 +7,9 @@ from ..nvml import Nvml, NvmlGpu
 from . import engine
 
 
-def plan_destroy(nvml: Nvml, gpu: NvmlGpu, gi_ids: list[int] | None, force: bool) -> tuple[engine.GpuPlan, list[str]]:
+def plan_destroy(
+    nvml: Nvml, gpu: NvmlGpu, gi_ids: list[int] | None, force: bool, label: str
+) -> tuple[engine.GpuPlan, list[str]]:
     current, _ = nvml.mig_mode(gpu.index)
     existing = nvml.gpu_instances(gpu.index) if current else []
     if gi_ids is None:
@@ -17,7 +19,7 @@ def plan_destroy(nvml: Nvml, gpu: NvmlGpu, gi_ids: list[int] | None, force: bool
         missing = [i for i in gi_ids if i not in known]
         if missing:
             have = ", ".join(str(i) for i in sorted(known)) or "none"
-            raise NotFound(f"gpu{gpu.index} has no GPU instance {missing[0]}", hint=f"existing ids: {have}")
+            raise NotFound(f"{label} has no GPU instance {missing[0]}", hint=f"existing ids: {have}")
         victims = [known[i] for i in dict.fromkeys(gi_ids)]
     by_id = {p.id: p for p in nvml.gi_profiles(gpu.index)}
     busy = {p.gi_id for p in nvml.processes(gpu.index) if p.gi_id is not None}
@@ -26,8 +28,8 @@ def plan_destroy(nvml: Nvml, gpu: NvmlGpu, gi_ids: list[int] | None, force: bool
         skipped = [engine._gi_label(g, by_id) for g in victims if g.id in busy]
         victims = [g for g in victims if g.id not in busy]
     try:
-        steps = engine._destroy_steps(nvml, gpu, victims, busy, by_id)
+        steps = engine._destroy_steps(nvml, gpu, victims, busy, by_id, label)
     except Busy as exc:
         exc.hint = "--force destroys the idle ones and skips these"
         raise
-    return engine.GpuPlan(gpu, steps, []), skipped
+    return engine.GpuPlan(gpu, engine._labelled(steps, label), []), skipped

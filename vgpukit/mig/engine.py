@@ -25,6 +25,7 @@ class GpuRequest:
     mig: bool  # desired MIG mode
     gis: list[WantGi] = field(default_factory=list)
     exact: bool = False  # destroy idle GPU instances the request does not list
+    label: str | None = None  # how messages name the GPU ("gpu0 (0000:03:00.0)"); default from NVML
 
 
 @dataclass
@@ -41,9 +42,10 @@ class Step:
     ref: int | None = None  # create-ci of a GI created by this plan: index of its create-gi step
     gi_record: GpuInstance | None = None  # destroy-gi: what to recreate on rollback
     pending_ok: bool = False  # set-mode: a change left pending until the next reset is the intent
+    label: str = ""
 
     def describe(self) -> str:
-        return f"{_label(self.gpu)}: {self.text}"
+        return f"{self.label or _label(self.gpu)}: {self.text}"
 
 
 @dataclass
@@ -101,7 +103,7 @@ def _match(existing: list[GpuInstance], wants: list[WantGi]) -> tuple[list[tuple
 
 def plan_gpu(nvml: Nvml, req: GpuRequest, allow_reset: bool) -> GpuPlan:
     gpu = req.gpu
-    label = _label(gpu)
+    label = req.label or _label(gpu)
     if not gpu.mig_capable:
         raise Unsupported(f"{label} ({gpu.name}) is not MIG-capable", device=gpu.bdf)
     current, pending = nvml.mig_mode(gpu.index)
@@ -118,10 +120,10 @@ def plan_gpu(nvml: Nvml, req: GpuRequest, allow_reset: bool) -> GpuPlan:
                 device=gpu.bdf,
                 hint=f"destroy them first: vgpukit mig destroy gpu{gpu.index} --all",
             )
-        steps += _destroy_steps(nvml, gpu, existing, busy, by_id)
+        steps += _destroy_steps(nvml, gpu, existing, busy, by_id, label)
         if current or pending:
-            steps += _mode_steps(nvml, gpu, False, current, pending, allow_reset)
-        return GpuPlan(gpu, steps, [])
+            steps += _mode_steps(nvml, gpu, False, current, pending, allow_reset, label)
+        return GpuPlan(gpu, _labelled(steps, label), [])
 
     pairs, missing = _match(existing, req.gis)
     keep = [gi for _, gi in pairs]
@@ -148,9 +150,9 @@ def plan_gpu(nvml: Nvml, req: GpuRequest, allow_reset: bool) -> GpuPlan:
         hint = None if req.exact or not stay else "--replace destroys idle instances the request does not list"
         raise NoCapacity(f"{label}: cannot place the request: {reason}", device=gpu.bdf, hint=hint)
 
-    steps += _destroy_steps(nvml, gpu, drop, busy, by_id)
+    steps += _destroy_steps(nvml, gpu, drop, busy, by_id, label)
     if not current or not pending:
-        steps += _mode_steps(nvml, gpu, True, current, pending, allow_reset)
+        steps += _mode_steps(nvml, gpu, True, current, pending, allow_reset, label)
     # pair each placement with a wanted instance of its profile (compute layouts may differ)
     todo = list(wants_to_place)
     for pl in placed:
@@ -181,7 +183,13 @@ def plan_gpu(nvml: Nvml, req: GpuRequest, allow_reset: bool) -> GpuPlan:
                         ci_slices=c,
                     )
                 )
-    return GpuPlan(gpu, steps, keep)
+    return GpuPlan(gpu, _labelled(steps, label), keep)
+
+
+def _labelled(steps: list[Step], label: str) -> list[Step]:
+    for step in steps:
+        step.label = label
+    return steps
 
 
 def _span(pl: planner.Placement) -> str:
@@ -194,12 +202,17 @@ def _gi_label(gi: GpuInstance, by_id: dict[int, GiProfile]) -> str:
 
 
 def _destroy_steps(
-    nvml: Nvml, gpu: NvmlGpu, victims: Sequence[GpuInstance], busy: set[int], by_id: dict[int, GiProfile]
+    nvml: Nvml,
+    gpu: NvmlGpu,
+    victims: Sequence[GpuInstance],
+    busy: set[int],
+    by_id: dict[int, GiProfile],
+    label: str | None = None,
 ) -> list[Step]:
     held = [g for g in victims if g.id in busy]
     if held:
         who = "; ".join(f"{_gi_label(g, by_id)} is used by {_holders(nvml, gpu, g.id)}" for g in held)
-        raise Busy(f"{_label(gpu)}: {who}", device=gpu.bdf, hint="stop those processes first")
+        raise Busy(f"{label or _label(gpu)}: {who}", device=gpu.bdf, hint="stop those processes first")
     steps = []
     for gi in victims:
         for ci in gi.compute_instances:
@@ -224,7 +237,9 @@ def _destroy_steps(
     return steps
 
 
-def _mode_steps(nvml: Nvml, gpu: NvmlGpu, enable: bool, current: bool, pending: bool, allow_reset: bool) -> list[Step]:
+def _mode_steps(
+    nvml: Nvml, gpu: NvmlGpu, enable: bool, current: bool, pending: bool, allow_reset: bool, label: str
+) -> list[Step]:
     word = "enable" if enable else "disable"
     steps = []
     if pending != enable:
@@ -232,14 +247,14 @@ def _mode_steps(nvml: Nvml, gpu: NvmlGpu, enable: bool, current: bool, pending: 
     if current != enable and needs_reset(gpu):
         if not allow_reset:
             raise Conflict(
-                f"{_label(gpu)}: to {word} MIG, {gpu.name} needs a GPU reset (the change stays pending until then)",
+                f"{label}: to {word} MIG, {gpu.name} needs a GPU reset (the change stays pending until then)",
                 device=gpu.bdf,
                 hint="rerun with --reset, or reset the GPU yourself (nvidia-smi -r) and rerun",
             )
         holders = _holders(nvml, gpu)
         if holders:
             raise Busy(
-                f"{_label(gpu)}: cannot reset, the GPU is held by {holders}",
+                f"{label}: cannot reset, the GPU is held by {holders}",
                 device=gpu.bdf,
                 hint="stop them (e.g. systemctl stop nvidia-persistenced) and rerun",
             )
@@ -248,7 +263,7 @@ def _mode_steps(nvml: Nvml, gpu: NvmlGpu, enable: bool, current: bool, pending: 
 
 
 # ----------------------------------------------------------------------------- apply / roll back
-def apply(nvml: Nvml, plans: Sequence[GpuPlan], on_step: Callable[[Step], None] | None = None) -> None:
+def apply(nvml: Nvml, plans: Sequence[GpuPlan]) -> None:
     """Run every step; on failure undo this run's steps in reverse order and re-raise."""
     undo: list[Callable[[], object]] = []
     created: dict[int, int] = {}  # id(create-gi step) -> GI id
@@ -256,8 +271,6 @@ def apply(nvml: Nvml, plans: Sequence[GpuPlan], on_step: Callable[[Step], None] 
         for plan in plans:
             for step in plan.steps:
                 _run(nvml, step, plan.steps, created, undo)
-                if on_step:
-                    on_step(step)
     except VgpukitError as exc:
         failures = []
         for fn in reversed(undo):
@@ -285,7 +298,7 @@ def _run(nvml: Nvml, step: Step, steps: list[Step], created: dict[int, int], und
         undo.append(partial(nvml.set_mig_mode, i, not step.enable))
         if not applied and not step.pending_ok and not any(s.action == "reset" and s.gpu.index == i for s in steps):
             raise Conflict(
-                f"{_label(step.gpu)}: the MIG mode change is pending (GPU held or reset required)",
+                f"{step.label or _label(step.gpu)}: the MIG mode change is pending (GPU held or reset required)",
                 hint="rerun with --reset",
             )
     elif step.action == "reset":
