@@ -117,6 +117,7 @@ def test_device_filter_and_disable(host: Path, cfg: Path) -> None:
 
 def test_export_round_trips(host: Path, tmp_path: Path) -> None:
     run(host, "partition", "gpu0", "--mig", "1g.5gb=3,3g.20gb", "--ci", "1c.3g.20gb=2", "--reset")
+    run(host, "partition", "gpu1", "--mig", "3g.20gb=2", "--ci", "2c.3g.20gb,1c.3g.20gb", "--reset")
     run(host, "partition", "gpu4", "--mig", "7g.40gb", "--reset")
     rc, out, _ = run(host, "mig", "export", "-c", "saved")
     assert rc == 0 and "1c.3g.20gb: 2" in out
@@ -128,6 +129,7 @@ def test_export_round_trips(host: Path, tmp_path: Path) -> None:
     assert run(other, "mig", "assert", "-f", str(saved))[0] == 0
     assert [p for p, _, _ in layout(other, 4)] == [0]
     assert sorted(c for _, _, c in layout(other, 0)) == [(1,), (1,), (1,), (1, 1)]
+    assert sorted(c for _, _, c in layout(other, 1)) == [(2, 1), (2, 1)]  # mixed CI layouts survive
 
 
 def test_config_errors_exit_2_with_line(host: Path, tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +11,9 @@ from ..cli.context import App
 from ..cli.main import dry_run_option, json_option
 from ..cli.output import emit, say
 from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
-from ..nvml import Nvml, NvmlGpu
+from ..nvml import GiProfile, Nvml, NvmlGpu
 from . import config, engine
-from .spec import CI_RE, WantGi, ci_allowed, find_profile
+from .spec import CI_RE, WantGi, ci_allowed, ci_layout_fits, find_profile
 
 
 def _pick(configs: dict[str, list[config.Entry]], name: str | None, source: str) -> list[config.Entry]:
@@ -28,22 +27,29 @@ def _pick(configs: dict[str, list[config.Entry]], name: str | None, source: str)
 
 
 def _wants(nvml: Nvml, gpu: NvmlGpu, entry: config.Entry, source: str) -> list[WantGi]:
+    """GPU instances for an entry's mig-devices: like mig-parted, every count is of MIG devices
+    (compute instances); ``3g.20gb`` is a GI with its full CI, ``<c>c.3g.20gb`` a c-slice CI, and CIs
+    of one GI profile share GIs while they fit (first fit, largest first)."""
     profiles = nvml.gi_profiles(gpu.index)
     label = f"gpu{gpu.index} ({gpu.name}) [{source}:{entry.line}]"
-    wants: list[WantGi] = []
+    groups: dict[int, tuple[GiProfile, list[int]]] = {}
     for name, count in entry.mig_devices.items():
         m = CI_RE.match(name)
-        if m is None:
-            p = find_profile(profiles, name, label)
-            wants.extend(WantGi(p, (p.slices,)) for _ in range(count))
-            continue
-        p = find_profile(profiles, m.group("gi"), label)
-        c = int(m.group("c"))
-        per_gi = ci_allowed(p).get(c)
-        if per_gi is None:
+        p = find_profile(profiles, m.group("gi") if m else name, label)
+        c = int(m.group("c")) if m else p.slices
+        if c not in ci_allowed(p):
             raise InvalidInput(f"{label}: {name} is not a compute-instance profile of {p.name}")
-        for k in range(math.ceil(count / per_gi)):  # pack the compute instances into few GPU instances
-            wants.append(WantGi(p, (c,) * min(per_gi, count - k * per_gi)))
+        groups.setdefault(p.id, (p, []))[1].extend([c] * count)
+    wants: list[WantGi] = []
+    for p, sizes in groups.values():
+        bins: list[list[int]] = []
+        for c in sorted(sizes, reverse=True):
+            home = next((b for b in bins if ci_layout_fits(p, [*b, c])), None)
+            if home is None:
+                bins.append([c])
+            else:
+                home.append(c)
+        wants.extend(WantGi(p, tuple(b)) for b in bins)
     return wants
 
 
