@@ -6,7 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from mig_helpers import make_sim
+
+from .mig_helpers import make_sim
 
 
 @pytest.fixture

@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_cli import jrun, layout, run
 
 from vgpukit.errors import InvalidInput
 from vgpukit.mig import config
 from vgpukit.nvml import sim as simdrv
 from vgpukit.nvml.sim import SimNvml
 from vgpukit.sim.build import init_sim
+
+from .test_cli import jrun, layout, run
 
 CONFIG = """\
 version: v1

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mig_helpers import enable_now
 
 from vgpukit.nvml import GiProfile, Nvml
 from vgpukit.nvml.errors import NvmlError, NvmlInsufficientResources, NvmlInUse, NvmlInvalidArgument
 from vgpukit.nvml.sim import SimNvml
+
+from .mig_helpers import enable_now
 
 
 @pytest.fixture(params=["sim-a100", "sim-h100", "pynvml-over-sim", "real"])
@@ -41,9 +42,9 @@ def dev(request: Any, sim_factory: Callable[..., Path]) -> Iterator[tuple[Nvml, 
     sim = sim_factory([model])
     enable_now(sim, 0)
     if request.param == "pynvml-over-sim":  # the real backend's code, answered by the simulated driver
-        from sim_pynvml import Shim
-
         from vgpukit.nvml.real import RealNvml
+
+        from .sim_pynvml import Shim
 
         yield RealNvml(Shim(sim)), 0
         return
@@ -172,9 +173,9 @@ def test_errors_carry_nvml_codes(dev: tuple[Nvml, int]) -> None:
 
 
 def test_real_backend_plans_from_the_table_while_profiles_need_mig_mode(sim_factory: Callable[..., Path]) -> None:
-    from sim_pynvml import Shim
-
     from vgpukit.nvml.real import RealNvml
+
+    from .sim_pynvml import Shim
 
     sim = sim_factory(["A100-SXM4-80GB"])
     real = RealNvml(Shim(sim, profiles_need_mig=True))

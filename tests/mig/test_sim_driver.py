@@ -7,12 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from mig_helpers import enable_now
 
 from vgpukit.errors import InvalidInput
 from vgpukit.nvml import sim as simdrv
 from vgpukit.nvml.errors import NvmlInUse, NvmlNotSupported, NvmlUnknown
 from vgpukit.nvml.sim import SimNvml
+
+from .mig_helpers import enable_now
 
 
 def test_ampere_mode_change_is_pending_until_reset(hgx: Path) -> None:
