@@ -51,7 +51,7 @@ def _locked(sim_dir: Path, write: bool) -> Iterator[dict[str, Any]]:
 
 def _save(state_path: Path, state: dict[str, Any]) -> None:
     tmp = state_path.with_name(f".{STATE_FILE}.{os.getpid()}")
-    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
+    tmp.write_text(json.dumps(state, separators=(",", ":")))  # C encoder: ~10x faster than indent=
     os.replace(tmp, state_path)
 
 
