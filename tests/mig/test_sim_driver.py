@@ -137,3 +137,23 @@ def test_sim_fault_and_client_commands(hgx: Path) -> None:
     assert CliRunner().invoke(client, ["remove", str(pid)], obj=app).exit_code == 0
     assert CliRunner().invoke(fault, ["clear"], obj=app).exit_code == 0
     assert simdrv.list_faults(hgx) == [] and SimNvml(hgx).processes(0) == []
+
+
+@pytest.mark.parametrize("key", sorted(__import__("vgpukit.nvml.table", fromlist=["models"]).models()))
+def test_every_model_table_is_consistent_and_drivable(key: str, sim_factory: Callable[..., Path]) -> None:
+    from vgpukit.nvml.table import model
+
+    m = model(key)
+    assert len({p.name for p in m.profiles}) == len(m.profiles) == len({p.id for p in m.profiles})
+    assert all(s + p.size <= m.memory_slots for p in m.profiles for s in p.starts)
+    assert max(p.slices for p in m.profiles) == m.compute_slices
+    assert model(None, m.product_names[0]) is m
+    sim = sim_factory([key])
+    enable_now(sim, 0)
+    n = SimNvml(sim)
+    full = max(m.profiles, key=lambda p: p.slices)
+    gi = n.create_gpu_instance(0, full.id)
+    assert (gi.start, gi.size) == (0, m.memory_slots) and gi.id == 0
+    n.destroy_gpu_instance(0, gi.id)
+    small = min(m.profiles, key=lambda p: (p.size, p.media))
+    assert n.remaining_capacity(0, small.id) == small.max_count
