@@ -12,6 +12,7 @@ from vgpukit.errors import InvalidInput
 from vgpukit.nvml import sim as simdrv
 from vgpukit.nvml.errors import NvmlInUse, NvmlNotSupported, NvmlUnknown
 from vgpukit.nvml.sim import SimNvml
+from vgpukit.nvml.table import model, models
 
 from .mig_helpers import enable_now
 
@@ -139,10 +140,8 @@ def test_sim_fault_and_client_commands(hgx: Path) -> None:
     assert simdrv.list_faults(hgx) == [] and SimNvml(hgx).processes(0) == []
 
 
-@pytest.mark.parametrize("key", sorted(__import__("vgpukit.nvml.table", fromlist=["models"]).models()))
+@pytest.mark.parametrize("key", sorted(models()))
 def test_every_model_table_is_consistent_and_drivable(key: str, sim_factory: Callable[..., Path]) -> None:
-    from vgpukit.nvml.table import model
-
     m = model(key)
     assert len({p.name for p in m.profiles}) == len(m.profiles) == len({p.id for p in m.profiles})
     assert all(s + p.size <= m.memory_slots for p in m.profiles for s in p.starts)
