@@ -44,10 +44,25 @@ def layout(sim: Path, gpu: int = 0) -> list[tuple[int, int, tuple[int, ...]]]:
     return sorted((g.profile_id, g.start, tuple(c.slices for c in g.compute_instances)) for g in n.gpu_instances(gpu))
 
 
-def test_partition_on_ampere_needs_reset_and_changes_nothing_without_it(host: Path) -> None:
-    rc, _out, err = run(host, "partition", "gpu0", "--mig", "3g.20gb")
-    assert rc == 4 and "needs a GPU reset" in err and "--reset" in err
+def test_partition_on_ampere_with_no_reset_changes_nothing(host: Path) -> None:
+    rc, _out, err = run(host, "partition", "gpu0", "--mig", "3g.20gb", "--no-reset")
+    assert (
+        rc == 4
+        and "needs a GPU reset" in err
+        and "reset the GPU as part of it: vgpukit partition gpu0 --mig 3g.20gb)" in err
+    )
     assert SimNvml(host).mig_mode(0) == (False, False)
+
+
+def test_partition_resets_an_idle_ampere_gpu_by_default(host: Path) -> None:
+    """The issue's own example: enables MIG (reset included, the GPU being idle) and creates the slice."""
+    rc, doc = jrun(host, "partition", "gpu0", "--mig", "3g.20gb")
+    assert rc == 0 and any("reset" in step for step in doc["plan"])
+    assert SimNvml(host).mig_mode(0) == (True, True) and len(layout(host)) == 1
+    pid = simdrv.add_client(host, 1, "nvidia-persistenced")
+    rc, _, err = run(host, "partition", "gpu1", "--mig", "3g.20gb")
+    assert rc == 4 and "nvidia-persistenced" in err and SimNvml(host).mig_mode(1) == (False, False)
+    simdrv.remove_client(host, pid)
 
 
 def test_partition_enables_places_and_is_idempotent(host: Path) -> None:
@@ -150,7 +165,7 @@ def test_pending_mode_is_reported_and_needs_reset(host: Path) -> None:
     SimNvml(host).set_mig_mode(3, True)
     rc, doc = jrun(host, "mig", "status", "gpu3")
     assert doc["gpus"][0]["mig"] == {"current": False, "pending": True, "change_pending": True}
-    rc, _, err = run(host, "partition", "gpu3", "--mig", "1g.5gb")
+    rc, _, err = run(host, "partition", "gpu3", "--mig", "1g.5gb", "--no-reset")
     assert rc == 4 and "reset" in err
     pid = simdrv.add_client(host, 3, "nvidia-persistenced")
     rc, _, err = run(host, "partition", "gpu3", "--mig", "1g.5gb", "--reset")
@@ -171,7 +186,7 @@ def test_destroy_and_disable(host: Path) -> None:
     assert rc == 4 and "mig destroy" in err
     simdrv.remove_client(host, pid)
     assert run(host, "mig", "destroy", "gpu0", "--gi", str(busy.id))[0] == 0
-    rc, out, _ = run(host, "mig", "disable", "gpu0")
+    rc, out, _ = run(host, "mig", "disable", "gpu0", "--no-reset")
     assert rc == 0 and "reset" in out and SimNvml(host).mig_mode(0) == (True, False)
     assert run(host, "mig", "disable", "gpu0", "--reset")[0] == 0
     assert SimNvml(host).mig_mode(0) == (False, False)

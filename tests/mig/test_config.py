@@ -81,8 +81,8 @@ def test_parse_rejects_with_the_line_at_fault(text: str, message: str) -> None:
 
 
 def test_apply_is_idempotent_and_assert_agrees(host: Path, cfg: Path) -> None:
-    rc, _, err = run(host, "mig", "apply", "-f", str(cfg), "-c", "balanced")
-    assert rc == 4 and "--reset" in err and SimNvml(host).mig_mode(0) == (False, False)
+    rc, _, err = run(host, "mig", "apply", "-f", str(cfg), "-c", "balanced", "--no-reset")
+    assert rc == 4 and "--no-reset" in err and SimNvml(host).mig_mode(0) == (False, False)
     assert run(host, "mig", "assert", "-f", str(cfg), "-c", "balanced")[0] == 1
     rc, doc = jrun(host, "mig", "apply", "-f", str(cfg), "-c", "balanced", "--reset")
     assert rc == 0 and doc["changed"]

@@ -9,7 +9,7 @@ import click
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option
 from ..cli.output import emit, emit_result, say
-from ..errors import Conflict, InvalidInput, NotFound, Unsupported
+from ..errors import Busy, Conflict, InvalidInput, NotFound, Unsupported
 from ..nvml import Nvml, NvmlGpu
 from . import engine, view
 
@@ -138,13 +138,18 @@ def run_plans(app: App, kind: str, plans: list[engine.GpuPlan], extra: dict[str,
     metavar="CPROFILE[=N][,...]",
     help="Compute instances of each new GPU instance of that profile, e.g. 1c.3g.20gb=3.",
 )
-@click.option("--reset", is_flag=True, help="Reset the GPU if enabling MIG needs it (Ampere).")
+@click.option(
+    "--reset/--no-reset",
+    default=None,
+    help="Reset the GPU when the MIG mode change needs it (Ampere). Default: reset only when NVML shows no "
+    "process on the GPU, like nvidia-smi -mig 1; --no-reset refuses instead.",
+)
 @click.option("--replace", is_flag=True, help="Also destroy idle GPU instances the request does not list.")
 @json_option
 @dry_run_option
 @click.pass_obj
 def partition(
-    app: App, gpu: str, mig_specs: tuple[str, ...], ci_specs: tuple[str, ...], reset: bool, replace: bool
+    app: App, gpu: str, mig_specs: tuple[str, ...], ci_specs: tuple[str, ...], reset: bool | None, replace: bool
 ) -> None:
     """Make GPU hold (at least) the listed MIG instances, with placements chosen by the planner.
 
@@ -162,12 +167,14 @@ def partition(
         raise InvalidInput("--mig lists no GPU instance")
     try:
         plan = engine.plan_gpu(
-            nvml, engine.GpuRequest(g, True, wants, exact=replace, label=label_of(app, g)), allow_reset=reset
+            nvml,
+            engine.GpuRequest(g, True, wants, exact=replace, label=label_of(app, g)),
+            allow_reset=reset is not False,
         )
     except Conflict as exc:
         if "needs a GPU reset" in exc.message:
             words = ["vgpukit", "partition", gpu, *(f"--mig {m}" for m in mig_specs), *(f"--ci {c}" for c in ci_specs)]
-            exc.hint = f"nothing was changed; to reset the GPU as part of it: {' '.join(words)} --reset"
+            exc.hint = f"nothing was changed; to reset the GPU as part of it: {' '.join(words)}"
         raise
     run_plans(app, "mig-partition", [plan])
 
@@ -191,25 +198,30 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
     plan, skipped = plan_destroy(nvml, g, None if all_ else list(gi_ids), force, label_of(app, g))
     run_plans(app, "mig-destroy", [plan], {"skipped_busy": skipped})
     if skipped:
-        from ..errors import Busy
-
         raise Busy(f"skipped busy GPU instance(s): {', '.join(skipped)}")
 
 
 @mig.command("disable")
 @click.argument("gpu")
-@click.option("--reset", is_flag=True, help="Reset the GPU so the change applies now (Ampere).")
+@click.option(
+    "--reset/--no-reset",
+    default=None,
+    help="Reset the GPU so the change applies now (Ampere). Default: reset when no process holds the GPU, "
+    "else leave the change pending until the next reset; --no-reset always leaves it pending.",
+)
 @json_option
 @dry_run_option
 @click.pass_obj
-def disable(app: App, gpu: str, reset: bool) -> None:
+def disable(app: App, gpu: str, reset: bool | None) -> None:
     """Turn MIG mode off (the GPU must have no GPU instances left)."""
     nvml = nvml_of(app)
     g = resolve_gpu(app, gpu)
     try:
-        plan = engine.plan_gpu(nvml, engine.GpuRequest(g, False, label=label_of(app, g)), allow_reset=reset)
-    except Conflict as exc:
-        if reset or "needs a GPU reset" not in exc.message:
+        plan = engine.plan_gpu(
+            nvml, engine.GpuRequest(g, False, label=label_of(app, g)), allow_reset=reset is not False
+        )
+    except (Conflict, Busy) as exc:
+        if reset or not ("needs a GPU reset" in exc.message or "cannot reset" in exc.message):
             raise
         # without --reset, disabling is accepted and takes effect at the next reset (like nvidia-smi)
         steps = [
@@ -219,7 +231,8 @@ def disable(app: App, gpu: str, reset: bool) -> None:
         ]
         plan = engine.GpuPlan(g, steps, [])
     run_plans(app, "mig-disable", [plan])
-    if not app.dry_run and not app.json and plan.steps and not reset and engine.needs_reset(g):
+    pending = any(s.pending_ok for s in plan.steps)
+    if not app.dry_run and not app.json and pending:
         say(f"MIG stays on until {gpu} is reset: vgpukit mig disable {gpu} --reset (or reboot)")
 
 

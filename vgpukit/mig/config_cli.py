@@ -79,17 +79,22 @@ def build_plans(app: App, nvml: Nvml, entries: list[config.Entry], source: str, 
 @click.command("apply")
 @click.option("-f", "--file", "path", required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("-c", "--config", "name", help="Config name under mig-configs (needed when there are several).")
-@click.option("--reset", is_flag=True, help="Reset GPUs whose MIG mode change needs it (Ampere).")
+@click.option(
+    "--reset/--no-reset",
+    default=None,
+    help="Reset GPUs whose MIG mode change needs it (Ampere). Default: only GPUs with no process on them; "
+    "--no-reset refuses instead.",
+)
 @json_option
 @dry_run_option
 @click.pass_obj
-def apply_cmd(app: App, path: Path, name: str | None, reset: bool) -> None:
+def apply_cmd(app: App, path: Path, name: str | None, reset: bool | None) -> None:
     """Apply a mig-parted v1 config; instances that already match are kept (a second run does nothing)."""
     from .cli import nvml_of, run_plans
 
     entries = _pick(config.parse(_read(path), str(path)), name, str(path))
     nvml = nvml_of(app)
-    run_plans(app, "mig-apply", build_plans(app, nvml, entries, str(path), reset), {"config": name})
+    run_plans(app, "mig-apply", build_plans(app, nvml, entries, str(path), reset is not False), {"config": name})
 
 
 @click.command("assert")

@@ -249,7 +249,7 @@ def _mode_steps(
             raise Conflict(
                 f"{label}: to {word} MIG, {gpu.name} needs a GPU reset (the change stays pending until then)",
                 device=gpu.bdf,
-                hint="rerun with --reset, or reset the GPU yourself (nvidia-smi -r) and rerun",
+                hint="rerun without --no-reset, or reset the GPU yourself (nvidia-smi -r) and rerun",
             )
         holders = _holders(nvml, gpu)
         if holders:
@@ -299,7 +299,7 @@ def _run(nvml: Nvml, step: Step, steps: list[Step], created: dict[int, int], und
         if not applied and not step.pending_ok and not any(s.action == "reset" and s.gpu.index == i for s in steps):
             raise Conflict(
                 f"{step.label or _label(step.gpu)}: the MIG mode change is pending (GPU held or reset required)",
-                hint="rerun with --reset",
+                hint="stop what holds the GPU and rerun, or reset it yourself (nvidia-smi -r)",
             )
     elif step.action == "reset":
         nvml.reset_gpu(i)
