@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -197,9 +198,7 @@ def define_cmd(
     if uid:
         steps, d = ops.define_active(app.host, uid, auto)
     elif parent and type_id:
-        names = sysfs.parent_names(app.host)
-        pname = resolve_parent(app, parent) if parent not in names and _looks_like_device(parent) else parent
-        steps, d = ops.define_new(app.host, pname, type_id, new_uid, auto)
+        steps, d = ops.define_new(app.host, _definition_parent(app, parent), type_id, new_uid, auto)
     else:
         raise InvalidInput("usage: vgpukit mdev define UUID [--auto] | define --parent P --type T [--uuid U] [--auto]")
     emit_result(
@@ -211,11 +210,18 @@ def define_cmd(
     )
 
 
-def _looks_like_device(name: str) -> bool:
+def _definition_parent(app: App, name: str) -> str:
+    """A parent for a definition: it may be absent now (a BDF or name), or named gpuN when present."""
     from ..naming import ALIAS_RE
-    from ..pci import is_bdf
+    from ..pci import is_bdf, parse_bdf
 
-    return bool(ALIAS_RE.match(name.lower()) or is_bdf(name))
+    if name in sysfs.parent_names(app.host):
+        return name
+    if is_bdf(name):
+        return parse_bdf(name)
+    if ALIAS_RE.match(name.lower()):
+        return resolve_parent(app, name)
+    return name
 
 
 @mdev.command("undefine")
@@ -257,4 +263,5 @@ def start_cmd(app: App, uid: str | None, all_: bool, parent: str | None) -> None
 
     emit_result(app, "mdev-start", plan=plan, data={"results": [o.to_dict() for o in outcomes]}, human=human)
     if any(o.failed for o in outcomes):
-        raise click.exceptions.Exit(1)
+        # main() drops click's Exit code in non-standalone mode; SystemExit reaches the process.
+        sys.exit(1)
