@@ -64,14 +64,14 @@ def create(host: Host, gpu: GpuView, wanted: str, count: int) -> Outcome:
 
 def _create_vfio(host: Host, gpu: GpuView, t: VgpuType, count: int) -> Outcome:
     free = [v for v in gpu.vfs if hostview.current_type(host, v) == 0]
+    if len(free) < count:
+        raise NoCapacity(f"{count} x {t.short} need {count} free VFs; {gpu.bdf} has {len(free)}", device=gpu.bdf)
     if not t.creatable:
         raise NoCapacity(
             f"{gpu.alias or gpu.bdf} cannot take a {t.short} now: not in its creatable_vgpu_types",
             device=gpu.bdf,
             hint="vGPUs on one GPU share a type and its framebuffer; see: vgpukit vgpu types",
         )
-    if len(free) < count:
-        raise NoCapacity(f"{count} x {t.short} need {count} free VFs; {gpu.bdf} has {len(free)}", device=gpu.bdf)
     todo = free[:count]
     out = Outcome(plan=[f"set {vf} nvidia/current_vgpu_type = {t.type_id} ({t.name})" for vf in todo])
     if host.dry_run:
