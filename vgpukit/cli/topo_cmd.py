@@ -54,45 +54,51 @@ def _dev_doc(dev: pci.PciDevice, names: dict[str, str], gpus: dict[str, NvmlGpu]
     return d
 
 
-def _line(dev: pci.PciDevice, role: str | None, names: dict[str, str], gpus: dict[str, NvmlGpu]) -> str:
+KIND_STYLE = {"gpu": "bold green", "nic": "bold cyan", "nvme": "bold magenta", "other": "white"}
+
+
+def _line(
+    dev: pci.PciDevice, role: str | None, names: dict[str, str], gpus: dict[str, NvmlGpu], rich: bool = False
+) -> str:
     kind = role or dev.kind
     alias = f" {names[dev.bdf]}" if dev.bdf in names else ""
-    parts = [
-        f"{dev.bdf}{alias}",
-        f"{kind}",
-        f"[{dev.ids}] {dev.name}",
-        f"driver={dev.driver or '-'}",
-        f"numa={dev.numa_node if dev.numa_node is not None else '-'}",
-        f"iommu={dev.iommu_group if dev.iommu_group is not None else '-'}",
-        f"link={dev.link.describe()}",
-    ]
-    c = caps(dev, gpus)
-    if c:
-        parts.append("; ".join(c))
-    return "  ".join(parts)
+    numa = dev.numa_node if dev.numa_node is not None else "-"
+    group = dev.iommu_group if dev.iommu_group is not None else "-"
+    details = f"driver={dev.driver or '-'}  numa={numa}  iommu={group}  link={dev.link.describe()}"
+    c = "; ".join(caps(dev, gpus))
+    if not rich:
+        return "  ".join(p for p in (f"{dev.bdf}{alias}", kind, f"[{dev.ids}] {dev.name}", details, c) if p)
+    from rich.markup import escape
+
+    style = KIND_STYLE.get(kind, "dim")
+    text = f"[bold]{dev.bdf}[/bold][cyan]{alias}[/cyan]  [{style}]{kind}[/{style}]  {escape(f'[{dev.ids}]')} "
+    text += f"{escape(dev.name)}  [dim]{details}[/dim]"
+    return text + (f"  [yellow]{escape(c)}[/yellow]" if c else "")
 
 
 def _render_tree(roots: list[topology.Node], names: dict[str, str], gpus: dict[str, NvmlGpu], show_vfs: bool) -> None:
+    rich = is_tty()
+
     def children(node: topology.Node) -> list[tuple[str, topology.Node | None]]:
         out: list[tuple[str, topology.Node | None]] = []
         vfs = [c for c in node.children if c.device is not None and c.device.is_vf]
         for c in node.children:
             if c.device is not None and (show_vfs or not c.device.is_vf):
-                out.append((_line(c.device, c.role, names, gpus), c))
+                out.append((_line(c.device, c.role, names, gpus, rich), c))
         if vfs and not show_vfs:
             first, last = vfs[0].device, vfs[-1].device
             assert first is not None and last is not None
             out.append((f"{len(vfs)} VFs {first.bdf} .. {last.bdf} (--vfs to list)", None))
         return out
 
-    if is_tty():
+    if rich:
         from rich.tree import Tree
 
         from .output import console
 
         def add(tree: Any, node: topology.Node) -> None:
             for text, child in children(node):
-                sub = tree.add(text.replace("[", "\\["))
+                sub = tree.add(text)
                 if child is not None:
                     add(sub, child)
 
