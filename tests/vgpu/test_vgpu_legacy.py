@@ -64,7 +64,7 @@ def test_create_by_any_name_form_and_homogeneous(t4_sim: Path, run_cli: Run) -> 
     t = _types(run_cli, t4_sim)
     assert t["T4-4Q"]["available"] == 0 and t["T4-1B"]["available"] == 0
     r = run_cli(t4_sim, "vgpu", "create", "gpu0", "--type", "T4-4Q")
-    assert r.exit_code == 4 and "do not fit" in r.stderr
+    assert r.exit_code == 4 and "the host reports 0 available" in r.stderr
     # another type on the same physical GPU: refused by the host's report (homogeneous)
     r = run_cli(t4_sim, "vgpu", "create", "gpu0", "--type", "T4-1B")
     assert r.exit_code == 4
@@ -74,7 +74,7 @@ def test_create_by_any_name_form_and_homogeneous(t4_sim: Path, run_cli: Run) -> 
 
 def test_count_is_all_or_nothing(t4_sim: Path, run_cli: Run) -> None:
     r = run_cli(t4_sim, "vgpu", "create", "gpu1", "--type", "T4-8Q", "--count", "3")
-    assert r.exit_code == 4 and "2 available" in r.stderr
+    assert r.exit_code == 4 and "cannot take 3 x GRID T4-8Q: the host reports 2 available" in r.stderr
     assert as_json(run_cli(t4_sim, "vgpu", "list", "--json"))["vgpus"] == []
     r = run_cli(t4_sim, "vgpu", "create", "gpu1", "--type", "T4-8Q", "--count", "2", "--json")
     assert r.exit_code == 0 and len(as_json(r)["vgpus"]) == 2

@@ -57,6 +57,12 @@ def create(host: Host, gpu: GpuView, wanted: str, count: int) -> Outcome:
     interface = _require_interface(gpu)
     t = find_type(hostview.types(host, gpu), gpu, wanted)
     if interface == MDEV:
+        if (t.available or 0) < count:
+            raise NoCapacity(
+                f"{gpu.alias or gpu.bdf} cannot take {count} x {t.name}: the host reports {t.available} available",
+                device=gpu.bdf,
+                hint="vGPUs on one GPU share its framebuffer (and, time-sliced, one type); nothing was created",
+            )
         res = mdev_ops.create(host, t.type_id, count=count, parents=list(gpu.parents))
         return Outcome(res.plan, [{"id": c.uuid, "parent": c.parent, "type": t.name} for c in res.instances])
     return _create_vfio(host, gpu, t, count)
@@ -83,9 +89,9 @@ def _create_vfio(host: Host, gpu: GpuView, t: VgpuType, count: int) -> Outcome:
             # The list shrinks as the card fills: ask the host before each one.
             if int(t.type_id) not in dict(hostview.creatable(host, vf)):
                 raise NoCapacity(
-                    f"{gpu.bdf} has no room for another {t.short} after {len(made)} (its creatable list dropped it)",
+                    f"{gpu.alias or gpu.bdf} has no room for another {t.short} after {len(made)}"
+                    " (its creatable_vgpu_types no longer lists it)",
                     device=gpu.bdf,
-                    hint="nothing was left behind",
                 )
             _set_type(host, vf, t.type_id)
             made.append(vf)
