@@ -61,12 +61,23 @@ def types_cmd(app: App, parent: str | None) -> None:
 
 @mdev.command("list")
 @click.option("--defined", is_flag=True, help="Also list persistent definitions (active or not).")
+@click.option(
+    "--libvirt",
+    "uri",
+    default="qemu:///system",
+    show_default=True,
+    metavar="URI",
+    help="Ask libvirt which domains have each instance (skipped when unreachable, on a sim, or 'none').",
+)
 @json_option
 @click.pass_obj
-def list_cmd(app: App, defined: bool) -> None:
+def list_cmd(app: App, defined: bool, uri: str) -> None:
     """Active instances (and with --defined, persistent definitions)."""
+    from .domains import lookup
+
     host = app.host
     insts = sysfs.instances(host)
+    assigned, used_uri = lookup(uri) if uri != "none" and not app.is_sim else ({}, None)
     defs, bad = mdevctl.read_all(host)
     by_uuid = {d.uuid: d for d in defs}
     active = {i.uuid for i in insts}
@@ -76,8 +87,9 @@ def list_cmd(app: App, defined: bool) -> None:
         d = by_uuid.get(i.uuid)
         doc["defined"] = d is not None
         doc["start"] = d.start if d else None
+        doc["domains"] = assigned.get(i.uuid, [])
         inst_docs.append(doc)
-    data: dict[str, Any] = {"instances": inst_docs}
+    data: dict[str, Any] = {"instances": inst_docs, "libvirt": used_uri}
     if defined:
         data["definitions"] = [{**d.to_dict(), "active": d.uuid in active} for d in defs]
         data["unreadable"] = [{"path": b.path, "reason": b.reason} for b in bad]
@@ -92,7 +104,7 @@ def list_cmd(app: App, defined: bool) -> None:
                     i.parent,
                     i.type_id,
                     i.iommu_group,
-                    ", ".join(h.describe() for h in i.holders),
+                    ", ".join([h.describe() for h in i.holders] + _domains(assigned.get(i.uuid, []))),
                     by_uuid[i.uuid].start if i.uuid in by_uuid else "no",
                 ]
                 for i in insts
@@ -108,6 +120,10 @@ def list_cmd(app: App, defined: bool) -> None:
                 say(f"unreadable: {b.path}: {b.reason}", "yellow")
 
     emit(app, "mdev-list", data, human)
+
+
+def _domains(doms: list[dict[str, Any]]) -> list[str]:
+    return [f"domain {d['name']}" + ("" if d["active"] else " (defined, not running)") for d in doms]
 
 
 @mdev.command("create")
