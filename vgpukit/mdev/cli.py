@@ -95,6 +95,20 @@ def list_cmd(app: App, defined: bool, uri: str) -> None:
         data["unreadable"] = [{"path": b.path, "reason": b.reason} for b in bad]
 
     def human() -> None:
+        if not insts:
+            say("no active mdev instances")
+        else:
+            _instances_table()
+        if defined:
+            table(
+                "persistent definitions (/etc/mdevctl.d)",
+                ["UUID", "PARENT", "TYPE", "START", "ACTIVE"],
+                [[d.uuid, d.parent, d.type_id, d.start, "yes" if d.uuid in active else "no"] for d in defs],
+            )
+            for b in bad:
+                say(f"unreadable: {b.path}: {b.reason}", "yellow")
+
+    def _instances_table() -> None:
         table(
             "active mdev instances",
             ["UUID", "PARENT", "TYPE", "GROUP", "USED BY", "DEFINED"],
@@ -110,14 +124,6 @@ def list_cmd(app: App, defined: bool, uri: str) -> None:
                 for i in insts
             ],
         )
-        if defined:
-            table(
-                "persistent definitions (/etc/mdevctl.d)",
-                ["UUID", "PARENT", "TYPE", "START", "ACTIVE"],
-                [[d.uuid, d.parent, d.type_id, d.start, "yes" if d.uuid in active else "no"] for d in defs],
-            )
-            for b in bad:
-                say(f"unreadable: {b.path}: {b.reason}", "yellow")
 
     emit(app, "mdev-list", data, human)
 
