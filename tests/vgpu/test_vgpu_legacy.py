@@ -127,3 +127,14 @@ def test_mdev_placement_over_both_t4s(t4_sim: Path, run_cli: Run) -> None:
     assert parents == [GPU0] * 4 + [GPU1] * 2
     r = run_cli(t4_sim, "mdev", "create", "--type", "nvidia-232", "--numa", "1", "--count", "2", "--json")
     assert r.exit_code == 0 and {i["parent"] for i in as_json(r)["instances"]} == {GPU1}
+
+
+def test_short_names() -> None:
+    from vgpukit.vgpu.catalog import catalog, framebuffer_mb, parse_description, short_name
+
+    assert short_name("NVIDIA  H100-4C") == short_name("h100-4c") == short_name("GRID H100-4C") == "H100-4C"
+    t4 = catalog("tesla-t4")
+    spec = t4.by_name("grid t4-4q")
+    assert spec is not None and spec.id == 232 and t4.full_name(spec) == "GRID T4-4Q"
+    desc = parse_description(spec.description())
+    assert desc["max_instance"] == "4" and framebuffer_mb(desc) == 4096

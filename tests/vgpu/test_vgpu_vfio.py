@@ -136,3 +136,9 @@ def test_dry_run(h100_sim: Path, run_cli: Run) -> None:
     doc = as_json(r)
     assert r.exit_code == 0 and doc["dry_run"] and len(doc["plan"]) == 3
     assert as_json(run_cli(h100_sim, "vgpu", "list", "--json"))["vgpus"] == []
+
+
+def test_parse_creatable_layouts() -> None:
+    text = "ID    : vGPU Name\n  1050 : NVIDIA H100-4C\n1414  : NVIDIA H200X-1-18C\n\n"
+    assert parse_creatable(text) == [(1050, "NVIDIA H100-4C"), (1414, "NVIDIA H200X-1-18C")]
+    assert parse_creatable("ID    : vGPU Name\n") == [] and parse_creatable(None) == []
