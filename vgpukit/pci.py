@@ -173,7 +173,7 @@ def read_device(host: Host, bdf: str) -> PciDevice:
         device=device,
         class_code=class_code,
         kind=kind_of(class_code, int(vendor, 16)),
-        name=pci_names.device_name(vendor, device),
+        name=_name(host, bdf, vendor, device),
         driver=host.link_name(d / "driver"),
         numa_node=numa if numa is not None and numa >= 0 else None,
         iommu_group=int(group) if group and group.isdigit() else None,
@@ -192,6 +192,14 @@ def read_device(host: Host, bdf: str) -> PciDevice:
         physfn=physfn,
         mdev_types=mdev_types,
     )
+
+
+def _name(host: Host, bdf: str, vendor: str, device: str) -> str:
+    if pci_names.known(vendor, device) or str(host.root) != "/":
+        return pci_names.device_name(vendor, device)
+    from .udev import hwdb_name
+
+    return hwdb_name(bdf) or pci_names.device_name(vendor, device)
 
 
 def list_bdfs(host: Host) -> list[str]:

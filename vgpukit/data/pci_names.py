@@ -18,3 +18,8 @@ def device_name(vendor: str, device: str) -> str:
     dev = (entry.get("devices") or {}).get(device.lower())
     short = entry.get("short", entry["name"])
     return f"{short} {dev}" if dev else f"{short} device {device}"
+
+
+def known(vendor: str, device: str) -> bool:
+    entry = load_yaml("pci-ids.yaml").get("vendors", {}).get(vendor.lower())
+    return bool(entry and device.lower() in (entry.get("devices") or {}))

@@ -1,0 +1,70 @@
+"""Shared fixtures: real simulated hosts in temp dirs (no patching of open/os anywhere)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from vgpukit.cli.main import cli
+from vgpukit.host import Host
+from vgpukit.sim.build import init_sim
+from vgpukit.sim.kernel import SimKernel
+
+
+def make_sim(path: Path, profile: str = "hgx-a100") -> Path:
+    init_sim(path, profile)
+    return path
+
+
+@pytest.fixture
+def sim_dir(tmp_path: Path) -> Path:
+    """A fresh simulated hgx-a100 host."""
+    return make_sim(tmp_path / "host")
+
+
+@pytest.fixture
+def qemu_sim(tmp_path: Path) -> Path:
+    """A fresh simulated host mirroring the real-kernel QEMU guest (NVMe SR-IOV PF + mtty)."""
+    return make_sim(tmp_path / "guest", "qemu-guest")
+
+
+def sim_host(path: Path) -> Host:
+    return Host(path, kernel=SimKernel(path))
+
+
+@pytest.fixture
+def run_cli() -> Callable[..., Result]:
+    """Run the vgpukit CLI in-process: run_cli(sim_dir, "topo", "--json")."""
+
+    def run(sim: Path | None, *args: str) -> Result:
+        from vgpukit.cli.main import main
+
+        full = (["--sim", str(sim)] if sim is not None else []) + list(args)
+        runner = CliRunner()
+        return runner.invoke(_Main(main), full, catch_exceptions=False)
+
+    return run
+
+
+class _Main:
+    """Adapter so CliRunner drives ``main()`` (which maps errors to exit codes) rather than the raw group."""
+
+    def __init__(self, main: Callable[[list[str]], int]) -> None:
+        self.main_fn = main
+        self.name = "vgpukit"
+
+    def main(self, args: list[str], prog_name: str | None = None, **_: object) -> None:
+        import sys
+
+        sys.exit(self.main_fn(list(args)))
+
+
+def as_json(result: Result) -> dict:  # type: ignore[type-arg]
+    return json.loads(result.stdout)
+
+
+__all__ = ["as_json", "cli", "make_sim", "sim_host"]

@@ -1,0 +1,60 @@
+"""Project rules that are cheap to check mechanically."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PKG = ROOT / "vgpukit"
+HOST_LITERAL = re.compile(r"""["'](/sys|/proc|/dev|/etc/vgpukit|/run/vgpukit)(/|["'])""")
+MAX_MODULE_LINES = 450
+
+
+def _sources() -> list[Path]:
+    return sorted(PKG.rglob("*.py"))
+
+
+def test_host_paths_only_in_the_host_door() -> None:
+    offenders = []
+    for path in _sources():
+        if path.name == "host.py" and path.parent == PKG:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            stripped = line.strip()
+            if stripped.startswith("#") or not HOST_LITERAL.search(line):
+                continue
+            offenders.append(f"{path.relative_to(ROOT)}:{n}: {stripped}")
+    assert not offenders, "host paths built outside vgpukit/host.py:\n" + "\n".join(offenders)
+
+
+def test_no_patching_of_open_or_os_in_tests() -> None:
+    bad = re.compile(r"""(mock\.patch|monkeypatch\.setattr)\(\s*["'](builtins\.open|os\.[a-z_.]+)["']""")
+    offenders = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in sorted((ROOT / "tests").rglob("*.py"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if bad.search(line)
+    ]
+    assert not offenders, offenders
+
+
+def test_modules_stay_small() -> None:
+    big = [
+        f"{p.relative_to(ROOT)}: {n}" for p in _sources() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    ]
+    assert not big, f"modules over {MAX_MODULE_LINES} lines: {big}"
+
+
+def test_help_imports_nothing_heavy() -> None:
+    code = (
+        "import sys\n"
+        "from vgpukit.cli.main import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = {'rich', 'jinja2', 'yaml', 'pynvml', 'libvirt', 'pyudev', 'prometheus_client'}\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -1,0 +1,144 @@
+"""``vgpukit sim``: create and drive simulated hosts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..errors import InvalidInput, NotFound
+from .context import App, check_sim_dir
+from .main import json_option
+from .output import emit, say, table
+
+
+@click.group()
+def sim() -> None:
+    """Simulated hosts: a fake sysfs tree whose kernel reacts to writes, plus a simulated NVML.
+
+    Create one with 'vgpukit sim init DIR --profile hgx-a100', then run any command with
+    'vgpukit --sim DIR ...' (or export VGPUKIT_SIM=DIR). State persists between commands.
+    """
+
+
+@sim.command("profiles")
+@json_option
+@click.pass_obj
+def profiles(app: App) -> None:
+    """List the built-in host profiles."""
+    from ..sim.build import builtin_profiles, load_profile
+
+    rows = []
+    for name in sorted(builtin_profiles()):
+        rows.append({"name": name, "description": load_profile(name).get("description", "")})
+    emit(
+        app,
+        "sim-profiles",
+        {"profiles": rows},
+        lambda: table(None, ["PROFILE", "DESCRIPTION"], [[r["name"], r["description"]] for r in rows]),
+    )
+
+
+@sim.command("init")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--profile", "profile", default="hgx-a100", show_default=True, help="Built-in profile or a YAML path.")
+@click.option("--force", is_flag=True, help="Replace an existing simulated host in DIRECTORY.")
+@json_option
+@click.pass_obj
+def init(app: App, directory: Path, profile: str, force: bool) -> None:
+    """Write a simulated host under DIRECTORY."""
+    from ..sim.build import init_sim
+
+    info = init_sim(directory.absolute(), profile, force=force)
+    emit(
+        app,
+        "sim-init",
+        info,
+        lambda: say(
+            f"simulated host '{info['profile']}' ready in {info['root']}: {info['devices']} PCI devices, "
+            f"{info['gpus']} GPUs.\nTry: vgpukit --sim {info['root']} topo",
+            "green",
+        ),
+    )
+
+
+def _sim_root(app: App) -> Path:
+    if app.sim_dir is None:
+        raise InvalidInput("this command needs a simulated host: pass --sim DIR or set VGPUKIT_SIM")
+    check_sim_dir(app.sim_dir)
+    return app.sim_dir.absolute()
+
+
+@sim.command("info")
+@json_option
+@click.pass_obj
+def info(app: App) -> None:
+    """Show which profile the simulated host was built from, and its held devices."""
+    from ..sim.holders import FIRST_PID
+
+    root = _sim_root(app)
+    meta = json.loads((root / ".vgpukit-sim" / "sim.json").read_text())
+    held = []
+    for pid in app.host.listdir(app.host.proc()):
+        if pid.isdigit() and int(pid) >= FIRST_PID:
+            fd = app.host.readlink(app.host.proc(pid, "fd", "20"))
+            held.append({"pid": int(pid), "holds": fd, "comm": app.host.read_opt(app.host.proc(pid, "comm"))})
+    data = {**meta, "root": str(root), "holders": held}
+
+    def human() -> None:
+        say(f"profile {meta['profile']}: {meta.get('description', '')}")
+        table(
+            "simulated processes holding devices",
+            ["PID", "COMM", "HOLDS"],
+            [[h["pid"], h["comm"], h["holds"]] for h in held],
+        )
+
+    emit(app, "sim-info", data, human)
+
+
+@sim.command("hold")
+@click.argument("device")
+@click.option("--vm", default="sim-vm", help="Name of the simulated VM holding it.")
+@json_option
+@click.pass_obj
+def hold(app: App, device: str, vm: str) -> None:
+    """Simulate a VM (QEMU) holding DEVICE's VFIO group open: a PCI device or an mdev UUID."""
+    from ..sim.holders import hold as do_hold
+
+    root = _sim_root(app)
+    group = _group_of(app, device)
+    pid = do_hold(root, group, owner=vm)
+    emit(
+        app,
+        "sim-hold",
+        {"pid": pid, "device": device, "iommu_group": int(group)},
+        lambda: say(f"pid {pid} ({vm}) now holds /dev/vfio/{group} ({device})"),
+    )
+
+
+@sim.command("release")
+@click.argument("pid", type=int)
+@json_option
+@click.pass_obj
+def release(app: App, pid: int) -> None:
+    """End a simulated holder process started by 'sim hold'."""
+    from ..sim.holders import release as do_release
+
+    if not do_release(_sim_root(app), pid):
+        raise NotFound(f"no simulated holder process {pid}", value=pid, hint="see: vgpukit sim info")
+    emit(app, "sim-release", {"pid": pid}, lambda: say(f"released pid {pid}"))
+
+
+def _group_of(app: App, device: str) -> str:
+    host = app.host
+    mdev = host.sys("bus", "mdev", "devices", device.lower())
+    if len(device) == 36 and host.exists(mdev):
+        link = host.link_name(mdev / "iommu_group")
+    else:
+        from ..naming import resolve_device
+
+        link = host.link_name(host.pci_device(resolve_device(app, device), "iommu_group"))
+    if link is None:
+        raise NotFound(f"{device} has no IOMMU group", device=device)
+    return link

@@ -1,0 +1,230 @@
+"""``vgpukit topo`` and ``vgpukit devices``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .. import pci, topology
+from ..errors import InvalidInput
+from ..naming import aliases
+from ..nvml import NvmlGpu
+from .context import App
+from .main import json_option
+from .output import emit, is_tty, say, table
+
+
+def _gpu_info(app: App) -> dict[str, NvmlGpu]:
+    nv = app.nvml
+    return {g.bdf: g for g in nv.gpus()} if nv is not None else {}
+
+
+def caps(dev: pci.PciDevice, gpus: dict[str, NvmlGpu]) -> list[str]:
+    out = []
+    if dev.sriov:
+        out.append(f"SR-IOV {dev.sriov.num_vfs}/{dev.sriov.total_vfs} VFs")
+    if dev.mdev_types:
+        out.append(f"mdev {len(dev.mdev_types)} types")
+    g = gpus.get(dev.bdf)
+    if g and g.mig_capable:
+        state = "on" if g.mig_current else "off"
+        if g.mig_pending != g.mig_current:
+            state += f" (pending {'on' if g.mig_pending else 'off'})"
+        out.append(f"MIG {state}")
+    return out
+
+
+def _dev_doc(dev: pci.PciDevice, names: dict[str, str], gpus: dict[str, NvmlGpu]) -> dict[str, Any]:
+    d = dev.to_dict()
+    d["alias"] = names.get(dev.bdf)
+    g = gpus.get(dev.bdf)
+    d["gpu"] = (
+        {
+            "uuid": g.uuid,
+            "name": g.name,
+            "mig_capable": g.mig_capable,
+            "mig_current": g.mig_current,
+            "mig_pending": g.mig_pending,
+        }
+        if g
+        else None
+    )
+    d["capabilities"] = caps(dev, gpus)
+    return d
+
+
+KIND_STYLE = {"gpu": "bold green", "nic": "bold cyan", "nvme": "bold magenta", "other": "white"}
+
+
+def _line(
+    dev: pci.PciDevice, role: str | None, names: dict[str, str], gpus: dict[str, NvmlGpu], rich: bool = False
+) -> str:
+    kind = role or dev.kind
+    alias = f" {names[dev.bdf]}" if dev.bdf in names else ""
+    numa = dev.numa_node if dev.numa_node is not None else "-"
+    group = dev.iommu_group if dev.iommu_group is not None else "-"
+    details = f"driver={dev.driver or '-'}  numa={numa}  iommu={group}  link={dev.link.describe()}"
+    c = "; ".join(caps(dev, gpus))
+    if not rich:
+        return "  ".join(p for p in (f"{dev.bdf}{alias}", kind, f"[{dev.ids}] {dev.name}", details, c) if p)
+    from rich.markup import escape
+
+    style = KIND_STYLE.get(kind, "dim")
+    text = f"[bold]{dev.bdf}[/bold][cyan]{alias}[/cyan]  [{style}]{kind}[/{style}]  {escape(f'[{dev.ids}]')} "
+    text += f"{escape(dev.name)}  [dim]{details}[/dim]"
+    return text + (f"  [yellow]{escape(c)}[/yellow]" if c else "")
+
+
+def _render_tree(roots: list[topology.Node], names: dict[str, str], gpus: dict[str, NvmlGpu], show_vfs: bool) -> None:
+    rich = is_tty()
+
+    def children(node: topology.Node) -> list[tuple[str, topology.Node | None]]:
+        out: list[tuple[str, topology.Node | None]] = []
+        vfs = [c for c in node.children if c.device is not None and c.device.is_vf]
+        for c in node.children:
+            if c.device is not None and (show_vfs or not c.device.is_vf):
+                out.append((_line(c.device, c.role, names, gpus, rich), c))
+        if vfs and not show_vfs:
+            first, last = vfs[0].device, vfs[-1].device
+            assert first is not None and last is not None
+            out.append((f"{len(vfs)} VFs {first.bdf} .. {last.bdf} (--vfs to list)", None))
+        return out
+
+    if rich:
+        from rich.tree import Tree
+
+        from .output import console
+
+        def add(tree: Any, node: topology.Node) -> None:
+            for text, child in children(node):
+                sub = tree.add(text)
+                if child is not None:
+                    add(sub, child)
+
+        for root in roots:
+            t = Tree(f"[bold]{root.label}[/bold]")
+            add(t, root)
+            console().print(t)
+        return
+
+    def walk(node: topology.Node, depth: int) -> None:
+        for text, child in children(node):
+            print("  " * depth + text)
+            if child is not None:
+                walk(child, depth + 1)
+
+    for root in roots:
+        print(root.label)
+        walk(root, 1)
+
+
+def _matrix(app: App, devices: list[pci.PciDevice], names: dict[str, str]) -> None:
+    gpus = [d for d in devices if d.kind == "gpu" and not d.is_vf]
+    nics = [d for d in devices if d.kind == "nic" and not d.is_vf]
+    cols = gpus + nics
+    rel = topology.matrix(gpus + nics, cols, devices)
+    label = {d.bdf: names.get(d.bdf, d.bdf) for d in cols}
+    affinity = {label[d.bdf]: {"bdf": d.bdf, "cpus": d.local_cpulist, "numa_node": d.numa_node} for d in gpus + nics}
+    data = {
+        "devices": [label[d.bdf] for d in cols],
+        "matrix": {label[a.bdf]: {label[b.bdf]: rel[i][j] for j, b in enumerate(cols)} for i, a in enumerate(cols)},
+        "affinity": affinity,
+        "legend": topology.__doc__.split("``nvidia-smi topo -m`` vocabulary:")[1].strip() if topology.__doc__ else "",
+    }
+
+    def human() -> None:
+        header = ["", *(label[d.bdf] for d in cols), "CPU affinity", "NUMA"]
+        rows = []
+        for i, a in enumerate(cols):
+            rows.append(
+                [label[a.bdf], *rel[i], a.local_cpulist or "-", a.numa_node if a.numa_node is not None else "-"]
+            )
+        table(None, header, rows)
+        say("")
+        say(
+            "X = self, PIX = one PCIe switch, PXB = several switches, PHB = PCIe host bridge, "
+            "NODE = host bridges within a NUMA node, SYS = across NUMA nodes"
+        )
+
+    emit(app, "topo-matrix", data, human)
+
+
+@click.command()
+@click.option("--matrix", is_flag=True, help="GPU x GPU and GPU x NIC relationships, like nvidia-smi topo -m.")
+@click.option("--vfs", "show_vfs", is_flag=True, help="List every VF instead of a summary line.")
+@json_option
+@click.pass_obj
+def topo(app: App, matrix: bool, show_vfs: bool) -> None:
+    """Show the PCIe tree: root complexes, switches, endpoints and what each can do."""
+    devices = pci.scan(app.host)
+    names = aliases(devices)
+    if matrix:
+        _matrix(app, devices, names)
+        return
+    gpus = _gpu_info(app)
+    roots = topology.build_tree(devices)
+    roles = topology.port_roles(devices)
+
+    def tree_doc(node: topology.Node) -> dict[str, Any]:
+        if node.device is None:
+            return {"host_bridge": node.label, "children": [tree_doc(c) for c in node.children]}
+        d = _dev_doc(node.device, names, gpus)
+        d["role"] = roles.get(node.device.bdf)
+        d["children"] = [tree_doc(c) for c in node.children]
+        return d
+
+    numa = {}
+    for node_dir in app.host.listdir(app.host.sys("devices", "system", "node")):
+        if node_dir.startswith("node") and node_dir[4:].isdigit():
+            numa[node_dir[4:]] = app.host.read_opt(app.host.sys("devices", "system", "node", node_dir, "cpulist"))
+    data = {"roots": [tree_doc(r) for r in roots], "numa_nodes": numa}
+    emit(app, "topo", data, lambda: _render_tree(roots, names, gpus, show_vfs))
+
+
+KINDS = ("gpu", "nic", "nvme", "bridge", "other")
+
+
+@click.command()
+@click.option("--kind", type=click.Choice(KINDS), help="Only this kind of device.")
+@click.option("--vendor", metavar="VVVV", help="Only this PCI vendor id (hex, e.g. 10de).")
+@click.option("--all", "show_all", is_flag=True, help="Include bridges.")
+@json_option
+@click.pass_obj
+def devices(app: App, kind: str | None, vendor: str | None, show_all: bool) -> None:
+    """List PCI devices in bus order (physical functions, VFs, bridges with --all)."""
+    if vendor is not None:
+        vendor = vendor.lower().removeprefix("0x")
+        if len(vendor) != 4 or any(c not in "0123456789abcdef" for c in vendor):
+            raise InvalidInput(f"invalid vendor id {vendor!r}: expected 4 hex digits, e.g. 10de", value=vendor)
+    all_devs = pci.scan(app.host)
+    names = aliases(all_devs)
+    gpus = _gpu_info(app)
+    sel = [
+        d
+        for d in all_devs
+        if (kind is None or d.kind == kind)
+        and (vendor is None or d.vendor == vendor)
+        and (show_all or kind == "bridge" or d.kind != "bridge")
+    ]
+    data = {"devices": [_dev_doc(d, names, gpus) for d in sel]}
+
+    def human() -> None:
+        rows = [
+            [
+                d.bdf,
+                names.get(d.bdf, "VF of " + d.physfn if d.physfn else ""),
+                d.kind,
+                d.ids,
+                d.name,
+                d.driver,
+                d.numa_node,
+                d.iommu_group,
+                d.link.describe(),
+                "; ".join(caps(d, gpus)),
+            ]
+            for d in sel
+        ]
+        table(None, ["BDF", "NAME", "KIND", "IDS", "MODEL", "DRIVER", "NUMA", "IOMMU", "LINK", "CAPABILITIES"], rows)
+
+    emit(app, "devices", data, human)

@@ -1,0 +1,172 @@
+"""``vgpukit sim init``: build a simulated host from a profile (a YAML data file)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import Conflict, InvalidInput, NotFound
+from .state import KernelState, sim_meta_dir
+from .tree import RW, SimTree, link, make_char_node, write_attr
+
+PROFILE_KEYS = {
+    "version",
+    "name",
+    "description",
+    "numa_nodes",
+    "drivers",
+    "vf_models",
+    "models",
+    "host_bridges",
+    "virtual_mdev_parents",
+}
+NODE_KEYS = {"bdf", "model", "children", "group", "driver"}
+
+
+def builtin_profiles() -> dict[str, Path]:
+    base = resources.files(__package__).joinpath("profiles")
+    return {p.name.removesuffix(".yaml"): Path(str(p)) for p in base.iterdir() if p.name.endswith(".yaml")}
+
+
+def load_profile(name_or_path: str) -> dict[str, Any]:
+    profiles = builtin_profiles()
+    path = profiles.get(name_or_path) or Path(name_or_path)
+    if not path.is_file():
+        raise NotFound(
+            f"unknown simulator profile {name_or_path!r}",
+            value=name_or_path,
+            hint="available: " + ", ".join(sorted(profiles)) + " (or a path to a profile YAML)",
+        )
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise InvalidInput(f"{path}: not valid YAML: {exc}", path=str(path)) from exc
+    if not isinstance(data, dict) or data.get("version") != 1:
+        raise InvalidInput(f"{path}: a profile needs 'version: 1'", path=str(path))
+    unknown = set(data) - PROFILE_KEYS
+    if unknown:
+        raise InvalidInput(f"{path}: unknown profile keys: {', '.join(sorted(unknown))}", path=str(path))
+    return data
+
+
+class Builder:
+    def __init__(self, root: Path, profile: dict[str, Any]) -> None:
+        self.root = root
+        self.profile = profile
+        self.tree = SimTree(root)
+        self.models: dict[str, dict[str, Any]] = profile.get("models", {})
+        self.state = KernelState(profile=profile["name"])
+        self.gpus: list[dict[str, Any]] = []
+
+    def build(self) -> None:
+        for sub in ("sys/bus/pci/devices", "sys/kernel/iommu_groups", "dev/vfio", "proc", "run/vgpukit", "etc/vgpukit"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        write_attr(self.tree.bus_pci / "drivers_probe", "", 0o200)
+        write_attr(self.tree.bus_pci / "drivers_autoprobe", 1, RW)
+        make_char_node(self.tree.devnode("vfio", "vfio"), 10, 196)
+        for drv, ids in self.profile.get("drivers", {}).items():
+            self.tree.add_driver(drv)
+            self.state.driver_ids[drv] = list(ids)
+        self.state.vf_models = {k: self.models[v] for k, v in self.profile.get("vf_models", {}).items()}
+        nodes = self.profile.get("numa_nodes") or {}
+        for node, cpus in nodes.items():
+            write_attr(self.root / "sys/devices/system/node" / f"node{node}" / "cpulist", cpus)
+        write_attr(self.root / "sys/devices/system/node/online", ",".join(str(n) for n in nodes) or "0")
+        for hb in self.profile.get("host_bridges", []):
+            hb_dir = self.root / "sys" / "devices" / hb["name"]
+            hb_dir.mkdir(parents=True, exist_ok=True)
+            numa = hb.get("numa")
+            for node in hb.get("devices", []):
+                self._device(hb_dir, node, numa, nodes.get(numa) if numa is not None else None)
+        for vp in self.profile.get("virtual_mdev_parents", []):
+            pdir = self.root / "sys" / "devices" / vp["path"]
+            pdir.mkdir(parents=True, exist_ok=True)
+            self._mdev_parent(vp["name"], pdir, vp["mdev"])
+        self._gpu_nodes()
+
+    def _device(self, parent: Path, node: dict[str, Any], numa: int | None, cpus: str | None) -> None:
+        unknown = set(node) - NODE_KEYS
+        if unknown:
+            raise InvalidInput(f"profile device {node.get('bdf')}: unknown keys {sorted(unknown)}")
+        model = self.models.get(node["model"])
+        if model is None:
+            raise InvalidInput(f"profile device {node['bdf']}: unknown model {node['model']!r}")
+        bdf = node["bdf"]
+        group = node.get("group", self.state.next_group)
+        self.state.next_group = max(self.state.next_group, group + 1)
+        d = self.tree.add_pci_device(parent, bdf, model, numa, cpus, group)
+        driver = node.get("driver", model.get("driver")) or self.state.match_driver(model["ids"], model["class"])
+        if driver:
+            self.tree.add_driver(driver)
+            self.tree.bind(bdf, driver)
+        sriov = model.get("sriov")
+        if sriov:
+            write_attr(d / "sriov_totalvfs", sriov["total_vfs"])
+            write_attr(d / "sriov_numvfs", 0, RW)
+            write_attr(d / "sriov_offset", sriov.get("offset", 1))
+            write_attr(d / "sriov_stride", sriov.get("stride", 1))
+            write_attr(d / "sriov_vf_device", sriov["vf_device"])
+            write_attr(d / "sriov_drivers_autoprobe", 1, RW)
+        if model.get("mdev"):
+            self._mdev_parent(bdf, d, model["mdev"])
+        gpu = model.get("gpu")
+        if gpu:
+            uid = uuid.uuid5(uuid.NAMESPACE_URL, f"vgpukit-sim/{self.profile['name']}/{bdf}")
+            self.gpus.append({"bdf": bdf, "uuid": f"GPU-{uid}", **gpu})
+        for child in node.get("children", []):
+            self._device(d, child, numa, cpus)
+
+    def _mdev_parent(self, name: str, pdir: Path, spec: dict[str, Any]) -> None:
+        self.state.mdev_pools[name] = {
+            "pool": spec["pool"],
+            "homogeneous": bool(spec.get("homogeneous")),
+            "types": spec["types"],
+        }
+        for type_id, t in spec["types"].items():
+            tdir = pdir / "mdev_supported_types" / type_id
+            write_attr(tdir / "name", t["name"])
+            write_attr(tdir / "device_api", t.get("device_api", "vfio-pci"))
+            if t.get("description"):
+                write_attr(tdir / "description", t["description"])
+            write_attr(tdir / "available_instances", spec["pool"] // t["cost"])
+            write_attr(tdir / "create", "", 0o200)
+            (tdir / "devices").mkdir(exist_ok=True)
+        link(self.root / "sys" / "class" / "mdev_bus" / name, pdir)
+
+    def _gpu_nodes(self) -> None:
+        if not self.gpus:
+            return
+        make_char_node(self.tree.devnode("nvidiactl"), 195, 255)
+        make_char_node(self.tree.devnode("nvidia-uvm"), 510, 0)
+        make_char_node(self.tree.devnode("nvidia-uvm-tools"), 510, 1)
+        for i, _gpu in enumerate(self.gpus):
+            make_char_node(self.tree.devnode(f"nvidia{i}"), 195, i)
+
+
+def init_sim(root: Path, profile_name: str, force: bool = False) -> dict[str, Any]:
+    """Create a simulated host under ``root``; refuses a non-empty dir unless ``force``."""
+    profile = load_profile(profile_name)
+    meta = sim_meta_dir(root)
+    if root.exists() and any(root.iterdir()):
+        if not force:
+            raise Conflict(f"{root} is not empty", path=str(root), hint="use --force to replace it")
+        if not meta.is_dir():
+            raise Conflict(f"{root} is not empty and is not a simulated host; refusing to delete it", path=str(root))
+        shutil.rmtree(root)
+    root.mkdir(parents=True, exist_ok=True)
+    builder = Builder(root, profile)
+    builder.build()
+    meta.mkdir(parents=True, exist_ok=True)
+    builder.state.save(root)
+    from ..nvml.sim import initial_state
+
+    (meta / "nvml.json").write_text(json.dumps(initial_state(builder.gpus), indent=1))
+    info = {"version": 1, "profile": profile["name"], "description": profile.get("description", "")}
+    (meta / "sim.json").write_text(json.dumps(info, indent=1))
+    return {**info, "root": str(root), "devices": len(builder.tree.all_bdfs()), "gpus": len(builder.gpus)}

@@ -1,0 +1,54 @@
+"""Simulated processes holding devices open (a VM's QEMU holding /dev/vfio/<group>).
+
+``vgpukit sim hold DEVICE`` writes a process entry under ``<sim>/proc/<pid>/`` with an ``fd`` symlink
+to the device's VFIO group node, exactly what a real QEMU leaves in /proc; the toolkit's in-use checks
+read /proc the same way on both.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from .tree import write_attr
+
+FIRST_PID = 40000
+
+
+def _devnode_text(group: str) -> str:
+    return "/" + os.path.join("dev", "vfio", group)
+
+
+def holders_of(root: Path, group: str) -> list[int]:
+    proc = root / "proc"
+    out = []
+    want = _devnode_text(group)
+    for pid in sorted(os.listdir(proc)) if proc.is_dir() else []:
+        fd_dir = proc / pid / "fd"
+        if not pid.isdigit() or not fd_dir.is_dir():
+            continue
+        if any(os.readlink(fd_dir / fd) == want for fd in os.listdir(fd_dir) if os.path.islink(fd_dir / fd)):
+            out.append(int(pid))
+    return out
+
+
+def hold(root: Path, group: str, comm: str = "qemu-system-x86", owner: str = "") -> int:
+    proc = root / "proc"
+    proc.mkdir(exist_ok=True)
+    taken = {int(p) for p in os.listdir(proc) if p.isdigit()}
+    pid = max(taken | {FIRST_PID - 1}) + 1
+    d = proc / str(pid)
+    write_attr(d / "comm", comm)
+    write_attr(d / "cmdline", f"{comm}\0-name\0{owner or 'sim-vm'}\0")
+    (d / "fd").mkdir()
+    os.symlink(_devnode_text(group), d / "fd" / "20")
+    return pid
+
+
+def release(root: Path, pid: int) -> bool:
+    d = root / "proc" / str(pid)
+    if not (d / "fd").is_dir():
+        return False
+    shutil.rmtree(d)
+    return True

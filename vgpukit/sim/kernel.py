@@ -1,0 +1,87 @@
+"""The simulated kernel: the :class:`~vgpukit.host.KernelPort` of a simulated host.
+
+A write to a control file is dispatched to the first *reaction* whose predicate matches the file's
+real (symlink-resolved) path; reactions raise ``OSError(errno)`` exactly where the kernel would.
+Writes no reaction claims get sysfs attribute semantics: ENOENT for a missing file, EACCES for a
+read-only one, else the value is stored. Reactions live in the modules of :data:`REACTION_MODULES`
+(each exports ``REACTIONS``), so a later feature adds its files' behaviour without touching this one.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .state import KernelState, locked
+from .tree import SimTree, is_writable, set_attr
+
+REACTION_MODULES = (
+    "vgpukit.sim.reactions_pci",
+    "vgpukit.sim.reactions_mdev",
+)
+
+
+@dataclass
+class Write:
+    """One control-file write as a reaction sees it."""
+
+    tree: SimTree
+    state: KernelState
+    path: Path  # real path of the file inside the sim root
+    data: str  # as written (may end in a newline)
+
+    @property
+    def value(self) -> str:
+        return self.data.strip()
+
+    @property
+    def root(self) -> Path:
+        return self.tree.root
+
+    def rel(self) -> tuple[str, ...]:
+        return self.path.relative_to(self.tree.root).parts
+
+
+@dataclass(frozen=True)
+class Reaction:
+    name: str
+    matches: Callable[[Write], bool]
+    handle: Callable[[Write], None]
+
+
+def fail(code: int) -> OSError:
+    return OSError(code, os.strerror(code))
+
+
+def load_reactions() -> list[Reaction]:
+    out: list[Reaction] = []
+    for mod in REACTION_MODULES:
+        out.extend(importlib.import_module(mod).REACTIONS)
+    return out
+
+
+class SimKernel:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(os.path.realpath(root))
+        self.tree = SimTree(self.root)
+        self.reactions = load_reactions()
+
+    def write(self, path: Path, data: str) -> None:
+        real = Path(os.path.realpath(path.parent)) / path.name
+        with locked(self.root):
+            state = KernelState.load(self.root)
+            w = Write(self.tree, state, real, data)
+            for reaction in self.reactions:
+                if reaction.matches(w):
+                    reaction.handle(w)
+                    state.save(self.root)
+                    return
+            if not real.exists():
+                raise fail(errno.ENOENT)
+            if not is_writable(real):
+                raise fail(errno.EACCES)
+            set_attr(real, w.value)

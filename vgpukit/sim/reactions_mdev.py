@@ -1,0 +1,147 @@
+"""Kernel reactions for mediated devices: create / remove with a capacity pool shared by types.
+
+Each parent has a pool of capacity units; a type costs some units (mtty: 24 ports, mtty-1 costs 1,
+mtty-2 costs 2, seen on a real kernel). ``available_instances`` of every type is recomputed after
+each change. A ``homogeneous`` pool (legacy NVIDIA vGPU) admits one type at a time.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from .holders import holders_of
+from .kernel import Reaction, Write, fail
+from .tree import WO, link, set_attr, unlink, write_attr
+
+UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+
+def mdev_bus(w: Write) -> Path:
+    return w.root / "sys" / "bus" / "mdev"
+
+
+def _parent_of_types(types_dir: Path, w: Write) -> str | None:
+    """The mdev_bus name of a parent directory, found through /sys/class/mdev_bus links."""
+    cls = w.root / "sys" / "class" / "mdev_bus"
+    real = os.path.realpath(types_dir.parent)
+    for name in os.listdir(cls) if cls.is_dir() else []:
+        if os.path.realpath(cls / name) == real:
+            return name
+    return None
+
+
+def instances(parent_dir: Path) -> list[tuple[str, str]]:
+    """(uuid, type) of the parent's instances."""
+    out = []
+    for entry in sorted(parent_dir.iterdir()):
+        if UUID_RE.match(entry.name) and os.path.lexists(entry / "mdev_type"):
+            out.append((entry.name, os.path.basename(os.readlink(entry / "mdev_type"))))
+    return out
+
+
+def refresh_available(parent_dir: Path, pool: dict[str, Any]) -> None:
+    present = instances(parent_dir)
+    used = sum(pool["types"][t]["cost"] for _, t in present if t in pool["types"])
+    free = pool["pool"] - used
+    kinds = {t for _, t in present}
+    for type_id, spec in pool["types"].items():
+        avail = free // spec["cost"]
+        if pool.get("homogeneous") and kinds and type_id not in kinds:
+            avail = 0
+        cap = spec.get("max_instances")
+        if cap is not None:
+            avail = min(avail, cap - sum(1 for _, t in present if t == type_id))
+        set_attr(parent_dir / "mdev_supported_types" / type_id / "available_instances", max(avail, 0))
+
+
+def _create_match(w: Write) -> bool:
+    return w.path.name == "create" and w.path.parent.parent.name == "mdev_supported_types"
+
+
+def create(w: Write) -> None:
+    uid = w.data.rstrip("\n")
+    if not UUID_RE.match(uid):
+        raise fail(errno.EINVAL)
+    uid = uid.lower()
+    type_dir = w.path.parent
+    type_id = type_dir.name
+    parent_dir = type_dir.parent.parent
+    parent = _parent_of_types(type_dir.parent, w)
+    pool = w.state.mdev_pools.get(parent or "")
+    if parent is None or pool is None:
+        raise fail(errno.ENODEV)
+    if os.path.lexists(mdev_bus(w) / "devices" / uid):
+        raise fail(errno.EEXIST)
+    if int((type_dir / "available_instances").read_text()) < 1:
+        raise fail(errno.ENOSPC)
+    d = parent_dir / uid
+    d.mkdir()
+    write_attr(d / "remove", "", WO)
+    link(d / "mdev_type", type_dir)
+    link(type_dir / "devices" / uid, d)
+    link(mdev_bus(w) / "devices" / uid, d)
+    link(d / "subsystem", mdev_bus(w))
+    drivers = mdev_bus(w) / "drivers" / "vfio_mdev"
+    drivers.mkdir(parents=True, exist_ok=True)
+    link(d / "driver", drivers)
+    link(drivers / uid, d)
+    group = w.state.next_group
+    w.state.next_group += 1
+    w.tree.join_group(uid, d, group)
+    from .tree import make_char_node
+
+    make_char_node(w.tree.devnode("vfio", str(group)), 243, group)
+    for rel, value in (pool["types"][type_id].get("attrs") or {}).items():
+        write_attr(d / rel, value)
+    refresh_available(parent_dir, pool)
+
+
+def _remove_match(w: Write) -> bool:
+    return (
+        w.path.name == "remove"
+        and bool(UUID_RE.match(w.path.parent.name))
+        and (os.path.lexists(w.path.parent / "mdev_type"))
+    )
+
+
+def remove(w: Write) -> None:
+    if w.value != "1":
+        raise fail(errno.EINVAL)
+    d = w.path.parent
+    uid = d.name
+    group = os.path.basename(os.readlink(d / "iommu_group"))
+    if holders_of(w.root, group):
+        raise fail(errno.EBUSY)
+    type_dir = Path(os.path.realpath(d / "mdev_type"))
+    gdir = w.tree.group_dir(int(group))
+    for p in (
+        type_dir / "devices" / uid,
+        mdev_bus(w) / "devices" / uid,
+        mdev_bus(w) / "drivers" / "vfio_mdev" / uid,
+        gdir / "devices" / uid,
+        w.tree.devnode("vfio", group),
+    ):
+        unlink(p)
+    for child in sorted(d.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if child.is_symlink() or child.is_file():
+            child.unlink()
+        elif child.is_dir():
+            child.rmdir()
+    d.rmdir()
+    for child in list(gdir.rglob("*")):
+        if child.is_file():
+            child.unlink()
+    (gdir / "devices").rmdir()
+    gdir.rmdir()
+    parent = _parent_of_types(type_dir.parent, w)
+    refresh_available(type_dir.parent.parent, w.state.mdev_pools[parent or ""])
+
+
+REACTIONS = [
+    Reaction("mdev create", _create_match, create),
+    Reaction("mdev remove", _remove_match, remove),
+]

@@ -1,0 +1,208 @@
+"""Kernel reactions for PCI: SR-IOV VF creation and driver binding.
+
+Behaviour follows ``drivers/pci/iov.c``, ``drivers/pci/pci-sysfs.c`` and ``drivers/base/bus.c`` as
+summarised in shared/reference/sysfs-abi.md; cases marked (seen) there were observed on a real kernel
+and are checked against it by tests/realkernel.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from ..pci import BDF_RE
+from .kernel import Reaction, Write, fail
+from .tree import link, set_attr
+
+
+def _is_pci_dir(path: Path) -> bool:
+    return bool(BDF_RE.match(path.name)) and (path / "vendor").exists()
+
+
+def _attr(name: str) -> Callable[[Write], bool]:
+    return lambda w: w.path.name == name and _is_pci_dir(w.path.parent)
+
+
+def _driver_file(name: str) -> Callable[[Write], bool]:
+    def match(w: Write) -> bool:
+        rel = w.rel()
+        return len(rel) == 6 and rel[:4] == ("sys", "bus", "pci", "drivers") and rel[5] == name
+
+    return match
+
+
+def _read(path: Path) -> str:
+    return path.read_text().strip()
+
+
+def _override(w: Write, bdf: str) -> str | None:
+    value = _read(w.tree.device_dir(bdf) / "driver_override")
+    return None if value in ("", "(null)") else value
+
+
+def _ids(w: Write, bdf: str) -> tuple[str, str]:
+    d = w.tree.device_dir(bdf)
+    ids = f"{_read(d / 'vendor')[2:]}:{_read(d / 'device')[2:]}"
+    return ids, _read(d / "class")
+
+
+def probe(w: Write, bdf: str) -> None:
+    """What the driver core does for an unbound device: override first, else the match table."""
+    if w.tree.bound_driver(bdf):
+        return
+    override = _override(w, bdf)
+    if override is not None:
+        driver: str | None = override if w.tree.driver_dir(override).is_dir() else None
+    else:
+        driver = w.state.match_driver(*_ids(w, bdf))
+    if driver:
+        w.tree.bind(bdf, driver)
+
+
+# ----------------------------------------------------------------------------- SR-IOV
+def _vf_bdf(pf: str, offset: int, stride: int, n: int) -> str:
+    m = BDF_RE.match(pf)
+    assert m
+    dom, bus, dev, fn = (int(g, 16) for g in m.groups())
+    rid = (bus << 8 | dev << 3 | fn) + offset + stride * n
+    return f"{dom:04x}:{rid >> 8 & 0xFF:02x}:{rid >> 3 & 0x1F:02x}.{rid & 7}"
+
+
+def sriov_numvfs(w: Write) -> None:
+    pf_dir = w.path.parent
+    pf = pf_dir.name
+    try:
+        want = int(w.value, 0)
+    except ValueError:
+        raise fail(errno.EINVAL) from None
+    total = int(_read(pf_dir / "sriov_totalvfs"))
+    have = int(_read(pf_dir / "sriov_numvfs"))
+    if want < 0:
+        raise fail(errno.EINVAL)
+    if want == have:
+        return
+    if want > total:
+        raise fail(errno.ERANGE)
+    if not os.path.lexists(pf_dir / "driver"):
+        raise fail(errno.ENOENT)
+    if have and want:
+        raise fail(errno.EBUSY)
+    if want == 0:
+        for n in range(have):
+            vf = os.path.basename(os.readlink(pf_dir / f"virtfn{n}"))
+            w.tree.remove_pci_device(vf)
+            os.unlink(pf_dir / f"virtfn{n}")
+        set_attr(pf_dir / "sriov_numvfs", 0)
+        return
+    offset, stride = int(_read(pf_dir / "sriov_offset")), int(_read(pf_dir / "sriov_stride"))
+    vendor = _read(pf_dir / "vendor")[2:]
+    vf_ids = f"{vendor}:{_read(pf_dir / 'sriov_vf_device').zfill(4)}"
+    spec = dict(w.state.vf_models.get(vf_ids) or {"class": _read(pf_dir / "class")})
+    spec["ids"] = vf_ids
+    numa = int(_read(pf_dir / "numa_node"))
+    cpus = _read(pf_dir / "local_cpulist") if (pf_dir / "local_cpulist").exists() else None
+    autoprobe = _read(pf_dir / "sriov_drivers_autoprobe") == "1" and _read(w.tree.bus_pci / "drivers_autoprobe") == "1"
+    for n in range(want):
+        vf = _vf_bdf(pf, offset, stride, n)
+        group = w.state.next_group
+        w.state.next_group += 1
+        vf_dir = w.tree.add_pci_device(pf_dir.parent, vf, spec, None if numa < 0 else numa, cpus, group)
+        link(vf_dir / "physfn", pf_dir)
+        link(pf_dir / f"virtfn{n}", vf_dir)
+        if autoprobe:
+            probe(w, vf)
+    set_attr(pf_dir / "sriov_numvfs", want)
+
+
+def _bool_attr(w: Write) -> None:
+    value = w.value.lower()
+    if value in ("1", "y", "yes", "on", "true"):
+        set_attr(w.path, 1)
+    elif value in ("0", "n", "no", "off", "false"):
+        set_attr(w.path, 0)
+    else:
+        raise fail(errno.EINVAL)
+
+
+def driver_override(w: Write) -> None:
+    set_attr(w.path, w.value or "(null)")
+
+
+# ----------------------------------------------------------------------------- binding
+def _device_arg(w: Write) -> str:
+    bdf = w.value
+    if not BDF_RE.match(bdf) or not os.path.lexists(w.tree.device_link(bdf)):
+        raise fail(errno.ENODEV)
+    return bdf
+
+
+def unbind(w: Write) -> None:
+    bdf = _device_arg(w)
+    if w.tree.bound_driver(bdf) != w.path.parent.name:
+        raise fail(errno.ENODEV)
+    w.tree.unbind(bdf)
+
+
+def bind(w: Write) -> None:
+    bdf = _device_arg(w)
+    driver = w.path.parent.name
+    if w.tree.bound_driver(bdf):
+        raise fail(errno.EBUSY)
+    override = _override(w, bdf)
+    matches = override == driver if override is not None else w.state.match_driver(*_ids(w, bdf)) == driver
+    if not matches and _ids(w, bdf)[0] not in w.state.driver_ids.get(driver, []):
+        raise fail(errno.ENODEV)
+    w.tree.bind(bdf, driver)
+
+
+def drivers_probe(w: Write) -> None:
+    probe(w, _device_arg(w))
+
+
+def new_id(w: Write) -> None:
+    parts = w.value.split()
+    if len(parts) < 2 or not all(len(p) <= 4 for p in parts[:2]):
+        raise fail(errno.EINVAL)
+    try:
+        ids = f"{int(parts[0], 16):04x}:{int(parts[1], 16):04x}"
+    except ValueError:
+        raise fail(errno.EINVAL) from None
+    driver = w.path.parent.name
+    entries = w.state.driver_ids.setdefault(driver, [])
+    if ids in entries:
+        raise fail(errno.EEXIST)
+    entries.insert(0, ids)
+    for bdf in w.tree.all_bdfs():
+        if not w.tree.bound_driver(bdf) and _ids(w, bdf)[0] == ids and _override(w, bdf) in (None, driver):
+            w.tree.bind(bdf, driver)
+
+
+def remove_id(w: Write) -> None:
+    parts = w.value.split()
+    try:
+        ids = f"{int(parts[0], 16):04x}:{int(parts[1], 16):04x}"
+    except (ValueError, IndexError):
+        raise fail(errno.EINVAL) from None
+    entries = w.state.driver_ids.get(w.path.parent.name, [])
+    if ids not in entries:
+        raise fail(errno.ENODEV)
+    entries.remove(ids)
+
+
+def _bus_file(name: str) -> Callable[[Write], bool]:
+    return lambda w: w.rel() == ("sys", "bus", "pci", name)
+
+
+REACTIONS = [
+    Reaction("sriov_numvfs", _attr("sriov_numvfs"), sriov_numvfs),
+    Reaction("sriov_drivers_autoprobe", _attr("sriov_drivers_autoprobe"), _bool_attr),
+    Reaction("driver_override", _attr("driver_override"), driver_override),
+    Reaction("unbind", _driver_file("unbind"), unbind),
+    Reaction("bind", _driver_file("bind"), bind),
+    Reaction("new_id", _driver_file("new_id"), new_id),
+    Reaction("remove_id", _driver_file("remove_id"), remove_id),
+    Reaction("drivers_probe", _bus_file("drivers_probe"), drivers_probe),
+    Reaction("drivers_autoprobe", _bus_file("drivers_autoprobe"), _bool_attr),
+]

@@ -1,0 +1,109 @@
+"""PCIe topology computed from device records (no I/O): the tree and the relationship matrix.
+
+Port roles are read from the hierarchy: a bridge directly below a host bridge is a root port, a
+bridge below a root port or a downstream port is a switch upstream port, and a bridge below an
+upstream port is a downstream port. Relationships use ``nvidia-smi topo -m`` vocabulary:
+
+* ``X``    the same device
+* ``PIX``  through at most one PCIe switch
+* ``PXB``  through several switches, without the host bridge
+* ``PHB``  through one PCIe host bridge (same root complex)
+* ``NODE`` across host bridges within one NUMA node
+* ``SYS``  across NUMA nodes (the SMP interconnect)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .pci import PciDevice
+
+RANK = {"X": 0, "PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
+
+
+def port_roles(devices: list[PciDevice]) -> dict[str, str]:
+    """BDF -> root-port | switch-upstream | switch-downstream for every bridge."""
+    by_bdf = {d.bdf: d for d in devices}
+    roles: dict[str, str] = {}
+    for d in devices:
+        if d.kind != "bridge":
+            continue
+        if not d.parents:
+            roles[d.bdf] = "root-port"
+            continue
+        parent_role = roles.get(d.parents[-1]) or _role_of(by_bdf, d.parents[-1], roles)
+        roles[d.bdf] = "switch-downstream" if parent_role == "switch-upstream" else "switch-upstream"
+    return roles
+
+
+def _role_of(by_bdf: dict[str, PciDevice], bdf: str, roles: dict[str, str]) -> str:
+    dev = by_bdf.get(bdf)
+    if dev is None or not dev.parents:
+        roles[bdf] = "root-port"
+        return "root-port"
+    parent = roles.get(dev.parents[-1]) or _role_of(by_bdf, dev.parents[-1], roles)
+    roles[bdf] = "switch-downstream" if parent == "switch-upstream" else "switch-upstream"
+    return roles[bdf]
+
+
+def _switches(dev: PciDevice, roles: dict[str, str]) -> list[str]:
+    return [p for p in dev.parents if roles.get(p) == "switch-upstream"]
+
+
+def relation(a: PciDevice, b: PciDevice, roles: dict[str, str]) -> str:
+    if a.bdf == b.bdf:
+        return "X"
+    if a.host_bridge != b.host_bridge:
+        if a.numa_node is not None and a.numa_node == b.numa_node:
+            return "NODE"
+        return "SYS"
+    sa, sb = _switches(a, roles), _switches(b, roles)
+    common = 0
+    while common < min(len(sa), len(sb)) and sa[common] == sb[common]:
+        common += 1
+    if common == 0:
+        same_port = bool(a.parents and b.parents and a.parents[0] == b.parents[0])
+        return "PIX" if same_port and not sa and not sb else "PHB"
+    traversed = (len(sa) - common) + (len(sb) - common) + 1
+    return "PIX" if traversed == 1 else "PXB"
+
+
+@dataclass
+class Node:
+    device: PciDevice | None
+    label: str  # host bridge name for roots
+    role: str | None = None
+    children: list[Node] = field(default_factory=list)
+
+    def to_dict(self, aliases: dict[str, str]) -> dict[str, Any]:
+        if self.device is None:
+            return {"host_bridge": self.label, "children": [c.to_dict(aliases) for c in self.children]}
+        d = self.device.to_dict()
+        d["alias"] = aliases.get(self.device.bdf)
+        if self.role:
+            d["role"] = self.role
+        d["children"] = [c.to_dict(aliases) for c in self.children]
+        return d
+
+
+def build_tree(devices: list[PciDevice]) -> list[Node]:
+    """Roots (one per host bridge) with devices nested under their parent bridge; VFs under their PF."""
+    roles = port_roles(devices)
+    roots: dict[str, Node] = {}
+    nodes: dict[str, Node] = {}
+    for d in devices:
+        nodes[d.bdf] = Node(d, d.bdf, roles.get(d.bdf))
+    for d in devices:
+        if d.host_bridge not in roots:
+            roots[d.host_bridge] = Node(None, d.host_bridge)
+        holder = nodes.get(d.physfn) if d.physfn else None
+        if holder is None and d.parents:
+            holder = nodes.get(d.parents[-1])
+        (holder or roots[d.host_bridge]).children.append(nodes[d.bdf])
+    return [roots[k] for k in sorted(roots)]
+
+
+def matrix(rows: list[PciDevice], cols: list[PciDevice], all_devices: list[PciDevice]) -> list[list[str]]:
+    roles = port_roles(all_devices)
+    return [[relation(a, b, roles) for b in cols] for a in rows]
