@@ -374,7 +374,11 @@ class RealKernel:
                     notes.append(f"mtty unavailable: {exc}")
             initrd = build_initrd(cfg.cache_dir, kdir, abi, mtty_ko)
         self.assets = Assets(
-            abi=abi, vmlinuz=kdir / "boot" / f"vmlinuz-{abi}-amd64", initrd=initrd, mtty=mtty_ko is not None, notes=notes
+            abi=abi,
+            vmlinuz=kdir / "boot" / f"vmlinuz-{abi}-amd64",
+            initrd=initrd,
+            mtty=mtty_ko is not None,
+            notes=notes,
         )
         return self.assets
 
