@@ -152,7 +152,10 @@ def _bind_step(host: Host, pf: PfInfo, index: int, expected: str, probe_on_resto
 
 
 def _unbind_step(host: Host, vf: VfInfo) -> Step:
-    return Step(f"unbind VF {vf.index} ({vf.bdf}) from {vf.driver}", lambda txn: binding.unbind_from(host, txn, vf.bdf))
+    def apply(txn: Transaction) -> None:
+        binding.unbind_from(host, txn, vf.bdf)
+
+    return Step(f"unbind VF {vf.index} ({vf.bdf}) from {vf.driver}", apply)
 
 
 def plan_enable(
