@@ -146,14 +146,21 @@ def unbind(w: Write) -> None:
 
 
 def bind(w: Write) -> None:
+    # The kernel's bind_store: the driver must match the device (driver_override first, then the id
+    # table), else ENODEV, even for a bound device (seen); only a matching driver gets EBUSY when bound.
     bdf = _device_arg(w)
     driver = w.path.parent.name
+    override = _override(w, bdf)
+    if override is not None:
+        matches = override == driver
+    else:
+        ids, class_code = _ids(w, bdf)
+        cls = f"class:{class_code.lower().removeprefix('0x')[:4]}"
+        matches = any(entry in (ids, cls) for entry in w.state.driver_ids.get(driver, []))
+    if not matches:
+        raise fail(errno.ENODEV)
     if w.tree.bound_driver(bdf):
         raise fail(errno.EBUSY)
-    override = _override(w, bdf)
-    matches = override == driver if override is not None else w.state.match_driver(*_ids(w, bdf)) == driver
-    if not matches and _ids(w, bdf)[0] not in w.state.driver_ids.get(driver, []):
-        raise fail(errno.ENODEV)
     w.tree.bind(bdf, driver)
 
 
