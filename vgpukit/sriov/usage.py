@@ -72,7 +72,7 @@ class OpenFiles:
         return out
 
     def holders(self, node: str) -> list[tuple[int, str]]:
-        """(pid, comm) of processes holding the host path ``node`` (as the host shows it, e.g. dev/vfio/12 under the root)."""
+        """(pid, comm) of processes holding ``node``, a host path as displayed (vfio group 12: dev/vfio/12)."""
         if self._by_target is None:
             self._by_target = self._scan()
         return self._by_target.get(node, [])
