@@ -187,3 +187,23 @@ def test_held_vf_blocks_unbind_and_restore_unless_forced(sim_dir: Path, run_cli:
     assert r.exit_code == 4
     r = run_cli(sim_dir, "bind", "0000:05:00.2", "--restore", "--force", "--json")
     assert r.exit_code == 0 and as_json(r)["device"]["driver"] == "mlx5_core"  # the kernel default, via probe
+
+
+def test_vf_assigned_to_a_libvirt_domain_is_in_use(sim_dir: Path, run_cli: Run, tmp_path: Path) -> None:
+    pytest.importorskip("libvirt")
+    pytest.importorskip("vgpukit.attach.libvirt_facade")
+    node = tmp_path / "node.xml"
+    node.write_text(
+        "<node><domain type='kvm'><name>web1</name><memory unit='MiB'>1024</memory>"
+        "<os><type arch='x86_64' machine='q35'>hvm</type></os><devices>"
+        "<hostdev mode='subsystem' type='pci' managed='yes'><source>"
+        "<address domain='0x0000' bus='0x05' slot='0x00' function='0x3'/></source></hostdev>"
+        "</devices></domain></node>"
+    )
+    uri = f"test://{node}"
+    assert run_cli(sim_dir, "sriov", "enable", "nic0", "--vfs", "2").exit_code == 0
+    doc = as_json(run_cli(sim_dir, "sriov", "list", "nic0", "--libvirt", uri, "--json"))
+    assert [v["in_use"] for v in doc["pfs"][0]["vfs"]] == [False, True]
+    assert doc["pfs"][0]["vfs"][1]["users"][0] == {"kind": "libvirt", "ref": "web1", "detail": "running"}
+    r = run_cli(sim_dir, "sriov", "disable", "nic0", "--libvirt", uri)
+    assert r.exit_code == 4 and "libvirt domain web1" in r.output

@@ -82,9 +82,18 @@ def sriov() -> None:
     """
 
 
+libvirt_option = click.option(
+    "--libvirt",
+    "libvirt_uri",
+    metavar="URI",
+    envvar="VGPUKIT_LIBVIRT_URI",
+    help="Also count VFs assigned to domains of this libvirt (qemu:///system; env VGPUKIT_LIBVIRT_URI).",
+)
+
+
 @sriov.command("list")
 @click.argument("pf", required=False)
-@click.option("--libvirt", "libvirt_uri", metavar="URI", help="Also report VFs assigned to domains of this libvirt.")
+@libvirt_option
 @json_option
 @click.pass_obj
 def list_cmd(app: App, pf: str | None, libvirt_uri: str | None) -> None:
@@ -116,12 +125,22 @@ def _report(app: App, kind: str, plan: list[str], pf_name: str, extra: dict[str,
 @click.option("--no-autoprobe", is_flag=True, help="Turn the PF's sriov_drivers_autoprobe off (persistently).")
 @click.option("--force", is_flag=True, help="Go through 0 even when current VFs are in use.")
 @click.option("--timeout", type=float, default=10.0, show_default=True, help="Seconds to wait for the VFs to appear.")
+@libvirt_option
 @json_option
 @dry_run_option
 @click.pass_obj
-def enable(app: App, pf: str, count: int, driver: str, no_autoprobe: bool, force: bool, timeout: float) -> None:
+def enable(
+    app: App,
+    pf: str,
+    count: int,
+    driver: str,
+    no_autoprobe: bool,
+    force: bool,
+    timeout: float,
+    libvirt_uri: str | None,
+) -> None:
     """Have exactly --vfs VFs on PF, bound as --driver says (idempotent)."""
-    info = _pf(app, pf, OpenFiles(app.host))
+    (info,) = _with_libvirt([_pf(app, pf, OpenFiles(app.host))], libvirt_uri)
     steps = ops.plan_enable(app.host, info, count, driver, no_autoprobe, force, timeout)
     if not app.dry_run:
         ops.apply(steps)
@@ -131,12 +150,13 @@ def enable(app: App, pf: str, count: int, driver: str, no_autoprobe: bool, force
 @sriov.command("disable")
 @click.argument("pf")
 @click.option("--force", is_flag=True, help="Disable even when VFs are in use.")
+@libvirt_option
 @json_option
 @dry_run_option
 @click.pass_obj
-def disable(app: App, pf: str, force: bool) -> None:
+def disable(app: App, pf: str, force: bool, libvirt_uri: str | None) -> None:
     """Remove every VF of PF (refused while one is in use, unless --force)."""
-    info = _pf(app, pf, OpenFiles(app.host))
+    (info,) = _with_libvirt([_pf(app, pf, OpenFiles(app.host))], libvirt_uri)
     steps = ops.plan_disable(app.host, info, force)
     if not app.dry_run:
         ops.apply(steps)
