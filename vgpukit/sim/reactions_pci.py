@@ -70,13 +70,30 @@ def _vf_bdf(pf: str, offset: int, stride: int, n: int) -> str:
     return f"{dom:04x}:{rid >> 8 & 0xFF:02x}:{rid >> 3 & 0x1F:02x}.{rid & 7}"
 
 
+def kstrtou16(data: str) -> int:
+    """The kernel's ``kstrtou16(buf, 0, ...)``: one optional trailing newline, ``+``, 0x/0 prefixes (seen:
+    " 1 " and "-1" are EINVAL, "abc" EINVAL)."""
+    text = data[:-1] if data.endswith("\n") else data
+    text = text.removeprefix("+")
+    if text[:2].lower() == "0x":
+        digits, base = text[2:], 16
+    elif text.startswith("0") and len(text) > 1:
+        digits, base = text[1:], 8
+    else:
+        digits, base = text, 10
+    allowed = "0123456789abcdefABCDEF"[: base if base != 16 else 22]
+    if not digits or any(c not in allowed for c in digits):
+        raise fail(errno.EINVAL)
+    value = int(digits, base)
+    if value > 0xFFFF:
+        raise fail(errno.ERANGE)
+    return value
+
+
 def sriov_numvfs(w: Write) -> None:
     pf_dir = w.path.parent
     pf = pf_dir.name
-    try:
-        want = int(w.value, 0)
-    except ValueError:
-        raise fail(errno.EINVAL) from None
+    want = kstrtou16(w.data)
     total = int(_read(pf_dir / "sriov_totalvfs"))
     have = int(_read(pf_dir / "sriov_numvfs"))
     if want < 0:
