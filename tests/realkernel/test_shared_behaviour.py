@@ -31,7 +31,11 @@ def test_kernel_rejects_counts_it_cannot_do(target: Target) -> None:
     assert target.write(numvfs, str(TOTAL_VFS + 1)) == "ERANGE"
     assert target.write(numvfs, "abc") == "EINVAL"
     assert target.write(numvfs, "-1") == "EINVAL"
+    assert target.write(numvfs, " 1 \n") == "EINVAL"  # kstrtou16: only one trailing newline is allowed
     assert target.num_vfs() == 0
+    assert target.write(numvfs, "0x2\n") is None  # base 0: hex accepted
+    assert target.num_vfs() == 2
+    assert target.write(numvfs, "0") is None
 
 
 def test_kernel_needs_a_pf_driver_for_sriov(target: Target) -> None:
