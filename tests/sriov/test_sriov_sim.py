@@ -207,3 +207,17 @@ def test_vf_assigned_to_a_libvirt_domain_is_in_use(sim_dir: Path, run_cli: Run, 
     assert doc["pfs"][0]["vfs"][1]["users"][0] == {"kind": "libvirt", "ref": "web1", "detail": "running"}
     r = run_cli(sim_dir, "sriov", "disable", "nic0", "--libvirt", uri)
     assert r.exit_code == 4 and "libvirt domain web1" in r.output
+
+
+def test_restore_without_record_is_idempotent(sim_dir: Path, run_cli: Run) -> None:
+    r = run_cli(sim_dir, "bind", "gpu0", "--restore", "--json")
+    assert r.exit_code == 0 and as_json(r)["plan"] == [] and as_json(r)["device"]["driver"] == "nvidia"
+    # moved by hand (not through vgpukit): restore clears the override and lets the kernel choose
+    h = sim_host(sim_dir)
+    gpu = "0000:03:00.0"
+    h.write(h.pci_device(gpu, "driver_override"), "vfio-pci")
+    h.write(h.pci_driver("nvidia", "unbind"), gpu)
+    h.write(h.sys("bus", "pci", "drivers_probe"), gpu)
+    r = run_cli(sim_dir, "bind", "gpu0", "--restore", "--json")
+    assert r.exit_code == 0 and as_json(r)["device"]["driver"] == "nvidia", r.output
+    assert as_json(r)["device"]["driver_override"] is None

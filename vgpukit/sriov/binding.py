@@ -69,11 +69,22 @@ def set_override(host: Host, bdf: str, value: str | None) -> None:
         host.write(host.pci_device(bdf, "driver_override"), value or "\n")
 
 
+def satisfied(rec: Remembered, driver: str | None, override: str | None) -> bool:
+    """Is a device on ``driver`` with ``override`` already where ``rec`` says it belongs?"""
+    if override != rec.override:
+        return False
+    if rec.driver:
+        return driver == rec.driver
+    if rec.probe:  # "the kernel's choice": any driver the kernel picked by itself
+        return driver not in (None, VFIO)
+    return driver is None
+
+
 def put_back(host: Host, rec: Remembered) -> None:
     """Best effort to reach ``rec``'s state from whatever state the device is in now."""
     set_override(host, rec.bdf, rec.override)
     cur = current_driver(host, rec.bdf)
-    if cur == rec.driver and (cur or not rec.probe):
+    if satisfied(rec, cur, rec.override):
         return
     if cur:
         host.write(host.pci_driver(cur, "unbind"), rec.bdf)
@@ -153,7 +164,7 @@ def restore(host: Host, txn: Transaction, bdf: str) -> Remembered:
     """Put ``bdf`` back on its remembered driver (or the kernel's choice when nothing is remembered)."""
     rec = remembered(host, bdf) or Remembered(bdf, None, None, probe=True)
     before = Remembered(bdf, current_driver(host, bdf), current_override(host, bdf))
-    if before.driver == rec.driver and before.override == rec.override and (rec.driver or not rec.probe):
+    if satisfied(rec, before.driver, before.override):
         forget(host, bdf)
         return rec
     txn.on_failure(f"put {bdf} back on {before.describe()}", lambda: put_back(host, before))

@@ -222,7 +222,7 @@ def bind(app: App, device: str, driver: str | None, restore: bool, force: bool) 
     else:
         rec = binding.remembered(host, bdf) or binding.Remembered(bdf, None, None, probe=True)
         current = binding.Remembered(bdf, cur, binding.current_override(host, bdf))
-        same = current.driver == rec.driver and current.override == rec.override and (rec.driver or not rec.probe)
+        same = binding.satisfied(rec, current.driver, current.override)
         plan = [] if same else [f"put {bdf} back on {rec.describe()} (was {cur or 'unbound'})"]
         if plan:
             _refuse_if_in_use(app, bdf, force, f"cannot move {device}")
