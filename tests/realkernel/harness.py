@@ -246,6 +246,10 @@ def _extract_kernel(cache: Path, abi: str) -> Path:
     try:
         _check(_run(["dpkg-deb", "-x", str(deb), str(tmp)]), "dpkg-deb -x")
         _check(_run(["depmod", "-b", str(tmp), f"{abi}-amd64"]), "depmod")
+        keep = set(_module_files(tmp, abi, GUEST_MODULES))
+        for ko in (tmp / "lib" / "modules").rglob("*.ko"):  # ~400 MB of modules the guest never loads
+            if ko not in keep:
+                ko.unlink()
         (tmp / ".complete").touch()
         if kdir.exists():
             shutil.rmtree(kdir)
@@ -253,6 +257,7 @@ def _extract_kernel(cache: Path, abi: str) -> Path:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+    deb.unlink(missing_ok=True)  # extracted and pruned: the .deb is not needed any more
     return kdir
 
 
@@ -283,6 +288,7 @@ def build_mtty(cache: Path, abi: str, install: bool) -> Path:
         _check(_run(["make", "-s", "-C", str(headers), f"M={work}", "modules"]), "building mtty.ko")
         shutil.copy2(work / "mtty.ko", str(ko) + ".tmp")
         os.replace(str(ko) + ".tmp", ko)
+        src_deb.unlink(missing_ok=True)  # 140 MB, only mtty.c was needed
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return ko
