@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -185,6 +186,16 @@ class Host:
         """Last component of a symlink's target (``driver`` -> ``vfio-pci``), or None."""
         target = self.readlink(path)
         return os.path.basename(target.rstrip("/")) if target else None
+
+    def char_device(self, path: Path) -> tuple[int, int] | None:
+        """(major, minor) of a character device node, or None (absent, or not a real node)."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        if not stat.S_ISCHR(st.st_mode):
+            return None
+        return os.major(st.st_rdev), os.minor(st.st_rdev)
 
     def resolve(self, path: Path) -> Path:
         """Canonical path, which must stay inside the root."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,18 @@ def test_reads(tmp_path: Path) -> None:
     assert h.listdir(tmp_path / "missing") == []
     with pytest.raises(NotFound):
         h.read(tmp_path / "missing")
+
+
+def test_char_device_numbers_only_for_real_nodes(tmp_path: Path) -> None:
+    h = Host(tmp_path)
+    plain = tmp_path / "dev" / "nvidia0"
+    plain.parent.mkdir()
+    plain.write_text("simulated")
+    assert h.char_device(plain) is None
+    assert h.char_device(tmp_path / "dev" / "missing") is None
+    node = tmp_path / "dev" / "null"
+    try:
+        os.mknod(node, 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # the harmless null device
+    except PermissionError:
+        pytest.skip("mknod needs root")
+    assert h.char_device(node) == (1, 3)

@@ -13,7 +13,7 @@ import yaml
 
 from ..errors import Conflict, InvalidInput, NotFound
 from .state import KernelState, sim_meta_dir
-from .tree import RW, SimTree, link, make_char_node, write_attr
+from .tree import RW, SimTree, link, make_devnode, write_attr
 
 PROFILE_KEYS = {
     "version",
@@ -69,7 +69,7 @@ class Builder:
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         write_attr(self.tree.bus_pci / "drivers_probe", "", 0o200)
         write_attr(self.tree.bus_pci / "drivers_autoprobe", 1, RW)
-        make_char_node(self.tree.devnode("vfio", "vfio"), 10, 196)
+        make_devnode(self.tree.devnode("vfio", "vfio"), 10, 196)
         for drv, ids in self.profile.get("drivers", {}).items():
             self.tree.add_driver(drv)
             self.state.driver_ids[drv] = list(ids)
@@ -142,11 +142,11 @@ class Builder:
     def _gpu_nodes(self) -> None:
         if not self.gpus:
             return
-        make_char_node(self.tree.devnode("nvidiactl"), 195, 255)
-        make_char_node(self.tree.devnode("nvidia-uvm"), 510, 0)
-        make_char_node(self.tree.devnode("nvidia-uvm-tools"), 510, 1)
+        make_devnode(self.tree.devnode("nvidiactl"), 195, 255)
+        make_devnode(self.tree.devnode("nvidia-uvm"), 510, 0)
+        make_devnode(self.tree.devnode("nvidia-uvm-tools"), 510, 1)
         for i, _gpu in enumerate(self.gpus):
-            make_char_node(self.tree.devnode(f"nvidia{i}"), 195, i)
+            make_devnode(self.tree.devnode(f"nvidia{i}"), 195, i)
 
 
 def init_sim(root: Path, profile_name: str, force: bool = False) -> dict[str, Any]:

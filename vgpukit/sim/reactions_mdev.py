@@ -92,9 +92,9 @@ def create(w: Write) -> None:
     group = w.state.next_group
     w.state.next_group += 1
     w.tree.join_group(uid, d, group)
-    from .tree import make_char_node
+    from .tree import make_devnode
 
-    make_char_node(w.tree.devnode("vfio", str(group)), 243, group)
+    make_devnode(w.tree.devnode("vfio", str(group)), 243, group)
     for rel, value in (pool["types"][type_id].get("attrs") or {}).items():
         write_attr(d / rel, value)
     refresh_available(parent_dir, pool)

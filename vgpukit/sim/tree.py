@@ -48,15 +48,15 @@ def is_writable(path: Path) -> bool:
     return bool(path.stat().st_mode & 0o222)
 
 
-def make_char_node(path: Path, major: int, minor: int) -> None:
-    """A character device node when we may create one (root), else a plain file."""
+def make_devnode(path: Path, major: int, minor: int) -> None:
+    """A simulated device node: a plain file naming the numbers it stands for.
+
+    Never a real character device: on a GPU host, 195:0 *is* the real /dev/nvidia0, and nothing
+    done on a simulated host may reach real hardware.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    if os.path.lexists(path):
-        return
-    try:
-        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
-    except (PermissionError, OSError):
-        path.write_text("")
+    if not os.path.lexists(path):
+        path.write_text(f"simulated character device {major}:{minor}\n")
 
 
 @dataclass
@@ -167,7 +167,7 @@ class SimTree:
         link(self.driver_dir(driver) / bdf, d)
         if driver == "vfio-pci":
             group = os.path.basename(os.readlink(d / "iommu_group"))
-            make_char_node(self.devnode("vfio", group), 243, int(group))
+            make_devnode(self.devnode("vfio", group), 243, int(group))
 
     def unbind(self, bdf: str) -> None:
         drv = self.bound_driver(bdf)

@@ -1,0 +1,183 @@
+"""Every template: golden output, libvirt's RelaxNG schema, and libvirt's own parser (test:///)."""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from vgpukit.attach.checks import device_keys
+from vgpukit.attach.model import (
+    Device,
+    DomainSpec,
+    Firmware,
+    HostdevInterface,
+    MdevHostdev,
+    PciAddress,
+    PciHostdev,
+    Placement,
+)
+from vgpukit.attach.templates import TemplateSet
+from vgpukit.errors import InvalidInput, NotFound
+from vgpukit.host import Host
+
+from .conftest import libvirt_or_skip, validate_domain_xml, wrap_device
+
+GOLDEN = Path(__file__).parent / "golden"
+VF = PciAddress.from_bdf("0000:3b:02.1")
+
+DEVICES: dict[str, Device] = {
+    "hostdev-pci-managed": PciHostdev(VF, managed=True),
+    "hostdev-pci-unmanaged": PciHostdev(VF, managed=False),
+    "hostdev-mdev": MdevHostdev("c2177883-f1bb-47f0-914d-32a22e3a8804"),
+    "interface-hostdev": HostdevInterface(PciAddress.from_bdf("0000:5e:02.1"), mac="52:54:00:6b:3c:58", vlan=42),
+    "interface-hostdev-plain": HostdevInterface(PciAddress.from_bdf("0000:5e:02.1")),
+}
+
+DOMAINS: dict[str, DomainSpec] = {
+    "domain-efi-pinned": DomainSpec(
+        name="vgpu-vm",
+        memory_mib=8192,
+        vcpus=4,
+        devices=(DEVICES["hostdev-pci-unmanaged"], DEVICES["hostdev-mdev"], DEVICES["interface-hostdev"]),
+        firmware=Firmware("efi"),
+        placement=Placement(numa_node=1, cpuset="8-15", pins=((0, 8), (1, 9), (2, 10), (3, 11))),
+        hugepages=True,
+    ),
+    "domain-pflash-floating": DomainSpec(
+        name="vm2",
+        memory_mib=4096,
+        vcpus=16,
+        devices=(PciHostdev(PciAddress.from_bdf("0000:3b:00.0")),),
+        firmware=Firmware("pflash", "/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"),
+        placement=Placement(numa_node=0, cpuset="0-7"),
+    ),
+    "domain-bios-bare": DomainSpec(name="bare", memory_mib=1024, vcpus=1),
+}
+
+
+@pytest.fixture
+def tpl(tmp_path: Path) -> TemplateSet:
+    return TemplateSet(Host(tmp_path))
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / f"{name}.xml"
+    if os.environ.get("VGPUKIT_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"{name} differs from {path} (VGPUKIT_UPDATE_GOLDEN=1 to accept)"
+
+
+@pytest.mark.parametrize("name", sorted(DEVICES))
+def test_device_golden_and_schema(name: str, tpl: TemplateSet, tmp_path: Path) -> None:
+    xml = tpl.device(DEVICES[name])
+    check_golden(name, xml)
+    validate_domain_xml(wrap_device(xml), tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(DOMAINS))
+def test_domain_golden_and_schema(name: str, tpl: TemplateSet, tmp_path: Path) -> None:
+    xml = tpl.domain(DOMAINS[name])
+    check_golden(name, xml)
+    validate_domain_xml(xml, tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(DOMAINS))
+def test_domain_roundtrips_through_libvirt(name: str, tpl: TemplateSet) -> None:
+    libvirt = libvirt_or_skip()
+    spec = DOMAINS[name]
+    conn = libvirt.open("test:///default")
+    try:
+        dom = conn.defineXML(tpl.domain(spec))
+        back = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+    finally:
+        conn.close()
+    assert set(device_keys(back)) == {d.key() for d in spec.devices}
+    root = ET.fromstring(back)
+    assert root.findtext("name") == spec.name
+    assert root.findtext("vcpu") == str(spec.vcpus)
+    assert len(root.findall("cputune/vcpupin")) == len(spec.placement.pins)
+    if spec.placement.numa_node is not None:
+        assert root.find("numatune/memory").get("nodeset") == str(spec.placement.numa_node)  # type: ignore[union-attr]
+    assert (root.find("memoryBacking/hugepages") is not None) == spec.hugepages
+    os_el = root.find("os")
+    assert os_el is not None
+    assert (os_el.get("firmware") == "efi") == (spec.firmware.kind == "efi")
+    if spec.firmware.kind == "pflash":
+        assert os_el.findtext("loader") == spec.firmware.loader
+    iface = root.find("devices/interface")
+    if iface is not None:
+        assert iface.find("mac").get("address") == "52:54:00:6b:3c:58"  # type: ignore[union-attr]
+        assert iface.find("vlan/tag").get("id") == "42"  # type: ignore[union-attr]
+
+
+def test_each_device_roundtrips_alone(tpl: TemplateSet) -> None:
+    libvirt = libvirt_or_skip()
+    conn = libvirt.open("test:///default")
+    try:
+        for name, dev in DEVICES.items():
+            back = conn.defineXML(wrap_device(tpl.device(dev)).replace("wrap", name)).XMLDesc(0)
+            assert list(device_keys(back)) == [dev.key()], name
+            el = ET.fromstring(back).find("devices")[0]  # type: ignore[index]
+            if isinstance(dev, PciHostdev):
+                assert el.get("managed") == ("yes" if dev.managed else "no")
+    finally:
+        conn.close()
+
+
+def test_user_override_wins(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    over = host.config_dir("templates", "libvirt", "hostdev-mdev.xml.j2")
+    over.parent.mkdir(parents=True)
+    over.write_text("<hostdev mode='subsystem' type='mdev' model='vfio-ccw'><source><address uuid='{{ dev.uuid }}'/>"
+                    "</source></hostdev>")  # fmt: skip
+    tpl = TemplateSet(host)
+    assert "vfio-ccw" in tpl.device(MdevHostdev("c2177883-f1bb-47f0-914d-32a22e3a8804"))
+    assert tpl.origin("libvirt/hostdev-mdev.xml.j2") == str(over)
+    assert "managed='yes'" in tpl.device(PciHostdev(VF))  # others still come from the shipped set
+
+
+def test_override_with_unknown_field_is_an_error(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    over = host.config_dir("templates", "libvirt", "hostdev-pci.xml.j2")
+    over.parent.mkdir(parents=True)
+    over.write_text("<hostdev>{{ dev.rom_bar }}</hostdev>")
+    with pytest.raises(InvalidInput, match="failed to render"):
+        TemplateSet(host).device(PciHostdev(VF))
+
+
+def test_missing_template_is_not_found(tpl: TemplateSet) -> None:
+    with pytest.raises(NotFound):
+        tpl.render("libvirt/nope.xml.j2")
+
+
+def test_values_are_escaped(tpl: TemplateSet) -> None:
+    # names are validated, but the template must not trust the model either
+    spec = DomainSpec(name="ok", memory_mib=128, vcpus=1)
+    object.__setattr__(spec, "name", "a<b&'c")
+    root = ET.fromstring(tpl.domain(spec))
+    assert root.findtext("name") == "a<b&'c"
+
+
+@pytest.mark.parametrize(
+    ("kw", "msg"),
+    [({"name": "bad name"}, "domain name"), ({"memory_mib": 10}, "too small"), ({"vcpus": 0}, "vcpus")],
+)
+def test_domain_spec_validation(kw: dict[str, object], msg: str) -> None:
+    base: dict[str, object] = {"name": "vm", "memory_mib": 1024, "vcpus": 1} | kw
+    with pytest.raises(InvalidInput, match=msg):
+        DomainSpec(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("mac", "vlan"), [("52:54:00:zz:00:01", None), (None, 5000)])
+def test_interface_validation(mac: str | None, vlan: int | None) -> None:
+    with pytest.raises(InvalidInput):
+        HostdevInterface(VF, mac=mac, vlan=vlan)
+
+
+def test_schema_validation_can_fail(tmp_path: Path) -> None:
+    bad = wrap_device("<hostdev mode='subsystem' type='pci' managed='maybe'><source/></hostdev>")
+    with pytest.raises(AssertionError):
+        validate_domain_xml(bad, tmp_path)

@@ -1,0 +1,128 @@
+"""Checks before a device goes to a VM: IOMMU group viability, and who already holds it.
+
+A VFIO user gets whole IOMMU groups. A group is viable when every *other* member is bound to
+``vfio-pci`` (or a vendor VFIO variant, whose driver name contains ``vfio``), is unbound, or is a
+PCI bridge / root port (``pcieport``).
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from ..errors import Busy, Conflict, InvalidInput, VgpukitError
+from ..host import Host
+from ..pci import kind_of
+from .devices import Target
+from .model import PciAddress
+
+HARMLESS_DRIVERS = ("pcieport", "shpchp")
+
+
+def _member_ok(host: Host, bdf: str) -> tuple[bool, str | None]:
+    driver = host.link_name(host.pci_device(bdf, "driver"))
+    if driver is None or "vfio" in driver or driver in HARMLESS_DRIVERS:
+        return True, driver
+    cls = host.read_int(host.pci_device(bdf, "class"), 0) or 0
+    vendor = host.read_int(host.pci_device(bdf, "vendor"), 0) or 0
+    return kind_of(cls, vendor) == "bridge", driver
+
+
+def check_iommu(host: Host, target: Target) -> None:
+    """Conflict unless the target's IOMMU group can be handed to VFIO as a whole."""
+    if target.iommu_group is None:
+        what = "mdev" if target.kind == "mdev" else "device"
+        raise Conflict(
+            f"{what} {target.label} has no IOMMU group",
+            device=target.label,
+            hint="enable the IOMMU (intel_iommu=on / amd_iommu=on) and load vfio",
+        )
+    if target.kind == "mdev":
+        return  # an mdev's group holds only itself
+    members = host.listdir(host.sys("kernel", "iommu_groups", str(target.iommu_group), "devices"))
+    for bdf in members:
+        if bdf == target.bdf:
+            continue
+        ok, driver = _member_ok(host, bdf)
+        if not ok:
+            raise Conflict(
+                f"IOMMU group {target.iommu_group} of {target.label} is not viable: {bdf} is bound to {driver}",
+                device=target.label,
+                hint=f"bind {bdf} to vfio-pci (vgpukit bind {bdf} vfio-pci) or unbind it",
+            )
+
+
+def device_keys(xml: str) -> dict[str, ET.Element]:
+    """``pci:<bdf>`` / ``mdev:<uuid>`` -> element, for every passed-through device in a domain's XML."""
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError as exc:
+        raise InvalidInput(f"cannot parse domain XML: {exc}") from exc
+    out: dict[str, ET.Element] = {}
+    devices = root.find("devices")
+    if devices is None:
+        return out
+    for el in devices:
+        key = element_key(el)
+        if key:
+            out[key] = el
+    return out
+
+
+def element_key(el: ET.Element) -> str | None:
+    """The identity of a ``<hostdev>`` / ``<interface type='hostdev'>`` element, or None."""
+    if el.tag == "hostdev" and el.get("mode", "subsystem") == "subsystem":
+        addr = el.find("source/address")
+        if addr is None:
+            return None
+        if el.get("type") == "mdev":
+            uuid = addr.get("uuid")
+            return f"mdev:{uuid.lower()}" if uuid else None
+        if el.get("type") == "pci":
+            return _pci_key(addr)
+    if el.tag == "interface" and el.get("type") == "hostdev":
+        addr = el.find("source/address")
+        if addr is not None and addr.get("type", "pci") == "pci":
+            return _pci_key(addr)
+    return None
+
+
+def _pci_key(addr: ET.Element) -> str | None:
+    try:
+        return (
+            "pci:"
+            + PciAddress(
+                addr.get("domain", "0x0000"), addr.get("bus", "0"), addr.get("slot", "0"), addr.get("function", "0")
+            ).bdf
+        )
+    except ValueError:
+        return None
+
+
+def group_holders(host: Host, group: int) -> list[str]:
+    """``"<comm> (pid N)"`` for every process holding ``/dev/vfio/<group>`` open (read from /proc)."""
+    want = host.display(host.dev("vfio", str(group)))
+    out = []
+    for pid in host.listdir(host.proc()):
+        if not pid.isdigit():
+            continue
+        try:
+            fds = host.listdir(host.proc(pid, "fd"))
+        except VgpukitError:  # gone, or not ours to look at
+            continue
+        if any(host.readlink(host.proc(pid, "fd", fd)) == want for fd in fds):
+            comm = host.read_opt(host.proc(pid, "comm")) or "?"
+            out.append(f"{comm} (pid {pid})")
+    return out
+
+
+def check_not_held(host: Host, target: Target) -> None:
+    """Busy when a process outside libvirt's view (a stray QEMU, a container) holds the device's group."""
+    if target.iommu_group is None:
+        return
+    held = group_holders(host, target.iommu_group)
+    if held:
+        raise Busy(
+            f"{target.label} is in use: /dev/vfio/{target.iommu_group} is held by {', '.join(held)}",
+            device=target.label,
+            hint="stop that process (or the VM / container using it) first",
+        )

@@ -1,0 +1,174 @@
+"""``vgpukit render hostdev|domain``, ``vgpukit attach``, ``vgpukit detach``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..cli.context import App
+from ..cli.main import dry_run_option, json_option
+from ..cli.output import emit, emit_result, say
+from .libvirt_facade import DEFAULT_URI
+
+connect_option = click.option(
+    "--connect",
+    "-c",
+    "uri",
+    default=DEFAULT_URI,
+    show_default=True,
+    envvar="VGPUKIT_LIBVIRT_URI",
+    help="libvirt URI (env VGPUKIT_LIBVIRT_URI); test:///default for libvirt's test driver.",
+)
+
+
+def _warn(lines: list[str]) -> None:
+    for line in lines:
+        sys.stderr.write(f"vgpukit: warning: {line}\n")
+
+
+@click.group()
+def render() -> None:
+    """Render libvirt XML for devices and VMs (prints it; changes nothing)."""
+
+
+@render.command("hostdev")
+@click.argument("device")
+@click.option("--mac", help="MAC address for a NIC VF (<interface type='hostdev'>).")
+@click.option("--vlan", type=int, help="VLAN tag for a NIC VF.")
+@click.option("--managed/--unmanaged", default=None, help="Override managed='yes|no' (default: no for vGPU VFs).")
+@json_option
+@click.pass_obj
+def render_hostdev(app: App, device: str, mac: str | None, vlan: int | None, managed: bool | None) -> None:
+    """The <hostdev>/<interface> element for DEVICE (VF BDF, mdev UUID, vGPU VF, gpuN)."""
+    from . import render as r
+    from .templates import TemplateSet
+
+    target, element = r.hostdev(app, device, mac=mac.lower() if mac else None, vlan=vlan, managed=managed)
+    xml = TemplateSet(app.host).device(element)
+    emit(app, "render", {"device": target.label, "key": target.key, "xml": xml}, lambda: _print(xml))
+
+
+@render.command("domain")
+@click.option("--name", required=True, help="Domain name.")
+@click.option("--memory", "memory", type=int, required=True, metavar="MIB", help="Guest memory in MiB.")
+@click.option("--vcpus", type=int, required=True, help="Number of vCPUs.")
+@click.option("--device", "devices", multiple=True, metavar="DEVICE", help="A device to pass through (repeat).")
+@click.option("--firmware", type=click.Choice(["auto", "efi", "bios"]), default="auto", show_default=True)
+@click.option("--hugepages", is_flag=True, help="Back guest memory with hugepages.")
+@click.option("--no-pin", is_flag=True, help="Do not pin vCPUs (still place them on the devices' NUMA node).")
+@json_option
+@click.pass_obj
+def render_domain(
+    app: App,
+    name: str,
+    memory: int,
+    vcpus: int,
+    devices: tuple[str, ...],
+    firmware: str,
+    hugepages: bool,
+    no_pin: bool,
+) -> None:
+    """A whole q35 domain with DEVICEs, UEFI, NUMA placement; define it with virsh define."""
+    from . import render as r
+    from .templates import TemplateSet
+
+    spec, warnings = r.domain(
+        app,
+        name=name,
+        memory_mib=memory,
+        vcpus=vcpus,
+        devices=list(devices),
+        firmware=firmware,
+        hugepages=hugepages,
+        pin=not no_pin,
+    )
+    xml = TemplateSet(app.host).domain(spec)
+    _warn(warnings)
+    data = {
+        "name": name,
+        "numa_node": spec.placement.numa_node,
+        "firmware": spec.firmware.kind,
+        "warnings": warnings,
+        "xml": xml,
+    }
+    emit(app, "render", data, lambda: _print(xml))
+
+
+def _print(xml: str) -> None:
+    sys.stdout.write(xml)
+
+
+@click.command()
+@click.argument("domain")
+@click.argument("devices", nargs=-1, required=True)
+@click.option("--live", is_flag=True, help="Change the running VM.")
+@click.option("--config", is_flag=True, help="Change the persistent definition.")
+@click.option("--mac", help="MAC address when attaching one NIC VF.")
+@click.option("--vlan", type=int, help="VLAN tag when attaching one NIC VF.")
+@connect_option
+@json_option
+@dry_run_option
+@click.pass_obj
+def attach(
+    app: App,
+    domain: str,
+    devices: tuple[str, ...],
+    live: bool,
+    config: bool,
+    mac: str | None,
+    vlan: int | None,
+    uri: str,
+) -> None:
+    """Attach DEVICEs to libvirt DOMAIN (default: its config, and the live VM if running)."""
+    from . import ops
+    from .libvirt_facade import connect
+
+    mac = mac.lower() if mac else None
+    targets = ops.targets_for(app, list(devices), mac=mac, vlan=vlan)  # bad devices fail before connecting
+    lv = connect(uri)
+    try:
+        out = ops.attach(app, lv, domain, list(devices), live=live, config=config, mac=mac, vlan=vlan, targets=targets)
+    finally:
+        lv.close()
+    emit_result(
+        app,
+        "attach",
+        plan=out.plan("attach"),
+        data=out.to_dict(),
+        human=lambda: _unchanged(out.unchanged, "already attached"),
+    )
+
+
+@click.command()
+@click.argument("domain")
+@click.argument("devices", nargs=-1, required=True)
+@click.option("--live", is_flag=True, help="Change the running VM.")
+@click.option("--config", is_flag=True, help="Change the persistent definition.")
+@connect_option
+@json_option
+@dry_run_option
+@click.pass_obj
+def detach(app: App, domain: str, devices: tuple[str, ...], live: bool, config: bool, uri: str) -> None:
+    """Detach DEVICEs from libvirt DOMAIN (default: its config, and the live VM if running)."""
+    from . import ops
+    from .libvirt_facade import connect
+
+    keys = ops.detach_keys(app, list(devices))
+    lv = connect(uri)
+    try:
+        out = ops.detach(app, lv, domain, list(devices), live=live, config=config, keys=keys)
+    finally:
+        lv.close()
+    emit_result(
+        app,
+        "detach",
+        plan=out.plan("detach"),
+        data=out.to_dict(),
+        human=lambda: _unchanged(out.unchanged, "not attached"),
+    )
+
+
+def _unchanged(labels: list[str], why: str) -> None:
+    for label in labels:
+        say(f"unchanged: {label} ({why})")

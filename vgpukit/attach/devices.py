@@ -1,0 +1,134 @@
+"""What a user's DEVICE argument names, and the libvirt element that hands it to a VM.
+
+Accepted names (first match wins):
+
+* an mdev UUID (``8-4-4-4-12`` hex): ``/sys/bus/mdev/devices/<uuid>`` -> ``<hostdev type='mdev'>``;
+* ``MIG-<uuid>``: refused here (MIG slices go to containers through CDI);
+* anything :func:`vgpukit.naming.resolve_device` knows (``gpuN``, ``nicN``, BDF, short BDF, GPU
+  UUID) -> a PCI device: ``<hostdev type='pci'>``, or ``<interface type='hostdev'>`` for a NIC VF.
+  A VF carrying an NVIDIA vendor-VFIO vGPU (``nvidia/current_vgpu_type`` not 0) is what
+  "vGPU id" means for per-VF vGPUs; it is rendered ``managed='no'`` because the host driver must
+  keep the VF bound.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import InvalidInput, NotFound, Unsupported
+from ..host import Host
+from ..pci import BDF_RE, read_device
+from .model import Device, HostdevInterface, MdevHostdev, PciAddress, PciHostdev
+
+if TYPE_CHECKING:
+    from ..cli.context import App
+
+UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+MIG_RE = re.compile(r"^MIG-[0-9a-fA-F-]+$")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A device on this host that can be handed to a VM."""
+
+    name: str  # as the user typed it
+    kind: str  # pci | mdev
+    bdf: str | None = None  # PCI devices
+    uuid: str | None = None  # mdevs
+    parent: str | None = None  # mdev parent (BDF or e.g. "mtty")
+    mdev_type: str | None = None
+    driver: str | None = None
+    iommu_group: int | None = None
+    numa_node: int | None = None
+    is_vf: bool = False
+    is_nic: bool = False
+    vgpu_type: str | None = None  # vendor-VFIO vGPU type id on a VF
+
+    @property
+    def key(self) -> str:
+        return f"mdev:{self.uuid}" if self.kind == "mdev" else f"pci:{self.bdf}"
+
+    @property
+    def label(self) -> str:
+        return (self.uuid if self.kind == "mdev" else self.bdf) or self.name
+
+    @property
+    def managed(self) -> bool:
+        """libvirt may rebind the device itself unless the host must keep its driver (vGPU VF)."""
+        return self.kind == "pci" and self.vgpu_type is None
+
+    def element(self, *, mac: str | None = None, vlan: int | None = None, managed: bool | None = None) -> Device:
+        """The libvirt element for this device."""
+        if self.kind == "mdev":
+            if mac is not None or vlan is not None:
+                raise InvalidInput(f"--mac/--vlan apply to NIC VFs, not to mdev {self.uuid}")
+            assert self.uuid is not None
+            return MdevHostdev(uuid=self.uuid)
+        assert self.bdf is not None
+        addr = PciAddress.from_bdf(self.bdf)
+        keep = self.managed if managed is None else managed
+        if self.is_nic and self.is_vf:
+            return HostdevInterface(address=addr, mac=mac, vlan=vlan, managed=keep)
+        if mac is not None or vlan is not None:
+            raise InvalidInput(f"--mac/--vlan apply to NIC VFs; {self.bdf} is not one", device=self.bdf)
+        return PciHostdev(address=addr, managed=keep)
+
+
+def mdev_path(host: Host, uuid: str) -> str:
+    return host.display(host.sys("bus", "mdev", "devices", uuid))
+
+
+def read_mdev(host: Host, uuid: str, name: str | None = None) -> Target:
+    d = host.sys("bus", "mdev", "devices", uuid)
+    if not host.exists(d):
+        raise NotFound(f"no mdev {uuid} (nothing at {host.display(d)})", device=uuid, hint="see: vgpukit mdev list")
+    parent = host.resolve(d).parent.name
+    group = host.link_name(d / "iommu_group")
+    numa = None
+    if BDF_RE.match(parent):
+        numa = host.read_int(host.pci_device(parent, "numa_node"))
+        numa = numa if numa is not None and numa >= 0 else None
+    return Target(
+        name=name or uuid,
+        kind="mdev",
+        uuid=uuid,
+        parent=parent,
+        mdev_type=host.link_name(d / "mdev_type"),
+        driver=host.link_name(d / "driver"),
+        iommu_group=int(group) if group and group.isdigit() else None,
+        numa_node=numa,
+    )
+
+
+def read_pci(host: Host, bdf: str, name: str | None = None) -> Target:
+    dev = read_device(host, bdf)
+    vgpu = host.read_opt(host.pci_device(bdf, "nvidia", "current_vgpu_type"))
+    return Target(
+        name=name or bdf,
+        kind="pci",
+        bdf=bdf,
+        driver=dev.driver,
+        iommu_group=dev.iommu_group,
+        numa_node=dev.numa_node,
+        is_vf=dev.is_vf,
+        is_nic=dev.kind == "nic",
+        vgpu_type=vgpu if vgpu not in (None, "", "0") else None,
+    )
+
+
+def resolve(app: App, name: str) -> Target:
+    """The device a user named, read from the host. NotFound / InvalidInput otherwise."""
+    text = name.strip()
+    if UUID_RE.match(text.lower()):
+        return read_mdev(app.host, text.lower(), name)
+    if MIG_RE.match(text):
+        raise Unsupported(
+            f"{text} is a MIG slice: MIG slices go to containers (vgpukit cdi generate), not to VMs",
+            device=text,
+            hint="give a VM the whole GPU (gpuN) or a vGPU instead",
+        )
+    from ..naming import resolve_device
+
+    return read_pci(app.host, resolve_device(app, text), name)

@@ -1,0 +1,124 @@
+"""libvirt behind a small facade: lazy import, libvirt errors mapped to vgpukit errors.
+
+``import libvirt`` happens only when a command needs it, so hosts without libvirt-python still run
+the rest of vgpukit. libvirt's default error handler (which prints to stderr) is silenced; every
+failure surfaces as one vgpukit error naming the URI or the domain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import Conflict, HostIOError, InvalidInput, NotFound, Unsupported, VgpukitError
+
+DEFAULT_URI = "qemu:///system"
+AFFECT_LIVE = 1
+AFFECT_CONFIG = 2
+INSTALL_HINT = (
+    "libvirt-python is not installed: pip install 'vgpukit[libvirt]' (needs apt-get install libvirt-dev pkg-config)"
+)
+
+
+def import_libvirt() -> Any:
+    try:
+        import libvirt
+    except ImportError as exc:
+        raise Unsupported(INSTALL_HINT) from exc
+    libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+    return libvirt
+
+
+def _map(lv: Any, exc: Exception, what: str) -> VgpukitError:
+    code = exc.get_error_code() if hasattr(exc, "get_error_code") else None
+    msg = f"{what}: {exc}"
+    if code == getattr(lv, "VIR_ERR_NO_DOMAIN", -1):
+        return NotFound(msg)
+    if code in (getattr(lv, "VIR_ERR_XML_ERROR", -1), getattr(lv, "VIR_ERR_XML_DETAIL", -1)):
+        return InvalidInput(msg)
+    if code in (getattr(lv, "VIR_ERR_NO_SUPPORT", -1), getattr(lv, "VIR_ERR_OPERATION_UNSUPPORTED", -1)):
+        return Unsupported(msg)
+    if code == getattr(lv, "VIR_ERR_OPERATION_INVALID", -1):
+        return Conflict(msg)
+    return HostIOError(msg)
+
+
+@dataclass
+class DomainInfo:
+    name: str
+    active: bool
+    persistent: bool
+
+
+class Libvirt:
+    """One connection. Use :func:`connect`."""
+
+    def __init__(self, lv: Any, conn: Any, uri: str) -> None:
+        self.lv = lv
+        self.conn = conn
+        self.uri = uri
+
+    @property
+    def is_test_driver(self) -> bool:
+        """libvirt's test driver parses and stores XML but cannot attach or detach devices."""
+        return str(self._call("asking the driver type of", lambda: self.conn.getType())).lower() == "test"
+
+    def _call(self, what: str, fn: Any) -> Any:
+        try:
+            return fn()
+        except self.lv.libvirtError as exc:
+            raise _map(self.lv, exc, f"libvirt ({self.uri}) failed {what}") from exc
+
+    def _dom(self, name: str) -> Any:
+        try:
+            return self.conn.lookupByName(name)
+        except self.lv.libvirtError as exc:
+            if exc.get_error_code() == self.lv.VIR_ERR_NO_DOMAIN:
+                raise NotFound(f"no domain {name!r} on {self.uri}", value=name, hint="see: virsh list --all") from exc
+            raise _map(self.lv, exc, f"libvirt ({self.uri}) failed looking up domain {name!r}") from exc
+
+    def domain(self, name: str) -> DomainInfo:
+        dom = self._dom(name)
+        return DomainInfo(name, bool(dom.isActive()), bool(dom.isPersistent()))
+
+    def domains(self) -> list[DomainInfo]:
+        doms = self._call("listing domains", lambda: self.conn.listAllDomains(0))
+        return [DomainInfo(d.name(), bool(d.isActive()), bool(d.isPersistent())) for d in doms]
+
+    def xml(self, name: str, inactive: bool = False) -> str:
+        dom = self._dom(name)
+        flags = self.lv.VIR_DOMAIN_XML_INACTIVE if inactive else 0
+        return str(self._call(f"reading the XML of {name!r}", lambda: dom.XMLDesc(flags)))
+
+    def define(self, xml: str) -> str:
+        dom = self._call("defining a domain", lambda: self.conn.defineXML(xml))
+        return str(dom.name())
+
+    def attach(self, name: str, device_xml: str, flags: int) -> None:
+        dom = self._dom(name)
+        self._call(f"attaching a device to {name!r}", lambda: dom.attachDeviceFlags(device_xml, flags))
+
+    def detach(self, name: str, device_xml: str, flags: int) -> None:
+        dom = self._dom(name)
+        self._call(f"detaching a device from {name!r}", lambda: dom.detachDeviceFlags(device_xml, flags))
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except self.lv.libvirtError:
+            pass
+
+
+def connect(uri: str = DEFAULT_URI) -> Libvirt:
+    lv = import_libvirt()
+    try:
+        conn = lv.open(uri)
+    except lv.libvirtError as exc:
+        raise HostIOError(
+            f"cannot connect to {uri}: {exc}",
+            value=uri,
+            hint="is libvirtd (or virtqemud) running and are you allowed to use it? try: virsh -c " + uri + " list",
+        ) from exc
+    if conn is None:
+        raise HostIOError(f"cannot connect to {uri}", value=uri)
+    return Libvirt(lv, conn, uri)

@@ -1,0 +1,256 @@
+"""Attach and detach: validate, plan, apply, verify, roll back on failure.
+
+Order: resolve every DEVICE on the host and check it (exists, IOMMU group viable) before touching
+libvirt; then read the domain and every other domain (active and inactive definitions) to find
+devices already assigned; the plan is what is missing; apply it device by device; read the
+domain back. A failure part-way detaches what this run attached, so the domain is left unchanged.
+
+libvirt's test driver cannot attach devices; there ``--config`` is done by editing the inactive
+XML and redefining the domain in one ``defineXML`` call (all devices at once).
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..errors import Conflict, InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
+from ..pci import is_bdf, parse_bdf
+from .checks import check_iommu, check_not_held, device_keys, element_key
+from .devices import UUID_RE, Target, resolve
+from .libvirt_facade import AFFECT_CONFIG, AFFECT_LIVE, Libvirt
+from .templates import TemplateSet
+
+if TYPE_CHECKING:
+    from ..cli.context import App
+
+
+@dataclass
+class Step:
+    device: str  # key: pci:<bdf> / mdev:<uuid>
+    label: str
+    xml: str
+    live: bool
+    config: bool
+
+    @property
+    def flags(self) -> int:
+        return (AFFECT_LIVE if self.live else 0) | (AFFECT_CONFIG if self.config else 0)
+
+    def scopes(self) -> str:
+        return "+".join(s for s, on in (("live", self.live), ("config", self.config)) if on)
+
+
+@dataclass
+class Outcome:
+    domain: str
+    uri: str
+    steps: list[Step] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+    def plan(self, verb: str) -> list[str]:
+        prep = "to" if verb == "attach" else "from"
+        return [f"{verb} {s.label} {prep} {self.domain} ({s.scopes()})" for s in self.steps]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "domain": self.domain,
+            "uri": self.uri,
+            "devices": [
+                {"device": s.label, "key": s.device, "scopes": s.scopes().split("+"), "xml": s.xml} for s in self.steps
+            ],
+            "unchanged": self.unchanged,
+        }
+
+
+def scopes_for(lv: Libvirt, name: str, live: bool, config: bool) -> tuple[bool, bool]:
+    """Which definitions to change. Neither flag: the persistent config, and the live VM if it runs."""
+    info = lv.domain(name)
+    if not live and not config:
+        return info.active, info.persistent
+    if live and not info.active:
+        raise Conflict(f"domain {name!r} is not running: --live needs a running domain (use --config)", value=name)
+    if config and not info.persistent:
+        raise Conflict(f"domain {name!r} is transient: it has no config to change (use --live)", value=name)
+    return live, config
+
+
+def holders(lv: Libvirt, skip: str) -> dict[str, str]:
+    """device key -> name of another domain (active or inactive definition) that has it."""
+    out: dict[str, str] = {}
+    for info in lv.domains():
+        if info.name == skip:
+            continue
+        xmls = [lv.xml(info.name)]
+        if info.persistent and info.active:
+            xmls.append(lv.xml(info.name, inactive=True))
+        for xml in xmls:
+            for key in device_keys(xml):
+                out.setdefault(key, info.name)
+    return out
+
+
+def _present(lv: Libvirt, name: str, live: bool, config: bool) -> tuple[set[str], set[str]]:
+    live_keys = set(device_keys(lv.xml(name))) if live else set()
+    cfg_keys = set(device_keys(lv.xml(name, inactive=True))) if config else set()
+    return live_keys, cfg_keys
+
+
+def _redefine(lv: Libvirt, name: str, add: list[Step], remove: list[Step]) -> None:
+    """Config change on drivers without device hotplug: edit the inactive XML, define it again."""
+    root = ET.fromstring(lv.xml(name, inactive=True))
+    devices = root.find("devices")
+    if devices is None:
+        devices = ET.SubElement(root, "devices")
+    drop = {s.device for s in remove}
+    for el in list(devices):
+        if element_key(el) in drop:
+            devices.remove(el)
+    for s in add:
+        devices.append(ET.fromstring(s.xml))
+    lv.define(ET.tostring(root, encoding="unicode"))
+
+
+def _apply(lv: Libvirt, name: str, steps: list[Step], verb: str) -> None:
+    if lv.is_test_driver:
+        if any(s.live for s in steps):
+            raise Unsupported(
+                f"libvirt's test driver ({lv.uri}) cannot {verb} devices live", hint="use --config on test:/// URIs"
+            )
+        _redefine(lv, name, steps if verb == "attach" else [], steps if verb == "detach" else [])
+        return
+    done: list[Step] = []
+    try:
+        for s in steps:
+            (lv.attach if verb == "attach" else lv.detach)(name, s.xml, s.flags)
+            done.append(s)
+    except VgpukitError:
+        for s in reversed(done):  # leave the domain as it was
+            try:
+                (lv.detach if verb == "attach" else lv.attach)(name, s.xml, s.flags)
+            except VgpukitError:
+                pass
+        raise
+
+
+def _verify(lv: Libvirt, name: str, steps: list[Step], want_present: bool) -> None:
+    live = any(s.live for s in steps)
+    config = any(s.config for s in steps)
+    live_keys, cfg_keys = _present(lv, name, live, config)
+    for s in steps:
+        for on, keys, scope in ((s.live, live_keys, "live"), (s.config, cfg_keys, "config")):
+            if on and (s.device in keys) != want_present:
+                state = "missing from" if want_present else "still in"
+                raise VerifyFailed(f"{s.label} is {state} the {scope} definition of {name!r} after libvirt accepted it")
+
+
+def targets_for(app: App, names: list[str], *, mac: str | None = None, vlan: int | None = None) -> list[Target]:
+    """Resolve and check every DEVICE on the host (no libvirt needed): the first half of attach."""
+    if not names:
+        raise InvalidInput("name at least one DEVICE to attach")
+    if (mac is not None or vlan is not None) and len(names) > 1:
+        raise InvalidInput("--mac/--vlan need exactly one DEVICE")
+    targets = [resolve(app, n) for n in names]
+    seen: set[str] = set()
+    for t in targets:
+        if t.key in seen:
+            raise InvalidInput(f"{t.label} is named twice")
+        seen.add(t.key)
+        check_iommu(app.host, t)
+        t.element(mac=mac, vlan=vlan)  # --mac on a non-NIC is bad input now, not after connecting
+    return targets
+
+
+def attach(
+    app: App,
+    lv: Libvirt,
+    domain: str,
+    names: list[str],
+    *,
+    live: bool = False,
+    config: bool = False,
+    mac: str | None = None,
+    vlan: int | None = None,
+    targets: list[Target] | None = None,
+) -> Outcome:
+    """Attach ``names`` (or already checked ``targets``) to ``domain``."""
+    if targets is None:
+        targets = targets_for(app, names, mac=mac, vlan=vlan)
+    do_live, do_config = scopes_for(lv, domain, live, config)
+    taken = holders(lv, domain)
+    for t in targets:
+        if t.key in taken:
+            raise Conflict(
+                f"{t.label} is already assigned to domain {taken[t.key]!r}",
+                device=t.label,
+                hint=f"detach it first: vgpukit detach {taken[t.key]} {t.label}",
+            )
+    live_keys, cfg_keys = _present(lv, domain, do_live, do_config)
+    running = set(device_keys(lv.xml(domain))) if lv.domain(domain).active else set()
+    tpl = TemplateSet(app.host)
+    out = Outcome(domain, lv.uri)
+    for t in targets:
+        need_live = do_live and t.key not in live_keys
+        need_cfg = do_config and t.key not in cfg_keys
+        if not (need_live or need_cfg):
+            out.unchanged.append(t.label)
+            continue
+        if t.key not in running:  # the domain's own QEMU may hold it; anyone else may not
+            check_not_held(app.host, t)
+        xml = tpl.device(t.element(mac=mac, vlan=vlan))
+        out.steps.append(Step(t.key, t.label, xml, need_live, need_cfg))
+    if out.steps and not app.dry_run:
+        _apply(lv, domain, out.steps, "attach")
+        _verify(lv, domain, out.steps, want_present=True)
+    return out
+
+
+def detach_key(app: App, name: str) -> tuple[str, str]:
+    """(key, label) for a device to detach. A BDF or UUID no longer on the host still works."""
+    text = name.strip()
+    try:
+        t: Target = resolve(app, text)
+        return t.key, t.label
+    except NotFound:
+        if UUID_RE.match(text.lower()):
+            return f"mdev:{text.lower()}", text.lower()
+        if is_bdf(text):
+            return f"pci:{parse_bdf(text)}", parse_bdf(text)
+        raise
+
+
+def detach_keys(app: App, names: list[str]) -> list[tuple[str, str]]:
+    if not names:
+        raise InvalidInput("name at least one DEVICE to detach")
+    return [detach_key(app, n) for n in names]
+
+
+def detach(
+    app: App,
+    lv: Libvirt,
+    domain: str,
+    names: list[str],
+    *,
+    live: bool = False,
+    config: bool = False,
+    keys: list[tuple[str, str]] | None = None,
+) -> Outcome:
+    """Detach ``names`` (or already resolved ``keys``) from ``domain``."""
+    if keys is None:
+        keys = detach_keys(app, names)
+    do_live, do_config = scopes_for(lv, domain, live, config)
+    live_xml = device_keys(lv.xml(domain)) if do_live else {}
+    cfg_xml = device_keys(lv.xml(domain, inactive=True)) if do_config else {}
+    out = Outcome(domain, lv.uri)
+    for key, label in keys:
+        in_live, in_cfg = key in live_xml, key in cfg_xml
+        if not (in_live or in_cfg):
+            out.unchanged.append(label)
+            continue
+        el = cfg_xml[key] if in_cfg else live_xml[key]  # prefer the element without run-time additions
+        out.steps.append(Step(key, label, ET.tostring(el, encoding="unicode"), in_live, in_cfg))
+    if out.steps and not app.dry_run:
+        _apply(lv, domain, out.steps, "detach")
+        _verify(lv, domain, out.steps, want_present=False)
+    return out

@@ -1,0 +1,58 @@
+"""Build the records behind ``render hostdev`` and ``render domain`` from what the host reports."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import Conflict
+from .checks import check_iommu
+from .devices import Target, resolve
+from .hostfacts import firmware_for, hugepage_warnings, placement_for
+from .model import Device, DomainSpec
+
+if TYPE_CHECKING:
+    from ..cli.context import App
+
+
+def hostdev(
+    app: App, name: str, *, mac: str | None = None, vlan: int | None = None, managed: bool | None = None
+) -> tuple[Target, Device]:
+    target = resolve(app, name)
+    return target, target.element(mac=mac, vlan=vlan, managed=managed)
+
+
+def domain(
+    app: App,
+    *,
+    name: str,
+    memory_mib: int,
+    vcpus: int,
+    devices: list[str],
+    firmware: str = "auto",
+    hugepages: bool = False,
+    pin: bool = True,
+) -> tuple[DomainSpec, list[str]]:
+    """The domain record and the warnings worth showing (NUMA split, no UEFI, short on hugepages)."""
+    DomainSpec(name=name, memory_mib=memory_mib, vcpus=vcpus)  # validate before reading the host
+    targets = [resolve(app, d) for d in devices]
+    placement, warnings = placement_for(app.host, [t.numa_node for t in targets], vcpus, pin=pin)
+    for t in targets:
+        try:
+            check_iommu(app.host, t)
+        except Conflict as exc:  # rendering is allowed; starting that VM would fail
+            warnings.append(str(exc))
+    fw = firmware_for(app.host, firmware)
+    if fw.kind == "bios" and firmware == "auto":
+        warnings.append("no UEFI firmware found on this host (install ovmf); the VM boots with SeaBIOS")
+    if hugepages:
+        warnings.extend(hugepage_warnings(app.host, placement.numa_node, memory_mib))
+    spec = DomainSpec(
+        name=name,
+        memory_mib=memory_mib,
+        vcpus=vcpus,
+        devices=tuple(t.element() for t in targets),
+        firmware=fw,
+        placement=placement,
+        hugepages=hugepages,
+    )
+    return spec, warnings
