@@ -11,7 +11,7 @@ from click.testing import Result
 
 from tests.conftest import as_json
 from vgpukit.errors import NoCapacity
-from vgpukit.mdev.inuse import vm_name_from_cmdline
+from vgpukit.holders import vm_name_from_cmdline
 from vgpukit.mdev.placement import SPREAD, Slot, plan
 
 Run = Callable[..., Result]

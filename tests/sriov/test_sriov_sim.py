@@ -13,11 +13,11 @@ from click.testing import Result
 
 from tests.conftest import as_json, sim_host
 from vgpukit.errors import HostIOError
+from vgpukit.holders import OpenFiles
 from vgpukit.host import Host
 from vgpukit.sim.kernel import SimKernel
 from vgpukit.sriov import ops
 from vgpukit.sriov.model import read_pf, vf_bdfs
-from vgpukit.sriov.usage import OpenFiles
 
 NIC0 = "0000:05:00.0"
 Run = Callable[..., Result]

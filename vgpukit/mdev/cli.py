@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
@@ -285,5 +284,4 @@ def start_cmd(app: App, uid: str | None, all_: bool, parent: str | None) -> None
 
     emit_result(app, "mdev-start", plan=plan, data={"results": [o.to_dict() for o in outcomes]}, human=human)
     if any(o.failed for o in outcomes):
-        # main() drops click's Exit code in non-standalone mode; SystemExit reaches the process.
-        sys.exit(1)
+        click.get_current_context().exit(1)

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import InvalidInput
+from ..holders import Holder
 
 TYPE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}$")
 PARENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}$")
@@ -82,17 +83,6 @@ class MdevParent:
             "numa_node": self.numa_node,
             "types": [t.to_dict() for t in self.types],
         }
-
-
-@dataclass(frozen=True)
-class Holder:
-    pid: int
-    comm: str | None
-    vm: str | None  # QEMU -name (libvirt domain name) when known
-
-    def describe(self) -> str:
-        who = self.vm or self.comm or "process"
-        return f"{who} (pid {self.pid})"
 
 
 @dataclass(frozen=True)

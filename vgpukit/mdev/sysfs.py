@@ -10,9 +10,9 @@ import errno
 import os
 
 from ..errors import Busy, Conflict, InvalidInput, NoCapacity, NotFound, VgpukitError
+from ..holders import group_holders
 from ..host import Host
 from ..pci import BDF_RE
-from .inuse import group_holders
 from .model import MdevInstance, MdevParent, MdevType, check_uuid
 
 

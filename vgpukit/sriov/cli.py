@@ -10,12 +10,13 @@ from ..cli.context import App
 from ..cli.main import dry_run_option, json_option
 from ..cli.output import emit, emit_result, say, table
 from ..errors import InvalidInput
+from ..holders import OpenFiles
 from ..naming import resolve_device
 from ..pci import read_device
 from . import binding, ops
 from .model import PfInfo, list_pfs, read_pf
 from .txn import Transaction
-from .usage import OpenFiles, User, libvirt_users, pci_users
+from .usage import User, libvirt_users, pci_users
 
 
 def _pf(app: App, name: str, files: OpenFiles) -> PfInfo:

@@ -6,11 +6,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import Unsupported
+from ..holders import OpenFiles
 from ..host import Host
 from ..naming import aliases
 from ..pci import BDF_RE, PciDevice, read_device, scan
 from .binding import remembered
-from .usage import OpenFiles, User, pci_users
+from .usage import User, pci_users
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import VgpukitError
+from ..holders import OpenFiles
 from ..host import Host
 
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -43,41 +44,6 @@ class User:
         return {"kind": self.kind, "ref": self.ref, "detail": self.detail}
 
 
-class OpenFiles:
-    """Which processes hold which device nodes: one /proc scan per command, done lazily."""
-
-    def __init__(self, host: Host) -> None:
-        self.host = host
-        self._by_target: dict[str, list[tuple[int, str]]] | None = None
-
-    def _scan(self) -> dict[str, list[tuple[int, str]]]:
-        out: dict[str, list[tuple[int, str]]] = {}
-        prefix = self.host.display(self.host.dev("vfio")) + "/"
-        try:
-            pids = [p for p in self.host.listdir(self.host.proc()) if p.isdigit()]
-        except VgpukitError:
-            return out
-        for pid in pids:
-            try:
-                fds = self.host.listdir(self.host.proc(pid, "fd"))
-            except VgpukitError:  # the process exited or we may not look
-                continue
-            for fd in fds:
-                target = self.host.readlink(self.host.proc(pid, "fd", fd))
-                if target and target.startswith(prefix):
-                    comm = self.host.read_opt(self.host.proc(pid, "comm"), "") or ""
-                    holders = out.setdefault(target, [])
-                    if all(h[0] != int(pid) for h in holders):
-                        holders.append((int(pid), comm))
-        return out
-
-    def holders(self, node: str) -> list[tuple[int, str]]:
-        """(pid, comm) of processes holding ``node``, a host path as displayed (vfio group 12: dev/vfio/12)."""
-        if self._by_target is None:
-            self._by_target = self._scan()
-        return self._by_target.get(node, [])
-
-
 def group_node(host: Host, group: int) -> str:
     return host.display(host.dev("vfio", str(group)))
 
@@ -88,7 +54,7 @@ def pci_users(host: Host, bdf: str, group: int | None, files: OpenFiles) -> list
     nodes = [group_node(host, group)] if group is not None else []
     nodes += [host.display(host.dev("vfio", "devices", n)) for n in host.listdir(host.pci_device(bdf, "vfio-dev"))]
     for node in nodes:
-        users += [User("process", str(pid), comm) for pid, comm in files.holders(node)]
+        users += [User("process", str(h.pid), h.vm or h.comm or "") for h in files.holders(node)]
     users += [User("mdev", name) for name in host.listdir(host.pci_device(bdf)) if UUID_RE.match(name)]
     vgpu = host.read_opt(host.pci_device(bdf, "nvidia", "current_vgpu_type"))
     if vgpu not in (None, "", "0"):

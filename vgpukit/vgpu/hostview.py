@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import asdict
 
+from ..holders import group_holders
 from ..host import Host
 from ..mdev import sysfs as mdev_sysfs
-from ..mdev.inuse import group_holders
 from ..mdev.model import MdevType
 from ..naming import aliases
 from ..pci import PciDevice, scan

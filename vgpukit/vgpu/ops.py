@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import Busy, InvalidInput, NoCapacity, NotFound, Unsupported, VerifyFailed, VgpukitError
+from ..holders import group_holders
 from ..host import Host
 from ..mdev import ops as mdev_ops
-from ..mdev.inuse import group_holders
 from ..mdev.model import check_uuid
 from ..pci import is_bdf, parse_bdf
 from . import hostview
