@@ -38,7 +38,8 @@ def fault() -> None:
 def fault_add(app: App, call: str, error: str, nth: int, gpu: int | None) -> None:
     """Make the nth next CALL fail with NVML ERROR."""
     simdrv.add_fault(_dir(app), call, error, nth, gpu)
-    say(f"the {nth}. next {call}{'' if gpu is None else f' on GPU {gpu}'} will fail with {error}")
+    which = "the next" if nth == 1 else f"call {nth} from now of"
+    say(f"{which} {call}{'' if gpu is None else f' on GPU {gpu}'} will fail with {error}")
 
 
 @fault.command("list")
