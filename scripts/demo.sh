@@ -47,6 +47,8 @@ step vgpukit mig export -c demo
 section "Hand them to a VM (libvirt XML) and to containers (CDI)"
 step vgpukit render hostdev 0000:05:00.2
 step vgpukit render domain --name gpuvm --memory 16384 --vcpus 8 --device gpu4 --device 0000:05:00.2
+step vgpukit attach test 0000:05:00.4 --config --connect test:///default
+refused 4 vgpukit attach test 0000:05:00.3 --config --connect test:///default
 step vgpukit cdi generate --output -
 
 section "Mediated devices (the kernel's mtty sample, as in the real-kernel tests)"
