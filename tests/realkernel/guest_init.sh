@@ -24,17 +24,19 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 vgpukitout /out || ech
 # and every other path the tool writes exist without touching the (read-only) host.
 mount -t tmpfs -o size=256m tmpfs /ovl
 mkdir -p /ovl/upper /ovl/work
+# /tmp stays the host's (through the overlay) so a checkout under /tmp - where CI may clone - is
+# visible in the guest; /run gets a fresh tmpfs so no host state under /run/vgpukit leaks in.
 if mount -t overlay overlay -o lowerdir=/hostro,upperdir=/ovl/upper,workdir=/ovl/work /host; then
   echo "@@VGPUKIT root overlay"
 else
   echo "@@VGPUKIT root read-only (overlay failed): only /run and /tmp are writable"
   mount --bind /hostro /host
+  mount -t tmpfs tmpfs /host/tmp
 fi
 mount -t proc proc /host/proc
 mount -t sysfs sysfs /host/sys
 mount -t devtmpfs devtmpfs /host/dev
 mount -t tmpfs tmpfs /host/run
-mount -t tmpfs tmpfs /host/tmp
 mkdir -p /host/run/vgpukit-guest-out /host/etc/vgpukit /host/etc/mdevctl.d 2>/dev/null
 mount --bind /out /host/run/vgpukit-guest-out
 
