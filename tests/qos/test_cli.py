@@ -1,0 +1,194 @@
+"""The ``vgpukit qos`` commands against a real daemon on a temporary root."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vgpukit.cli.main import main
+from vgpukit.host import Host
+from vgpukit.qos.backends import PidBackend
+from vgpukit.qos.metrics import Metrics
+from vgpukit.qos.model import Gpu, Tenant
+from vgpukit.qos.runtime import GpuRuntime
+
+from .conftest import REPO, DaemonProc, proc_state, wait_for
+
+
+def run(root: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    rc = main(["--root", str(root), "qos", *args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_cli_round_trip(daemon: DaemonProc, spawn, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    root = daemon.root
+    rc, _, err = run(root, capsys, "status")
+    assert rc == 3 and "not running" in err
+    daemon.start()
+    a, b = spawn(), spawn()
+    rc, out, _ = run(root, capsys, "set", "gpu0", "--policy", "burst-share", "--slice-ms", "5", "--json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["schema"] == "vgpukit.qos-set/v1" and doc["changed"] and doc["settings"]["slice_ms"] == 5
+    rc, out, _ = run(
+        root,
+        capsys,
+        "tenant",
+        "add",
+        "gpu0",
+        "a",
+        "--class",
+        "online",
+        "--share",
+        "30",
+        "--pid",
+        str(a.pid),
+        "--dry-run",
+    )
+    assert rc == 0 and "dry run" in out
+    rc, out, _ = run(
+        root, capsys, "tenant", "add", "gpu0", "a", "--class", "online", "--share", "30", "--pid", str(a.pid)
+    )
+    assert rc == 0 and "add online tenant a" in out
+    rc, _, _ = run(
+        root,
+        capsys,
+        "tenant",
+        "add",
+        "gpu0",
+        "b",
+        "--class",
+        "offline",
+        "--share",
+        "70",
+        "--pid",
+        str(b.pid),
+        "--demand",
+        "sample",
+    )
+    assert rc == 0
+    rc, out, _ = run(root, capsys, "status", "--json")
+    doc = json.loads(out)
+    assert doc["schema"] == "vgpukit.qos-status/v1"
+    names = {t["name"]: t for t in doc["gpus"][0]["tenants"]}
+    assert names["a"]["class"] == "online" and names["b"]["demand"] == "sample"
+    rc, out, _ = run(root, capsys, "status", "gpu0")
+    assert rc == 0 and "burst-share" in out and "online" in out
+    # the online tenant says busy through the CLI: the offline one is frozen
+    assert run(root, capsys, "notify", "gpu0", "b", "busy")[0] == 0
+    assert run(root, capsys, "notify", "gpu0", "a", "busy")[0] == 0
+    assert wait_for(lambda: proc_state(b.pid) in "Tt", timeout=3)
+    assert run(root, capsys, "notify", "gpu0", "a", "idle")[0] == 0
+    assert wait_for(lambda: proc_state(b.pid) not in "Tt", timeout=3)
+    # errors: one line, the right exit code, the daemon keeps running
+    assert run(root, capsys, "tenant", "add", "gpu0", "c", "--class", "online", "--share", "101", "--pid", "5")[0] == 2
+    rc, _, err = run(
+        root, capsys, "tenant", "add", "gpu0", "c", "--class", "online", "--share", "80", "--pid", str(a.pid)
+    )
+    assert rc == 4 and "add up to 110" in err
+    assert (
+        run(root, capsys, "tenant", "add", "gpu0", "c", "--class", "online", "--share", "1", "--pid", "999999")[0] == 3
+    )
+    assert run(root, capsys, "tenant", "add", "gpu0", "c", "--class", "online", "--share", "1")[0] == 2
+    assert run(root, capsys, "tenant", "rm", "gpu0", "zz")[0] == 3
+    assert run(root, capsys, "set", "gpu0")[0] == 2
+    rc, out, _ = run(root, capsys, "tenant", "rm", "gpu0", "a", "--json")
+    assert rc == 0 and json.loads(out)["changed"]
+
+
+def test_sd_notify_ready_and_metrics_port(tmp_path: Path, spawn) -> None:  # type: ignore[no-untyped-def]
+    ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ns.bind(str(tmp_path / "notify"))
+    ns.settimeout(15)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(
+        os.environ,
+        VGPUKIT_ROOT=str(tmp_path),
+        PYTHONPATH=str(REPO),
+        NOTIFY_SOCKET=str(tmp_path / "notify"),
+        WATCHDOG_USEC="200000",
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-m", "vgpukit", "qos", "daemon", "--metrics-port", str(port), "--metrics-addr", "127.0.0.1"],
+        env=env,
+    )
+    try:
+        assert b"READY=1" in ns.recv(256)
+        assert b"WATCHDOG=1" in ns.recv(256)
+        d = DaemonProc(tmp_path)
+        wait_for(d._ping)
+        x = spawn()
+        d.req(op="tenant-add", gpu="gpu0", name="x", tenant={"class": "offline", "share": 20, "pids": [x.pid]})
+        import urllib.request
+
+        def scraped() -> str:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+
+        assert wait_for(
+            lambda: 'vgpukit_qos_target_share_ratio{class="offline",gpu="gpu0",tenant="x"} 0.2' in scraped()
+        )
+    finally:
+        p.terminate()
+        assert p.wait(10) == 0
+
+
+def test_metrics_observer_text() -> None:
+    m = Metrics()
+    clock = iter(range(0, 10**12, 1000)).__next__
+    rt = GpuRuntime(
+        Gpu("gpu0", tenants=(Tenant("t", "online", 40, "pids", pids=(os.getpid(),)),)),
+        {"t": PidBackend(Host(Path("/")), (os.getpid(),))},
+        clock,
+        m,
+    )
+    rt.demand("t", True, clock(), sent_ns=0)
+    m.update([rt.status(clock())])
+    text = m.text()
+    assert 'vgpukit_qos_tenant_state{class="online",gpu="gpu0",state="running",tenant="t"} 1.0' in text
+    assert "vgpukit_qos_detection_latency_seconds_count" in text
+    assert 'vgpukit_qos_achieved_share_ratio{class="online",gpu="gpu0",tenant="t",window="10s"}' in text
+
+
+def test_daemon_on_a_simulated_host(tmp_path: Path, spawn, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import make_sim
+
+    sim = make_sim(tmp_path / "host")
+    d = DaemonProc(sim, sim=True).start()
+    try:
+        p, q = spawn(), spawn()
+        rc = main(["--sim", str(sim), "qos", "set", "gpu0", "--policy", "fixed-share"])
+        for name, pid, share in (("a", p.pid, 20), ("b", q.pid, 30)):
+            rc |= main(
+                [
+                    "--sim",
+                    str(sim),
+                    "qos",
+                    "tenant",
+                    "add",
+                    "gpu0",
+                    name,
+                    "--class",
+                    "offline",
+                    "--share",
+                    str(share),
+                    "--pid",
+                    str(pid),
+                    "--demand",
+                    "sample",
+                ]
+            )
+        assert rc == 0
+        assert (sim / "run/vgpukit/qos/control.sock").exists()
+        assert wait_for(lambda: d.status()["a"]["frozen_s"] > 0.2 and d.status()["b"]["frozen_s"] > 0.2, timeout=5)
+        capsys.readouterr()
+    finally:
+        assert d.stop() == 0
+    assert proc_state(p.pid) not in "Tt" and proc_state(q.pid) not in "Tt"

@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import pytest
+
+from vgpukit.errors import Conflict, InvalidInput, NoCapacity, NotFound
+from vgpukit.qos.config import Overlay
+from vgpukit.qos.model import MAX_TENANTS, Gpu, QosConfig, Tenant
+
+
+def t(name: str, share: int = 10, cls: str = "offline") -> Tenant:
+    return Tenant(name, cls, share, "pids", pids=(1234,))
+
+
+def test_config_roundtrip() -> None:
+    doc = {
+        "gpus": {
+            "gpu0": {
+                "policy": "fixed-share",
+                "slice_ms": 5,
+                "tenants": {
+                    "web": {"class": "online", "share": 40, "cgroup": "/sys/fs/cgroup/unified/web"},
+                    "batch": {"class": "offline", "share": 60, "pids": [100, 101], "demand": "sample"},
+                    "vm": {"class": "offline", "share": 10, "domain": "vm1"},
+                },
+            },
+            "MIG-1234abcd-0000": {},
+        }
+    }
+    cfg = QosConfig.from_dict(doc)
+    assert cfg.gpus["gpu0"].tenant("batch").pids == (100, 101)
+    assert cfg.gpus["MIG-1234abcd-0000"].policy == "best-effort"
+    again = QosConfig.from_dict(cfg.to_dict())
+    assert again.to_dict() == cfg.to_dict()
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"gpus": {"gpu0": {"policy": "fair"}}},
+        {"gpus": {"gpu0": {"slice_ms": 0}}},
+        {"gpus": {"bad/key": {}}},
+        {"gpus": {"gpu0": {"tenants": {"a": {"class": "online", "share": 0, "pids": [5]}}}}},
+        {"gpus": {"gpu0": {"tenants": {"a": {"class": "online", "share": 5.5, "pids": [5]}}}}},
+        {"gpus": {"gpu0": {"tenants": {"a": {"class": "gold", "share": 5, "pids": [5]}}}}},
+        {"gpus": {"gpu0": {"tenants": {"a": {"class": "online", "share": 5}}}}},
+        {"gpus": {"gpu0": {"tenants": {"a": {"class": "online", "share": 5, "pids": [5], "domain": "x"}}}}},
+        {"gpus": {"gpu0": {"tenants": {"a": {"class": "online", "share": 5, "cgroup": "../x"}}}}},
+        {"gpus": {"gpu0": {"tenants": {"a": {"class": "online", "share": 5, "pids": [1]}}}}},
+        {"gpus": {"gpu0": {"colour": 1}}},
+        {"extra": 1},
+        [],
+    ],
+)
+def test_bad_configs_rejected(doc: object) -> None:
+    with pytest.raises(InvalidInput):
+        QosConfig.from_dict(doc)
+
+
+def test_share_sum_per_class() -> None:
+    cfg = QosConfig()
+    cfg.add_tenant("gpu0", t("a", 60, "online"))
+    cfg.add_tenant("gpu0", t("b", 60, "offline"))  # other class: fine
+    with pytest.raises(Conflict, match="online shares add up to 101"):
+        cfg.add_tenant("gpu0", t("c", 41, "online"))
+    assert [x.name for x in cfg.gpus["gpu0"].tenants] == ["a", "b"]
+
+
+def test_tenant_limit_and_duplicates() -> None:
+    cfg = QosConfig()
+    for i in range(MAX_TENANTS):
+        cfg.add_tenant("gpu0", t(f"t{i}", 1))
+    with pytest.raises(NoCapacity):
+        cfg.add_tenant("gpu0", Tenant("x", "online", 1, "pids", pids=(9,)))
+    with pytest.raises(Conflict):
+        cfg.add_tenant("gpu0", t("t0", 1))
+    with pytest.raises(NotFound):
+        cfg.remove_tenant("gpu0", "nope")
+    with pytest.raises(NotFound):
+        cfg.remove_tenant("gpu9", "t0")
+
+
+def test_overlay_applies_on_top_of_base() -> None:
+    base = QosConfig.from_dict({"gpus": {"gpu0": {"tenants": {"a": {"class": "online", "share": 50, "pids": [10]}}}}})
+    ov = Overlay()
+    ov.record_policy("gpu0", "burst-share", 20)
+    ov.record_tenant("gpu0", "a", None)
+    ov.record_tenant("gpu0", "b", t("b", 30))
+    ov.record_tenant("gpu1", "c", t("c", 80))
+    ov.record_tenant("gpu1", "d", t("d", 80))  # no longer fits: skipped, reported
+    cfg, problems = ov.apply(base)
+    assert cfg.gpus["gpu0"].policy == "burst-share" and cfg.gpus["gpu0"].slice_ms == 20
+    assert [x.name for x in cfg.gpus["gpu0"].tenants] == ["b"]
+    assert [x.name for x in cfg.gpus["gpu1"].tenants] == ["c"]
+    assert len(problems) == 1 and "gpu1/d" in problems[0]
+    assert Gpu.from_dict("gpu0", base.gpus["gpu0"].to_dict()) == base.gpus["gpu0"]  # base untouched

@@ -1,0 +1,198 @@
+"""``vgpukit qos``: the daemon and its control commands."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..cli.context import App
+from ..cli.main import dry_run_option, json_option
+from ..cli.output import emit, emit_result, say, table
+from ..errors import InvalidInput
+from . import control
+from .model import CLASSES, DEMANDS, POLICIES, Tenant
+
+
+@click.group("qos")
+def qos() -> None:
+    """GPU time-slice QoS: policies, online/offline preemption, per-tenant status."""
+
+
+@qos.command("daemon")
+@click.option("--config", "config_path", metavar="PATH", help="Config file (default /etc/vgpukit/qos.yaml).")
+@click.option("--metrics-port", type=int, metavar="PORT", help="Serve Prometheus metrics on this port.")
+@click.option("--metrics-addr", default="", metavar="ADDR", help="Bind address for metrics (default all).")
+@click.pass_obj
+def daemon_cmd(app: App, config_path: str | None, metrics_port: int | None, metrics_addr: str) -> None:
+    """Run the scheduler in the foreground (systemd Type=notify; SIGHUP reloads the config)."""
+    from .config import default_config_path
+    from .daemon import Daemon
+    from .metrics import Metrics
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.DEBUG if app.debug else logging.INFO,
+            stream=sys.stderr,
+            format="vgpukit-qos: %(levelname)s: %(message)s",
+        )
+    host = app.host
+    path = Path(config_path) if config_path else default_config_path(host)
+    metrics = Metrics() if metrics_port is not None else None
+    d = Daemon(host, path, observer=metrics)
+    if metrics is not None:
+        assert metrics_port is not None
+        m = metrics
+
+        def tick(dm: Daemon) -> None:
+            now = dm.clock()
+            m.update([rt.status(now) for rt in dm.gpus.values()])
+
+        d.on_tick = tick
+        d.run(ready=lambda: m.serve(metrics_port, metrics_addr))
+    else:
+        d.run()
+
+
+@qos.command("set")
+@click.argument("gpu")
+@click.option("--policy", type=click.Choice(POLICIES), help="best-effort, fixed-share or burst-share.")
+@click.option("--slice-ms", type=click.IntRange(1, 1000), help="Time slice in ms (default 10).")
+@json_option
+@dry_run_option
+@click.pass_obj
+def set_cmd(app: App, gpu: str, policy: str | None, slice_ms: int | None) -> None:
+    """Set the policy and slice length of GPU (any key: gpu0, a PCI address, a MIG UUID)."""
+    if policy is None and slice_ms is None:
+        raise InvalidInput("give --policy and/or --slice-ms")
+    reply = control.request(
+        app.host, {"op": "set", "gpu": gpu, "policy": policy, "slice_ms": slice_ms, "dry_run": app.dry_run}
+    )
+    emit_result(app, "qos-set", plan=reply["plan"], data={"gpu": gpu, "settings": reply.get("gpu")})
+
+
+@qos.group("tenant")
+def tenant() -> None:
+    """Add and remove tenants."""
+
+
+@tenant.command("add")
+@click.argument("gpu")
+@click.argument("name")
+@click.option("--class", "cls", type=click.Choice(CLASSES), required=True, help="online or offline.")
+@click.option("--share", type=click.IntRange(1, 100), required=True, help="Share in percent (1-100).")
+@click.option("--cgroup", metavar="PATH", help="cgroup (v2 or v1 freezer): /sys/fs/cgroup/... or relative.")
+@click.option("--pid", "pids", type=int, multiple=True, help="Process id (repeat, or several after one --pid).")
+@click.option("--domain", metavar="NAME", help="libvirt domain (suspended/resumed).")
+@click.option(
+    "--demand", type=click.Choice(DEMANDS), default="notify", show_default=True, help="How busy/idle is known."
+)
+@click.argument("more_pids", nargs=-1, type=int)
+@json_option
+@dry_run_option
+@click.pass_obj
+def tenant_add(
+    app: App,
+    gpu: str,
+    name: str,
+    cls: str,
+    share: int,
+    cgroup: str | None,
+    pids: tuple[int, ...],
+    domain: str | None,
+    demand: str,
+    more_pids: tuple[int, ...],
+) -> None:
+    """Add tenant NAME to GPU: exactly one of --cgroup, --pid N..., --domain."""
+    all_pids = (*pids, *more_pids)
+    if more_pids and not pids:
+        raise InvalidInput(f"unexpected arguments {list(more_pids)} (pids go after --pid)")
+    given = [x for x in (cgroup, all_pids, domain) if x]
+    if len(given) != 1:
+        raise InvalidInput("give exactly one of --cgroup, --pid, --domain")
+    kind = "cgroup" if cgroup else "pids" if all_pids else "domain"
+    t = Tenant(name, cls, share, kind, cgroup=cgroup, pids=tuple(all_pids), domain=domain, demand=demand).validate()
+    reply = control.request(
+        app.host, {"op": "tenant-add", "gpu": gpu, "name": name, "tenant": t.to_dict(), "dry_run": app.dry_run}
+    )
+    emit_result(app, "qos-tenant", plan=reply["plan"], data={"gpu": gpu, "name": name, "tenant": reply["tenant"]})
+
+
+@tenant.command("rm")
+@click.argument("gpu")
+@click.argument("name")
+@json_option
+@dry_run_option
+@click.pass_obj
+def tenant_rm(app: App, gpu: str, name: str) -> None:
+    """Remove tenant NAME from GPU (it is thawed first)."""
+    reply = control.request(app.host, {"op": "tenant-rm", "gpu": gpu, "name": name, "dry_run": app.dry_run})
+    emit_result(app, "qos-tenant", plan=reply["plan"], data={"gpu": gpu, "name": name})
+
+
+def _human_status(gpus: list[dict[str, Any]]) -> None:
+    if not gpus:
+        say("no GPUs configured")
+    for g in gpus:
+        rows = [
+            [
+                t["name"],
+                t["class"],
+                f"{t['share']}%",
+                t["state"],
+                f"{t['achieved_1s']:.1f}%",
+                f"{t['achieved_10s']:.1f}%",
+                t["preemptions"],
+                f"{t['frozen_s']:.1f}",
+                t["target"],
+            ]
+            for t in g["tenants"]
+        ]
+        lat = g["latency"]
+        table(
+            f"{g['gpu']}: {g['policy']}, slice {g['slice_ms']} ms",
+            ["tenant", "class", "share", "state", "1s", "10s", "preempted", "frozen s", "target"],
+            rows,
+        )
+        parts = [f"{k} p50/p99 {v['p50_ms']}/{v['p99_ms']} ms" for k, v in lat.items() if v.get("count")]
+        if parts:
+            say("  latency: " + "; ".join(parts))
+
+
+@qos.command("status")
+@click.argument("gpu", required=False)
+@click.option("--watch", is_flag=True, help="Refresh every --interval seconds until interrupted.")
+@click.option("--interval", type=click.FloatRange(0.1, 60), default=1.0, show_default=True)
+@json_option
+@click.pass_obj
+def status_cmd(app: App, gpu: str | None, watch: bool, interval: float) -> None:
+    """Per tenant: class, share, achieved share (1 s, 10 s), state, preemptions."""
+    while True:
+        reply = control.request(app.host, {"op": "status", "gpu": gpu})
+        gpus = reply["gpus"]
+        if watch and not app.json and sys.stdout.isatty():
+            click.clear()
+        emit(app, "qos-status", {"daemon_pid": reply.get("pid"), "gpus": gpus}, functools.partial(_human_status, gpus))
+        if not watch:
+            return
+        sys.stdout.flush()
+        time.sleep(interval)
+
+
+@qos.command("notify")
+@click.argument("gpu")
+@click.argument("name")
+@click.argument("state", type=click.Choice(["busy", "idle"]))
+@click.pass_obj
+def notify_cmd(app: App, gpu: str, name: str, state: str) -> None:
+    """Send one demand datagram for tenant NAME (what the C hook and the Python client do)."""
+    from .demand import DemandClient
+
+    client = DemandClient.for_host(app.host, gpu, name)
+    if not client.send(state == "busy"):
+        raise InvalidInput(f"no QoS daemon listens on {app.host.display(client.path)}")

@@ -1,0 +1,356 @@
+"""The QoS daemon: one select loop driving every GPU's scheduler on the monotonic clock.
+
+Wakes on: a demand datagram (preemption path: receive -> decide -> freeze, no polling), a control
+request, a signal, the next slice boundary of any GPU, the sampling tick (only when some tenant
+uses the sampling fallback), and a 250 ms housekeeping tick (guardian heartbeat, systemd watchdog,
+liveness of tenants, metrics).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import signal
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import Conflict, InvalidInput, NotFound, VgpukitError
+from ..host import Host
+from . import demand as demand_proto
+from .backends import Backend, backend_for
+from .config import Overlay, load_base
+from .control import ControlServer
+from .model import POLICIES, QosConfig, Tenant, check_key
+from .runtime import GpuRuntime, Observer
+from .safety import Guardian, load_managed, save_managed, thaw_all
+from .sampler import Sampler
+
+log = logging.getLogger("vgpukit.qos")
+HOUSEKEEPING_NS = 250_000_000
+LIVENESS_NS = 1_000_000_000
+
+
+def sd_notify(message: str) -> None:
+    """systemd's notify protocol (READY=1, WATCHDOG=1, STATUS=...); a no-op outside systemd."""
+    addr = os.environ.get("NOTIFY_SOCKET")
+    if not addr:
+        return
+    if addr.startswith("@"):
+        addr = "\0" + addr[1:]
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.sendto(message.encode(), addr)
+
+
+class Daemon:
+    def __init__(
+        self,
+        host: Host,
+        config_path: Path,
+        clock: Callable[[], int] = time.monotonic_ns,
+        observer: Observer | None = None,
+        libvirt_conn: Any = None,
+    ) -> None:
+        self.host = host
+        self.config_path = config_path
+        self.clock = clock
+        self.observer = observer
+        self.libvirt_conn = libvirt_conn
+        self.base = load_base(host, config_path)  # a broken config fails the start, before any freeze
+        self.overlay = Overlay.load(host)
+        self.cfg = QosConfig()
+        self.sampling = False
+        self.gpus: dict[str, GpuRuntime] = {}
+        self.sampler = Sampler()
+        self.stop_requested = False
+        self.reload_requested = False
+        self.on_tick: Callable[[Daemon], None] | None = None  # metrics hook
+
+    # ------------------------------------------------------------------ configuration
+    def _backends(self, cfg: QosConfig) -> tuple[QosConfig, dict[str, dict[str, Backend]]]:
+        """Resolve every tenant's backend; tenants whose target is gone are dropped."""
+        out: dict[str, dict[str, Backend]] = {}
+        for key, gpu in list(cfg.gpus.items()):
+            out[key] = {}
+            for t in gpu.tenants:
+                try:
+                    out[key][t.name] = backend_for(self.host, t, self.libvirt_conn)
+                except VgpukitError as err:
+                    log.warning("%s: tenant %s dropped: %s", key, t.name, err)
+                    cfg.remove_tenant(key, t.name)
+        return cfg, out
+
+    def apply_config(self, cfg: QosConfig) -> None:
+        cfg, backends = self._backends(cfg)
+        # persist every target that may be frozen before the first freeze of any of them; until the
+        # removed tenants are thawed, they stay in the set too
+        new = [b.target for bs in backends.values() for b in bs.values()]
+        old = [b.target for rt in self.gpus.values() for b in rt.backends.values()]
+        save_managed(self.host, old + new)
+        self.cfg = cfg
+        self.sampling = any(t.demand == "sample" for g in cfg.gpus.values() for t in g.tenants)
+        for key in [k for k in self.gpus if k not in cfg.gpus]:
+            self.gpus.pop(key).thaw_everything()
+        for key, gpu in cfg.gpus.items():
+            rt = self.gpus.get(key)
+            if rt is None:
+                self.gpus[key] = GpuRuntime(gpu, backends[key], self.clock, self.observer)
+            else:
+                self._drop(rt.reconfigure(gpu, backends[key]), key)
+        if set(old) - set(new):
+            save_managed(self.host, new)
+
+    def effective(self) -> QosConfig:
+        cfg, problems = self.overlay.apply(self.base)
+        for p in problems:
+            log.warning("%s", p)
+        return cfg
+
+    def reload(self) -> None:
+        try:
+            self.base = load_base(self.host, self.config_path)
+        except VgpukitError as err:
+            log.error("reload failed, keeping the running configuration: %s", err)
+            return
+        self.apply_config(self.effective())
+        log.info("configuration reloaded: %d GPU(s)", len(self.gpus))
+
+    def _drop(self, vanished: list[str], key: str) -> None:
+        """Tenants whose cgroup, processes or domain are gone leave the configuration."""
+        if not vanished:
+            return
+        cfg = QosConfig(gpus=dict(self.cfg.gpus), watchdog_s=self.cfg.watchdog_s, sample_ms=self.cfg.sample_ms)
+        for name in vanished:
+            log.warning("%s: dropping vanished tenant %s", key, name)
+            with contextlib.suppress(NotFound):
+                cfg.remove_tenant(key, name)
+            if name in self.overlay.tenants.get(key, {}):
+                self.overlay.forget_tenant(key, name)
+            self.sampler.forget(f"{key}/{name}")
+        self.overlay.save(self.host)
+        self.apply_config(cfg)
+
+    # ------------------------------------------------------------------ control requests
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        op = req["op"]
+        dry = bool(req.get("dry_run"))
+        if op == "ping":
+            return {"ok": True, "pid": os.getpid()}
+        if op == "status":
+            now = self.clock()
+            key = req.get("gpu")
+            if key is not None and key not in self.gpus:
+                raise NotFound(f"no QoS settings for {key!r}")
+            gpus = [self.gpus[k].status(now) for k in sorted(self.gpus) if key in (None, k)]
+            return {"ok": True, "pid": os.getpid(), "gpus": gpus}
+        if op == "reload":
+            self.reload()
+            return {"ok": True, "plan": ["reload the configuration"]}
+        key = check_key(str(req.get("gpu", "")), "GPU key")
+        if op == "set":
+            return self._op_set(key, req, dry)
+        if op == "tenant-add":
+            return self._op_add(key, req, dry)
+        if op == "tenant-rm":
+            return self._op_rm(key, str(req.get("name", "")), dry)
+        raise InvalidInput(f"unknown op {op!r}")
+
+    def _copy(self) -> QosConfig:
+        return QosConfig(gpus=dict(self.cfg.gpus), watchdog_s=self.cfg.watchdog_s, sample_ms=self.cfg.sample_ms)
+
+    def _op_set(self, key: str, req: dict[str, Any], dry: bool) -> dict[str, Any]:
+        policy, slice_ms = req.get("policy"), req.get("slice_ms")
+        if policy is not None and policy not in POLICIES:
+            raise InvalidInput(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+        cfg = self._copy()
+        old = cfg.gpus.get(key)
+        new = cfg.set_policy(key, policy, slice_ms)
+        plan = []
+        if old is None or (old.policy, old.slice_ms) != (new.policy, new.slice_ms):
+            plan.append(f"{key}: policy {new.policy}, slice {new.slice_ms} ms")
+        if plan and not dry:
+            self.overlay.record_policy(key, new.policy, new.slice_ms)
+            self.overlay.save(self.host)
+            self.apply_config(cfg)
+        return {"ok": True, "plan": plan, "gpu": new.to_dict()}
+
+    def _op_add(self, key: str, req: dict[str, Any], dry: bool) -> dict[str, Any]:
+        name = check_key(str(req.get("name", "")), "tenant name")
+        tenant = Tenant.from_dict(name, req.get("tenant"))
+        cfg = self._copy()
+        gpu = cfg.gpus.get(key)
+        if gpu is not None and any(t.name == name for t in gpu.tenants):
+            if gpu.tenant(name) == tenant:
+                return {"ok": True, "plan": [], "tenant": tenant.to_dict()}
+            raise Conflict(f"{key}: tenant {name!r} exists with other settings (remove it first)")
+        cfg.add_tenant(key, tenant)
+        backend_for(self.host, tenant, self.libvirt_conn)  # its cgroup / processes / domain must exist
+        plan = [f"{key}: add {tenant.cls} tenant {name} ({tenant.share}%, {tenant.target})"]
+        if not dry:
+            self.overlay.record_tenant(key, name, tenant)
+            self.overlay.save(self.host)
+            self.apply_config(cfg)
+        return {"ok": True, "plan": plan, "tenant": tenant.to_dict()}
+
+    def _op_rm(self, key: str, name: str, dry: bool) -> dict[str, Any]:
+        check_key(name, "tenant name")
+        cfg = self._copy()
+        cfg.remove_tenant(key, name)
+        plan = [f"{key}: remove tenant {name} (thawed first)"]
+        if not dry:
+            self.overlay.record_tenant(key, name, None)
+            self.overlay.save(self.host)
+            self.apply_config(cfg)
+        return {"ok": True, "plan": plan}
+
+    # ------------------------------------------------------------------ demand
+    def on_demand(self, data: bytes, pid: int, uid: int) -> None:
+        now = self.clock()
+        try:
+            msg = demand_proto.decode(data, pid, uid)
+        except (ValueError, VgpukitError) as exc:
+            log.debug("demand: %s", exc)
+            return
+        rt = self.gpus.get(msg.gpu)
+        if rt is None or msg.tenant not in rt.backends:
+            log.debug("demand for unknown tenant %s/%s", msg.gpu, msg.tenant)
+            return
+        if uid != 0 and not rt.backends[msg.tenant].owns(pid):
+            log.warning("demand for %s/%s from pid %d (uid %d) refused: not its process", msg.gpu, msg.tenant, pid, uid)
+            return
+        self._drop(rt.demand(msg.tenant, msg.busy, now, msg.sent_ns), msg.gpu)
+
+    def sample(self, now: int) -> None:
+        for key, rt in list(self.gpus.items()):
+            for t in rt.spec.tenants:
+                if t.demand != "sample" or t.name not in rt.backends:
+                    continue
+                sid = f"{key}/{t.name}"
+                try:
+                    cpu = rt.backends[t.name].cpu_ns()
+                except VgpukitError:
+                    continue  # the liveness check drops it
+                frozen = t.name in rt.frozen or rt.thawed_at.get(t.name, -1) >= self.sampler.last_at(sid)
+                busy = rt.sched.tenants[t.name].busy
+                new = self.sampler.observe(sid, cpu, now, frozen, busy)
+                if new is not None:
+                    self._drop(rt.demand(t.name, new, now, None), key)
+
+    def check_alive(self) -> None:
+        for key, rt in list(self.gpus.items()):
+            gone = []
+            for name, b in rt.backends.items():
+                try:
+                    if not b.alive():
+                        gone.append(name)
+                except VgpukitError:
+                    gone.append(name)
+            self._drop(gone, key)
+
+    # ------------------------------------------------------------------ the loop
+    def _signals(self) -> tuple[int, dict[int, Any]]:
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+        old: dict[int, Any] = {int(s): signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+
+        def stop(_sig: int, _frame: Any) -> None:
+            self.stop_requested = True
+
+        def hup(_sig: int, _frame: Any) -> None:
+            self.reload_requested = True
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGHUP, hup)
+        old[-1] = signal.set_wakeup_fd(w)
+        return r, old
+
+    def run(self, ready: Callable[[], None] | None = None) -> None:
+        thawed = thaw_all(self.host, load_managed(self.host))  # a previous daemon may have died
+        if thawed:
+            log.warning("thawed %d target(s) left by a previous daemon", len(thawed))
+        guardian = Guardian.start(self.host, float(self.base.watchdog_s))
+        wake_r, old_handlers = self._signals()
+        dsock = demand_proto.open_server(self.host)
+        ctrl = ControlServer(self.host, self.handle)
+        try:
+            self.apply_config(self.effective())
+            sd_notify("READY=1\nSTATUS=scheduling")
+            log.info("qos daemon ready (pid %d): %d GPU(s)", os.getpid(), len(self.gpus))
+            if ready:
+                ready()
+            self._loop(guardian, wake_r, dsock, ctrl)
+        finally:
+            sd_notify("STOPPING=1")
+            for rt in self.gpus.values():
+                rt.thaw_everything()
+            save_managed(self.host, [])
+            ctrl.close()
+            dsock.close()
+            for path in (demand_proto.socket_path(self.host), ctrl_path(self.host)):
+                with contextlib.suppress(VgpukitError):
+                    self.host.remove(path)
+            guardian.stop()
+            signal.set_wakeup_fd(old_handlers.pop(-1))
+            for sig, handler in old_handlers.items():
+                signal.signal(sig, handler)
+            os.close(wake_r)
+            log.info("qos daemon stopped, every tenant thawed")
+
+    def _loop(self, guardian: Guardian, wake_r: int, dsock: socket.socket, ctrl: ControlServer) -> None:
+        wd_usec = int(os.environ.get("WATCHDOG_USEC", "0") or 0)
+        wd_every = wd_usec * 500 if wd_usec else 0  # ns: half the systemd watchdog
+        next_wd = next_house = next_live = next_sample = self.clock()
+        while not self.stop_requested:
+            now = self.clock()
+            if self.reload_requested:
+                self.reload_requested = False
+                self.reload()
+            for key, rt in list(self.gpus.items()):
+                if rt.next_at is not None and rt.next_at <= now:
+                    rt.timer.add((now - rt.next_at) / 1e9)
+                    self._drop(rt.step(now), key)
+            sampling = self.sampling
+            if sampling and now >= next_sample:
+                self.sample(now)
+                next_sample = now + self.cfg.sample_ms * 1_000_000
+            if now >= next_house:
+                guardian.beat()
+                next_house = now + HOUSEKEEPING_NS
+                if now >= next_live:
+                    self.check_alive()
+                    next_live = now + LIVENESS_NS
+                if self.on_tick:
+                    self.on_tick(self)
+            if wd_every and now >= next_wd:
+                sd_notify("WATCHDOG=1")
+                next_wd = now + wd_every
+            deadlines = [next_house] + [rt.next_at for rt in self.gpus.values() if rt.next_at is not None]
+            if sampling:
+                deadlines.append(next_sample)
+            timeout = max(0.0, (min(deadlines) - self.clock()) / 1e9)
+            try:
+                fds: list[Any] = [wake_r, dsock, *ctrl.fds()]
+                ready, _, _ = select.select(fds, [], [], timeout)
+            except InterruptedError:
+                continue
+            for obj in ready:
+                if obj is dsock:
+                    for data, pid, uid in demand_proto.receive(dsock):
+                        self.on_demand(data, pid, uid)
+                elif obj == wake_r:
+                    with contextlib.suppress(OSError):
+                        os.read(wake_r, 512)
+                else:
+                    ctrl.ready(obj)
+
+
+def ctrl_path(host: Host) -> Path:
+    from .control import socket_path
+
+    return socket_path(host)

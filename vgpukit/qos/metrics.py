@@ -1,0 +1,99 @@
+"""Prometheus metrics (``vgpukit qos daemon --metrics-port N``), labelled by gpu, tenant, class.
+
+Per-tenant gauges and counters come from a status snapshot the daemon refreshes every 250 ms (the
+HTTP server runs in its own thread and never touches live scheduler state); latency histograms are
+observed as events happen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+LABELS = ["gpu", "tenant", "class"]
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+STATES = ("running", "frozen", "idle")
+
+
+class _SnapshotCollector:
+    def __init__(self) -> None:
+        self.snapshot: list[dict[str, Any]] = []
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        target = GaugeMetricFamily("vgpukit_qos_target_share_ratio", "Configured share (0-1).", labels=LABELS)
+        achieved = GaugeMetricFamily(
+            "vgpukit_qos_achieved_share_ratio",
+            "Device time held over the window (0-1).",
+            labels=[*LABELS, "window"],
+        )
+        state = GaugeMetricFamily("vgpukit_qos_tenant_state", "1 for the tenant's state.", labels=[*LABELS, "state"])
+        preempt = CounterMetricFamily("vgpukit_qos_preemptions", "Times preempted by online work.", labels=LABELS)
+        frozen = CounterMetricFamily("vgpukit_qos_frozen_seconds", "Seconds spent frozen.", labels=LABELS)
+        for gpu in self.snapshot:
+            for t in gpu["tenants"]:
+                lab = [gpu["gpu"], t["name"], t["class"]]
+                target.add_metric(lab, t["share"] / 100)
+                achieved.add_metric([*lab, "1s"], t["achieved_1s"] / 100)
+                achieved.add_metric([*lab, "10s"], t["achieved_10s"] / 100)
+                for s in STATES:
+                    state.add_metric([*lab, s], 1.0 if t["state"] == s else 0.0)
+                preempt.add_metric(lab, t["preemptions"])
+                frozen.add_metric(lab, t["frozen_s"])
+        yield from (target, achieved, state, preempt, frozen)
+
+
+class Metrics:
+    """An :class:`~vgpukit.qos.runtime.Observer` that exports to Prometheus."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Histogram
+
+        self.registry = CollectorRegistry()
+        self.snap = _SnapshotCollector()
+        self.registry.register(self.snap)
+        self.h_detect = Histogram(
+            "vgpukit_qos_detection_latency_seconds",
+            "Tenant busy signal sent -> received by the daemon.",
+            LABELS,
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.h_enforce = Histogram(
+            "vgpukit_qos_enforcement_latency_seconds",
+            "Duration of one freeze or thaw.",
+            [*LABELS, "action"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.h_preempt = Histogram(
+            "vgpukit_qos_preemption_latency_seconds",
+            "Online busy signal sent -> offline tenant frozen.",
+            LABELS,
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
+    def serve(self, port: int, addr: str = "") -> None:
+        from prometheus_client import start_http_server
+
+        start_http_server(port, addr=addr, registry=self.registry)
+
+    def update(self, snapshot: list[dict[str, Any]]) -> None:
+        self.snap.snapshot = snapshot
+
+    def text(self) -> str:
+        from prometheus_client import generate_latest
+
+        return bytes(generate_latest(self.registry)).decode()
+
+    # Observer
+    def detection(self, gpu: str, tenant: str, cls: str, seconds: float) -> None:
+        self.h_detect.labels(gpu, tenant, cls).observe(seconds)
+
+    def enforcement(self, gpu: str, tenant: str, cls: str, action: str, seconds: float) -> None:
+        self.h_enforce.labels(gpu, tenant, cls, action).observe(seconds)
+
+    def preemption(self, gpu: str, tenant: str, cls: str, seconds: float) -> None:
+        self.h_preempt.labels(gpu, tenant, cls).observe(seconds)

@@ -1,0 +1,239 @@
+"""QoS data model: policies, tenants, per-GPU settings, validation and (de)serialisation.
+
+Records here do no I/O. A *GPU key* is any name matching ``[A-Za-z0-9_.:-]+`` (``gpu0``, a PCI
+address, a MIG UUID); the device need not exist, so a MIG slice or a whole host can be scheduled.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..errors import Conflict, InvalidInput, NoCapacity, NotFound
+
+POLICIES = ("best-effort", "fixed-share", "burst-share")
+CLASSES = ("online", "offline")
+KINDS = ("cgroup", "pids", "domain")
+DEMANDS = ("notify", "sample")
+MAX_TENANTS = 64
+DEFAULT_SLICE_MS = 10  # chosen by measurement, see docs/qos.md ("Slice length")
+MIN_SLICE_MS = 1
+MAX_SLICE_MS = 1000
+_KEY = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+def check_key(value: str, what: str) -> str:
+    if not isinstance(value, str) or not _KEY.match(value):
+        raise InvalidInput(f"invalid {what} {value!r}: use letters, digits and _ . : - (at most 128)", value=value)
+    return value
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """One tenant of one GPU and what it is on the host."""
+
+    name: str
+    cls: str  # online | offline
+    share: int  # percent, 1..100
+    kind: str  # cgroup | pids | domain
+    cgroup: str | None = None
+    pids: tuple[int, ...] = ()
+    domain: str | None = None
+    demand: str = "notify"  # notify: the tenant tells busy/idle; sample: CPU time is sampled
+
+    def validate(self) -> Tenant:
+        check_key(self.name, "tenant name")
+        if self.cls not in CLASSES:
+            raise InvalidInput(f"tenant {self.name}: class must be online or offline, not {self.cls!r}")
+        if isinstance(self.share, bool) or not isinstance(self.share, int) or not 1 <= self.share <= 100:
+            raise InvalidInput(f"tenant {self.name}: share must be an integer percent 1..100, not {self.share!r}")
+        if self.demand not in DEMANDS:
+            raise InvalidInput(f"tenant {self.name}: demand must be notify or sample, not {self.demand!r}")
+        if self.kind == "cgroup":
+            if not self.cgroup or "\0" in self.cgroup or ".." in self.cgroup.split("/"):
+                raise InvalidInput(f"tenant {self.name}: invalid cgroup path {self.cgroup!r}")
+        elif self.kind == "pids":
+            if not self.pids or any(isinstance(p, bool) or not isinstance(p, int) or p <= 1 for p in self.pids):
+                raise InvalidInput(f"tenant {self.name}: pids must be process ids > 1, not {list(self.pids)!r}")
+        elif self.kind == "domain":
+            check_key(self.domain or "", "libvirt domain name")
+        else:
+            raise InvalidInput(f"tenant {self.name}: kind must be cgroup, pids or domain")
+        return self
+
+    @property
+    def target(self) -> str:
+        if self.kind == "cgroup":
+            return f"cgroup:{self.cgroup}"
+        if self.kind == "pids":
+            return "pids:" + ",".join(str(p) for p in self.pids)
+        return f"domain:{self.domain}"
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"class": self.cls, "share": self.share, "demand": self.demand}
+        if self.kind == "cgroup":
+            doc["cgroup"] = self.cgroup
+        elif self.kind == "pids":
+            doc["pids"] = list(self.pids)
+        else:
+            doc["domain"] = self.domain
+        return doc
+
+    @classmethod
+    def from_dict(cls, name: str, doc: Any) -> Tenant:
+        if not isinstance(doc, dict):
+            raise InvalidInput(f"tenant {name}: expected a mapping")
+        unknown = set(doc) - {"class", "share", "demand", "cgroup", "pids", "domain"}
+        if unknown:
+            raise InvalidInput(f"tenant {name}: unknown keys {sorted(unknown)}")
+        targets = [k for k in ("cgroup", "pids", "domain") if doc.get(k) not in (None, [], "")]
+        if len(targets) != 1:
+            raise InvalidInput(f"tenant {name}: give exactly one of cgroup, pids, domain")
+        kind = "pids" if targets[0] == "pids" else targets[0]
+        pids = doc.get("pids") or []
+        if not isinstance(pids, list):
+            pids = [pids]
+        return Tenant(
+            name=name,
+            cls=doc.get("class", "offline"),
+            share=doc.get("share", 0),
+            kind=kind,
+            cgroup=doc.get("cgroup"),
+            pids=tuple(pids),
+            domain=doc.get("domain"),
+            demand=doc.get("demand", "notify"),
+        ).validate()
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """Policy, slice and tenants of one schedulable device."""
+
+    key: str
+    policy: str = "best-effort"
+    slice_ms: int = DEFAULT_SLICE_MS
+    tenants: tuple[Tenant, ...] = ()
+
+    def validate(self) -> Gpu:
+        check_key(self.key, "GPU key")
+        if self.policy not in POLICIES:
+            raise InvalidInput(f"{self.key}: policy must be one of {', '.join(POLICIES)}, not {self.policy!r}")
+        if isinstance(self.slice_ms, bool) or not isinstance(self.slice_ms, int):
+            raise InvalidInput(f"{self.key}: slice must be an integer number of milliseconds")
+        if not MIN_SLICE_MS <= self.slice_ms <= MAX_SLICE_MS:
+            raise InvalidInput(f"{self.key}: slice must be {MIN_SLICE_MS}..{MAX_SLICE_MS} ms, not {self.slice_ms}")
+        if len(self.tenants) > MAX_TENANTS:
+            raise NoCapacity(f"{self.key}: at most {MAX_TENANTS} tenants per GPU")
+        names = [t.name for t in self.tenants]
+        if len(set(names)) != len(names):
+            raise Conflict(f"{self.key}: duplicate tenant names")
+        for cls in CLASSES:
+            total = sum(t.share for t in self.tenants if t.cls == cls)
+            if total > 100:
+                raise Conflict(f"{self.key}: {cls} shares add up to {total}% (at most 100)")
+        for t in self.tenants:
+            t.validate()
+        return self
+
+    def tenant(self, name: str) -> Tenant:
+        for t in self.tenants:
+            if t.name == name:
+                return t
+        raise NotFound(f"{self.key}: no tenant {name!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "slice_ms": self.slice_ms,
+            "tenants": {t.name: t.to_dict() for t in self.tenants},
+        }
+
+    @classmethod
+    def from_dict(cls, key: str, doc: Any) -> Gpu:
+        if doc is None:
+            doc = {}
+        if not isinstance(doc, dict):
+            raise InvalidInput(f"{key}: expected a mapping")
+        unknown = set(doc) - {"policy", "slice_ms", "tenants"}
+        if unknown:
+            raise InvalidInput(f"{key}: unknown keys {sorted(unknown)}")
+        tenants = doc.get("tenants") or {}
+        if not isinstance(tenants, dict):
+            raise InvalidInput(f"{key}: tenants must be a mapping name -> tenant")
+        return Gpu(
+            key=check_key(str(key), "GPU key"),
+            policy=doc.get("policy", "best-effort"),
+            slice_ms=doc.get("slice_ms", DEFAULT_SLICE_MS),
+            tenants=tuple(Tenant.from_dict(str(n), t) for n, t in tenants.items()),
+        ).validate()
+
+
+@dataclass
+class QosConfig:
+    """The daemon's whole configuration: GPUs by key, plus daemon settings."""
+
+    gpus: dict[str, Gpu] = field(default_factory=dict)
+    watchdog_s: float = 2.0  # a freeze not renewed by a live daemon is undone after this long
+    sample_ms: int = 10  # sampling interval for tenants with demand: sample
+
+    def validate(self) -> QosConfig:
+        for gpu in self.gpus.values():
+            gpu.validate()
+        if not 0.1 <= float(self.watchdog_s) <= 3600:
+            raise InvalidInput("watchdog_s must be 0.1..3600 seconds")
+        if not 1 <= int(self.sample_ms) <= 1000:
+            raise InvalidInput("sample_ms must be 1..1000")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "watchdog_s": self.watchdog_s,
+            "sample_ms": self.sample_ms,
+            "gpus": {k: g.to_dict() for k, g in sorted(self.gpus.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> QosConfig:
+        if doc is None:
+            doc = {}
+        if not isinstance(doc, dict):
+            raise InvalidInput("QoS config: expected a mapping at the top level")
+        unknown = set(doc) - {"gpus", "watchdog_s", "sample_ms"}
+        if unknown:
+            raise InvalidInput(f"QoS config: unknown keys {sorted(unknown)}")
+        gpus = doc.get("gpus") or {}
+        if not isinstance(gpus, dict):
+            raise InvalidInput("QoS config: gpus must be a mapping key -> settings")
+        return cls(
+            gpus={str(k): Gpu.from_dict(str(k), v) for k, v in gpus.items()},
+            watchdog_s=doc.get("watchdog_s", 2.0),
+            sample_ms=doc.get("sample_ms", 10),
+        ).validate()
+
+    # ------------------------------------------------------------- runtime changes
+    def set_policy(self, key: str, policy: str | None, slice_ms: int | None) -> Gpu:
+        gpu = self.gpus.get(check_key(key, "GPU key"), Gpu(key))
+        new = replace(
+            gpu, policy=policy or gpu.policy, slice_ms=gpu.slice_ms if slice_ms is None else slice_ms
+        ).validate()
+        self.gpus[key] = new
+        return new
+
+    def add_tenant(self, key: str, tenant: Tenant) -> Gpu:
+        tenant.validate()
+        gpu = self.gpus.get(check_key(key, "GPU key"), Gpu(key))
+        if any(t.name == tenant.name for t in gpu.tenants):
+            raise Conflict(f"{key}: tenant {tenant.name!r} exists (remove it first)")
+        new = replace(gpu, tenants=(*gpu.tenants, tenant)).validate()
+        self.gpus[key] = new
+        return new
+
+    def remove_tenant(self, key: str, name: str) -> Gpu:
+        gpu = self.gpus.get(key)
+        if gpu is None:
+            raise NotFound(f"no QoS settings for {key!r}")
+        gpu.tenant(name)
+        new = replace(gpu, tenants=tuple(t for t in gpu.tenants if t.name != name))
+        self.gpus[key] = new
+        return new
