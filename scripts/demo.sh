@@ -68,4 +68,22 @@ export VGPUKIT_SIM="$SIM/h100"
 step vgpukit vgpu create gpu0 --type "NVIDIA H100-20C" --count 4
 step vgpukit vgpu list
 
+section "QoS: time-slicing a GPU between tenants (real processes stand in for GPU work)"
+export VGPUKIT_SIM="$SIM/hgx"
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill -CONT "$p" 2>/dev/null; kill "$p" 2>/dev/null; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+vgpukit qos daemon 2>"$SIM/qos-daemon.log" & PIDS+=($!)
+for _ in $(seq 50); do vgpukit qos status >/dev/null 2>&1 && break; sleep 0.1; done
+sh -c 'while :; do :; done' & A=$!; PIDS+=($A)
+sh -c 'while :; do :; done' & B=$!; PIDS+=($B)
+step vgpukit qos set gpu0 --policy fixed-share --slice-ms 10
+step vgpukit qos tenant add gpu0 web --class online --share 40 --pid "$A"
+step vgpukit qos tenant add gpu0 batch --class offline --share 30 --pid "$B" --demand sample
+step vgpukit qos notify gpu0 web busy
+sleep 3
+step vgpukit qos status
+step vgpukit qos tenant rm gpu0 web
+cleanup; PIDS=(); trap - EXIT
+
 printf '\n\033[1;32mTour done.\033[0m Simulated hosts are in %s; try: VGPUKIT_SIM=%s/hgx vgpukit --help\n' "$SIM" "$SIM"
