@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ..errors import Busy, Conflict, InvalidInput, VgpukitError
+from ..errors import Busy, Conflict, InvalidInput
+from ..holders import OpenFiles
 from ..host import Host
 from ..pci import kind_of
 from .devices import Target
@@ -98,28 +99,11 @@ def _pci_key(addr: ET.Element) -> str | None:
         return None
 
 
-def group_holders(host: Host, group: int) -> list[str]:
-    """``"<comm> (pid N)"`` for every process holding ``/dev/vfio/<group>`` open (read from /proc)."""
-    want = host.display(host.dev("vfio", str(group)))
-    out = []
-    for pid in host.listdir(host.proc()):
-        if not pid.isdigit():
-            continue
-        try:
-            fds = host.listdir(host.proc(pid, "fd"))
-        except VgpukitError:  # gone, or not ours to look at
-            continue
-        if any(host.readlink(host.proc(pid, "fd", fd)) == want for fd in fds):
-            comm = host.read_opt(host.proc(pid, "comm")) or "?"
-            out.append(f"{comm} (pid {pid})")
-    return out
-
-
 def check_not_held(host: Host, target: Target) -> None:
     """Busy when a process outside libvirt's view (a stray QEMU, a container) holds the device's group."""
     if target.iommu_group is None:
         return
-    held = group_holders(host, target.iommu_group)
+    held = [h.describe() for h in OpenFiles(host).group(target.iommu_group)]
     if held:
         raise Busy(
             f"{target.label} is in use: /dev/vfio/{target.iommu_group} is held by {', '.join(held)}",

@@ -121,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in args
     as_json = "--json" in args
     try:
-        cli.main(args=args, prog_name="vgpukit", standalone_mode=False)
+        # standalone_mode=False: click returns ctx.exit(N)'s code instead of raising
+        rc = cli.main(args=args, prog_name="vgpukit", standalone_mode=False)
     except VgpukitError as err:
         if debug:
             raise
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         sys.stderr.write(f"vgpukit: internal error: {type(exc).__name__}: {exc} (rerun with --debug)\n")
         return 1
-    return 0
+    return rc if isinstance(rc, int) else 0
 
 
 def _report(err: VgpukitError, as_json: bool) -> None:

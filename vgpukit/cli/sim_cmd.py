@@ -142,3 +142,14 @@ def _group_of(app: App, device: str) -> str:
     if link is None:
         raise NotFound(f"{device} has no IOMMU group", device=device)
     return link
+
+
+def _register_driver_controls() -> None:
+    """The simulated NVIDIA driver's controls: injected faults and client processes."""
+    from ..nvml.sim_cli import client, fault
+
+    sim.add_command(fault)
+    sim.add_command(client)
+
+
+_register_driver_controls()

@@ -1,13 +1,27 @@
-"""NVML backend over nvidia-ml-py (module ``pynvml``), imported only when used."""
+"""NVML backend over nvidia-ml-py (module ``pynvml``), imported only when used.
+
+Errors are translated by NVML return code (``NVMLError.value``) into :mod:`vgpukit.nvml.errors`.
+"""
 
 from __future__ import annotations
 
+import ctypes
 import logging
-from typing import Any
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, TypeVar
 
-from . import NvmlGpu
+from ..errors import HostIOError, Unsupported
+from . import CiProfile, ComputeInstance, GiProfile, GpuInstance, NvmlGpu, NvmlProcess
+from .errors import NOT_SUPPORTED, nvml_error
 
 log = logging.getLogger("vgpukit.nvml")
+T = TypeVar("T")
+GI_PROFILE_COUNT = 0x12
+CI_PROFILE_COUNT = 0x09
+_NA = 0xFFFFFFFF
 
 
 def _bdf(pci: Any) -> str:
@@ -15,6 +29,15 @@ def _bdf(pci: Any) -> str:
     # NVML reports "00000000:3B:00.0"; keep the last 4 domain digits
     dom, rest = bus_id.split(":", 1)
     return f"{int(dom, 16):04x}:{rest.lower()}"
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _name(value: Any) -> str:
+    name = _text(value)
+    return name[4:] if name.startswith("MIG ") else name
 
 
 class RealNvml:
@@ -32,19 +55,282 @@ class RealNvml:
             return None
         return cls(pynvml)
 
+    def _call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(*args)
+        except self.n.NVMLError as exc:
+            raise nvml_error(int(exc.value), what) from exc
+
+    def _h(self, gpu: int) -> Any:
+        return self._call(f"GPU {gpu}", self.n.nvmlDeviceGetHandleByIndex, gpu)
+
+    # ------------------------------------------------------------------ devices and mode
     def gpus(self) -> list[NvmlGpu]:
         n = self.n
         out = []
         for i in range(n.nvmlDeviceGetCount()):
             h = n.nvmlDeviceGetHandleByIndex(i)
-            name = n.nvmlDeviceGetName(h)
-            uuid = n.nvmlDeviceGetUUID(h)
+            pci = n.nvmlDeviceGetPciInfo(h)
             try:
                 cur, pend = n.nvmlDeviceGetMigMode(h)
                 capable = True
             except n.NVMLError:
                 cur, pend, capable = 0, 0, False
             out.append(
-                NvmlGpu(i, _bdf(n.nvmlDeviceGetPciInfo(h)), str(uuid), str(name), capable, bool(cur), bool(pend))
+                NvmlGpu(
+                    i,
+                    _bdf(pci),
+                    _text(n.nvmlDeviceGetUUID(h)),
+                    _text(n.nvmlDeviceGetName(h)),
+                    capable,
+                    bool(cur),
+                    bool(pend),
+                    int(pci.pciDeviceId),
+                )
             )
         return out
+
+    def mig_mode(self, gpu: int) -> tuple[bool, bool]:
+        cur, pend = self._call(f"MIG mode of GPU {gpu}", self.n.nvmlDeviceGetMigMode, self._h(gpu))
+        return bool(cur), bool(pend)
+
+    def set_mig_mode(self, gpu: int, enabled: bool) -> bool:
+        status = self._call(f"setting MIG mode on GPU {gpu}", self.n.nvmlDeviceSetMigMode, self._h(gpu), int(enabled))
+        return int(status) == 0
+
+    def reset_gpu(self, gpu: int) -> None:
+        # NVML has no reset call; nvidia-smi performs it through the driver
+        smi = shutil.which("nvidia-smi")
+        if smi is None:
+            raise Unsupported("cannot reset the GPU: nvidia-smi not found", hint="reset it or reboot, then rerun")
+        proc = subprocess.run([smi, "--gpu-reset", "-i", str(gpu)], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise HostIOError(f"nvidia-smi --gpu-reset -i {gpu} failed: {(proc.stdout + proc.stderr).strip()}")
+
+    # ------------------------------------------------------------------ GPU instances
+    def _placements(self, h: Any, profile_id: int) -> tuple[int, ...]:
+        n = self.n
+        arr = (n.c_nvmlGpuInstancePlacement_t * 16)()
+        count = ctypes.c_uint(16)
+        self._call("placements", n.nvmlDeviceGetGpuInstancePossiblePlacements, h, profile_id, arr, ctypes.byref(count))
+        return tuple(sorted(int(arr[i].start) for i in range(count.value)))
+
+    def gi_profiles(self, gpu: int) -> list[GiProfile]:
+        n, h = self.n, self._h(gpu)
+        out = []
+        for enum in range(GI_PROFILE_COUNT):
+            try:
+                info = n.nvmlDeviceGetGpuInstanceProfileInfoV(h, enum, 2)
+            except n.NVMLError:
+                continue  # NOT_SUPPORTED / INVALID_ARGUMENT: this GPU has no such profile
+            starts = self._placements(h, int(info.id))
+            size = _size_of(n, h, int(info.id))
+            name = _name(info.name)
+            out.append(
+                GiProfile(
+                    id=int(info.id),
+                    enum=enum,
+                    name=name,
+                    slices=int(info.sliceCount),
+                    size=size,
+                    memory_mib=int(info.memorySizeMB),
+                    sms=int(info.multiprocessorCount),
+                    max_count=int(info.instanceCount),
+                    starts=starts,
+                    media="+me" in name,
+                )
+            )
+        if not out:
+            # some drivers answer profile queries only once MIG is on: plan from the shipped table
+            from ..errors import NotFound
+            from .table import model
+
+            try:
+                return list(model(None, _text(n.nvmlDeviceGetName(h))).profiles)
+            except NotFound:
+                return []
+        return out
+
+    def remaining_capacity(self, gpu: int, profile_id: int) -> int:
+        return int(
+            self._call("remaining capacity", self.n.nvmlDeviceGetGpuInstanceRemainingCapacity, self._h(gpu), profile_id)
+        )
+
+    def _gi_handles(self, h: Any) -> list[Any]:
+        n = self.n
+        out: list[Any] = []
+        for p in self.gi_profiles_ids(h):
+            arr = (n.c_nvmlGpuInstance_t * 8)()
+            count = ctypes.c_uint(0)
+            self._call("listing GPU instances", n.nvmlDeviceGetGpuInstances, h, p, arr, ctypes.byref(count))
+            out.extend(arr[i] for i in range(count.value))
+        return out
+
+    def gi_profiles_ids(self, h: Any) -> list[int]:
+        n, ids = self.n, []
+        for enum in range(GI_PROFILE_COUNT):
+            try:
+                ids.append(int(n.nvmlDeviceGetGpuInstanceProfileInfoV(h, enum, 2).id))
+            except n.NVMLError:
+                continue
+        return ids
+
+    def _mig_uuids(self, h: Any) -> dict[tuple[int, int], str]:
+        n, out = self.n, dict[tuple[int, int], str]()
+        for i in range(int(n.nvmlDeviceGetMaxMigDeviceCount(h))):
+            try:
+                mh = n.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
+            except n.NVMLError:
+                continue
+            key = (int(n.nvmlDeviceGetGpuInstanceId(mh)), int(n.nvmlDeviceGetComputeInstanceId(mh)))
+            out[key] = _text(n.nvmlDeviceGetUUID(mh))
+        return out
+
+    def _gi_record(self, h: Any, gi: Any, uuids: dict[tuple[int, int], str]) -> GpuInstance:
+        n = self.n
+        info = n.nvmlGpuInstanceGetInfo(gi)
+        cis = []
+        for ci in self._ci_handles(gi):
+            ci_info = n.nvmlComputeInstanceGetInfo(ci)
+            cp = n.nvmlGpuInstanceGetComputeInstanceProfileInfoV(gi, int(ci_info.profileId), 0, 2)
+            cis.append(
+                ComputeInstance(
+                    int(ci_info.id),
+                    int(info.id),
+                    _ci_enum(n, gi, int(ci_info.profileId)),
+                    int(cp.sliceCount),
+                    int(ci_info.placement.start),
+                    uuids.get((int(info.id), int(ci_info.id)), ""),
+                )
+            )
+        return GpuInstance(
+            int(info.id), int(info.profileId), int(info.placement.start), int(info.placement.size), tuple(cis)
+        )
+
+    def _ci_handles(self, gi: Any) -> list[Any]:
+        n, out = self.n, list[Any]()
+        for enum in range(CI_PROFILE_COUNT):
+            try:
+                cp = n.nvmlGpuInstanceGetComputeInstanceProfileInfoV(gi, enum, 0, 2)
+            except n.NVMLError:
+                continue
+            arr = (n.c_nvmlComputeInstance_t * 8)()
+            count = ctypes.c_uint(0)
+            n.nvmlGpuInstanceGetComputeInstances(gi, int(cp.id), arr, ctypes.byref(count))
+            out.extend(arr[i] for i in range(count.value))
+        return out
+
+    def gpu_instances(self, gpu: int) -> list[GpuInstance]:
+        h = self._h(gpu)
+        uuids = self._mig_uuids(h)
+        return sorted((self._gi_record(h, gi, uuids) for gi in self._gi_handles(h)), key=lambda g: g.id)
+
+    def _gi(self, gpu: int, gi_id: int) -> Any:
+        return self._call(f"GPU instance {gi_id}", self.n.nvmlDeviceGetGpuInstanceById, self._h(gpu), gi_id)
+
+    def create_gpu_instance(self, gpu: int, profile_id: int, start: int | None = None) -> GpuInstance:
+        n, h = self.n, self._h(gpu)
+        what = f"creating GPU instance profile {profile_id} on GPU {gpu}"
+        if start is None:
+            gi = self._call(what, n.nvmlDeviceCreateGpuInstance, h, profile_id)
+        else:
+            place = n.c_nvmlGpuInstancePlacement_t()
+            place.start, place.size = start, _size_of(n, h, profile_id)
+            gi = self._call(what, n.nvmlDeviceCreateGpuInstanceWithPlacement, h, profile_id, ctypes.byref(place))
+        return self._gi_record(h, gi, {})
+
+    def destroy_gpu_instance(self, gpu: int, gi_id: int) -> None:
+        self._call(f"destroying GPU instance {gi_id}", self.n.nvmlGpuInstanceDestroy, self._gi(gpu, gi_id))
+
+    # ------------------------------------------------------------------ compute instances
+    def ci_profiles(self, gpu: int, gi_id: int) -> list[CiProfile]:
+        n, gi = self.n, self._gi(gpu, gi_id)
+        out = []
+        for enum in range(CI_PROFILE_COUNT):
+            try:
+                cp = n.nvmlGpuInstanceGetComputeInstanceProfileInfoV(gi, enum, 0, 2)
+            except n.NVMLError:
+                continue
+            arr = (n.c_nvmlComputeInstancePlacement_t * 8)()
+            count = ctypes.c_uint(8)
+            n.nvmlGpuInstanceGetComputeInstancePossiblePlacements(gi, int(cp.id), arr, ctypes.byref(count))
+            name = _name(cp.name)
+            out.append(
+                CiProfile(
+                    enum=enum,
+                    name=name,
+                    slices=int(cp.sliceCount),
+                    max_count=int(cp.instanceCount),
+                    starts=tuple(int(arr[i].start) for i in range(count.value)),
+                    full=False,
+                )
+            )
+        most = max((c.slices for c in out), default=0)
+        return [replace(c, full=c.slices == most) for c in out]
+
+    def create_compute_instance(self, gpu: int, gi_id: int, profile: int, start: int | None = None) -> ComputeInstance:
+        n, gi = self.n, self._gi(gpu, gi_id)
+        cp = self._call("CI profile", n.nvmlGpuInstanceGetComputeInstanceProfileInfoV, gi, profile, 0, 2)
+        what = f"creating compute instance {profile} in GI {gi_id}"
+        if start is None:
+            ci = self._call(what, n.nvmlGpuInstanceCreateComputeInstance, gi, int(cp.id))
+        else:
+            place = n.c_nvmlComputeInstancePlacement_t()
+            place.start, place.size = start, int(cp.sliceCount)
+            ci = self._call(
+                what, n.nvmlGpuInstanceCreateComputeInstanceWithPlacement, gi, int(cp.id), ctypes.byref(place)
+            )
+        info = n.nvmlComputeInstanceGetInfo(ci)
+        uuids = self._mig_uuids(self._h(gpu))
+        return ComputeInstance(
+            int(info.id),
+            gi_id,
+            profile,
+            int(cp.sliceCount),
+            int(info.placement.start),
+            uuids.get((gi_id, int(info.id)), ""),
+        )
+
+    def destroy_compute_instance(self, gpu: int, gi_id: int, ci_id: int) -> None:
+        n, gi = self.n, self._gi(gpu, gi_id)
+        ci = self._call(f"compute instance {ci_id}", n.nvmlGpuInstanceGetComputeInstanceById, gi, ci_id)
+        self._call(f"destroying compute instance {ci_id} of GI {gi_id}", n.nvmlComputeInstanceDestroy, ci)
+
+    def processes(self, gpu: int) -> list[NvmlProcess]:
+        n, h, out = self.n, self._h(gpu), list[NvmlProcess]()
+        for getter in (n.nvmlDeviceGetComputeRunningProcesses, n.nvmlDeviceGetGraphicsRunningProcesses):
+            try:
+                procs = getter(h)
+            except n.NVMLError:
+                continue
+            for p in procs:
+                try:
+                    name = _text(n.nvmlSystemGetProcessName(p.pid))
+                except n.NVMLError:
+                    name = "?"
+                gi = getattr(p, "gpuInstanceId", _NA)
+                ci = getattr(p, "computeInstanceId", _NA)
+                out.append(
+                    NvmlProcess(int(p.pid), name, None if gi == _NA else int(gi), None if ci == _NA else int(ci))
+                )
+        return out
+
+
+def _size_of(n: Any, h: Any, profile_id: int) -> int:
+    arr = (n.c_nvmlGpuInstancePlacement_t * 16)()
+    count = ctypes.c_uint(16)
+    try:
+        n.nvmlDeviceGetGpuInstancePossiblePlacements(h, profile_id, arr, ctypes.byref(count))
+    except n.NVMLError as exc:
+        raise nvml_error(int(getattr(exc, "value", NOT_SUPPORTED)), f"placements of profile {profile_id}") from exc
+    return int(arr[0].size) if count.value else 0
+
+
+def _ci_enum(n: Any, gi: Any, ci_profile_id: int) -> int:
+    for enum in range(CI_PROFILE_COUNT):
+        try:
+            if int(n.nvmlGpuInstanceGetComputeInstanceProfileInfoV(gi, enum, 0, 2).id) == ci_profile_id:
+                return enum
+        except n.NVMLError:
+            continue
+    return ci_profile_id

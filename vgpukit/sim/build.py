@@ -25,6 +25,7 @@ PROFILE_KEYS = {
     "models",
     "host_bridges",
     "virtual_mdev_parents",
+    "boot",
 }
 NODE_KEYS = {"bdf", "model", "children", "group", "driver"}
 
@@ -123,6 +124,9 @@ class Builder:
             self._device(d, child, numa, cpus)
 
     def _mdev_parent(self, name: str, pdir: Path, spec: dict[str, Any]) -> None:
+        from .reactions_vgpu import mdev_spec
+
+        spec = mdev_spec(spec)  # vGPU profiles: `vgpu_catalog: KEY` -> a framebuffer pool
         self.state.mdev_pools[name] = {
             "pool": spec["pool"],
             "homogeneous": bool(spec.get("homogeneous")),
@@ -149,6 +153,16 @@ class Builder:
             make_devnode(self.tree.devnode(f"nvidia{i}"), 195, i)
 
 
+def _boot(root: Path, writes: list[dict[str, Any]]) -> None:
+    """Profile ``boot:`` entries: control-file writes a host's boot services make, played through the
+    simulated kernel (e.g. NVIDIA's ``sriov-manage -e`` enabling VFs): ``{sys: PATH-UNDER-/sys, write: V}``."""
+    from .kernel import SimKernel
+
+    kernel = SimKernel(root)
+    for entry in writes:
+        kernel.write(root / "sys" / entry["sys"], str(entry["write"]))
+
+
 def init_sim(root: Path, profile_name: str, force: bool = False) -> dict[str, Any]:
     """Create a simulated host under ``root``; refuses a non-empty dir unless ``force``."""
     profile = load_profile(profile_name)
@@ -164,6 +178,7 @@ def init_sim(root: Path, profile_name: str, force: bool = False) -> dict[str, An
     builder.build()
     meta.mkdir(parents=True, exist_ok=True)
     builder.state.save(root)
+    _boot(root, profile.get("boot") or [])
     from ..nvml.sim import initial_state
 
     (meta / "nvml.json").write_text(json.dumps(initial_state(builder.gpus), indent=1))

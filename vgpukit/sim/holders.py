@@ -21,16 +21,11 @@ def _devnode_text(group: str) -> str:
 
 
 def holders_of(root: Path, group: str) -> list[int]:
-    proc = root / "proc"
-    out = []
-    want = _devnode_text(group)
-    for pid in sorted(os.listdir(proc)) if proc.is_dir() else []:
-        fd_dir = proc / pid / "fd"
-        if not pid.isdigit() or not fd_dir.is_dir():
-            continue
-        if any(os.readlink(fd_dir / fd) == want for fd in os.listdir(fd_dir) if os.path.islink(fd_dir / fd)):
-            out.append(int(pid))
-    return out
+    """Pids holding ``/dev/vfio/<group>`` on the simulated host (what the kernel knows of open files)."""
+    from ..holders import OpenFiles
+    from ..host import Host
+
+    return [h.pid for h in OpenFiles(Host(root)).group(int(group))]
 
 
 def hold(root: Path, group: str, comm: str = "qemu-system-x86", owner: str = "") -> int:

@@ -20,6 +20,7 @@ from .state import KernelState, locked
 from .tree import SimTree, is_writable, set_attr
 
 REACTION_MODULES = (
+    "vgpukit.sim.reactions_vgpu",  # first: it claims sriov_numvfs of vGPU-capable PFs before the PCI core
     "vgpukit.sim.reactions_pci",
     "vgpukit.sim.reactions_mdev",
 )

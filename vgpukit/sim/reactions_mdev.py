@@ -15,7 +15,7 @@ from typing import Any
 
 from .holders import holders_of
 from .kernel import Reaction, Write, fail
-from .tree import WO, link, set_attr, unlink, write_attr
+from .tree import WO, link, remove_tree, set_attr, unlink, write_attr
 
 UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
@@ -117,26 +117,10 @@ def remove(w: Write) -> None:
     if holders_of(w.root, group):
         raise fail(errno.EBUSY)
     type_dir = Path(os.path.realpath(d / "mdev_type"))
-    gdir = w.tree.group_dir(int(group))
-    for p in (
-        type_dir / "devices" / uid,
-        mdev_bus(w) / "devices" / uid,
-        mdev_bus(w) / "drivers" / "vfio_mdev" / uid,
-        gdir / "devices" / uid,
-        w.tree.devnode("vfio", group),
-    ):
+    for p in (type_dir / "devices" / uid, mdev_bus(w) / "devices" / uid, mdev_bus(w) / "drivers" / "vfio_mdev" / uid):
         unlink(p)
-    for child in sorted(d.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if child.is_symlink() or child.is_file():
-            child.unlink()
-        elif child.is_dir():
-            child.rmdir()
-    d.rmdir()
-    for child in list(gdir.rglob("*")):
-        if child.is_file():
-            child.unlink()
-    (gdir / "devices").rmdir()
-    gdir.rmdir()
+    w.tree.leave_group(uid, d)
+    remove_tree(d)
     parent = _parent_of_types(type_dir.parent, w)
     refresh_available(type_dir.parent.parent, w.state.mdev_pools[parent or ""])
 

@@ -70,13 +70,30 @@ def _vf_bdf(pf: str, offset: int, stride: int, n: int) -> str:
     return f"{dom:04x}:{rid >> 8 & 0xFF:02x}:{rid >> 3 & 0x1F:02x}.{rid & 7}"
 
 
+def kstrtou16(data: str) -> int:
+    """The kernel's ``kstrtou16(buf, 0, ...)``: one optional trailing newline, ``+``, 0x/0 prefixes (seen:
+    " 1 " and "-1" are EINVAL, "abc" EINVAL)."""
+    text = data[:-1] if data.endswith("\n") else data
+    text = text.removeprefix("+")
+    if text[:2].lower() == "0x":
+        digits, base = text[2:], 16
+    elif text.startswith("0") and len(text) > 1:
+        digits, base = text[1:], 8
+    else:
+        digits, base = text, 10
+    allowed = "0123456789abcdefABCDEF"[: base if base != 16 else 22]
+    if not digits or any(c not in allowed for c in digits):
+        raise fail(errno.EINVAL)
+    value = int(digits, base)
+    if value > 0xFFFF:
+        raise fail(errno.ERANGE)
+    return value
+
+
 def sriov_numvfs(w: Write) -> None:
     pf_dir = w.path.parent
     pf = pf_dir.name
-    try:
-        want = int(w.value, 0)
-    except ValueError:
-        raise fail(errno.EINVAL) from None
+    want = kstrtou16(w.data)
     total = int(_read(pf_dir / "sriov_totalvfs"))
     have = int(_read(pf_dir / "sriov_numvfs"))
     if want < 0:
@@ -146,14 +163,21 @@ def unbind(w: Write) -> None:
 
 
 def bind(w: Write) -> None:
+    # The kernel's bind_store: the driver must match the device (driver_override first, then the id
+    # table), else ENODEV, even for a bound device (seen); only a matching driver gets EBUSY when bound.
     bdf = _device_arg(w)
     driver = w.path.parent.name
+    override = _override(w, bdf)
+    if override is not None:
+        matches = override == driver
+    else:
+        ids, class_code = _ids(w, bdf)
+        cls = f"class:{class_code.lower().removeprefix('0x')[:4]}"
+        matches = any(entry in (ids, cls) for entry in w.state.driver_ids.get(driver, []))
+    if not matches:
+        raise fail(errno.ENODEV)
     if w.tree.bound_driver(bdf):
         raise fail(errno.EBUSY)
-    override = _override(w, bdf)
-    matches = override == driver if override is not None else w.state.match_driver(*_ids(w, bdf)) == driver
-    if not matches and _ids(w, bdf)[0] not in w.state.driver_ids.get(driver, []):
-        raise fail(errno.ENODEV)
     w.tree.bind(bdf, driver)
 
 

@@ -44,6 +44,16 @@ def unlink(path: Path) -> None:
         os.unlink(path)
 
 
+def remove_tree(d: Path) -> None:
+    """Remove a device directory with its attributes and links (never following links)."""
+    for child in sorted(d.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if child.is_symlink() or child.is_file():
+            child.unlink()
+        elif child.is_dir():
+            child.rmdir()
+    d.rmdir()
+
+
 def is_writable(path: Path) -> bool:
     return bool(path.stat().st_mode & 0o222)
 
@@ -126,21 +136,11 @@ class SimTree:
         link(d / "iommu_group", gdir)
         link(gdir / "devices" / bdf, d)
 
-    def remove_pci_device(self, bdf: str) -> None:
-        d = self.device_dir(bdf)
+    def leave_group(self, name: str, d: Path) -> None:
+        """Take a device out of its IOMMU group; an empty group disappears with its /dev/vfio node."""
         group = os.path.basename(os.readlink(d / "iommu_group"))
-        drv = os.readlink(d / "driver") if os.path.lexists(d / "driver") else None
-        if drv:
-            unlink(self.driver_dir(os.path.basename(drv)) / bdf)
         gdir = self.group_dir(int(group))
-        unlink(gdir / "devices" / bdf)
-        unlink(self.device_link(bdf))
-        for child in sorted(d.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-            if child.is_symlink() or child.is_file():
-                child.unlink()
-            elif child.is_dir():
-                child.rmdir()
-        d.rmdir()
+        unlink(gdir / "devices" / name)
         if not any((gdir / "devices").iterdir()):
             for child in gdir.rglob("*"):
                 if child.is_file() or child.is_symlink():
@@ -148,6 +148,15 @@ class SimTree:
             (gdir / "devices").rmdir()
             gdir.rmdir()
             unlink(self.devnode("vfio", group))
+
+    def remove_pci_device(self, bdf: str) -> None:
+        d = self.device_dir(bdf)
+        drv = os.readlink(d / "driver") if os.path.lexists(d / "driver") else None
+        if drv:
+            unlink(self.driver_dir(os.path.basename(drv)) / bdf)
+        self.leave_group(bdf, d)
+        unlink(self.device_link(bdf))
+        remove_tree(d)
 
     # ------------------------------------------------------------------ drivers
     def add_driver(self, name: str) -> None:

@@ -1,0 +1,231 @@
+"""A module shaped like ``pynvml`` whose calls are answered by the simulated driver.
+
+It lets the behaviour suite drive :class:`vgpukit.nvml.real.RealNvml` (ctypes arrays, count refs,
+info structs, handle objects, NVMLError codes) without a GPU. Only the calls RealNvml makes exist.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml as _real
+
+from vgpukit.nvml.errors import NvmlError
+from vgpukit.nvml.sim import SimNvml
+
+c_nvmlGpuInstancePlacement_t = _real.c_nvmlGpuInstancePlacement_t
+c_nvmlComputeInstancePlacement_t = _real.c_nvmlComputeInstancePlacement_t
+c_nvmlGpuInstance_t = ctypes.c_uint64  # handles are encoded integers here
+c_nvmlComputeInstance_t = ctypes.c_uint64
+NOT_FOUND, NOT_SUPPORTED = 6, 3
+
+
+class NVMLError(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+
+class Shim:
+    def __init__(self, sim_dir: Path, profiles_need_mig: bool = False) -> None:
+        self.sim = SimNvml(sim_dir)
+        self.profiles_need_mig = profiles_need_mig  # like drivers that answer profile queries only in MIG mode
+        for name in dir(self):
+            if name.startswith("nvml"):
+                setattr(self, name, self._wrap(getattr(self, name)))
+        self.NVMLError = NVMLError
+        self.c_nvmlGpuInstancePlacement_t = c_nvmlGpuInstancePlacement_t
+        self.c_nvmlComputeInstancePlacement_t = c_nvmlComputeInstancePlacement_t
+        self.c_nvmlGpuInstance_t = c_nvmlGpuInstance_t
+        self.c_nvmlComputeInstance_t = c_nvmlComputeInstance_t
+
+    @staticmethod
+    def _wrap(fn: Any) -> Any:
+        def call(*args: Any) -> Any:
+            try:
+                return fn(*args)
+            except NvmlError as exc:
+                raise NVMLError(exc.code) from exc
+
+        return call
+
+    # handles: device = ("dev", i); GI = i << 8 | gi; CI = i << 16 | gi << 8 | ci | 1 << 24; MIG = ("mig", i, gi, ci)
+    @staticmethod
+    def _gi(h: Any) -> tuple[int, int]:
+        return int(h) >> 8, int(h) & 0xFF
+
+    @staticmethod
+    def _ci(h: Any) -> tuple[int, int, int]:
+        v = int(h)
+        return (v >> 16) & 0xFF, (v >> 8) & 0xFF, v & 0xFF
+
+    @staticmethod
+    def _fill(arr: Any, count_ref: Any, starts: list[int], size: int) -> None:
+        for k, s in enumerate(starts):
+            arr[k].start, arr[k].size = s, size
+        count_ref._obj.value = len(starts)
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.sim.gpus())
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> Any:
+        if i >= len(self.sim.gpus()):
+            raise NVMLError(2)
+        return ("dev", i)
+
+    def nvmlDeviceGetPciInfo(self, h: Any) -> Any:
+        g = self.sim.gpus()[h[1]]
+        return SimpleNamespace(busId=("0000" + g.bdf.upper()).encode(), pciDeviceId=g.pci_device_id or 0)
+
+    def nvmlDeviceGetUUID(self, h: Any) -> str:
+        if h[0] == "mig":
+            gi = next(g for g in self.sim.gpu_instances(h[1]) if g.id == h[2])
+            return next(c.uuid for c in gi.compute_instances if c.id == h[3])
+        return self.sim.gpus()[h[1]].uuid
+
+    def nvmlDeviceGetName(self, h: Any) -> bytes:
+        return self.sim.gpus()[h[1]].name.encode()
+
+    def nvmlDeviceGetMigMode(self, h: Any) -> list[int]:
+        cur, pend = self.sim.mig_mode(h[1])
+        return [int(cur), int(pend)]
+
+    def nvmlDeviceSetMigMode(self, h: Any, mode: int) -> int:
+        return 0 if self.sim.set_mig_mode(h[1], bool(mode)) else 16
+
+    def _profile(self, i: int, enum: int) -> Any:
+        if self.profiles_need_mig and not self.sim.mig_mode(i)[0]:
+            raise NVMLError(NOT_SUPPORTED)
+        p = next((p for p in self.sim.gi_profiles(i) if p.enum == enum), None)
+        if p is None:
+            raise NVMLError(NOT_SUPPORTED)
+        return p
+
+    def nvmlDeviceGetGpuInstanceProfileInfoV(self, h: Any, enum: int, version: int = 2) -> Any:
+        p = self._profile(h[1], enum)
+        return SimpleNamespace(
+            id=p.id,
+            sliceCount=p.slices,
+            instanceCount=p.max_count,
+            multiprocessorCount=p.sms,
+            memorySizeMB=p.memory_mib,
+            name=f"MIG {p.name}".encode(),
+        )
+
+    def nvmlDeviceGetGpuInstancePossiblePlacements(self, h: Any, pid: int, arr: Any, count: Any) -> None:
+        p = next(p for p in self.sim.gi_profiles(h[1]) if p.id == pid)
+        self._fill(arr, count, list(p.starts), p.size)
+
+    def nvmlDeviceGetGpuInstanceRemainingCapacity(self, h: Any, pid: int) -> int:
+        return self.sim.remaining_capacity(h[1], pid)
+
+    def nvmlDeviceGetGpuInstances(self, h: Any, pid: int, arr: Any, count: Any) -> None:
+        gis = [g for g in self.sim.gpu_instances(h[1]) if g.profile_id == pid]
+        for k, g in enumerate(gis):
+            arr[k] = h[1] << 8 | g.id
+        count._obj.value = len(gis)
+
+    def nvmlDeviceGetGpuInstanceById(self, h: Any, gi_id: int) -> int:
+        if not any(g.id == gi_id for g in self.sim.gpu_instances(h[1])):
+            raise NVMLError(NOT_FOUND)
+        return h[1] << 8 | gi_id
+
+    def nvmlDeviceCreateGpuInstance(self, h: Any, pid: int) -> int:
+        return h[1] << 8 | self.sim.create_gpu_instance(h[1], pid).id
+
+    def nvmlDeviceCreateGpuInstanceWithPlacement(self, h: Any, pid: int, place: Any) -> int:
+        return h[1] << 8 | self.sim.create_gpu_instance(h[1], pid, place._obj.start).id
+
+    def nvmlGpuInstanceGetInfo(self, gih: Any) -> Any:
+        i, gi_id = self._gi(gih)
+        g = next(g for g in self.sim.gpu_instances(i) if g.id == gi_id)
+        return SimpleNamespace(id=g.id, profileId=g.profile_id, placement=SimpleNamespace(start=g.start, size=g.size))
+
+    def nvmlGpuInstanceDestroy(self, gih: Any) -> None:
+        self.sim.destroy_gpu_instance(*self._gi(gih))
+
+    def nvmlGpuInstanceGetComputeInstanceProfileInfoV(self, gih: Any, enum: int, eng: int, version: int = 2) -> Any:
+        cp = next((c for c in self.sim.ci_profiles(*self._gi(gih)) if c.enum == enum), None)
+        if cp is None:
+            raise NVMLError(NOT_SUPPORTED)
+        return SimpleNamespace(
+            id=cp.enum, sliceCount=cp.slices, instanceCount=cp.max_count, name=f"MIG {cp.name}".encode()
+        )
+
+    def nvmlGpuInstanceGetComputeInstancePossiblePlacements(self, gih: Any, pid: int, arr: Any, count: Any) -> None:
+        cp = next(c for c in self.sim.ci_profiles(*self._gi(gih)) if c.enum == pid)
+        self._fill(arr, count, list(cp.starts), cp.slices)
+
+    def _ci_handle(self, i: int, gi_id: int, ci_id: int) -> int:
+        return 1 << 24 | i << 16 | gi_id << 8 | ci_id
+
+    def nvmlGpuInstanceGetComputeInstances(self, gih: Any, pid: int, arr: Any, count: Any) -> None:
+        i, gi_id = self._gi(gih)
+        gi = next(g for g in self.sim.gpu_instances(i) if g.id == gi_id)
+        cis = [c for c in gi.compute_instances if c.profile == pid]
+        for k, c in enumerate(cis):
+            arr[k] = self._ci_handle(i, gi_id, c.id)
+        count._obj.value = len(cis)
+
+    def nvmlGpuInstanceCreateComputeInstance(self, gih: Any, pid: int) -> int:
+        i, gi_id = self._gi(gih)
+        return self._ci_handle(i, gi_id, self.sim.create_compute_instance(i, gi_id, pid).id)
+
+    def nvmlGpuInstanceCreateComputeInstanceWithPlacement(self, gih: Any, pid: int, place: Any) -> int:
+        i, gi_id = self._gi(gih)
+        return self._ci_handle(i, gi_id, self.sim.create_compute_instance(i, gi_id, pid, place._obj.start).id)
+
+    def nvmlGpuInstanceGetComputeInstanceById(self, gih: Any, ci_id: int) -> int:
+        i, gi_id = self._gi(gih)
+        return self._ci_handle(i, gi_id, ci_id)
+
+    def nvmlComputeInstanceGetInfo(self, cih: Any) -> Any:
+        i, gi_id, ci_id = self._ci(cih)
+        gi = next(g for g in self.sim.gpu_instances(i) if g.id == gi_id)
+        c = next(c for c in gi.compute_instances if c.id == ci_id)
+        return SimpleNamespace(id=c.id, profileId=c.profile, placement=SimpleNamespace(start=c.start, size=c.slices))
+
+    def nvmlComputeInstanceDestroy(self, cih: Any) -> None:
+        self.sim.destroy_compute_instance(*self._ci(cih))
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: Any) -> int:
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: Any, index: int) -> Any:
+        devs = [("mig", h[1], g.id, c.id) for g in self.sim.gpu_instances(h[1]) for c in g.compute_instances]
+        if index >= len(devs):
+            raise NVMLError(NOT_FOUND)
+        return devs[index]
+
+    def nvmlDeviceGetGpuInstanceId(self, mh: Any) -> int:
+        return int(mh[2])
+
+    def nvmlDeviceGetComputeInstanceId(self, mh: Any) -> int:
+        return int(mh[3])
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[Any]:
+        na = 0xFFFFFFFF
+        return [
+            SimpleNamespace(
+                pid=p.pid,
+                gpuInstanceId=na if p.gi_id is None else p.gi_id,
+                computeInstanceId=na if p.ci_id is None else p.ci_id,
+            )
+            for p in self.sim.processes(h[1])
+        ]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h: Any) -> list[Any]:
+        return []
+
+    def nvmlSystemGetProcessName(self, pid: int) -> bytes:
+        for g in self.sim.gpus():
+            for p in self.sim.processes(g.index):
+                if p.pid == pid:
+                    return p.name.encode()
+        raise NVMLError(NOT_FOUND)

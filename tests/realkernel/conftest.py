@@ -1,0 +1,204 @@
+"""Run real-kernel test cases inside ONE QEMU guest, and show their outcomes as ordinary tests.
+
+* ``target`` fixture: ``sim`` (the qemu-guest simulated host in a temp dir) and ``real`` (marked
+  ``realkernel``). ``real_target``: only ``real``.
+* On the host, the first ``real`` case boots the guest once (session fixture ``guest_session``): the
+  guest runs the module-level ``GUEST_STEPS`` of the collected modules (fresh-guest CLI calls through
+  ``python -m vgpukit``), then ``pytest`` on every collected ``real`` case. Each host-side ``real``
+  case then reports what its twin did in the guest (the body is not run on the host).
+* In the guest (``VGPUKIT_IN_GUEST=1``) ``real`` cases run for real against the guest kernel and
+  their outcomes are written to the out share.
+
+Skipped with a reason when VGPUKIT_SKIP_REALKERNEL=1 or when QEMU / Debian's kernel cannot be had.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .harness import GUEST_OUT, GuestRun, GuestStep, RealKernel, Unavailable, skip_reason
+from .targets import RealTarget, SimTarget, Target
+
+IN_GUEST = os.environ.get("VGPUKIT_IN_GUEST") == "1"
+REAL = pytest.param("real", marks=pytest.mark.realkernel)
+RESULTS = "pytest-results.json"
+
+
+@dataclass
+class GuestSession:
+    run: GuestRun | None = None
+    error: str | None = None
+    outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    nodeids: list[str] = field(default_factory=list)
+    mtty: bool = False
+
+    def step(self, name: str) -> Any:
+        if self.run is None:
+            _skip_or_fail(self.error or "the guest did not run")
+        return self.run[name]
+
+
+def _skip_or_fail(reason: str) -> None:
+    """Skip locally; in CI (CI=true) a real-kernel suite that cannot run is a failure, not a pass."""
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"real-kernel suite could not run in CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+class GuestProxy:
+    """Stands for the guest inside a host-side ``real`` case; the case reports the guest's outcome."""
+
+    def __init__(self, session: GuestSession) -> None:
+        self.session = session
+
+
+def _is_real_case(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params if callspec is not None else {}
+    return params.get("target") == "real" or params.get("real_target") == "real"
+
+
+def _guest_steps(rk: RealKernel, items: list[pytest.Item], nodeids: list[str]) -> list[GuestStep]:
+    steps: list[GuestStep] = []
+    seen: set[str] = set()
+    for item in items:
+        module = getattr(item, "module", None)
+        for spec in getattr(module, "GUEST_STEPS", ()):
+            name, kind, args = spec
+            if name in seen:
+                continue
+            seen.add(name)
+            cmd = rk.vgpukit_command(*args) if kind == "vgpukit" else args[0]
+            steps.append(GuestStep(name, cmd))
+    if nodeids:
+        pytest_cmd = rk.python_command(
+            "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir", str(rk.config.checkout)
+        )
+        steps.append(GuestStep("pytest", pytest_cmd + " " + " ".join(shlex.quote(n) for n in nodeids), timeout=900))
+    return steps
+
+
+@pytest.fixture(scope="session")
+def guest_session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> GuestSession:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    items = [i for i in request.session.items if _is_real_case(i)]
+    session = GuestSession(nodeids=[i.nodeid for i in items])
+    rk = RealKernel()
+    try:
+        assets = rk.prepare()
+    except Unavailable as exc:
+        _skip_or_fail(f"real kernel unavailable: {exc}")
+    session.mtty = assets.mtty
+    t0 = time.monotonic()
+    run = rk.run(
+        _guest_steps(rk, items, session.nodeids),
+        keep_dir=tmp_path_factory.mktemp("guest"),
+        env={"VGPUKIT_GUEST_MTTY": "1" if assets.mtty else "0"},
+    )
+    session.run = run
+    results = run.out_dir / RESULTS
+    if results.exists():
+        session.outcomes = json.loads(results.read_text())
+    elif session.nodeids:
+        session.error = "the guest's pytest wrote no results:\n" + (
+            run.steps["pytest"].describe() if "pytest" in run.steps else run.console_tail()
+        )
+    request.config.stash[_SECONDS] = time.monotonic() - t0
+    return session
+
+
+_SECONDS = pytest.StashKey[float]()
+
+
+def _make_target(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target | GuestProxy]:
+    if kind == "sim":
+        t: Target = SimTarget(tmp_path / "guest")
+        yield t
+        return
+    if not IN_GUEST:
+        yield GuestProxy(request.getfixturevalue("guest_session"))
+        return
+    t = RealTarget()
+    t.reset()
+    try:
+        yield t
+    finally:
+        t.reset()
+
+
+@pytest.fixture(params=["sim", REAL])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target | GuestProxy]:
+    yield from _make_target(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=[REAL])
+def real_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target | GuestProxy]:
+    yield from _make_target(request.param, request, tmp_path)
+
+
+@pytest.fixture
+def guest(request: pytest.FixtureRequest) -> GuestSession:
+    """Host side only: the session's guest run (for GUEST_STEPS results)."""
+    if IN_GUEST:
+        pytest.skip("host-side check")
+    return request.getfixturevalue("guest_session")  # type: ignore[no-any-return]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    proxy = next((v for v in pyfuncitem.funcargs.values() if isinstance(v, GuestProxy)), None)
+    if proxy is None:
+        return None
+    session = proxy.session
+    if session.error and not session.outcomes:
+        pytest.fail(session.error, pytrace=False)
+    outcome = session.outcomes.get(pyfuncitem.nodeid)
+    if outcome is None:
+        tail = session.run.console_tail() if session.run else ""
+        pytest.fail(f"no outcome from the guest for {pyfuncitem.nodeid}\n{tail}", pytrace=False)
+    if outcome["outcome"] == "skipped":
+        pytest.skip(f"in the guest: {outcome['message']}")
+    if outcome["outcome"] != "passed":
+        pytest.fail(f"in the real-kernel guest:\n{outcome['message']}", pytrace=False)
+    return True
+
+
+# ----------------------------------------------------------------------------- guest side
+_outcomes: dict[str, dict[str, Any]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if not IN_GUEST:
+        return
+    entry = _outcomes.setdefault(report.nodeid, {"outcome": "passed", "message": "", "seconds": 0.0})
+    entry["seconds"] += report.duration
+    if report.failed:
+        entry["outcome"] = "failed"
+        entry["message"] += f"[{report.when}] {report.longreprtext}\n"
+    elif report.skipped and entry["outcome"] == "passed":
+        entry["outcome"] = "skipped"
+        longrepr = report.longrepr
+        entry["message"] = str(longrepr[2]) if isinstance(longrepr, tuple) else str(longrepr)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if IN_GUEST:
+        out = Path(os.environ.get("VGPUKIT_GUEST_OUT", GUEST_OUT))
+        (out / RESULTS).write_text(json.dumps(_outcomes, indent=1))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    seconds = config.stash.get(_SECONDS, None)
+    if seconds is not None:
+        terminalreporter.write_line(f"real-kernel guest: one QEMU boot, {seconds:.1f} s (download/build cached)")

@@ -1,0 +1,89 @@
+"""Which processes hold VFIO device nodes open: one ``/proc`` scan, the same on real and simulated hosts.
+
+A VM's QEMU (or a container) keeps ``/dev/vfio/<group>`` (or a VFIO device cdev
+``/dev/vfio/devices/vfioN``) open for as long as it uses a device. ``vgpukit sim hold`` leaves
+exactly such an fd link in a simulated host's ``proc/``. The VM name comes from QEMU's own command
+line (``-name guest=NAME,...`` as libvirt starts it, or ``-name NAME``), so no libvirt connection is
+needed to say which VM uses a device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import VgpukitError
+from .host import Host
+
+
+@dataclass(frozen=True)
+class Holder:
+    pid: int
+    comm: str | None
+    vm: str | None = None  # QEMU -name (libvirt domain name) when known
+
+    def describe(self) -> str:
+        who = self.vm or self.comm or "process"
+        return f"{who} (pid {self.pid})"
+
+
+def vm_name_from_cmdline(cmdline: str | None) -> str | None:
+    """The value of QEMU's ``-name`` option from a NUL-separated command line."""
+    if not cmdline:
+        return None
+    args = cmdline.split("\0")
+    for i, arg in enumerate(args[:-1]):
+        if arg == "-name":
+            value = args[i + 1]
+            for part in value.split(","):
+                if part.startswith("guest="):
+                    return part[len("guest=") :] or None
+            return value.split(",")[0] or None
+    return None
+
+
+class OpenFiles:
+    """Holders of every node under /dev/vfio, from one lazy /proc scan per command."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self._by_node: dict[str, list[Holder]] | None = None
+
+    def _scan(self) -> dict[str, list[Holder]]:
+        host = self.host
+        out: dict[str, list[Holder]] = {}
+        prefix = host.display(host.dev("vfio")) + "/"
+        try:
+            pids = [p for p in host.listdir(host.proc()) if p.isdigit()]
+        except VgpukitError:
+            return out
+        for pid in pids:
+            try:
+                fds = host.listdir(host.proc(pid, "fd"))
+            except VgpukitError:  # the process exited, or it is not ours to look at
+                continue
+            nodes = {t for fd in fds if (t := host.readlink(host.proc(pid, "fd", fd))) and t.startswith(prefix)}
+            if not nodes:
+                continue
+            holder = Holder(
+                pid=int(pid),
+                comm=host.read_opt(host.proc(pid, "comm")),
+                vm=vm_name_from_cmdline(host.read_opt(host.proc(pid, "cmdline"))),
+            )
+            for node in sorted(nodes):
+                out.setdefault(node, []).append(holder)
+        return out
+
+    def holders(self, node: str) -> list[Holder]:
+        """Processes holding ``node``, a host path as displayed (``/dev/vfio/12``)."""
+        if self._by_node is None:
+            self._by_node = self._scan()
+        return self._by_node.get(node, [])
+
+    def group(self, group: int) -> list[Holder]:
+        return self.holders(self.host.display(self.host.dev("vfio", str(group))))
+
+
+def group_holders(host: Host, groups: set[int]) -> dict[int, list[Holder]]:
+    """For each IOMMU group in ``groups``, the processes holding its ``/dev/vfio/<group>`` node open."""
+    files = OpenFiles(host)
+    return {g: files.group(g) for g in groups}

@@ -1,0 +1,62 @@
+"""Choosing parents for N new instances of one type (pure: no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import NoCapacity, NotFound
+from .model import MdevParent
+
+PACK, SPREAD = "pack", "spread"
+
+
+@dataclass(frozen=True)
+class Slot:
+    parent: str
+    count: int
+
+
+def candidates(parents: list[MdevParent], type_id: str, numa: int | None = None) -> list[tuple[str, int]]:
+    """(parent, available_instances) of every parent offering ``type_id`` (on NUMA node ``numa``)."""
+    offering = [p for p in parents if p.type(type_id) is not None]
+    if not offering:
+        raise NotFound(f"no mdev parent offers type {type_id}", value=type_id, hint="see: vgpukit mdev types")
+    if numa is not None:
+        offering = [p for p in offering if p.numa_node == numa]
+        if not offering:
+            raise NotFound(f"no parent offering {type_id} is on NUMA node {numa}", value=numa)
+    return [(p.name, p.type(type_id).available) for p in offering]  # type: ignore[union-attr]
+
+
+def plan(cands: list[tuple[str, int]], type_id: str, count: int, strategy: str = PACK) -> list[Slot]:
+    """How many instances go on which parent; NoCapacity when the whole request does not fit.
+
+    ``pack`` fills the fullest parents first (fewest available, then name) so whole parents stay free;
+    ``spread`` puts each next instance on the parent with the most room left.
+    """
+    total = sum(a for _, a in cands)
+    if total < count:
+        detail = ", ".join(f"{p}: {a}" for p, a in cands)
+        raise NoCapacity(
+            f"{count} x {type_id} do not fit: {total} available in total ({detail})",
+            value=count,
+            hint="nothing was created",
+        )
+    if strategy == SPREAD:
+        left = dict(cands)
+        got: dict[str, int] = {}
+        for _ in range(count):
+            best = min(left, key=lambda p: (-left[p], p))
+            left[best] -= 1
+            got[best] = got.get(best, 0) + 1
+        return [Slot(p, n) for p, n in sorted(got.items())]
+    out = []
+    need = count
+    for parent, avail in sorted(cands, key=lambda c: (c[1], c[0])):
+        if need == 0:
+            break
+        take = min(avail, need)
+        if take:
+            out.append(Slot(parent, take))
+            need -= take
+    return out

@@ -1,0 +1,168 @@
+"""The MIG placement planner: explicit placements for a multiset of GPU-instance profiles.
+
+Pure (no I/O). Given the profiles of a GPU (as the driver reports them), the GPU instances that
+stay, and the requested profiles, :func:`plan` returns a placement for every request whenever one
+exists (a complete search over the few placements a GPU has, with symmetric choices pruned), and of
+all complete layouts picks the one that
+
+1. keeps the largest possible future profile placeable (most compute slices, then memory slots),
+2. then keeps the most (profile, placement) pairs open (least fragmentation),
+3. then puts single-slot instances high and larger ones low (deterministic tie-break).
+
+When nothing fits it raises :class:`NoCapacity` saying why: which limit is exceeded, or which memory
+slots are taken by what.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import NoCapacity
+from ..nvml import GiProfile
+
+
+@dataclass(frozen=True)
+class Occupant:
+    """A GPU instance that stays where it is."""
+
+    profile_id: int
+    start: int
+    size: int
+    label: str  # "GI 3 (2g.10gb)"
+
+
+@dataclass(frozen=True)
+class Placement:
+    profile: GiProfile
+    start: int
+
+    @property
+    def slots(self) -> range:
+        return range(self.start, self.start + self.profile.size)
+
+
+def memory_slots(profiles: Sequence[GiProfile]) -> int:
+    return max((s + p.size for p in profiles for s in p.starts), default=0)
+
+
+def _mask(start: int, size: int) -> int:
+    return ((1 << size) - 1) << start
+
+
+@dataclass
+class _State:
+    used: int
+    counts: Counter[int]
+    media: int
+
+
+def _can_place(p: GiProfile, start: int, st: _State) -> bool:
+    return not st.used & _mask(start, p.size) and st.counts[p.id] < p.max_count and not (p.media and st.media)
+
+
+def _score(profiles: Sequence[GiProfile], st: _State, chosen: Sequence[Placement]) -> tuple[int, int, int, int]:
+    best = (0, 0)
+    open_pairs = 0
+    for p in profiles:
+        for s in p.starts:
+            if _can_place(p, s, st):
+                open_pairs += 1
+                best = max(best, (p.slices, p.size))
+    # tie-break: single-slot instances high, larger ones low (the driver's habit; keeps free space together)
+    packing = sum(c.start if c.profile.size == 1 else -c.start * c.profile.size for c in chosen)
+    return best[0], best[1], open_pairs, packing
+
+
+def future_largest(profiles: Sequence[GiProfile], occupants: Sequence[Occupant]) -> GiProfile | None:
+    """The largest profile that could still be created next to ``occupants``."""
+    st = _initial(profiles, occupants)
+    fits = [p for p in profiles if any(_can_place(p, s, st) for s in p.starts)]
+    return max(fits, key=lambda p: (p.slices, p.size), default=None)
+
+
+def _initial(profiles: Sequence[GiProfile], occupants: Sequence[Occupant]) -> _State:
+    by_id = {p.id: p for p in profiles}
+    used, counts, media = 0, Counter[int](), 0
+    for o in occupants:
+        used |= _mask(o.start, o.size)
+        counts[o.profile_id] += 1
+        if (p := by_id.get(o.profile_id)) is not None and p.media:
+            media += 1
+    return _State(used, counts, media)
+
+
+def search(
+    profiles: Sequence[GiProfile], occupants: Sequence[Occupant], request: Sequence[GiProfile]
+) -> list[Placement] | None:
+    """The best complete layout for ``request`` next to ``occupants``, or None when none exists."""
+    st = _initial(profiles, occupants)
+    items = sorted(request, key=lambda p: (-p.size, len(p.starts), p.id))
+    best: tuple[tuple[int, int, int, int], list[Placement]] | None = None
+    chosen: list[Placement] = []
+
+    def rec(i: int) -> None:
+        nonlocal best
+        if i == len(items):
+            score = _score(profiles, st, chosen)
+            if best is None or score > best[0]:
+                best = (score, list(chosen))
+            return
+        p = items[i]
+        # identical requests are interchangeable: place them in increasing start order only
+        low = chosen[-1].start + 1 if i and items[i - 1].id == p.id else -1
+        for s in p.starts:
+            if s < low or not _can_place(p, s, st):
+                continue
+            st.used |= _mask(s, p.size)
+            st.counts[p.id] += 1
+            st.media += p.media
+            chosen.append(Placement(p, s))
+            rec(i + 1)
+            chosen.pop()
+            st.media -= p.media
+            st.counts[p.id] -= 1
+            st.used &= ~_mask(s, p.size)
+
+    rec(0)
+    if best is None:
+        return None
+    return sorted(best[1], key=lambda c: c.start)
+
+
+def plan(profiles: Sequence[GiProfile], occupants: Sequence[Occupant], request: Sequence[GiProfile]) -> list[Placement]:
+    """Placements for ``request``; raises :class:`NoCapacity` with the reason when it cannot fit."""
+    found = search(profiles, occupants, request)
+    if found is None:
+        raise NoCapacity(why_not(profiles, occupants, request))
+    return found
+
+
+def why_not(profiles: Sequence[GiProfile], occupants: Sequence[Occupant], request: Sequence[GiProfile]) -> str:
+    """One line saying why ``request`` cannot be placed next to ``occupants``."""
+    by_id = {p.id: p for p in profiles}
+    have = Counter(o.profile_id for o in occupants)
+    want = Counter(p.id for p in request)
+    for pid, n in sorted(want.items()):
+        p = by_id[pid]
+        if n + have[pid] > p.max_count:
+            extra = f" ({have[pid]} exist)" if have[pid] else ""
+            return f"{n} x {p.name} requested{extra} but a GPU holds at most {p.max_count} {p.name}"
+    media = sum(n for pid, n in want.items() if by_id[pid].media)
+    media_have = sum(n for pid, n in have.items() if pid in by_id and by_id[pid].media)
+    if media + media_have > 1:
+        return "only one GPU instance per GPU can own the media engines (+me profiles)"
+    slots = memory_slots(profiles)
+    need = sum(p.size for p in request)
+    taken = sorted(occupants, key=lambda o: o.start)
+    where = "; ".join(f"slots {_span(o.start, o.size)} by {o.label}" for o in taken) or "none taken"
+    free = slots - sum(o.size for o in occupants)
+    names = ", ".join(p.name for p in sorted(request, key=lambda p: -p.size))
+    if need > free:
+        return f"{names}: {need} of {slots} memory slots needed, {free} free ({where})"
+    return f"{names} fit in no arrangement of the {free} free memory slots ({where})"
+
+
+def _span(start: int, size: int) -> str:
+    return str(start) if size == 1 else f"{start}-{start + size - 1}"

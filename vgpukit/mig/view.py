@@ -1,0 +1,152 @@
+"""What ``mig status`` / ``mig profiles`` show: data collected from the facade, and its rendering."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..cli.output import say, table
+from ..errors import NotFound, Unsupported
+from ..nvml import GiProfile, Nvml, NvmlGpu
+from . import planner
+from .spec import ci_allowed
+
+LETTERS = "ABCDEFGHIJKLMNOP"
+
+
+def gpu_status(nvml: Nvml, gpu: NvmlGpu) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "gpu": f"gpu{gpu.index}",
+        "index": gpu.index,
+        "bdf": gpu.bdf,
+        "uuid": gpu.uuid,
+        "name": gpu.name,
+        "mig_capable": gpu.mig_capable,
+    }
+    if not gpu.mig_capable:
+        return doc
+    current, pending = nvml.mig_mode(gpu.index)
+    doc["mig"] = {"current": current, "pending": pending, "change_pending": current != pending}
+    profiles = nvml.gi_profiles(gpu.index)
+    by_id = {p.id: p for p in profiles}
+    slots = planner.memory_slots(profiles)
+    gis = nvml.gpu_instances(gpu.index) if current else []
+    procs = nvml.processes(gpu.index)
+    doc["memory_slots"] = slots
+    doc["gpu_instances"] = []
+    owner: list[int | None] = [None] * slots
+    for gi in gis:
+        p = by_id.get(gi.profile_id)
+        for s in range(gi.start, gi.start + gi.size):
+            owner[s] = gi.id
+        doc["gpu_instances"].append(
+            {
+                "id": gi.id,
+                "profile": p.name if p else str(gi.profile_id),
+                "profile_id": gi.profile_id,
+                "placement": {"start": gi.start, "size": gi.size},
+                "compute_instances": [
+                    {"id": c.id, "profile": c.profile, "slices": c.slices, "start": c.start, "uuid": c.uuid}
+                    for c in gi.compute_instances
+                ],
+                "processes": [{"pid": pr.pid, "name": pr.name} for pr in procs if pr.gi_id == gi.id],
+            }
+        )
+    doc["free_slots"] = [i for i, o in enumerate(owner) if o is None]
+    total = max((p.slices for p in profiles), default=0)
+    used = sum(by_id[g.profile_id].slices for g in gis if g.profile_id in by_id)
+    doc["compute_slices"] = {"total": total, "free": total - used}
+    occ = [planner.Occupant(g.profile_id, g.start, g.size, "") for g in gis]
+    largest = planner.future_largest(profiles, occ) if current else None
+    doc["largest_free_profile"] = largest.name if largest else None
+    doc["slot_owner"] = owner
+    doc["gpu_processes"] = [{"pid": p.pid, "name": p.name} for p in procs if p.gi_id is None]
+    return doc
+
+
+def show_status(docs: list[dict[str, Any]]) -> None:
+    if not docs:
+        say("no NVIDIA GPU on this host")
+    for doc in docs:
+        head = f"{doc['gpu']}  {doc['bdf']}  {doc['name']}"
+        if not doc["mig_capable"]:
+            say(f"{head}  MIG: not capable")
+            continue
+        mig = doc["mig"]
+        mode = "on" if mig["current"] else "off"
+        if mig["change_pending"]:
+            mode += f" (pending: {'on' if mig['pending'] else 'off'} after a GPU reset)"
+        say(f"{head}  MIG: {mode}", "bold")
+        if doc["gpu_processes"]:
+            say("  held by: " + ", ".join(f"{p['name']} (pid {p['pid']})" for p in doc["gpu_processes"]))
+        if not mig["current"]:
+            continue
+        letter = {gi["id"]: LETTERS[i % len(LETTERS)] for i, gi in enumerate(doc["gpu_instances"])}
+        cells = [letter[o] if o is not None else "." for o in doc["slot_owner"]]
+        say("  memory slots  " + " ".join(f"{i}" for i in range(doc["memory_slots"])))
+        say("                " + " ".join(cells))
+        rows = []
+        for gi in doc["gpu_instances"]:
+            place = f"{gi['placement']['start']}:{gi['placement']['size']}"
+            users = ", ".join(f"{p['name']}({p['pid']})" for p in gi["processes"])
+            if not gi["compute_instances"]:
+                rows.append([letter[gi["id"]], gi["id"], gi["profile"], place, "-", "-", "(no compute instance)"])
+            for ci in gi["compute_instances"]:
+                rows.append(
+                    [letter[gi["id"]], gi["id"], gi["profile"], place, ci["id"], f"{ci['slices']}c", ci["uuid"]]
+                )
+            if users:
+                rows[-1][-1] += f"  used by {users}"
+        if rows:
+            table(None, ["", "GI", "PROFILE", "PLACEMENT", "CI", "CI SIZE", "MIG UUID"], rows)
+        free = ",".join(str(s) for s in doc["free_slots"]) or "none"
+        cs = doc["compute_slices"]
+        say(
+            f"  free memory slots: {free}; free compute slices: {cs['free']} of {cs['total']}; "
+            f"largest profile still placeable: {doc['largest_free_profile'] or 'none'}"
+        )
+
+
+def profiles_doc(nvml: Nvml, gpu: NvmlGpu) -> dict[str, Any]:
+    if not gpu.mig_capable:
+        raise Unsupported(f"gpu{gpu.index} ({gpu.name}) is not MIG-capable", device=gpu.bdf)
+    current, _ = nvml.mig_mode(gpu.index)
+    rows = []
+    for p in sorted(nvml.gi_profiles(gpu.index), key=lambda p: (p.slices, p.size, p.media)):
+        rows.append(
+            {
+                "name": p.name,
+                "id": p.id,
+                "slices": p.slices,
+                "memory_slots": p.size,
+                "memory_mib": p.memory_mib,
+                "sms": p.sms,
+                "max_count": p.max_count,
+                "remaining": nvml.remaining_capacity(gpu.index, p.id) if current else None,
+                "placements": [{"start": s, "size": p.size} for s in p.starts],
+                "compute_instances": _ci_names(p),
+            }
+        )
+    return {"gpu": f"gpu{gpu.index}", "bdf": gpu.bdf, "name": gpu.name, "mig_enabled": current, "profiles": rows}
+
+
+def _ci_names(p: GiProfile) -> list[str]:
+    return [p.name if c == p.slices else f"{c}c.{p.name}" for c in sorted(ci_allowed(p))]
+
+
+def show_profiles(doc: dict[str, Any]) -> None:
+    rows = []
+    for r in doc["profiles"]:
+        places = ",".join(f"{x['start']}:{x['size']}" for x in r["placements"])
+        remaining = "-" if r["remaining"] is None else f"{r['remaining']}/{r['max_count']}"
+        rows.append([r["name"], r["id"], r["slices"], r["memory_mib"], r["sms"], remaining, places])
+    note = "" if doc["mig_enabled"] else " (MIG off: remaining capacity shown once enabled)"
+    table(
+        f"{doc['gpu']} {doc['name']}{note}", ["PROFILE", "ID", "SLICES", "MiB", "SMs", "FREE/MAX", "PLACEMENTS"], rows
+    )
+
+
+def find_gpu(nvml: Nvml, bdf: str) -> NvmlGpu:
+    for g in nvml.gpus():
+        if g.bdf == bdf:
+            return g
+    raise NotFound(f"{bdf} is not an NVIDIA GPU that NVML reports", device=bdf, hint="see: vgpukit mig status")

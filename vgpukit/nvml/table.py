@@ -1,0 +1,102 @@
+"""MIG profile tables (vgpukit/data/mig/profiles.yaml) as records: what the simulated driver plays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from ..data import load_yaml
+from ..errors import NotFound
+from . import CiProfile, GiProfile
+
+
+@dataclass(frozen=True)
+class MigModel:
+    key: str
+    arch: str  # ampere | hopper
+    memory_slots: int
+    compute_slices: int
+    profiles: tuple[GiProfile, ...]
+    product_names: tuple[str, ...]
+    pci_device_ids: tuple[int, ...]
+
+    @property
+    def reset_required(self) -> bool:
+        """Ampere keeps a MIG mode change pending until a GPU reset; Hopper and newer apply it at once."""
+        return self.arch == "ampere"
+
+    def profile(self, profile_id: int) -> GiProfile | None:
+        return next((p for p in self.profiles if p.id == profile_id), None)
+
+
+def _data() -> dict[str, Any]:
+    data: dict[str, Any] = load_yaml("mig/profiles.yaml")
+    return data
+
+
+@cache
+def models() -> dict[str, MigModel]:
+    data = _data()
+    out: dict[str, MigModel] = {}
+    for key, m in data["models"].items():
+        layout = data["layouts"][m["layout"]]
+        profs = []
+        for pkey, (name, mib, sms, max_count) in m["profiles"].items():
+            geo = layout["profiles"][pkey]
+            profs.append(
+                GiProfile(
+                    id=int(geo["id"]),
+                    enum=int(geo["enum"]),
+                    name=str(name),
+                    slices=int(geo["slices"]),
+                    size=int(geo["size"]),
+                    memory_mib=int(mib),
+                    sms=int(sms),
+                    max_count=int(max_count),
+                    starts=tuple(int(s) for s in geo["starts"]),
+                    media=bool(geo.get("media", False)),
+                )
+            )
+        out[key] = MigModel(
+            key=key,
+            arch=str(m["arch"]),
+            memory_slots=int(layout["memory_slots"]),
+            compute_slices=int(layout["compute_slices"]),
+            profiles=tuple(sorted(profs, key=lambda p: p.enum)),
+            product_names=tuple(m.get("product_names", [])),
+            pci_device_ids=tuple(int(x, 16) for x in m.get("pci_device_ids", [])),
+        )
+    return out
+
+
+def model(key: str | None, product_name: str | None = None) -> MigModel:
+    """The model by table key, else by NVML product name."""
+    table = models()
+    if key and key in table:
+        return table[key]
+    for m in table.values():
+        if product_name and product_name in m.product_names:
+            return m
+    raise NotFound(
+        f"no MIG profile table for GPU model {key or product_name!r}",
+        value=key or product_name,
+        hint=f"known models: {', '.join(sorted(table))}",
+    )
+
+
+def ci_profiles(gi: GiProfile) -> list[CiProfile]:
+    """Compute-instance profiles a GPU instance of profile ``gi`` allows."""
+    data = _data()
+    allowed: dict[int, int] = data["ci_allowed"].get(gi.slices, {})
+    enums: dict[int, int] = data["ci_enums"]
+    out = []
+    for c, max_count in allowed.items():
+        full = c == gi.slices
+        align = 1 << (c - 1).bit_length()  # 3c aligns like 4c: {0, 4} in a 7g instance
+        starts = tuple(range(0, gi.slices - c + 1, align))
+        name = gi.name if full else f"{c}c.{gi.name}"
+        out.append(
+            CiProfile(enum=int(enums[c]), name=name, slices=int(c), max_count=int(max_count), starts=starts, full=full)
+        )
+    return sorted(out, key=lambda p: p.enum)

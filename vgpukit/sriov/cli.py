@@ -1,0 +1,255 @@
+"""``vgpukit sriov list|enable|disable``, ``vgpukit bind`` and ``vgpukit unbind``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..cli.context import App
+from ..cli.main import dry_run_option, json_option
+from ..cli.output import emit, emit_result, say, table
+from ..errors import InvalidInput
+from ..holders import OpenFiles
+from ..naming import resolve_device
+from ..pci import read_device
+from . import binding, ops
+from .model import PfInfo, list_pfs, read_pf
+from .txn import Transaction
+from .usage import User, libvirt_users, pci_users
+
+
+def _pf(app: App, name: str, files: OpenFiles) -> PfInfo:
+    from ..naming import aliases
+    from ..pci import scan
+
+    bdf = resolve_device(app, name)
+    return read_pf(app.host, bdf, files, alias=aliases(scan(app.host)).get(bdf), name=name)
+
+
+def _with_libvirt(pfs: list[PfInfo], uri: str | None) -> list[PfInfo]:
+    if not uri:
+        return pfs
+    doms = libvirt_users(uri)
+    if not doms:
+        return pfs
+    from dataclasses import replace
+
+    return [replace(pf, vfs=tuple(replace(v, users=(*v.users, *doms.get(v.bdf, []))) for v in pf.vfs)) for pf in pfs]
+
+
+def _show_pfs(pfs: list[PfInfo]) -> None:
+    if not pfs:
+        say("no SR-IOV capable devices")
+        return
+    table(
+        None,
+        ["PF", "NAME", "IDS", "DRIVER", "VFS", "TOTAL", "VF DEVICE", "AUTOPROBE"],
+        [
+            [
+                pf.bdf,
+                pf.alias,
+                pf.ids,
+                pf.driver,
+                pf.num_vfs,
+                pf.total_vfs,
+                pf.vf_device,
+                "on" if pf.autoprobe else "off",
+            ]
+            for pf in pfs
+        ],
+    )
+    rows = [
+        [
+            v.bdf,
+            f"{pf.alias or pf.bdf} vf{v.index}",
+            v.driver,
+            v.iommu_group,
+            "; ".join(u.describe() for u in v.users) if v.users else "no",
+        ]
+        for pf in pfs
+        for v in pf.vfs
+    ]
+    if rows:
+        say("")
+        table(None, ["VF", "OF", "DRIVER", "IOMMU", "IN USE"], rows)
+
+
+@click.group()
+def sriov() -> None:
+    """SR-IOV virtual functions: list, enable, disable.
+
+    PFs are named by PCI address or gpuN / nicN / nvmeN.
+    """
+
+
+libvirt_option = click.option(
+    "--libvirt",
+    "libvirt_uri",
+    metavar="URI",
+    envvar="VGPUKIT_LIBVIRT_URI",
+    help="Also count VFs assigned to domains of this libvirt (qemu:///system; env VGPUKIT_LIBVIRT_URI).",
+)
+
+
+@sriov.command("list")
+@click.argument("pf", required=False)
+@libvirt_option
+@json_option
+@click.pass_obj
+def list_cmd(app: App, pf: str | None, libvirt_uri: str | None) -> None:
+    """Every SR-IOV capable PF (or just PF) with its VFs, drivers, IOMMU groups and users."""
+    files = OpenFiles(app.host)
+    pfs = [_pf(app, pf, files)] if pf else list_pfs(app.host, files)
+    pfs = _with_libvirt(pfs, libvirt_uri)
+    emit(app, "sriov-list", {"pfs": [p.to_dict() for p in pfs]}, lambda: _show_pfs(pfs))
+
+
+def _report(app: App, kind: str, plan: list[str], pf_name: str, extra: dict[str, Any] | None = None) -> None:
+    data: dict[str, Any] = dict(extra or {})
+    if not app.dry_run:
+        after = _pf(app, pf_name, OpenFiles(app.host))
+        data["pf"] = after.to_dict()
+    emit_result(app, kind, plan=plan, data=data)
+
+
+@sriov.command("enable")
+@click.argument("pf")
+@click.option("--vfs", "count", type=int, required=True, help="Number of VFs wanted.")
+@click.option(
+    "--driver",
+    type=click.Choice(ops.DRIVER_MODES),
+    default="default",
+    show_default=True,
+    help="Where the VFs go: the kernel's default driver, vfio-pci, or none (left unbound).",
+)
+@click.option("--no-autoprobe", is_flag=True, help="Turn the PF's sriov_drivers_autoprobe off (persistently).")
+@click.option("--force", is_flag=True, help="Go through 0 even when current VFs are in use.")
+@click.option("--timeout", type=float, default=10.0, show_default=True, help="Seconds to wait for the VFs to appear.")
+@libvirt_option
+@json_option
+@dry_run_option
+@click.pass_obj
+def enable(
+    app: App,
+    pf: str,
+    count: int,
+    driver: str,
+    no_autoprobe: bool,
+    force: bool,
+    timeout: float,
+    libvirt_uri: str | None,
+) -> None:
+    """Have exactly --vfs VFs on PF, bound as --driver says (idempotent)."""
+    (info,) = _with_libvirt([_pf(app, pf, OpenFiles(app.host))], libvirt_uri)
+    steps = ops.plan_enable(app.host, info, count, driver, no_autoprobe, force, timeout)
+    if not app.dry_run:
+        ops.apply(steps)
+    _report(app, "sriov-enable", [s.text for s in steps], pf, {"requested": {"vfs": count, "driver": driver}})
+
+
+@sriov.command("disable")
+@click.argument("pf")
+@click.option("--force", is_flag=True, help="Disable even when VFs are in use.")
+@libvirt_option
+@json_option
+@dry_run_option
+@click.pass_obj
+def disable(app: App, pf: str, force: bool, libvirt_uri: str | None) -> None:
+    """Remove every VF of PF (refused while one is in use, unless --force)."""
+    (info,) = _with_libvirt([_pf(app, pf, OpenFiles(app.host))], libvirt_uri)
+    steps = ops.plan_disable(app.host, info, force)
+    if not app.dry_run:
+        ops.apply(steps)
+    _report(app, "sriov-disable", [s.text for s in steps], pf)
+
+
+# ----------------------------------------------------------------------------- bind / unbind
+def _device_doc(app: App, bdf: str) -> dict[str, Any]:
+    dev = read_device(app.host, bdf)
+    rec = binding.remembered(app.host, bdf)
+    return {
+        "bdf": bdf,
+        "driver": dev.driver,
+        "driver_override": dev.driver_override,
+        "iommu_group": dev.iommu_group,
+        "remembered": None if rec is None else {"driver": rec.driver, "override": rec.override, "probe": rec.probe},
+    }
+
+
+def _refuse_if_in_use(app: App, bdf: str, force: bool, what: str) -> None:
+    dev = read_device(app.host, bdf)
+    users: list[User] = pci_users(app.host, bdf, dev.iommu_group, OpenFiles(app.host))
+    if users and not force:
+        from ..errors import Busy
+
+        raise Busy(
+            f"{what} {bdf}: it is in use ({'; '.join(u.describe() for u in users)})",
+            device=bdf,
+            hint="stop its users first, or pass --force",
+        )
+
+
+@click.command()
+@click.argument("device")
+@click.option("--driver", metavar="NAME", help="Driver to bind to (vfio-pci).")
+@click.option("--restore", is_flag=True, help="Put the device back on the driver it had before vgpukit moved it.")
+@click.option("--force", is_flag=True, help="Move the device even when it is in use.")
+@json_option
+@dry_run_option
+@click.pass_obj
+def bind(app: App, device: str, driver: str | None, restore: bool, force: bool) -> None:
+    """Bind DEVICE to --driver (driver_override + unbind + drivers_probe), or --restore its original driver."""
+    if bool(driver) == restore:
+        raise InvalidInput("give exactly one of --driver NAME or --restore")
+    host = app.host
+    bdf = resolve_device(app, device)
+    cur = binding.current_driver(host, bdf)
+    warnings: list[str] = []
+    if driver:
+        binding.require_driver(host, driver)
+        if cur != driver:
+            _refuse_if_in_use(app, bdf, force, f"cannot move {device}")
+        plan = [] if cur == driver else [f"set {bdf} driver_override to {driver}"]
+        if plan and cur:
+            plan.append(f"unbind {bdf} from {cur}")
+        if plan:
+            plan.append(f"probe {bdf} (drivers_probe) -> {driver}")
+        if driver == binding.VFIO:
+            warnings = binding.group_warnings(host, bdf)
+        if plan and not app.dry_run:
+            with Transaction() as txn:
+                binding.bind_to(host, txn, bdf, driver)
+    else:
+        rec = binding.remembered(host, bdf) or binding.Remembered(bdf, None, None, probe=True)
+        current = binding.Remembered(bdf, cur, binding.current_override(host, bdf))
+        same = binding.satisfied(rec, current.driver, current.override)
+        plan = [] if same else [f"put {bdf} back on {rec.describe()} (was {cur or 'unbound'})"]
+        if plan:
+            _refuse_if_in_use(app, bdf, force, f"cannot move {device}")
+        if not app.dry_run:
+            with Transaction() as txn:
+                binding.restore(host, txn, bdf)
+    for w in warnings:
+        click.echo(f"vgpukit: warning: {w}", err=True)
+    emit_result(app, "bind", plan=plan, data={"device": _device_doc(app, bdf), "warnings": warnings})
+
+
+@click.command()
+@click.argument("device")
+@click.option("--force", is_flag=True, help="Unbind even when the device is in use.")
+@json_option
+@dry_run_option
+@click.pass_obj
+def unbind(app: App, device: str, force: bool) -> None:
+    """Unbind DEVICE from its driver (remembered, so 'bind DEVICE --restore' brings it back)."""
+    host = app.host
+    bdf = resolve_device(app, device)
+    cur = binding.current_driver(host, bdf)
+    plan = [f"unbind {bdf} from {cur}"] if cur else []
+    if plan:
+        _refuse_if_in_use(app, bdf, force, f"cannot unbind {device}")
+        if not app.dry_run:
+            with Transaction() as txn:
+                binding.unbind_from(host, txn, bdf)
+    emit_result(app, "unbind", plan=plan, data={"device": _device_doc(app, bdf)})

@@ -1,0 +1,138 @@
+"""SR-IOV physical functions and their VFs as plain records, read through the host door."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import Unsupported
+from ..holders import OpenFiles
+from ..host import Host
+from ..naming import aliases
+from ..pci import BDF_RE, PciDevice, read_device, scan
+from .binding import remembered
+from .usage import User, pci_users
+
+
+@dataclass(frozen=True)
+class VfInfo:
+    index: int
+    bdf: str
+    driver: str | None
+    driver_override: str | None
+    iommu_group: int | None
+    users: tuple[User, ...] = ()
+    original_driver: str | None = None  # remembered by vgpukit bind
+
+    @property
+    def in_use(self) -> bool:
+        return bool(self.users)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "bdf": self.bdf,
+            "driver": self.driver,
+            "driver_override": self.driver_override,
+            "iommu_group": self.iommu_group,
+            "in_use": self.in_use,
+            "users": [u.to_dict() for u in self.users],
+            "original_driver": self.original_driver,
+        }
+
+
+@dataclass(frozen=True)
+class PfInfo:
+    bdf: str
+    alias: str | None
+    ids: str
+    name: str
+    driver: str | None
+    total_vfs: int
+    num_vfs: int
+    vf_device: str | None
+    autoprobe: bool
+    offset: int | None
+    stride: int | None
+    vfs: tuple[VfInfo, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bdf": self.bdf,
+            "alias": self.alias,
+            "ids": self.ids,
+            "name": self.name,
+            "driver": self.driver,
+            "total_vfs": self.total_vfs,
+            "num_vfs": self.num_vfs,
+            "vf_device": self.vf_device,
+            "autoprobe": self.autoprobe,
+            "vfs": [v.to_dict() for v in self.vfs],
+        }
+
+
+def vf_bdf(pf: str, offset: int, stride: int, n: int) -> str:
+    """VF ``n``'s address: the PF's routing ID + offset + stride * n (PCIe SR-IOV, section 9.3.3.9)."""
+    m = BDF_RE.match(pf)
+    if not m:
+        raise ValueError(pf)
+    dom, bus, dev, fn = (int(g, 16) for g in m.groups())
+    rid = (bus << 8 | dev << 3 | fn) + offset + stride * n
+    return f"{dom:04x}:{rid >> 8 & 0xFF:02x}:{rid >> 3 & 0x1F:02x}.{rid & 7}"
+
+
+def vf_bdfs(host: Host, pf: str) -> list[str]:
+    """The PF's VFs in index order, from its ``virtfnN`` links."""
+    d = host.pci_device(pf)
+    names = sorted((n for n in host.listdir(d) if n.startswith("virtfn")), key=lambda n: int(n[6:] or 0))
+    return [b for n in names if (b := host.link_name(d / n))]
+
+
+def require_sriov(dev: PciDevice, name: str) -> None:
+    if dev.sriov is None:
+        what = f"{name} ({dev.bdf})" if name != dev.bdf else dev.bdf
+        if dev.is_vf:
+            raise Unsupported(f"{what} is a virtual function; SR-IOV is configured on its PF {dev.physfn}")
+        raise Unsupported(f"{what} has no SR-IOV capability ({dev.name})", device=dev.bdf)
+
+
+def read_pf(host: Host, bdf: str, files: OpenFiles, alias: str | None = None, name: str | None = None) -> PfInfo:
+    dev = read_device(host, bdf)
+    require_sriov(dev, name or bdf)
+    assert dev.sriov is not None
+    vfs = []
+    for i, vf in enumerate(vf_bdfs(host, bdf)):
+        v = read_device(host, vf)
+        rec = remembered(host, vf)
+        vfs.append(
+            VfInfo(
+                index=i,
+                bdf=vf,
+                driver=v.driver,
+                driver_override=v.driver_override,
+                iommu_group=v.iommu_group,
+                users=tuple(pci_users(host, vf, v.iommu_group, files)),
+                original_driver=rec.driver if rec else None,
+            )
+        )
+    s = dev.sriov
+    return PfInfo(
+        bdf=bdf,
+        alias=alias,
+        ids=dev.ids,
+        name=dev.name,
+        driver=dev.driver,
+        total_vfs=s.total_vfs,
+        num_vfs=s.num_vfs,
+        vf_device=s.vf_device,
+        autoprobe=s.autoprobe,
+        offset=s.offset,
+        stride=s.stride,
+        vfs=tuple(vfs),
+    )
+
+
+def list_pfs(host: Host, files: OpenFiles) -> list[PfInfo]:
+    devices = scan(host)
+    names = aliases(devices)
+    return [read_pf(host, d.bdf, files, names.get(d.bdf)) for d in devices if d.sriov is not None and not d.is_vf]
