@@ -385,6 +385,8 @@ def online(args: argparse.Namespace) -> None:
                         str(out),
                         "--seed",
                         str(r),
+                        "--launcher-cpu",
+                        str(args.daemon_core),
                         name="on" if controlled else None,
                     )
                     if controlled:

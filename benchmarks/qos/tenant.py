@@ -1,7 +1,7 @@
 """Stand-in GPU tenants for the QoS benchmark: CPU-bound work on one pinned core.
 
 tenant.py spin   [--notify SOCK GPU NAME] [--phases busy:2,idle:1,...]
-tenant.py online --rate R --work-ms 2 --duration S --out FILE [--notify SOCK GPU NAME]
+tenant.py online --rate R --work-ms 2 --duration S --out FILE [--notify SOCK GPU NAME] [--launcher-cpu N]
 tenant.py cmd    [--notify SOCK GPU NAME]   # spins 50 ms per 'b' byte on stdin
 """
 
@@ -67,13 +67,33 @@ def spin(n: Notifier, phases: str | None) -> None:
         time.sleep(3600)
 
 
-def online(n: Notifier, rate: float, work_ms: float, duration: float, out: str, seed: int) -> None:
+def launcher(spec: list[str], arrivals: list[float], cpu_no: int) -> None:
+    """The app's CPU side, in a child process off the stand-in core: at each request it announces
+    demand, as the launch hook does from the thread that calls cuLaunchKernel on a GPU host (that
+    thread runs on a host core, not on the shared device). Not in the tenant's pid set, so never
+    frozen; it replays the worker's arrival schedule."""
+    os.sched_setaffinity(0, {cpu_no})
+    n = Notifier(spec)
+    for t in arrivals:
+        delay = t - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        n.busy()
+    os._exit(0)
+
+
+def online(
+    n: Notifier, rate: float, work_ms: float, duration: float, out: str, seed: int,
+    spec: list[str] | None = None, launcher_cpu: int | None = None,
+) -> None:  # fmt: skip
     rng = random.Random(seed)
     start = time.monotonic() + 0.2
     arrivals, t = [], start
     while t < start + duration:
         t += rng.expovariate(rate)
         arrivals.append(t)
+    if spec and launcher_cpu is not None and os.fork() == 0:
+        launcher(spec, arrivals, launcher_cpu)
     lat, i, busy_cpu = [], 0, 0.0
     n.idle()
     while i < len(arrivals):
@@ -114,12 +134,13 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=10)
     ap.add_argument("--out")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--launcher-cpu", type=int, help="online: announce demand from a child on this CPU")
     a = ap.parse_args()
     n = Notifier(a.notify)
     if a.mode == "spin":
         spin(n, a.phases)
     elif a.mode == "online":
-        online(n, a.rate, a.work_ms, a.duration, a.out, a.seed)
+        online(n, a.rate, a.work_ms, a.duration, a.out, a.seed, a.notify, a.launcher_cpu)
     else:
         cmd(n)
 
