@@ -39,6 +39,7 @@ from .sim_state import (
     _find_gi,
     _fits,
     _gi_id,
+    _gi_profile,
     _gi_record,
     _gpu,
     _holders,
@@ -159,9 +160,7 @@ class SimNvml:
         with self._read() as state:
             g = _gpu(state, gpu)
             m = _mig_on(g)
-            p = m.profile(profile_id)
-            if p is None:
-                raise nvml_error(INVALID_ARGUMENT, f"no GPU instance profile id {profile_id} on {g['name']}")
+            p = _gi_profile(m, g, profile_id)
             # placements of one profile are aligned and disjoint-or-nested: greedy counting is exact
             count, used = 0, _used_mask(g)
             existing = sum(1 for gi in g["gis"] if gi["profile_id"] == p.id)
@@ -185,9 +184,7 @@ class SimNvml:
         with self._write() as state:
             g = _gpu(state, gpu)
             m = _mig_on(g)
-            p = m.profile(profile_id)
-            if p is None:
-                raise nvml_error(INVALID_ARGUMENT, f"no GPU instance profile id {profile_id} on {g['name']}")
+            p = _gi_profile(m, g, profile_id)
             if start is not None and start not in p.starts:
                 raise nvml_error(INVALID_ARGUMENT, f"placement start {start} is not valid for profile {p.name}")
             _check_fault(state, "CreateGpuInstance", gpu)

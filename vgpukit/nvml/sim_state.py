@@ -76,6 +76,14 @@ def _mig_on(g: dict[str, Any]) -> tables.MigModel:
     return m
 
 
+def _gi_profile(m: tables.MigModel, g: dict[str, Any], profile_id: int) -> GiProfile:
+    """The GPU's instance profile with this id, or INVALID_ARGUMENT as the driver answers."""
+    p = m.profile(profile_id)
+    if p is None:
+        raise nvml_error(INVALID_ARGUMENT, f"no GPU instance profile id {profile_id} on {g['name']}")
+    return p
+
+
 def _check_fault(state: dict[str, Any], call: str, gpu: int) -> None:
     for fault in state["faults"]:
         if fault["call"] != call or (fault.get("gpu") is not None and fault["gpu"] != gpu):
