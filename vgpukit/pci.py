@@ -154,7 +154,6 @@ def read_device(host: Host, bdf: str) -> PciDevice:
     sriov = None
     if host.exists(d / "sriov_totalvfs"):
         total = host.read_int(d / "sriov_totalvfs", 0) or 0
-        vfs = sorted((n for n in host.listdir(d) if n.startswith("virtfn")), key=lambda n: int(n[6:] or 0))
         sriov = Sriov(
             total_vfs=total,
             num_vfs=host.read_int(d / "sriov_numvfs", 0) or 0,
@@ -162,7 +161,7 @@ def read_device(host: Host, bdf: str) -> PciDevice:
             autoprobe=(host.read_opt(d / "sriov_drivers_autoprobe", "1") == "1"),
             offset=host.read_int(d / "sriov_offset", None, 10),
             stride=host.read_int(d / "sriov_stride", None, 10),
-            vfs=tuple(host.link_name(d / v) or "" for v in vfs),
+            vfs=tuple(virtfns(host, bdf)),
         )
     physfn = host.link_name(d / "physfn")
     mdev_types = tuple(host.listdir(d / "mdev_supported_types"))
@@ -192,6 +191,23 @@ def read_device(host: Host, bdf: str) -> PciDevice:
         physfn=physfn,
         mdev_types=mdev_types,
     )
+
+
+def vf_address(pf: str, offset: int, stride: int, n: int) -> str:
+    """VF ``n``'s address: the PF's routing ID + offset + stride * n (PCIe SR-IOV, section 9.3.3.9)."""
+    m = BDF_RE.match(pf)
+    if not m:
+        raise InvalidInput(f"invalid PCI address {pf!r}", value=pf)
+    dom, bus, dev, fn = (int(g, 16) for g in m.groups())
+    rid = (bus << 8 | dev << 3 | fn) + offset + stride * n
+    return f"{dom:04x}:{rid >> 8 & 0xFF:02x}:{rid >> 3 & 0x1F:02x}.{rid & 7}"
+
+
+def virtfns(host: Host, pf: str) -> list[str]:
+    """The PF's VFs in index order, from its ``virtfnN`` links."""
+    d = host.pci_device(pf)
+    names = sorted((n for n in host.listdir(d) if n.startswith("virtfn")), key=lambda n: int(n[6:] or 0))
+    return [b for n in names if (b := host.link_name(d / n))]
 
 
 def _name(host: Host, bdf: str, vendor: str, device: str) -> str:

@@ -15,9 +15,10 @@ from tests.conftest import as_json, sim_host
 from vgpukit.errors import HostIOError
 from vgpukit.holders import OpenFiles
 from vgpukit.host import Host
+from vgpukit.pci import virtfns
 from vgpukit.sim.kernel import SimKernel
 from vgpukit.sriov import ops
-from vgpukit.sriov.model import read_pf, vf_bdfs
+from vgpukit.sriov.model import read_pf
 
 NIC0 = "0000:05:00.0"
 Run = Callable[..., Result]
@@ -27,7 +28,7 @@ def state(root: Path) -> dict[str, object]:
     """Everything an SR-IOV command may change on nic0, to compare before/after."""
     h = sim_host(root)
     pf = h.pci_device(NIC0)
-    vfs = vf_bdfs(h, NIC0)
+    vfs = virtfns(h, NIC0)
     return {
         "numvfs": h.read(pf / "sriov_numvfs"),
         "autoprobe": h.read(pf / "sriov_drivers_autoprobe"),

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ..pci import BDF_RE
+from ..pci import BDF_RE, vf_address
 from .kernel import Reaction, Write, fail
 from .tree import link, set_attr
 
@@ -62,14 +62,6 @@ def probe(w: Write, bdf: str) -> None:
 
 
 # ----------------------------------------------------------------------------- SR-IOV
-def _vf_bdf(pf: str, offset: int, stride: int, n: int) -> str:
-    m = BDF_RE.match(pf)
-    assert m
-    dom, bus, dev, fn = (int(g, 16) for g in m.groups())
-    rid = (bus << 8 | dev << 3 | fn) + offset + stride * n
-    return f"{dom:04x}:{rid >> 8 & 0xFF:02x}:{rid >> 3 & 0x1F:02x}.{rid & 7}"
-
-
 def kstrtou16(data: str) -> int:
     """The kernel's ``kstrtou16(buf, 0, ...)``: one optional trailing newline, ``+``, 0x/0 prefixes (seen:
     " 1 " and "-1" are EINVAL, "abc" EINVAL)."""
@@ -122,7 +114,7 @@ def sriov_numvfs(w: Write) -> None:
     cpus = _read(pf_dir / "local_cpulist") if (pf_dir / "local_cpulist").exists() else None
     autoprobe = _read(pf_dir / "sriov_drivers_autoprobe") == "1" and _read(w.tree.bus_pci / "drivers_autoprobe") == "1"
     for n in range(want):
-        vf = _vf_bdf(pf, offset, stride, n)
+        vf = vf_address(pf, offset, stride, n)
         group = w.state.next_group
         w.state.next_group += 1
         vf_dir = w.tree.add_pci_device(pf_dir.parent, vf, spec, None if numa < 0 else numa, cpus, group)

@@ -9,7 +9,7 @@ from ..errors import Unsupported
 from ..holders import OpenFiles
 from ..host import Host
 from ..naming import aliases
-from ..pci import BDF_RE, PciDevice, read_device, scan
+from ..pci import PciDevice, read_device, scan
 from .binding import remembered
 from .usage import User, pci_users
 
@@ -71,23 +71,6 @@ class PfInfo:
         }
 
 
-def vf_bdf(pf: str, offset: int, stride: int, n: int) -> str:
-    """VF ``n``'s address: the PF's routing ID + offset + stride * n (PCIe SR-IOV, section 9.3.3.9)."""
-    m = BDF_RE.match(pf)
-    if not m:
-        raise ValueError(pf)
-    dom, bus, dev, fn = (int(g, 16) for g in m.groups())
-    rid = (bus << 8 | dev << 3 | fn) + offset + stride * n
-    return f"{dom:04x}:{rid >> 8 & 0xFF:02x}:{rid >> 3 & 0x1F:02x}.{rid & 7}"
-
-
-def vf_bdfs(host: Host, pf: str) -> list[str]:
-    """The PF's VFs in index order, from its ``virtfnN`` links."""
-    d = host.pci_device(pf)
-    names = sorted((n for n in host.listdir(d) if n.startswith("virtfn")), key=lambda n: int(n[6:] or 0))
-    return [b for n in names if (b := host.link_name(d / n))]
-
-
 def require_sriov(dev: PciDevice, name: str) -> None:
     if dev.sriov is None:
         what = f"{name} ({dev.bdf})" if name != dev.bdf else dev.bdf
@@ -101,7 +84,7 @@ def read_pf(host: Host, bdf: str, files: OpenFiles, alias: str | None = None, na
     require_sriov(dev, name or bdf)
     assert dev.sriov is not None
     vfs = []
-    for i, vf in enumerate(vf_bdfs(host, bdf)):
+    for i, vf in enumerate(dev.sriov.vfs):
         v = read_device(host, vf)
         rec = remembered(host, vf)
         vfs.append(

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from ..errors import Busy, InvalidInput, NotFound, VerifyFailed, VgpukitError
 from ..host import Host
+from ..pci import vf_address, virtfns
 from . import binding
 from .binding import VFIO, Remembered
-from .model import PfInfo, VfInfo, vf_bdf, vf_bdfs
+from .model import PfInfo, VfInfo
 from .txn import Transaction
 
 DRIVER_MODES = ("default", VFIO, "none")
@@ -78,7 +79,7 @@ def wait_for_vfs(host: Host, pf: str, count: int, timeout: float) -> list[str]:
     """Poll until the PF shows ``count`` VFs (creation is asynchronous on some drivers)."""
     deadline = time.monotonic() + timeout
     while True:
-        vfs = vf_bdfs(host, pf)
+        vfs = virtfns(host, pf)
         if len(vfs) == count and all(host.exists(host.pci_device(v, "vendor")) for v in vfs):
             return vfs
         if time.monotonic() >= deadline:
@@ -96,7 +97,7 @@ def _destroy_step(host: Host, pf: PfInfo, reason: str) -> Step:
     records = {v.bdf: binding.remembered(host, v.bdf) for v in pf.vfs}
 
     def undo() -> None:
-        if len(vf_bdfs(host, pf.bdf)) != pf.num_vfs:
+        if len(virtfns(host, pf.bdf)) != pf.num_vfs:
             numvfs_write(host, pf, 0)
             numvfs_write(host, pf, pf.num_vfs)
             wait_for_vfs(host, pf.bdf, pf.num_vfs, 10.0)
@@ -128,7 +129,7 @@ def _autoprobe_step(host: Host, pf: PfInfo, old: bool, new: bool, why: str) -> S
 
 def _create_step(host: Host, pf: PfInfo, count: int, timeout: float) -> Step:
     def undo() -> None:
-        for v in vf_bdfs(host, pf.bdf):
+        for v in virtfns(host, pf.bdf):
             binding.forget(host, v)
         numvfs_write(host, pf, 0)
 
@@ -143,7 +144,7 @@ def _create_step(host: Host, pf: PfInfo, count: int, timeout: float) -> Step:
 
 def _bind_step(host: Host, pf: PfInfo, index: int, expected: str, probe_on_restore: bool) -> Step:
     def apply(txn: Transaction) -> None:
-        vfs = vf_bdfs(host, pf.bdf)
+        vfs = virtfns(host, pf.bdf)
         if index >= len(vfs):
             raise VerifyFailed(f"{pf.bdf} has no VF {index}", device=pf.bdf)
         binding.bind_to(host, txn, vfs[index], VFIO, probe_on_restore=probe_on_restore)
@@ -188,7 +189,7 @@ def plan_enable(
     if recreate:
         steps.append(_create_step(host, pf, count, timeout))
         offset, stride = pf.offset or 1, pf.stride or 1
-        expected = [vf_bdf(pf.bdf, offset, stride, n) for n in range(count)]
+        expected = [vf_address(pf.bdf, offset, stride, n) for n in range(count)]
         if driver == VFIO:
             steps += [_bind_step(host, pf, n, expected[n], pf.autoprobe) for n in range(count)]
         if create_autoprobe != want_autoprobe:
