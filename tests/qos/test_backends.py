@@ -68,14 +68,9 @@ def test_pid_backend_vanished(spawn) -> None:  # type: ignore[no-untyped-def]
         backend_for(REAL, Tenant("x", "offline", 10, "pids", pids=(q.pid,)))
 
 
-@pytest.fixture
-def cg2() -> Iterator[Path]:
-    if not (V2 / "cgroup.controllers").exists():
-        pytest.skip("no cgroup v2 mount at /sys/fs/cgroup/unified")
-    path = V2 / f"vgpukit-test-{uuid.uuid4().hex[:8]}"
-    path.mkdir()
-    yield path
-    (path / "cgroup.freeze").write_text("0")
+def _remove_cgroup(path: Path, thaw_file: str, thawed: str) -> None:
+    """Thaw the test cgroup, kill what is left in it, and remove it."""
+    (path / thaw_file).write_text(thawed)
     for pid in (path / "cgroup.procs").read_text().split():
         try:
             os.kill(int(pid), 9)
@@ -83,6 +78,16 @@ def cg2() -> Iterator[Path]:
             pass
     wait_for(lambda: not (path / "cgroup.procs").read_text().strip())
     path.rmdir()
+
+
+@pytest.fixture
+def cg2() -> Iterator[Path]:
+    if not (V2 / "cgroup.controllers").exists():
+        pytest.skip("no cgroup v2 mount at /sys/fs/cgroup/unified")
+    path = V2 / f"vgpukit-test-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    yield path
+    _remove_cgroup(path, "cgroup.freeze", "0")
 
 
 @pytest.fixture
@@ -92,14 +97,7 @@ def cg1() -> Iterator[Path]:
     path = V1 / f"vgpukit-test-{uuid.uuid4().hex[:8]}"
     path.mkdir()
     yield path
-    (path / "freezer.state").write_text("THAWED")
-    for pid in (path / "cgroup.procs").read_text().split():
-        try:
-            os.kill(int(pid), 9)
-        except ProcessLookupError:
-            pass
-    wait_for(lambda: not (path / "cgroup.procs").read_text().strip())
-    path.rmdir()
+    _remove_cgroup(path, "freezer.state", "THAWED")
 
 
 def test_cgroup_v2_freeze_thaw(spawn, cg2: Path) -> None:  # type: ignore[no-untyped-def]
