@@ -9,7 +9,7 @@ import click
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option
 from ..cli.output import emit, emit_result, say
-from ..errors import Busy, Conflict, InvalidInput, NotFound, Unsupported
+from ..errors import Busy, InvalidInput, NotFound, Unsupported
 from ..nvml import Nvml, NvmlGpu
 from . import engine, view
 
@@ -171,10 +171,9 @@ def partition(
             engine.GpuRequest(g, True, wants, exact=replace, label=label_of(app, g)),
             allow_reset=reset is not False,
         )
-    except Conflict as exc:
-        if "needs a GPU reset" in exc.message:
-            words = ["vgpukit", "partition", gpu, *(f"--mig {m}" for m in mig_specs), *(f"--ci {c}" for c in ci_specs)]
-            exc.hint = f"nothing was changed; to reset the GPU as part of it: {' '.join(words)}"
+    except engine.ResetRequired as exc:
+        words = ["vgpukit", "partition", gpu, *(f"--mig {m}" for m in mig_specs), *(f"--ci {c}" for c in ci_specs)]
+        exc.hint = f"nothing was changed; to reset the GPU as part of it: {' '.join(words)}"
         raise
     run_plans(app, "mig-partition", [plan])
 
@@ -220,8 +219,8 @@ def disable(app: App, gpu: str, reset: bool | None) -> None:
         plan = engine.plan_gpu(
             nvml, engine.GpuRequest(g, False, label=label_of(app, g)), allow_reset=reset is not False
         )
-    except (Conflict, Busy) as exc:
-        if reset or not ("needs a GPU reset" in exc.message or "cannot reset" in exc.message):
+    except (engine.ResetRequired, engine.ResetBlocked):
+        if reset:
             raise
         # without --reset, disabling is accepted and takes effect at the next reset (like nvidia-smi)
         steps = [

@@ -237,6 +237,14 @@ def _destroy_steps(
     return steps
 
 
+class ResetRequired(Conflict):
+    """A MIG mode change needs a GPU reset and resetting was not allowed (--no-reset)."""
+
+
+class ResetBlocked(Busy):
+    """A MIG mode change needs a GPU reset and processes hold the GPU."""
+
+
 def _mode_steps(
     nvml: Nvml, gpu: NvmlGpu, enable: bool, current: bool, pending: bool, allow_reset: bool, label: str
 ) -> list[Step]:
@@ -246,14 +254,14 @@ def _mode_steps(
         steps.append(Step("set-mode", gpu, f"{word} MIG mode", enable=enable))
     if current != enable and needs_reset(gpu):
         if not allow_reset:
-            raise Conflict(
+            raise ResetRequired(
                 f"{label}: to {word} MIG, {gpu.name} needs a GPU reset (the change stays pending until then)",
                 device=gpu.bdf,
                 hint="rerun without --no-reset, or reset the GPU yourself (nvidia-smi -r) and rerun",
             )
         holders = _holders(nvml, gpu)
         if holders:
-            raise Busy(
+            raise ResetBlocked(
                 f"{label}: cannot reset, the GPU is held by {holders}",
                 device=gpu.bdf,
                 hint="stop them (e.g. systemctl stop nvidia-persistenced) and rerun",
