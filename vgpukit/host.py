@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from .errors import InvalidInput, NotFound, from_oserror
+from .inputs import check_component
 
 log = logging.getLogger("vgpukit.host")
 
@@ -67,9 +68,7 @@ class Change:
 
 def check_name(name: str, what: str = "name") -> str:
     """Validate one user-supplied path component (a device name, a uuid, a type id)."""
-    if not name or name in (".", "..") or "/" in name or "\0" in name or len(name) > 255:
-        raise InvalidInput(f"invalid {what}: {name!r}", value=name)
-    return name
+    return check_component(name, what)
 
 
 @dataclass

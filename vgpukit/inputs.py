@@ -1,0 +1,192 @@
+"""Input hygiene, once for every command and file format.
+
+Everything a user or a file hands to vgpukit passes through here before it means anything:
+
+* numbers are ASCII digits only (``int()`` would take ``٣`` or ``1_000``), with bounds;
+* names (devices, parents, types, tenants) are non-empty and carry no control characters;
+* JSON and YAML documents are size-capped and nesting-limited, and a parse failure says which file
+  and where, never quoting the file's content;
+* scalar types in config documents are strict (a ``bool`` is not an ``int``, ``2.7`` is not a count).
+
+Every refusal is an :class:`~vgpukit.errors.InvalidInput` (exit 2) with one line of text.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from typing import Any
+
+from .errors import InvalidInput
+
+MAX_DOC_BYTES = 4 * 1024 * 1024  # config files, definitions, state records
+MAX_DEPTH = 32  # nesting of mappings/lists in any document we read
+MAX_NAME = 255
+
+_INT_RE = re.compile(r"-?[0-9]+\Z", re.ASCII)
+_FLOAT_RE = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?\Z", re.ASCII)
+
+
+def parse_int(text: object, what: str, *, lo: int | None = None, hi: int | None = None) -> int:
+    """An integer written in ASCII digits (optionally negative), within [lo, hi]."""
+    if isinstance(text, bool):
+        raise InvalidInput(f"{what} must be an integer, not a boolean")
+    if isinstance(text, int):
+        value = text
+    elif isinstance(text, str) and _INT_RE.match(text) and len(text) <= 40:
+        value = int(text)
+    else:
+        raise InvalidInput(f"{what} must be an integer written in ASCII digits", value=_shown(text))
+    return check_range(value, what, lo=lo, hi=hi)
+
+
+def check_range(value: int, what: str, *, lo: int | None = None, hi: int | None = None) -> int:
+    if lo is not None and value < lo:
+        raise InvalidInput(f"{what} must be at least {lo}, not {_small(value)}", value=_small(value))
+    if hi is not None and value > hi:
+        raise InvalidInput(f"{what} must be at most {hi}, not {_small(value)}", value=_small(value))
+    return value
+
+
+def parse_float(text: object, what: str, *, lo: float | None = None, hi: float | None = None) -> float:
+    """A finite decimal number written in ASCII, within [lo, hi]."""
+    if isinstance(text, bool):
+        raise InvalidInput(f"{what} must be a number, not a boolean")
+    if isinstance(text, int | float) or (isinstance(text, str) and _FLOAT_RE.match(text) and len(text) <= 40):
+        value = float(text)
+    else:
+        raise InvalidInput(f"{what} must be a number written in ASCII digits", value=_shown(text))
+    if not math.isfinite(value):
+        raise InvalidInput(f"{what} must be a finite number")
+    if lo is not None and value < lo:
+        raise InvalidInput(f"{what} must be at least {lo:g}, not {value:g}", value=value)
+    if hi is not None and value > hi:
+        raise InvalidInput(f"{what} must be at most {hi:g}, not {value:g}", value=value)
+    return value
+
+
+def has_control(text: str) -> bool:
+    """Control, format, surrogate or unassigned code points (newlines, escapes, BOM, bidi...)."""
+    return any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn") for ch in text)
+
+
+def check_text(text: object, what: str, *, max_len: int = MAX_NAME, allow_empty: bool = False) -> str:
+    """A single-line printable string (a name, a label, a type id)."""
+    if not isinstance(text, str):
+        raise InvalidInput(f"{what} must be a string")
+    if not text and not allow_empty:
+        raise InvalidInput(f"{what} must not be empty")
+    if len(text) > max_len:
+        raise InvalidInput(f"{what} is longer than {max_len} characters")
+    if has_control(text):
+        raise InvalidInput(f"{what} contains control characters", value=_shown(text))
+    return text
+
+
+def check_component(text: object, what: str) -> str:
+    """A name that becomes one path component: also no ``/``, ``.``, ``..``."""
+    name = check_text(text, what)
+    if name in (".", "..") or "/" in name:
+        raise InvalidInput(f"invalid {what}: {name!r}", value=name)
+    return name
+
+
+def check_depth(doc: Any, where: str, limit: int = MAX_DEPTH) -> Any:
+    """Refuse documents nested deeper than ``limit`` (mappings and lists). Shared nodes are walked once."""
+    seen: set[int] = set()
+    stack: list[tuple[Any, int]] = [(doc, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, dict | list):
+            continue
+        if depth >= limit:
+            raise InvalidInput(f"{where}: nested more than {limit} levels deep")
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        children = node.values() if isinstance(node, dict) else node
+        if isinstance(node, dict):
+            stack.extend((k, depth + 1) for k in node if isinstance(k, tuple))
+        stack.extend((c, depth + 1) for c in children)
+    return doc
+
+
+def load_json(text: str | bytes, where: str, *, limit: int = MAX_DEPTH, max_bytes: int = MAX_DOC_BYTES) -> Any:
+    """Parse JSON from a file or socket named ``where``; size, syntax and nesting checked."""
+    import json
+
+    if len(text) > max_bytes:
+        raise InvalidInput(f"{where}: larger than {max_bytes} bytes")
+    try:
+        doc = json.loads(text)
+    except RecursionError:
+        raise InvalidInput(f"{where}: nested more than {limit} levels deep") from None
+    except ValueError as exc:
+        line = getattr(exc, "lineno", None)
+        raise InvalidInput(f"{where}: not valid JSON" + (f" (line {line})" if line else "")) from None
+    return check_depth(doc, where, limit)
+
+
+def load_yaml(text: str, where: str, *, limit: int = MAX_DEPTH, max_bytes: int = MAX_DOC_BYTES) -> Any:
+    """Parse one YAML document (safe loader); size, syntax and nesting checked before construction."""
+    import yaml
+
+    if len(text) > max_bytes:
+        raise InvalidInput(f"{where}: larger than {max_bytes} bytes")
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise InvalidInput(f"{where}: nested more than {limit} levels deep") from None
+    except yaml.YAMLError as exc:
+        raise InvalidInput(f"{where}: not valid YAML{_yaml_line(exc)}") from None
+    if node is None:
+        return None
+    _node_depth(node, where, limit)
+    try:
+        doc = yaml.SafeLoader(text).get_single_data()
+    except RecursionError:
+        raise InvalidInput(f"{where}: nested more than {limit} levels deep") from None
+    except yaml.YAMLError as exc:
+        raise InvalidInput(f"{where}: not valid YAML{_yaml_line(exc)}") from None
+    except (ValueError, OverflowError, TypeError):
+        raise InvalidInput(f"{where}: a value cannot be read (out of range or of the wrong kind)") from None
+    return doc
+
+
+def _node_depth(node: Any, where: str, limit: int) -> None:
+    import yaml
+
+    seen: set[int] = set()
+    stack = [(node, 0)]
+    while stack:
+        n, depth = stack.pop()
+        if isinstance(n, yaml.ScalarNode):
+            continue
+        if depth >= limit:
+            line = n.start_mark.line + 1 if n.start_mark else "?"
+            raise InvalidInput(f"{where}: line {line}: nested more than {limit} levels deep")
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                stack += [(k, depth + 1), (v, depth + 1)]
+        elif isinstance(n, yaml.SequenceNode):
+            stack += [(v, depth + 1) for v in n.value]
+
+
+def _yaml_line(exc: Any) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    return f" (line {mark.line + 1})" if mark is not None else ""
+
+
+def _small(value: int) -> int | str:
+    return value if abs(value) < 10**18 else ("a huge number" if value > 0 else "a hugely negative number")
+
+
+def _shown(value: object) -> str:
+    """How a refused value is named in a message: printable, short, never file content."""
+    text = value if isinstance(value, str) else type(value).__name__
+    text = "".join(ch if not has_control(ch) else "?" for ch in text)
+    return text if len(text) <= 40 else text[:37] + "..."
