@@ -64,6 +64,12 @@ class InvalidInput(VgpukitError):
     kind = "invalid-input"
 
 
+class OutsideRoot(InvalidInput):
+    """A path whose resolution (symlinks followed) leaves the host root: refused, never read or written."""
+
+    kind = "outside-root"
+
+
 class NotFound(VgpukitError):
     """A named device, file, type, instance or domain does not exist."""
 

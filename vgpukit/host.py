@@ -5,6 +5,11 @@ Every path vgpukit reads or writes (/sys, /dev, /proc, /etc, /run) is derived he
 environment root. Every change to the host goes through :meth:`Host._change`, which
 
 * refuses targets that escape the root (``..``, absolute parts, symlinks pointing outside),
+* confines reads, listings, socket addresses and link resolution to the root the same way
+  (see docs/safety.md, "Containment"): an attribute read costs one extra ``readlink`` of
+  ``/proc/self/fd/N`` when the root is not ``/``, nothing when it is,
+* reads documents (configs, definitions, records, templates) with :meth:`Host.read_doc`: regular
+  files only, size-capped, contained,
 * records instead of acting when the host is in dry-run mode,
 * logs each change at debug level,
 * turns ``OSError`` into the typed errors of :mod:`vgpukit.errors`, carrying path and errno.
@@ -20,17 +25,20 @@ import logging
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from .errors import InvalidInput, NotFound, from_oserror
-from .inputs import check_component
+from .errors import InvalidInput, NotFound, OutsideRoot, from_oserror
+from .inputs import MAX_DOC_BYTES, check_component
 
 log = logging.getLogger("vgpukit.host")
 
 T = TypeVar("T")
+
+MAX_ATTR_BYTES = 1024 * 1024  # a sysfs/proc attribute: 4 KiB on Linux; anything far larger is not one
+_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY  # never block on a FIFO
 
 
 class KernelPort(Protocol):
@@ -83,6 +91,7 @@ class Host:
     def __post_init__(self) -> None:
         self.root = Path(os.path.abspath(self.root))
         self._real_root = os.path.realpath(self.root)
+        self._confined = self._real_root != "/"  # with root /, every path is inside
 
     # ----------------------------------------------------------------- locations
     def path(self, *parts: str) -> Path:
@@ -131,8 +140,31 @@ class Host:
         return "/" + rel if not rel.startswith("..") else p
 
     def contains(self, path: Path | str) -> bool:
-        real = os.path.realpath(path)
-        return real == self._real_root or real.startswith(self._real_root.rstrip("/") + "/")
+        return not self._confined or self._inside(os.path.realpath(path))
+
+    def _inside(self, real: str) -> bool:
+        return real == self._real_root or real.startswith(self._real_root + "/")
+
+    def _outside(self, path: Path | str) -> OutsideRoot:
+        shown = self.display(path)
+        return OutsideRoot(f"refusing {shown}: it leads outside the host root {self.root}", path=shown)
+
+    def check_inside(self, path: Path | str) -> Path:
+        """``path`` itself, refused when its resolution (symlinks followed) leaves the root."""
+        if not self.contains(path):
+            raise self._outside(path)
+        return Path(path)
+
+    def _check_fd(self, fd: int, path: Path | str) -> None:
+        """Refuse an open file whose real path lies outside the root: one readlink, no path walk."""
+        if not self._confined:
+            return
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # no /proc: walk the path instead
+            real = os.path.realpath(path)
+        if not self._inside(real):
+            raise self._outside(path)
 
     # ----------------------------------------------------------------- reads
     def _read_op(self, action: str, path: Path, fn: Callable[[], T]) -> T:
@@ -147,13 +179,34 @@ class Host:
     def is_dir(self, path: Path) -> bool:
         return path.is_dir()
 
+    def _read_bytes(self, path: Path | str, limit: int) -> bytes:
+        fd = os.open(path, _READ_FLAGS)
+        try:
+            self._check_fd(fd, path)
+            chunks: list[bytes] = []
+            size = 0
+            while size <= limit:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        finally:
+            os.close(fd)
+        if size > limit:
+            raise InvalidInput(f"{self.display(path)}: larger than {limit} bytes", path=self.display(path))
+        return b"".join(chunks)
+
+    def _attr(self, path: Path) -> str:
+        return self._read_bytes(path, MAX_ATTR_BYTES).decode(errors="replace").strip()
+
     def read(self, path: Path) -> str:
-        """Text of a file, surrounding white space stripped."""
-        return self._read_op("reading", path, lambda: path.read_text(errors="replace")).strip()
+        """Text of a file (a sysfs/proc attribute), surrounding white space stripped. Contained."""
+        return self._read_op("reading", path, lambda: self._attr(path))
 
     def read_opt(self, path: Path, default: str | None = None) -> str | None:
         try:
-            return path.read_text(errors="replace").strip()
+            return self._attr(path)
         except OSError:
             return default
 
@@ -166,16 +219,68 @@ class Host:
         except ValueError:
             return default
 
-    def listdir(self, path: Path) -> list[str]:
-        """Sorted entries of a directory; empty when it does not exist."""
+    def read_doc(
+        self,
+        path: Path | str,
+        what: str,
+        max_bytes: int = MAX_DOC_BYTES,
+        *,
+        missing_ok: bool = False,
+        user_file: bool = False,
+    ) -> str | None:
+        """A document (config, definition, record, template): a regular UTF-8 file of at most
+        ``max_bytes``, inside the root. ``user_file``: a path the user named on the command line
+        (``-f FILE``), read where it is -- same file rules, no containment. None when absent and
+        ``missing_ok``."""
+        shown = os.fspath(path) if user_file else self.display(path)
         try:
-            return sorted(os.listdir(path))
+            fd = os.open(path, _READ_FLAGS)
+        except FileNotFoundError as exc:
+            if missing_ok:
+                return None
+            raise NotFound(f"{what} {shown} does not exist", path=shown, errno=exc.errno) from None
+        except OSError as exc:
+            raise from_oserror(exc, path=shown, action=f"reading {what}") from None
+        try:
+            if not user_file:
+                self._check_fd(fd, path)
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise InvalidInput(f"{what} {shown} is not a regular file", path=shown)
+            if st.st_size > max_bytes:
+                raise InvalidInput(f"{what} {shown} is larger than {max_bytes} bytes", path=shown)
+            data = os.read(fd, max_bytes + 1)
+            while data and len(data) <= max_bytes and (more := os.read(fd, max_bytes + 1 - len(data))):
+                data += more
+        except OSError as exc:
+            raise from_oserror(exc, path=shown, action=f"reading {what}") from None
+        finally:
+            os.close(fd)
+        if len(data) > max_bytes:
+            raise InvalidInput(f"{what} {shown} is larger than {max_bytes} bytes", path=shown)
+        try:
+            return data.decode()
+        except UnicodeDecodeError:
+            raise InvalidInput(f"{what} {shown} is not UTF-8 text", path=shown) from None
+
+    def listdir(self, path: Path) -> list[str]:
+        """Sorted entries of a directory; empty when it does not exist. Contained."""
+        try:
+            if not self._confined:
+                return sorted(os.listdir(path))
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                self._check_fd(fd, path)
+                return sorted(os.listdir(fd))
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             return []
         except OSError as exc:
             raise from_oserror(exc, path=self.display(path), action="listing") from exc
 
     def readlink(self, path: Path) -> str | None:
+        """A symlink's target as text (never followed here; use :meth:`resolve` to use it as a path)."""
         try:
             return os.readlink(path)
         except OSError:
@@ -198,20 +303,27 @@ class Host:
 
     def resolve(self, path: Path) -> Path:
         """Canonical path, which must stay inside the root."""
-        real = Path(os.path.realpath(path))
-        if not self.contains(real):
-            raise InvalidInput(f"{self.display(path)} points outside the host root", path=str(path))
-        return real
+        real = os.path.realpath(path)
+        if self._confined and not self._inside(real):
+            raise self._outside(path)
+        return Path(real)
 
-    def walk_files(self, path: Path, pattern: str) -> Iterator[Path]:
-        yield from sorted(path.glob(pattern))
+    def socket_address(self, path: Path) -> str:
+        """The address to bind or connect a Unix socket at ``path``: its directory must resolve
+        inside the root (a socket is created through its directory, which may be a planted link)."""
+        if not self.contains(os.path.dirname(os.path.abspath(path))):
+            raise self._outside(path)
+        return str(path)
 
     # ----------------------------------------------------------------- changes
     def _change(self, change: Change, target: Path, apply: Callable[[], None]) -> None:
         """The single gate every change passes through."""
         parent = os.path.dirname(os.path.abspath(target))
         if not self.contains(parent) or (os.path.lexists(target) and not self.contains(target)):
-            raise InvalidInput(f"refusing to change {target}: outside the host root {self.root}", path=str(target))
+            raise OutsideRoot(
+                f"refusing to change {self.display(target)}: it leads outside the host root {self.root}",
+                path=self.display(target),
+            )
         shown = Change(change.action, self.display(target), change.value)
         if self.dry_run:
             log.debug("dry-run: %s", shown.describe())

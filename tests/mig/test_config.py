@@ -66,12 +66,12 @@ def test_parse() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        (CONFIG.replace("      mig-enabled: false", "      mig-enable: false"), "c.yaml:5: unknown key 'mig-enable'"),
+        (CONFIG.replace("      mig-enabled: false", "      mig-enable: false"), "c.yaml:5: unknown key in a device entry"),
         (CONFIG.replace("version: v1", "version: v2"), "c.yaml:1: version must be v1"),
-        (CONFIG.replace("mig-configs:", "mig-config:"), "c.yaml:2: unknown key 'mig-config'"),
-        (CONFIG.replace('"2g.10gb": 1', '"2g.10gb": two'), "c.yaml:11: mig-devices.2g.10gb: count"),
+        (CONFIG.replace("mig-configs:", "mig-config:"), "c.yaml:2: unknown key in the config"),
+        (CONFIG.replace('"2g.10gb": 1', '"2g.10gb": two'), "c.yaml:11: mig-devices: a count"),
         (CONFIG.replace("devices: [2]", "devices: [x]"), "c.yaml:13: devices"),
-        ("version: v1\nmig-configs:\n  a:\n    - devices: all\n", "c.yaml:4: entry of a lacks 'mig-enabled'"),
+        ("version: v1\nmig-configs:\n  a:\n    - devices: all\n", "c.yaml:4: a device entry lacks 'mig-enabled'"),
         ("[1, 2", "not valid YAML"),
     ],
 )

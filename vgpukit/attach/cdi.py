@@ -217,12 +217,13 @@ def plan_files(host: Host, output: Path, specs: list[Spec]) -> list[FilePlan]:
     for spec in specs:
         path = spec_path(output, spec.cls)
         text = spec.render(fmt)
-        current = host.read_opt(path)
+        current = host.read_doc(path, "CDI spec", missing_ok=True)
         if not spec.devices:
             ours = current is not None and GENERATOR_KEY in current
             plans.append(FilePlan(path, "remove" if ours else "keep", spec, ""))
         else:
-            plans.append(FilePlan(path, "keep" if current == text.strip() else "write", spec, text))
+            same = current is not None and current.strip() == text.strip()
+            plans.append(FilePlan(path, "keep" if same else "write", spec, text))
     return plans
 
 

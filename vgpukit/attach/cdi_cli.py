@@ -11,6 +11,7 @@ from ..cli.context import App
 from ..cli.main import dry_run_option, json_option
 from ..cli.output import emit_result, json_doc, print_json, say
 from ..errors import InvalidInput
+from ..inputs import check_text
 from .cdi import CLASSES
 
 
@@ -48,6 +49,7 @@ def generate(app: App, output: str | None, classes: tuple[str, ...]) -> None:
     if output is None:
         target = host.etc("cdi", "vgpukit.yaml")
     else:
+        check_text(output, "--output")
         if not output.startswith("/"):
             raise InvalidInput(f"--output {output}: give an absolute path (or '-')", value=output)
         target = host.path(*Path(output).parts[1:])

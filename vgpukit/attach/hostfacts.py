@@ -12,13 +12,15 @@ Firmware (decided in this order, see docs/attach.md):
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from ..data import load_yaml
 from ..errors import InvalidInput, NotFound
 from ..host import Host
+from ..inputs import load_json
 from .model import Firmware, Placement
+
+MAX_DESCRIPTOR_BYTES = 64 * 1024
 
 
 def detect_firmware(host: Host) -> Firmware:
@@ -26,11 +28,14 @@ def detect_firmware(host: Host) -> Firmware:
     for name in host.listdir(desc_dir):
         if not name.endswith(".json"):
             continue
+        path = desc_dir / name
+        text = host.read_doc(path, "QEMU firmware descriptor", MAX_DESCRIPTOR_BYTES, missing_ok=True)
         try:
-            doc = json.loads(host.read(desc_dir / name))
-        except (ValueError, OSError):
-            continue
-        if isinstance(doc, dict) and "uefi" in doc.get("interface-types", []):
+            doc = load_json(text or "null", host.display(path))
+        except InvalidInput:
+            continue  # not a descriptor: another package's business, skipped like QEMU does
+        types = doc.get("interface-types") if isinstance(doc, dict) else None
+        if isinstance(types, list) and "uefi" in types:
             return Firmware(kind="efi")
     for pair in load_yaml("ovmf.yaml")["images"]:
         code = host.path(*pair["code"].strip("/").split("/"))

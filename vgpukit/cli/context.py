@@ -31,8 +31,8 @@ class App:
 
     @classmethod
     def from_env(cls, root: str | None, sim: str | None, **kw: Any) -> App:
-        root = root or os.environ.get("VGPUKIT_ROOT") or None
-        sim = sim or os.environ.get("VGPUKIT_SIM") or None
+        root = _given(root, "--root", "VGPUKIT_ROOT")
+        sim = _given(sim, "--sim", "VGPUKIT_SIM")
         if root and sim:
             raise InvalidInput("--root and --sim exclude each other (--sim DIR already sets the root to DIR)")
         return cls(root=Path(root) if root else None, sim_dir=Path(sim) if sim else None, **kw)
@@ -62,6 +62,21 @@ class App:
             self._nvml = open_nvml(self.sim_dir)
             self._nvml_loaded = True
         return self._nvml  # type: ignore[no-any-return]
+
+
+def _given(option: str | None, name: str, env: str) -> str | None:
+    """The option, else the environment variable; an empty value is refused, never taken as ``/``
+    (a script with an unset variable must not act on the real host)."""
+    if option is None:
+        option = os.environ.get(env)
+        name = env
+    if option is None:
+        return None
+    if not option.strip():
+        raise InvalidInput(f"{name} is empty: give a directory (unset it to act on the real host)")
+    if "\0" in option:
+        raise InvalidInput(f"{name} contains a NUL character")
+    return option
 
 
 def check_sim_dir(path: Path) -> None:

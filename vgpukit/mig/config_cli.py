@@ -13,6 +13,7 @@ from ..cli.output import emit, say
 from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
 from ..nvml import GiProfile, Nvml, NvmlGpu
 from . import config, engine
+from .config import SAFE_NAME
 from .spec import CI_RE, WantGi, ci_allowed, ci_layout_fits, find_profile
 
 
@@ -20,9 +21,11 @@ def _pick(configs: dict[str, list[config.Entry]], name: str | None, source: str)
     if name is None:
         if len(configs) == 1:
             return next(iter(configs.values()))
-        raise InvalidInput(f"{source} has several configs: choose one with -c", hint=", ".join(configs))
+        names = [n for n in configs if SAFE_NAME.match(n)]
+        raise InvalidInput(f"{source} has several configs: choose one with -c", hint=", ".join(names) or None)
     if name not in configs:
-        raise NotFound(f"no config {name!r} in {source}", hint=f"available: {', '.join(configs) or 'none'}")
+        names = [n for n in configs if SAFE_NAME.match(n)]  # names from the file, shown only when plain
+        raise NotFound(f"no config {name!r} in {source}", hint=f"available: {', '.join(names) or 'none'}")
     return configs[name]
 
 
@@ -92,7 +95,7 @@ def apply_cmd(app: App, path: Path, name: str | None, reset: bool | None) -> Non
     """Apply a mig-parted v1 config; instances that already match are kept (a second run does nothing)."""
     from .cli import nvml_of, run_plans
 
-    entries = _pick(config.parse(_read(path), str(path)), name, str(path))
+    entries = _pick(config.parse(_read(app, path), str(path)), name, str(path))
     nvml = nvml_of(app)
     run_plans(app, "mig-apply", build_plans(app, nvml, entries, str(path), reset is not False), {"config": name})
 
@@ -106,7 +109,7 @@ def assert_cmd(app: App, path: Path, name: str | None) -> None:
     """Exit 0 when the GPUs match the config, 1 (listing the differences) otherwise."""
     from .cli import nvml_of
 
-    entries = _pick(config.parse(_read(path), str(path)), name, str(path))
+    entries = _pick(config.parse(_read(app, path), str(path)), name, str(path))
     nvml = nvml_of(app)
     try:
         diff = [s.describe() for p in build_plans(app, nvml, entries, str(path), True) for s in p.steps]
@@ -171,8 +174,9 @@ def _export_gpu(nvml: Nvml, g: NvmlGpu) -> dict[str, Any]:
     return spec
 
 
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError as exc:
-        raise NotFound(f"cannot read {path}: {exc.strerror}", path=str(path)) from None
+def _read(app: App, path: Path) -> str:
+    """The user's config file, read where it is: a regular file of at most 1 MiB (``-f /dev/zero``
+    is refused at once)."""
+    text = app.host.read_doc(path, "mig-parted config", config.MAX_CONFIG_BYTES, user_file=True)
+    assert text is not None
+    return text

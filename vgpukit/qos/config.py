@@ -8,14 +8,16 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInput, VgpukitError
 from ..host import Host
+from ..inputs import MAX_DOC_BYTES, load_json, load_yaml
 from .model import QosConfig, Tenant
+
+MAX_CONFIG_BYTES = 1024 * 1024
 
 
 def default_config_path(host: Host) -> Path:
@@ -23,19 +25,37 @@ def default_config_path(host: Host) -> Path:
 
 
 def load_base(host: Host, path: Path) -> QosConfig:
-    text = host.read_opt(path)
+    """The admin's config. The default path is read inside the host root; a ``--config`` path is
+    the user's own file (same file rules, not contained). Messages name the file and line, never
+    its content."""
+    user_file = path != default_config_path(host)
+    text = host.read_doc(path, "QoS config", MAX_CONFIG_BYTES, missing_ok=not user_file, user_file=user_file)
     if text is None:
         return QosConfig()
-    import yaml
-
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InvalidInput(f"{host.display(path)}: not valid YAML: {exc}") from exc
+    shown = str(path) if user_file else host.display(path)
+    doc = load_yaml(text, shown)
     try:
         return QosConfig.from_dict(doc)
     except VgpukitError as err:
-        raise InvalidInput(f"{host.display(path)}: {err}") from err
+        line = _key_line(text, err.value) if isinstance(err.value, str) else None
+        raise InvalidInput(f"{shown}: " + (f"line {line}: " if line else "") + err.message, path=shown) from err
+
+
+def _key_line(text: str, key: str) -> int | None:
+    """Line of the first mapping key equal to ``key`` (where an unknown key is), found on the nodes."""
+    import yaml
+
+    stack = [yaml.compose(text, Loader=yaml.SafeLoader)]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if isinstance(k, yaml.ScalarNode) and k.value == key:
+                    return int(k.start_mark.line) + 1
+                stack.append(v)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    return None
 
 
 @dataclass
@@ -49,17 +69,32 @@ class Overlay:
 
     @classmethod
     def load(cls, host: Host) -> Overlay:
-        text = host.read_opt(cls.path(host))
+        """The recorded runtime changes; entries of the wrong shape are dropped (the file is ours,
+        rewritten at the next change), a file that is not JSON counts as empty."""
+        text = host.read_doc(cls.path(host), "QoS runtime record", MAX_DOC_BYTES, missing_ok=True)
         if not text:
             return cls()
         try:
-            doc = json.loads(text)
-            return cls(gpus=dict(doc.get("gpus", {})), tenants=dict(doc.get("tenants", {})))
-        except (ValueError, AttributeError):
+            doc = load_json(text, host.display(cls.path(host)))
+        except InvalidInput:
             return cls()
+        if not isinstance(doc, dict):
+            return cls()
+        gpus = doc.get("gpus")
+        tenants = doc.get("tenants")
+        return cls(
+            gpus={str(k): v for k, v in gpus.items() if isinstance(v, dict)} if isinstance(gpus, dict) else {},
+            tenants={
+                str(k): {str(n): t for n, t in v.items() if t is None or isinstance(t, dict)}
+                for k, v in (tenants.items() if isinstance(tenants, dict) else ())
+                if isinstance(v, dict)
+            },
+        )
 
     def save(self, host: Host) -> None:
         doc = {"schema": "vgpukit.qos-runtime/v1", "gpus": self.gpus, "tenants": self.tenants}
+        import json
+
         host.write_file(self.path(host), json.dumps(doc, indent=1, sort_keys=True) + "\n", mode=0o600)
 
     def apply(self, base: QosConfig) -> tuple[QosConfig, list[str]]:

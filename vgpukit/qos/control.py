@@ -50,7 +50,7 @@ class ControlServer:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
-            self.sock.bind(str(path))
+            self.sock.bind(host.socket_address(path))
         finally:
             os.umask(old)
         os.chmod(path, 0o600)
@@ -155,11 +155,12 @@ def _error_from(doc: dict[str, Any]) -> VgpukitError:
 def request(host: Host, req: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
     """Send one request to the daemon; raises the daemon's error as the same error class."""
     path = socket_path(host)
+    address = host.socket_address(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         try:
-            sock.connect(str(path))
+            sock.connect(address)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise NotFound(
                 f"the QoS daemon is not running (no {host.display(path)})",

@@ -71,7 +71,7 @@ def open_server(host: Host) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-    sock.bind(str(path))
+    sock.bind(host.socket_address(path))
     os.chmod(path, 0o666)
     sock.setblocking(False)
     return sock
@@ -110,7 +110,7 @@ class DemandClient:
 
     @classmethod
     def for_host(cls, host: Host, gpu: str, tenant: str) -> DemandClient:
-        return cls(socket_path(host), gpu, tenant)
+        return cls(host.socket_address(socket_path(host)), gpu, tenant)
 
     def send(self, busy: bool) -> bool:
         try:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import Conflict, InvalidInput, NoCapacity, NotFound
+from ..inputs import check_text
 
 POLICIES = ("best-effort", "fixed-share", "burst-share")
 CLASSES = ("online", "offline")
@@ -20,13 +21,27 @@ MAX_TENANTS = 64
 DEFAULT_SLICE_MS = 10  # chosen by measurement, see docs/qos.md ("Slice length")
 MIN_SLICE_MS = 1
 MAX_SLICE_MS = 1000
-_KEY = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+MAX_PID = 4194304  # the kernel's PID_MAX_LIMIT
+_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z", re.ASCII)
 
 
 def check_key(value: str, what: str) -> str:
+    """A GPU key, tenant or domain name. Refusals never quote the value (it may come from a file)."""
     if not isinstance(value, str) or not _KEY.match(value):
-        raise InvalidInput(f"invalid {what} {value!r}: use letters, digits and _ . : - (at most 128)", value=value)
+        raise InvalidInput(f"invalid {what}: use letters, digits and _ . : - (1 to 128 characters)")
     return value
+
+
+def _key_of(value: object, what: str) -> str:
+    """A mapping key from a document as a name (YAML reads ``0:`` as an int)."""
+    return check_key(str(value) if type(value) is int else value, what)  # type: ignore[arg-type]
+
+
+def _unknown(where: str, doc: dict[Any, Any], allowed: tuple[str, ...]) -> None:
+    """Refuse keys outside ``allowed``; the first one rides in ``value`` (for the line), not the text."""
+    unknown = [k for k in doc if k not in allowed]
+    if unknown:
+        raise InvalidInput(f"{where}: unknown key (allowed: {', '.join(allowed)})", value=str(unknown[0]))
 
 
 @dataclass(frozen=True)
@@ -45,17 +60,20 @@ class Tenant:
     def validate(self) -> Tenant:
         check_key(self.name, "tenant name")
         if self.cls not in CLASSES:
-            raise InvalidInput(f"tenant {self.name}: class must be online or offline, not {self.cls!r}")
+            raise InvalidInput(f"tenant {self.name}: class must be online or offline")
         if isinstance(self.share, bool) or not isinstance(self.share, int) or not 1 <= self.share <= 100:
-            raise InvalidInput(f"tenant {self.name}: share must be an integer percent 1..100, not {self.share!r}")
+            raise InvalidInput(f"tenant {self.name}: share must be an integer percent 1..100")
         if self.demand not in DEMANDS:
-            raise InvalidInput(f"tenant {self.name}: demand must be notify or sample, not {self.demand!r}")
+            raise InvalidInput(f"tenant {self.name}: demand must be notify or sample")
         if self.kind == "cgroup":
-            if not self.cgroup or "\0" in self.cgroup or ".." in self.cgroup.split("/"):
-                raise InvalidInput(f"tenant {self.name}: invalid cgroup path {self.cgroup!r}")
+            if not isinstance(self.cgroup, str) or ".." in self.cgroup.split("/"):
+                raise InvalidInput(f"tenant {self.name}: invalid cgroup path (no '..')")
+            check_text(self.cgroup, f"tenant {self.name}: cgroup path", max_len=4096)
         elif self.kind == "pids":
-            if not self.pids or any(isinstance(p, bool) or not isinstance(p, int) or p <= 1 for p in self.pids):
-                raise InvalidInput(f"tenant {self.name}: pids must be process ids > 1, not {list(self.pids)!r}")
+            if not self.pids or any(
+                isinstance(p, bool) or not isinstance(p, int) or not 1 < p <= MAX_PID for p in self.pids
+            ):
+                raise InvalidInput(f"tenant {self.name}: pids must be process ids 2..{MAX_PID}")
         elif self.kind == "domain":
             check_key(self.domain or "", "libvirt domain name")
         else:
@@ -84,9 +102,8 @@ class Tenant:
     def from_dict(cls, name: str, doc: Any) -> Tenant:
         if not isinstance(doc, dict):
             raise InvalidInput(f"tenant {name}: expected a mapping")
-        unknown = set(doc) - {"class", "share", "demand", "cgroup", "pids", "domain"}
-        if unknown:
-            raise InvalidInput(f"tenant {name}: unknown keys {sorted(unknown)}")
+        check_key(name, "tenant name")
+        _unknown(f"tenant {name}", doc, ("class", "share", "demand", "cgroup", "pids", "domain"))
         targets = [k for k in ("cgroup", "pids", "domain") if doc.get(k) not in (None, [], "")]
         if len(targets) != 1:
             raise InvalidInput(f"tenant {name}: give exactly one of cgroup, pids, domain")
@@ -118,11 +135,11 @@ class Gpu:
     def validate(self) -> Gpu:
         check_key(self.key, "GPU key")
         if self.policy not in POLICIES:
-            raise InvalidInput(f"{self.key}: policy must be one of {', '.join(POLICIES)}, not {self.policy!r}")
+            raise InvalidInput(f"{self.key}: policy must be one of {', '.join(POLICIES)}")
         if isinstance(self.slice_ms, bool) or not isinstance(self.slice_ms, int):
             raise InvalidInput(f"{self.key}: slice must be an integer number of milliseconds")
         if not MIN_SLICE_MS <= self.slice_ms <= MAX_SLICE_MS:
-            raise InvalidInput(f"{self.key}: slice must be {MIN_SLICE_MS}..{MAX_SLICE_MS} ms, not {self.slice_ms}")
+            raise InvalidInput(f"{self.key}: slice must be {MIN_SLICE_MS}..{MAX_SLICE_MS} ms")
         if len(self.tenants) > MAX_TENANTS:
             raise NoCapacity(f"{self.key}: at most {MAX_TENANTS} tenants per GPU")
         names = [t.name for t in self.tenants]
@@ -140,7 +157,7 @@ class Gpu:
         for t in self.tenants:
             if t.name == name:
                 return t
-        raise NotFound(f"{self.key}: no tenant {name!r}")
+        raise NotFound(f"{self.key}: no tenant {name}")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -153,19 +170,18 @@ class Gpu:
     def from_dict(cls, key: str, doc: Any) -> Gpu:
         if doc is None:
             doc = {}
+        check_key(key, "GPU key")
         if not isinstance(doc, dict):
             raise InvalidInput(f"{key}: expected a mapping")
-        unknown = set(doc) - {"policy", "slice_ms", "tenants"}
-        if unknown:
-            raise InvalidInput(f"{key}: unknown keys {sorted(unknown)}")
+        _unknown(key, doc, ("policy", "slice_ms", "tenants"))
         tenants = doc.get("tenants") or {}
         if not isinstance(tenants, dict):
             raise InvalidInput(f"{key}: tenants must be a mapping name -> tenant")
         return Gpu(
-            key=check_key(str(key), "GPU key"),
+            key=key,
             policy=doc.get("policy", "best-effort"),
             slice_ms=doc.get("slice_ms", DEFAULT_SLICE_MS),
-            tenants=tuple(Tenant.from_dict(str(n), t) for n, t in tenants.items()),
+            tenants=tuple(Tenant.from_dict(_key_of(n, "tenant name"), t) for n, t in tenants.items()),
         ).validate()
 
 
@@ -180,10 +196,11 @@ class QosConfig:
     def validate(self) -> QosConfig:
         for gpu in self.gpus.values():
             gpu.validate()
-        if not 0.1 <= float(self.watchdog_s) <= 3600:
-            raise InvalidInput("watchdog_s must be 0.1..3600 seconds")
-        if not 1 <= int(self.sample_ms) <= 1000:
-            raise InvalidInput("sample_ms must be 1..1000")
+        w, ms = self.watchdog_s, self.sample_ms
+        if isinstance(w, bool) or not isinstance(w, int | float) or not 0.1 <= w <= 3600:
+            raise InvalidInput("watchdog_s must be a number of seconds 0.1..3600")
+        if isinstance(ms, bool) or not isinstance(ms, int) or not 1 <= ms <= 1000:
+            raise InvalidInput("sample_ms must be an integer 1..1000")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -199,14 +216,12 @@ class QosConfig:
             doc = {}
         if not isinstance(doc, dict):
             raise InvalidInput("QoS config: expected a mapping at the top level")
-        unknown = set(doc) - {"gpus", "watchdog_s", "sample_ms"}
-        if unknown:
-            raise InvalidInput(f"QoS config: unknown keys {sorted(unknown)}")
+        _unknown("QoS config", doc, ("gpus", "watchdog_s", "sample_ms"))
         gpus = doc.get("gpus") or {}
         if not isinstance(gpus, dict):
             raise InvalidInput("QoS config: gpus must be a mapping key -> settings")
         return cls(
-            gpus={str(k): Gpu.from_dict(str(k), v) for k, v in gpus.items()},
+            gpus={_key_of(k, "GPU key"): Gpu.from_dict(_key_of(k, "GPU key"), v) for k, v in gpus.items()},
             watchdog_s=doc.get("watchdog_s", 2.0),
             sample_ms=doc.get("sample_ms", 10),
         ).validate()
@@ -224,7 +239,7 @@ class QosConfig:
         tenant.validate()
         gpu = self.gpus.get(check_key(key, "GPU key"), Gpu(key))
         if any(t.name == tenant.name for t in gpu.tenants):
-            raise Conflict(f"{key}: tenant {tenant.name!r} exists (remove it first)")
+            raise Conflict(f"{key}: tenant {tenant.name} exists (remove it first)")
         new = replace(gpu, tenants=(*gpu.tenants, tenant)).validate()
         self.gpus[key] = new
         return new
@@ -232,7 +247,7 @@ class QosConfig:
     def remove_tenant(self, key: str, name: str) -> Gpu:
         gpu = self.gpus.get(key)
         if gpu is None:
-            raise NotFound(f"no QoS settings for {key!r}")
+            raise NotFound(f"no QoS settings for {key}")
         gpu.tenant(name)
         new = replace(gpu, tenants=tuple(t for t in gpu.tenants if t.name != name))
         self.gpus[key] = new

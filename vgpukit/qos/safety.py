@@ -22,8 +22,9 @@ import signal
 import time
 from collections.abc import Iterable
 
-from ..errors import VgpukitError
+from ..errors import InvalidInput, VgpukitError
 from ..host import Host
+from ..inputs import load_json
 from .backends import backend_from_target
 
 log = logging.getLogger("vgpukit.qos")
@@ -39,14 +40,16 @@ def save_managed(host: Host, targets: Iterable[str]) -> None:
 
 
 def load_managed(host: Host) -> list[str]:
-    text = host.read_opt(host.state_dir("qos", "frozen.json"))
+    path = host.state_dir("qos", "frozen.json")
+    text = host.read_doc(path, "QoS managed set", missing_ok=True)
     if not text:
         return []
     try:
-        doc = json.loads(text)
-        return [str(t) for t in doc.get("targets", [])]
-    except (ValueError, AttributeError):
+        doc = load_json(text, host.display(path))
+    except InvalidInput:
         return []
+    targets = doc.get("targets") if isinstance(doc, dict) else None
+    return [t for t in targets if isinstance(t, str)] if isinstance(targets, list) else []
 
 
 def thaw_all(host: Host, targets: Iterable[str]) -> list[str]:
