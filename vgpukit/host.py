@@ -249,7 +249,7 @@ class Host:
                 raise InvalidInput(f"{what} {shown} is not a regular file", path=shown)
             if st.st_size > max_bytes:
                 raise InvalidInput(f"{what} {shown} is larger than {max_bytes} bytes", path=shown)
-            data = os.read(fd, max_bytes + 1)
+            data = os.read(fd, st.st_size + 1)  # one read for a regular file; more if it grew meanwhile
             while data and len(data) <= max_bytes and (more := os.read(fd, max_bytes + 1 - len(data))):
                 data += more
         except OSError as exc:

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from .cli.context import App
     from .host import Host
 
-ALIAS_RE = re.compile(r"^(gpu|nic|nvme)(\d+)$")
-UUID_RE = re.compile(r"^GPU-[0-9a-fA-F-]{36}$")
+ALIAS_RE = re.compile(r"^(gpu|nic|nvme)([0-9]+)\Z", re.ASCII)
+UUID_RE = re.compile(r"^GPU-[0-9a-fA-F-]{36}\Z", re.ASCII)
 
 
 def aliases(devices: list[PciDevice]) -> dict[str, str]:

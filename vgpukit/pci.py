@@ -15,9 +15,9 @@ from .data import pci_names
 from .errors import InvalidInput, NotFound
 from .host import Host
 
-BDF_RE = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])$")
-SHORT_BDF_RE = re.compile(r"^([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])$")
-HOST_BRIDGE_RE = re.compile(r"^pci([0-9a-f]{4}):([0-9a-f]{2})$")
+BDF_RE = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])\Z", re.ASCII)
+SHORT_BDF_RE = re.compile(r"^([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])\Z", re.ASCII)
+HOST_BRIDGE_RE = re.compile(r"^pci([0-9a-f]{4}):([0-9a-f]{2})\Z", re.ASCII)
 
 
 def parse_bdf(text: str) -> str:

@@ -66,7 +66,10 @@ def test_parse() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        (CONFIG.replace("      mig-enabled: false", "      mig-enable: false"), "c.yaml:5: unknown key in a device entry"),
+        (
+            CONFIG.replace("      mig-enabled: false", "      mig-enable: false"),
+            "c.yaml:5: unknown key in a device entry",
+        ),
         (CONFIG.replace("version: v1", "version: v2"), "c.yaml:1: version must be v1"),
         (CONFIG.replace("mig-configs:", "mig-config:"), "c.yaml:2: unknown key in the config"),
         (CONFIG.replace('"2g.10gb": 1', '"2g.10gb": two'), "c.yaml:11: mig-devices: a count"),

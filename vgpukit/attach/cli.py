@@ -9,6 +9,7 @@ import click
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option
 from ..cli.output import emit, emit_result, say
+from ..cli.params import NAME, AsciiInt
 from .libvirt_facade import DEFAULT_URI
 
 connect_option = click.option(
@@ -33,9 +34,9 @@ def render() -> None:
 
 
 @render.command("hostdev")
-@click.argument("device")
+@click.argument("device", type=NAME)
 @click.option("--mac", help="MAC address for a NIC VF (<interface type='hostdev'>).")
-@click.option("--vlan", type=int, help="VLAN tag for a NIC VF.")
+@click.option("--vlan", type=AsciiInt(0, 4094), help="VLAN tag for a NIC VF.")
 @click.option("--managed/--unmanaged", default=None, help="Override managed='yes|no' (default: no for vGPU VFs).")
 @json_option
 @click.pass_obj
@@ -50,10 +51,14 @@ def render_hostdev(app: App, device: str, mac: str | None, vlan: int | None, man
 
 
 @render.command("domain")
-@click.option("--name", required=True, help="Domain name.")
-@click.option("--memory", "memory", type=int, required=True, metavar="MIB", help="Guest memory in MiB.")
-@click.option("--vcpus", type=int, required=True, help="Number of vCPUs.")
-@click.option("--device", "devices", multiple=True, metavar="DEVICE", help="A device to pass through (repeat).")
+@click.option("--name", required=True, help="Domain name.", type=NAME)
+@click.option(
+    "--memory", "memory", type=AsciiInt(1, 1 << 24), required=True, metavar="MIB", help="Guest memory in MiB."
+)
+@click.option("--vcpus", type=AsciiInt(1, 4096), required=True, help="Number of vCPUs.")
+@click.option(
+    "--device", "devices", multiple=True, metavar="DEVICE", help="A device to pass through (repeat).", type=NAME
+)
 @click.option("--firmware", type=click.Choice(["auto", "efi", "bios"]), default="auto", show_default=True)
 @click.option("--hugepages", is_flag=True, help="Back guest memory with hugepages.")
 @click.option("--no-pin", is_flag=True, help="Do not pin vCPUs (still place them on the devices' NUMA node).")
@@ -100,12 +105,12 @@ def _print(xml: str) -> None:
 
 
 @click.command()
-@click.argument("domain")
-@click.argument("devices", nargs=-1, required=True)
+@click.argument("domain", type=NAME)
+@click.argument("devices", nargs=-1, required=True, type=NAME)
 @click.option("--live", is_flag=True, help="Change the running VM.")
 @click.option("--config", is_flag=True, help="Change the persistent definition.")
-@click.option("--mac", help="MAC address when attaching one NIC VF.")
-@click.option("--vlan", type=int, help="VLAN tag when attaching one NIC VF.")
+@click.option("--mac", help="MAC address when attaching one NIC VF.", type=NAME)
+@click.option("--vlan", type=AsciiInt(0, 4094), help="VLAN tag when attaching one NIC VF.")
 @connect_option
 @json_option
 @dry_run_option
@@ -141,8 +146,8 @@ def attach(
 
 
 @click.command()
-@click.argument("domain")
-@click.argument("devices", nargs=-1, required=True)
+@click.argument("domain", type=NAME)
+@click.argument("devices", nargs=-1, required=True, type=NAME)
 @click.option("--live", is_flag=True, help="Change the running VM.")
 @click.option("--config", is_flag=True, help="Change the persistent definition.")
 @connect_option

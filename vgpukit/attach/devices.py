@@ -25,8 +25,8 @@ from .model import Device, HostdevInterface, MdevHostdev, PciAddress, PciHostdev
 if TYPE_CHECKING:
     from ..cli.context import App
 
-UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-MIG_RE = re.compile(r"^MIG-[0-9a-fA-F-]+$")
+UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z", re.ASCII)
+MIG_RE = re.compile(r"^MIG-[0-9a-fA-F-]+\Z", re.ASCII)
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from ..errors import InvalidInput
 from ..pci import BDF_RE, parse_bdf
 
-MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
+MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}\Z", re.ASCII)
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}\Z", re.ASCII)
 
 
 @dataclass(frozen=True)

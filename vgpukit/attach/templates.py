@@ -27,6 +27,14 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "_templates"
 CHECKOUT_DIR = Path(__file__).resolve().parent.parent.parent / "templates"
 
 
+MAX_TEMPLATE_BYTES = 256 * 1024
+_KINDS = {
+    "TemplateSyntaxError": "a syntax error",
+    "UndefinedError": "it uses a field the device or VM does not have",
+    "TemplateNotFound": "an included template does not exist",
+}
+
+
 def shipped_dirs() -> list[Path]:
     return [d for d in (PACKAGE_DIR, CHECKOUT_DIR) if d.is_dir()]
 
@@ -48,7 +56,7 @@ class TemplateSet:
 
     def _load_override(self, name: str) -> tuple[str, str, Callable[[], bool]] | None:
         path = self.host.config_dir("templates", *name.split("/"))
-        text = self.host.read_opt(path)
+        text = self.host.read_doc(path, "template", MAX_TEMPLATE_BYTES, missing_ok=True)
         if text is None:
             return None
         return text, str(path), lambda: False
@@ -65,9 +73,12 @@ class TemplateSet:
                 f"template {name} not found in {self.host.display(self.override_dir)} or the shipped templates",
                 value=name,
             ) from exc
-        except jinja2.TemplateError as exc:
+        except jinja2.TemplateError as exc:  # the message would quote the template: say what and where
             where = getattr(exc, "filename", None) or name
-            raise InvalidInput(f"template {where} failed to render: {exc}", value=name) from exc
+            line = getattr(exc, "lineno", None)
+            what = _KINDS.get(type(exc).__name__, "a template error")
+            at = f" (line {line})" if line else ""
+            raise InvalidInput(f"template {where} failed to render{at}: {what}", value=name) from exc
         except VgpukitError:
             raise
 

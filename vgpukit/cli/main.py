@@ -13,7 +13,8 @@ import sys
 
 import click
 
-from ..errors import EXIT_INVALID, VgpukitError
+from ..errors import EXIT_INVALID, InvalidInput, VgpukitError
+from ..inputs import has_control
 from .context import App
 
 # name -> (module, attribute, one-line help). Listed commands whose module is not installed are hidden.
@@ -121,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in args
     as_json = "--json" in args
     try:
+        _check_args(args)
         # standalone_mode=False: click returns ctx.exit(N)'s code instead of raising
         rc = cli.main(args=args, prog_name="vgpukit", standalone_mode=False)
     except VgpukitError as err:
@@ -130,9 +132,13 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
+    except click.UsageError as exc:  # one line, like every other error (the usage is one --help away)
+        cmd = exc.ctx.command_path if exc.ctx is not None else "vgpukit"
+        sys.stderr.write(f"vgpukit: error: {_one_line(exc.format_message())} (see: {cmd} --help)\n")
+        return EXIT_INVALID
     except click.ClickException as exc:
-        exc.show()
-        return EXIT_INVALID if isinstance(exc, click.UsageError) else exc.exit_code
+        sys.stderr.write(f"vgpukit: error: {_one_line(exc.format_message())}\n")
+        return exc.exit_code
     except click.Abort:
         click.echo("aborted", err=True)
         return 1
@@ -147,9 +153,20 @@ def main(argv: list[str] | None = None) -> int:
     return rc if isinstance(rc, int) else 0
 
 
+def _check_args(args: list[str]) -> None:
+    """No argument carries control characters (names, paths, numbers alike): refused before parsing."""
+    for i, arg in enumerate(args, 1):
+        if has_control(arg):
+            raise InvalidInput(f"argument {i} contains control characters")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 def _report(err: VgpukitError, as_json: bool) -> None:
     if as_json:
         from .output import json_doc, print_json
 
         print_json(json_doc("error", err.to_dict()))
-    sys.stderr.write(f"vgpukit: error: {err}\n")
+    sys.stderr.write(f"vgpukit: error: {_one_line(str(err))}\n")

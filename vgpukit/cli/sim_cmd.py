@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -11,6 +10,7 @@ from ..errors import InvalidInput, NotFound
 from .context import App, check_sim_dir
 from .main import json_option
 from .output import emit, say, table
+from .params import NAME, AsciiInt
 
 
 @click.group()
@@ -76,12 +76,17 @@ def _sim_root(app: App) -> Path:
 def info(app: App) -> None:
     """Show which profile the simulated host was built from, and its held devices."""
     from ..sim.holders import FIRST_PID
+    from ..sim.state import corrupt, read_state
 
     root = _sim_root(app)
-    meta = json.loads((root / ".vgpukit-sim" / "sim.json").read_text())
+    meta_path = root / ".vgpukit-sim" / "sim.json"
+    meta = read_state(root, meta_path)
+    if not isinstance(meta, dict) or not isinstance(meta.get("profile"), str):
+        raise corrupt(root, meta_path)
+    meta = {k: v for k, v in meta.items() if k in ("version", "profile", "description")}
     held = []
     for pid in app.host.listdir(app.host.proc()):
-        if pid.isdigit() and int(pid) >= FIRST_PID:
+        if pid.isascii() and pid.isdigit() and int(pid) >= FIRST_PID:
             fd = app.host.readlink(app.host.proc(pid, "fd", "20"))
             held.append({"pid": int(pid), "holds": fd, "comm": app.host.read_opt(app.host.proc(pid, "comm"))})
     data = {**meta, "root": str(root), "holders": held}
@@ -98,8 +103,8 @@ def info(app: App) -> None:
 
 
 @sim.command("hold")
-@click.argument("device")
-@click.option("--vm", default="sim-vm", help="Name of the simulated VM holding it.")
+@click.argument("device", type=NAME)
+@click.option("--vm", default="sim-vm", help="Name of the simulated VM holding it.", type=NAME)
 @json_option
 @click.pass_obj
 def hold(app: App, device: str, vm: str) -> None:
@@ -118,7 +123,7 @@ def hold(app: App, device: str, vm: str) -> None:
 
 
 @sim.command("release")
-@click.argument("pid", type=int)
+@click.argument("pid", type=AsciiInt(1, 4194304))
 @json_option
 @click.pass_obj
 def release(app: App, pid: int) -> None:

@@ -13,6 +13,7 @@ from ..nvml import NvmlGpu
 from .context import App
 from .main import json_option
 from .output import emit, is_tty, say, table
+from .params import NAME
 
 
 def _gpu_info(app: App) -> dict[str, NvmlGpu]:
@@ -187,7 +188,7 @@ KINDS = ("gpu", "nic", "nvme", "bridge", "other")
 
 @click.command()
 @click.option("--kind", type=click.Choice(KINDS), help="Only this kind of device.")
-@click.option("--vendor", metavar="VVVV", help="Only this PCI vendor id (hex, e.g. 10de).")
+@click.option("--vendor", metavar="VVVV", help="Only this PCI vendor id (hex, e.g. 10de).", type=NAME)
 @click.option("--all", "show_all", is_flag=True, help="Include bridges.")
 @json_option
 @click.pass_obj

@@ -16,7 +16,6 @@ from ..host import Host
 from ..inputs import check_text, load_json
 from .model import START_MODES, Definition, check_attr_name, check_parent_name, check_type_id, check_uuid
 
-
 MAX_DEFINITION_BYTES = 64 * 1024
 
 

@@ -10,9 +10,9 @@ from typing import Any
 from ..errors import InvalidInput
 from ..holders import Holder
 
-TYPE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}$")
-PARENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}$")
-ATTR_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9_][A-Za-z0-9_.-]{0,63})?$")
+TYPE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}\Z", re.ASCII)
+PARENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}\Z", re.ASCII)
+ATTR_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9_][A-Za-z0-9_.-]{0,63})?\Z", re.ASCII)
 START_MODES = ("auto", "manual")
 
 

@@ -9,6 +9,7 @@ import click
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option
 from ..cli.output import emit, emit_result, say
+from ..cli.params import NAME, AsciiInt
 from ..errors import Busy, InvalidInput, NotFound, Unsupported
 from ..nvml import Nvml, NvmlGpu
 from . import engine, view
@@ -75,7 +76,7 @@ def mig() -> None:
 
 
 @mig.command("status")
-@click.argument("gpu", required=False)
+@click.argument("gpu", required=False, type=NAME)
 @json_option
 @click.pass_obj
 def status(app: App, gpu: str | None) -> None:
@@ -87,7 +88,7 @@ def status(app: App, gpu: str | None) -> None:
 
 
 @mig.command("profiles")
-@click.argument("gpu")
+@click.argument("gpu", type=NAME)
 @json_option
 @click.pass_obj
 def profiles(app: App, gpu: str) -> None:
@@ -122,7 +123,7 @@ def run_plans(app: App, kind: str, plans: list[engine.GpuPlan], extra: dict[str,
 
 
 @click.command("partition")
-@click.argument("gpu")
+@click.argument("gpu", type=NAME)
 @click.option(
     "--mig",
     "mig_specs",
@@ -179,8 +180,10 @@ def partition(
 
 
 @mig.command("destroy")
-@click.argument("gpu")
-@click.option("--gi", "gi_ids", type=int, multiple=True, metavar="ID", help="GPU instance id (repeatable).")
+@click.argument("gpu", type=NAME)
+@click.option(
+    "--gi", "gi_ids", type=AsciiInt(0, 255), multiple=True, metavar="ID", help="GPU instance id (repeatable)."
+)
 @click.option("--all", "all_", is_flag=True, help="Every GPU instance of the GPU.")
 @click.option("--force", is_flag=True, help="Destroy the idle ones and skip busy ones (default: refuse all).")
 @json_option
@@ -201,7 +204,7 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
 
 
 @mig.command("disable")
-@click.argument("gpu")
+@click.argument("gpu", type=NAME)
 @click.option(
     "--reset/--no-reset",
     default=None,

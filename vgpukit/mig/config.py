@@ -86,9 +86,9 @@ def _ints(source: str, node: yaml.Node, what: str, hex_ok: bool = False) -> list
         value = _scalar(item)
         if hex_ok and isinstance(value, str) and _HEX.match(value):
             out.append(int(value, 16))
-        elif hex_ok and type(value) is int and 0 <= value <= 0xFFFFFFFF:
-            out.append(value)
-        elif not hex_ok and type(value) is int and 0 <= value <= MAX_INDEX:
+        elif (hex_ok and type(value) is int and 0 <= value <= 0xFFFFFFFF) or (
+            not hex_ok and type(value) is int and 0 <= value <= MAX_INDEX
+        ):
             out.append(value)
         else:
             want = "a 32-bit PCI id in hex" if hex_ok else f"an NVML index 0..{MAX_INDEX}"

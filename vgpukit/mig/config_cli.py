@@ -10,6 +10,7 @@ import click
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option
 from ..cli.output import emit, say
+from ..cli.params import NAME
 from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
 from ..nvml import GiProfile, Nvml, NvmlGpu
 from . import config, engine
@@ -81,7 +82,9 @@ def build_plans(app: App, nvml: Nvml, entries: list[config.Entry], source: str, 
 
 @click.command("apply")
 @click.option("-f", "--file", "path", required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-c", "--config", "name", help="Config name under mig-configs (needed when there are several).")
+@click.option(
+    "-c", "--config", "name", help="Config name under mig-configs (needed when there are several).", type=NAME
+)
 @click.option(
     "--reset/--no-reset",
     default=None,
@@ -102,7 +105,7 @@ def apply_cmd(app: App, path: Path, name: str | None, reset: bool | None) -> Non
 
 @click.command("assert")
 @click.option("-f", "--file", "path", required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-c", "--config", "name", help="Config name under mig-configs.")
+@click.option("-c", "--config", "name", help="Config name under mig-configs.", type=NAME)
 @json_option
 @click.pass_obj
 def assert_cmd(app: App, path: Path, name: str | None) -> None:
@@ -128,7 +131,7 @@ def assert_cmd(app: App, path: Path, name: str | None) -> None:
 
 
 @click.command("export")
-@click.option("-c", "--config", "name", default="current", show_default=True, help="Config name to write.")
+@click.option("-c", "--config", "name", default="current", show_default=True, help="Config name to write.", type=NAME)
 @json_option
 @click.pass_obj
 def export_cmd(app: App, name: str) -> None:

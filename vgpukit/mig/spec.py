@@ -15,8 +15,8 @@ from ..data import load_yaml
 from ..errors import InvalidInput
 from ..nvml import GiProfile
 
-ITEM_RE = re.compile(r"^\s*(?P<name>[^=\s]+)\s*(?:=\s*(?P<count>\S+))?\s*$")
-CI_RE = re.compile(r"^(?P<c>\d+)c\.(?P<gi>.+)$")
+ITEM_RE = re.compile(r"^\s*(?P<name>[^=\s]+)\s*(?:=\s*(?P<count>\S+))?\s*\Z", re.ASCII)
+CI_RE = re.compile(r"^(?P<c>[0-9]+)c\.(?P<gi>.+)\Z", re.ASCII)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import click
 from ..cli.context import App
 from ..cli.main import json_option
 from ..cli.output import emit, say, table
+from ..cli.params import NAME, AsciiInt
 from ..errors import InvalidInput
 from . import sim as simdrv
 from .errors import CODES_BY_NAME
@@ -32,8 +33,10 @@ def fault() -> None:
 @fault.command("add")
 @click.argument("call", type=click.Choice(simdrv.FAULT_CALLS))
 @click.option("--error", default="UNKNOWN", show_default=True, type=click.Choice(sorted(CODES_BY_NAME)))
-@click.option("--nth", default=1, show_default=True, type=int, help="Fail the nth matching call from now.")
-@click.option("--gpu", type=int, help="Only calls on this NVML index.")
+@click.option(
+    "--nth", default=1, show_default=True, type=AsciiInt(1, 1000000), help="Fail the nth matching call from now."
+)
+@click.option("--gpu", type=AsciiInt(0, 255), help="Only calls on this NVML index.")
 @click.pass_obj
 def fault_add(app: App, call: str, error: str, nth: int, gpu: int | None) -> None:
     """Make the nth next CALL fail with NVML ERROR."""
@@ -63,10 +66,10 @@ def client() -> None:
 
 
 @client.command("add")
-@click.argument("gpu", type=int)
-@click.argument("name")
-@click.option("--gi", type=int, help="Inside this GPU instance.")
-@click.option("--ci", type=int, help="Inside this compute instance of --gi.")
+@click.argument("gpu", type=AsciiInt(0, 255))
+@click.argument("name", type=NAME)
+@click.option("--gi", type=AsciiInt(0, 255), help="Inside this GPU instance.")
+@click.option("--ci", type=AsciiInt(0, 255), help="Inside this compute instance of --gi.")
 @click.pass_obj
 def client_add(app: App, gpu: int, name: str, gi: int | None, ci: int | None) -> None:
     """Start a simulated client NAME on NVML GPU index GPU; prints its pid."""
@@ -76,7 +79,7 @@ def client_add(app: App, gpu: int, name: str, gi: int | None, ci: int | None) ->
 
 
 @client.command("remove")
-@click.argument("pid", type=int)
+@click.argument("pid", type=AsciiInt(1, 4194304))
 @click.pass_obj
 def client_remove(app: App, pid: int) -> None:
     simdrv.remove_client(_dir(app), pid)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NotFound
+from ..sim.state import corrupt, read_state
 from . import ComputeInstance, GiProfile, GpuInstance
 from . import table as tables
 from .errors import INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, nvml_error
@@ -34,7 +35,9 @@ def _locked(sim_dir: Path, write: bool) -> Iterator[dict[str, Any]]:
     with open(lock_path, "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
         try:
-            state: dict[str, Any] = json.loads(state_path.read_text())
+            state: dict[str, Any] = read_state(Path(sim_dir), state_path)
+            if not _shape_ok(state, _STATE):
+                raise corrupt(Path(sim_dir), state_path)
             try:
                 yield state
             except BaseException:
@@ -47,6 +50,23 @@ def _locked(sim_dir: Path, write: bool) -> Iterator[dict[str, Any]]:
                 _save(state_path, state)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+# The state file's shape (types of the keys the driver logic reads), checked at every load so a
+# corrupt or hand-edited file is one clear line, not an internal error deep in a call.
+_CI = {"id": int, "profile": int, "slices": int, "start": int, "uuid": str}
+_GI = {"id": int, "profile_id": int, "start": int, "size": int, "cis": [_CI]}
+_GPU = {"bdf": str, "name": str, "uuid": str, "mig_current": bool, "mig_pending": bool, "gis": [_GI],
+        "clients": [{"pid": int, "name": str}], "generation": int}  # fmt: skip
+_STATE = {"gpus": [_GPU], "faults": [{"call": str, "nth": int, "code": int}], "next_pid": int}
+
+
+def _shape_ok(value: Any, spec: Any) -> bool:
+    if isinstance(spec, dict):
+        return isinstance(value, dict) and all(k in value and _shape_ok(value[k], t) for k, t in spec.items())
+    if isinstance(spec, list):
+        return isinstance(value, list) and all(_shape_ok(v, spec[0]) for v in value)
+    return isinstance(value, spec) and (spec is bool or not isinstance(value, bool))
 
 
 def _save(state_path: Path, state: dict[str, Any]) -> None:

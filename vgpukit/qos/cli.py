@@ -14,9 +14,10 @@ import click
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option
 from ..cli.output import emit, emit_result, say, table
+from ..cli.params import NAME, AsciiFloat, AsciiInt
 from ..errors import InvalidInput
 from . import control
-from .model import CLASSES, DEMANDS, POLICIES, Tenant
+from .model import CLASSES, DEMANDS, MAX_PID, POLICIES, Tenant
 
 
 @click.group("qos")
@@ -25,8 +26,8 @@ def qos() -> None:
 
 
 @qos.command("daemon")
-@click.option("--config", "config_path", metavar="PATH", help="Config file (default /etc/vgpukit/qos.yaml).")
-@click.option("--metrics-port", type=int, metavar="PORT", help="Serve Prometheus metrics on this port.")
+@click.option("--config", "config_path", metavar="PATH", help="Config file (default /etc/vgpukit/qos.yaml).", type=NAME)
+@click.option("--metrics-port", type=AsciiInt(1, 65535), metavar="PORT", help="Serve Prometheus metrics on this port.")
 @click.option("--metrics-addr", default="", metavar="ADDR", help="Bind address for metrics (default all).")
 @click.pass_obj
 def daemon_cmd(app: App, config_path: str | None, metrics_port: int | None, metrics_addr: str) -> None:
@@ -60,9 +61,9 @@ def daemon_cmd(app: App, config_path: str | None, metrics_port: int | None, metr
 
 
 @qos.command("set")
-@click.argument("gpu")
+@click.argument("gpu", type=NAME)
 @click.option("--policy", type=click.Choice(POLICIES), help="best-effort, fixed-share or burst-share.")
-@click.option("--slice-ms", type=click.IntRange(1, 1000), help="Time slice in ms (default 10).")
+@click.option("--slice-ms", type=AsciiInt(1, 1000), help="Time slice in ms (default 10).")
 @json_option
 @dry_run_option
 @click.pass_obj
@@ -82,17 +83,19 @@ def tenant() -> None:
 
 
 @tenant.command("add")
-@click.argument("gpu")
-@click.argument("name")
+@click.argument("gpu", type=NAME)
+@click.argument("name", type=NAME)
 @click.option("--class", "cls", type=click.Choice(CLASSES), required=True, help="online or offline.")
-@click.option("--share", type=click.IntRange(1, 100), required=True, help="Share in percent (1-100).")
-@click.option("--cgroup", metavar="PATH", help="cgroup (v2 or v1 freezer): /sys/fs/cgroup/... or relative.")
-@click.option("--pid", "pids", type=int, multiple=True, help="Process id (repeat, or several after one --pid).")
-@click.option("--domain", metavar="NAME", help="libvirt domain (suspended/resumed).")
+@click.option("--share", type=AsciiInt(1, 100), required=True, help="Share in percent (1-100).")
+@click.option("--cgroup", metavar="PATH", help="cgroup (v2 or v1 freezer): /sys/fs/cgroup/... or relative.", type=NAME)
+@click.option(
+    "--pid", "pids", type=AsciiInt(2, MAX_PID), multiple=True, help="Process id (repeat, or several after one --pid)."
+)
+@click.option("--domain", metavar="NAME", help="libvirt domain (suspended/resumed).", type=NAME)
 @click.option(
     "--demand", type=click.Choice(DEMANDS), default="notify", show_default=True, help="How busy/idle is known."
 )
-@click.argument("more_pids", nargs=-1, type=int)
+@click.argument("more_pids", nargs=-1, type=AsciiInt(2, MAX_PID))
 @json_option
 @dry_run_option
 @click.pass_obj
@@ -124,8 +127,8 @@ def tenant_add(
 
 
 @tenant.command("rm")
-@click.argument("gpu")
-@click.argument("name")
+@click.argument("gpu", type=NAME)
+@click.argument("name", type=NAME)
 @json_option
 @dry_run_option
 @click.pass_obj
@@ -165,9 +168,9 @@ def _human_status(gpus: list[dict[str, Any]]) -> None:
 
 
 @qos.command("status")
-@click.argument("gpu", required=False)
+@click.argument("gpu", required=False, type=NAME)
 @click.option("--watch", is_flag=True, help="Refresh every --interval seconds until interrupted.")
-@click.option("--interval", type=click.FloatRange(0.1, 60), default=1.0, show_default=True)
+@click.option("--interval", type=AsciiFloat(0.1, 60), default=1.0, show_default=True)
 @json_option
 @click.pass_obj
 def status_cmd(app: App, gpu: str | None, watch: bool, interval: float) -> None:
@@ -185,8 +188,8 @@ def status_cmd(app: App, gpu: str | None, watch: bool, interval: float) -> None:
 
 
 @qos.command("notify")
-@click.argument("gpu")
-@click.argument("name")
+@click.argument("gpu", type=NAME)
+@click.argument("name", type=NAME)
 @click.argument("state", type=click.Choice(["busy", "idle"]))
 @click.pass_obj
 def notify_cmd(app: App, gpu: str, name: str, state: str) -> None:

@@ -5,16 +5,57 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
+import stat
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..errors import InvalidInput
+from ..inputs import load_json
+
 META = ".vgpukit-sim"
+MAX_STATE_BYTES = 64 * 1024 * 1024  # the simulated NVML state of a big host with many slices
 
 
 def sim_meta_dir(root: Path) -> Path:
     return root / META
+
+
+def corrupt(root: Path, path: Path, what: str = "corrupt") -> InvalidInput:
+    """The one-line refusal for a broken state file of a simulated host, saying how to reset it."""
+    profile = "PROFILE"
+    with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
+        name = json.loads((sim_meta_dir(root) / "sim.json").read_text(errors="replace")).get("profile")
+        profile = name if isinstance(name, str) and name.replace("-", "").isalnum() and name.isascii() else profile
+    return InvalidInput(
+        f"simulated host state {path} is {what}",
+        path=str(path),
+        hint=f"reset it with: vgpukit sim init {root} --profile {profile} --force",
+    )
+
+
+def read_state(root: Path, path: Path) -> Any:
+    """A JSON state file of the simulated host in ``root``: a regular file inside it, parsed with
+    the size and nesting limits of every document; anything else is :func:`corrupt`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+    except FileNotFoundError:
+        raise corrupt(root, path, "missing") from None
+    try:
+        real = os.path.realpath(path)
+        base = os.path.realpath(root)
+        st = os.fstat(fd)
+        if not real.startswith(base + "/") or not stat.S_ISREG(st.st_mode) or st.st_size > MAX_STATE_BYTES:
+            raise corrupt(root, path, "not a regular file inside the simulated host")
+        data = os.read(fd, st.st_size + 1)
+    finally:
+        os.close(fd)
+    try:
+        return load_json(data, str(path), max_bytes=MAX_STATE_BYTES)
+    except InvalidInput:
+        raise corrupt(root, path) from None
 
 
 @contextlib.contextmanager
@@ -55,5 +96,17 @@ class KernelState:
 
     @classmethod
     def load(cls, root: Path) -> KernelState:
-        data = json.loads((sim_meta_dir(root) / "kernel.json").read_text())
+        path = sim_meta_dir(root) / "kernel.json"
+        data = read_state(root, path)
+        kinds = {f.name: f.type for f in fields(cls)}
+        if (
+            not isinstance(data, dict)
+            or set(data) != set(kinds)
+            or not isinstance(data["profile"], str)
+            or type(data["next_group"]) is not int
+            or not all(isinstance(data[k], dict) for k in kinds if k not in ("profile", "next_group"))
+            or not all(isinstance(v, list) and all(isinstance(i, str) for i in v) for v in data["driver_ids"].values())
+            or not all(isinstance(v, dict) for k in ("vf_models", "mdev_pools", "vf_specs") for v in data[k].values())
+        ):
+            raise corrupt(root, path)
         return cls(**data)

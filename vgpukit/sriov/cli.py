@@ -9,6 +9,7 @@ import click
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option
 from ..cli.output import emit, emit_result, say, table
+from ..cli.params import NAME, AsciiFloat, AsciiInt
 from ..errors import InvalidInput
 from ..holders import OpenFiles
 from ..naming import resolve_device
@@ -93,7 +94,7 @@ libvirt_option = click.option(
 
 
 @sriov.command("list")
-@click.argument("pf", required=False)
+@click.argument("pf", required=False, type=NAME)
 @libvirt_option
 @json_option
 @click.pass_obj
@@ -114,8 +115,8 @@ def _report(app: App, kind: str, plan: list[str], pf_name: str, extra: dict[str,
 
 
 @sriov.command("enable")
-@click.argument("pf")
-@click.option("--vfs", "count", type=int, required=True, help="Number of VFs wanted.")
+@click.argument("pf", type=NAME)
+@click.option("--vfs", "count", type=AsciiInt(0, 65535), required=True, help="Number of VFs wanted.")
 @click.option(
     "--driver",
     type=click.Choice(ops.DRIVER_MODES),
@@ -125,7 +126,13 @@ def _report(app: App, kind: str, plan: list[str], pf_name: str, extra: dict[str,
 )
 @click.option("--no-autoprobe", is_flag=True, help="Turn the PF's sriov_drivers_autoprobe off (persistently).")
 @click.option("--force", is_flag=True, help="Go through 0 even when current VFs are in use.")
-@click.option("--timeout", type=float, default=10.0, show_default=True, help="Seconds to wait for the VFs to appear.")
+@click.option(
+    "--timeout",
+    type=AsciiFloat(0, 3600),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for the VFs to appear.",
+)
 @libvirt_option
 @json_option
 @dry_run_option
@@ -149,7 +156,7 @@ def enable(
 
 
 @sriov.command("disable")
-@click.argument("pf")
+@click.argument("pf", type=NAME)
 @click.option("--force", is_flag=True, help="Disable even when VFs are in use.")
 @libvirt_option
 @json_option
@@ -191,8 +198,8 @@ def _refuse_if_in_use(app: App, bdf: str, force: bool, what: str) -> None:
 
 
 @click.command()
-@click.argument("device")
-@click.option("--driver", metavar="NAME", help="Driver to bind to (vfio-pci).")
+@click.argument("device", type=NAME)
+@click.option("--driver", metavar="NAME", help="Driver to bind to (vfio-pci).", type=NAME)
 @click.option("--restore", is_flag=True, help="Put the device back on the driver it had before vgpukit moved it.")
 @click.option("--force", is_flag=True, help="Move the device even when it is in use.")
 @json_option
@@ -236,7 +243,7 @@ def bind(app: App, device: str, driver: str | None, restore: bool, force: bool) 
 
 
 @click.command()
-@click.argument("device")
+@click.argument("device", type=NAME)
 @click.option("--force", is_flag=True, help="Unbind even when the device is in use.")
 @json_option
 @dry_run_option

@@ -7,6 +7,7 @@ import click
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option
 from ..cli.output import emit, emit_result, say, table
+from ..cli.params import NAME, AsciiInt
 from ..errors import InvalidInput, NotFound
 from . import hostview, ops
 from .model import GpuView
@@ -32,7 +33,7 @@ def vgpu() -> None:
 
 
 @vgpu.command("types")
-@click.argument("gpu", required=False)
+@click.argument("gpu", required=False, type=NAME)
 @json_option
 @click.pass_obj
 def types_cmd(app: App, gpu: str | None) -> None:
@@ -98,9 +99,11 @@ def list_cmd(app: App) -> None:
 
 
 @vgpu.command("create")
-@click.argument("gpu")
-@click.option("--type", "type_name", required=True, metavar="NAME", help="vGPU type, e.g. T4-4Q or 'NVIDIA H100-4C'.")
-@click.option("--count", type=int, default=1, show_default=True, help="How many vGPUs (all or nothing).")
+@click.argument("gpu", type=NAME)
+@click.option(
+    "--type", "type_name", required=True, metavar="NAME", help="vGPU type, e.g. T4-4Q or 'NVIDIA H100-4C'.", type=NAME
+)
+@click.option("--count", type=AsciiInt(1, 1024), default=1, show_default=True, help="How many vGPUs (all or nothing).")
 @json_option
 @dry_run_option
 @click.pass_obj
@@ -119,7 +122,7 @@ def create_cmd(app: App, gpu: str, type_name: str, count: int) -> None:
 
 
 @vgpu.command("remove")
-@click.argument("ids", nargs=-1, required=True, metavar="ID...")
+@click.argument("ids", nargs=-1, required=True, metavar="ID...", type=NAME)
 @json_option
 @dry_run_option
 @click.pass_obj
