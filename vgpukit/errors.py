@@ -123,6 +123,7 @@ _ERRNO_CLASS: dict[int, type[VgpukitError]] = {
     _errno.EUSERS: NoCapacity,
     _errno.ERANGE: InvalidInput,
     _errno.EINVAL: InvalidInput,
+    _errno.ENAMETOOLONG: InvalidInput,
     _errno.ENOENT: NotFound,
     _errno.ENODEV: NotFound,
     _errno.EOPNOTSUPP: Unsupported,

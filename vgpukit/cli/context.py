@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput, NotFound
 from ..host import Host
+from ..inputs import check_text
 
 if TYPE_CHECKING:
     from ..nvml import Nvml
@@ -50,6 +51,8 @@ class App:
                 check_sim_dir(self.sim_dir)
                 self._host = Host(self.sim_dir, kernel=SimKernel(self.sim_dir), dry_run=self.dry_run)
             else:
+                if self.root is not None and not self.root.is_dir():
+                    raise NotFound(f"--root {self.root}: no such directory", path=str(self.root))
                 self._host = Host(self.root or Path("/"), dry_run=self.dry_run)
         return self._host
 
@@ -74,8 +77,7 @@ def _given(option: str | None, name: str, env: str) -> str | None:
         return None
     if not option.strip():
         raise InvalidInput(f"{name} is empty: give a directory (unset it to act on the real host)")
-    if "\0" in option:
-        raise InvalidInput(f"{name} contains a NUL character")
+    check_text(option, name, max_len=4096)
     return option
 
 

@@ -11,6 +11,7 @@ from ..cli.main import dry_run_option, json_option
 from ..cli.output import emit, emit_result, say
 from ..cli.params import NAME, AsciiInt
 from ..errors import Busy, InvalidInput, NotFound, Unsupported
+from ..inputs import parse_int
 from ..nvml import Nvml, NvmlGpu
 from . import engine, view
 
@@ -38,11 +39,12 @@ def resolve_gpu(app: App, name: str) -> NvmlGpu:
     from ..naming import UUID_RE, resolve_in
 
     nvml = nvml_of(app)
-    if name.isdigit():  # a bare NVML index, as nvidia-smi -i takes
+    if name.isascii() and name.isdigit():  # a bare NVML index, as nvidia-smi -i takes (never '١')
+        index = parse_int(name, "NVML index", lo=0, hi=255)
         gpus = nvml.gpus()
-        if int(name) >= len(gpus):
-            raise NotFound(f"no GPU with NVML index {name}: this host has {len(gpus)}", value=name)
-        return gpus[int(name)]
+        if index >= len(gpus):
+            raise NotFound(f"no GPU with NVML index {index}: this host has {len(gpus)}", value=index)
+        return gpus[index]
     uuids = {g.bdf: g.uuid for g in nvml.gpus()} if UUID_RE.match(name.strip()) else None
     return view.find_gpu(nvml, resolve_in(app.host, name, devices=_scan(app), gpu_uuids=uuids))
 

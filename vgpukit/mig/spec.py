@@ -13,9 +13,11 @@ from dataclasses import dataclass
 
 from ..data import load_yaml
 from ..errors import InvalidInput
+from ..inputs import parse_int
 from ..nvml import GiProfile
 
 ITEM_RE = re.compile(r"^\s*(?P<name>[^=\s]+)\s*(?:=\s*(?P<count>\S+))?\s*\Z", re.ASCII)
+MAX_COUNT = 64  # MIG devices of one profile on one GPU: 7 GIs x 7 CIs at most
 CI_RE = re.compile(r"^(?P<c>[0-9]+)c\.(?P<gi>.+)\Z", re.ASCII)
 
 
@@ -58,17 +60,15 @@ def split_items(values: Iterable[str]) -> list[tuple[str, int]]:
             m = ITEM_RE.match(part)
             if m is None:
                 raise InvalidInput(f"cannot parse {part!r}: use PROFILE or PROFILE=COUNT", value=part)
-            count_text = m.group("count") or "1"
-            if not count_text.isdigit() or int(count_text) < 1:
-                raise InvalidInput(f"bad count in {part.strip()!r}: a positive integer", value=part)
-            out.append((m.group("name").lower(), int(count_text)))
+            count = parse_int(m.group("count") or "1", f"the count in {part.strip()!r}", lo=1, hi=MAX_COUNT)
+            out.append((m.group("name").lower(), count))
     return out
 
 
 def find_profile(profiles: Sequence[GiProfile], name: str, gpu_label: str) -> GiProfile:
     """A GPU-instance profile by name (``3g.20gb``) or id (``9``)."""
     for p in profiles:
-        if p.name.lower() == name.lower() or (name.isdigit() and int(name) == p.id):
+        if p.name.lower() == name.lower() or (name.isascii() and name.isdigit() and int(name) == p.id):
             return p
     valid = ", ".join(p.name for p in sorted(profiles, key=lambda p: (p.slices, p.size, p.media)))
     raise InvalidInput(f"unknown MIG profile {name!r} for {gpu_label}", value=name, hint=f"valid: {valid}")

@@ -339,4 +339,4 @@ def remove_client(sim_dir: Path, pid: int) -> None:
                 if c["pid"] == pid:
                     g["clients"].remove(c)
                     return
-    raise NotFound(f"no simulated client with pid {pid}", value=pid)
+        raise NotFound(f"no simulated client with pid {pid}", value=pid)  # inside: a failed call saves nothing

@@ -9,9 +9,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ..errors import Conflict, InvalidInput, NotFound
+from ..errors import Conflict, InvalidInput, NotFound, VgpukitError, from_oserror
+from ..inputs import check_component, load_yaml
+from ..pci import BDF_RE
 from .state import KernelState, sim_meta_dir
 from .tree import RW, SimTree, link, make_devnode, write_attr
 
@@ -28,6 +28,12 @@ PROFILE_KEYS = {
     "boot",
 }
 NODE_KEYS = {"bdf", "model", "children", "group", "driver"}
+MAX_PROFILE_BYTES = 1024 * 1024
+
+
+def _part(value: Any, what: str) -> str:
+    """A profile value that becomes a path component of the simulated tree: one plain name."""
+    return check_component(str(value) if type(value) is int else value, what)
 
 
 def builtin_profiles() -> dict[str, Path]:
@@ -44,15 +50,17 @@ def load_profile(name_or_path: str) -> dict[str, Any]:
             value=name_or_path,
             hint="available: " + ", ".join(sorted(profiles)) + " (or a path to a profile YAML)",
         )
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise InvalidInput(f"{path}: not valid YAML: {exc}", path=str(path)) from exc
+    from ..host import Host
+
+    text = Host().read_doc(path, "simulator profile", MAX_PROFILE_BYTES, user_file=True)
+    data = load_yaml(text or "", str(path))
     if not isinstance(data, dict) or data.get("version") != 1:
         raise InvalidInput(f"{path}: a profile needs 'version: 1'", path=str(path))
-    unknown = set(data) - PROFILE_KEYS
-    if unknown:
-        raise InvalidInput(f"{path}: unknown profile keys: {', '.join(sorted(unknown))}", path=str(path))
+    if set(data) - PROFILE_KEYS:
+        raise InvalidInput(f"{path}: unknown profile key (allowed: {', '.join(sorted(PROFILE_KEYS))})", path=str(path))
+    if not isinstance(data.get("name"), str):
+        raise InvalidInput(f"{path}: a profile needs a 'name'", path=str(path))
+    check_component(data["name"], f"{path}: the profile name")
     return data
 
 
@@ -72,33 +80,34 @@ class Builder:
         write_attr(self.tree.bus_pci / "drivers_autoprobe", 1, RW)
         make_devnode(self.tree.devnode("vfio", "vfio"), 10, 196)
         for drv, ids in self.profile.get("drivers", {}).items():
-            self.tree.add_driver(drv)
+            self.tree.add_driver(_part(drv, "a driver name"))
             self.state.driver_ids[drv] = list(ids)
         self.state.vf_models = {k: self.models[v] for k, v in self.profile.get("vf_models", {}).items()}
         nodes = self.profile.get("numa_nodes") or {}
         for node, cpus in nodes.items():
-            write_attr(self.root / "sys/devices/system/node" / f"node{node}" / "cpulist", cpus)
+            write_attr(self.root / "sys/devices/system/node" / f"node{_part(node, 'a NUMA node')}" / "cpulist", cpus)
         write_attr(self.root / "sys/devices/system/node/online", ",".join(str(n) for n in nodes) or "0")
         for hb in self.profile.get("host_bridges", []):
-            hb_dir = self.root / "sys" / "devices" / hb["name"]
+            hb_dir = self.root / "sys" / "devices" / _part(hb["name"], "a host bridge name")
             hb_dir.mkdir(parents=True, exist_ok=True)
             numa = hb.get("numa")
             for node in hb.get("devices", []):
                 self._device(hb_dir, node, numa, nodes.get(numa) if numa is not None else None)
         for vp in self.profile.get("virtual_mdev_parents", []):
-            pdir = self.root / "sys" / "devices" / vp["path"]
+            pdir = self.root.joinpath("sys", "devices", *(_part(p, "a parent path") for p in vp["path"].split("/")))
             pdir.mkdir(parents=True, exist_ok=True)
-            self._mdev_parent(vp["name"], pdir, vp["mdev"])
+            self._mdev_parent(_part(vp["name"], "an mdev parent name"), pdir, vp["mdev"])
         self._gpu_nodes()
 
     def _device(self, parent: Path, node: dict[str, Any], numa: int | None, cpus: str | None) -> None:
-        unknown = set(node) - NODE_KEYS
-        if unknown:
-            raise InvalidInput(f"profile device {node.get('bdf')}: unknown keys {sorted(unknown)}")
+        if set(node) - NODE_KEYS:
+            raise InvalidInput(f"a profile device has an unknown key (allowed: {', '.join(sorted(NODE_KEYS))})")
+        bdf = node["bdf"]
+        if not isinstance(bdf, str) or not BDF_RE.match(bdf):
+            raise InvalidInput("a profile device's bdf must be a PCI address like 0000:3b:00.0")
         model = self.models.get(node["model"])
         if model is None:
-            raise InvalidInput(f"profile device {node['bdf']}: unknown model {node['model']!r}")
-        bdf = node["bdf"]
+            raise InvalidInput(f"profile device {bdf}: unknown model")
         group = node.get("group", self.state.next_group)
         self.state.next_group = max(self.state.next_group, group + 1)
         d = self.tree.add_pci_device(parent, bdf, model, numa, cpus, group)
@@ -133,7 +142,7 @@ class Builder:
             "types": spec["types"],
         }
         for type_id, t in spec["types"].items():
-            tdir = pdir / "mdev_supported_types" / type_id
+            tdir = pdir / "mdev_supported_types" / _part(type_id, "an mdev type id")
             write_attr(tdir / "name", t["name"])
             write_attr(tdir / "device_api", t.get("device_api", "vfio-pci"))
             if t.get("description"):
@@ -160,13 +169,23 @@ def _boot(root: Path, writes: list[dict[str, Any]]) -> None:
 
     kernel = SimKernel(root)
     for entry in writes:
-        kernel.write(root / "sys" / entry["sys"], str(entry["write"]))
+        parts = [_part(p, "a boot write path") for p in entry["sys"].split("/")]
+        kernel.write(root.joinpath("sys", *parts), str(entry["write"]))
 
 
 def init_sim(root: Path, profile_name: str, force: bool = False) -> dict[str, Any]:
     """Create a simulated host under ``root``; refuses a non-empty dir unless ``force``."""
+    try:
+        return _init_sim(root, profile_name, force)
+    except OSError as exc:
+        raise from_oserror(exc, path=root, action="creating a simulated host in") from None
+
+
+def _init_sim(root: Path, profile_name: str, force: bool) -> dict[str, Any]:
     profile = load_profile(profile_name)
     meta = sim_meta_dir(root)
+    if root.exists() and not root.is_dir():
+        raise InvalidInput(f"{root} exists and is not a directory", path=str(root))
     if root.exists() and any(root.iterdir()):
         if not force:
             raise Conflict(f"{root} is not empty", path=str(root), hint="use --force to replace it")
@@ -175,13 +194,23 @@ def init_sim(root: Path, profile_name: str, force: bool = False) -> dict[str, An
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
     builder = Builder(root, profile)
-    builder.build()
-    meta.mkdir(parents=True, exist_ok=True)
-    builder.state.save(root)
-    _boot(root, profile.get("boot") or [])
-    from ..nvml.sim import initial_state
-
-    (meta / "nvml.json").write_text(json.dumps(initial_state(builder.gpus), indent=1))
     info = {"version": 1, "profile": profile["name"], "description": profile.get("description", "")}
-    (meta / "sim.json").write_text(json.dumps(info, indent=1))
+    try:
+        builder.build()
+        meta.mkdir(parents=True, exist_ok=True)
+        builder.state.save(root)
+        _boot(root, profile.get("boot") or [])
+        from ..nvml.sim import initial_state
+
+        (meta / "nvml.json").write_text(json.dumps(initial_state(builder.gpus), indent=1))
+        (meta / "sim.json").write_text(json.dumps(info, indent=1))
+    except (VgpukitError, OSError, KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        # a profile is data from the user: whatever it gets wrong, nothing half-built stays behind
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True, exist_ok=True)
+        if isinstance(exc, VgpukitError):
+            raise
+        raise InvalidInput(
+            f"{profile_name}: not a valid simulator profile (a value is missing or of the wrong kind)"
+        ) from exc
     return {**info, "root": str(root), "devices": len(builder.tree.all_bdfs()), "gpus": len(builder.gpus)}

@@ -72,7 +72,7 @@ class SimKernel:
         self.reactions = load_reactions()
 
     def write(self, path: Path, data: str) -> None:
-        real = Path(os.path.realpath(path.parent)) / path.name
+        real = self.tree.inside(Path(os.path.realpath(path.parent))) / path.name
         with locked(self.root):
             state = KernelState.load(self.root)
             w = Write(self.tree, state, real, data)

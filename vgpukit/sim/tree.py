@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import OutsideRoot
+
 RO, RW, WO = 0o444, 0o644, 0o200
 
 
@@ -75,6 +77,16 @@ class SimTree:
 
     root: Path
 
+    def inside(self, path: Path) -> Path:
+        """``path`` when its resolution stays in the simulated host; a planted link out is refused,
+        so no reaction ever creates, changes or removes anything outside the sim root."""
+        real = os.path.realpath(path)
+        base = os.path.realpath(self.root)
+        if real != base and not real.startswith(base + "/"):
+            shown = "/" + os.path.relpath(os.path.abspath(path), self.root)
+            raise OutsideRoot(f"simulated host: refusing {shown}: it leads outside {self.root}", path=shown)
+        return path
+
     @property
     def sys(self) -> Path:
         return self.root / "sys"
@@ -88,23 +100,25 @@ class SimTree:
 
     def device_dir(self, bdf: str) -> Path:
         """Real directory of a PCI device (following the bus link)."""
-        return Path(os.path.realpath(self.device_link(bdf)))
+        return self.inside(Path(os.path.realpath(self.device_link(bdf))))
 
     def driver_dir(self, driver: str) -> Path:
-        return self.bus_pci / "drivers" / driver
+        return self.inside(self.bus_pci / "drivers" / driver)
 
     def group_dir(self, group: int) -> Path:
-        return self.sys / "kernel" / "iommu_groups" / str(group)
+        return self.inside(self.sys / "kernel" / "iommu_groups" / str(group))
 
     def devnode(self, *parts: str) -> Path:
-        return self.root.joinpath("dev", *parts)
+        path = self.root.joinpath("dev", *parts)
+        self.inside(path.parent)
+        return path
 
     # ------------------------------------------------------------------ devices
     def add_pci_device(
         self, parent_dir: Path, bdf: str, spec: dict[str, Any], numa: int | None, cpulist: str | None, group: int
     ) -> Path:
         """Create a PCI function directory with its attributes and bus/group links."""
-        d = parent_dir / bdf
+        d = self.inside(parent_dir / bdf)
         d.mkdir(parents=True, exist_ok=True)
         vendor, device = spec["ids"].split(":")
         write_attr(d / "vendor", f"0x{vendor}")
