@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import jinja2.exceptions
+import jinja2.sandbox
 from markupsafe import Markup
 
 from ..errors import InvalidInput, NotFound, VgpukitError
@@ -32,7 +34,23 @@ _KINDS = {
     "TemplateSyntaxError": "a syntax error",
     "UndefinedError": "it uses a field the device or VM does not have",
     "TemplateNotFound": "an included template does not exist",
+    "SecurityError": "it does something templates may not do",
 }
+
+
+class _Sandbox(jinja2.sandbox.SandboxedEnvironment):
+    """Templates (overrides are files on the host) reach no Python internals and build no huge values."""
+
+    intercepted_binops = frozenset(["*", "**"])
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**" and isinstance(right, int) and abs(right) > 64:
+            raise jinja2.exceptions.SecurityError("exponent too large")
+        if operator == "*" and (isinstance(left, str | list | tuple) or isinstance(right, str | list | tuple)):
+            n = right if isinstance(left, str | list | tuple) else left
+            if isinstance(n, int) and n > MAX_TEMPLATE_BYTES:
+                raise jinja2.exceptions.SecurityError("repetition too large")
+        return super().call_binop(context, operator, left, right)
 
 
 def shipped_dirs() -> list[Path]:
@@ -45,7 +63,7 @@ class TemplateSet:
     def __init__(self, host: Host) -> None:
         self.host = host
         self.override_dir = host.config_dir("templates")
-        self.env = jinja2.Environment(
+        self.env = _Sandbox(
             loader=jinja2.ChoiceLoader(
                 [jinja2.FunctionLoader(self._load_override), jinja2.FileSystemLoader(shipped_dirs())]
             ),
@@ -73,7 +91,8 @@ class TemplateSet:
                 f"template {name} not found in {self.host.display(self.override_dir)} or the shipped templates",
                 value=name,
             ) from exc
-        except jinja2.TemplateError as exc:  # the message would quote the template: say what and where
+        except (jinja2.TemplateError, ArithmeticError, LookupError, TypeError, ValueError, RecursionError) as exc:
+            # an override template's own error: say what and where (the message would quote the template)
             where = getattr(exc, "filename", None) or name
             line = getattr(exc, "lineno", None)
             what = _KINDS.get(type(exc).__name__, "a template error")

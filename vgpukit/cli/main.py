@@ -80,7 +80,23 @@ def cli(ctx: click.Context, root: str | None, sim: str | None, as_json: bool, dr
     """
     if debug:
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
+    elif not isinstance(logging.lastResort, _Warnings):
+        # warnings logged where no handler is set up (a rollback step that failed) read like our errors
+        logging.lastResort = _Warnings()
     ctx.obj = App.from_env(root, sim, json=as_json, dry_run=dry_run, debug=debug)
+
+
+class _Warnings(logging.StreamHandler):  # type: ignore[type-arg]
+    """Python's last-resort handler with the ``vgpukit: warning:`` prefix (stderr of the moment)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setLevel(logging.WARNING)
+        self.setFormatter(logging.Formatter("vgpukit: warning: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
 
 
 def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidInput, VgpukitError
+from ..errors import InvalidInput, OutsideRoot, VgpukitError
 from ..host import Host
 from ..inputs import MAX_DOC_BYTES, load_json, load_yaml
 from .model import QosConfig, Tenant
@@ -71,11 +71,11 @@ class Overlay:
     def load(cls, host: Host) -> Overlay:
         """The recorded runtime changes; entries of the wrong shape are dropped (the file is ours,
         rewritten at the next change), a file that is not JSON counts as empty."""
-        text = host.read_doc(cls.path(host), "QoS runtime record", MAX_DOC_BYTES, missing_ok=True)
-        if not text:
-            return cls()
         try:
-            doc = load_json(text, host.display(cls.path(host)))
+            text = host.read_doc(cls.path(host), "QoS runtime record", MAX_DOC_BYTES, missing_ok=True)
+            doc = load_json(text, host.display(cls.path(host))) if text else None
+        except OutsideRoot:
+            raise
         except InvalidInput:
             return cls()
         if not isinstance(doc, dict):

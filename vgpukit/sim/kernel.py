@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .state import KernelState, locked
+from .state import KernelState, corrupt, locked, sim_meta_dir
 from .tree import SimTree, is_writable, set_attr
 
 REACTION_MODULES = (
@@ -24,6 +24,11 @@ REACTION_MODULES = (
     "vgpukit.sim.reactions_pci",
     "vgpukit.sim.reactions_mdev",
 )
+
+
+# the directories reactions create things in, checked before each write (a few realpath calls;
+# writes are rare). Deeper planted links are refused by SimTree.inside when a reaction meets them.
+FIXED_DIRS = ("sys/kernel/iommu_groups", "sys/bus/pci/drivers", "sys/bus/pci/devices", "sys/bus/mdev", "dev")
 
 
 @dataclass
@@ -73,12 +78,18 @@ class SimKernel:
 
     def write(self, path: Path, data: str) -> None:
         real = self.tree.inside(Path(os.path.realpath(path.parent))) / path.name
+        for base in FIXED_DIRS:  # planted links at the top of the tree: refused before any change
+            self.tree.inside(self.root / base)
         with locked(self.root):
             state = KernelState.load(self.root)
             w = Write(self.tree, state, real, data)
             for reaction in self.reactions:
                 if reaction.matches(w):
-                    reaction.handle(w)
+                    try:
+                        reaction.handle(w)
+                    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
+                        # the simulator's own data is broken (kernel.json, a hand-edited tree)
+                        raise corrupt(self.root, sim_meta_dir(self.root) / "kernel.json") from exc
                     state.save(self.root)
                     return
             if not real.exists():
