@@ -26,7 +26,7 @@ def sim_meta_dir(root: Path) -> Path:
 def corrupt(root: Path, path: Path, what: str = "corrupt") -> InvalidInput:
     """The one-line refusal for a broken state file of a simulated host, saying how to reset it."""
     profile = "PROFILE"
-    with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
+    with contextlib.suppress(OSError, ValueError, AttributeError, TypeError, RecursionError):
         name = json.loads((sim_meta_dir(root) / "sim.json").read_text(errors="replace")).get("profile")
         profile = name if isinstance(name, str) and name.replace("-", "").isalnum() and name.isascii() else profile
     return InvalidInput(
