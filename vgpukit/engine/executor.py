@@ -47,7 +47,7 @@ def execute(env: Env, steps: Sequence[Step]) -> list[str]:
     """Apply ``steps`` in order under the host lock; what was done, in words.
 
     Before each step its inverse is journaled (fsync'd). When a step fails, the inverses run newest
-    first and the error is re-raised, same class, with "rolled back N steps" (and any undo that
+    first and the error is re-raised, same class, with "rolled back the N steps done" (and any undo that
     failed named). In dry-run mode nothing runs: the plan is the steps' descriptions.
     """
     if env.host.dry_run:
@@ -67,9 +67,10 @@ def execute(env: Env, steps: Sequence[Step]) -> list[str]:
                 step.verify(env)
                 done.append(step.describe())
         except VgpukitError as exc:
-            count, failures = _undo(env, undo)
+            _, failures = _undo(env, undo)
             book.close()
-            note = f"rolled back {count} step{'s' if count != 1 else ''}"
+            n = len(done)
+            note = f"rolled back the {n} step{'s' if n != 1 else ''} done" if n else "nothing was changed"
             if failures:
                 note += "; could NOT undo: " + "; ".join(failures)
             raise type(exc)(

@@ -18,7 +18,7 @@ def _rel(path: str) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class PutFile(Step):
     """Ensure the file at ``path`` (as seen on the host, e.g. /etc/mdevctl.d/...) holds ``text``,
-    or is absent when ``text`` is None."""
+    or is absent when ``text`` is None. ``what``: how plans say it (default "write PATH")."""
 
     kind: ClassVar[str] = "put-file"
     path: str
@@ -27,15 +27,14 @@ class PutFile(Step):
     what: str = ""
 
     def describe(self) -> str:
-        what = f"{self.what} " if self.what else ""
-        if self.text is None:
-            return f"remove {what}{self.path}"
-        return f"write {what}{self.path}"
+        if self.what:  # the caller's words for this file ("define <uuid> ... in <path>")
+            return self.what
+        return f"remove {self.path}" if self.text is None else f"write {self.path}"
 
     def inverse(self, env: Env) -> Step:
         target = env.host.path(*_rel(self.path))
         old = env.host.read_raw_opt(target)
-        return PutFile(self.path, old, self.mode, f"previous {self.what}".strip() if self.what else "")
+        return PutFile(self.path, old, self.mode)
 
     def apply(self, env: Env) -> None:
         target = env.host.path(*_rel(self.path))

@@ -53,7 +53,8 @@ def plan_enable(
         busy = [v for v in pf.vfs if v.in_use]
         if busy and not force:
             raise in_use_error(pf, busy, f"changing {pf.bdf} from {pf.num_vfs} to {count} VFs (through 0)")
-        steps.append(SetNumVfs(pf.bdf, 0, pf.total_vfs, timeout, " (the kernel changes the count only through 0)"))
+        why = " (the kernel changes the count only through 0)"
+        steps.append(SetNumVfs(pf.bdf, 0, pf.total_vfs, timeout, why, was=pf.num_vfs))
     if recreate and create_autoprobe != pf.autoprobe:
         why = " while the VFs are created" if want_autoprobe else ""
         steps.append(SetAutoprobe(pf.bdf, create_autoprobe, why))
@@ -91,7 +92,7 @@ def plan_disable(host: Host, pf: PfInfo, force: bool) -> list[Step]:
     busy = [v for v in pf.vfs if v.in_use]
     if busy and not force:
         raise in_use_error(pf, busy, f"disabling SR-IOV on {pf.bdf}")
-    return [SetNumVfs(pf.bdf, 0, pf.total_vfs)]
+    return [SetNumVfs(pf.bdf, 0, pf.total_vfs, was=pf.num_vfs)]
 
 
 __all__ = ["DRIVER_MODES", "Remembered", "plan_disable", "plan_enable"]

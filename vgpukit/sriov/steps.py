@@ -199,10 +199,11 @@ class SetNumVfs(Step):
     total: int
     timeout: float = 10.0
     why: str = ""
+    was: int = 0  # the count when planned (for the description only)
 
     def describe(self) -> str:
         if self.count == 0:
-            return f"destroy the VFs of {self.pf} (sriov_numvfs -> 0){self.why}"
+            return f"destroy the {self.was} VFs of {self.pf} (sriov_numvfs {self.was} -> 0){self.why}"
         return f"create {self.count} VFs on {self.pf} (sriov_numvfs 0 -> {self.count}) and wait for them"
 
     def inverse(self, env: Env) -> Step:
