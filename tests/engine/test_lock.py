@@ -56,7 +56,7 @@ def test_a_waiter_proceeds_when_the_holder_finishes(tmp_path: Path) -> None:
     time.sleep(0.8)
     assert p.poll() is None  # still waiting
     os.close(fd)  # the holder "exits": the kernel drops the flock
-    out, err = p.communicate(timeout=30)
+    _, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
 
 
