@@ -46,7 +46,7 @@ def render() -> str:
 
     from .main import cli
 
-    ctx = click.Context(cli, info_name="vgpukit")
+    ctx = cli.make_context("vgpukit", [], resilient_parsing=True)  # with the group's context settings (-h)
     out = [
         f'.TH VGPUKIT 1 "" "vgpukit {version("vgpukit")}" "User Commands"',
         ".SH NAME",
