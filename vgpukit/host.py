@@ -225,9 +225,10 @@ class Host:
             return default
 
     def read_raw_opt(self, path: Path) -> str | None:
-        """A whole file's text exactly as stored (no stripping), or None when it does not exist."""
+        """A whole file's text exactly as stored (no stripping), or None when it does not exist.
+        Contained and size-capped like every read (a file vgpukit wrote: a record, a definition)."""
         try:
-            return path.read_text(errors="replace")
+            return self._read_bytes(path, MAX_DOC_BYTES).decode(errors="replace")
         except FileNotFoundError:
             return None
         except OSError as exc:
