@@ -134,6 +134,7 @@ def load_yaml(text: str, where: str, *, limit: int = MAX_DEPTH, max_bytes: int =
 
     if len(text) > max_bytes:
         raise InvalidInput(f"{where}: larger than {max_bytes} bytes")
+    _flow_depth(text, where, limit)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except RecursionError:
@@ -152,6 +153,23 @@ def load_yaml(text: str, where: str, *, limit: int = MAX_DEPTH, max_bytes: int =
     except (ValueError, OverflowError, TypeError):
         raise InvalidInput(f"{where}: a value cannot be read (out of range or of the wrong kind)") from None
     return doc
+
+
+_QUOTED = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|(?:^|(?<=\s))#[^\n]*', re.MULTILINE)
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _flow_depth(text: str, where: str, limit: int) -> None:
+    """Refuse deep flow nesting (``[[[[...``) before the YAML scanner sees it: PyYAML's scanner is
+    quadratic in the flow depth (5000 levels: seconds). Quoted strings and comments are skipped;
+    brackets inside a block scalar may count (a refusal, never a wrong parse)."""
+    if text.count("[") + text.count("{") <= limit:
+        return
+    depth = 0
+    for m in _BRACKET.finditer(_QUOTED.sub("", text)):
+        depth = depth + 1 if m.group() in "[{" else max(depth - 1, 0)
+        if depth > limit:
+            raise InvalidInput(f"{where}: nested more than {limit} levels deep")
 
 
 def _node_depth(node: Any, where: str, limit: int) -> None:
