@@ -114,7 +114,7 @@ def argv_for(draw: st.DrawFn, cmd: click.Command) -> list[str]:
 def test_every_option_of_every_command(fuzz_host: FuzzHost, path: tuple[str, ...], cmd: click.Command) -> None:
     (fuzz_host.scratch / "good.yaml").write_text(GOOD_CONFIG)
 
-    @settings(max_examples=examples(12))
+    @settings(max_examples=examples(18))
     @given(argv=argv_for(cmd), json_=st.booleans(), dry=st.booleans())
     def case(argv: list[str], json_: bool, dry: bool) -> None:
         front = (["--json"] if json_ else []) + (["--dry-run"] if dry else [])

@@ -196,7 +196,7 @@ def test_files_under_the_root(fuzz_host: FuzzHost, name: str) -> None:
         valid = json.loads((fuzz_host.pristine / rel).read_text())
     strategy = TEMPLATE_TOKENS | RAW if fmt == "text" else documents(valid, fmt)
 
-    @settings(max_examples=examples(20))
+    @settings(max_examples=examples(25))
     @given(content=strategy, which=st.integers(0, len(commands) - 1))
     def case(content: str | bytes, which: int) -> None:
         plant(fuzz_host.work / rel, content)

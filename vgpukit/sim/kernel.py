@@ -100,7 +100,7 @@ class SimKernel:
                 if reaction.matches(w):
                     try:
                         reaction.handle(w)
-                    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
+                    except (KeyError, TypeError, AttributeError, ValueError, IndexError, ArithmeticError) as exc:
                         # the simulator's own data is broken (kernel.json, a hand-edited tree)
                         raise corrupt(self.root, sim_meta_dir(self.root) / "kernel.json") from exc
                     state.save(self.root)

@@ -23,6 +23,35 @@ def sim_meta_dir(root: Path) -> Path:
     return root / META
 
 
+# What the reactions read from kernel.json (keys ending in "?" are optional): checked at load, so a
+# broken file is refused before a reaction half-creates a device with it.
+_MODEL = {"ids": str, "class": str, "subsystem?": str, "driver?": str, "link?": list, "sriov?": dict}
+_POOL = {
+    "pool": int,
+    "homogeneous": bool,
+    "types": {"*": {"name": str, "cost": int, "max_instances?": int, "attrs?": dict}},
+}
+
+
+def _fits(value: Any, spec: Any) -> bool:
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            return False
+        if "*" in spec:
+            return all(isinstance(k, str) and _fits(v, spec["*"]) for k, v in value.items())
+        for key, kind in spec.items():
+            name = key.rstrip("?")
+            if name in value:
+                if not _fits(value[name], kind):
+                    return False
+            elif not key.endswith("?"):
+                return False
+        return True
+    if spec is int:
+        return type(value) is int and value >= 0
+    return isinstance(value, spec)
+
+
 def corrupt(root: Path, path: Path, what: str = "corrupt") -> InvalidInput:
     """The one-line refusal for a broken state file of a simulated host, saying how to reset it."""
     profile = "PROFILE"
@@ -106,7 +135,9 @@ class KernelState:
             or type(data["next_group"]) is not int
             or not all(isinstance(data[k], dict) for k in kinds if k not in ("profile", "next_group"))
             or not all(isinstance(v, list) and all(isinstance(i, str) for i in v) for v in data["driver_ids"].values())
-            or not all(isinstance(v, dict) for k in ("vf_models", "mdev_pools", "vf_specs") for v in data[k].values())
+            or not all(isinstance(v, dict) for v in data["vf_specs"].values())
+            or not all(_fits(v, _MODEL) for v in data["vf_models"].values())
+            or not all(_fits(v, _POOL) for v in data["mdev_pools"].values())
         ):
             raise corrupt(root, path)
         return cls(**data)
