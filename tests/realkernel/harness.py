@@ -187,13 +187,17 @@ def _run(cmd: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(cmd), check=False, text=True, capture_output=True, **kw)
 
 
-def _installed(pkg: str) -> bool:
+def status_is_installed(status: str) -> bool:
     """dpkg's status is exactly "install ok installed" ("unknown ok not-installed" also ends in "installed")."""
+    return status.strip() == "install ok installed"
+
+
+def _installed(pkg: str) -> bool:
     proc = _run(["dpkg-query", "-W", "-f=${Status}", pkg])
-    return proc.returncode == 0 and proc.stdout.strip() == "install ok installed"
+    return proc.returncode == 0 and status_is_installed(proc.stdout)
 
 
-def _pipeline(script: str, what: str, cwd: Path | None = None) -> None:
+def run_pipeline(script: str, what: str, cwd: Path | None = None) -> None:
     """Run a shell pipeline with bash's pipefail: a failure anywhere in it is a failure."""
     _check(_run(["bash", "-c", "set -euo pipefail; " + script], cwd=cwd), what)
 
@@ -308,7 +312,7 @@ def build_mtty(cache: Path, abi: str, install: bool) -> Path:
             f" | tar -xO ./usr/src/linux-source-{series}.tar.xz"
             f" | tar -xJ -C {shlex.quote(str(work))} --strip-components=3 {shlex.quote(member)}"
         )
-        _pipeline(pipeline, "extracting mtty.c from linux-source")
+        run_pipeline(pipeline, "extracting mtty.c from linux-source")
         (work / "Makefile").write_text("obj-m := mtty.o\n")
         headers = Path(f"/usr/src/linux-headers-{abi}-amd64")
         _check(_run(["make", "-s", "-C", str(headers), f"M={work}", "modules"]), "building mtty.ko")
@@ -366,7 +370,7 @@ def _module_files(kdir: Path, abi: str, names: Sequence[str]) -> list[Path]:
     return files
 
 
-def _initrd_ok(path: Path) -> bool:
+def initrd_ok(path: Path) -> bool:
     """A plausible initrd: big enough to hold busybox and the modules, and a complete gzip stream."""
     try:
         if path.stat().st_size < MIN_INITRD_BYTES:
@@ -386,7 +390,7 @@ def build_initrd(cache: Path, kdir: Path, abi: str, mtty_ko: Path | None) -> Pat
         digest.update(str(p).encode())
         digest.update(str(p.stat().st_size).encode())
     out = cache / f"initrd-{abi}-{digest.hexdigest()[:16]}.gz"
-    if _initrd_ok(out):
+    if initrd_ok(out):
         return out
     root = Path(tempfile.mkdtemp(dir=cache, prefix=".initrd-"))
     try:
@@ -408,8 +412,8 @@ def build_initrd(cache: Path, kdir: Path, abi: str, mtty_ko: Path | None) -> Pat
         (root / "init").chmod(0o755)
         tmp_out = str(out) + ".tmp"
         pipeline = f"find . -print0 | cpio --null -o -H newc --quiet | gzip -1 > {shlex.quote(tmp_out)}"
-        _pipeline(pipeline, "packing the initrd (find | cpio | gzip)", cwd=root)
-        if not _initrd_ok(Path(tmp_out)):
+        run_pipeline(pipeline, "packing the initrd (find | cpio | gzip)", cwd=root)
+        if not initrd_ok(Path(tmp_out)):
             Path(tmp_out).unlink(missing_ok=True)
             raise Unavailable(f"the initrd came out broken (under {MIN_INITRD_BYTES} bytes or not gzip)")
         os.replace(tmp_out, out)

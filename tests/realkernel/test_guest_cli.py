@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from .conftest import GuestSession
 from .harness import skip_or_fail
 from .targets import PF, PF_IDS, TOTAL_VFS, Target
+
+pytestmark = pytest.mark.realkernel  # every case here needs the guest
 
 GUEST_STEPS = [
     ("cli-topo", "vgpukit", ("topo", "--json")),
