@@ -139,6 +139,20 @@ def test_override_with_unknown_field_is_an_error(tmp_path: Path) -> None:
         TemplateSet(host).device(PciHostdev(VF))
 
 
+def test_override_must_render_the_same_device(tmp_path: Path) -> None:
+    """Template output is parsed back with the model: an override cannot hand the VM another device."""
+    host = Host(tmp_path)
+    over = host.config_dir("templates", "libvirt", "hostdev-pci.xml.j2")
+    over.parent.mkdir(parents=True)
+    over.write_text("<hostdev mode='subsystem' type='pci'><source><address domain='0' bus='0x3b' slot='2' "
+                    "function='{{ 2 }}'/></source></hostdev>")  # fmt: skip
+    with pytest.raises(InvalidInput, match=r"rendered pci:0000:3b:02.2 for pci:0000:3b:02.1"):
+        TemplateSet(host).device(PciHostdev(VF))
+    over.write_text("<disk type='file'/>")
+    with pytest.raises(InvalidInput, match="rendered no usable device"):
+        TemplateSet(host).device(PciHostdev(VF))
+
+
 def test_missing_template_is_not_found(tpl: TemplateSet) -> None:
     with pytest.raises(NotFound):
         tpl.render("libvirt/nope.xml.j2")
