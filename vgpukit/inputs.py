@@ -135,6 +135,11 @@ def load_yaml(text: str, where: str, *, limit: int = MAX_DEPTH, max_bytes: int =
     if len(text) > max_bytes:
         raise InvalidInput(f"{where}: larger than {max_bytes} bytes")
     try:
+        # depth first, on the event stream: the composer recurses, and reaching Python's recursion
+        # limit on a deeply nested file takes seconds (a daemon's watchdog does not wait that long)
+        deep = _deep_line(text, limit)
+        if deep:
+            raise InvalidInput(f"{where}: {deep}nested more than {limit} levels deep")
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except RecursionError:
         raise InvalidInput(f"{where}: nested more than {limit} levels deep") from None
@@ -174,6 +179,21 @@ def _node_depth(node: Any, where: str, limit: int) -> None:
                 stack += [(k, depth + 1), (v, depth + 1)]
         elif isinstance(n, yaml.SequenceNode):
             stack += [(v, depth + 1) for v in n.value]
+
+
+def _deep_line(text: str, limit: int) -> str:
+    """``line N: `` where the nesting passes ``limit`` (the event parser, unlike the composer, is not recursive)."""
+    import yaml
+
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > limit:
+                return f"line {event.start_mark.line + 1}: " if event.start_mark else ""
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+    return ""
 
 
 def _yaml_line(exc: Any) -> str:
