@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from vgpukit.cli.main import main
+from vgpukit.errors import InvalidInput
 from vgpukit.qos.backends import process_cpu_ns
 from vgpukit.qos.demand import socket_path
 
@@ -30,7 +31,7 @@ def log_lines(d: DaemonProc, word: str) -> list[str]:
     return [ln for ln in (d.root / "daemon.log").read_text().splitlines() if word in ln]
 
 
-def test_sighup_with_a_broken_config_keeps_the_running_one(tmp_path: Path, spawn) -> None:  # type: ignore[no-untyped-def]
+def test_sighup_with_a_broken_config_keeps_the_running_one(tmp_path: Path, spawn, capsys) -> None:  # type: ignore[no-untyped-def]
     p = spawn()
     cfg = tmp_path / "qos.yaml"
     tenant = f"      w: {{class: online, share: 30, pids: [{p.pid}]}}\n"
@@ -57,14 +58,20 @@ def test_sighup_with_a_broken_config_keeps_the_running_one(tmp_path: Path, spawn
             assert "/qos.yaml: " in err["message"] and where in err["message"], err
             assert SECRET not in err["message"]
             assert st["gpus"][0]["policy"] == "burst-share" and set(d.status()) == {"w"}  # the running config
+        capsys.readouterr()
+        assert main(["--root", str(tmp_path), "qos", "status"]) == 0
+        out = capsys.readouterr().out
+        assert "config: last reload refused" in out and "/qos.yaml: not valid YAML (line 1)" in out and SECRET not in out, out
+        with pytest.raises(InvalidInput, match="reload refused"):  # the control socket's reload op
+            d.req(op="reload")
         refused = log_lines(d, "reload refused")
-        assert len(refused) == len(broken) and all(SECRET not in ln and "/qos.yaml: " in ln for ln in refused)
+        assert len(refused) == len(broken) + 1 and all(SECRET not in ln and "/qos.yaml: " in ln for ln in refused)
         assert SECRET not in (tmp_path / "daemon.log").read_text()
         cfg.write_text(good.replace("burst-share", "fixed-share"))
         d.proc.send_signal(signal.SIGHUP)
         assert wait_for(lambda: d.req(op="status")["gpus"][0]["policy"] == "fixed-share", timeout=5)
         conf = d.req(op="status")["config"]
-        assert conf["reload_error"] is None and conf["reloads_refused"] == len(broken) and conf["reloads"] == 1
+        assert conf["reload_error"] is None and conf["reloads_refused"] == len(broken) + 1 and conf["reloads"] == 1
     finally:
         assert d.stop() == 0
 
