@@ -197,7 +197,7 @@ class QosConfig:
 
     gpus: dict[str, Gpu] = field(default_factory=dict)
     watchdog_s: float = 2.0  # a freeze not renewed by a live daemon is undone after this long
-    sample_ms: int = 10  # sampling interval for tenants with demand: sample
+    sample_ms: int = 10  # sampling interval (demand sample, and auto until the first notification)
 
     def validate(self) -> QosConfig:
         for gpu in self.gpus.values():
