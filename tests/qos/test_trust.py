@@ -4,6 +4,7 @@ a plain tenant (no launch hook, no options) is scheduled."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 from vgpukit.cli.main import main
 from vgpukit.errors import InvalidInput
 from vgpukit.qos.backends import process_cpu_ns
-from vgpukit.qos.demand import socket_path
+from vgpukit.qos.demand import DemandClient, socket_path
 
 from .conftest import REPO, DaemonProc, proc_state, wait_for
 
@@ -107,7 +108,7 @@ def test_start_with_a_broken_config_exits_2_with_one_line(tmp_path: Path) -> Non
     assert prevent and "2" in prevent[0].split("=", 1)[1].split()  # no crash loop on a config error
 
 
-def test_refused_datagrams_are_counted_and_logged_once(daemon: DaemonProc) -> None:
+def test_refused_datagrams_are_counted_and_logged_once(daemon: DaemonProc, spawn, capsys) -> None:  # type: ignore[no-untyped-def]
     daemon.start()
     import socket
 
@@ -122,8 +123,23 @@ def test_refused_datagrams_are_counted_and_logged_once(daemon: DaemonProc) -> No
     assert counts == {"malformed": 300, "unknown-tenant": 50, "not-owner": 0}
     assert len(log_lines(daemon, "refused")) == 1  # the first one; the rest are summarised once a minute
     assert "\x1b" not in (daemon.root / "daemon.log").read_text()
-    rc = main(["--root", str(daemon.root), "qos", "status"])
-    assert rc == 0
+    p = spawn()
+    daemon.req(
+        op="tenant-add",
+        gpu="gpu0",
+        name="t",
+        tenant={"class": "offline", "share": 5, "pids": [p.pid], "demand": "notify"},
+    )
+    capsys.readouterr()
+    assert main(["--root", str(daemon.root), "qos", "status", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["demand_refused"]["malformed"] == 300 and doc["config"]["reload_error"] is None
+    assert doc["gpus"][0]["tenants"][0]["demand_source"] == "waiting"
+    assert main(["--root", str(daemon.root), "qos", "status"]) == 0
+    out = capsys.readouterr().out
+    assert "notify:waiting" in out and "never scheduled" in out and "malformed 300, unknown-tenant 50" in out
+    DemandClient.for_host(daemon.host, "gpu0", "t").idle()
+    assert wait_for(lambda: daemon.status()["t"]["demand_source"] == "notified")
 
 
 def test_plain_processes_get_their_fixed_shares_without_a_hook(tmp_path: Path, spawn, capsys) -> None:  # type: ignore[no-untyped-def]

@@ -1,9 +1,12 @@
 """The QoS daemon: one select loop driving every GPU's scheduler on the monotonic clock.
 
 Wakes on: a demand datagram (preemption path: receive -> decide -> freeze, no polling), a control
-request, a signal, the next slice boundary of any GPU, the sampling tick (only when some tenant
-uses the sampling fallback), and a 250 ms housekeeping tick (guardian heartbeat, systemd watchdog,
-liveness of tenants, metrics).
+request, a signal, the next slice boundary of any GPU, the sampling tick (only while some tenant's
+demand is sampled: ``sample``, or ``auto`` before its first notification), and a 250 ms housekeeping
+tick (guardian heartbeat, systemd watchdog, liveness of tenants, the refusal log's summary, metrics).
+
+A broken config file never stops a running daemon: a reload is refused (one log line, ``qos status``,
+metrics) and the running configuration kept. At start it is exit 2, before anything is frozen.
 """
 
 from __future__ import annotations
