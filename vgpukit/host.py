@@ -214,6 +214,10 @@ class Host:
     def _attr(self, path: Path) -> str:
         return self._read_bytes(path, MAX_ATTR_BYTES).decode(errors="replace").strip()
 
+    def is_file(self, path: Path) -> bool:
+        """A regular file (symlinks followed), not a directory, socket or device."""
+        return path.is_file()
+
     def read(self, path: Path) -> str:
         """Text of a file (a sysfs/proc attribute), surrounding white space stripped. Contained."""
         return self._read_op("reading", path, lambda: self._attr(path))

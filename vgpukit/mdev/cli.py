@@ -134,8 +134,8 @@ def _domains(doms: list[dict[str, Any]]) -> list[str]:
 
 @mdev.command("create")
 @click.argument("args", nargs=-1, metavar="[PARENT] [TYPE]", type=NAME)
-@click.option("--type", "type_opt", metavar="TYPE", help="Type id (e.g. mtty-2, nvidia-232).", type=NAME)
-@click.option("--uuid", "uid", metavar="UUID", help="UUID of the instance (only with --count 1).", type=NAME)
+@click.option("--type", "type_opt", metavar="TYPE", type=NAME, help="Type id (e.g. mtty-2, nvidia-232).")
+@click.option("--uuid", "uid", metavar="UUID", type=NAME, help="UUID of the instance (only with --count 1).")
 @click.option("--count", type=AsciiInt(1, 1024), default=1, show_default=True, help="How many instances.")
 @click.option("--pack", "strategy", flag_value=PACK, default=True, help="Fill the fullest parents first (default).")
 @click.option("--spread", "strategy", flag_value=SPREAD, help="Spread instances over parents.")
@@ -208,11 +208,9 @@ def remove_cmd(app: App, uuids: tuple[str, ...]) -> None:
 
 @mdev.command("define")
 @click.argument("uid", required=False, metavar="[UUID]", type=NAME)
-@click.option("--parent", metavar="PARENT", help="Define a new device on PARENT (with --type).", type=NAME)
-@click.option("--type", "type_id", metavar="TYPE", help="Type of the new definition.", type=NAME)
-@click.option(
-    "--uuid", "new_uid", metavar="UUID", help="UUID of the new definition (default: a random one).", type=NAME
-)
+@click.option("--parent", metavar="PARENT", type=NAME, help="Define a new device on PARENT (with --type).")
+@click.option("--type", "type_id", metavar="TYPE", type=NAME, help="Type of the new definition.")
+@click.option("--uuid", "new_uid", metavar="UUID", type=NAME, help="UUID of the new definition (default: random).")
 @click.option("--auto", is_flag=True, help="Start it at boot (start=auto); default manual.")
 @json_option
 @dry_run_option
@@ -268,7 +266,7 @@ def undefine_cmd(app: App, uid: str) -> None:
 @mdev.command("start")
 @click.argument("uid", required=False, metavar="[UUID]", type=NAME)
 @click.option("--all", "all_", is_flag=True, help="Start every auto definition whose parent is present.")
-@click.option("--parent", metavar="PARENT", help="With --all: only definitions on PARENT (for udev).", type=NAME)
+@click.option("--parent", metavar="PARENT", type=NAME, help="With --all: only definitions on PARENT (for udev).")
 @json_option
 @dry_run_option
 @click.pass_obj

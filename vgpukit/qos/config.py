@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import InvalidInput, OutsideRoot, VgpukitError
 from ..host import Host
 from ..inputs import MAX_DOC_BYTES, load_json, load_yaml
-from .model import QosConfig, Tenant
+from .model import Gpu, QosConfig, Tenant
 
 MAX_CONFIG_BYTES = 1024 * 1024
 
@@ -25,37 +25,55 @@ def default_config_path(host: Host) -> Path:
 
 
 def load_base(host: Host, path: Path) -> QosConfig:
-    """The admin's config. The default path is read inside the host root; a ``--config`` path is
-    the user's own file (same file rules, not contained). Messages name the file and line, never
-    its content."""
-    user_file = path != default_config_path(host)
+    """The admin's config; any problem is one InvalidInput naming the file and the line."""
+    user_file = path != default_config_path(host)  # --config PATH: the user's own file, not contained
     text = host.read_doc(path, "QoS config", MAX_CONFIG_BYTES, missing_ok=not user_file, user_file=user_file)
     if text is None:
         return QosConfig()
-    shown = str(path) if user_file else host.display(path)
-    doc = load_yaml(text, shown)
+    where = str(path) if user_file else host.display(path)
+    doc = load_yaml(text, str(where))  # size, syntax and nesting: the message names the line
     try:
         return QosConfig.from_dict(doc)
     except VgpukitError as err:
-        line = _key_line(text, err.value) if isinstance(err.value, str) else None
-        raise InvalidInput(f"{shown}: " + (f"line {line}: " if line else "") + err.message, path=shown) from err
+        raise InvalidInput(f"{where}: {_line(text, doc)}{err}") from None
 
 
-def _key_line(text: str, key: str) -> int | None:
-    """Line of the first mapping key equal to ``key`` (where an unknown key is), found on the nodes."""
+def _line(text: str, doc: Any) -> str:
+    """``line N: `` of the GPU or tenant entry a value error is in (validated again one by one)."""
     import yaml
 
-    stack = [yaml.compose(text, Loader=yaml.SafeLoader)]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                if isinstance(k, yaml.ScalarNode) and k.value == key:
-                    return int(k.start_mark.line) + 1
-                stack.append(v)
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
-    return None
+    path: list[str] = []
+    for top in ("watchdog_s", "sample_ms") if isinstance(doc, dict) else ():
+        try:
+            QosConfig(**{top: doc.get(top, 10)}).validate()
+        except VgpukitError:
+            path = path or [top]
+    gpus = doc.get("gpus") if isinstance(doc, dict) and not path else None
+    for key, gdoc in gpus.items() if isinstance(gpus, dict) else ():
+        tenants = gdoc.get("tenants") if isinstance(gdoc, dict) else None
+        for name, tdoc in tenants.items() if isinstance(tenants, dict) else ():
+            try:
+                Tenant.from_dict(str(name), tdoc)
+            except VgpukitError:
+                path = ["gpus", key, "tenants", name]
+                break
+        if path:
+            break
+        try:
+            Gpu.from_dict(str(key), gdoc)
+        except VgpukitError:
+            path = ["gpus", key]
+            break
+    node = mark = yaml.compose(text, Loader=yaml.SafeLoader)
+    for part in path:
+        if not isinstance(node, yaml.MappingNode):
+            break
+        found = [(k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(part)]
+        if not found:
+            break
+        mark, node = found[0]
+    at = mark if path else node
+    return f"line {at.start_mark.line + 1}: " if at is not None and at.start_mark else ""
 
 
 @dataclass
@@ -69,26 +87,24 @@ class Overlay:
 
     @classmethod
     def load(cls, host: Host) -> Overlay:
-        """The recorded runtime changes; entries of the wrong shape are dropped (the file is ours,
-        rewritten at the next change), a file that is not JSON counts as empty."""
+        """The daemon's own record; an unreadable one, or entries of the wrong shape, are ignored."""
         try:
             text = host.read_doc(cls.path(host), "QoS runtime record", MAX_DOC_BYTES, missing_ok=True)
-            doc = load_json(text, host.display(cls.path(host))) if text else None
+            doc = load_json(text, str(host.display(cls.path(host)))) if text else None
         except OutsideRoot:
             raise
-        except InvalidInput:
+        except VgpukitError:
             return cls()
-        if not isinstance(doc, dict):
-            return cls()
-        gpus = doc.get("gpus")
-        tenants = doc.get("tenants")
+        gpus, tenants = (doc.get(k) if isinstance(doc, dict) else None for k in ("gpus", "tenants"))
         return cls(
             gpus={str(k): v for k, v in gpus.items() if isinstance(v, dict)} if isinstance(gpus, dict) else {},
             tenants={
                 str(k): {str(n): t for n, t in v.items() if t is None or isinstance(t, dict)}
-                for k, v in (tenants.items() if isinstance(tenants, dict) else ())
+                for k, v in tenants.items()
                 if isinstance(v, dict)
-            },
+            }
+            if isinstance(tenants, dict)
+            else {},
         )
 
     def save(self, host: Host) -> None:

@@ -11,13 +11,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import Conflict, InvalidInput, NoCapacity, NotFound
-from ..inputs import check_text
+from ..inputs import has_control, parse_float, parse_int
 
 POLICIES = ("best-effort", "fixed-share", "burst-share")
 CLASSES = ("online", "offline")
 KINDS = ("cgroup", "pids", "domain")
-DEMANDS = ("notify", "sample")
+# auto (default): sampled until the tenant's first notification, notified from then on;
+# notify: only notifications; sample: only CPU-time sampling (docs/qos.md, "Demand")
+DEMANDS = ("auto", "notify", "sample")
 MAX_TENANTS = 64
+PID_MAX = 4194304  # the kernel's PID_MAX_LIMIT on 64-bit
 DEFAULT_SLICE_MS = 10  # chosen by measurement, see docs/qos.md ("Slice length")
 MIN_SLICE_MS = 1
 MAX_SLICE_MS = 1000
@@ -32,16 +35,19 @@ def check_key(value: str, what: str) -> str:
     return value
 
 
-def _key_of(value: object, what: str) -> str:
-    """A mapping key from a document as a name (YAML reads ``0:`` as an int)."""
-    return check_key(str(value) if type(value) is int else value, what)  # type: ignore[arg-type]
+def unknown_keys(keys: set[Any]) -> str:
+    """Unknown keys of a document, named only when they look like keys (never arbitrary content)."""
+    shown = sorted(k for k in keys if isinstance(k, str) and _KEY.match(k) and len(k) <= 40)
+    return ", ".join(shown[:5]) + (f" and {len(keys) - len(shown[:5])} more" if len(keys) > len(shown[:5]) else "")
 
 
-def _unknown(where: str, doc: dict[Any, Any], allowed: tuple[str, ...]) -> None:
-    """Refuse keys outside ``allowed``; the first one rides in ``value`` (for the line), not the text."""
-    unknown = [k for k in doc if k not in allowed]
-    if unknown:
-        raise InvalidInput(f"{where}: unknown key (allowed: {', '.join(allowed)})", value=str(unknown[0]))
+def number(value: Any, what: str, lo: float, hi: float, integer: bool = False) -> Any:
+    """A number from a document: a real int (or float), not a string or a boolean, within bounds."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or (integer and not isinstance(value, int)):
+        raise InvalidInput(f"{what} must be {'an integer' if integer else 'a number'}")
+    if integer:
+        return parse_int(value, what, lo=int(lo), hi=int(hi))
+    return parse_float(value, what, lo=lo, hi=hi)
 
 
 @dataclass(frozen=True)
@@ -55,25 +61,25 @@ class Tenant:
     cgroup: str | None = None
     pids: tuple[int, ...] = ()
     domain: str | None = None
-    demand: str = "notify"  # notify: the tenant tells busy/idle; sample: CPU time is sampled
+    demand: str = "auto"  # auto | notify (the tenant tells busy/idle) | sample (CPU time is sampled)
 
     def validate(self) -> Tenant:
         check_key(self.name, "tenant name")
-        if self.cls not in CLASSES:
+        # values come from files and sockets: messages name the field, never quote the value
+        if not isinstance(self.cls, str) or self.cls not in CLASSES:
             raise InvalidInput(f"tenant {self.name}: class must be online or offline")
         if isinstance(self.share, bool) or not isinstance(self.share, int) or not 1 <= self.share <= 100:
             raise InvalidInput(f"tenant {self.name}: share must be an integer percent 1..100")
-        if self.demand not in DEMANDS:
-            raise InvalidInput(f"tenant {self.name}: demand must be notify or sample")
+        if not isinstance(self.demand, str) or self.demand not in DEMANDS:
+            raise InvalidInput(f"tenant {self.name}: demand must be one of {', '.join(DEMANDS)}")
         if self.kind == "cgroup":
-            if not isinstance(self.cgroup, str) or ".." in self.cgroup.split("/"):
-                raise InvalidInput(f"tenant {self.name}: invalid cgroup path (no '..')")
-            check_text(self.cgroup, f"tenant {self.name}: cgroup path", max_len=4096)
+            cg = self.cgroup
+            if not isinstance(cg, str) or not cg or has_control(cg) or len(cg) > 4096 or ".." in cg.split("/"):
+                raise InvalidInput(f"tenant {self.name}: invalid cgroup path")
         elif self.kind == "pids":
-            if not self.pids or any(
-                isinstance(p, bool) or not isinstance(p, int) or not 1 < p <= MAX_PID for p in self.pids
-            ):
-                raise InvalidInput(f"tenant {self.name}: pids must be process ids 2..{MAX_PID}")
+            bad = [p for p in self.pids if isinstance(p, bool) or not isinstance(p, int) or not 1 < p <= PID_MAX]
+            if not self.pids or bad:
+                raise InvalidInput(f"tenant {self.name}: pids must be process ids > 1")
         elif self.kind == "domain":
             check_key(self.domain or "", "libvirt domain name")
         else:
@@ -100,10 +106,12 @@ class Tenant:
 
     @classmethod
     def from_dict(cls, name: str, doc: Any) -> Tenant:
+        check_key(name, "tenant name")
         if not isinstance(doc, dict):
             raise InvalidInput(f"tenant {name}: expected a mapping")
-        check_key(name, "tenant name")
-        _unknown(f"tenant {name}", doc, ("class", "share", "demand", "cgroup", "pids", "domain"))
+        unknown = set(doc) - {"class", "share", "demand", "cgroup", "pids", "domain"}
+        if unknown:
+            raise InvalidInput(f"tenant {name}: unknown keys {unknown_keys(unknown)}")
         targets = [k for k in ("cgroup", "pids", "domain") if doc.get(k) not in (None, [], "")]
         if len(targets) != 1:
             raise InvalidInput(f"tenant {name}: give exactly one of cgroup, pids, domain")
@@ -119,7 +127,7 @@ class Tenant:
             cgroup=doc.get("cgroup"),
             pids=tuple(pids),
             domain=doc.get("domain"),
-            demand=doc.get("demand", "notify"),
+            demand=doc.get("demand", "auto"),
         ).validate()
 
 
@@ -134,12 +142,9 @@ class Gpu:
 
     def validate(self) -> Gpu:
         check_key(self.key, "GPU key")
-        if self.policy not in POLICIES:
+        if not isinstance(self.policy, str) or self.policy not in POLICIES:
             raise InvalidInput(f"{self.key}: policy must be one of {', '.join(POLICIES)}")
-        if isinstance(self.slice_ms, bool) or not isinstance(self.slice_ms, int):
-            raise InvalidInput(f"{self.key}: slice must be an integer number of milliseconds")
-        if not MIN_SLICE_MS <= self.slice_ms <= MAX_SLICE_MS:
-            raise InvalidInput(f"{self.key}: slice must be {MIN_SLICE_MS}..{MAX_SLICE_MS} ms")
+        number(self.slice_ms, f"{self.key}: slice_ms", MIN_SLICE_MS, MAX_SLICE_MS, integer=True)
         if len(self.tenants) > MAX_TENANTS:
             raise NoCapacity(f"{self.key}: at most {MAX_TENANTS} tenants per GPU")
         names = [t.name for t in self.tenants]
@@ -168,12 +173,15 @@ class Gpu:
 
     @classmethod
     def from_dict(cls, key: str, doc: Any) -> Gpu:
+        check_key(key, "GPU key")
         if doc is None:
             doc = {}
         check_key(key, "GPU key")
         if not isinstance(doc, dict):
             raise InvalidInput(f"{key}: expected a mapping")
-        _unknown(key, doc, ("policy", "slice_ms", "tenants"))
+        unknown = set(doc) - {"policy", "slice_ms", "tenants"}
+        if unknown:
+            raise InvalidInput(f"{key}: unknown keys {unknown_keys(unknown)}")
         tenants = doc.get("tenants") or {}
         if not isinstance(tenants, dict):
             raise InvalidInput(f"{key}: tenants must be a mapping name -> tenant")
@@ -181,7 +189,7 @@ class Gpu:
             key=key,
             policy=doc.get("policy", "best-effort"),
             slice_ms=doc.get("slice_ms", DEFAULT_SLICE_MS),
-            tenants=tuple(Tenant.from_dict(_key_of(n, "tenant name"), t) for n, t in tenants.items()),
+            tenants=tuple(Tenant.from_dict(str(n), t) for n, t in tenants.items()),
         ).validate()
 
 
@@ -191,16 +199,13 @@ class QosConfig:
 
     gpus: dict[str, Gpu] = field(default_factory=dict)
     watchdog_s: float = 2.0  # a freeze not renewed by a live daemon is undone after this long
-    sample_ms: int = 10  # sampling interval for tenants with demand: sample
+    sample_ms: int = 10  # sampling interval (demand sample, and auto until the first notification)
 
     def validate(self) -> QosConfig:
         for gpu in self.gpus.values():
             gpu.validate()
-        w, ms = self.watchdog_s, self.sample_ms
-        if isinstance(w, bool) or not isinstance(w, int | float) or not 0.1 <= w <= 3600:
-            raise InvalidInput("watchdog_s must be a number of seconds 0.1..3600")
-        if isinstance(ms, bool) or not isinstance(ms, int) or not 1 <= ms <= 1000:
-            raise InvalidInput("sample_ms must be an integer 1..1000")
+        number(self.watchdog_s, "watchdog_s (seconds)", 0.1, 3600)
+        number(self.sample_ms, "sample_ms", 1, 1000, integer=True)
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -216,12 +221,14 @@ class QosConfig:
             doc = {}
         if not isinstance(doc, dict):
             raise InvalidInput("QoS config: expected a mapping at the top level")
-        _unknown("QoS config", doc, ("gpus", "watchdog_s", "sample_ms"))
+        unknown = set(doc) - {"gpus", "watchdog_s", "sample_ms"}
+        if unknown:
+            raise InvalidInput(f"QoS config: unknown keys {unknown_keys(unknown)}")
         gpus = doc.get("gpus") or {}
         if not isinstance(gpus, dict):
             raise InvalidInput("QoS config: gpus must be a mapping key -> settings")
         return cls(
-            gpus={_key_of(k, "GPU key"): Gpu.from_dict(_key_of(k, "GPU key"), v) for k, v in gpus.items()},
+            gpus={str(k): Gpu.from_dict(str(k), v) for k, v in gpus.items()},
             watchdog_s=doc.get("watchdog_s", 2.0),
             sample_ms=doc.get("sample_ms", 10),
         ).validate()
