@@ -155,8 +155,9 @@ def load_yaml(text: str, where: str, *, limit: int = MAX_DEPTH, max_bytes: int =
             finally:
                 self.depth -= 1
 
-    loader = Loader(text)
+    loader = None
     try:
+        loader = Loader(text)  # the reader refuses control characters here already
         node = loader.get_single_node()
         if node is None:
             return None
@@ -169,7 +170,8 @@ def load_yaml(text: str, where: str, *, limit: int = MAX_DEPTH, max_bytes: int =
     except (ValueError, OverflowError, TypeError):
         raise InvalidInput(f"{where}: a value cannot be read (out of range or of the wrong kind)") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 _QUOTED = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|(?:^|(?<=\s))#[^\n]*', re.MULTILINE)
@@ -183,10 +185,11 @@ def _flow_depth(text: str, where: str, limit: int) -> None:
     if text.count("[") + text.count("{") <= limit:
         return
     depth = 0
-    for m in _BRACKET.finditer(_QUOTED.sub("", text)):
+    for m in _BRACKET.finditer(_QUOTED.sub(lambda q: " " * len(q.group()), text)):  # positions kept
         depth = depth + 1 if m.group() in "[{" else max(depth - 1, 0)
-        if depth > limit:
-            raise InvalidInput(f"{where}: nested more than {limit} levels deep")
+        if depth > limit + 1:  # as the composer counts: a collection at depth limit is fine
+            line = text.count("\n", 0, m.start()) + 1
+            raise InvalidInput(f"{where}: line {line}: nested more than {limit} levels deep")
 
 
 def _node_depth(node: Any, where: str, limit: int) -> None:

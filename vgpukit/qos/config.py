@@ -27,7 +27,7 @@ def default_config_path(host: Host) -> Path:
 def load_base(host: Host, path: Path) -> QosConfig:
     """The admin's config; any problem is one InvalidInput naming the file and the line."""
     user_file = path != default_config_path(host)  # --config PATH: the user's own file, not contained
-    text = host.read_doc(path, "QoS config", MAX_CONFIG_BYTES, missing_ok=not user_file, user_file=user_file)
+    text = host.read_doc(path, "QoS config", MAX_CONFIG_BYTES, missing_ok=True, user_file=user_file)
     if text is None:
         return QosConfig()
     where = str(path) if user_file else host.display(path)
