@@ -14,8 +14,8 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from ..errors import HostIOError, Unsupported
-from . import CiProfile, ComputeInstance, GiProfile, GpuInstance, NvmlGpu, NvmlProcess
 from .errors import NOT_SUPPORTED, nvml_error
+from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, NvmlGpu, NvmlProcess
 
 log = logging.getLogger("vgpukit.nvml")
 T = TypeVar("T")

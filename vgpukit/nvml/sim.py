@@ -21,7 +21,6 @@ from typing import Any
 
 from ..errors import InvalidInput, NotFound
 from ..host import Host
-from . import CiProfile, ComputeInstance, GiProfile, GpuInstance, NvmlGpu, NvmlProcess
 from . import table as tables
 from .errors import (
     CODES_BY_NAME,
@@ -32,6 +31,7 @@ from .errors import (
     NOT_SUPPORTED,
     nvml_error,
 )
+from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, NvmlGpu, NvmlProcess
 from .sim_state import (
     STATE_DIR,
     STATE_FILE,
