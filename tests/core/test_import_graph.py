@@ -122,11 +122,7 @@ KNOWN_FRONT_END_IMPORTS = {
 
 def front_end_imports(graph: dict[str, set[str]]) -> set[str]:
     return {
-        f"{mod} -> {dep}"
-        for mod, deps in graph.items()
-        if not is_front_end(mod)
-        for dep in deps
-        if is_front_end(dep)
+        f"{mod} -> {dep}" for mod, deps in graph.items() if not is_front_end(mod) for dep in deps if is_front_end(dep)
     }
 
 

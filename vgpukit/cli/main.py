@@ -80,6 +80,7 @@ def cli(ctx: click.Context, root: str | None, sim: str | None, as_json: bool, dr
     if debug:
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
     ctx.obj = App.from_env(root, sim, json=as_json, dry_run=dry_run, debug=debug)
+    ctx.call_on_close(ctx.obj.close)  # runs when the command ends, error or not
 
 
 def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

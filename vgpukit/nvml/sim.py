@@ -92,6 +92,9 @@ class SimNvml:
         self.path = self.sim_dir / STATE_DIR / STATE_FILE
         self.host = Host(self.sim_dir)  # the simulated driver writes its device nodes into the sim root
 
+    def close(self) -> None:
+        """Nothing to release: every call opens and closes the state file."""
+
     def _read(self) -> Any:
         return _locked(self.sim_dir, write=False)
 
