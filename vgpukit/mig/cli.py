@@ -11,6 +11,7 @@ from ..errors import Busy, InvalidInput, Unsupported
 from . import engine, view
 from .common_cli import aliases, label_of, named, nvml_of, resolve_gpu, run_plans, show_profiles, show_status
 from .config_cli import apply_cmd, assert_cmd, export_cmd
+from .steps import SetMode
 
 
 @click.group()
@@ -147,14 +148,9 @@ def disable(app: App, gpu: str, reset: bool | None) -> None:
         if reset:
             raise
         # without --reset, disabling is accepted and takes effect at the next reset (like nvidia-smi)
-        steps = [
-            engine.Step(
-                "set-mode", g, "disable MIG mode (pending until the GPU is reset)", enable=False, pending_ok=True
-            )
-        ]
-        plan = engine.GpuPlan(g, steps, [])
+        plan = engine.GpuPlan(g, [SetMode(g.bdf, label_of(app, g), False, pending_ok=True)], [])
     run_plans(app, "mig-disable", [plan])
-    pending = any(s.pending_ok for s in plan.steps)
+    pending = any(isinstance(s, SetMode) and s.pending_ok and not s.then_reset for s in plan.steps)
     if not app.dry_run and not app.json and pending:
         say(f"MIG stays on until {gpu} is reset: vgpukit mig disable {gpu} --reset (or reboot)")
 

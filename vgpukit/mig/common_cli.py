@@ -9,6 +9,7 @@ from ..cli.output import emit_result, say, table
 from ..errors import NotFound, Unsupported
 from ..nvml import Nvml, NvmlGpu
 from . import engine, view
+from .steps import CreateGi
 
 LETTERS = "ABCDEFGHIJKLMNOP"
 
@@ -74,16 +75,21 @@ def run_plans(app: App, kind: str, plans: list[engine.GpuPlan], extra: dict[str,
     gpus = {p.gpu.index: p.gpu for p in plans}
     docs = named(app, [view.gpu_status(nvml, g) for g in (nvml.gpus()[i] for i in sorted(gpus))])
     placements = [
-        {"gpu": s.gpu.index, "profile": s.profile.name, "start": s.start, "size": s.profile.size}
+        {"gpu": p.gpu.index, "profile": s.profile, "start": s.start, "size": s.size}
         for p in plans
         for s in p.steps
-        if s.action == "create-gi" and s.profile is not None
+        if isinstance(s, CreateGi)
     ]
     emit_result(
         app,
         kind,
         plan=steps,
-        data={"placements": placements, "gpus": docs, **(extra or {})},
+        data={
+            "steps": [s.to_dict() for p in plans for s in p.steps],
+            "placements": placements,
+            "gpus": docs,
+            **(extra or {}),
+        },
         human=None if app.dry_run else (lambda: show_status(docs)),
     )
 
