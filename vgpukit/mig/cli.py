@@ -6,7 +6,7 @@ import click
 
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option
-from ..cli.output import emit, say
+from ..cli.output import emit, fail_after_emit, say
 from ..errors import Busy, InvalidInput, Unsupported
 from . import engine, view
 from .common_cli import aliases, label_of, named, nvml_of, resolve_gpu, run_plans, show_profiles, show_status
@@ -122,7 +122,7 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
     plan, skipped = plan_destroy(nvml, g, None if all_ else list(gi_ids), force, label_of(app, g))
     run_plans(app, "mig-destroy", [plan], {"skipped_busy": skipped})
     if skipped:
-        raise Busy(f"skipped busy GPU instance(s): {', '.join(skipped)}")
+        fail_after_emit(app, Busy(f"skipped busy GPU instance(s): {', '.join(skipped)}"))
 
 
 @mig.command("disable")

@@ -9,7 +9,7 @@ import click
 
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option
-from ..cli.output import emit, say
+from ..cli.output import emit, fail_after_emit, say
 from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
 from ..nvml import GiProfile, Nvml, NvmlGpu
 from . import config, engine
@@ -116,7 +116,7 @@ def assert_cmd(app: App, path: Path, name: str | None) -> None:
         lambda: say("the GPUs match the config" if not diff else "differences:\n  " + "\n  ".join(diff)),
     )
     if diff:
-        raise VerifyFailed(f"the GPUs do not match {path}" + (f" -c {name}" if name else ""))
+        fail_after_emit(app, VerifyFailed(f"the GPUs do not match {path}" + (f" -c {name}" if name else "")))
 
 
 @click.command("export")
