@@ -36,6 +36,9 @@ def sim_host(path: Path) -> Host:
     return Host(path, kernel=SimKernel(path))
 
 
+Run = Callable[..., Result]  # the type of the run_cli fixture
+
+
 def invoke(sim: Path | None, *args: str) -> Result:
     """Run the vgpukit CLI in-process, as the ``vgpukit`` command would (errors mapped to exit codes):
     ``invoke(sim_dir, "topo", "--json")``; ``sim=None`` for no ``--sim``. ``.exit_code``, ``.stdout``
@@ -69,4 +72,4 @@ def as_json(result: Result) -> dict:  # type: ignore[type-arg]
     return json.loads(result.stdout)
 
 
-__all__ = ["as_json", "cli", "invoke", "make_sim", "sim_host"]
+__all__ = ["Run", "as_json", "cli", "invoke", "make_sim", "sim_host"]

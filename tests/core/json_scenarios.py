@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from click.testing import Result
+from tests.conftest import Run, make_sim
 
-from tests.conftest import make_sim
-
-Run = Callable[..., Result]
 Docs = list[tuple[str, dict[str, Any]]]
 MDEV_UUID = "c2177883-f1bb-47f0-914d-32a22e3a8804"
 MDEV_UUID2 = "9b1a8c6e-1e7c-4b5a-9f38-2f0d6c1e0a11"

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import Run
 from vgpukit.errors import VgpukitError
 from vgpukit.nvml.errors import NvmlError, NvmlUnknown
 from vgpukit.nvml.real import RealNvml
@@ -94,7 +95,7 @@ def test_close_shuts_nvml_down_once(sim_factory: Callable[..., Path]) -> None:
     "args", [("mig", "status", "--json"), ("mig", "profiles", "0"), ("mig", "destroy", "0", "--gi", "99")]
 )
 def test_the_cli_shuts_nvml_down_when_a_command_ends(
-    sim_factory: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, run_cli: Any, args: tuple[str, ...]
+    sim_factory: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, run_cli: Run, args: tuple[str, ...]
 ) -> None:
     """Through the real backend (the pynvml shim installed as ``pynvml``), success or failure."""
     sim = sim_factory(["A100-SXM4-40GB"])

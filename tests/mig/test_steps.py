@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from tests.conftest import Run
 from vgpukit.mig.steps import STEP_TYPES, CreateCi, CreateGi, DestroyCi, DestroyGi, Reset, SetMode
 from vgpukit.nvml import sim as simdrv
 from vgpukit.nvml.sim import SimNvml
@@ -48,7 +48,7 @@ def test_every_action_is_its_own_frozen_type_with_text_and_a_json_form() -> None
     assert steps[0].describe() == f"{LABEL}: destroy compute instance 0 of GI 2 (MIG-x)"
 
 
-def test_the_json_plan_comes_from_the_steps(hgx: Path, run_cli: Any) -> None:
+def test_the_json_plan_comes_from_the_steps(hgx: Path, run_cli: Run) -> None:
     r = run_cli(hgx, "partition", "0", "--mig", "3g.20gb", "--ci", "1c.3g.20gb=2", "--dry-run", "--json")
     doc = json.loads(r.stdout)
     assert r.exit_code == 0 and doc["dry_run"]
@@ -63,7 +63,7 @@ def test_the_json_plan_comes_from_the_steps(hgx: Path, run_cli: Any) -> None:
     assert doc["steps"][2]["start"] == doc["placements"][0]["start"]
 
 
-def test_a_failed_destroy_puts_the_compute_instances_back(hgx: Path, run_cli: Any) -> None:
+def test_a_failed_destroy_puts_the_compute_instances_back(hgx: Path, run_cli: Run) -> None:
     enable_now(hgx, 0)
     assert run_cli(hgx, "partition", "0", "--mig", "3g.20gb", "--ci", "1c.3g.20gb=3").exit_code == 0
     assert run_cli(hgx, "partition", "0", "--mig", "2g.10gb").exit_code == 0
