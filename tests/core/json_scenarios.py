@@ -92,6 +92,7 @@ def host_session(run: Session, tmp: Path) -> None:
     run(sim, "sim", "release", str(hold["pid"]))
     assert run.run_cli(sim, "sim", "fault", "add", "CreateGpuInstance", "--nth", "5").exit_code == 0
     run(sim, "sim", "fault", "list")
+    run(sim, "recover")
 
 
 def mdev_session(run: Session, tmp: Path) -> None:

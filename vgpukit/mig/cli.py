@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..cli.context import App
-from ..cli.main import dry_run_option, json_option
+from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, fail_after_emit, say
 from ..errors import Busy, InvalidInput, Unsupported
 from . import engine, view
@@ -73,6 +73,7 @@ def profiles(app: App, gpu: str) -> None:
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def partition(
     app: App, gpu: str, mig_specs: tuple[str, ...], ci_specs: tuple[str, ...], reset: bool | None, replace: bool
 ) -> None:
@@ -111,6 +112,7 @@ def partition(
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool) -> None:
     """Destroy GPU instances (and their compute instances)."""
     from .destroy import plan_destroy
@@ -136,6 +138,7 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def disable(app: App, gpu: str, reset: bool | None) -> None:
     """Turn MIG mode off (the GPU must have no GPU instances left)."""
     nvml = nvml_of(app)

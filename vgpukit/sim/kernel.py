@@ -65,13 +65,26 @@ def load_reactions() -> list[Reaction]:
     return out
 
 
+CRASH_ENV = "VGPUKIT_SIM_CRASH_AT_WRITE"
+
+
 class SimKernel:
     def __init__(self, root: Path) -> None:
         self.root = Path(os.path.realpath(root))
         self.tree = SimTree(self.root)
         self.reactions = load_reactions()
+        # Crash testing: the process kills itself (SIGKILL) just before its Nth control-file write,
+        # as a power cut or kill -9 between two writes would on a real host.
+        crash = os.environ.get(CRASH_ENV, "")
+        self.crash_at = int(crash) if crash.isascii() and crash.isdigit() else 0
+        self.writes = 0
 
     def write(self, path: Path, data: str) -> None:
+        self.writes += 1
+        if self.crash_at and self.writes >= self.crash_at:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
         real = Path(os.path.realpath(path.parent)) / path.name
         with locked(self.root):
             state = KernelState.load(self.root)
