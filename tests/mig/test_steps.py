@@ -7,6 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.conftest import Run
+from vgpukit.engine import Env
+from vgpukit.host import Host
 from vgpukit.mig.steps import STEP_TYPES, CreateCi, CreateGi, DestroyCi, DestroyGi, Reset, SetMode
 from vgpukit.nvml import sim as simdrv
 from vgpukit.nvml.sim import SimNvml
@@ -79,19 +81,20 @@ def test_inverses_are_idempotent_and_keyed_by_placement(sim_factory: Callable[..
     sim = sim_factory(["A100-SXM4-40GB"])
     enable_now(sim, 0)
     n = SimNvml(sim)
+    env = Env(Host(sim), lambda: n)
     bdf = n.gpus()[0].bdf
     create = CreateGi(bdf, LABEL, 9, "3g.20gb", 4, 4)
-    undo = create.inverse(n)
+    undo = create.inverse(env)
     assert undo == DestroyGi(bdf, LABEL, 9, "3g.20gb", 4, 4)
-    create.apply(n)
-    create.apply(n)  # ensured: still one
+    create.apply(env)
+    create.apply(env)  # ensured: still one
     ci = CreateCi(bdf, LABEL, 9, 4, 1, "1c.3g.20gb")
-    ci_undo = ci.inverse(n)
+    ci_undo = ci.inverse(env)
     assert isinstance(ci_undo, DestroyCi) and ci_undo.gi_start == 4 and ci_undo.start == 0
-    ci.apply(n)
+    ci.apply(env)
     assert full_layout(sim) == [(9, 4, ((0, 1),))]
     # a GI recreated elsewhere in between gets other ids: the keys still find it
     for step in (ci_undo, ci_undo, undo, undo):
-        step.apply(n)
+        step.apply(env)
     assert full_layout(sim) == []
-    assert create.inverse(n) == undo and undo.inverse(n) is None
+    assert create.inverse(env) == undo and undo.inverse(env) is None

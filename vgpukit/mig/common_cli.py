@@ -6,6 +6,7 @@ from typing import Any
 
 from ..cli.context import App
 from ..cli.output import emit_result, say, table
+from ..engine import execute
 from ..errors import NotFound, Unsupported
 from ..nvml import Nvml, NvmlGpu
 from . import engine, view
@@ -69,9 +70,10 @@ def named(app: App, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def run_plans(app: App, kind: str, plans: list[engine.GpuPlan], extra: dict[str, Any] | None = None) -> None:
     """Apply (unless dry run) and report; show the resulting MIG devices of the GPUs touched."""
     nvml = nvml_of(app)
-    steps = [s.describe() for p in plans for s in p.steps]
-    if not app.dry_run and steps:
-        engine.apply(nvml, plans)
+    todo = [s for p in plans for s in p.steps]
+    steps = [s.describe() for s in todo]
+    if not app.dry_run and todo:
+        execute(app.env, todo)
     gpus = {p.gpu.index: p.gpu for p in plans}
     docs = named(app, [view.gpu_status(nvml, g) for g in (nvml.gpus()[i] for i in sorted(gpus))])
     placements = [
@@ -85,7 +87,7 @@ def run_plans(app: App, kind: str, plans: list[engine.GpuPlan], extra: dict[str,
         kind,
         plan=steps,
         data={
-            "steps": [s.to_dict() for p in plans for s in p.steps],
+            "steps": [s.to_dict() for s in todo],
             "placements": placements,
             "gpus": docs,
             **(extra or {}),

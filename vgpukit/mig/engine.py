@@ -1,10 +1,9 @@
-"""Plan MIG changes on one or more GPUs, and run the plans.
+"""Plan MIG changes on one or more GPUs.
 
 :func:`plan_gpu` turns a desired state (:class:`GpuRequest`) and what the driver reports into an
-ordered list of steps (:mod:`vgpukit.mig.steps`, one dataclass per action), raising before anything
+ordered list of steps (:mod:`vgpukit.mig.steps`, one engine step per action), raising before anything
 is touched when the request cannot be carried out (no capacity, busy instances, a mode change that
-needs a reset not allowed). :func:`apply` runs the steps and, when one fails, runs the inverses of
-what this run did, newest first.
+needs a reset not allowed). The change engine (:func:`vgpukit.engine.execute`) runs the plans.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..errors import Busy, Conflict, NoCapacity, Unsupported, VgpukitError
+from ..errors import Busy, Conflict, NoCapacity, Unsupported
 from ..nvml import GiProfile, GpuInstance, Nvml, NvmlGpu
 from ..nvml import table as tables
 from . import planner
@@ -210,27 +209,3 @@ def _mode_steps(
             )
         steps.append(Reset(gpu.bdf, label, enable))
     return steps
-
-
-# ----------------------------------------------------------------------------- apply / roll back
-def apply(nvml: Nvml, plans: Sequence[GpuPlan]) -> None:
-    """Run every step; on failure run the inverses of this run's steps newest first and re-raise."""
-    undo: list[MigStep] = []
-    try:
-        for plan in plans:
-            for step in plan.steps:
-                inverse = step.inverse(nvml)  # read before the change: what puts it back
-                if inverse is not None:
-                    undo.append(inverse)
-                step.apply(nvml)
-    except VgpukitError as exc:
-        failures = []
-        for inv in reversed(undo):
-            try:
-                inv.apply(nvml)
-            except VgpukitError as uexc:  # keep undoing the rest
-                failures.append(str(uexc))
-        extra = f"; rollback incomplete: {'; '.join(failures)}" if failures else "; rolled back what this run changed"
-        exc.message += extra
-        exc.args = (exc.message,)
-        raise

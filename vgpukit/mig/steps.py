@@ -1,24 +1,26 @@
-"""The MIG changes, one frozen dataclass per action (a plan is a list of them: data, JSON-able).
+"""The MIG changes as change-engine steps (:mod:`vgpukit.engine`), one frozen dataclass per action.
 
 Every step names what it touches by stable keys: the GPU's PCI address, a GPU instance's profile
 and placement start, a compute instance's placement start inside it. Never by the GI/CI ids the
 driver assigns when it creates them, so a step and its inverse mean the same thing before and after
 a crash. ``apply`` is an "ensure": it does nothing when the host already is as the step wants, and
-``inverse`` (read from the live state just before ``apply``) returns the step that puts it back.
+``inverse`` (read from the live state just before ``apply``) returns the step that puts it back, so
+the journal replayed after a kill -9 repairs a half-done ``mig apply`` whatever step it died in.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import ClassVar
 
-from ..errors import Conflict, NotFound
+from ..engine import Env, Step, step_kind
+from ..errors import Conflict, NotFound, Unsupported, VerifyFailed
 from ..nvml import ComputeInstance, GpuInstance, Nvml
 from .spec import ci_enum
 
 
 @dataclass(frozen=True)
-class MigStep:
+class MigStep(Step):
     bdf: str  # the GPU, by PCI address
     label: str  # how messages name it: "gpu0 (0000:07:00.0)"
 
@@ -30,14 +32,15 @@ class MigStep:
     def describe(self) -> str:
         return f"{self.label}: {self.text()}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "text": self.describe(), **asdict(self)}
-
-    def apply(self, nvml: Nvml) -> None:
+    def inverse(self, env: Env) -> MigStep | None:
         raise NotImplementedError
 
-    def inverse(self, nvml: Nvml) -> MigStep | None:
-        raise NotImplementedError
+
+def nvml_of(env: Env) -> Nvml:
+    nvml = env.nvml
+    if nvml is None:
+        raise Unsupported("no NVIDIA driver here: NVML is not available", hint="install the driver, or use --sim DIR")
+    return nvml
 
 
 # ----------------------------------------------------------------------------- live lookups
@@ -75,6 +78,7 @@ def free_ci_start(nvml: Nvml, index: int, gi: GpuInstance, slices: int) -> int:
 
 
 # ----------------------------------------------------------------------------- the steps
+@step_kind
 @dataclass(frozen=True)
 class DestroyCi(MigStep):
     """Ensure no compute instance of ``slices`` at ``start`` in the GPU instance at ``gi_start``."""
@@ -96,14 +100,23 @@ class DestroyCi(MigStep):
             )
         return f"destroy compute instance {self.ci_id} of GI {self.gi_id} ({self.uuid})"
 
-    def apply(self, nvml: Nvml) -> None:
+    def apply(self, env: Env) -> None:
+        nvml = nvml_of(env)
         i = gpu_index(nvml, self.bdf)
         gi = find_gi(nvml, i, self.gi_profile_id, self.gi_start)
         ci = find_ci(gi, self.start, self.slices)
         if gi is not None and ci is not None:
             nvml.destroy_compute_instance(i, gi.id, ci.id)
 
-    def inverse(self, nvml: Nvml) -> MigStep | None:
+    def verify(self, env: Env) -> None:
+        nvml = nvml_of(env)
+        if find_ci(
+            find_gi(nvml, gpu_index(nvml, self.bdf), self.gi_profile_id, self.gi_start), self.start, self.slices
+        ):
+            raise VerifyFailed(f"{self.label}: the compute instance at slice {self.start} is still there")
+
+    def inverse(self, env: Env) -> MigStep | None:
+        nvml = nvml_of(env)
         i = gpu_index(nvml, self.bdf)
         if find_ci(find_gi(nvml, i, self.gi_profile_id, self.gi_start), self.start, self.slices) is None:
             return None
@@ -112,6 +125,7 @@ class DestroyCi(MigStep):
         )
 
 
+@step_kind
 @dataclass(frozen=True)
 class DestroyGi(MigStep):
     """Ensure no GPU instance of ``profile_id`` at ``start`` (its compute instances must be gone)."""
@@ -128,18 +142,26 @@ class DestroyGi(MigStep):
         gi = f"GI {self.gi_id}" if self.gi_id >= 0 else "the GI"
         return f"destroy {gi} ({self.profile}) at slots {self.start}-{self.start + self.size - 1}"
 
-    def apply(self, nvml: Nvml) -> None:
+    def apply(self, env: Env) -> None:
+        nvml = nvml_of(env)
         i = gpu_index(nvml, self.bdf)
         gi = find_gi(nvml, i, self.profile_id, self.start)
         if gi is not None:
             nvml.destroy_gpu_instance(i, gi.id)
 
-    def inverse(self, nvml: Nvml) -> MigStep | None:
+    def verify(self, env: Env) -> None:
+        nvml = nvml_of(env)
+        if find_gi(nvml, gpu_index(nvml, self.bdf), self.profile_id, self.start) is not None:
+            raise VerifyFailed(f"{self.label}: the {self.profile} GPU instance at slot {self.start} is still there")
+
+    def inverse(self, env: Env) -> MigStep | None:
+        nvml = nvml_of(env)
         if find_gi(nvml, gpu_index(nvml, self.bdf), self.profile_id, self.start) is None:
             return None
         return CreateGi(self.bdf, self.label, self.profile_id, self.profile, self.start, self.size)
 
 
+@step_kind
 @dataclass(frozen=True)
 class SetMode(MigStep):
     """Ensure the pending MIG mode is ``enable``; unless ``pending_ok``, it must be in effect now."""
@@ -155,7 +177,8 @@ class SetMode(MigStep):
         late = self.pending_ok and not self.then_reset
         return f"{word} MIG mode" + (" (pending until the GPU is reset)" if late else "")
 
-    def apply(self, nvml: Nvml) -> None:
+    def apply(self, env: Env) -> None:
+        nvml = nvml_of(env)
         i = gpu_index(nvml, self.bdf)
         current, pending = nvml.mig_mode(i)
         applied = nvml.set_mig_mode(i, self.enable) if pending != self.enable else current == self.enable
@@ -165,11 +188,18 @@ class SetMode(MigStep):
                 hint="stop what holds the GPU and rerun, or reset it yourself (nvidia-smi -r)",
             )
 
-    def inverse(self, nvml: Nvml) -> MigStep | None:
+    def verify(self, env: Env) -> None:
+        nvml = nvml_of(env)
+        if nvml.mig_mode(gpu_index(nvml, self.bdf))[1] != self.enable:
+            raise VerifyFailed(f"{self.label}: the MIG mode did not change")
+
+    def inverse(self, env: Env) -> MigStep | None:
+        nvml = nvml_of(env)
         _, pending = nvml.mig_mode(gpu_index(nvml, self.bdf))
         return None if pending == self.enable else SetMode(self.bdf, self.label, pending, pending_ok=True)
 
 
+@step_kind
 @dataclass(frozen=True)
 class Reset(MigStep):
     """Ensure the MIG mode in effect is ``enable``: request it and reset the GPU when it is not yet."""
@@ -181,7 +211,8 @@ class Reset(MigStep):
     def text(self) -> str:
         return "reset the GPU to apply the MIG mode"
 
-    def apply(self, nvml: Nvml) -> None:
+    def apply(self, env: Env) -> None:
+        nvml = nvml_of(env)
         i = gpu_index(nvml, self.bdf)
         current, pending = nvml.mig_mode(i)
         if current == self.enable:
@@ -190,11 +221,18 @@ class Reset(MigStep):
             nvml.set_mig_mode(i, self.enable)
         nvml.reset_gpu(i)
 
-    def inverse(self, nvml: Nvml) -> MigStep | None:
+    def verify(self, env: Env) -> None:
+        nvml = nvml_of(env)
+        if nvml.mig_mode(gpu_index(nvml, self.bdf))[0] != self.enable:
+            raise VerifyFailed(f"{self.label}: the MIG mode is not in effect after the reset")
+
+    def inverse(self, env: Env) -> MigStep | None:
+        nvml = nvml_of(env)
         current, _ = nvml.mig_mode(gpu_index(nvml, self.bdf))
         return None if current == self.enable else Reset(self.bdf, self.label, current)
 
 
+@step_kind
 @dataclass(frozen=True)
 class CreateGi(MigStep):
     """Ensure a GPU instance of ``profile_id`` at ``start``."""
@@ -210,17 +248,25 @@ class CreateGi(MigStep):
         span = f"{self.start}-{self.start + self.size - 1}" if self.size > 1 else str(self.start)
         return f"create GPU instance {self.profile} at slots {span}"
 
-    def apply(self, nvml: Nvml) -> None:
+    def apply(self, env: Env) -> None:
+        nvml = nvml_of(env)
         i = gpu_index(nvml, self.bdf)
         if find_gi(nvml, i, self.profile_id, self.start) is None:
             nvml.create_gpu_instance(i, self.profile_id, self.start)
 
-    def inverse(self, nvml: Nvml) -> MigStep | None:
+    def verify(self, env: Env) -> None:
+        nvml = nvml_of(env)
+        if find_gi(nvml, gpu_index(nvml, self.bdf), self.profile_id, self.start) is None:
+            raise VerifyFailed(f"{self.label}: no {self.profile} GPU instance at slot {self.start} after creating it")
+
+    def inverse(self, env: Env) -> MigStep | None:
+        nvml = nvml_of(env)
         if find_gi(nvml, gpu_index(nvml, self.bdf), self.profile_id, self.start) is not None:
             return None
         return DestroyGi(self.bdf, self.label, self.profile_id, self.profile, self.start, self.size)
 
 
+@step_kind
 @dataclass(frozen=True)
 class CreateCi(MigStep):
     """A compute instance of ``slices`` in the GPU instance at ``gi_start``: at ``start`` (ensured when
@@ -246,12 +292,14 @@ class CreateCi(MigStep):
             return i, gi, None if find_ci(gi, self.start, self.slices) else self.start
         return i, gi, free_ci_start(nvml, i, gi, self.slices)
 
-    def apply(self, nvml: Nvml) -> None:
+    def apply(self, env: Env) -> None:
+        nvml = nvml_of(env)
         i, gi, start = self._where(nvml)
         if start is not None:
             nvml.create_compute_instance(i, gi.id, ci_enum(self.slices), start)
 
-    def inverse(self, nvml: Nvml) -> MigStep | None:
+    def inverse(self, env: Env) -> MigStep | None:
+        nvml = nvml_of(env)
         start = self._where(nvml)[2]
         if start is None:
             return None
