@@ -7,19 +7,17 @@ from typing import Any
 from ..cli.context import App
 from ..cli.output import emit_result, say, table
 from ..engine import execute
-from ..errors import NotFound, Unsupported
+from ..errors import NotFound
 from ..nvml import Nvml, NvmlGpu
-from . import engine, view
+from . import engine, steps, view
 from .steps import CreateGi
 
 LETTERS = "ABCDEFGHIJKLMNOP"
 
 
 def nvml_of(app: App) -> Nvml:
-    nvml = app.nvml
-    if nvml is None:
-        raise Unsupported("no NVIDIA driver here: NVML is not available", hint="install the driver, or use --sim DIR")
-    return nvml
+    """The command's NVML facade (the one its engine steps use); Unsupported where there is none."""
+    return steps.nvml_of(app.env)
 
 
 _SCANS: dict[int, list[Any]] = {}
@@ -71,7 +69,6 @@ def run_plans(app: App, kind: str, plans: list[engine.GpuPlan], extra: dict[str,
     """Apply (unless dry run) and report; show the resulting MIG devices of the GPUs touched."""
     nvml = nvml_of(app)
     todo = [s for p in plans for s in p.steps]
-    steps = [s.describe() for s in todo]
     if not app.dry_run and todo:
         execute(app.env, todo)
     gpus = {p.gpu.index: p.gpu for p in plans}
@@ -85,7 +82,7 @@ def run_plans(app: App, kind: str, plans: list[engine.GpuPlan], extra: dict[str,
     emit_result(
         app,
         kind,
-        plan=steps,
+        plan=[s.describe() for s in todo],
         data={
             "steps": [s.to_dict() for s in todo],
             "placements": placements,
