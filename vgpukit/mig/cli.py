@@ -9,9 +9,10 @@ from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, fail_after_emit, say
 from ..errors import Busy, InvalidInput, Unsupported
 from . import engine, view
-from .common_cli import aliases, label_of, named, nvml_of, resolve_gpu, run_plans, show_profiles, show_status
+from .common_cli import aliases, label_of, named, nvml_of, resolve_gpu, run_plans
 from .config_cli import apply_cmd, assert_cmd, export_cmd
 from .steps import SetMode
+from .view_cli import show_profiles, show_status
 
 
 @click.group()

@@ -1,4 +1,4 @@
-"""What ``mig status`` / ``mig profiles`` show, as data collected from the facade (rendered by the front end)."""
+"""What ``mig status`` / ``mig profiles`` show: data collected from the facade (rendered by view_cli)."""
 
 from __future__ import annotations
 
