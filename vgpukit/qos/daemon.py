@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import Conflict, InvalidInput, NotFound, VgpukitError
 from ..host import Host
+from ..libvirt.connection import Session
 from . import demand as demand_proto
 from .backends import Backend, backend_for
 from .config import Overlay, load_base
@@ -56,13 +57,13 @@ class Daemon:
         config_path: Path,
         clock: Callable[[], int] = time.monotonic_ns,
         observer: Observer | None = None,
-        libvirt_conn: Any = None,
+        libvirt: Session | None = None,
     ) -> None:
         self.host = host
         self.config_path = config_path
         self.clock = clock
         self.observer = observer
-        self.libvirt_conn = libvirt_conn
+        self.libvirt = libvirt or Session()  # the one libvirt connection of domain tenants, opened on use
         self.base = load_base(host, config_path)  # a broken config fails the start, before any freeze
         self.overlay = Overlay.load(host)
         self.cfg = QosConfig()
@@ -85,7 +86,7 @@ class Daemon:
             out[key] = {}
             for t in gpu.tenants:
                 try:
-                    out[key][t.name] = backend_for(self.host, t, self.libvirt_conn)
+                    out[key][t.name] = backend_for(self.host, t, self.libvirt)
                 except VgpukitError as err:
                     log.warning("%s: tenant %s dropped: %s", key, t.name, err)
                     cfg.remove_tenant(key, t.name)
@@ -223,7 +224,7 @@ class Daemon:
                 return {"ok": True, "plan": [], "tenant": tenant.to_dict()}
             raise Conflict(f"{key}: tenant {name!r} exists with other settings (remove it first)")
         cfg.add_tenant(key, tenant)
-        backend_for(self.host, tenant, self.libvirt_conn)  # its cgroup / processes / domain must exist
+        backend_for(self.host, tenant, self.libvirt)  # its cgroup / processes / domain must exist
         plan = [f"{key}: add {tenant.cls} tenant {name} ({tenant.share}%, {tenant.target})"]
         if not dry:
             self.overlay.record_tenant(key, name, tenant)
@@ -341,6 +342,7 @@ class Daemon:
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
             os.close(wake_r)
+            self.libvirt.close()
             log.info("qos daemon stopped, every tenant thawed")
 
     def _loop(self, guardian: Guardian, wake_r: int, dsock: socket.socket, ctrl: ControlServer) -> None:
