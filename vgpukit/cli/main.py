@@ -100,6 +100,7 @@ def cli(
     if debug:
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
     ctx.obj = App.from_env(root, sim, json=as_json, dry_run=dry_run, debug=debug, wait=wait, command=_command_line())
+    ctx.call_on_close(ctx.obj.close)  # runs when the command ends, error or not
 
 
 def _command_line() -> str:
