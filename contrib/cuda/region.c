@@ -3,7 +3,7 @@
  *
  *   offset 0    u32 magic "VGCU" (0x55434756), u32 version 1, u32 maxdev 32, u32 slots 64
  *   offset 16   a process-shared robust pthread mutex (64 bytes reserved)
- *   offset 80   u64 cap[32]     the cap per device, as the last process configured it (for display)
+ *   offset 80   u64 cap[32]     the cap per device the tenant allocated on, as the last process set it
  *   offset 336  u64 total[32]   bytes charged per device = the sum of the live slots
  *   offset 592  64 slots of { i32 pid, u32 pad, u64 start (starttime in /proc/pid/stat), u64 used[32] }
  *
@@ -150,7 +150,8 @@ static struct region *map_file(const char *dir)
             }
         }
     }
-    close(fd); /* drops the flock */
+    flock(fd, LOCK_UN); /* explicitly: the mapping keeps the open file (and a lock on it) alive */
+    close(fd);
     return r;
 }
 
@@ -168,9 +169,6 @@ static int take_slot(void)
         rg->slot[free_slot].start = start_time(my_pid);
         rg->slot[free_slot].pid = my_pid;
     }
-    for (int d = 0; d < VGC_MAXDEV; d++)
-        if (vgc.cap[d])
-            rg->cap[d] = vgc.cap[d];
     unlock();
     return free_slot;
 }
@@ -202,6 +200,7 @@ int vgc_charge(int dev, uint64_t bytes)
         return -1;
     uint64_t cap = vgc.cap[dev];
     lock();
+    rg->cap[dev] = cap; /* for display: the devices this tenant used, with their caps */
     for (int pass = 0; pass < 2; pass++) {
         if (!cap || (rg->total[dev] <= cap && bytes <= cap - rg->total[dev])) {
             rg->slot[me].used[dev] += bytes;
