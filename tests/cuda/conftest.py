@@ -78,7 +78,12 @@ class Cuda:
     def popen(self, *args: str, **env_kw: object) -> subprocess.Popen[str]:
         env = self.env(**env_kw)  # type: ignore[arg-type]
         return subprocess.Popen(
-            [str(self.bin / args[0]), *args[1:]], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [str(self.bin / args[0]), *args[1:]],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
 
 

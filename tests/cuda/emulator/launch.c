@@ -3,7 +3,9 @@
  *                          frozen right after) measure how long the device still works: the drain.
  *   launch bench N         ns per cuLaunchKernel (median of batches of 1000, 0-ns kernels) and per
  *                          cuMemAlloc_v2 + cuMemFree_v2 pair.
- *   launch spin MS SECONDS launch MS-ms kernels back to back for SECONDS (a busy tenant). */
+ *   launch probe MS        one MS-ms kernel; prints how long until it completed (latency_ms).
+ * With VGPUKIT_TEST_GATE set, the program prints "ready" once initialised and waits for a line on stdin
+ * before it launches anything (so that a test can register it with the QoS daemon first). */
 #include "common.h"
 
 #include <string.h>
@@ -27,7 +29,20 @@ int main(int argc, char **argv)
     CHECK(cuModuleLoadData(&m, ""));
     CHECK(cuModuleGetFunction(&f, m, "spin"));
     CHECK(cuStreamCreate(&s, 0));
-    if (!strcmp(argv[1], "drain") && argc == 4) {
+    if (getenv("VGPUKIT_TEST_GATE")) {
+        char line[16];
+        printf("ready\n");
+        fflush(stdout);
+        if (!fgets(line, sizeof(line), stdin)) return 3;
+    }
+    if (!strcmp(argv[1], "probe")) {
+        uint64_t ns = (uint64_t)(atof(argv[2]) * 1e6);
+        void *params[] = {&ns};
+        double t0 = now_ms();
+        CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+        CHECK(cuStreamSynchronize(s));
+        printf("latency_ms=%.3f\n", now_ms() - t0);
+    } else if (!strcmp(argv[1], "drain") && argc == 4) {
         int k = atoi(argv[2]);
         uint64_t ns = (uint64_t)(atof(argv[3]) * 1e6);
         void *params[] = {&ns};
@@ -60,17 +75,6 @@ int main(int argc, char **argv)
         qsort(lt, (size_t)batches, sizeof(double), cmp);
         qsort(at, (size_t)batches, sizeof(double), cmp);
         printf("launch_ns=%.1f alloc_free_ns=%.1f\n", lt[batches / 2], at[batches / 2]);
-    } else if (!strcmp(argv[1], "spin") && argc == 4) {
-        uint64_t ns = (uint64_t)(atof(argv[2]) * 1e6);
-        void *params[] = {&ns};
-        double end = now_ms() + atof(argv[3]) * 1e3;
-        long n = 0;
-        while (now_ms() < end) {
-            CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
-            n++;
-            if (n % 4 == 0) CHECK(cuStreamSynchronize(s)); /* an application that waits for its results */
-        }
-        printf("launched=%ld\n", n);
     } else
         return 2;
     return 0;
