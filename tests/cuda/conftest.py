@@ -66,7 +66,9 @@ class Cuda:
 
     def run(self, *args: str, timeout: float = 60, check: bool = True, **env_kw: object) -> dict[str, str]:
         env = self.env(**env_kw)  # type: ignore[arg-type]
-        p = subprocess.run([str(self.bin / args[0]), *args[1:]], env=env, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(
+            [str(self.bin / args[0]), *args[1:]], env=env, capture_output=True, text=True, timeout=timeout
+        )
         if check:
             assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
         out = parse(p.stdout)
