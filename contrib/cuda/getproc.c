@@ -3,10 +3,13 @@
 #include "vgpukit_cuda.h"
 
 #include <stddef.h>
+#include <string.h>
 
 EXPORT void *dlsym(void *handle, const char *symbol)
 {
     void *r = vgc_real_dlsym(handle, symbol);
+    if (r && symbol && !strncmp(symbol, "nvmlDeviceGetMemoryInfo", 23) && !vgc_in_init())
+        return vgc_nvml_dlsym(handle, symbol, r);
     if (!r || !symbol || symbol[0] != 'c' || symbol[1] != 'u' || vgc_in_init())
         return r;
     vgc_init();

@@ -21,7 +21,7 @@
 #define VGC_USES(X)                                                                                          \
     X(cuCtxGetDevice) X(cuCtxGetCurrent) X(cuCtxPushCurrent_v2) X(cuCtxPopCurrent_v2) X(cuStreamGetCtx)         \
     X(cuEventCreate) X(cuEventDestroy_v2) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)                \
-    X(cuEventElapsedTime)
+    X(cuEventElapsedTime) X(cuDeviceGetCount) X(cuDeviceGetPCIBusId)
 
 #define X(n) extern void *real_##n;
 VGC_HOOKS(X)
@@ -62,6 +62,7 @@ void vgc_region_after_fork(void);
 void *vgc_wrapper_of(void *real);
 void *vgc_real_dlsym(void *handle, const char *symbol);
 int vgc_in_init(void);
+void *vgc_nvml_dlsym(void *handle, const char *symbol, void *real);
 
 /* memory.c / launch.c */
 void vgc_memory_after_fork(void);

@@ -230,6 +230,13 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice d)
     snprintf(name, (size_t)len, "vgpukit emulated GPU %d", d);
     return CUDA_SUCCESS;
 }
+CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice d)
+{
+    if (d < 0 || d >= ndev || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    snprintf(id, (size_t)len, "0000:%02X:00.0", 0x10 + d);
+    return CUDA_SUCCESS;
+}
 CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d)
 {
     (void)attr;
