@@ -243,8 +243,8 @@ class Bench:
             Host(self.root),
             {"op": "set", "gpu": "gpu0", "policy": "fixed-share", "slice_ms": int(os.environ.get("BENCH_SLICE", "20"))},
         )
-        kw = {"VGPUKIT_CUDA_INFLIGHT": os.environ.get("BENCH_N", "2")}
-        k = os.environ.get("BENCH_K", "1")
+        kw = {"VGPUKIT_CUDA_INFLIGHT": os.environ.get("BENCH_N", "4")}
+        k = os.environ.get("BENCH_K", "2")
         a = self.gated("a", "launch", "drain", "100000", k, VGPUKIT_EMU_OWNER="0", **kw)
         b = self.gated("b", "launch", "drain", "100000", k, VGPUKIT_EMU_OWNER="1", **kw)
         try:
