@@ -175,17 +175,15 @@ static void record(struct win *w, CUstream s)
     w->count++;
 }
 
-typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                              CUstream, void **, void **);
-static inline CUresult launch(launch_fn real, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                              unsigned by, unsigned bz, unsigned shm, CUstream s, void **params, void **extra)
+/* Every launch path: demand first, then (with a window) admission, the driver's launch, the event. */
+static inline struct win *gate(CUstream s)
 {
     if (vgc.demand)
         demand();
-    if (!vgc.inflight && !vgc.inflight_ms)
-        return REAL_OR(real)(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
-    struct win *w = admit(s);
-    CUresult r = REAL_OR(real)(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+    return vgc.inflight || vgc.inflight_ms ? admit(s) : NULL;
+}
+static inline CUresult done(struct win *w, CUstream s, CUresult r)
+{
     if (w) {
         if (r == CUDA_SUCCESS)
             record(w, s);
@@ -194,18 +192,50 @@ static inline CUresult launch(launch_fn real, CUfunction f, unsigned gx, unsigne
     return r;
 }
 
-EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                               unsigned bz, unsigned shm, CUstream s, void **params, void **extra)
-{
-    vgc_init();
-    return launch((launch_fn)real_cuLaunchKernel, f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
-}
-EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                                    unsigned bz, unsigned shm, CUstream s, void **params, void **extra)
-{
-    vgc_init();
-    return launch((launch_fn)real_cuLaunchKernel_ptsz, f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
-}
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              CUstream, void **, void **);
+#define LAUNCH(name)                                                                                         \
+    EXPORT CUresult name(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,         \
+                         unsigned bz, unsigned shm, CUstream s, void **params, void **extra)                   \
+    {                                                                                                        \
+        vgc_init();                                                                                          \
+        struct win *w = gate(s);                                                                             \
+        return done(w, s, REAL(name, launch_fn)(f, gx, gy, gz, bx, by, bz, shm, s, params, extra));          \
+    }
+LAUNCH(cuLaunchKernel)
+LAUNCH(cuLaunchKernel_ptsz)
+LAUNCH(cuLaunchCooperativeKernel)
+LAUNCH(cuLaunchCooperativeKernel_ptsz)
+
+/* cuLaunchKernelEx(const CUlaunchConfig *, f, params, extra): CUlaunchConfig starts with gridDim x/y/z,
+ * blockDim x/y/z, sharedMemBytes (7 unsigned ints) and then the CUstream hStream. */
+struct launch_config_head {
+    unsigned dims[7];
+    CUstream hStream;
+};
+typedef CUresult (*launchex_fn)(const void *, CUfunction, void **, void **);
+#define LAUNCHEX(name)                                                                                       \
+    EXPORT CUresult name(const void *cfg, CUfunction f, void **params, void **extra)                          \
+    {                                                                                                        \
+        vgc_init();                                                                                          \
+        CUstream s = cfg ? ((const struct launch_config_head *)cfg)->hStream : NULL;                         \
+        struct win *w = cfg ? gate(s) : NULL;                                                                \
+        return done(w, s, REAL(name, launchex_fn)(cfg, f, params, extra));                                   \
+    }
+LAUNCHEX(cuLaunchKernelEx)
+LAUNCHEX(cuLaunchKernelEx_ptsz)
+
+/* A CUDA graph launch is one unit of queued work for the window. */
+typedef CUresult (*graph_fn)(void *, CUstream);
+#define GRAPH(name)                                                                                          \
+    EXPORT CUresult name(void *exec, CUstream s)                                                              \
+    {                                                                                                        \
+        vgc_init();                                                                                          \
+        struct win *w = gate(s);                                                                             \
+        return done(w, s, REAL(name, graph_fn)(exec, s));                                                    \
+    }
+GRAPH(cuGraphLaunch)
+GRAPH(cuGraphLaunch_ptsz)
 
 /* A destroyed stream's window goes with it (its events first: they belong to the stream's context). */
 EXPORT CUresult cuStreamDestroy_v2(CUstream s)

@@ -15,6 +15,8 @@
     X(cuMemUnmap) X(cuArrayCreate_v2) X(cuArray3DCreate_v2) X(cuArrayDestroy) X(cuMipmappedArrayCreate)         \
     X(cuMipmappedArrayDestroy) X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuDeviceGetDefaultMemPool)              \
     X(cuDeviceGetMemPool) X(cuMemGetInfo_v2) X(cuDeviceTotalMem_v2) X(cuLaunchKernel) X(cuLaunchKernel_ptsz)    \
+    X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz)  \
+    X(cuGraphLaunch) X(cuGraphLaunch_ptsz)                                                                   \
     X(cuStreamDestroy_v2) X(cuGetProcAddress) X(cuGetProcAddress_v2)
 
 /* Driver functions the library calls but does not wrap. */

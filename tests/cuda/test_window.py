@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from .conftest import Cuda
 
 KERNELS, MS = 40, 50  # 2 s of 50 ms kernels
@@ -13,8 +15,9 @@ def test_without_a_window_the_queue_is_all_the_work(cuda: Cuda) -> None:
     assert float(out["drain_ms"]) > 0.9 * KERNELS * MS  # a frozen process's queue keeps the device ~2 s
 
 
-def test_window_of_n_launches(cuda: Cuda) -> None:
-    out = cuda.run("launch", "drain", str(KERNELS), str(MS), VGPUKIT_CUDA_INFLIGHT="2")
+@pytest.mark.parametrize("how", ["kernel", "coop", "ex", "graph"])
+def test_window_of_n_launches(cuda: Cuda, how: str) -> None:
+    out = cuda.run("launch", "drain", str(KERNELS), str(MS), VGPUKIT_CUDA_INFLIGHT="2", VGPUKIT_TEST_LAUNCH=how)
     assert float(out["drain_ms"]) <= 2 * MS + 20  # at most 2 kernels left behind
     assert float(out["launch_ms"]) > (KERNELS - 3) * MS  # the program was paced by the device instead
 

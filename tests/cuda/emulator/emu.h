@@ -18,6 +18,7 @@ typedef struct emu_array *CUarray;
 typedef struct emu_array *CUmipmappedArray;
 typedef void *CUmodule;
 typedef void *CUfunction;
+typedef void *CUgraphExec;
 
 enum {
     CUDA_SUCCESS = 0,
@@ -73,5 +74,12 @@ typedef struct {
     int Format;
     unsigned NumChannels, Flags;
 } CUDA_ARRAY3D_DESCRIPTOR;
+
+typedef struct {
+    unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    CUstream hStream;
+    void *attrs; /* CUlaunchAttribute * */
+    unsigned numAttrs;
+} CUlaunchConfig;
 
 #endif

@@ -625,6 +625,38 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz
     return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
 }
 
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                   unsigned bz, unsigned shm, CUstream s, void **params, void **extra)
+{
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+}
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                        unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
+                                        void **extra)
+{
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+}
+CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
+{
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
+    return cuLaunchKernel(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
+                          c->sharedMemBytes, c->hStream, params, extra);
+}
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
+{
+    return cuLaunchKernelEx(c, f, params, extra);
+}
+/* Graphs: an emulated executable graph is one kernel whose duration (ns) is the uint64 it points to. */
+CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
+{
+    if (!g)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *params[] = {g};
+    return cuLaunchKernel(&function_token, 1, 1, 1, 1, 1, 1, 0, s, params, NULL);
+}
+CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { return cuGraphLaunch(g, s); }
+
 /* ---- test hooks */
 int vgpuemu_stats(int dev, uint64_t *used, uint64_t *peak)
 {

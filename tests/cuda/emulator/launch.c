@@ -1,5 +1,6 @@
 /* Launch behaviour:
- *   launch drain K MS      queue K kernels of MS ms as fast as admitted; then (as if the process were
+ *   launch drain K MS      queue K kernels of MS ms as fast as admitted (VGPUKIT_TEST_LAUNCH: kernel,
+ *                          coop, ex or graph picks the launch call); then (as if the process were
  *                          frozen right after) measure how long the device still works: the drain.
  *   launch bench N         ns per cuLaunchKernel (median of batches of 1000, 0-ns kernels) and per
  *                          cuMemAlloc_v2 + cuMemFree_v2 pair.
@@ -46,8 +47,15 @@ int main(int argc, char **argv)
         int k = atoi(argv[2]);
         uint64_t ns = (uint64_t)(atof(argv[3]) * 1e6);
         void *params[] = {&ns};
+        const char *how = getenv("VGPUKIT_TEST_LAUNCH") ? getenv("VGPUKIT_TEST_LAUNCH") : "kernel";
+        CUlaunchConfig cfg = {1, 1, 1, 1, 1, 1, 0, s, NULL, 0};
         double t0 = now_ms();
-        for (int i = 0; i < k; i++) CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+        for (int i = 0; i < k; i++) {
+            if (!strcmp(how, "coop")) CHECK(cuLaunchCooperativeKernel(f, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+            else if (!strcmp(how, "ex")) CHECK(cuLaunchKernelEx(&cfg, f, params, NULL));
+            else if (!strcmp(how, "graph")) CHECK(cuGraphLaunch((CUgraphExec)&ns, s));
+            else CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+        }
         double t1 = now_ms();
         CHECK(cuStreamSynchronize(s));
         double t2 = now_ms();
