@@ -135,6 +135,7 @@ def test_sd_notify_ready_and_metrics_port(tmp_path: Path, spawn) -> None:  # typ
         assert wait_for(
             lambda: 'vgpukit_qos_target_share_ratio{class="offline",gpu="gpu0",tenant="x"} 0.2' in scraped()
         )
+        assert 'vgpukit_qos_config_reloads_total{result="refused"} 0.0' in scraped()
     finally:
         p.terminate()
         assert p.wait(10) == 0
@@ -150,8 +151,12 @@ def test_metrics_observer_text() -> None:
         m,
     )
     rt.demand("t", True, clock(), sent_ns=0)
-    m.update([rt.status(clock())])
+    conf = {"path": "/etc/vgpukit/qos.yaml", "reloads": 2, "reloads_refused": 3, "reload_error": {"message": "x"}}
+    m.update([rt.status(clock())], {"config": conf, "demand_refused": {"malformed": 4, "not-owner": 0}})
     text = m.text()
+    assert 'vgpukit_qos_config_reloads_total{result="refused"} 3.0' in text
+    assert "vgpukit_qos_config_reload_error 1.0" in text
+    assert 'vgpukit_qos_demand_refused_total{reason="malformed"} 4.0' in text
     assert 'vgpukit_qos_tenant_state{class="online",gpu="gpu0",state="running",tenant="t"} 1.0' in text
     assert "vgpukit_qos_detection_latency_seconds_count" in text
     assert 'vgpukit_qos_achieved_share_ratio{class="online",gpu="gpu0",tenant="t",window="10s"}' in text

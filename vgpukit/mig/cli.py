@@ -11,7 +11,7 @@ from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say
 from ..errors import Busy, InvalidInput, NotFound, Unsupported
 from ..nvml import Nvml, NvmlGpu
-from . import engine, view
+from . import engine, view, view_cli
 
 
 def nvml_of(app: App) -> Nvml:
@@ -83,7 +83,7 @@ def status(app: App, gpu: str | None) -> None:
     nvml = nvml_of(app)
     gpus = [resolve_gpu(app, gpu)] if gpu else nvml.gpus()
     docs = _named(app, [view.gpu_status(nvml, g) for g in gpus])
-    emit(app, "mig-status", {"gpus": docs}, lambda: view.show_status(docs))
+    emit(app, "mig-status", {"gpus": docs}, lambda: view_cli.show_status(docs))
 
 
 @mig.command("profiles")
@@ -95,7 +95,7 @@ def profiles(app: App, gpu: str) -> None:
     nvml = nvml_of(app)
     doc = view.profiles_doc(nvml, resolve_gpu(app, gpu))
     doc["gpu"] = aliases(app).get(doc["bdf"], doc["gpu"])
-    emit(app, "mig-profiles", doc, lambda: view.show_profiles(doc))
+    emit(app, "mig-profiles", doc, lambda: view_cli.show_profiles(doc))
 
 
 def run_plans(app: App, kind: str, plans: list[engine.GpuPlan], extra: dict[str, Any] | None = None) -> None:
@@ -117,7 +117,7 @@ def run_plans(app: App, kind: str, plans: list[engine.GpuPlan], extra: dict[str,
         kind,
         plan=steps,
         data={"placements": placements, "gpus": docs, **(extra or {})},
-        human=None if app.dry_run else (lambda: view.show_status(docs)),
+        human=None if app.dry_run else (lambda: view_cli.show_status(docs)),
     )
 
 
