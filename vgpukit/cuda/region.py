@@ -100,3 +100,14 @@ def write_config(host: Host, tenant: str, **values: int | str | None) -> None:
 
 def remove_config(host: Host, tenant: str) -> None:
     host.remove(tenant_dir(host, tenant) / "config")
+
+
+def sync_configs(host: Host, wanted: dict[str, dict[str, int | str]], gone: set[str]) -> None:
+    """Make the tenants' library configs what ``wanted`` says (rewritten only when they differ) and
+    remove those of ``gone``; the running processes read them at their next start."""
+    for tenant, values in wanted.items():
+        text = "".join(f"{k}={values[k]}\n" for k in CONFIG_KEYS if values.get(k) is not None)
+        if host.read_raw_opt(tenant_dir(host, tenant) / "config") != text:
+            write_config(host, tenant, **values)
+    for tenant in gone - set(wanted):
+        remove_config(host, tenant)
