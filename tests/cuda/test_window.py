@@ -18,13 +18,13 @@ def test_without_a_window_the_queue_is_all_the_work(cuda: Cuda) -> None:
 @pytest.mark.parametrize("how", ["kernel", "coop", "ex", "graph"])
 def test_window_of_n_launches(cuda: Cuda, how: str) -> None:
     out = cuda.run("launch", "drain", str(KERNELS), str(MS), VGPUKIT_CUDA_INFLIGHT="2", VGPUKIT_TEST_LAUNCH=how)
-    assert float(out["drain_ms"]) <= 2 * MS + 20  # at most 2 kernels left behind
+    assert float(out["drain_ms"]) <= 2 * MS + 50  # at most 2 kernels left behind (+ wake-up slack)
     assert float(out["launch_ms"]) > (KERNELS - 3) * MS  # the program was paced by the device instead
 
 
 def test_window_of_t_ms(cuda: Cuda) -> None:
     out = cuda.run("launch", "drain", str(KERNELS), str(MS), VGPUKIT_CUDA_INFLIGHT_MS="100")
-    assert float(out["drain_ms"]) <= 100 + MS + 20
+    assert float(out["drain_ms"]) <= 100 + MS + 50
 
 
 def test_window_from_the_tenant_config(cuda: Cuda) -> None:
@@ -32,4 +32,4 @@ def test_window_from_the_tenant_config(cuda: Cuda) -> None:
 
     write_config(cuda.host, cuda.tenant, inflight=1)
     out = cuda.run("launch", "drain", "10", str(MS))
-    assert float(out["drain_ms"]) <= MS + 20
+    assert float(out["drain_ms"]) <= MS + 50
