@@ -119,3 +119,16 @@ def test_threads_and_devices(cuda: Cuda) -> None:
 def test_per_device_caps(cuda: Cuda) -> None:
     out = cuda.run("paths", "mem", VGPUKIT_CUDA_MEMORY="4MiB,16MiB", VGPUKIT_EMU_DEVICES="2")
     assert int(out["total"]) == 4 << 20  # device 0 of "4MiB,16MiB"
+
+
+def test_a_process_killed_inside_the_lock_blocks_nobody(cuda: Cuda) -> None:
+    """kill -9 while holding the region's mutex with a half-done update: the next process recovers the
+    mutex (robust, EOWNERDEAD) and recomputes the totals from the per-process slots."""
+    env = {"VGPUKIT_CUDA_MEMORY": str(CAP)}
+    cuda.run("paths", "mem", **env)  # lays the region out
+    holder = cuda.popen("lockholder", str(cuda.root / "run" / "vgpukit" / "cuda" / cuda.tenant))
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    out = cuda.run("paths", "mem", timeout=20, **env)
+    assert int(out["free"]) == CAP and int(out["peak"]) == CAP and out["over"] == "2"
