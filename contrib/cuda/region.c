@@ -196,8 +196,12 @@ void vgc_region_after_fork(void)
 
 int vgc_charge(int dev, uint64_t bytes)
 {
-    if (dev < 0 || dev >= VGC_MAXDEV || me < 0)
-        return -1;
+    if (dev < 0 || dev >= VGC_MAXDEV || me < 0) { /* beyond what the region counts: only uncapped tenants */
+        for (int d = 0; d < VGC_MAXDEV; d++)
+            if (vgc.cap[d])
+                return -1;
+        return 0;
+    }
     uint64_t cap = vgc.cap[dev];
     lock();
     rg->cap[dev] = cap; /* for display: the devices this tenant used, with their caps */
