@@ -161,6 +161,10 @@ class Host:
     def is_dir(self, path: Path) -> bool:
         return path.is_dir()
 
+    def is_file(self, path: Path) -> bool:
+        """A regular file (symlinks followed), not a directory, socket or device."""
+        return path.is_file()
+
     def read(self, path: Path) -> str:
         """Text of a file, surrounding white space stripped."""
         return self._read_op("reading", path, lambda: path.read_text(errors="replace")).strip()

@@ -217,7 +217,7 @@ def test_mig_on_simulator(sim_dir: Path, run_cli: Run) -> None:
     (dev,) = spec["devices"]
     assert dev["name"] == ci.uuid
     paths = [n["path"] for n in dev["containerEdits"]["deviceNodes"]]
-    gi_minor = 3 + 135 * 1 + 9 * gi.id  # the driver's formula (sysfs-abi.md), read here from mig-minors
+    gi_minor = 3 + 135 * 1 + 9 * gi.id  # the driver's formula (docs/mig.md), read here from mig-minors
     assert paths[2:] == [
         "/dev/nvidia1",
         f"/dev/nvidia-caps/nvidia-cap{gi_minor}",
