@@ -32,3 +32,6 @@ fi
 echo "setup: installing vgpukit and its Python dependencies into .venv"
 .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/pip install -q -e '.[dev,libvirt]'
+
+echo "setup: building the CUDA interception library (build/libvgpukit-cuda.so)"
+make -s -C contrib/cuda O="$PWD/build"

@@ -238,6 +238,16 @@ class Host:
         except OSError as exc:
             raise from_oserror(exc, path=self.display(path), action="reading") from exc
 
+    def read_bytes_opt(self, path: Path, limit: int) -> bytes | None:
+        """At most ``limit`` bytes of a binary file, or None when it does not exist."""
+        try:
+            with open(path, "rb") as f:
+                return f.read(limit)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise from_oserror(exc, path=self.display(path), action="reading") from exc
+
     def read_int(self, path: Path, default: int | None = None, base: int = 0) -> int | None:
         text = self.read_opt(path)
         if text is None or text == "":

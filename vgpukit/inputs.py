@@ -41,6 +41,23 @@ def parse_int(text: object, what: str, *, lo: int | None = None, hi: int | None 
     return check_range(value, what, lo=lo, hi=hi)
 
 
+_SIZE_UNITS = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}
+
+
+def parse_size(text: object, what: str, *, lo: int = 0, hi: int = 1 << 50) -> int:
+    """A byte count: an int, or ASCII digits with an optional K/M/G/T (or KiB/MiB/GiB/TiB, KB...) suffix."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return check_range(text, what, lo=lo, hi=hi)
+    if not isinstance(text, str) or not text.isascii() or len(text) > 32:
+        raise InvalidInput(f"{what} must be a size such as 4GiB or 512M")
+    s = text.strip().lower()
+    digits = s.rstrip("kmgtib")
+    unit = s[len(digits) :].removesuffix("ib").removesuffix("b")
+    if not digits.isdigit() or unit not in _SIZE_UNITS:
+        raise InvalidInput(f"{what} must be a size such as 4GiB or 512M")
+    return check_range(int(digits) << _SIZE_UNITS[unit], what, lo=lo, hi=hi)
+
+
 def check_range(value: int, what: str, *, lo: int | None = None, hi: int | None = None) -> int:
     if lo is not None and value < lo:
         raise InvalidInput(f"{what} must be at least {lo}, not {_small(value)}", value=_small(value))

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from click.testing import Result
 
+from tests.conftest import Run
 from vgpukit.attach import cdi
 from vgpukit.attach.mig import mig_slices
 from vgpukit.host import Host
@@ -21,7 +20,6 @@ from ..conftest import as_json
 from .fakehost import FakeHost
 from .test_cli import MTTY_UUID, NIC_VF, NIC_VF2, make_mdev, make_vfs
 
-Run = Callable[..., Result]
 SCHEMA_DIR = Path(__file__).parent / "cdi-schema"
 
 

@@ -60,20 +60,4 @@ def test_help_imports_nothing_heavy() -> None:
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
-def _is_front_end(path: Path) -> bool:
-    rel = path.relative_to(PKG)
-    return rel.parts[0] == "cli" or path.name == "cli.py" or path.name.endswith("_cli.py") or rel == Path("__main__.py")
-
-
-def test_only_front_ends_import_the_cli() -> None:
-    cli_import = re.compile(r"^\s*(from\s+(\.+cli\b|vgpukit\.cli\b)|import\s+vgpukit\.cli\b)")
-    offenders = [
-        f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
-        for p in _sources()
-        if not _is_front_end(p)
-        for n, line in enumerate(p.read_text().splitlines(), 1)
-        if cli_import.search(line)
-    ]
-    assert not offenders, "domain code importing vgpukit.cli (take a Host / facade / options instead):\n" + "\n".join(
-        offenders
-    )
+# Layering (nothing below the front ends imports them, no import cycles): tests/core/test_import_graph.py

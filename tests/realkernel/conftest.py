@@ -81,6 +81,9 @@ def _is_real_case(item: pytest.Item) -> bool:
 
 
 def _guest_steps(rk: RealKernel, items: list[pytest.Item], nodeids: list[str]) -> list[GuestStep]:
+    """``GUEST_STEPS`` of every collected module, in collection order; kinds: ``vgpukit`` (its
+    arguments), ``sh`` (a shell command), ``sh-vgpukit`` (a shell command in which the word VGPUKIT
+    stands for the guest's ``python -m vgpukit``)."""
     steps: list[GuestStep] = []
     seen: set[str] = set()
     for item in items:
@@ -90,7 +93,12 @@ def _guest_steps(rk: RealKernel, items: list[pytest.Item], nodeids: list[str]) -
             if name in seen:
                 continue
             seen.add(name)
-            cmd = rk.vgpukit_command(*args) if kind == "vgpukit" else args[0]
+            if kind == "vgpukit":
+                cmd = rk.vgpukit_command(*args)
+            elif kind == "sh-vgpukit":
+                cmd = args[0].replace("VGPUKIT", rk.vgpukit_command())
+            else:
+                cmd = args[0]
             steps.append(GuestStep(name, cmd))
     if nodeids:
         pytest_cmd = rk.python_command(
@@ -115,7 +123,7 @@ def guest_session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     session.mtty = assets.mtty
     t0 = time.monotonic()
     run = rk.run(
-        _guest_steps(rk, items, session.nodeids),
+        _guest_steps(rk, list(request.session.items), session.nodeids),
         keep_dir=tmp_path_factory.mktemp("guest"),
         env={"VGPUKIT_GUEST_MTTY": "1" if assets.mtty else "0"},
     )

@@ -5,13 +5,11 @@ from __future__ import annotations
 import errno
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from click.testing import Result
 
-from tests.conftest import as_json, sim_host
+from tests.conftest import Run, as_json, sim_host
 from vgpukit.engine import Env, execute
 from vgpukit.errors import HostIOError
 from vgpukit.holders import OpenFiles
@@ -22,7 +20,6 @@ from vgpukit.sriov import ops
 from vgpukit.sriov.model import read_pf
 
 NIC0 = "0000:05:00.0"
-Run = Callable[..., Result]
 
 
 def state(root: Path) -> dict[str, object]:

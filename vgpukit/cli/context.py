@@ -79,6 +79,12 @@ class App:
             self._nvml_loaded = True
         return self._nvml  # type: ignore[no-any-return]
 
+    def close(self) -> None:
+        """End of the command: release what was opened (NVML is shut down)."""
+        if self._nvml is not None:
+            self._nvml.close()
+        self._nvml, self._nvml_loaded = None, False
+
 
 def _given(option: str | None, name: str, env: str) -> str | None:
     """The option, else the environment variable; an empty value is refused, never taken as ``/``

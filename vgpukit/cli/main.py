@@ -104,6 +104,7 @@ def cli(
         # warnings logged where no handler is set up (a rollback step that failed) read like our errors
         logging.lastResort = _Warnings()
     ctx.obj = App.from_env(root, sim, json=as_json, dry_run=dry_run, debug=debug, wait=wait, command=_command_line())
+    ctx.call_on_close(ctx.obj.close)  # runs when the command ends, error or not
 
 
 def _command_line() -> str:

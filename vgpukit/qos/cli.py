@@ -14,10 +14,10 @@ import click
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option
 from ..cli.output import emit, emit_result, say, table
-from ..cli.params import NAME, AsciiFloat, AsciiInt
+from ..cli.params import NAME, AsciiFloat, AsciiInt, Size
 from ..errors import InvalidInput
 from . import control
-from .model import CLASSES, DEMANDS, MAX_PID, POLICIES, Tenant
+from .model import CLASSES, DEMANDS, MAX_INFLIGHT, MAX_INFLIGHT_MS, MAX_PID, POLICIES, Tenant
 
 
 @click.group("qos")
@@ -99,6 +99,9 @@ def tenant() -> None:
     show_default=True,
     help="How busy/idle is known: auto (CPU time sampled until the tenant's first notification), notify, sample.",
 )
+@click.option("--memory", type=Size(), help="GPU memory cap per device for libvgpukit-cuda (e.g. 4GiB).")
+@click.option("--inflight", type=AsciiInt(1, MAX_INFLIGHT), help="Launches outstanding per stream (CUDA library).")
+@click.option("--inflight-ms", type=AsciiInt(1, MAX_INFLIGHT_MS), help="ms of queued work per stream (CUDA library).")
 @click.argument("more_pids", nargs=-1, type=AsciiInt(2, MAX_PID))
 @json_option
 @dry_run_option
@@ -113,6 +116,9 @@ def tenant_add(
     pids: tuple[int, ...],
     domain: str | None,
     demand: str,
+    memory: int | None,
+    inflight: int | None,
+    inflight_ms: int | None,
     more_pids: tuple[int, ...],
 ) -> None:
     """Add tenant NAME to GPU: exactly one of --cgroup, --pid N..., --domain."""
@@ -123,7 +129,19 @@ def tenant_add(
     if len(given) != 1:
         raise InvalidInput("give exactly one of --cgroup, --pid, --domain")
     kind = "cgroup" if cgroup else "pids" if all_pids else "domain"
-    t = Tenant(name, cls, share, kind, cgroup=cgroup, pids=tuple(all_pids), domain=domain, demand=demand).validate()
+    t = Tenant(
+        name,
+        cls,
+        share,
+        kind,
+        cgroup=cgroup,
+        pids=tuple(all_pids),
+        domain=domain,
+        demand=demand,
+        memory=memory,
+        inflight=inflight,
+        inflight_ms=inflight_ms,
+    ).validate()
     reply = control.request(
         app.host, {"op": "tenant-add", "gpu": gpu, "name": name, "tenant": t.to_dict(), "dry_run": app.dry_run}
     )
@@ -151,6 +169,21 @@ DEMAND_SHOWN = {
 }
 
 
+def _size(n: int) -> str:
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f}{unit}".replace(".0" + unit, unit)
+    return f"{n}B"
+
+
+def _memory(t: dict[str, Any]) -> str:
+    """used/cap of the CUDA library's region ('-' when the tenant has neither)."""
+    used, cap = t.get("memory_used"), t.get("memory")
+    if used is None and cap is None:
+        return "-"
+    return f"{_size(used or 0)}/{_size(cap) if cap else 'no cap'}"
+
+
 def _human_status(gpus: list[dict[str, Any]], daemon: dict[str, Any]) -> None:
     if not gpus:
         say("no GPUs configured")
@@ -166,6 +199,7 @@ def _human_status(gpus: list[dict[str, Any]], daemon: dict[str, Any]) -> None:
                 t["preemptions"],
                 f"{t['frozen_s']:.1f}",
                 DEMAND_SHOWN.get(t.get("demand_source", ""), t["demand"]),
+                _memory(t),
                 t["target"],
             ]
             for t in g["tenants"]
@@ -173,7 +207,7 @@ def _human_status(gpus: list[dict[str, Any]], daemon: dict[str, Any]) -> None:
         lat = g["latency"]
         table(
             f"{g['gpu']}: {g['policy']}, slice {g['slice_ms']} ms",
-            ["tenant", "class", "share", "state", "1s", "10s", "preempted", "frozen s", "demand", "target"],
+            ["tenant", "class", "share", "state", "1s", "10s", "preempted", "frozen s", "demand", "memory", "target"],
             rows,
         )
         parts = [f"{k} p50/p99 {v['p50_ms']}/{v['p99_ms']} ms" for k, v in lat.items() if v.get("count")]

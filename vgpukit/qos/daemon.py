@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..cuda import region as cuda_region
 from ..errors import Conflict, InvalidInput, NotFound, VgpukitError
 from ..host import Host
 from ..libvirt.connection import Session
@@ -99,7 +100,8 @@ class Daemon:
         new = [b.target for bs in backends.values() for b in bs.values()]
         old = [b.target for rt in self.gpus.values() for b in rt.backends.values()]
         save_managed(self.host, old + new)
-        self.cfg = cfg
+        previous, self.cfg = self.cfg, cfg
+        self._sync_library(previous, cfg)
         for key in [k for k in self.gpus if k not in cfg.gpus]:
             self.gpus.pop(key).thaw_everything()
         for key, gpu in cfg.gpus.items():
@@ -111,6 +113,28 @@ class Daemon:
         if set(old) - set(new):
             save_managed(self.host, new)
         self._update_sampling()
+
+    def _sync_library(self, old: QosConfig, new: QosConfig) -> None:
+        """The CUDA library's per-tenant configs (memory cap, in-flight window) follow the tenants."""
+        wanted: dict[str, dict[str, int | str]] = {
+            t.name: {**t.library_config, "gpu": key}
+            for key, g in new.gpus.items()
+            for t in g.tenants
+            if t.library_config
+        }
+        had = {t.name for g in old.gpus.values() for t in g.tenants if t.library_config}
+        try:
+            cuda_region.sync_configs(self.host, wanted, had)
+        except VgpukitError as err:
+            log.warning("CUDA library configs not written: %s", err)
+
+    def _memory_used(self, tenant: str) -> int | None:
+        """Bytes the tenant's processes hold on its busiest device (the library's shared region), if any."""
+        try:
+            usage = cuda_region.read_usage(self.host, tenant)
+        except VgpukitError:
+            return None
+        return usage.peak_used if usage else None
 
     def _update_sampling(self) -> None:
         self.sampling = any(rt.sampled(t) for rt in self.gpus.values() for t in rt.spec.tenants)
@@ -180,6 +204,8 @@ class Daemon:
             if key is not None and key not in self.gpus:
                 raise NotFound(f"no QoS settings for {key!r}")
             gpus = [self.gpus[k].status(now) for k in sorted(self.gpus) if key in (None, k)]
+            for t in (t for g in gpus for t in g["tenants"]):
+                t["memory_used"] = self._memory_used(t["name"])
             return {"ok": True, "pid": os.getpid(), "gpus": gpus, **self.counters()}
         if op == "reload":
             refused = self.reload()

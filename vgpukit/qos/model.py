@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import Conflict, InvalidInput, NoCapacity, NotFound
-from ..inputs import has_control, parse_float, parse_int
+from ..inputs import has_control, parse_float, parse_int, parse_size
 
 POLICIES = ("best-effort", "fixed-share", "burst-share")
 CLASSES = ("online", "offline")
@@ -24,7 +24,9 @@ PID_MAX = 4194304  # the kernel's PID_MAX_LIMIT on 64-bit
 DEFAULT_SLICE_MS = 10  # chosen by measurement, see docs/qos.md ("Slice length")
 MIN_SLICE_MS = 1
 MAX_SLICE_MS = 1000
-MAX_PID = 4194304  # the kernel's PID_MAX_LIMIT
+MAX_PID = PID_MAX  # the name the CLI options use
+MAX_INFLIGHT = 1023  # launches per stream the CUDA library keeps outstanding (docs/cuda.md)
+MAX_INFLIGHT_MS = 3_600_000
 _KEY = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z", re.ASCII)
 
 
@@ -62,6 +64,10 @@ class Tenant:
     pids: tuple[int, ...] = ()
     domain: str | None = None
     demand: str = "auto"  # auto | notify (the tenant tells busy/idle) | sample (CPU time is sampled)
+    # for libvgpukit-cuda (docs/cuda.md): memory cap per device in bytes, in-flight window per stream
+    memory: int | None = None
+    inflight: int | None = None
+    inflight_ms: int | None = None
 
     def validate(self) -> Tenant:
         check_key(self.name, "tenant name")
@@ -72,6 +78,13 @@ class Tenant:
             raise InvalidInput(f"tenant {self.name}: share must be an integer percent 1..100")
         if not isinstance(self.demand, str) or self.demand not in DEMANDS:
             raise InvalidInput(f"tenant {self.name}: demand must be one of {', '.join(DEMANDS)}")
+        for what, value, hi in (
+            ("memory", self.memory, 1 << 50),
+            ("inflight", self.inflight, MAX_INFLIGHT),
+            ("inflight_ms", self.inflight_ms, MAX_INFLIGHT_MS),
+        ):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi):
+                raise InvalidInput(f"tenant {self.name}: {what} must be an integer 1..{hi}")
         if self.kind == "cgroup":
             cg = self.cgroup
             if not isinstance(cg, str) or not cg or has_control(cg) or len(cg) > 4096 or ".." in cg.split("/"):
@@ -102,14 +115,32 @@ class Tenant:
             doc["pids"] = list(self.pids)
         else:
             doc["domain"] = self.domain
+        for k in ("memory", "inflight", "inflight_ms"):
+            if getattr(self, k) is not None:
+                doc[k] = getattr(self, k)
         return doc
+
+    @property
+    def library_config(self) -> dict[str, int]:
+        """What libvgpukit-cuda reads for this tenant (empty: the tenant does not configure it)."""
+        return {k: v for k in ("memory", "inflight", "inflight_ms") if (v := getattr(self, k)) is not None}
 
     @classmethod
     def from_dict(cls, name: str, doc: Any) -> Tenant:
         check_key(name, "tenant name")
         if not isinstance(doc, dict):
             raise InvalidInput(f"tenant {name}: expected a mapping")
-        unknown = set(doc) - {"class", "share", "demand", "cgroup", "pids", "domain"}
+        unknown = set(doc) - {
+            "class",
+            "share",
+            "demand",
+            "cgroup",
+            "pids",
+            "domain",
+            "memory",
+            "inflight",
+            "inflight_ms",
+        }
         if unknown:
             raise InvalidInput(f"tenant {name}: unknown keys {unknown_keys(unknown)}")
         targets = [k for k in ("cgroup", "pids", "domain") if doc.get(k) not in (None, [], "")]
@@ -128,6 +159,9 @@ class Tenant:
             pids=tuple(pids),
             domain=doc.get("domain"),
             demand=doc.get("demand", "auto"),
+            memory=None if doc.get("memory") is None else parse_size(doc["memory"], f"tenant {name}: memory", lo=1),
+            inflight=doc.get("inflight"),
+            inflight_ms=doc.get("inflight_ms"),
         ).validate()
 
 

@@ -227,6 +227,7 @@ class GpuRuntime:
                     "preemptions": st.preemptions,
                     "frozen_s": round(frozen_ns / S, 3),
                     "served_s": round(st.served_ns / S, 3),
+                    "memory": spec.memory,
                 }
             )
         return {
