@@ -95,7 +95,7 @@ class Journal:
             finally:
                 os.close(dfd)
         rec = _snapshot(path)
-        rec["path"] = os.path.relpath(path, self.root)
+        rec["path"] = path[len(self.root) + 1 :]  # the tree hands in real paths inside the root
         os.write(self.fd, (json.dumps(rec) + "\n").encode("utf-8", "surrogateescape"))
 
     def commit(self) -> None:

@@ -87,22 +87,22 @@ def recover(root: Path) -> str | None:
 class SimKernel:
     def __init__(self, root: Path) -> None:
         self.root = Path(os.path.realpath(root))
-        self.tree = SimTree(self.root)
         self.reactions = load_reactions()
         if (sim_meta_dir(self.root) / LOG).exists():
             with locked(self.root):
                 recover(self.root)
 
     def write(self, path: Path, data: str) -> None:
-        real = Path(self.tree.inside(path, follow=False))
+        tree = SimTree(self.root)  # one per write: it remembers resolved directories
+        real = Path(tree.inside(path, follow=False))
         with locked(self.root):
             recover(self.root)
             state = KernelState.load(self.root)
             before = json.dumps(vars(state))
-            journal = Journal(
+            tree.journal = Journal(
                 self.root, sim_meta_dir(self.root), {"path": os.path.relpath(real, self.root), "value": data}
             )
-            tree = SimTree(self.root, journal)
+            journal = tree.journal
             w = Write(tree, state, real, data)
             try:
                 self._react(w)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,19 +33,43 @@ class SimTree:
     Every change resolves its path and refuses (:class:`~vgpukit.errors.InvalidInput`, naming the
     path) one that leads outside the root, e.g. through a planted symlink; with a ``journal`` (a
     reaction in flight) it records the path's state before changing it.
+
+    Resolving a path costs an ``lstat`` per component, so directories already found to be real
+    (no symlink on the way) are remembered for this instance's life; removing a directory forgets them.
     """
 
     root: Path
     journal: Journal | None = None
+    real_dirs: set[str] = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
         self.root = Path(os.path.realpath(self.root))
+        self.real_dirs.add(str(self.root))
 
     # ------------------------------------------------------------------ changes
     def inside(self, path: Path, follow: bool) -> str:
         """The real path to change: ``path`` resolved (``follow``) or its resolved parent + name."""
-        real = os.path.realpath(path) if follow else os.path.join(os.path.realpath(path.parent), path.name)
+        real = self._realpath(str(path)) if follow else os.path.join(self._realpath(str(path.parent)), path.name)
         return self._check(real, path)
+
+    def _realpath(self, path: str) -> str:
+        """``os.path.realpath``, one ``lstat`` per directory not yet known to be real."""
+        if path in self.real_dirs:
+            return path
+        parent, name = os.path.split(path)
+        if not name or name in (".", "..") or parent == path or not parent.startswith(str(self.root)):
+            return os.path.realpath(path)
+        if self._realpath(parent) != parent:
+            return os.path.realpath(path)  # a symlink on the way: the OS resolves it
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return path
+        if stat.S_ISLNK(mode):
+            return os.path.realpath(path)
+        if stat.S_ISDIR(mode):
+            self.real_dirs.add(path)
+        return path
 
     def _check(self, real: str, path: Path) -> str:
         if not real.startswith(str(self.root) + os.sep):
@@ -121,6 +145,8 @@ class SimTree:
                     os.rmdir(os.path.join(top, name))
         self._before(real)
         os.rmdir(real)
+        self.real_dirs.clear()
+        self.real_dirs.add(str(self.root))
 
     def make_devnode(self, path: Path, major: int, minor: int) -> None:
         """A simulated device node: a plain file naming the numbers it stands for.
