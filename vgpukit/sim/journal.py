@@ -40,8 +40,16 @@ def _snapshot(path: str) -> dict[str, Any]:
         return {"kind": "link", "target": os.readlink(path)}
     if stat.S_ISDIR(st.st_mode):
         return {"kind": "dir"}
-    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
-        return {"kind": "file", "data": fh.read(), "mode": stat.S_IMODE(st.st_mode)}
+    mode = stat.S_IMODE(st.st_mode)
+    hidden = not os.access(path, os.R_OK)  # a write-only attribute (create, remove, bind) when not root
+    if hidden:
+        os.chmod(path, mode | 0o400)
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+            return {"kind": "file", "data": fh.read(), "mode": mode}
+    finally:
+        if hidden:
+            os.chmod(path, mode)
 
 
 def _clear(path: str) -> None:
@@ -126,8 +134,9 @@ def undo(root: Path, log: Path) -> dict[str, Any] | None:
     for rec in reversed(records[1:]):
         rel = str(rec.get("path", ""))
         target = os.path.normpath(os.path.join(root, rel))
-        if rel.startswith("/") or not target.startswith(str(root) + os.sep):
-            continue  # never act outside the root, whatever the log says
+        parent = os.path.realpath(os.path.dirname(target))
+        if not (target.startswith(str(root) + os.sep) and (parent + os.sep).startswith(str(root) + os.sep)):
+            continue  # never act outside the root, whatever the log or a planted link says
         _restore(target, rec)
     os.unlink(log)
     return header
