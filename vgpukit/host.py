@@ -71,6 +71,20 @@ def check_name(name: str, what: str = "name") -> str:
     return check_component(name, what)
 
 
+def fsync_dir(path: Path) -> None:
+    """Make a rename or unlink in ``path`` durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 @dataclass
 class Host:
     """Root-aware access to the host's files. Construct one per command; never a global."""
@@ -157,6 +171,15 @@ class Host:
         except OSError:
             return default
 
+    def read_raw_opt(self, path: Path) -> str | None:
+        """A whole file's text exactly as stored (no stripping), or None when it does not exist."""
+        try:
+            return path.read_text(errors="replace")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise from_oserror(exc, path=self.display(path), action="reading") from exc
+
     def read_int(self, path: Path, default: int | None = None, base: int = 0) -> int | None:
         text = self.read_opt(path)
         if text is None or text == "":
@@ -242,8 +265,11 @@ class Host:
             try:
                 with os.fdopen(fd, "w") as fh:
                     fh.write(text)
+                    fh.flush()
+                    os.fsync(fh.fileno())
                 os.chmod(tmp, mode)
                 os.replace(tmp, path)
+                fsync_dir(path.parent)
             except BaseException:
                 if os.path.exists(tmp):
                     os.unlink(tmp)

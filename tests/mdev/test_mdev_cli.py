@@ -10,7 +10,9 @@ from pathlib import Path
 from click.testing import Result
 
 from tests.conftest import as_json, make_sim, sim_host
+from vgpukit.engine import Env, execute
 from vgpukit.mdev import ops, sysfs
+from vgpukit.mdev.steps import CreateMdev
 from vgpukit.sim.holders import hold, release
 
 Run = Callable[..., Result]
@@ -73,10 +75,10 @@ def test_duplicate_uuid_from_the_kernel_is_conflict(qemu_sim: Path) -> None:
     h = sim_host(qemu_sim)
     sysfs.create(h, "mtty", "mtty-1", U1)
     try:
-        ops._create_all(h, "mtty-2", [("mtty", U2), ("mtty", U1)])
+        execute(Env(h), [CreateMdev("mtty", "mtty-2", U2), CreateMdev("mtty", "mtty-2", U1)])
     except Exception as err:
         assert type(err).__name__ == "Conflict" and "already exists" in str(err)
-        assert "rolled back the 1 instance" in str(err)
+        assert "rolled back the 1 step done" in str(err)
     else:
         raise AssertionError("expected a conflict")
     assert _active(qemu_sim) == [U1]  # U2 was created then removed again

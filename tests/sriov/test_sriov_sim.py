@@ -12,6 +12,7 @@ import pytest
 from click.testing import Result
 
 from tests.conftest import as_json, sim_host
+from vgpukit.engine import Env, execute
 from vgpukit.errors import HostIOError
 from vgpukit.holders import OpenFiles
 from vgpukit.host import Host
@@ -89,7 +90,7 @@ def test_partial_failure_while_binding_16_vfs_rolls_everything_back(sim_dir: Pat
     pf = read_pf(host, NIC0, OpenFiles(host))
     steps = ops.plan_enable(host, pf, 16, "vfio-pci", no_autoprobe=False, force=False, timeout=5)
     with pytest.raises(HostIOError) as info:
-        ops.apply(steps)
+        execute(Env(host), steps)
     assert "EIO" in str(info.value) and "rolled back" in str(info.value)
     assert state(sim_dir) == before
 
@@ -101,7 +102,7 @@ def test_failure_while_changing_the_count_restores_the_old_vfs(sim_dir: Path, ru
     pf = read_pf(host, NIC0, OpenFiles(host))
     steps = ops.plan_enable(host, pf, 8, "vfio-pci", no_autoprobe=False, force=False, timeout=5)
     with pytest.raises(HostIOError, match="rolled back"):
-        ops.apply(steps)
+        execute(Env(host), steps)
     assert state(sim_dir) == before
 
 

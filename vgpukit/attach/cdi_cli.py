@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..cli.context import App
-from ..cli.main import dry_run_option, json_option
+from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit_result, json_doc, print_json, say
 from ..errors import InvalidInput
 from .cdi import CLASSES
@@ -31,6 +31,7 @@ def cdi() -> None:
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def generate(app: App, output: str | None, classes: tuple[str, ...]) -> None:
     """Write CDI specs for this host's VFIO-bound VFs and PCI functions, mdevs and MIG devices."""
     from . import cdi as c

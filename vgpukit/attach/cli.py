@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..cli.context import App
-from ..cli.main import dry_run_option, json_option
+from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say
 from .libvirt_facade import DEFAULT_URI
 
@@ -110,6 +110,7 @@ def _print(xml: str) -> None:
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def attach(
     app: App,
     domain: str,
@@ -149,6 +150,7 @@ def attach(
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def detach(app: App, domain: str, devices: tuple[str, ...], live: bool, config: bool, uri: str) -> None:
     """Detach DEVICEs from libvirt DOMAIN (default: its config, and the live VM if running)."""
     from . import ops

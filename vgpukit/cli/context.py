@@ -11,6 +11,7 @@ from ..errors import InvalidInput, NotFound
 from ..host import Host
 
 if TYPE_CHECKING:
+    from ..engine import Env
     from ..nvml import Nvml
 
 SIM_MARKER = ".vgpukit-sim"
@@ -25,6 +26,9 @@ class App:
     json: bool = False
     dry_run: bool = False
     debug: bool = False
+    wait: float = 30.0  # seconds a mutating command waits for the host lock (--wait / VGPUKIT_WAIT)
+    command: str = ""  # the command line, recorded in the host lock and the journal
+    _env: Env | None = field(default=None, repr=False)
     _host: Host | None = field(default=None, repr=False)
     _nvml: Any = field(default=None, repr=False)
     _nvml_loaded: bool = field(default=False, repr=False)
@@ -52,6 +56,15 @@ class App:
             else:
                 self._host = Host(self.root or Path("/"), dry_run=self.dry_run)
         return self._host
+
+    @property
+    def env(self) -> Env:
+        """What the change engine acts on: this command's host, NVML (opened on demand), lock settings."""
+        if self._env is None:
+            from ..engine import Env
+
+            self._env = Env(self.host, lambda: self.nvml, command=self.command, wait=self.wait)
+        return self._env
 
     @property
     def nvml(self) -> Nvml | None:

@@ -6,15 +6,21 @@ Sub-commands are registered in :data:`COMMANDS` by module path and imported only
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import logging
 import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
 from ..errors import EXIT_INVALID, VgpukitError
 from .context import App
+from .params import AsciiFloat
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 # name -> (module, attribute, one-line help). Listed commands whose module is not installed are hidden.
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -32,6 +38,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "detach": ("vgpukit.attach.cli", "detach", "Detach devices from a libvirt domain."),
     "cdi": ("vgpukit.attach.cdi_cli", "cdi", "Generate CDI specs for containers."),
     "qos": ("vgpukit.qos.cli", "qos", "GPU time-slice QoS daemon and its control commands."),
+    "completion": ("vgpukit.cli.completion_cmd", "completion", "Print the shell completion script (bash, zsh, fish)."),
+    "recover": ("vgpukit.cli.recover_cmd", "recover", "Repair what an interrupted vgpukit command left half-done."),
     "sim": ("vgpukit.cli.sim_cmd", "sim", "Create and inspect simulated hosts."),
 }
 
@@ -69,9 +77,20 @@ class LazyGroup(click.Group):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (also accepted after the command).")
 @click.option("--dry-run", is_flag=True, help="Show the plan, change nothing (mutating commands).")
 @click.option("--debug", is_flag=True, help="Debug logging and tracebacks.")
-@click.version_option(package_name="vgpukit")
+@click.option(
+    "--wait",
+    type=AsciiFloat(0, 86400),
+    envvar="VGPUKIT_WAIT",
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long a mutating command waits for another one to release the host lock (env VGPUKIT_WAIT).",
+)
+@click.version_option(None, "-V", "--version", package_name="vgpukit")
 @click.pass_context
-def cli(ctx: click.Context, root: str | None, sim: str | None, as_json: bool, dry_run: bool, debug: bool) -> None:
+def cli(
+    ctx: click.Context, root: str | None, sim: str | None, as_json: bool, dry_run: bool, debug: bool, wait: float
+) -> None:
     """vgpukit: carve GPUs and PCIe devices into VFs, mdevs, vGPUs and MIG slices.
 
     Devices are named gpuN / nicN / nvmeN (physical functions in PCI bus order), by PCI address
@@ -79,7 +98,32 @@ def cli(ctx: click.Context, root: str | None, sim: str | None, as_json: bool, dr
     """
     if debug:
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
-    ctx.obj = App.from_env(root, sim, json=as_json, dry_run=dry_run, debug=debug)
+    ctx.obj = App.from_env(root, sim, json=as_json, dry_run=dry_run, debug=debug, wait=wait, command=_command_line())
+
+
+def _command_line() -> str:
+    words = ["vgpukit", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith(("vgpukit", "__main__.py")) else []
+    return " ".join(words)[:400] or "vgpukit"
+
+
+def mutating(fn: F) -> F:
+    """Run a mutating command under the host lock, after repairing any interrupted command.
+
+    Put it directly above the function (below ``@click.pass_obj``). Dry runs take no lock.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(app: App, *args: Any, **kwargs: Any) -> Any:
+        if app.dry_run:
+            return fn(app, *args, **kwargs)
+        from ..engine import session
+
+        with session(app.env) as recovered:
+            for line in recovered:
+                sys.stderr.write(f"vgpukit: {line}\n")
+            return fn(app, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -131,7 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        # the same one-line form as every other error; usage errors are bad input (exit 2)
+        msg = " ".join(exc.format_message().split())
+        where = exc.ctx.command_path if isinstance(exc, click.UsageError) and exc.ctx is not None else ""
+        hint = f" (see: {where} --help)" if where else ""
+        if as_json:
+            from .output import json_doc, print_json
+
+            print_json(json_doc("error", {"error": "invalid-input", "message": msg, "exit_code": EXIT_INVALID}))
+        sys.stderr.write(f"vgpukit: error: {msg}{hint}\n")
         return EXIT_INVALID if isinstance(exc, click.UsageError) else exc.exit_code
     except click.Abort:
         click.echo("aborted", err=True)

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ..cli.context import App
-from ..cli.main import dry_run_option, json_option
+from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say, table
 from ..errors import InvalidInput, NotFound
 from . import mdevctl, ops, sysfs
@@ -144,6 +144,7 @@ def _domains(doms: list[dict[str, Any]]) -> list[str]:
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def create_cmd(
     app: App,
     args: tuple[str, ...],
@@ -166,7 +167,7 @@ def create_cmd(
         raise InvalidInput("--numa chooses parents; it cannot be combined with an explicit PARENT")
     parent = resolve_parent(app, parent_arg) if parent_arg else None
     res = ops.create(
-        app.host,
+        app.env,
         type_id,
         parent=parent,
         count=count,
@@ -195,9 +196,10 @@ def create_cmd(
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def remove_cmd(app: App, uuids: tuple[str, ...]) -> None:
     """Remove active instances (refused while a VM holds one; persistent definitions stay)."""
-    steps = ops.remove(app.host, list(uuids))
+    steps = ops.remove(app.env, list(uuids))
     emit_result(app, "mdev-remove", plan=steps, data={"removed": [s.split()[1] for s in steps]})
 
 
@@ -210,6 +212,7 @@ def remove_cmd(app: App, uuids: tuple[str, ...]) -> None:
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def define_cmd(
     app: App, uid: str | None, parent: str | None, type_id: str | None, new_uid: str | None, auto: bool
 ) -> None:
@@ -217,9 +220,9 @@ def define_cmd(
     if uid and (parent or type_id or new_uid):
         raise InvalidInput("give either UUID (an active instance) or --parent/--type/--uuid (a new definition)")
     if uid:
-        steps, d = ops.define_active(app.host, uid, auto)
+        steps, d = ops.define_active(app.env, uid, auto)
     elif parent and type_id:
-        steps, d = ops.define_new(app.host, _definition_parent(app, parent), type_id, new_uid, auto)
+        steps, d = ops.define_new(app.env, _definition_parent(app, parent), type_id, new_uid, auto)
     else:
         raise InvalidInput("usage: vgpukit mdev define UUID [--auto] | define --parent P --type T [--uuid U] [--auto]")
     emit_result(
@@ -250,9 +253,10 @@ def _definition_parent(app: App, name: str) -> str:
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def undefine_cmd(app: App, uid: str) -> None:
     """Delete a persistent definition (an active instance keeps running)."""
-    steps = ops.undefine(app.host, uid)
+    steps = ops.undefine(app.env, uid)
     emit_result(app, "mdev-undefine", plan=steps, data={"uuid": uid.lower()})
 
 
@@ -263,13 +267,14 @@ def undefine_cmd(app: App, uid: str) -> None:
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def start_cmd(app: App, uid: str | None, all_: bool, parent: str | None) -> None:
     """Start defined devices: one UUID, or --all auto ones (what the boot service runs)."""
     if bool(uid) == all_:
         raise InvalidInput("usage: vgpukit mdev start UUID | start --all [--parent P]")
     if parent and not all_:
         raise InvalidInput("--parent goes with --all")
-    outcomes = [ops.start_one(app.host, uid)] if uid else ops.start_all(app.host, parent)
+    outcomes = [ops.start_one(app.env, uid)] if uid else ops.start_all(app.env, parent)
     plan = [f"start {o.uuid} ({o.type_id} on {o.parent})" for o in outcomes if o.status in ("started", "would-start")]
 
     def human() -> None:

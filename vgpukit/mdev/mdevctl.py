@@ -75,8 +75,13 @@ def path_of(host: Host, d: Definition) -> str:
     return host.display(host.etc("mdevctl.d", d.parent, d.uuid))
 
 
+def text_of(d: Definition) -> str:
+    """The file mdevctl writes for ``d``."""
+    return json.dumps(d.to_mdevctl(), indent=2) + "\n"
+
+
 def write(host: Host, d: Definition) -> None:
-    host.write_file(host.etc("mdevctl.d", d.parent, d.uuid), json.dumps(d.to_mdevctl(), indent=2) + "\n")
+    host.write_file(host.etc("mdevctl.d", d.parent, d.uuid), text_of(d))
 
 
 def delete(host: Host, d: Definition) -> None:

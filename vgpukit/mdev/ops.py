@@ -10,11 +10,12 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import Busy, Conflict, InvalidInput, NoCapacity, NotFound, VerifyFailed, VgpukitError
-from ..host import Host
+from ..engine import Env, Step, execute
+from ..errors import Busy, Conflict, InvalidInput, NotFound, VgpukitError
 from . import mdevctl, sysfs
 from .model import Definition, check_type_id, check_uuid, new_uuid
 from .placement import PACK, Slot, candidates, plan
+from .steps import CreateMdev, RemoveMdev, SetMdevAttr, drop_definition, put_definition
 
 log = logging.getLogger("vgpukit.mdev")
 
@@ -41,7 +42,7 @@ def _start_of(auto: bool) -> str:
 
 
 def create(
-    host: Host,
+    env: Env,
     type_id: str,
     *,
     parent: str | None = None,
@@ -57,6 +58,7 @@ def create(
 
     ``parents`` restricts automatic placement to those mdev parents (used by ``vgpu create``).
     """
+    host = env.host
     check_type_id(type_id)
     if count < 1:
         raise InvalidInput(f"--count must be at least 1, not {count}", value=count)
@@ -80,7 +82,7 @@ def create(
             if existing.type_id == type_id and (parent is None or existing.parent == parent):
                 result.instances.append(Created(uid, existing.parent, type_id))
                 if define:
-                    _define_quietly(host, Definition(uid, existing.parent, type_id, _start_of(auto)), result)
+                    _define_quietly(env, Definition(uid, existing.parent, type_id, _start_of(auto)), result)
                 return result  # already there: nothing to create
             raise Conflict(
                 f"an mdev with UUID {uid} already exists ({existing.type_id} on {existing.parent})",
@@ -96,62 +98,31 @@ def create(
             )
     slots = plan(candidates(known, type_id, numa), type_id, count, strategy)
     todo = [(s.parent, uid or new_uuid()) for s in slots for _ in range(s.count)]
-    result.plan = [f"create {type_id} {u} on {p}" for p, u in todo]
+    steps: list[Step] = [CreateMdev(p, type_id, u) for p, u in todo]
     if define:
-        result.plan += [f"define {u} on {p} (start {_start_of(auto)})" for p, u in todo]
-    if host.dry_run:
-        result.instances = [Created(u, p, type_id) for p, u in todo]
-        return result
-    made = _create_all(host, type_id, todo)
-    result.instances = made
-    if define:
-        for c in made:
-            d = Definition(c.uuid, c.parent, type_id, _start_of(auto))
-            mdevctl.write(host, d)
-            result.definitions.append(mdevctl.path_of(host, d))
+        for p, u in todo:
+            d = Definition(u, p, type_id, _start_of(auto))
+            steps.append(put_definition(mdevctl.path_of(host, d), d))
+    result.plan = [s.describe() for s in steps]
+    result.instances = [Created(u, p, type_id) for p, u in todo]
+    execute(env, steps)
+    if define and not host.dry_run:
+        result.definitions = [mdevctl.path_of(host, Definition(u, p, type_id)) for p, u in todo]
     return result
 
 
-def _define_quietly(host: Host, d: Definition, result: CreateResult) -> None:
-    if mdevctl.find(host, d.uuid) != d:
-        result.plan.append(f"define {d.uuid} on {d.parent} (start {d.start})")
-        if not host.dry_run:
-            mdevctl.write(host, d)
-            result.definitions.append(mdevctl.path_of(host, d))
+def _define_quietly(env: Env, d: Definition, result: CreateResult) -> None:
+    if mdevctl.find(env.host, d.uuid) != d:
+        step = put_definition(mdevctl.path_of(env.host, d), d)
+        result.plan.append(step.describe())
+        execute(env, [step])
+        if not env.host.dry_run:
+            result.definitions.append(mdevctl.path_of(env.host, d))
 
 
-def _create_all(host: Host, type_id: str, todo: list[tuple[str, str]]) -> list[Created]:
-    made: list[Created] = []
-    try:
-        for parent, u in todo:
-            # Sibling types share capacity: trust the kernel's current count, not the plan.
-            if sysfs.read_type(host, parent, type_id).available < 1:
-                raise NoCapacity(f"{parent} ran out of capacity for {type_id} while creating", device=parent)
-            sysfs.create(host, parent, type_id, u)
-            if not host.exists(host.sys("bus", "mdev", "devices", u)):
-                raise VerifyFailed(f"wrote {u} to {parent}/{type_id}/create but no such mdev appeared", value=u)
-            made.append(Created(u, parent, type_id))
-    except VgpukitError as err:
-        undone = rollback(host, made)
-        if made:
-            err.message += f"; rolled back the {undone} instance(s) this command had created"
-        raise
-    return made
-
-
-def rollback(host: Host, made: list[Created]) -> int:
-    n = 0
-    for c in reversed(made):
-        try:
-            sysfs.remove(host, c.uuid)
-            n += 1
-        except VgpukitError as exc:  # keep undoing the rest; say what stays behind
-            log.warning("rollback: could not remove %s: %s", c.uuid, exc)
-    return n
-
-
-def remove(host: Host, uids: list[str]) -> list[str]:
+def remove(env: Env, uids: list[str]) -> list[str]:
     """Remove active instances (their definitions stay). All are checked before the first removal."""
+    host = env.host
     wanted = list(dict.fromkeys(check_uuid(u) for u in uids))
     active = {i.uuid: i for i in sysfs.instances(host)}
     missing = [u for u in wanted if u not in active]
@@ -164,27 +135,25 @@ def remove(host: Host, uids: list[str]) -> list[str]:
             raise Busy(
                 f"mdev {u} is in use by {users}", value=u, hint="stop or detach the VM first; nothing was removed"
             )
-    steps = [f"remove {u} ({active[u].type_id} on {active[u].parent})" for u in wanted]
-    if not host.dry_run:
-        for u in wanted:
-            sysfs.remove(host, u)
-            if host.exists(host.sys("bus", "mdev", "devices", u)):
-                raise VerifyFailed(f"mdev {u} is still present after remove", value=u)
-    return steps
+    steps: list[Step] = [RemoveMdev(u, active[u].parent, active[u].type_id) for u in wanted]
+    execute(env, steps)
+    return [s.describe() for s in steps]
 
 
-def define_active(host: Host, uid: str, auto: bool) -> tuple[list[str], Definition]:
+def define_active(env: Env, uid: str, auto: bool) -> tuple[list[str], Definition]:
     """Make an active instance persistent (or change its start mode)."""
+    host = env.host
     uid = check_uuid(uid)
     inst = sysfs.find_instance(host, uid)
     if inst is None:
         raise NotFound(
             f"no active mdev {uid}", value=uid, hint="to define a new one: vgpukit mdev define --parent P --type T"
         )
-    return _put(host, Definition(uid, inst.parent, inst.type_id, _start_of(auto)))
+    return _put(env, Definition(uid, inst.parent, inst.type_id, _start_of(auto)))
 
 
-def define_new(host: Host, parent: str, type_id: str, uid: str | None, auto: bool) -> tuple[list[str], Definition]:
+def define_new(env: Env, parent: str, type_id: str, uid: str | None, auto: bool) -> tuple[list[str], Definition]:
+    host = env.host
     check_type_id(type_id)
     uid = check_uuid(uid) if uid else new_uuid()
     if host.exists(host.sys("class", "mdev_bus", parent)):
@@ -194,10 +163,11 @@ def define_new(host: Host, parent: str, type_id: str, uid: str | None, auto: boo
         from .model import check_parent_name
 
         check_parent_name(parent)
-    return _put(host, Definition(uid, parent, type_id, _start_of(auto)))
+    return _put(env, Definition(uid, parent, type_id, _start_of(auto)))
 
 
-def _put(host: Host, d: Definition) -> tuple[list[str], Definition]:
+def _put(env: Env, d: Definition) -> tuple[list[str], Definition]:
+    host = env.host
     old = mdevctl.find(host, d.uuid)
     if old is not None and (old.parent, old.type_id) != (d.parent, d.type_id):
         raise Conflict(
@@ -209,18 +179,20 @@ def _put(host: Host, d: Definition) -> tuple[list[str], Definition]:
         return [], old
     if old is not None:
         d = Definition(d.uuid, d.parent, d.type_id, d.start, old.attrs)
-    mdevctl.write(host, d)
-    verb = "define" if old is None else "change start mode of"
-    return [f"{verb} {d.uuid} ({d.type_id} on {d.parent}, start {d.start}) in {mdevctl.path_of(host, d)}"], d
+    step = put_definition(mdevctl.path_of(host, d), d, "define" if old is None else "change start mode of")
+    execute(env, [step])
+    return [step.describe()], d
 
 
-def undefine(host: Host, uid: str) -> list[str]:
+def undefine(env: Env, uid: str) -> list[str]:
+    host = env.host
     uid = check_uuid(uid)
     d = mdevctl.find(host, uid)
     if d is None:
         raise NotFound(f"no persistent definition for {uid}", value=uid, hint="see: vgpukit mdev list --defined")
-    mdevctl.delete(host, d)
-    return [f"undefine {uid} (remove {mdevctl.path_of(host, d)})"]
+    step = drop_definition(mdevctl.path_of(host, d), d)
+    execute(env, [step])
+    return [step.describe()]
 
 
 @dataclass
@@ -245,8 +217,12 @@ class StartOutcome:
         return self.status in ("failed", "conflict")
 
 
-def start(host: Host, d: Definition) -> StartOutcome:
-    """Create the instance of one definition (and set its attrs) unless it is already active."""
+def start(env: Env, d: Definition) -> StartOutcome:
+    """Create the instance of one definition (and set its attrs) unless it is already active.
+
+    Each definition is its own change: a failure (or a failing attribute) leaves no instance behind.
+    """
+    host = env.host
     out = StartOutcome(d.uuid, d.parent, d.type_id, "started")
     active = sysfs.find_instance(host, d.uuid)
     if active is not None:
@@ -261,34 +237,29 @@ def start(host: Host, d: Definition) -> StartOutcome:
     if host.dry_run:
         out.status = "would-start"
         return out
+    steps: list[Step] = [CreateMdev(d.parent, d.type_id, d.uuid, check_capacity=False)]
+    steps += [SetMdevAttr(d.uuid, attr, value) for attr, value in d.attrs]
     try:
-        sysfs.create(host, d.parent, d.type_id, d.uuid)
+        execute(env, steps)
     except VgpukitError as err:
         out.status, out.message = "failed", str(err)
-        return out
-    try:
-        for attr, value in d.attrs:
-            sysfs.write_attr(host, d.uuid, attr, value)
-    except VgpukitError as err:
-        rollback(host, [Created(d.uuid, d.parent, d.type_id)])
-        out.status, out.message = "failed", f"setting attributes: {err}; instance removed again"
     return out
 
 
-def start_all(host: Host, parent: str | None = None) -> list[StartOutcome]:
+def start_all(env: Env, parent: str | None = None) -> list[StartOutcome]:
     """Start every ``auto`` definition (on ``parent`` only, when given): what the boot service runs."""
-    defs, bad = mdevctl.read_all(host)
+    defs, bad = mdevctl.read_all(env.host)
     for b in bad:
         log.warning("skipping %s: %s", b.path, b.reason)
-    return [start(host, d) for d in defs if d.auto and (parent is None or d.parent == parent)]
+    return [start(env, d) for d in defs if d.auto and (parent is None or d.parent == parent)]
 
 
-def start_one(host: Host, uid: str) -> StartOutcome:
+def start_one(env: Env, uid: str) -> StartOutcome:
     uid = check_uuid(uid)
-    d = mdevctl.find(host, uid)
+    d = mdevctl.find(env.host, uid)
     if d is None:
         raise NotFound(f"no persistent definition for {uid}", value=uid, hint="see: vgpukit mdev list --defined")
-    return start(host, d)
+    return start(env, d)
 
 
 def slots_text(slots: list[Slot]) -> str:

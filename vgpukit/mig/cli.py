@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ..cli.context import App
-from ..cli.main import dry_run_option, json_option
+from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say
 from ..errors import Busy, InvalidInput, NotFound, Unsupported
 from ..nvml import Nvml, NvmlGpu
@@ -148,6 +148,7 @@ def run_plans(app: App, kind: str, plans: list[engine.GpuPlan], extra: dict[str,
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def partition(
     app: App, gpu: str, mig_specs: tuple[str, ...], ci_specs: tuple[str, ...], reset: bool | None, replace: bool
 ) -> None:
@@ -186,6 +187,7 @@ def partition(
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool) -> None:
     """Destroy GPU instances (and their compute instances)."""
     from .destroy import plan_destroy
@@ -211,6 +213,7 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def disable(app: App, gpu: str, reset: bool | None) -> None:
     """Turn MIG mode off (the GPU must have no GPU instances left)."""
     nvml = nvml_of(app)

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..cli.context import App
-from ..cli.main import dry_run_option, json_option
+from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, say
 from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
 from ..nvml import GiProfile, Nvml, NvmlGpu
@@ -88,6 +88,7 @@ def build_plans(app: App, nvml: Nvml, entries: list[config.Entry], source: str, 
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def apply_cmd(app: App, path: Path, name: str | None, reset: bool | None) -> None:
     """Apply a mig-parted v1 config; instances that already match are kept (a second run does nothing)."""
     from .cli import nvml_of, run_plans

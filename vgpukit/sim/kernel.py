@@ -74,6 +74,9 @@ def load_reactions() -> list[Reaction]:
     return out
 
 
+CRASH_ENV = "VGPUKIT_SIM_CRASH_AT_WRITE"
+
+
 def recover(root: Path) -> str | None:
     """Undo a reaction a killed process left half-done; the caller holds :func:`locked`."""
     header = undo(root, sim_meta_dir(root) / LOG)
@@ -88,11 +91,21 @@ class SimKernel:
     def __init__(self, root: Path) -> None:
         self.root = Path(os.path.realpath(root))
         self.reactions = load_reactions()
+        # Crash testing: the process kills itself (SIGKILL) just before its Nth control-file write,
+        # as a power cut or kill -9 between two writes would on a real host.
+        crash = os.environ.get(CRASH_ENV, "")
+        self.crash_at = int(crash) if crash.isascii() and crash.isdigit() else 0
+        self.writes = 0
         if (sim_meta_dir(self.root) / LOG).exists():
             with locked(self.root):
                 recover(self.root)
 
     def write(self, path: Path, data: str) -> None:
+        self.writes += 1
+        if self.crash_at and self.writes >= self.crash_at:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
         tree = SimTree(self.root)  # one per write: it remembers resolved directories
         real = Path(tree.inside(path, follow=False))
         with locked(self.root):

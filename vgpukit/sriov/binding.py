@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
-from ..errors import NotFound, VerifyFailed
+from ..errors import InvalidInput, NotFound
 from ..host import Host
+from ..inputs import has_control, load_json
 from ..pci import iommu_group_members, read_device
-from .txn import Transaction
 
 VFIO = "vfio-pci"
 
@@ -44,23 +45,46 @@ def current_override(host: Host, bdf: str) -> str | None:
     return None if value in (None, "", "(null)") else value
 
 
+def record_path(host: Host, bdf: str) -> Path:
+    return host.state_dir("bind", f"{bdf}.json")
+
+
 def remembered(host: Host, bdf: str) -> Remembered | None:
-    text = host.read_opt(host.state_dir("bind", f"{bdf}.json"))
-    if not text:
+    """The bind record of ``bdf``; a record that cannot be read is refused (exit 2), never guessed."""
+    path = record_path(host, bdf)
+    text = host.read_raw_opt(path)
+    if text is None:
         return None
+    where = host.display(path)
+    doc = load_json(text, where)
+    if not isinstance(doc, dict) or set(doc) - {"bdf", "driver", "override", "probe"}:
+        raise InvalidInput(f"{where}: not a bind record", path=where, hint=_CORRUPT_HINT)
+    driver, override, probe = doc.get("driver"), doc.get("override"), doc.get("probe", False)
+    for value in (driver, override):
+        if value is not None and (not isinstance(value, str) or not value or has_control(value) or "/" in value):
+            raise InvalidInput(f"{where}: not a bind record (bad driver name)", path=where, hint=_CORRUPT_HINT)
+    if not isinstance(probe, bool):
+        raise InvalidInput(f"{where}: not a bind record (probe must be true or false)", path=where, hint=_CORRUPT_HINT)
+    return Remembered(bdf, driver, override, probe)
+
+
+_CORRUPT_HINT = "bind the device yourself (vgpukit bind DEVICE --driver NAME), then remove the record"
+
+
+def remembered_lenient(host: Host, bdf: str) -> Remembered | None:
+    """Like :func:`remembered`, but a corrupt record reads as none (for display and planning)."""
     try:
-        data = json.loads(text)
-        return Remembered(bdf, data.get("driver"), data.get("override"), bool(data.get("probe", False)))
-    except (ValueError, AttributeError):
+        return remembered(host, bdf)
+    except InvalidInput:
         return None
 
 
 def remember(host: Host, rec: Remembered) -> None:
-    host.write_file(host.state_dir("bind", f"{rec.bdf}.json"), json.dumps(asdict(rec), indent=1) + "\n")
+    host.write_file(record_path(host, rec.bdf), json.dumps(asdict(rec), indent=1) + "\n")
 
 
 def forget(host: Host, bdf: str) -> None:
-    host.remove(host.state_dir("bind", f"{bdf}.json"))
+    host.remove(record_path(host, bdf))
 
 
 def set_override(host: Host, bdf: str, value: str | None) -> None:
@@ -117,60 +141,3 @@ def group_warnings(host: Host, bdf: str, also_moving: frozenset[str] = frozenset
             f"groups, so bind it to {VFIO} too (or unbind it) before giving the group to a VM"
         )
     return out
-
-
-def bind_to(host: Host, txn: Transaction, bdf: str, driver: str, probe_on_restore: bool = False) -> bool:
-    """Move ``bdf`` to ``driver`` (override + unbind + drivers_probe). False when it was there already."""
-    cur, override = current_driver(host, bdf), current_override(host, bdf)
-    if cur == driver:
-        return False
-    require_driver(host, driver)
-    original = Remembered(bdf, cur, override, probe=probe_on_restore and cur is None)
-    if remembered(host, bdf) is None:
-        txn.on_failure(f"forget {bdf}'s original driver", lambda: forget(host, bdf))
-        remember(host, original)
-    txn.on_failure(f"put {bdf} back on {original.describe()}", lambda: put_back(host, original))
-    set_override(host, bdf, driver)
-    if cur:
-        host.write(host.pci_driver(cur, "unbind"), bdf)
-    host.write(host.sys("bus", "pci", "drivers_probe"), bdf)
-    now = current_driver(host, bdf)
-    if now != driver:
-        raise VerifyFailed(
-            f"{bdf} is bound to {now or 'no driver'} after drivers_probe, not {driver}",
-            device=bdf,
-            hint=f"check dmesg; is {driver} able to drive this device?",
-        )
-    txn.record(f"bound {bdf} to {driver}" + (f" (was {cur})" if cur else ""))
-    return True
-
-
-def unbind_from(host: Host, txn: Transaction, bdf: str) -> bool:
-    """Unbind ``bdf`` from its driver, remembering it. False when it had none."""
-    cur, override = current_driver(host, bdf), current_override(host, bdf)
-    if cur is None:
-        return False
-    original = Remembered(bdf, cur, override)
-    if remembered(host, bdf) is None:
-        txn.on_failure(f"forget {bdf}'s original driver", lambda: forget(host, bdf))
-        remember(host, original)
-    txn.on_failure(f"rebind {bdf} to {cur}", lambda: put_back(host, original))
-    host.write(host.pci_driver(cur, "unbind"), bdf)
-    txn.record(f"unbound {bdf} from {cur}")
-    return True
-
-
-def restore(host: Host, txn: Transaction, bdf: str) -> Remembered:
-    """Put ``bdf`` back on its remembered driver (or the kernel's choice when nothing is remembered)."""
-    rec = remembered(host, bdf) or Remembered(bdf, None, None, probe=True)
-    before = Remembered(bdf, current_driver(host, bdf), current_override(host, bdf))
-    if satisfied(rec, before.driver, before.override):
-        forget(host, bdf)
-        return rec
-    txn.on_failure(f"put {bdf} back on {before.describe()}", lambda: put_back(host, before))
-    put_back(host, rec)
-    if rec.driver and current_driver(host, bdf) != rec.driver:
-        raise VerifyFailed(f"{bdf} did not go back to {rec.driver}", device=bdf, hint="check dmesg")
-    forget(host, bdf)
-    txn.record(f"restored {bdf} to {rec.describe()}")
-    return rec

@@ -7,15 +7,19 @@ from typing import Any
 import click
 
 from ..cli.context import App
-from ..cli.main import dry_run_option, json_option
+from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say, table
+from ..cli.params import AsciiFloat, AsciiInt
+from ..engine import Step, execute
+from ..engine.files import PutFile
 from ..errors import InvalidInput
 from ..holders import OpenFiles
+from ..inputs import check_component
 from ..naming import resolve_device
 from ..pci import read_device
 from . import binding, ops
 from .model import PfInfo, list_pfs, read_pf
-from .txn import Transaction
+from .steps import BindDriver, RestoreDriver, UnbindDriver
 from .usage import User, libvirt_users, pci_users
 
 
@@ -105,8 +109,9 @@ def list_cmd(app: App, pf: str | None, libvirt_uri: str | None) -> None:
     emit(app, "sriov-list", {"pfs": [p.to_dict() for p in pfs]}, lambda: _show_pfs(pfs))
 
 
-def _report(app: App, kind: str, plan: list[str], pf_name: str, extra: dict[str, Any] | None = None) -> None:
-    data: dict[str, Any] = dict(extra or {})
+def _report(app: App, kind: str, steps: list[Step], pf_name: str, extra: dict[str, Any] | None = None) -> None:
+    plan = [s.describe() for s in steps]
+    data: dict[str, Any] = {"steps": [s.to_dict() for s in steps], **(extra or {})}
     if not app.dry_run:
         after = _pf(app, pf_name, OpenFiles(app.host))
         data["pf"] = after.to_dict()
@@ -115,7 +120,7 @@ def _report(app: App, kind: str, plan: list[str], pf_name: str, extra: dict[str,
 
 @sriov.command("enable")
 @click.argument("pf")
-@click.option("--vfs", "count", type=int, required=True, help="Number of VFs wanted.")
+@click.option("--vfs", "count", type=AsciiInt(0, 65535), required=True, help="Number of VFs wanted.")
 @click.option(
     "--driver",
     type=click.Choice(ops.DRIVER_MODES),
@@ -125,11 +130,18 @@ def _report(app: App, kind: str, plan: list[str], pf_name: str, extra: dict[str,
 )
 @click.option("--no-autoprobe", is_flag=True, help="Turn the PF's sriov_drivers_autoprobe off (persistently).")
 @click.option("--force", is_flag=True, help="Go through 0 even when current VFs are in use.")
-@click.option("--timeout", type=float, default=10.0, show_default=True, help="Seconds to wait for the VFs to appear.")
+@click.option(
+    "--timeout",
+    type=AsciiFloat(0.001, 3600),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for the VFs to appear.",
+)
 @libvirt_option
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def enable(
     app: App,
     pf: str,
@@ -143,9 +155,8 @@ def enable(
     """Have exactly --vfs VFs on PF, bound as --driver says (idempotent)."""
     (info,) = _with_libvirt([_pf(app, pf, OpenFiles(app.host))], libvirt_uri)
     steps = ops.plan_enable(app.host, info, count, driver, no_autoprobe, force, timeout)
-    if not app.dry_run:
-        ops.apply(steps)
-    _report(app, "sriov-enable", [s.text for s in steps], pf, {"requested": {"vfs": count, "driver": driver}})
+    execute(app.env, steps)
+    _report(app, "sriov-enable", steps, pf, {"requested": {"vfs": count, "driver": driver}})
 
 
 @sriov.command("disable")
@@ -155,19 +166,19 @@ def enable(
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def disable(app: App, pf: str, force: bool, libvirt_uri: str | None) -> None:
     """Remove every VF of PF (refused while one is in use, unless --force)."""
     (info,) = _with_libvirt([_pf(app, pf, OpenFiles(app.host))], libvirt_uri)
     steps = ops.plan_disable(app.host, info, force)
-    if not app.dry_run:
-        ops.apply(steps)
-    _report(app, "sriov-disable", [s.text for s in steps], pf)
+    execute(app.env, steps)
+    _report(app, "sriov-disable", steps, pf)
 
 
 # ----------------------------------------------------------------------------- bind / unbind
 def _device_doc(app: App, bdf: str) -> dict[str, Any]:
     dev = read_device(app.host, bdf)
-    rec = binding.remembered(app.host, bdf)
+    rec = binding.remembered_lenient(app.host, bdf)
     return {
         "bdf": bdf,
         "driver": dev.driver,
@@ -198,6 +209,7 @@ def _refuse_if_in_use(app: App, bdf: str, force: bool, what: str) -> None:
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def bind(app: App, device: str, driver: str | None, restore: bool, force: bool) -> None:
     """Bind DEVICE to --driver (driver_override + unbind + drivers_probe), or --restore its original driver."""
     if bool(driver) == restore:
@@ -206,32 +218,27 @@ def bind(app: App, device: str, driver: str | None, restore: bool, force: bool) 
     bdf = resolve_device(app, device)
     cur = binding.current_driver(host, bdf)
     warnings: list[str] = []
+    steps: list[Step] = []
     if driver:
+        check_component(driver, "driver name")
         binding.require_driver(host, driver)
         if cur != driver:
             _refuse_if_in_use(app, bdf, force, f"cannot move {device}")
-        plan = [] if cur == driver else [f"set {bdf} driver_override to {driver}"]
-        if plan and cur:
-            plan.append(f"unbind {bdf} from {cur}")
-        if plan:
-            plan.append(f"probe {bdf} (drivers_probe) -> {driver}")
+            steps.append(BindDriver(bdf, driver, note=f"{bdf} (now on {cur or 'no driver'})"))
         if driver == binding.VFIO:
             warnings = binding.group_warnings(host, bdf)
-        if plan and not app.dry_run:
-            with Transaction() as txn:
-                binding.bind_to(host, txn, bdf, driver)
     else:
         rec = binding.remembered(host, bdf) or binding.Remembered(bdf, None, None, probe=True)
-        current = binding.Remembered(bdf, cur, binding.current_override(host, bdf))
-        same = binding.satisfied(rec, current.driver, current.override)
-        plan = [] if same else [f"put {bdf} back on {rec.describe()} (was {cur or 'unbound'})"]
-        if plan:
+        same = binding.satisfied(rec, cur, binding.current_override(host, bdf))
+        if same and binding.remembered(host, bdf) is not None:
+            steps.append(PutFile(host.display(binding.record_path(host, bdf)), None, what="bind record"))
+        elif not same:
             _refuse_if_in_use(app, bdf, force, f"cannot move {device}")
-        if not app.dry_run:
-            with Transaction() as txn:
-                binding.restore(host, txn, bdf)
+            steps.append(RestoreDriver(bdf, rec.driver, rec.override, rec.probe))
+    execute(app.env, steps)
     for w in warnings:
         click.echo(f"vgpukit: warning: {w}", err=True)
+    plan = [s.describe() for s in steps if not isinstance(s, PutFile)]
     emit_result(app, "bind", plan=plan, data={"device": _device_doc(app, bdf), "warnings": warnings})
 
 
@@ -241,15 +248,14 @@ def bind(app: App, device: str, driver: str | None, restore: bool, force: bool) 
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def unbind(app: App, device: str, force: bool) -> None:
     """Unbind DEVICE from its driver (remembered, so 'bind DEVICE --restore' brings it back)."""
     host = app.host
     bdf = resolve_device(app, device)
     cur = binding.current_driver(host, bdf)
-    plan = [f"unbind {bdf} from {cur}"] if cur else []
-    if plan:
+    steps: list[Step] = [UnbindDriver(bdf, f"{bdf} from {cur}")] if cur else []
+    if steps:
         _refuse_if_in_use(app, bdf, force, f"cannot unbind {device}")
-        if not app.dry_run:
-            with Transaction() as txn:
-                binding.unbind_from(host, txn, bdf)
-    emit_result(app, "unbind", plan=plan, data={"device": _device_doc(app, bdf)})
+    execute(app.env, steps)
+    emit_result(app, "unbind", plan=[s.describe() for s in steps], data={"device": _device_doc(app, bdf)})

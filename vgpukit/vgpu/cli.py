@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..cli.context import App
-from ..cli.main import dry_run_option, json_option
+from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say, table
 from ..errors import InvalidInput, NotFound
 from . import hostview, ops
@@ -104,12 +104,13 @@ def list_cmd(app: App) -> None:
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def create_cmd(app: App, gpu: str, type_name: str, count: int) -> None:
     """Create vGPUs of one type on GPU."""
     if count < 1:
         raise InvalidInput(f"--count must be at least 1, not {count}", value=count)
     views = hostview.gpus(app.host)
-    out = ops.create(app.host, _gpu(app, views, gpu), type_name, count)
+    out = ops.create(app.env, _gpu(app, views, gpu), type_name, count)
 
     def human() -> None:
         if out.created and not app.dry_run:
@@ -123,7 +124,8 @@ def create_cmd(app: App, gpu: str, type_name: str, count: int) -> None:
 @json_option
 @dry_run_option
 @click.pass_obj
+@mutating
 def remove_cmd(app: App, ids: tuple[str, ...]) -> None:
     """Remove vGPUs by ID (mdev UUID or VF address), refused while a VM uses one."""
-    steps = ops.remove(app.host, hostview.gpus(app.host), list(ids))
+    steps = ops.remove(app.env, hostview.gpus(app.host), list(ids))
     emit_result(app, "vgpu-remove", plan=steps, data={"removed": list(ids)})

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import errno
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import Busy, InvalidInput, NoCapacity, NotFound, Unsupported, VerifyFailed, VgpukitError
+from ..engine import Env, Step, execute
+from ..errors import Busy, InvalidInput, NoCapacity, NotFound, Unsupported
 from ..holders import group_holders
-from ..host import Host
 from ..mdev import ops as mdev_ops
 from ..mdev.model import check_uuid
 from ..pci import is_bdf, parse_bdf
 from . import hostview
 from .catalog import short_name
 from .model import MDEV, GpuView, VgpuType
+from .steps import SetVgpuType
 
 log = logging.getLogger("vgpukit.vgpu")
 
@@ -51,7 +51,8 @@ def _require_interface(gpu: GpuView) -> str:
     return gpu.interface
 
 
-def create(host: Host, gpu: GpuView, wanted: str, count: int) -> Outcome:
+def create(env: Env, gpu: GpuView, wanted: str, count: int) -> Outcome:
+    host = env.host
     if count < 1:
         raise InvalidInput(f"--count must be at least 1, not {count}", value=count)
     interface = _require_interface(gpu)
@@ -63,12 +64,13 @@ def create(host: Host, gpu: GpuView, wanted: str, count: int) -> Outcome:
                 device=gpu.bdf,
                 hint="vGPUs on one GPU share its framebuffer (and, time-sliced, one type); nothing was created",
             )
-        res = mdev_ops.create(host, t.type_id, count=count, parents=list(gpu.parents))
+        res = mdev_ops.create(env, t.type_id, count=count, parents=list(gpu.parents))
         return Outcome(res.plan, [{"id": c.uuid, "parent": c.parent, "type": t.name} for c in res.instances])
-    return _create_vfio(host, gpu, t, count)
+    return _create_vfio(env, gpu, t, count)
 
 
-def _create_vfio(host: Host, gpu: GpuView, t: VgpuType, count: int) -> Outcome:
+def _create_vfio(env: Env, gpu: GpuView, t: VgpuType, count: int) -> Outcome:
+    host = env.host
     free = [v for v in gpu.vfs if hostview.current_type(host, v) == 0]
     if len(free) < count:
         raise NoCapacity(f"{count} x {t.short} need {count} free VFs; {gpu.bdf} has {len(free)}", device=gpu.bdf)
@@ -79,56 +81,16 @@ def _create_vfio(host: Host, gpu: GpuView, t: VgpuType, count: int) -> Outcome:
             hint="vGPUs on one GPU share a type and its framebuffer; see: vgpukit vgpu types",
         )
     todo = free[:count]
-    out = Outcome(plan=[f"set {vf} nvidia/current_vgpu_type = {t.type_id} ({t.name})" for vf in todo])
-    if host.dry_run:
-        out.created = [{"id": vf, "vf": vf, "type": t.name} for vf in todo]
-        return out
-    made: list[str] = []
-    try:
-        for vf in todo:
-            # The list shrinks as the card fills: ask the host before each one.
-            if int(t.type_id) not in dict(hostview.creatable(host, vf)):
-                raise NoCapacity(
-                    f"{gpu.alias or gpu.bdf} has no room for another {t.short} after {len(made)}"
-                    " (its creatable_vgpu_types no longer lists it)",
-                    device=gpu.bdf,
-                )
-            _set_type(host, vf, t.type_id)
-            made.append(vf)
-    except VgpukitError as err:
-        for vf in reversed(made):
-            try:
-                _set_type(host, vf, "0")
-            except VgpukitError as exc:
-                log.warning("rollback: could not clear %s: %s", vf, exc)
-        if made:
-            err.message += f"; rolled back the {len(made)} vGPU(s) this command had created"
-        raise
-    out.created = [{"id": vf, "vf": vf, "type": t.name} for vf in made]
+    steps: list[Step] = [SetVgpuType(vf, t.type_id, t.name, check_creatable=True) for vf in todo]
+    out = Outcome(plan=[s.describe() for s in steps])
+    execute(env, steps)
+    out.created = [{"id": vf, "vf": vf, "type": t.name} for vf in todo]
     return out
 
 
-def _set_type(host: Host, vf: str, type_id: str) -> None:
-    path = host.pci_device(vf, "nvidia", "current_vgpu_type")
-    try:
-        host.write(path, type_id)
-    except VgpukitError as err:
-        if err.errno == errno.EBUSY:
-            raise Busy(
-                f"{vf} refused vGPU type {type_id}: busy",
-                device=vf,
-                errno=err.errno,
-                hint="it already has a vGPU or a VM holds it",
-            ) from err
-        if err.errno in (errno.ENOSPC, errno.EUSERS):
-            raise NoCapacity(f"{vf}: the GPU has no room for vGPU type {type_id}", device=vf, errno=err.errno) from err
-        raise
-    if str(hostview.current_type(host, vf)) != type_id:
-        raise VerifyFailed(f"{vf}: current_vgpu_type does not read back {type_id}", device=vf)
-
-
-def remove(host: Host, views: list[GpuView], ids: list[str]) -> list[str]:
+def remove(env: Env, views: list[GpuView], ids: list[str]) -> list[str]:
     """Remove vGPUs by id: an mdev UUID (legacy) or a VF address (vendor VFIO). Checked before acting."""
+    host = env.host
     uuids: list[str] = []
     vfs: list[str] = []
     for raw in ids:
@@ -156,9 +118,7 @@ def remove(host: Host, views: list[GpuView], ids: list[str]) -> list[str]:
         inst = mdev_sysfs.find_instance(host, u)
         if inst is not None and inst.parent not in mdev_parents:
             raise InvalidInput(f"{u} is an mdev on {inst.parent}, not a vGPU", value=u, hint="use: vgpukit mdev remove")
-    steps = mdev_ops.remove(host, uuids) if uuids else []  # all-or-nothing checks of its own
-    for vf in vfs:
-        steps.append(f"clear {vf} nvidia/current_vgpu_type (write 0)")
-        if not host.dry_run:
-            _set_type(host, vf, "0")
-    return steps
+    done = mdev_ops.remove(env, uuids) if uuids else []  # all-or-nothing checks of its own
+    clear: list[Step] = [SetVgpuType(vf, "0") for vf in vfs]
+    execute(env, clear)
+    return done + [s.describe() for s in clear]

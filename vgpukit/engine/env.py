@@ -1,0 +1,30 @@
+"""What steps act on: the host door, and the NVML facade opened only when a step needs it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..host import Host
+
+if TYPE_CHECKING:
+    from ..nvml import Nvml
+
+
+@dataclass
+class Env:
+    host: Host
+    nvml_factory: Callable[[], Nvml | None] = field(default=lambda: None, repr=False)
+    command: str = ""  # what the lock and journal say is running (the command line)
+    wait: float = 30.0  # seconds to wait for the host lock
+    _nvml: Nvml | None = field(default=None, repr=False)
+    _nvml_loaded: bool = field(default=False, repr=False)
+    locked: int = field(default=0, repr=False)  # depth of held host-lock sessions
+
+    @property
+    def nvml(self) -> Nvml | None:
+        if not self._nvml_loaded:
+            self._nvml = self.nvml_factory()
+            self._nvml_loaded = True
+        return self._nvml

@@ -1,0 +1,148 @@
+"""The one executor: lock, journal, apply, verify, roll back; and recovery after a crash."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from ..errors import VgpukitError
+from . import journal as jr
+from .env import Env
+from .lock import host_lock
+from .step import Step, from_dict
+
+log = logging.getLogger("vgpukit.engine")
+
+
+@contextmanager
+def session(env: Env) -> Iterator[list[str]]:
+    """Hold the host lock for a whole command; first repair what an interrupted command left.
+
+    Yields the lines describing what recovery did (empty when there was nothing to repair).
+    Re-entrant for the same :class:`Env` (a command that calls the executor several times).
+    """
+    if env.locked:
+        env.locked += 1
+        try:
+            yield []
+        finally:
+            env.locked -= 1
+        return
+    with host_lock(env.host, env.command, env.wait):
+        env.locked = 1
+        try:
+            yield recover(env)
+        finally:
+            env.locked = 0
+
+
+def _as_list(inv: Step | list[Step] | None) -> list[Step]:
+    if inv is None:
+        return []
+    return inv if isinstance(inv, list) else [inv]
+
+
+def execute(env: Env, steps: Sequence[Step]) -> list[str]:
+    """Apply ``steps`` in order under the host lock; what was done, in words.
+
+    Before each step its inverse is journaled (fsync'd). When a step fails, the inverses run newest
+    first and the error is re-raised, same class, with "rolled back the N steps done" (and any undo that
+    failed named). In dry-run mode nothing runs: the plan is the steps' descriptions.
+    """
+    if env.host.dry_run:
+        return [s.describe() for s in steps]
+    if not steps:
+        return []
+    with session(env):
+        book = jr.Journal(env.host, env.command)
+        undo: list[Step] = []
+        done: list[str] = []
+        try:
+            for step in steps:
+                for inv in _as_list(step.inverse(env)):
+                    book.add(inv.to_dict())
+                    undo.append(inv)
+                step.apply(env)
+                step.verify(env)
+                done.append(step.describe())
+        except VgpukitError as exc:
+            _, failures = _undo(env, undo)
+            book.close()
+            n = len(done)
+            note = f"rolled back the {n} step{'s' if n != 1 else ''} done" if n else "nothing was changed"
+            if failures:
+                note += "; could NOT undo: " + "; ".join(failures)
+            raise type(exc)(
+                f"{exc.message}; {note}",
+                path=exc.path,
+                device=exc.device,
+                value=exc.value,
+                errno=exc.errno,
+                hint=exc.hint,
+            ) from exc
+        except BaseException:
+            # KeyboardInterrupt / SystemExit: put back now, as a crash would be on the next command
+            _undo(env, undo)
+            book.close()
+            raise
+        book.close()
+        return done
+
+
+def _undo(env: Env, undo: list[Step]) -> tuple[int, list[str]]:
+    count, failures = 0, []
+    for inv in reversed(undo):
+        try:
+            inv.apply(env)
+            count += 1
+        except VgpukitError as exc:  # keep undoing the rest; say what stays behind
+            log.warning("undo failed: %s: %s", inv.describe(), exc)
+            failures.append(f"{inv.describe()}: {exc}")
+    return count, failures
+
+
+def recover(env: Env) -> list[str]:
+    """Put back what an interrupted command changed (its journaled inverses, newest first).
+
+    Call with the host lock held. Returns one line per action; raises when an inverse fails, leaving
+    the journal in place so the next command (or ``vgpukit recover``) tries again.
+    """
+    found = jr.pending(env.host)
+    if found is None:
+        return []
+    _load_step_kinds()
+    steps = [from_dict(e) for e in found.entries]
+    who = f"pid {found.pid}" if found.pid else "an unknown process"
+    lines = [f"recovering an interrupted change by {who} ({found.command or 'unknown command'})"]
+    _, failures = _undo(env, steps)
+    if failures:
+        from ..errors import HostIOError
+
+        raise HostIOError(
+            f"could not repair the change interrupted by {who}: " + "; ".join(failures),
+            path=env.host.display(env.host.state_dir("journal")),
+            hint="fix the cause and run 'vgpukit recover' (or 'vgpukit recover --discard' to drop the journal)",
+        )
+    lines += [f"put back: {s.describe()}" for s in reversed(steps)]
+    if not steps:
+        lines.append("nothing had been changed yet")
+    jr.discard(env.host)
+    return lines
+
+
+def _load_step_kinds() -> None:
+    """Import every module that defines step kinds, so journal entries can be rebuilt."""
+    import importlib
+
+    for mod in STEP_MODULES:
+        importlib.import_module(mod)
+
+
+# Every module that defines step kinds (journal replay rebuilds steps by kind).
+STEP_MODULES = (
+    "vgpukit.engine.files",
+    "vgpukit.sriov.steps",
+    "vgpukit.mdev.steps",
+    "vgpukit.vgpu.steps",
+)

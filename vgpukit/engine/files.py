@@ -1,0 +1,48 @@
+"""Steps over whole files (persistent definitions, records, specs): ensure content or absence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..errors import VerifyFailed
+from .env import Env
+from .step import Step, step_kind
+
+
+def _rel(path: str) -> tuple[str, ...]:
+    return tuple(p for p in path.split("/") if p)
+
+
+@step_kind
+@dataclass(frozen=True)
+class PutFile(Step):
+    """Ensure the file at ``path`` (as seen on the host, e.g. /etc/mdevctl.d/...) holds ``text``,
+    or is absent when ``text`` is None. ``what``: how plans say it (default "write PATH")."""
+
+    kind: ClassVar[str] = "put-file"
+    path: str
+    text: str | None
+    mode: int = 0o644
+    what: str = ""
+
+    def describe(self) -> str:
+        if self.what:  # the caller's words for this file ("define <uuid> ... in <path>")
+            return self.what
+        return f"remove {self.path}" if self.text is None else f"write {self.path}"
+
+    def inverse(self, env: Env) -> Step:
+        target = env.host.path(*_rel(self.path))
+        old = env.host.read_raw_opt(target)
+        return PutFile(self.path, old, self.mode)
+
+    def apply(self, env: Env) -> None:
+        target = env.host.path(*_rel(self.path))
+        if self.text is None:
+            env.host.remove(target)
+        elif env.host.read_raw_opt(target) != self.text:
+            env.host.write_file(target, self.text, self.mode)
+
+    def verify(self, env: Env) -> None:
+        if env.host.read_raw_opt(env.host.path(*_rel(self.path))) != self.text:
+            raise VerifyFailed(f"{self.path} does not read back as written", path=self.path)

@@ -1,0 +1,102 @@
+"""The intent journal: what must be put back, written durably before each change.
+
+``<root>/run/vgpukit/journal`` holds one JSON line per inverse step, appended and ``fsync``'d
+before the forward change starts; the first line names the command. A command that finishes
+(applied, or rolled back) removes the file. A file that is still there when the next mutating
+command takes the host lock belongs to a command that died: its inverses are replayed newest first
+(see :func:`vgpukit.engine.executor.recover`). A torn last line (killed mid-write) is ignored: the
+change it announced had not started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import from_oserror
+from ..host import Host, fsync_dir
+from ..inputs import load_json
+
+MAX_JOURNAL = 64 * 1024 * 1024
+
+
+@dataclass
+class Pending:
+    """A journal left by a command that did not finish."""
+
+    command: str
+    pid: int | None
+    started: float | None
+    entries: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Journal:
+    def __init__(self, host: Host, command: str) -> None:
+        self.host = host
+        self.path = host.state_dir("journal")
+        self.shown = host.display(self.path)
+        self.count = 0
+        host.mkdir(self.path.parent)
+        host.resolve(self.path.parent)  # refuse a run/vgpukit that leads outside the root
+        try:
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise from_oserror(exc, path=self.shown, action="creating the journal") from exc
+        head = {"schema": "vgpukit.journal/v1", "command": command, "pid": os.getpid(), "started": time.time()}
+        self._append(head)
+        fsync_dir(self.path.parent)
+
+    def _append(self, doc: dict[str, Any]) -> None:
+        line = json.dumps(doc, separators=(",", ":"), default=str) + "\n"
+        try:
+            os.write(self.fd, line.encode())
+            os.fsync(self.fd)
+        except OSError as exc:
+            raise from_oserror(exc, path=self.shown, action="writing the journal") from exc
+
+    def add(self, entry: dict[str, Any]) -> None:
+        self._append(entry)
+        self.count += 1
+
+    def close(self) -> None:
+        """The command is over (done or rolled back): nothing is left to put back."""
+        os.close(self.fd)
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        fsync_dir(self.path.parent)
+
+
+def pending(host: Host) -> Pending | None:
+    path = host.state_dir("journal")
+    if not os.path.lexists(path):
+        return None
+    text = host.read_opt(path, "") or ""
+    lines = text.split("\n")
+    docs: list[dict[str, Any]] = []
+    for n, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            doc = load_json(line, f"{host.display(path)} line {n + 1}", max_bytes=MAX_JOURNAL)
+        except Exception:  # a torn last line: the change it announced never started
+            if n >= len(lines) - 2:
+                break
+            raise
+        if isinstance(doc, dict):
+            docs.append(doc)
+    if not docs or docs[0].get("schema") != "vgpukit.journal/v1":
+        return Pending("unknown command", None, None, docs)
+    head = docs[0]
+    pid = head.get("pid")
+    return Pending(str(head.get("command", "")), pid if isinstance(pid, int) else None, head.get("started"), docs[1:])
+
+
+def discard(host: Host) -> None:
+    path = host.state_dir("journal")
+    host.remove(path)
+    fsync_dir(path.parent)

@@ -1,0 +1,72 @@
+"""The host lock: one mutating vgpukit command at a time on a host.
+
+An exclusive ``flock`` on ``<root>/run/vgpukit/lock`` (a simulated host has its own, under its
+directory). The holder writes its pid and command line into the file so a waiter that gives up can
+say who holds it. The kernel drops the lock when the holder dies, even on ``kill -9``: a stale file
+never blocks anyone. Reads take no lock.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ..errors import Busy, from_oserror
+from ..host import Host
+
+POLL = 0.05
+
+
+def lock_path(host: Host) -> str:
+    return str(host.state_dir("lock"))
+
+
+def holder(host: Host) -> str:
+    """Who holds the lock, as written by the holder ("pid 123: vgpukit sriov enable ..."), or ''."""
+    text = host.read_opt(host.state_dir("lock"), "") or ""
+    pid, _, cmd = text.partition("\n")
+    if not pid.isascii() or not pid.isdigit():
+        return ""
+    cmd = "".join(ch if ch.isprintable() else "?" for ch in cmd.strip())[:200]
+    return f"pid {pid}" + (f" ({cmd})" if cmd else "")
+
+
+@contextmanager
+def host_lock(host: Host, command: str, wait: float) -> Iterator[None]:
+    path = host.state_dir("lock")
+    host.mkdir(path.parent)
+    host.resolve(path.parent)  # refuse a run/vgpukit that leads outside the root
+    shown = host.display(path)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise from_oserror(exc, path=shown, action="opening the host lock") from exc
+    try:
+        deadline = time.monotonic() + max(wait, 0.0)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise from_oserror(exc, path=shown, action="locking") from exc
+            if time.monotonic() >= deadline:
+                who = holder(host) or "another process"
+                raise Busy(
+                    f"another vgpukit command is changing this host: {who}",
+                    path=shown,
+                    hint=f"waited {wait:g} s; wait longer with --wait SECONDS",
+                )
+            time.sleep(POLL)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n{command}\n".encode(errors="replace"), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # closing drops the flock

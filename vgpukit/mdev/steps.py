@@ -1,0 +1,110 @@
+"""Mediated-device changes as engine steps: instances (create / remove / attributes) and
+persistent definitions (mdevctl files, through :class:`~vgpukit.engine.files.PutFile`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..engine import Env, Step, step_kind
+from ..engine.files import PutFile
+from ..errors import Conflict, NoCapacity, VerifyFailed
+from . import mdevctl, sysfs
+from .model import Definition
+
+
+def _present(env: Env, uid: str) -> bool:
+    return env.host.exists(env.host.sys("bus", "mdev", "devices", uid))
+
+
+@step_kind
+@dataclass(frozen=True)
+class CreateMdev(Step):
+    """Ensure instance ``uuid`` of ``type_id`` exists on ``parent``."""
+
+    kind: ClassVar[str] = "mdev-create"
+    parent: str
+    type_id: str
+    uuid: str
+    check_capacity: bool = True
+
+    def describe(self) -> str:
+        return f"create {self.type_id} {self.uuid} on {self.parent}"
+
+    def inverse(self, env: Env) -> Step | None:
+        return None if _present(env, self.uuid) else RemoveMdev(self.uuid, self.parent, self.type_id)
+
+    def apply(self, env: Env) -> None:
+        if _present(env, self.uuid):
+            have = env.host.link_name(env.host.sys("bus", "mdev", "devices", self.uuid, "mdev_type"))
+            if have != self.type_id:
+                raise Conflict(
+                    f"an mdev with UUID {self.uuid} already exists ({have})", value=self.uuid, device=self.parent
+                )
+            return
+        # Sibling types share capacity: trust the kernel's current count, not the plan.
+        if self.check_capacity and sysfs.read_type(env.host, self.parent, self.type_id).available < 1:
+            raise NoCapacity(f"{self.parent} ran out of capacity for {self.type_id} while creating", device=self.parent)
+        sysfs.create(env.host, self.parent, self.type_id, self.uuid)
+
+    def verify(self, env: Env) -> None:
+        if not _present(env, self.uuid):
+            raise VerifyFailed(
+                f"wrote {self.uuid} to {self.parent}/{self.type_id}/create but no such mdev appeared", value=self.uuid
+            )
+
+
+@step_kind
+@dataclass(frozen=True)
+class RemoveMdev(Step):
+    """Ensure instance ``uuid`` is gone (its definition, if any, stays)."""
+
+    kind: ClassVar[str] = "mdev-remove"
+    uuid: str
+    parent: str = ""
+    type_id: str = ""
+
+    def describe(self) -> str:
+        of = f" ({self.type_id} on {self.parent})" if self.parent else ""
+        return f"remove {self.uuid}{of}"
+
+    def inverse(self, env: Env) -> Step | None:
+        if not _present(env, self.uuid) or not self.parent:
+            return None
+        return CreateMdev(self.parent, self.type_id, self.uuid, check_capacity=False)
+
+    def apply(self, env: Env) -> None:
+        if _present(env, self.uuid):
+            sysfs.remove(env.host, self.uuid)
+
+    def verify(self, env: Env) -> None:
+        if _present(env, self.uuid):
+            raise VerifyFailed(f"mdev {self.uuid} is still present after remove", value=self.uuid)
+
+
+@step_kind
+@dataclass(frozen=True)
+class SetMdevAttr(Step):
+    """Write one vendor attribute of an instance (mdevctl ``attrs``); undone by removing the instance."""
+
+    kind: ClassVar[str] = "mdev-attr"
+    uuid: str
+    attr: str
+    value: str
+
+    def describe(self) -> str:
+        return f"set {self.attr} of {self.uuid}"
+
+    def apply(self, env: Env) -> None:
+        sysfs.write_attr(env.host, self.uuid, self.attr, self.value)
+
+
+def put_definition(path: str, d: Definition, verb: str = "define") -> PutFile:
+    """The step that writes ``d`` as mdevctl's file at ``path`` (as seen on the host)."""
+    return PutFile(
+        path, mdevctl.text_of(d), what=f"{verb} {d.uuid} ({d.type_id} on {d.parent}, start {d.start}) in {path}"
+    )
+
+
+def drop_definition(path: str, d: Definition) -> PutFile:
+    return PutFile(path, None, what=f"undefine {d.uuid} (remove {path})")

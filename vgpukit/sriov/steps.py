@@ -1,0 +1,261 @@
+"""SR-IOV and driver-binding changes as engine steps (see :mod:`vgpukit.engine`).
+
+Each step reads what it needs just before acting and journals an idempotent inverse:
+``RestoreVfs`` (ensure a PF has N VFs with these bindings and records) and ``PutBack`` (ensure a
+device is on this driver / override, and its bind record is as it was).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..engine import Env, Step, step_kind
+from ..errors import VerifyFailed
+from ..pci import virtfns
+from . import binding
+from .binding import VFIO, Remembered
+from .kernel import numvfs_write, wait_for_vfs
+
+# A bind record as data: the record file's exact text; None: no record.
+Record = str | None
+
+
+def _record(env: Env, bdf: str) -> Record:
+    return env.host.read_raw_opt(binding.record_path(env.host, bdf))
+
+
+def _set_record(env: Env, bdf: str, rec: Record) -> None:
+    path = binding.record_path(env.host, bdf)
+    if env.host.read_raw_opt(path) == rec:
+        return
+    if rec is None:
+        env.host.remove(path)
+    else:
+        env.host.write_file(path, rec)
+
+
+@step_kind
+@dataclass(frozen=True)
+class PutBack(Step):
+    """Ensure ``bdf`` is on ``driver`` with ``override`` (``probe``: any driver the kernel picks),
+    and its bind record is ``record``. Does nothing for a device that no longer exists."""
+
+    kind: ClassVar[str] = "put-back-driver"
+    bdf: str
+    driver: str | None
+    override: str | None
+    probe: bool = False
+    record: Record = None
+
+    def describe(self) -> str:
+        return f"put {self.bdf} back on {Remembered(self.bdf, self.driver, self.override, self.probe).describe()}"
+
+    def apply(self, env: Env) -> None:
+        if not env.host.exists(env.host.pci_device(self.bdf)):
+            return
+        binding.put_back(env.host, Remembered(self.bdf, self.driver, self.override, self.probe))
+        _set_record(env, self.bdf, self.record)
+
+
+def _put_back_now(env: Env, bdf: str) -> PutBack:
+    """The inverse of any change to ``bdf``'s driver: where it is now, and its record as it is now."""
+    host = env.host
+    return PutBack(
+        bdf,
+        binding.current_driver(host, bdf),
+        binding.current_override(host, bdf),
+        False,
+        _record(env, bdf),
+    )
+
+
+@step_kind
+@dataclass(frozen=True)
+class BindDriver(Step):
+    """Move ``bdf`` to ``driver``: remember the original, override, unbind, drivers_probe."""
+
+    kind: ClassVar[str] = "bind-driver"
+    bdf: str
+    driver: str
+    probe_on_restore: bool = False
+    note: str = ""
+
+    def describe(self) -> str:
+        return f"bind {self.note or self.bdf} to {self.driver}"
+
+    def inverse(self, env: Env) -> Step:
+        return _put_back_now(env, self.bdf)
+
+    def apply(self, env: Env) -> None:
+        host = env.host
+        if not host.exists(host.pci_device(self.bdf)):
+            raise VerifyFailed(f"{self.bdf} does not exist", device=self.bdf)
+        cur, override = binding.current_driver(host, self.bdf), binding.current_override(host, self.bdf)
+        if cur == self.driver:
+            if not host.exists(binding.record_path(host, self.bdf)) and self.driver == VFIO and self.probe_on_restore:
+                binding.remember(host, Remembered(self.bdf, None, None, probe=True))  # repair a lost record
+            return
+        binding.require_driver(host, self.driver)
+        if not host.exists(binding.record_path(host, self.bdf)):
+            binding.remember(host, Remembered(self.bdf, cur, override, probe=self.probe_on_restore and cur is None))
+        binding.set_override(host, self.bdf, self.driver)
+        if cur:
+            host.write(host.pci_driver(cur, "unbind"), self.bdf)
+        host.write(host.sys("bus", "pci", "drivers_probe"), self.bdf)
+
+    def verify(self, env: Env) -> None:
+        now = binding.current_driver(env.host, self.bdf)
+        if now != self.driver:
+            raise VerifyFailed(
+                f"{self.bdf} is bound to {now or 'no driver'} after drivers_probe, not {self.driver}",
+                device=self.bdf,
+                hint=f"check dmesg; is {self.driver} able to drive this device?",
+            )
+
+
+@step_kind
+@dataclass(frozen=True)
+class UnbindDriver(Step):
+    kind: ClassVar[str] = "unbind-driver"
+    bdf: str
+    note: str = ""
+
+    def describe(self) -> str:
+        return f"unbind {self.note or self.bdf} from its driver"
+
+    def inverse(self, env: Env) -> Step:
+        return _put_back_now(env, self.bdf)
+
+    def apply(self, env: Env) -> None:
+        host = env.host
+        cur, override = binding.current_driver(host, self.bdf), binding.current_override(host, self.bdf)
+        if cur is None:
+            return
+        if not host.exists(binding.record_path(host, self.bdf)):
+            binding.remember(host, Remembered(self.bdf, cur, override))
+        host.write(host.pci_driver(cur, "unbind"), self.bdf)
+
+    def verify(self, env: Env) -> None:
+        now = binding.current_driver(env.host, self.bdf)
+        if now is not None:
+            raise VerifyFailed(f"{self.bdf} is still bound to {now}", device=self.bdf)
+
+
+@step_kind
+@dataclass(frozen=True)
+class RestoreDriver(Step):
+    """``bind --restore``: put ``bdf`` on its remembered driver and drop the record."""
+
+    kind: ClassVar[str] = "restore-driver"
+    bdf: str
+    driver: str | None
+    override: str | None
+    probe: bool
+
+    def describe(self) -> str:
+        was = Remembered(self.bdf, self.driver, self.override, self.probe)
+        return f"put {self.bdf} back on {was.describe()}"
+
+    def inverse(self, env: Env) -> Step:
+        return _put_back_now(env, self.bdf)
+
+    def apply(self, env: Env) -> None:
+        binding.put_back(env.host, Remembered(self.bdf, self.driver, self.override, self.probe))
+        if self.driver and binding.current_driver(env.host, self.bdf) != self.driver:
+            raise VerifyFailed(f"{self.bdf} did not go back to {self.driver}", device=self.bdf, hint="check dmesg")
+        binding.forget(env.host, self.bdf)
+
+
+@step_kind
+@dataclass(frozen=True)
+class SetAutoprobe(Step):
+    kind: ClassVar[str] = "sriov-autoprobe"
+    pf: str
+    value: bool
+    why: str = ""
+
+    def describe(self) -> str:
+        return f"set sriov_drivers_autoprobe of {self.pf} to {int(self.value)}{self.why}"
+
+    def inverse(self, env: Env) -> Step:
+        cur = env.host.read_int(env.host.pci_device(self.pf, "sriov_drivers_autoprobe"), 1)
+        return SetAutoprobe(self.pf, bool(cur), " (as it was)")
+
+    def apply(self, env: Env) -> None:
+        path = env.host.pci_device(self.pf, "sriov_drivers_autoprobe")
+        if env.host.read_int(path, None) != int(self.value):
+            env.host.write(path, str(int(self.value)))
+
+
+@step_kind
+@dataclass(frozen=True)
+class SetNumVfs(Step):
+    """Write ``sriov_numvfs`` (from 0, or to 0) and wait for the VFs to appear."""
+
+    kind: ClassVar[str] = "sriov-numvfs"
+    pf: str
+    count: int
+    total: int
+    timeout: float = 10.0
+    why: str = ""
+    was: int = 0  # the count when planned (for the description only)
+
+    def describe(self) -> str:
+        if self.count == 0:
+            return f"destroy the {self.was} VFs of {self.pf} (sriov_numvfs {self.was} -> 0){self.why}"
+        return f"create {self.count} VFs on {self.pf} (sriov_numvfs 0 -> {self.count}) and wait for them"
+
+    def inverse(self, env: Env) -> Step:
+        host = env.host
+        cur = host.read_int(host.pci_device(self.pf, "sriov_numvfs"), 0) or 0
+        vfs = virtfns(host, self.pf) if cur else []
+        drivers = tuple(
+            (v, binding.current_driver(host, v), binding.current_override(host, v), _record(env, v)) for v in vfs
+        )
+        return RestoreVfs(self.pf, cur, self.total, drivers)
+
+    def apply(self, env: Env) -> None:
+        host = env.host
+        if self.count == 0:
+            for v in virtfns(host, self.pf):
+                binding.forget(host, v)
+        numvfs_write(host, self.pf, self.count, self.total)
+        wait_for_vfs(host, self.pf, self.count, self.timeout)
+
+
+VfState = tuple[str, str | None, str | None, Record]  # bdf, driver, override, bind record
+
+
+@step_kind
+@dataclass(frozen=True)
+class RestoreVfs(Step):
+    """Ensure ``pf`` has exactly ``count`` VFs, each on its recorded driver with its bind record."""
+
+    kind: ClassVar[str] = "sriov-restore-vfs"
+    pf: str
+    count: int
+    total: int
+    vfs: tuple[VfState, ...] = ()
+
+    def describe(self) -> str:
+        if self.count == 0:
+            return f"remove the VFs of {self.pf} (as before)"
+        return f"recreate {self.count} VFs on {self.pf} with their drivers (as before)"
+
+    def apply(self, env: Env) -> None:
+        host = env.host
+        if not host.exists(host.pci_device(self.pf)):
+            return
+        cur = host.read_int(host.pci_device(self.pf, "sriov_numvfs"), 0) or 0
+        if cur != self.count:
+            if cur:
+                for v in virtfns(host, self.pf):
+                    binding.forget(host, v)
+                numvfs_write(host, self.pf, 0, self.total)
+            if self.count:
+                numvfs_write(host, self.pf, self.count, self.total)
+                wait_for_vfs(host, self.pf, self.count, 10.0)
+        for bdf, driver, override, rec in self.vfs:
+            binding.put_back(host, Remembered(bdf, driver, override))
+            _set_record(env, bdf, rec)
