@@ -127,3 +127,29 @@ def test_killed_reactions_leave_before_or_after_state(tmp_path: Path, run_cli: C
     done = run_cli(sim, "sriov", "enable", PF, "--vfs", str(VFS))
     assert done.exit_code == 0, done.output
     assert check_consistent(sim) == VFS
+
+
+def test_a_log_left_behind_is_undone_on_open_even_with_a_torn_last_line(tmp_path: Path) -> None:
+    from vgpukit.sim.journal import Journal
+    from vgpukit.sim.kernel import SimKernel
+    from vgpukit.sim.tree import SimTree
+
+    sim = tmp_path / "host"
+    init_sim(sim, "qemu-guest")
+    pf_dir = Path(os.path.realpath(sim / "sys/bus/pci/devices" / PF))
+    before = {p: (p.is_symlink(), p.read_text() if p.is_file() else None) for p in sorted(sim.rglob("*"))}
+    journal = Journal(sim, sim / ".vgpukit-sim", {"path": "sys/x", "value": "1"})
+    tree = SimTree(sim, journal)
+    tree.write_attr(pf_dir / "sriov_numvfs", 2)
+    tree.write_attr(pf_dir / "new_dir" / "attr", "x")
+    tree.link(pf_dir / "virtfn0", pf_dir.parent)
+    tree.unlink(pf_dir / "subsystem")
+    tree.remove_tree(sim / "sys/kernel/iommu_groups" / "0")
+    assert journal.fd is not None
+    os.write(journal.fd, b'{"kind": "absent", "pa')  # the process died while writing a record
+    os.close(journal.fd)
+    SimKernel(sim)  # the next command opens the sim host
+    after = {p: (p.is_symlink(), p.read_text() if p.is_file() else None) for p in sorted(sim.rglob("*"))}
+    after.pop(sim / ".vgpukit-sim" / "lock", None)
+    before.pop(sim / ".vgpukit-sim" / "lock", None)
+    assert after == before

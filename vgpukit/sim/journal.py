@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 LOG = "inflight.jsonl"
+KINDS = ("absent", "file", "link", "dir")
 
 
 def _snapshot(path: str) -> dict[str, Any]:
@@ -127,9 +128,12 @@ def undo(root: Path, log: Path) -> dict[str, Any] | None:
     records: list[dict[str, Any]] = []
     for line in lines:
         try:
-            records.append(json.loads(line))
+            rec = json.loads(line)
         except ValueError:
             break  # a torn last line: the change it announced never started
+        if not isinstance(rec, dict) or (records and rec.get("kind") not in KINDS):
+            break
+        records.append(rec)
     header = records[0] if records else {}
     for rec in reversed(records[1:]):
         rel = str(rec.get("path", ""))
