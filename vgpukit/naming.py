@@ -8,14 +8,25 @@ not NVML's index (which follows ``CUDA_DEVICE_ORDER`` and may differ).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .errors import InvalidInput, NotFound
 from .pci import PciDevice, is_bdf, parse_bdf, scan
 
 if TYPE_CHECKING:
-    from .cli.context import App
     from .host import Host
+    from .nvml import Nvml
+
+
+class HostContext(Protocol):
+    """Where a name is looked up: a host, and NVML (opened only when a GPU UUID needs it)."""
+
+    @property
+    def host(self) -> Host: ...
+
+    @property
+    def nvml(self) -> Nvml | None: ...
+
 
 ALIAS_RE = re.compile(r"^(gpu|nic|nvme)(\d+)$")
 UUID_RE = re.compile(r"^GPU-[0-9a-fA-F-]{36}$")
@@ -63,9 +74,17 @@ def resolve_in(
     )
 
 
-def resolve_device(app: App, name: str) -> str:
-    """Resolve a user-supplied device name on the app's host (NVML consulted only for UUIDs)."""
-    uuids = None
-    if UUID_RE.match(name.strip()) and app.nvml is not None:
-        uuids = {g.bdf: g.uuid for g in app.nvml.gpus()}
-    return resolve_in(app.host, name, gpu_uuids=uuids)
+def needs_nvml(name: str) -> bool:
+    """Only GPU UUIDs are resolved through NVML."""
+    return bool(UUID_RE.match(name.strip()))
+
+
+def resolve_on(host: Host, name: str, nvml: Nvml | None = None) -> str:
+    """Resolve a user-supplied device name on ``host``; ``nvml`` maps GPU UUIDs (unused otherwise)."""
+    uuids = {g.bdf: g.uuid for g in nvml.gpus()} if nvml is not None and needs_nvml(name) else None
+    return resolve_in(host, name, gpu_uuids=uuids)
+
+
+def resolve_device(ctx: HostContext, name: str) -> str:
+    """:func:`resolve_on` for a front end's context (NVML opened only for UUIDs)."""
+    return resolve_on(ctx.host, name, ctx.nvml if needs_nvml(name) else None)

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING
 
 from ..errors import InvalidInput, NotFound, Unsupported
 from ..host import Host
+from ..libvirt.domain import Device, HostdevInterface, MdevHostdev, PciAddress, PciHostdev
+from ..naming import resolve_on
 from ..pci import BDF_RE, read_device
-from .model import Device, HostdevInterface, MdevHostdev, PciAddress, PciHostdev
 
 if TYPE_CHECKING:
-    from ..cli.context import App
+    from ..nvml import Nvml
 
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 MIG_RE = re.compile(r"^MIG-[0-9a-fA-F-]+$")
@@ -118,17 +119,15 @@ def read_pci(host: Host, bdf: str, name: str | None = None) -> Target:
     )
 
 
-def resolve(app: App, name: str) -> Target:
-    """The device a user named, read from the host. NotFound / InvalidInput otherwise."""
+def resolve(host: Host, name: str, nvml: Nvml | None = None) -> Target:
+    """The device a user named, read from the host (``nvml`` maps GPU UUIDs). NotFound / InvalidInput otherwise."""
     text = name.strip()
     if UUID_RE.match(text.lower()):
-        return read_mdev(app.host, text.lower(), name)
+        return read_mdev(host, text.lower(), name)
     if MIG_RE.match(text):
         raise Unsupported(
             f"{text} is a MIG slice: MIG slices go to containers (vgpukit cdi generate), not to VMs",
             device=text,
             hint="give a VM the whole GPU (gpuN) or a vGPU instead",
         )
-    from ..naming import resolve_device
-
-    return read_pci(app.host, resolve_device(app, text), name)
+    return read_pci(host, resolve_on(host, text, nvml), name)

@@ -76,6 +76,12 @@ class App:
             self._nvml_loaded = True
         return self._nvml  # type: ignore[no-any-return]
 
+    def close(self) -> None:
+        """End of the command: release what was opened (NVML is shut down)."""
+        if self._nvml is not None:
+            self._nvml.close()
+        self._nvml, self._nvml_loaded = None, False
+
 
 def check_sim_dir(path: Path) -> None:
     if not (path / SIM_MARKER / "sim.json").is_file():

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
+from .. import __version__
 from ..errors import EXIT_INVALID, VgpukitError
 from .context import App
 from .params import AsciiFloat
@@ -86,7 +87,7 @@ class LazyGroup(click.Group):
     metavar="SECONDS",
     help="How long a mutating command waits for another one to release the host lock (env VGPUKIT_WAIT).",
 )
-@click.version_option(None, "-V", "--version", package_name="vgpukit")
+@click.version_option(__version__, "-V", "--version", prog_name="vgpukit")
 @click.pass_context
 def cli(
     ctx: click.Context, root: str | None, sim: str | None, as_json: bool, dry_run: bool, debug: bool, wait: float
@@ -99,6 +100,7 @@ def cli(
     if debug:
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
     ctx.obj = App.from_env(root, sim, json=as_json, dry_run=dry_run, debug=debug, wait=wait, command=_command_line())
+    ctx.call_on_close(ctx.obj.close)  # runs when the command ends, error or not
 
 
 def _command_line() -> str:

@@ -2,68 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
-from ..cli.output import emit, emit_result, say
-from ..errors import Busy, InvalidInput, NotFound, Unsupported
-from ..nvml import Nvml, NvmlGpu
+from ..cli.output import emit, fail_after_emit, say
+from ..errors import Busy, InvalidInput, Unsupported
 from . import engine, view
-
-
-def nvml_of(app: App) -> Nvml:
-    nvml = app.nvml
-    if nvml is None:
-        raise Unsupported("no NVIDIA driver here: NVML is not available", hint="install the driver, or use --sim DIR")
-    return nvml
-
-
-_SCANS: dict[int, list[Any]] = {}
-
-
-def _scan(app: App) -> list[Any]:
-    """The host's PCI devices, scanned once per invocation (naming and aliases share it)."""
-    from ..pci import scan
-
-    if id(app) not in _SCANS:
-        _SCANS[id(app)] = scan(app.host)
-    return _SCANS[id(app)]
-
-
-def resolve_gpu(app: App, name: str) -> NvmlGpu:
-    from ..naming import UUID_RE, resolve_in
-
-    nvml = nvml_of(app)
-    if name.isdigit():  # a bare NVML index, as nvidia-smi -i takes
-        gpus = nvml.gpus()
-        if int(name) >= len(gpus):
-            raise NotFound(f"no GPU with NVML index {name}: this host has {len(gpus)}", value=name)
-        return gpus[int(name)]
-    uuids = {g.bdf: g.uuid for g in nvml.gpus()} if UUID_RE.match(name.strip()) else None
-    return view.find_gpu(nvml, resolve_in(app.host, name, devices=_scan(app), gpu_uuids=uuids))
-
-
-def aliases(app: App) -> dict[str, str]:
-    from ..naming import aliases as pci_aliases
-
-    try:
-        return pci_aliases(_scan(app))
-    except Exception:  # no sysfs (odd root): fall back to NVML order
-        return {}
-
-
-def label_of(app: App, gpu: NvmlGpu) -> str:
-    return f"{aliases(app).get(gpu.bdf, f'gpu{gpu.index}')} ({gpu.bdf})"
-
-
-def _named(app: App, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    names = aliases(app)
-    for d in docs:
-        d["gpu"] = names.get(d["bdf"], d["gpu"])
-    return docs
+from .common_cli import aliases, label_of, named, nvml_of, resolve_gpu, run_plans
+from .config_cli import apply_cmd, assert_cmd, export_cmd
+from .steps import SetMode
+from .view_cli import show_profiles, show_status
 
 
 @click.group()
@@ -82,8 +31,8 @@ def status(app: App, gpu: str | None) -> None:
     """MIG mode, GPU/compute instances, MIG UUIDs and a map of the memory slots."""
     nvml = nvml_of(app)
     gpus = [resolve_gpu(app, gpu)] if gpu else nvml.gpus()
-    docs = _named(app, [view.gpu_status(nvml, g) for g in gpus])
-    emit(app, "mig-status", {"gpus": docs}, lambda: view.show_status(docs))
+    docs = named(app, [view.gpu_status(nvml, g) for g in gpus])
+    emit(app, "mig-status", {"gpus": docs}, lambda: show_status(docs))
 
 
 @mig.command("profiles")
@@ -95,30 +44,7 @@ def profiles(app: App, gpu: str) -> None:
     nvml = nvml_of(app)
     doc = view.profiles_doc(nvml, resolve_gpu(app, gpu))
     doc["gpu"] = aliases(app).get(doc["bdf"], doc["gpu"])
-    emit(app, "mig-profiles", doc, lambda: view.show_profiles(doc))
-
-
-def run_plans(app: App, kind: str, plans: list[engine.GpuPlan], extra: dict[str, Any] | None = None) -> None:
-    """Apply (unless dry run) and report; show the resulting MIG devices of the GPUs touched."""
-    nvml = nvml_of(app)
-    steps = [s.describe() for p in plans for s in p.steps]
-    if not app.dry_run and steps:
-        engine.apply(nvml, plans)
-    gpus = {p.gpu.index: p.gpu for p in plans}
-    docs = _named(app, [view.gpu_status(nvml, g) for g in (nvml.gpus()[i] for i in sorted(gpus))])
-    placements = [
-        {"gpu": s.gpu.index, "profile": s.profile.name, "start": s.start, "size": s.profile.size}
-        for p in plans
-        for s in p.steps
-        if s.action == "create-gi" and s.profile is not None
-    ]
-    emit_result(
-        app,
-        kind,
-        plan=steps,
-        data={"placements": placements, "gpus": docs, **(extra or {})},
-        human=None if app.dry_run else (lambda: view.show_status(docs)),
-    )
+    emit(app, "mig-profiles", doc, lambda: show_profiles(doc))
 
 
 @click.command("partition")
@@ -199,7 +125,7 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
     plan, skipped = plan_destroy(nvml, g, None if all_ else list(gi_ids), force, label_of(app, g))
     run_plans(app, "mig-destroy", [plan], {"skipped_busy": skipped})
     if skipped:
-        raise Busy(f"skipped busy GPU instance(s): {', '.join(skipped)}")
+        fail_after_emit(app, Busy(f"skipped busy GPU instance(s): {', '.join(skipped)}"))
 
 
 @mig.command("disable")
@@ -226,19 +152,12 @@ def disable(app: App, gpu: str, reset: bool | None) -> None:
         if reset:
             raise
         # without --reset, disabling is accepted and takes effect at the next reset (like nvidia-smi)
-        steps = [
-            engine.Step(
-                "set-mode", g, "disable MIG mode (pending until the GPU is reset)", enable=False, pending_ok=True
-            )
-        ]
-        plan = engine.GpuPlan(g, steps, [])
+        plan = engine.GpuPlan(g, [SetMode(g.bdf, label_of(app, g), False, pending_ok=True)], [])
     run_plans(app, "mig-disable", [plan])
-    pending = any(s.pending_ok for s in plan.steps)
+    pending = any(isinstance(s, SetMode) and s.pending_ok and not s.then_reset for s in plan.steps)
     if not app.dry_run and not app.json and pending:
         say(f"MIG stays on until {gpu} is reset: vgpukit mig disable {gpu} --reset (or reboot)")
 
-
-from .config_cli import apply_cmd, assert_cmd, export_cmd  # noqa: E402
 
 mig.add_command(apply_cmd)
 mig.add_command(assert_cmd)
