@@ -21,7 +21,8 @@ ALLOWED = {
     "vgpukit.errors",
     "vgpukit.host",
     "vgpukit.inputs",
-    "vgpukit.nvml",  # the facade's records (GiProfile, NvmlGpu, ...)
+    "vgpukit.nvml",
+    "vgpukit.nvml.model",  # the facade's records (GiProfile, NvmlGpu, ...)
     "vgpukit.nvml.errors",
     "vgpukit.nvml.table",  # the MIG profile tables the simulated NVIDIA driver plays
     "vgpukit.nvml.sim",
