@@ -30,6 +30,7 @@ def load_base(host: Host, path: Path) -> QosConfig:
     text = host.read_doc(path, "QoS config", MAX_CONFIG_BYTES, missing_ok=True, user_file=user_file)
     if text is None:
         return QosConfig()
+    text = text.strip()  # as attribute reads are: an error at the end of the file names its last line
     where = str(path) if user_file else host.display(path)
     doc = load_yaml(text, str(where))  # size, syntax and nesting: the message names the line
     try:

@@ -11,10 +11,10 @@ from typing import Any
 
 from ..errors import Conflict, InvalidInput, NotFound, VgpukitError, from_oserror
 from ..inputs import check_component, load_yaml
-from ..pci import BDF_RE
 from .state import KernelState, sim_meta_dir
-from .tree import RW, SimTree, link, make_devnode, write_attr
+from .tree import RW, SimTree
 
+MAX_PROFILE_BYTES = 1024 * 1024
 PROFILE_KEYS = {
     "version",
     "name",
@@ -28,12 +28,6 @@ PROFILE_KEYS = {
     "boot",
 }
 NODE_KEYS = {"bdf", "model", "children", "group", "driver"}
-MAX_PROFILE_BYTES = 1024 * 1024
-
-
-def _part(value: Any, what: str) -> str:
-    """A profile value that becomes a path component of the simulated tree: one plain name."""
-    return check_component(str(value) if type(value) is int else value, what)
 
 
 def builtin_profiles() -> dict[str, Path]:
@@ -50,7 +44,7 @@ def load_profile(name_or_path: str) -> dict[str, Any]:
             value=name_or_path,
             hint="available: " + ", ".join(sorted(profiles)) + " (or a path to a profile YAML)",
         )
-    from ..host import Host
+    from ..host import Host  # the user's own file: regular, size-capped, read where it is
 
     text = Host().read_doc(path, "simulator profile", MAX_PROFILE_BYTES, user_file=True)
     data = load_yaml(text or "", str(path))
@@ -75,39 +69,38 @@ class Builder:
 
     def build(self) -> None:
         for sub in ("sys/bus/pci/devices", "sys/kernel/iommu_groups", "dev/vfio", "proc", "run/vgpukit", "etc/vgpukit"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
-        write_attr(self.tree.bus_pci / "drivers_probe", "", 0o200)
-        write_attr(self.tree.bus_pci / "drivers_autoprobe", 1, RW)
-        make_devnode(self.tree.devnode("vfio", "vfio"), 10, 196)
+            self.tree.mkdir(self.root / sub)
+        self.tree.write_attr(self.tree.bus_pci / "drivers_probe", "", 0o200)
+        self.tree.write_attr(self.tree.bus_pci / "drivers_autoprobe", 1, RW)
+        self.tree.make_devnode(self.tree.devnode("vfio", "vfio"), 10, 196)
         for drv, ids in self.profile.get("drivers", {}).items():
-            self.tree.add_driver(_part(drv, "a driver name"))
+            self.tree.add_driver(drv)
             self.state.driver_ids[drv] = list(ids)
         self.state.vf_models = {k: self.models[v] for k, v in self.profile.get("vf_models", {}).items()}
         nodes = self.profile.get("numa_nodes") or {}
         for node, cpus in nodes.items():
-            write_attr(self.root / "sys/devices/system/node" / f"node{_part(node, 'a NUMA node')}" / "cpulist", cpus)
-        write_attr(self.root / "sys/devices/system/node/online", ",".join(str(n) for n in nodes) or "0")
+            self.tree.write_attr(self.root / "sys/devices/system/node" / f"node{node}" / "cpulist", cpus)
+        self.tree.write_attr(self.root / "sys/devices/system/node/online", ",".join(str(n) for n in nodes) or "0")
         for hb in self.profile.get("host_bridges", []):
-            hb_dir = self.root / "sys" / "devices" / _part(hb["name"], "a host bridge name")
-            hb_dir.mkdir(parents=True, exist_ok=True)
+            hb_dir = self.root / "sys" / "devices" / hb["name"]
+            self.tree.mkdir(hb_dir)
             numa = hb.get("numa")
             for node in hb.get("devices", []):
                 self._device(hb_dir, node, numa, nodes.get(numa) if numa is not None else None)
         for vp in self.profile.get("virtual_mdev_parents", []):
-            pdir = self.root.joinpath("sys", "devices", *(_part(p, "a parent path") for p in vp["path"].split("/")))
-            pdir.mkdir(parents=True, exist_ok=True)
-            self._mdev_parent(_part(vp["name"], "an mdev parent name"), pdir, vp["mdev"])
+            pdir = self.root / "sys" / "devices" / vp["path"]
+            self.tree.mkdir(pdir)
+            self._mdev_parent(vp["name"], pdir, vp["mdev"])
         self._gpu_nodes()
 
     def _device(self, parent: Path, node: dict[str, Any], numa: int | None, cpus: str | None) -> None:
-        if set(node) - NODE_KEYS:
-            raise InvalidInput(f"a profile device has an unknown key (allowed: {', '.join(sorted(NODE_KEYS))})")
-        bdf = node["bdf"]
-        if not isinstance(bdf, str) or not BDF_RE.match(bdf):
-            raise InvalidInput("a profile device's bdf must be a PCI address like 0000:3b:00.0")
+        unknown = set(node) - NODE_KEYS
+        if unknown:
+            raise InvalidInput(f"profile device {node.get('bdf')}: unknown keys {sorted(unknown)}")
         model = self.models.get(node["model"])
         if model is None:
-            raise InvalidInput(f"profile device {bdf}: unknown model")
+            raise InvalidInput(f"profile device {node['bdf']}: unknown model {node['model']!r}")
+        bdf = node["bdf"]
         group = node.get("group", self.state.next_group)
         self.state.next_group = max(self.state.next_group, group + 1)
         d = self.tree.add_pci_device(parent, bdf, model, numa, cpus, group)
@@ -117,12 +110,12 @@ class Builder:
             self.tree.bind(bdf, driver)
         sriov = model.get("sriov")
         if sriov:
-            write_attr(d / "sriov_totalvfs", sriov["total_vfs"])
-            write_attr(d / "sriov_numvfs", 0, RW)
-            write_attr(d / "sriov_offset", sriov.get("offset", 1))
-            write_attr(d / "sriov_stride", sriov.get("stride", 1))
-            write_attr(d / "sriov_vf_device", sriov["vf_device"])
-            write_attr(d / "sriov_drivers_autoprobe", 1, RW)
+            self.tree.write_attr(d / "sriov_totalvfs", sriov["total_vfs"])
+            self.tree.write_attr(d / "sriov_numvfs", 0, RW)
+            self.tree.write_attr(d / "sriov_offset", sriov.get("offset", 1))
+            self.tree.write_attr(d / "sriov_stride", sriov.get("stride", 1))
+            self.tree.write_attr(d / "sriov_vf_device", sriov["vf_device"])
+            self.tree.write_attr(d / "sriov_drivers_autoprobe", 1, RW)
         if model.get("mdev"):
             self._mdev_parent(bdf, d, model["mdev"])
         gpu = model.get("gpu")
@@ -140,26 +133,27 @@ class Builder:
             "pool": spec["pool"],
             "homogeneous": bool(spec.get("homogeneous")),
             "types": spec["types"],
+            "counts": {},
         }
         for type_id, t in spec["types"].items():
-            tdir = pdir / "mdev_supported_types" / _part(type_id, "an mdev type id")
-            write_attr(tdir / "name", t["name"])
-            write_attr(tdir / "device_api", t.get("device_api", "vfio-pci"))
+            tdir = pdir / "mdev_supported_types" / type_id
+            self.tree.write_attr(tdir / "name", t["name"])
+            self.tree.write_attr(tdir / "device_api", t.get("device_api", "vfio-pci"))
             if t.get("description"):
-                write_attr(tdir / "description", t["description"])
-            write_attr(tdir / "available_instances", spec["pool"] // t["cost"])
-            write_attr(tdir / "create", "", 0o200)
-            (tdir / "devices").mkdir(exist_ok=True)
-        link(self.root / "sys" / "class" / "mdev_bus" / name, pdir)
+                self.tree.write_attr(tdir / "description", t["description"])
+            self.tree.write_attr(tdir / "available_instances", spec["pool"] // t["cost"])
+            self.tree.write_attr(tdir / "create", "", 0o200)
+            self.tree.mkdir(tdir / "devices")
+        self.tree.link(self.root / "sys" / "class" / "mdev_bus" / name, pdir)
 
     def _gpu_nodes(self) -> None:
         if not self.gpus:
             return
-        make_devnode(self.tree.devnode("nvidiactl"), 195, 255)
-        make_devnode(self.tree.devnode("nvidia-uvm"), 510, 0)
-        make_devnode(self.tree.devnode("nvidia-uvm-tools"), 510, 1)
+        self.tree.make_devnode(self.tree.devnode("nvidiactl"), 195, 255)
+        self.tree.make_devnode(self.tree.devnode("nvidia-uvm"), 510, 0)
+        self.tree.make_devnode(self.tree.devnode("nvidia-uvm-tools"), 510, 1)
         for i, _gpu in enumerate(self.gpus):
-            make_devnode(self.tree.devnode(f"nvidia{i}"), 195, i)
+            self.tree.make_devnode(self.tree.devnode(f"nvidia{i}"), 195, i)
 
 
 def _boot(root: Path, writes: list[dict[str, Any]]) -> None:
@@ -169,23 +163,23 @@ def _boot(root: Path, writes: list[dict[str, Any]]) -> None:
 
     kernel = SimKernel(root)
     for entry in writes:
-        parts = [_part(p, "a boot write path") for p in entry["sys"].split("/")]
-        kernel.write(root.joinpath("sys", *parts), str(entry["write"]))
+        kernel.write(root / "sys" / entry["sys"], str(entry["write"]))
 
 
 def init_sim(root: Path, profile_name: str, force: bool = False) -> dict[str, Any]:
-    """Create a simulated host under ``root``; refuses a non-empty dir unless ``force``."""
+    """Create a simulated host under ``root``; refuses a non-empty dir unless ``force``. A profile
+    that is wrong in any way leaves nothing half-built (docs/safety.md)."""
     try:
-        return _init_sim(root, profile_name, force)
+        profile = load_profile(profile_name)
+        if root.exists() and not root.is_dir():
+            raise InvalidInput(f"{root} exists and is not a directory", path=str(root))
+        return _init_sim(root, profile, force)
     except OSError as exc:
         raise from_oserror(exc, path=root, action="creating a simulated host in") from None
 
 
-def _init_sim(root: Path, profile_name: str, force: bool) -> dict[str, Any]:
-    profile = load_profile(profile_name)
+def _init_sim(root: Path, profile: dict[str, Any], force: bool = False) -> dict[str, Any]:
     meta = sim_meta_dir(root)
-    if root.exists() and not root.is_dir():
-        raise InvalidInput(f"{root} exists and is not a directory", path=str(root))
     if root.exists() and any(root.iterdir()):
         if not force:
             raise Conflict(f"{root} is not empty", path=str(root), hint="use --force to replace it")
@@ -205,12 +199,12 @@ def _init_sim(root: Path, profile_name: str, force: bool) -> dict[str, Any]:
         (meta / "nvml.json").write_text(json.dumps(initial_state(builder.gpus), indent=1))
         (meta / "sim.json").write_text(json.dumps(info, indent=1))
     except (VgpukitError, OSError, KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        # a profile is data from the user: whatever it gets wrong, nothing half-built stays behind
+        # a profile is the user's data: whatever it gets wrong, nothing half-built stays behind
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True, exist_ok=True)
         if isinstance(exc, VgpukitError):
             raise
         raise InvalidInput(
-            f"{profile_name}: not a valid simulator profile (a value is missing or of the wrong kind)"
+            f"{profile['name']}: not a valid simulator profile (a value is missing or of the wrong kind)"
         ) from exc
     return {**info, "root": str(root), "devices": len(builder.tree.all_bdfs()), "gpus": len(builder.gpus)}

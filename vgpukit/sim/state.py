@@ -8,7 +8,7 @@ import json
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +120,7 @@ class KernelState:
     def save(self, root: Path) -> None:
         path = sim_meta_dir(root) / "kernel.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1))
+        tmp.write_text(json.dumps(vars(self), separators=(",", ":")))  # the C encoder: no indent
         tmp.replace(path)
 
     @classmethod
