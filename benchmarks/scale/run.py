@@ -1,0 +1,279 @@
+"""Cost at scale: whole-process vgpukit commands on simulated hosts of growing size.
+
+Usage: .venv/bin/python benchmarks/scale/run.py [--runs N] [--quick] [--cases a,b] [--save F] [--before F]
+
+For each case and size it prints the wall time (the fastest of --runs runs: the least disturbed by
+other load on the machine), the median CPU time (user + system) and, from one run under
+``strace -f`` (the simulated kernel's reactions included: they run in the same process), the
+syscall counts: all, readlink, open, stat family, getdents, write, and how often a file under the
+host's /sys was opened or readlink'ed again after its first time ("re-reads", and the most any one
+path was). Then per case the fitted cost exponent: the least-squares slope of log(cost) over
+log(size), where cost is the wall time (CPU time, syscall count) minus that of ``vgpukit --version``
+(the fixed price of starting the CLI), so a linear command scores 1.0.
+
+Cases (sizes are VFs, mdev instances or GPUs):
+  sriov-enable   one PF with N VFs possible: ``sriov enable PF --vfs N --driver vfio-pci``
+  topo, devices, sriov-list   4 PFs with N/4 VFs each enabled at boot (N VFs on the host)
+  mdev-create    N/16 Tesla T4 parents: ``mdev create --type nvidia-222 --count N`` (16 x 1 GB each)
+  mdev-list      the host that mdev-create left (N instances)
+  mig-apply      N A100s: ``mig apply`` of a mixed 4-instance config to all of them (with --reset)
+  mig-status     the host that mig-apply left
+  startup        read-only commands on the small qemu-guest host, next to ``python -c pass``
+--save writes the results as JSON; --before F adds F's wall time and syscalls to the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hosts import MIG_CONFIG, mdev_host, mig_host, sriov_host, write_profile  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+SIZES = [16, 64, 256, 1024]
+GPU_SIZES = [8, 16, 32, 64]
+TARGET_EXPONENT = 1.05
+SYSCALL_RE = re.compile(r"^\d+\s+(\w+)\(")
+PATH_RE = re.compile(r'^\d+\s+(openat|readlink|readlinkat)\((?:AT_FDCWD, |\d+<?[^,]*>?, )?"([^"]+)"(.*)$')
+STAT = {"stat", "lstat", "newfstatat", "fstatat64", "statx", "access", "faccessat", "faccessat2"}
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(REPO) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e.pop("PYTHONDONTWRITEBYTECODE", None)  # installed code has its bytecode cached; let ours be too
+    e.pop("VGPUKIT_SIM", None)
+    e.pop("VGPUKIT_ROOT", None)
+    return e
+
+
+def vg(*args: str) -> list[str]:
+    return [sys.executable, "-m", "vgpukit", *args]
+
+
+def run(cmd: list[str], check: bool = True) -> None:
+    res = subprocess.run(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if check and res.returncode != 0:
+        raise SystemExit(f"failed ({res.returncode}): {' '.join(cmd)}\n{res.stderr}")
+
+
+def sim_init(where: Path, profile: dict[str, Any] | str) -> Path:
+    name = profile if isinstance(profile, str) else str(write_profile(where.with_suffix(".json"), profile))
+    run(vg("sim", "init", str(where), "--profile", name, "--force"))
+    return where
+
+
+def fresh(pristine: Path, work: Path) -> None:
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(pristine, work, symlinks=True)
+
+
+def syscalls(cmd: list[str], sys_root: Path, log: Path) -> dict[str, int]:
+    subprocess.run(["strace", "-f", "-qq", "-o", str(log), *cmd], env=env(), stdout=subprocess.DEVNULL, check=True)
+    names: Counter[str] = Counter()
+    paths: Counter[str] = Counter()
+    prefix = str(sys_root) + "/"
+    with open(log, errors="replace") as fh:
+        for line in fh:
+            m = SYSCALL_RE.match(line)
+            if not m:
+                continue
+            names[m.group(1)] += 1
+            p = PATH_RE.match(line)
+            if p and p.group(2).startswith(prefix) and not re.search(r"O_WRONLY|O_RDWR|O_CREAT", p.group(3)):
+                paths[p.group(2)] += 1
+    log.unlink()
+    return {
+        "syscalls": sum(names.values()),
+        "readlink": names["readlink"] + names["readlinkat"],
+        "open": names["openat"] + names["open"],
+        "stat": sum(names[s] for s in STAT),
+        "getdents": names["getdents64"] + names["getdents"],
+        "write": names["write"],
+        "rereads": sum(paths.values()) - len(paths),
+        "max_per_path": max(paths.values(), default=0),
+    }
+
+
+def measure(cmd: list[str], runs: int, tmp: Path, root: Path | None, prepare: Callable[[], None] | None) -> dict:
+    walls, cpus = [], []
+    for _ in range(runs):
+        if prepare:
+            prepare()
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        run(cmd)
+        walls.append(time.perf_counter() - t0)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
+    if prepare:
+        prepare()
+    counts = syscalls(cmd, (root or tmp) / "sys", tmp / "strace.log")
+    return {"wall": min(walls), "cpu": statistics.median(cpus), **counts}
+
+
+def sized_cases(tmp: Path, runs: int, sizes: list[int], gpu_sizes: list[int], only: set[str]) -> list[dict]:
+    out: list[dict] = []
+
+    def want(case: str) -> bool:
+        return not only or case in only
+
+    def add(case: str, n: int, res: dict) -> None:
+        out.append({"case": case, "n": n, **res})
+        print(f"  {case:13} n={n:<5} {res['wall']:.3f} s  {res['syscalls']} syscalls", file=sys.stderr, flush=True)
+
+    for n in sizes:
+        if want("sriov-enable"):
+            pristine = sim_init(tmp / f"sriov1-{n}", sriov_host(1, n))
+            work = tmp / "work"
+            cmd = vg("--sim", str(work), "sriov", "enable", "0000:10:00.0", "--vfs", str(n), "--driver", "vfio-pci")
+            add("sriov-enable", n, measure(cmd, runs, tmp, work, lambda p=pristine, w=work: fresh(p, w)))
+            shutil.rmtree(pristine)
+        if want("topo") or want("devices") or want("sriov-list"):
+            host = sim_init(tmp / f"sriov4-{n}", sriov_host(4, max(1, n // 4), max(1, n // 4)))
+            for case, args in (("topo", ["topo"]), ("devices", ["devices"]), ("sriov-list", ["sriov", "list"])):
+                if want(case):
+                    add(case, n, measure(vg("--sim", str(host), *args), runs, tmp, host, None))
+            shutil.rmtree(host)
+        if want("mdev-create") or want("mdev-list"):
+            pristine = sim_init(tmp / f"t4-{n}", mdev_host(max(1, n // 16)))
+            work = tmp / "work"
+            cmd = vg("--sim", str(work), "mdev", "create", "--type", "nvidia-222", "--count", str(n))
+            add("mdev-create", n, measure(cmd, runs, tmp, work, lambda p=pristine, w=work: fresh(p, w)))
+            if want("mdev-list"):  # work now holds the n instances the strace run created
+                add("mdev-list", n, measure(vg("--sim", str(work), "mdev", "list"), runs, tmp, work, None))
+            shutil.rmtree(pristine)
+    cfg = tmp / "mig.yaml"
+    cfg.write_text(MIG_CONFIG)
+    for g in gpu_sizes:
+        if want("mig-apply") or want("mig-status"):
+            pristine = sim_init(tmp / f"a100-{g}", mig_host(g))
+            work = tmp / "work"
+            cmd = vg("--sim", str(work), "mig", "apply", "-f", str(cfg), "--reset")
+            add("mig-apply", g, measure(cmd, runs, tmp, work, lambda p=pristine, w=work: fresh(p, w)))
+            if want("mig-status"):
+                add("mig-status", g, measure(vg("--sim", str(work), "mig", "status"), runs, tmp, work, None))
+            shutil.rmtree(pristine)
+    return out
+
+
+STARTUP = [
+    ("python -c pass", None),
+    ("vgpukit --version", ["--version"]),
+    ("devices", ["devices"]),
+    ("topo", ["topo"]),
+    ("sriov list", ["sriov", "list"]),
+    ("mdev list", ["mdev", "list"]),
+    ("vgpu list", ["vgpu", "list"]),
+    ("mig status", ["mig", "status"]),
+]
+
+
+def startup_cases(tmp: Path, runs: int) -> list[dict]:
+    host = sim_init(tmp / "guest", "qemu-guest")
+    out = []
+    for name, args in STARTUP:
+        cmd = [sys.executable, "-c", "pass"] if args is None else vg(*(args if args[0].startswith("--") else
+                                                                        ["--sim", str(host), *args]))  # fmt: skip
+        res = measure(cmd, max(runs, 9), tmp, host, None)
+        out.append({"case": "startup", "n": name, **res})
+        print(f"  startup {name:18} {res['wall'] * 1e3:.1f} ms", file=sys.stderr, flush=True)
+    return out
+
+
+def exponent(points: list[tuple[int, float]]) -> float | None:
+    pts = [(math.log(n), math.log(y)) for n, y in points if y > 0]
+    if len(pts) < 2:
+        return None
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    den = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / den if den else None
+
+
+def show(rows: list[list[str]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
+
+
+def report(results: list[dict], before: list[dict] | None) -> None:
+    old = {(r["case"], str(r["n"])): r for r in before or []}
+    head = ["case", "n", "wall s", "cpu s", "syscalls", "readlink", "open", "stat", "getdents", "write", "re-reads", "max/path"]
+    if before is not None:
+        head += ["before wall", "before cpu", "before syscalls"]
+    rows = [head]
+    for r in results:
+        row = [r["case"], str(r["n"]), f"{r['wall']:.3f}", f"{r['cpu']:.3f}", str(r["syscalls"]), str(r["readlink"]), str(r["open"])]
+        row += [str(r["stat"]), str(r["getdents"]), str(r["write"]), str(r["rereads"]), str(r["max_per_path"])]
+        if before is not None:
+            b = old.get((r["case"], str(r["n"])))
+            row += [f"{b['wall']:.3f}", f"{b.get('cpu', 0):.3f}", str(b["syscalls"])] if b else ["-", "-", "-"]
+        rows.append(row)
+    show(rows)
+    base = next((r for r in results if r["case"] == "startup" and r["n"] == "vgpukit --version"), None)
+    bare = next((r for r in results if r["case"] == "startup" and r["n"] == "python -c pass"), None)
+    print()
+    rows = [["case", "sizes", "exponent: wall", "cpu", "syscalls", "target", "verdict"]]
+    for case in dict.fromkeys(r["case"] for r in results if r["case"] != "startup"):
+        rs = [r for r in results if r["case"] == case]
+        exps = [exponent([(r["n"], r[k] - (base[k] if base else 0)) for r in rs]) for k in ("wall", "cpu", "syscalls")]
+        ok = all(e is not None and e <= TARGET_EXPONENT for e in exps[1:])  # wall: shown, too noisy to judge
+        rows.append([case, f"{rs[0]['n']}..{rs[-1]['n']}", *("-" if e is None else f"{e:.2f}" for e in exps),
+                     f"<= {TARGET_EXPONENT}", "PASS" if ok else "MISS"])  # fmt: skip
+    show(rows)
+    print()
+    checks: list[tuple[str, float, float]] = []
+    for r in results:
+        if r["case"] == "sriov-enable" and r["n"] == 256:
+            checks += [("sriov enable 256 vfio: readlinks per VF", r["readlink"] / 256, 4.0)]
+            checks += [("sriov enable 256 vfio: syscalls", r["syscalls"], 20000)]
+        if r["case"] == "topo" and r["n"] == 1024:
+            checks += [("topo on the 1024-VF host: seconds", r["wall"], 0.15)]
+        if r["case"] == "startup" and bare and r["n"] not in ("python -c pass", "vgpukit --version"):
+            checks += [(f"{r['n']} over python -c pass: ms", (r["wall"] - bare["wall"]) * 1e3, 40.0)]
+    rows = [["goal", "measured", "target", "verdict"]]
+    rows += [[g, f"{v:.1f}", f"<= {t:g}", "PASS" if v <= t else "MISS"] for g, v, t in checks]
+    show(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="sizes 16..256 and 8..32 GPUs")
+    ap.add_argument("--cases", default="", help="comma-separated case names (default: all)")
+    ap.add_argument("--save", type=Path, help="write the results as JSON")
+    ap.add_argument("--before", type=Path, help="results saved by an earlier run, to compare")
+    args = ap.parse_args()
+    if shutil.which("strace") is None:
+        raise SystemExit("strace is needed to count syscalls (apt-get install -y strace)")
+    only = {c for c in args.cases.split(",") if c}
+    sizes, gpu_sizes = (SIZES[:-1], GPU_SIZES[:-1]) if args.quick else (SIZES, GPU_SIZES)
+    with tempfile.TemporaryDirectory(prefix="vgpukit-scale-") as t:
+        tmp = Path(t)
+        results = startup_cases(tmp, args.runs) if not only or "startup" in only else []
+        results += sized_cases(tmp, args.runs, sizes, gpu_sizes, only)
+    if args.save:
+        args.save.write_text(json.dumps(results, indent=1))
+    report(results, json.loads(args.before.read_text()) if args.before else None)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
