@@ -4,10 +4,11 @@ Usage: .venv/bin/python benchmarks/scale/run.py [--runs N] [--quick] [--cases a,
 
 For each case and size it prints the wall time (the fastest of --runs runs: the least disturbed by
 other load on the machine), the median CPU time (user + system) and, from one run under
-``strace -f`` (the simulated kernel's reactions included: they run in the same process), the
-syscall counts: all, readlink, open, stat family, getdents, write, and how often a file under the
-host's /sys was opened or readlink'ed again after its first time ("re-reads", and the most any one
-path was). Then per case the fitted cost exponent: the least-squares slope of log(cost) over
+``strace -f``, the syscall counts: all of them, the simulator's share (the simulated kernel and
+NVIDIA driver run inside the vgpukit process; benchmarks/scale/probe.py marks where they start
+and end), and the product's own: readlink, open, stat family, getdents, and how often a file under
+the host's /sys was opened or readlink'ed again after its first time ("re-reads", and the most any
+one path was). Then per case the fitted cost exponent: the least-squares slope of log(cost) over
 log(size), where cost is the wall time (CPU time, syscall count) minus that of ``vgpukit --version``
 (the fixed price of starting the CLI), so a linear command scores 1.0.
 
@@ -43,6 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hosts import MIG_CONFIG, mdev_host, mig_host, sriov_host, write_profile
+from probe import MARK_IN, MARK_OUT
 
 REPO = Path(__file__).resolve().parents[2]
 SIZES = [16, 64, 256, 1024]
@@ -85,14 +87,22 @@ def fresh(pristine: Path, work: Path) -> None:
 
 
 def syscalls(cmd: list[str], sys_root: Path, log: Path) -> dict[str, int]:
+    """Counts from one run under strace; the simulator's share is what runs between the probe's marks."""
     subprocess.run(["strace", "-f", "-qq", "-o", str(log), *cmd], env=env(), stdout=subprocess.DEVNULL, check=True)
     names: Counter[str] = Counter()
     paths: Counter[str] = Counter()
     prefix = str(sys_root) + "/"
+    sim = depth = 0
     with open(log, errors="replace") as fh:
         for line in fh:
             m = SYSCALL_RE.match(line)
             if not m:
+                continue
+            if MARK_IN in line or MARK_OUT in line:
+                depth += 1 if MARK_IN in line else -1
+                continue
+            if depth:
+                sim += 1
                 continue
             names[m.group(1)] += 1
             p = PATH_RE.match(line)
@@ -100,12 +110,12 @@ def syscalls(cmd: list[str], sys_root: Path, log: Path) -> dict[str, int]:
                 paths[p.group(2)] += 1
     log.unlink()
     return {
-        "syscalls": sum(names.values()),
+        "syscalls": sum(names.values()) + sim,
+        "sim": sim,
         "readlink": names["readlink"] + names["readlinkat"],
         "open": names["openat"] + names["open"],
         "stat": sum(names[s] for s in STAT),
         "getdents": names["getdents64"] + names["getdents"],
-        "write": names["write"],
         "rereads": sum(paths.values()) - len(paths),
         "max_per_path": max(paths.values(), default=0),
     }
@@ -124,7 +134,9 @@ def measure(cmd: list[str], runs: int, tmp: Path, root: Path | None, prepare: Ca
         cpus.append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
     if prepare:
         prepare()
-    counts = syscalls(cmd, (root or tmp) / "sys", tmp / "strace.log")
+    probe = str(Path(__file__).resolve().parent / "probe.py")
+    probed = [sys.executable, probe, *cmd[3:]] if cmd[1:3] == ["-m", "vgpukit"] else cmd
+    counts = syscalls(probed, (root or tmp) / "sys", tmp / "strace.log")
     return {"wall": min(walls), "cpu": statistics.median(cpus), **counts}
 
 
@@ -215,14 +227,14 @@ def show(rows: list[list[str]]) -> None:
 
 def report(results: list[dict], before: list[dict] | None) -> None:
     old = {(r["case"], str(r["n"])): r for r in before or []}
-    head = ["case", "n", "wall s", "cpu s", "syscalls", "readlink", "open", "stat", "getdents", "write"]
+    head = ["case", "n", "wall s", "cpu s", "syscalls", "in sim", "readlink", "open", "stat", "getdents"]
     head += ["re-reads", "max/path"]
     if before is not None:
         head += ["before wall", "before cpu", "before syscalls"]
     rows = [head]
     for r in results:
-        row = [r["case"], str(r["n"]), f"{r['wall']:.3f}", f"{r['cpu']:.3f}", str(r["syscalls"])]
-        row += [str(r["readlink"]), str(r["open"]), str(r["stat"]), str(r["getdents"]), str(r["write"]), str(r["rereads"]), str(r["max_per_path"])]
+        row = [r["case"], str(r["n"]), f"{r['wall']:.3f}", f"{r['cpu']:.3f}", str(r["syscalls"]), str(r["sim"])]
+        row += [str(r[k]) for k in ("readlink", "open", "stat", "getdents", "rereads", "max_per_path")]
         if before is not None:
             b = old.get((r["case"], str(r["n"])))
             row += [f"{b['wall']:.3f}", f"{b.get('cpu', 0):.3f}", str(b["syscalls"])] if b else ["-", "-", "-"]
