@@ -30,6 +30,23 @@ from .inputs import check_component
 
 log = logging.getLogger("vgpukit.host")
 
+# Attribute and link names of a PCI function in sysfs (Documentation/ABI/testing/sysfs-bus-pci) and
+# of mdev parents (sysfs-bus-vfio-mdev); the directories they live in are Host methods below.
+DRIVER = "driver"  # link to the bound driver
+DRIVER_OVERRIDE = "driver_override"
+IOMMU_GROUP = "iommu_group"  # link to /sys/kernel/iommu_groups/<n>
+PHYSFN = "physfn"  # on a VF: link to its PF
+VIRTFN = "virtfn"  # on a PF: virtfn0, virtfn1, ... links to its VFs
+SRIOV_TOTALVFS = "sriov_totalvfs"
+SRIOV_NUMVFS = "sriov_numvfs"
+SRIOV_OFFSET = "sriov_offset"
+SRIOV_STRIDE = "sriov_stride"
+SRIOV_VF_DEVICE = "sriov_vf_device"
+SRIOV_AUTOPROBE = "sriov_drivers_autoprobe"
+VFIO_DEV = "vfio-dev"  # the VFIO device cdev directory of a bound function
+MDEV_TYPES = "mdev_supported_types"  # on a parent: one directory per type
+MDEV_TYPE = "mdev_type"  # on an mdev: link to its type directory
+
 T = TypeVar("T")
 
 
@@ -66,6 +83,26 @@ class Change:
         return f"{self.action} {self.path}" + (f" -> {self.value}" if self.value else "")
 
 
+def _slurp(path: Path | str) -> str:
+    """A file's text in as few syscalls as the kernel allows: open, read until a short read, close.
+
+    A sysfs attribute is at most a page and comes whole from one read; a regular file's short read
+    is its end.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if chunk:
+                chunks.append(chunk)
+            if len(chunk) < 65536:
+                break
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode(errors="replace")
+
+
 def check_name(name: str, what: str = "name") -> str:
     """Validate one user-supplied path component (a device name, a uuid, a type id)."""
     return check_component(name, what)
@@ -96,18 +133,23 @@ class Host:
 
     def __post_init__(self) -> None:
         self.root = Path(os.path.abspath(self.root))
+        self._root_text = str(self.root).rstrip("/")
         self._real_root = os.path.realpath(self.root)
 
     # ----------------------------------------------------------------- locations
     def path(self, *parts: str) -> Path:
         """``root/parts...``. Parts are relative; ``..`` and absolute parts are refused."""
-        p = self.root
+        pieces = [self._root_text]
         for part in parts:
-            for piece in Path(part).parts:
-                if piece in ("..", "/") or os.path.isabs(piece) or "\0" in piece:
+            text = os.fspath(part)
+            if text.startswith("/") or "\0" in text:
+                raise InvalidInput(f"refusing path component {text!r}", value=part)
+            for piece in text.split("/"):
+                if piece == "..":
                     raise InvalidInput(f"refusing path component {piece!r}", value=part)
-            p = p / part
-        return p
+                if piece and piece != ".":
+                    pieces.append(piece)
+        return Path("/".join(pieces) or "/")
 
     def sys(self, *parts: str) -> Path:
         return self.path("sys", *parts)
@@ -132,11 +174,54 @@ class Host:
         """vgpukit's runtime state: ``/run/vgpukit``."""
         return self.run("vgpukit", *parts)
 
+    # ----------------------------------------------------------------- the kernel's sysfs layout
+    # Every sysfs location vgpukit uses is spelled here, once (attribute names: the constants above).
+    def pci_devices(self) -> Path:
+        """``/sys/bus/pci/devices``: one link per PCI function, named by its address."""
+        return self.sys("bus", "pci", "devices")
+
     def pci_device(self, bdf: str, *parts: str) -> Path:
         return self.sys("bus", "pci", "devices", check_name(bdf, "PCI address"), *parts)
 
     def pci_driver(self, driver: str, *parts: str) -> Path:
         return self.sys("bus", "pci", "drivers", check_name(driver, "driver name"), *parts)
+
+    def pci_drivers_probe(self) -> Path:
+        """Writing a BDF here makes the driver core probe that device (override first)."""
+        return self.sys("bus", "pci", "drivers_probe")
+
+    def iommu_group(self, group: int | str, *parts: str) -> Path:
+        """``/sys/kernel/iommu_groups/<group>``; its ``devices/`` lists the members."""
+        return self.sys("kernel", "iommu_groups", str(group), *parts)
+
+    def mdev_parents(self) -> Path:
+        """``/sys/class/mdev_bus``: one link per mdev parent (a PCI address, or e.g. ``mtty``)."""
+        return self.sys("class", "mdev_bus")
+
+    def mdev_parent(self, name: str, *parts: str) -> Path:
+        return self.sys("class", "mdev_bus", check_name(name, "mdev parent"), *parts)
+
+    def mdev_type(self, parent: str, type_id: str, *parts: str) -> Path:
+        """A type directory: ``name``, ``description``, ``available_instances``, ``create``, ``devices/``."""
+        return self.mdev_parent(parent, MDEV_TYPES, check_name(type_id, "mdev type"), *parts)
+
+    def mdev_devices(self) -> Path:
+        """``/sys/bus/mdev/devices``: one link per active mdev, named by its UUID."""
+        return self.sys("bus", "mdev", "devices")
+
+    def mdev_device(self, uuid: str, *parts: str) -> Path:
+        return self.sys("bus", "mdev", "devices", check_name(uuid, "mdev UUID"), *parts)
+
+    def numa_nodes(self) -> Path:
+        """``/sys/devices/system/node``: ``node<N>/cpulist``, ``node<N>/hugepages``."""
+        return self.sys("devices", "system", "node")
+
+    def numa_node(self, node: int | str, *parts: str) -> Path:
+        return self.sys("devices", "system", "node", f"node{node}", *parts)
+
+    def vfio_group_node(self, group: int | str) -> Path:
+        """``/dev/vfio/<group>``: what a VFIO user (QEMU) holds open."""
+        return self.dev("vfio", str(group))
 
     def display(self, path: Path | str) -> str:
         """The path as the user would see it on the host (root stripped)."""
@@ -149,38 +234,38 @@ class Host:
         return real == self._real_root or real.startswith(self._real_root.rstrip("/") + "/")
 
     # ----------------------------------------------------------------- reads
-    def _read_op(self, action: str, path: Path, fn: Callable[[], T]) -> T:
+    def _read_op(self, action: str, path: Path | str, fn: Callable[[], T]) -> T:
         try:
             return fn()
         except OSError as exc:
             raise from_oserror(exc, path=self.display(path), action=action) from exc
 
-    def exists(self, path: Path) -> bool:
+    def exists(self, path: Path | str) -> bool:
         return os.path.lexists(path)
 
-    def is_dir(self, path: Path) -> bool:
-        return path.is_dir()
+    def is_dir(self, path: Path | str) -> bool:
+        return os.path.isdir(path)
 
-    def read(self, path: Path) -> str:
+    def read(self, path: Path | str) -> str:
         """Text of a file, surrounding white space stripped."""
-        return self._read_op("reading", path, lambda: path.read_text(errors="replace")).strip()
+        return self._read_op("reading", path, lambda: _slurp(path)).strip()
 
-    def read_opt(self, path: Path, default: str | None = None) -> str | None:
+    def read_opt(self, path: Path | str, default: str | None = None) -> str | None:
         try:
-            return path.read_text(errors="replace").strip()
+            return _slurp(path).strip()
         except OSError:
             return default
 
-    def read_raw_opt(self, path: Path) -> str | None:
+    def read_raw_opt(self, path: Path | str) -> str | None:
         """A whole file's text exactly as stored (no stripping), or None when it does not exist."""
         try:
-            return path.read_text(errors="replace")
+            return _slurp(path)
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise from_oserror(exc, path=self.display(path), action="reading") from exc
 
-    def read_int(self, path: Path, default: int | None = None, base: int = 0) -> int | None:
+    def read_int(self, path: Path | str, default: int | None = None, base: int = 0) -> int | None:
         text = self.read_opt(path)
         if text is None or text == "":
             return default
@@ -189,7 +274,7 @@ class Host:
         except ValueError:
             return default
 
-    def listdir(self, path: Path) -> list[str]:
+    def listdir(self, path: Path | str) -> list[str]:
         """Sorted entries of a directory; empty when it does not exist."""
         try:
             return sorted(os.listdir(path))
@@ -198,13 +283,13 @@ class Host:
         except OSError as exc:
             raise from_oserror(exc, path=self.display(path), action="listing") from exc
 
-    def readlink(self, path: Path) -> str | None:
+    def readlink(self, path: Path | str) -> str | None:
         try:
             return os.readlink(path)
         except OSError:
             return None
 
-    def link_name(self, path: Path) -> str | None:
+    def link_name(self, path: Path | str) -> str | None:
         """Last component of a symlink's target (``driver`` -> ``vfio-pci``), or None."""
         target = self.readlink(path)
         return os.path.basename(target.rstrip("/")) if target else None

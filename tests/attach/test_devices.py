@@ -17,14 +17,14 @@ from .fakehost import FakeHost
 
 
 def test_vf_bdf_is_a_managed_pci_hostdev(app: App) -> None:
-    t = resolve(app, "3b:00.4")
+    t = resolve(app.host, "3b:00.4")
     assert (t.kind, t.bdf, t.iommu_group, t.numa_node, t.is_vf) == ("pci", GPU_VF, 20, 1, True)
     el = t.element()
     assert isinstance(el, PciHostdev) and el.managed and el.address.bdf == GPU_VF
 
 
 def test_vgpu_vf_is_unmanaged(app: App) -> None:
-    t = resolve(app, GPU_VF_VGPU)
+    t = resolve(app.host, GPU_VF_VGPU)
     assert t.vgpu_type == "1414"
     el = t.element()
     assert isinstance(el, PciHostdev) and not el.managed
@@ -33,22 +33,22 @@ def test_vgpu_vf_is_unmanaged(app: App) -> None:
 
 
 def test_gpu_alias_resolves_through_naming(app: App) -> None:
-    t = resolve(app, "gpu0")
+    t = resolve(app.host, "gpu0")
     assert t.bdf == GPU_PF and not t.is_vf
 
 
 def test_nic_vf_becomes_interface_with_mac_and_vlan(app: App) -> None:
-    el = resolve(app, NIC_VF).element(mac="52:54:00:00:00:01", vlan=42)
+    el = resolve(app.host, NIC_VF).element(mac="52:54:00:00:00:01", vlan=42)
     assert isinstance(el, HostdevInterface) and el.vlan == 42 and el.mac == "52:54:00:00:00:01"
 
 
 def test_mac_on_a_gpu_is_refused(app: App) -> None:
     with pytest.raises(InvalidInput, match="NIC VFs"):
-        resolve(app, GPU_VF).element(mac="52:54:00:00:00:01")
+        resolve(app.host, GPU_VF).element(mac="52:54:00:00:00:01")
 
 
 def test_mdev_uuid(app: App) -> None:
-    t = resolve(app, MDEV.upper())
+    t = resolve(app.host, MDEV.upper())
     assert (t.kind, t.uuid, t.parent, t.mdev_type, t.iommu_group, t.numa_node) == (
         "mdev", MDEV, GPU_PF, "nvidia-558", 40, 1
     )  # fmt: skip
@@ -67,28 +67,28 @@ def test_mdev_uuid(app: App) -> None:
 )
 def test_bad_devices(app: App, name: str, err: type[Exception]) -> None:
     with pytest.raises(err):
-        resolve(app, name)
+        resolve(app.host, name)
 
 
 def test_iommu_viability(app: App, host_tree: FakeHost) -> None:
-    check_iommu(app.host, resolve(app, GPU_VF))
-    check_iommu(app.host, resolve(app, MDEV))
+    check_iommu(app.host, resolve(app.host, GPU_VF))
+    check_iommu(app.host, resolve(app.host, MDEV))
     with pytest.raises(Conflict, match=r"group 50 .* 0000:af:00.1 is bound to snd_hda_intel"):
-        check_iommu(app.host, resolve(app, BAD_GPU))
+        check_iommu(app.host, resolve(app.host, BAD_GPU))
     # unbinding the audio function makes the group viable
     (host_tree.sys / "devices" / "pci0000:3a" / "0000:af:00.1" / "driver").unlink()
-    check_iommu(app.host, resolve(app, BAD_GPU))
+    check_iommu(app.host, resolve(app.host, BAD_GPU))
 
 
 def test_bridge_in_group_is_fine(app: App, host_tree: FakeHost) -> None:
     host_tree.pci("0000:3a:00.0", cls=0x060400, driver="weird_bridge_drv", group=20)
-    check_iommu(app.host, resolve(app, GPU_VF))
+    check_iommu(app.host, resolve(app.host, GPU_VF))
 
 
 def test_no_iommu_group(app: App, host_tree: FakeHost) -> None:
     host_tree.pci("0000:3c:00.0", driver="vfio-pci")
     with pytest.raises(Conflict, match="no IOMMU group"):
-        check_iommu(app.host, resolve(app, "0000:3c:00.0"))
+        check_iommu(app.host, resolve(app.host, "0000:3c:00.0"))
 
 
 def test_domain_placement_follows_the_device(app: App) -> None:

@@ -15,10 +15,11 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .. import naming
 from ..errors import Conflict, InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
-from ..pci import is_bdf, parse_bdf
+from ..pci import Scan, parse_bdf
 from .checks import check_iommu, check_not_held, device_keys, element_key
-from .devices import UUID_RE, Target, resolve
+from .devices import Target, resolve
 from .libvirt_facade import AFFECT_CONFIG, AFFECT_LIVE, Libvirt
 from .templates import TemplateSet
 
@@ -151,7 +152,8 @@ def targets_for(app: App, names: list[str], *, mac: str | None = None, vlan: int
         raise InvalidInput("name at least one DEVICE to attach")
     if (mac is not None or vlan is not None) and len(names) > 1:
         raise InvalidInput("--mac/--vlan need exactly one DEVICE")
-    targets = [resolve(app, n) for n in names]
+    scan = Scan(app.host)
+    targets = [resolve(app.host, n, nvml=lambda: app.nvml, scan=scan) for n in names]
     seen: set[str] = set()
     for t in targets:
         if t.key in seen:
@@ -210,12 +212,13 @@ def detach_key(app: App, name: str) -> tuple[str, str]:
     """(key, label) for a device to detach. A BDF or UUID no longer on the host still works."""
     text = name.strip()
     try:
-        t: Target = resolve(app, text)
+        t: Target = resolve(app.host, text, nvml=lambda: app.nvml)
         return t.key, t.label
     except NotFound:
-        if UUID_RE.match(text.lower()):
+        form = naming.form_of(text)
+        if form == "mdev-uuid":
             return f"mdev:{text.lower()}", text.lower()
-        if is_bdf(text):
+        if form == "bdf":
             return f"pci:{parse_bdf(text)}", parse_bdf(text)
         raise
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import Conflict
+from ..pci import Scan
 from .checks import check_iommu
 from .devices import Target, resolve
 from .hostfacts import firmware_for, hugepage_warnings, placement_for
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 def hostdev(
     app: App, name: str, *, mac: str | None = None, vlan: int | None = None, managed: bool | None = None
 ) -> tuple[Target, Device]:
-    target = resolve(app, name)
+    target = resolve(app.host, name, nvml=lambda: app.nvml)
     return target, target.element(mac=mac, vlan=vlan, managed=managed)
 
 
@@ -34,7 +35,8 @@ def domain(
 ) -> tuple[DomainSpec, list[str]]:
     """The domain record and the warnings worth showing (NUMA split, no UEFI, short on hugepages)."""
     DomainSpec(name=name, memory_mib=memory_mib, vcpus=vcpus)  # validate before reading the host
-    targets = [resolve(app, d) for d in devices]
+    scan = Scan(app.host)
+    targets = [resolve(app.host, d, nvml=lambda: app.nvml, scan=scan) for d in devices]
     placement, warnings = placement_for(app.host, [t.numa_node for t in targets], vcpus, pin=pin)
     for t in targets:
         try:

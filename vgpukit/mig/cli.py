@@ -6,11 +6,13 @@ from typing import Any
 
 import click
 
+from .. import naming
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say
-from ..errors import Busy, InvalidInput, NotFound, Unsupported
+from ..errors import Busy, InvalidInput, Unsupported, VgpukitError
 from ..nvml import Nvml, NvmlGpu
+from ..pci import Scan
 from . import engine, view
 
 
@@ -21,46 +23,27 @@ def nvml_of(app: App) -> Nvml:
     return nvml
 
 
-_SCANS: dict[int, list[Any]] = {}
-
-
-def _scan(app: App) -> list[Any]:
-    """The host's PCI devices, scanned once per invocation (naming and aliases share it)."""
-    from ..pci import scan
-
-    if id(app) not in _SCANS:
-        _SCANS[id(app)] = scan(app.host)
-    return _SCANS[id(app)]
-
-
-def resolve_gpu(app: App, name: str) -> NvmlGpu:
-    from ..naming import UUID_RE, resolve_in
-
+def resolve_gpu(app: App, name: str, scan: Scan) -> NvmlGpu:
+    """The GPU ``name`` names (gpuN, NVML index, PCI address, GPU UUID; see :mod:`vgpukit.naming`)."""
     nvml = nvml_of(app)
-    if name.isdigit():  # a bare NVML index, as nvidia-smi -i takes
-        gpus = nvml.gpus()
-        if int(name) >= len(gpus):
-            raise NotFound(f"no GPU with NVML index {name}: this host has {len(gpus)}", value=name)
-        return gpus[int(name)]
-    uuids = {g.bdf: g.uuid for g in nvml.gpus()} if UUID_RE.match(name.strip()) else None
-    return view.find_gpu(nvml, resolve_in(app.host, name, devices=_scan(app), gpu_uuids=uuids))
+    t = naming.resolve(app.host, name, frozenset({naming.GPU}), nvml=nvml, scan=scan)
+    assert t.nvml_index is not None
+    return nvml.gpus()[t.nvml_index]
 
 
-def aliases(app: App) -> dict[str, str]:
-    from ..naming import aliases as pci_aliases
-
+def aliases(scan: Scan) -> dict[str, str]:
     try:
-        return pci_aliases(_scan(app))
-    except Exception:  # no sysfs (odd root): fall back to NVML order
+        return naming.aliases(scan)
+    except VgpukitError:  # no sysfs (odd root): fall back to NVML order
         return {}
 
 
-def label_of(app: App, gpu: NvmlGpu) -> str:
-    return f"{aliases(app).get(gpu.bdf, f'gpu{gpu.index}')} ({gpu.bdf})"
+def label_of(scan: Scan, gpu: NvmlGpu) -> str:
+    return f"{aliases(scan).get(gpu.bdf, f'gpu{gpu.index}')} ({gpu.bdf})"
 
 
-def _named(app: App, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    names = aliases(app)
+def _named(scan: Scan, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    names = aliases(scan)
     for d in docs:
         d["gpu"] = names.get(d["bdf"], d["gpu"])
     return docs
@@ -81,8 +64,9 @@ def mig() -> None:
 def status(app: App, gpu: str | None) -> None:
     """MIG mode, GPU/compute instances, MIG UUIDs and a map of the memory slots."""
     nvml = nvml_of(app)
-    gpus = [resolve_gpu(app, gpu)] if gpu else nvml.gpus()
-    docs = _named(app, [view.gpu_status(nvml, g) for g in gpus])
+    scan = Scan(app.host)
+    gpus = [resolve_gpu(app, gpu, scan)] if gpu else nvml.gpus()
+    docs = _named(scan, [view.gpu_status(nvml, g) for g in gpus])
     emit(app, "mig-status", {"gpus": docs}, lambda: view.show_status(docs))
 
 
@@ -93,19 +77,22 @@ def status(app: App, gpu: str | None) -> None:
 def profiles(app: App, gpu: str) -> None:
     """The GPU's MIG profiles: id, slices, memory, SMs, remaining capacity, placements."""
     nvml = nvml_of(app)
-    doc = view.profiles_doc(nvml, resolve_gpu(app, gpu))
-    doc["gpu"] = aliases(app).get(doc["bdf"], doc["gpu"])
+    scan = Scan(app.host)
+    doc = view.profiles_doc(nvml, resolve_gpu(app, gpu, scan))
+    doc["gpu"] = aliases(scan).get(doc["bdf"], doc["gpu"])
     emit(app, "mig-profiles", doc, lambda: view.show_profiles(doc))
 
 
-def run_plans(app: App, kind: str, plans: list[engine.GpuPlan], extra: dict[str, Any] | None = None) -> None:
+def run_plans(
+    app: App, scan: Scan, kind: str, plans: list[engine.GpuPlan], extra: dict[str, Any] | None = None
+) -> None:
     """Apply (unless dry run) and report; show the resulting MIG devices of the GPUs touched."""
     nvml = nvml_of(app)
     steps = [s.describe() for p in plans for s in p.steps]
     if not app.dry_run and steps:
         engine.apply(nvml, plans)
     gpus = {p.gpu.index: p.gpu for p in plans}
-    docs = _named(app, [view.gpu_status(nvml, g) for g in (nvml.gpus()[i] for i in sorted(gpus))])
+    docs = _named(scan, [view.gpu_status(nvml, g) for g in (nvml.gpus()[i] for i in sorted(gpus))])
     placements = [
         {"gpu": s.gpu.index, "profile": s.profile.name, "start": s.start, "size": s.profile.size}
         for p in plans
@@ -160,7 +147,8 @@ def partition(
     from .spec import parse_request
 
     nvml = nvml_of(app)
-    g = resolve_gpu(app, gpu)
+    scan = Scan(app.host)
+    g = resolve_gpu(app, gpu, scan)
     if not g.mig_capable:
         raise Unsupported(f"{gpu} ({g.name}) is not MIG-capable", device=g.bdf)
     wants = parse_request(nvml.gi_profiles(g.index), mig_specs, ci_specs, f"{gpu} ({g.name})")
@@ -169,14 +157,14 @@ def partition(
     try:
         plan = engine.plan_gpu(
             nvml,
-            engine.GpuRequest(g, True, wants, exact=replace, label=label_of(app, g)),
+            engine.GpuRequest(g, True, wants, exact=replace, label=label_of(scan, g)),
             allow_reset=reset is not False,
         )
     except engine.ResetRequired as exc:
         words = ["vgpukit", "partition", gpu, *(f"--mig {m}" for m in mig_specs), *(f"--ci {c}" for c in ci_specs)]
         exc.hint = f"nothing was changed; to reset the GPU as part of it: {' '.join(words)}"
         raise
-    run_plans(app, "mig-partition", [plan])
+    run_plans(app, scan, "mig-partition", [plan])
 
 
 @mig.command("destroy")
@@ -195,9 +183,10 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
     if bool(gi_ids) == all_:
         raise InvalidInput("give --gi ID (repeatable) or --all")
     nvml = nvml_of(app)
-    g = resolve_gpu(app, gpu)
-    plan, skipped = plan_destroy(nvml, g, None if all_ else list(gi_ids), force, label_of(app, g))
-    run_plans(app, "mig-destroy", [plan], {"skipped_busy": skipped})
+    scan = Scan(app.host)
+    g = resolve_gpu(app, gpu, scan)
+    plan, skipped = plan_destroy(nvml, g, None if all_ else list(gi_ids), force, label_of(scan, g))
+    run_plans(app, scan, "mig-destroy", [plan], {"skipped_busy": skipped})
     if skipped:
         raise Busy(f"skipped busy GPU instance(s): {', '.join(skipped)}")
 
@@ -217,10 +206,11 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
 def disable(app: App, gpu: str, reset: bool | None) -> None:
     """Turn MIG mode off (the GPU must have no GPU instances left)."""
     nvml = nvml_of(app)
-    g = resolve_gpu(app, gpu)
+    scan = Scan(app.host)
+    g = resolve_gpu(app, gpu, scan)
     try:
         plan = engine.plan_gpu(
-            nvml, engine.GpuRequest(g, False, label=label_of(app, g)), allow_reset=reset is not False
+            nvml, engine.GpuRequest(g, False, label=label_of(scan, g)), allow_reset=reset is not False
         )
     except (engine.ResetRequired, engine.ResetBlocked):
         if reset:
@@ -232,7 +222,7 @@ def disable(app: App, gpu: str, reset: bool | None) -> None:
             )
         ]
         plan = engine.GpuPlan(g, steps, [])
-    run_plans(app, "mig-disable", [plan])
+    run_plans(app, scan, "mig-disable", [plan])
     pending = any(s.pending_ok for s in plan.steps)
     if not app.dry_run and not app.json and pending:
         say(f"MIG stays on until {gpu} is reset: vgpukit mig disable {gpu} --reset (or reboot)")

@@ -12,6 +12,7 @@ from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, say
 from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
 from ..nvml import GiProfile, Nvml, NvmlGpu
+from ..pci import Scan
 from . import config, engine
 from .spec import CI_RE, WantGi, ci_allowed, ci_layout_fits, find_profile
 
@@ -53,7 +54,9 @@ def _wants(nvml: Nvml, gpu: NvmlGpu, entry: config.Entry, source: str) -> list[W
     return wants
 
 
-def build_plans(app: App, nvml: Nvml, entries: list[config.Entry], source: str, reset: bool) -> list[engine.GpuPlan]:
+def build_plans(scan: Scan, nvml: Nvml, entries: list[config.Entry], source: str, reset: bool) -> list[engine.GpuPlan]:
+    from .cli import label_of
+
     plans = []
     for gpu in nvml.gpus():
         matched = [e for e in entries if e.selects(gpu.index, gpu.pci_device_id)]
@@ -69,9 +72,7 @@ def build_plans(app: App, nvml: Nvml, entries: list[config.Entry], source: str, 
                 raise Unsupported(f"{source}:{entry.line}: gpu{gpu.index} ({gpu.name}) is not MIG-capable")
             continue
         wants = _wants(nvml, gpu, entry, source) if entry.mig_enabled else []
-        from .cli import label_of
-
-        req = engine.GpuRequest(gpu, entry.mig_enabled, wants, exact=True, label=label_of(app, gpu))
+        req = engine.GpuRequest(gpu, entry.mig_enabled, wants, exact=True, label=label_of(scan, gpu))
         plans.append(engine.plan_gpu(nvml, req, allow_reset=reset))
     return plans
 
@@ -95,7 +96,9 @@ def apply_cmd(app: App, path: Path, name: str | None, reset: bool | None) -> Non
 
     entries = _pick(config.parse(_read(path), str(path)), name, str(path))
     nvml = nvml_of(app)
-    run_plans(app, "mig-apply", build_plans(app, nvml, entries, str(path), reset is not False), {"config": name})
+    scan = Scan(app.host)
+    plans = build_plans(scan, nvml, entries, str(path), reset is not False)
+    run_plans(app, scan, "mig-apply", plans, {"config": name})
 
 
 @click.command("assert")
@@ -110,7 +113,7 @@ def assert_cmd(app: App, path: Path, name: str | None) -> None:
     entries = _pick(config.parse(_read(path), str(path)), name, str(path))
     nvml = nvml_of(app)
     try:
-        diff = [s.describe() for p in build_plans(app, nvml, entries, str(path), True) for s in p.steps]
+        diff = [s.describe() for p in build_plans(Scan(app.host), nvml, entries, str(path), True) for s in p.steps]
     except (InvalidInput, NotFound):
         raise
     except VgpukitError as exc:  # the config could not even be applied from here

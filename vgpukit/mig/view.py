@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..cli.output import say, table
-from ..errors import NotFound, Unsupported
+from ..errors import Unsupported
 from ..nvml import GiProfile, Nvml, NvmlGpu
 from . import planner
 from .spec import ci_allowed
@@ -143,10 +143,3 @@ def show_profiles(doc: dict[str, Any]) -> None:
     table(
         f"{doc['gpu']} {doc['name']}{note}", ["PROFILE", "ID", "SLICES", "MiB", "SMs", "FREE/MAX", "PLACEMENTS"], rows
     )
-
-
-def find_gpu(nvml: Nvml, bdf: str) -> NvmlGpu:
-    for g in nvml.gpus():
-        if g.bdf == bdf:
-            return g
-    raise NotFound(f"{bdf} is not an NVIDIA GPU that NVML reports", device=bdf, hint="see: vgpukit mig status")
