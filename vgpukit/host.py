@@ -103,6 +103,21 @@ def _slurp(path: Path | str) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
+def _real_path(path: Path | str) -> str:
+    """The canonical path, as the kernel resolves it: an ``O_PATH`` open and one readlink of its
+    ``/proc/self/fd`` entry, instead of an lstat per component; ``realpath`` where that cannot be."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return os.path.realpath(path)
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(path)
+    finally:
+        os.close(fd)
+
+
 def check_name(name: str, what: str = "name") -> str:
     """Validate one user-supplied path component (a device name, a uuid, a type id)."""
     return check_component(name, what)
@@ -135,6 +150,7 @@ class Host:
         self.root = Path(os.path.abspath(self.root))
         self._root_text = str(self.root).rstrip("/")
         self._real_root = os.path.realpath(self.root)
+        self._inside: set[str] = set()  # directories this command already found inside the root
 
     # ----------------------------------------------------------------- locations
     def path(self, *parts: str) -> Path:
@@ -230,7 +246,7 @@ class Host:
         return "/" + rel if not rel.startswith("..") else p
 
     def contains(self, path: Path | str) -> bool:
-        real = os.path.realpath(path)
+        real = _real_path(path)
         return real == self._real_root or real.startswith(self._real_root.rstrip("/") + "/")
 
     # ----------------------------------------------------------------- reads
@@ -306,7 +322,7 @@ class Host:
 
     def resolve(self, path: Path) -> Path:
         """Canonical path, which must stay inside the root."""
-        real = Path(os.path.realpath(path))
+        real = Path(_real_path(path))
         if not self.contains(real):
             raise InvalidInput(f"{self.display(path)} points outside the host root", path=str(path))
         return real
@@ -318,8 +334,13 @@ class Host:
     def _change(self, change: Change, target: Path, apply: Callable[[], None]) -> None:
         """The single gate every change passes through."""
         parent = os.path.dirname(os.path.abspath(target))
-        if not self.contains(parent) or (os.path.lexists(target) and not self.contains(target)):
+        try:
+            is_link = stat.S_ISLNK(os.lstat(target).st_mode)
+        except OSError:
+            is_link = False
+        if (parent not in self._inside and not self.contains(parent)) or (is_link and not self.contains(target)):
             raise InvalidInput(f"refusing to change {target}: outside the host root {self.root}", path=str(target))
+        self._inside.add(parent)
         shown = Change(change.action, self.display(target), change.value)
         if self.dry_run:
             log.debug("dry-run: %s", shown.describe())
@@ -348,11 +369,14 @@ class Host:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
             try:
-                with os.fdopen(fd, "w") as fh:
-                    fh.write(text)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.chmod(tmp, mode)
+                try:
+                    data = memoryview(text.encode())
+                    while data:
+                        data = data[os.write(fd, data) :]
+                    os.fchmod(fd, mode)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
                 os.replace(tmp, path)
                 fsync_dir(path.parent)
             except BaseException:

@@ -195,9 +195,9 @@ def read_device(host: Host, bdf: str) -> PciDevice:
             num_vfs=number(SRIOV_NUMVFS) or 0,
             vf_device=attr(SRIOV_VF_DEVICE),
             autoprobe=attr(SRIOV_AUTOPROBE, "1") == "1",
-            offset=number(SRIOV_OFFSET, 10),
-            stride=number(SRIOV_STRIDE, 10),
-            vfs=tuple(_virtfns(host, base, entries)),
+            offset=(offset := number(SRIOV_OFFSET, 10)),
+            stride=(stride := number(SRIOV_STRIDE, 10)),
+            vfs=tuple(_virtfns(host, bdf, base, entries, offset, stride)),
         )
     override = attr(DRIVER_OVERRIDE)
     return PciDevice(
@@ -237,15 +237,24 @@ def vf_address(pf: str, offset: int, stride: int, n: int) -> str:
     return f"{dom:04x}:{rid >> 8 & 0xFF:02x}:{rid >> 3 & 0x1F:02x}.{rid & 7}"
 
 
-def _virtfns(host: Host, base: str, entries: set[str] | list[str]) -> list[str]:
-    names = sorted((n for n in entries if n.startswith(VIRTFN)), key=lambda n: int(n[6:] or 0))
-    return [b for n in names if (b := host.link_name(base + n))]
+def _virtfns(
+    host: Host, pf: str, base: str, entries: set[str] | list[str], offset: int | None, stride: int | None
+) -> list[str]:
+    """The VFs of ``pf`` whose ``virtfnN`` link is present, in index order. Where each link leads is
+    fixed by the PF's offset and stride (:func:`vf_address`, as the kernel places them), so no link
+    needs reading unless the PF does not show them."""
+    ns = sorted(int(n[len(VIRTFN) :]) for n in entries if n.startswith(VIRTFN) and n[len(VIRTFN) :].isdigit())
+    if offset is not None and stride is not None and offset > 0:
+        return [vf_address(pf, offset, stride, n) for n in ns]
+    return [b for n in ns if (b := host.link_name(f"{base}{VIRTFN}{n}"))]
 
 
 def virtfns(host: Host, pf: str) -> list[str]:
-    """The PF's VFs in index order, from its ``virtfnN`` links."""
+    """The PF's VFs in index order (those whose ``virtfnN`` link is present)."""
     d = host.pci_device(pf)
-    return _virtfns(host, f"{d}/", host.listdir(d))
+    offset = host.read_int(d / SRIOV_OFFSET, None, 10)
+    stride = host.read_int(d / SRIOV_STRIDE, None, 10)
+    return _virtfns(host, pf, f"{d}/", host.listdir(d), offset, stride)
 
 
 def _name(host: Host, bdf: str, vendor: str, device: str) -> str:

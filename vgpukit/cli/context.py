@@ -49,10 +49,8 @@ class App:
     def host(self) -> Host:
         if self._host is None:
             if self.sim_dir is not None:
-                from ..sim.kernel import SimKernel
-
                 check_sim_dir(self.sim_dir)
-                self._host = Host(self.sim_dir, kernel=SimKernel(self.sim_dir), dry_run=self.dry_run)
+                self._host = Host(self.sim_dir, kernel=_SimKernelOnFirstWrite(self.sim_dir), dry_run=self.dry_run)
             else:
                 self._host = Host(self.root or Path("/"), dry_run=self.dry_run)
         return self._host
@@ -75,6 +73,21 @@ class App:
             self._nvml = open_nvml(self.sim_dir)
             self._nvml_loaded = True
         return self._nvml  # type: ignore[no-any-return]
+
+
+class _SimKernelOnFirstWrite:
+    """The simulated kernel, loaded (with its reactions) only when a command writes a control file."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._kernel: Any = None
+
+    def write(self, path: Path, data: str) -> None:
+        if self._kernel is None:
+            from ..sim.kernel import SimKernel
+
+            self._kernel = SimKernel(self.root)
+        self._kernel.write(path, data)
 
 
 def check_sim_dir(path: Path) -> None:

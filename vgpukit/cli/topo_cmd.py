@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .. import pci, topology
 from ..errors import InvalidInput
 from ..naming import aliases
-from ..nvml import NvmlGpu
 from .context import App
 from .main import json_option
 from .output import emit, is_tty, say, table
+
+if TYPE_CHECKING:
+    from ..nvml import NvmlGpu
 
 
 def _gpu_info(app: App, devices: list[pci.PciDevice]) -> dict[str, NvmlGpu]:

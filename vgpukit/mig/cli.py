@@ -92,7 +92,8 @@ def run_plans(
     if not app.dry_run and steps:
         engine.apply(nvml, plans)
     gpus = {p.gpu.index: p.gpu for p in plans}
-    docs = _named(scan, [view.gpu_status(nvml, g) for g in (nvml.gpus()[i] for i in sorted(gpus))])
+    now = nvml.gpus()  # once: their MIG mode as it is after the change
+    docs = _named(scan, [view.gpu_status(nvml, now[i]) for i in sorted(gpus)])
     placements = [
         {"gpu": s.gpu.index, "profile": s.profile.name, "start": s.start, "size": s.profile.size}
         for p in plans

@@ -28,6 +28,9 @@ def _parent_of_types(types_dir: Path, w: Write) -> str | None:
     """The mdev_bus name of a parent directory, found through /sys/class/mdev_bus links."""
     cls = w.root / "sys" / "class" / "mdev_bus"
     real = os.path.realpath(types_dir.parent)
+    guess = os.path.basename(real)  # a PCI parent is named by its address, mtty by its directory
+    if os.path.lexists(cls / guess) and os.path.realpath(cls / guess) == real:
+        return guess
     for name in os.listdir(cls) if cls.is_dir() else []:
         if os.path.realpath(cls / name) == real:
             return name

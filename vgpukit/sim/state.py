@@ -6,7 +6,7 @@ import contextlib
 import fcntl
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,8 @@ class KernelState:
     def save(self, root: Path) -> None:
         path = sim_meta_dir(root) / "kernel.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1))
+        # the fields as they are (asdict would deep-copy every pool) through the C encoder (no indent)
+        tmp.write_text(json.dumps({f.name: getattr(self, f.name) for f in fields(self)}, separators=(",", ":")))
         tmp.replace(path)
 
     @classmethod
