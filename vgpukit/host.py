@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -366,6 +365,8 @@ class Host:
         """Create or replace a regular file atomically (config, state, specs)."""
 
         def apply() -> None:
+            import tempfile  # only commands that write files pay for it
+
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
             try:
