@@ -36,6 +36,13 @@ refused 4 vgpukit sriov enable nic0 --vfs 2
 step vgpukit bind gpu7 --driver vfio-pci
 step vgpukit bind gpu7 --restore
 
+section "Crash safety: a command killed half-way is put back by the next one (host lock + journal)"
+echo "(the simulated kernel kills the command just before its 6th control-file write, as kill -9 would)"
+refused 137 env VGPUKIT_SIM_CRASH_AT_WRITE=6 vgpukit sriov enable nic1 --vfs 8 --driver vfio-pci
+step vgpukit sriov list nic1
+step vgpukit recover
+step vgpukit sriov enable nic1 --vfs 8 --driver vfio-pci
+
 section "MIG slices through (simulated) NVML"
 step vgpukit partition gpu0 --mig 3g.20gb
 step vgpukit partition gpu0 --mig 3g.20gb

@@ -36,18 +36,23 @@ def sim_host(path: Path) -> Host:
     return Host(path, kernel=SimKernel(path))
 
 
+Run = Callable[..., Result]  # the type of the run_cli fixture
+
+
+def invoke(sim: Path | None, *args: str) -> Result:
+    """Run the vgpukit CLI in-process, as the ``vgpukit`` command would (errors mapped to exit codes):
+    ``invoke(sim_dir, "topo", "--json")``; ``sim=None`` for no ``--sim``. ``.exit_code``, ``.stdout``
+    and ``.stderr`` are what the command produced."""
+    from vgpukit.cli.main import main
+
+    full = (["--sim", str(sim)] if sim is not None else []) + list(args)
+    return CliRunner().invoke(_Main(main), full, catch_exceptions=False)
+
+
 @pytest.fixture
 def run_cli() -> Callable[..., Result]:
-    """Run the vgpukit CLI in-process: run_cli(sim_dir, "topo", "--json")."""
-
-    def run(sim: Path | None, *args: str) -> Result:
-        from vgpukit.cli.main import main
-
-        full = (["--sim", str(sim)] if sim is not None else []) + list(args)
-        runner = CliRunner()
-        return runner.invoke(_Main(main), full, catch_exceptions=False)
-
-    return run
+    """The one CLI harness of the test suite: :func:`invoke` as a fixture."""
+    return invoke
 
 
 class _Main:
@@ -67,4 +72,4 @@ def as_json(result: Result) -> dict:  # type: ignore[type-arg]
     return json.loads(result.stdout)
 
 
-__all__ = ["as_json", "cli", "make_sim", "sim_host"]
+__all__ = ["Run", "as_json", "cli", "invoke", "make_sim", "sim_host"]

@@ -261,6 +261,10 @@ class Host:
     def is_dir(self, path: Path | str) -> bool:
         return os.path.isdir(path)
 
+    def is_file(self, path: Path) -> bool:
+        """A regular file (symlinks followed), not a directory, socket or device."""
+        return path.is_file()
+
     def read(self, path: Path | str) -> str:
         """Text of a file, surrounding white space stripped."""
         return self._read_op("reading", path, lambda: _slurp(path)).strip()
@@ -275,6 +279,16 @@ class Host:
         """A whole file's text exactly as stored (no stripping), or None when it does not exist."""
         try:
             return _slurp(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise from_oserror(exc, path=self.display(path), action="reading") from exc
+
+    def read_bytes_opt(self, path: Path, limit: int) -> bytes | None:
+        """At most ``limit`` bytes of a binary file, or None when it does not exist."""
+        try:
+            with open(path, "rb") as f:
+                return f.read(limit)
         except FileNotFoundError:
             return None
         except OSError as exc:

@@ -41,6 +41,23 @@ def parse_int(text: object, what: str, *, lo: int | None = None, hi: int | None 
     return check_range(value, what, lo=lo, hi=hi)
 
 
+_SIZE_UNITS = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}
+
+
+def parse_size(text: object, what: str, *, lo: int = 0, hi: int = 1 << 50) -> int:
+    """A byte count: an int, or ASCII digits with an optional K/M/G/T (or KiB/MiB/GiB/TiB, KB...) suffix."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return check_range(text, what, lo=lo, hi=hi)
+    if not isinstance(text, str) or not text.isascii() or len(text) > 32:
+        raise InvalidInput(f"{what} must be a size such as 4GiB or 512M")
+    s = text.strip().lower()
+    digits = s.rstrip("kmgtib")
+    unit = s[len(digits) :].removesuffix("ib").removesuffix("b")
+    if not digits.isdigit() or unit not in _SIZE_UNITS:
+        raise InvalidInput(f"{what} must be a size such as 4GiB or 512M")
+    return check_range(int(digits) << _SIZE_UNITS[unit], what, lo=lo, hi=hi)
+
+
 def check_range(value: int, what: str, *, lo: int | None = None, hi: int | None = None) -> int:
     if lo is not None and value < lo:
         raise InvalidInput(f"{what} must be at least {lo}, not {_small(value)}", value=_small(value))
@@ -131,29 +148,46 @@ def load_json(text: str | bytes, where: str, *, limit: int = MAX_DEPTH, max_byte
 
 
 def load_yaml(text: str, where: str, *, limit: int = MAX_DEPTH, max_bytes: int = MAX_DOC_BYTES) -> Any:
-    """Parse one YAML document (safe loader); size, syntax and nesting checked before construction."""
+    """Parse one YAML document (safe loader); size, syntax and nesting checked before construction.
+
+    One parse: the composer refuses to go deeper than ``limit`` as it goes (it recurses, and letting it
+    reach Python's recursion limit on a 5000-level file takes seconds), and the checked node tree is
+    then constructed.
+    """
     import yaml
 
     if len(text) > max_bytes:
         raise InvalidInput(f"{where}: larger than {max_bytes} bytes")
+
+    class Loader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            self.depth += 1
+            try:
+                if self.depth > limit + 1:  # a collection at depth limit (scalars below it are fine)
+                    mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                    line = f"line {mark.line + 1}: " if mark else ""
+                    raise InvalidInput(f"{where}: {line}nested more than {limit} levels deep")
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    loader = Loader(text)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except RecursionError:
-        raise InvalidInput(f"{where}: nested more than {limit} levels deep") from None
-    except yaml.YAMLError as exc:
-        raise InvalidInput(f"{where}: not valid YAML{_yaml_line(exc)}") from None
-    if node is None:
-        return None
-    _node_depth(node, where, limit)
-    try:
-        doc = yaml.SafeLoader(text).get_single_data()
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _node_depth(node, where, limit)  # aliases can nest the built document deeper than its text
+        return loader.construct_document(node)
     except RecursionError:
         raise InvalidInput(f"{where}: nested more than {limit} levels deep") from None
     except yaml.YAMLError as exc:
         raise InvalidInput(f"{where}: not valid YAML{_yaml_line(exc)}") from None
     except (ValueError, OverflowError, TypeError):
         raise InvalidInput(f"{where}: a value cannot be read (out of range or of the wrong kind)") from None
-    return doc
+    finally:
+        loader.dispose()
 
 
 def _node_depth(node: Any, where: str, limit: int) -> None:

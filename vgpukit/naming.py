@@ -102,6 +102,11 @@ def form_of(text: str) -> str:
     return "invalid"
 
 
+def needs_nvml(name: str) -> bool:
+    """Whether resolving ``name`` (outside the ``mig`` commands) asks NVML: GPU and MIG UUIDs."""
+    return form_of(name) in ("gpu-uuid", "mig-uuid")
+
+
 def unknown(what: str, name: str, detail: str = "", hint: str = "see: vgpukit devices") -> NotFound:
     """The one shape of 'there is no such thing here'."""
     thing = f"{what} {name}" if what else name

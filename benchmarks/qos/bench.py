@@ -290,6 +290,25 @@ def fixed_share(args: argparse.Namespace) -> None:
         )
 
 
+def plain_tenants(args: argparse.Namespace) -> None:
+    """Tenants that never notify (no hook), added without a demand option: the default, auto, samples them."""
+    env = Env(args)
+    try:
+        env.start_daemon()
+        env.req(op="set", gpu="gpu0", policy="fixed-share")
+        pa, pb = env.tenant("spin"), env.tenant("spin")
+        env.req(op="tenant-add", gpu="gpu0", name="a", tenant={"class": "offline", "share": 66, "pids": [pa.pid]})
+        env.req(op="tenant-add", gpu="gpu0", name="b", tenant={"class": "offline", "share": 33, "pids": [pb.pid]})
+        time.sleep(0.5)
+        got = shares([pa.pid, pb.pid], args.window)
+        err = max(abs(got[0] - 66), abs(got[1] - 33))
+        src = "/".join(t["demand_source"] for t in env.status()["tenants"])
+        got_s = f"{fmt(got)} (err {err:.2f})"
+        row("fixed-share", f"66/33 plain tenants, no hook ({src})", "±1 point", "-", got_s, err <= 1)
+    finally:
+        env.close()
+
+
 def burst_share(args: argparse.Namespace) -> None:
     env = Env(args)
     try:
@@ -587,7 +606,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="short windows and fewer trials (~2 min)")
     ap.add_argument("--gpu-core", type=int, default=1)
     ap.add_argument("--daemon-core", type=int, default=0)
-    ap.add_argument("--only", help="comma-separated: best,fixed,burst,online,detect,overhead,crash")
+    ap.add_argument("--only", help="comma-separated: best,fixed,plain,burst,online,detect,overhead,crash")
     args = ap.parse_args()
     args.window = 3.0 if args.quick else 10.0
     if os.geteuid() != 0:
@@ -596,6 +615,7 @@ def main() -> int:
     todo = {
         "best": best_effort,
         "fixed": fixed_share,
+        "plain": plain_tenants,
         "burst": burst_share,
         "online": online,
         "detect": detection,

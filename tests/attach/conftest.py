@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from vgpukit.cli.context import App
+from vgpukit.host import Host
 
 from .fakehost import FakeHost
 
@@ -72,5 +72,5 @@ def host_tree(fake: FakeHost) -> FakeHost:
 
 
 @pytest.fixture
-def app(host_tree: FakeHost) -> App:
-    return App(root=host_tree.root)
+def host(host_tree: FakeHost) -> Host:
+    return Host(host_tree.root)

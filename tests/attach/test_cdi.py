@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from click.testing import Result
 
+from tests.conftest import Run
 from vgpukit.attach import cdi
 from vgpukit.attach.mig import mig_slices
-from vgpukit.cli.context import App
+from vgpukit.host import Host
 from vgpukit.nvml import NvmlGpu
 
 from ..conftest import as_json
 from .fakehost import FakeHost
 from .test_cli import MTTY_UUID, NIC_VF, NIC_VF2, make_mdev, make_vfs
 
-Run = Callable[..., Result]
 SCHEMA_DIR = Path(__file__).parent / "cdi-schema"
 
 
@@ -113,11 +111,11 @@ def test_bad_output(qemu_sim: Path, run_cli: Run, output: str, code: int) -> Non
 def test_vfio_device_without_group_node_is_skipped(fake: FakeHost) -> None:
     fake.pci("0000:3b:00.4", driver="vfio-pci", group=7, physfn="0000:3b:00.0")
     fake.pci("0000:3b:00.0", driver="nvidia", group=6)
-    specs, warnings = cdi.collect(App(root=fake.root), ("vf", "pci"))
+    specs, warnings = cdi.collect(Host(fake.root), None, ("vf", "pci"))
     assert all(not s.devices for s in specs)
     assert any("/dev/vfio/7 is missing" in w for w in warnings)
     fake.file("dev/vfio/7", "")
-    specs, _ = cdi.collect(App(root=fake.root), ("vf", "pci"))
+    specs, _ = cdi.collect(Host(fake.root), None, ("vf", "pci"))
     assert [d.name for d in specs[0].devices] == ["0000:3b:00.4"] and specs[1].devices == []
 
 
@@ -166,17 +164,16 @@ def test_mig_specs(fake: FakeHost) -> None:
         "proc/devices", "Character devices:\n  1 mem\n195 nvidia-frontend\n237 nvidia-caps\n\nBlock devices:\n  8 sd\n"
     )
     fake.file("proc/driver/nvidia/gpus/0000:04:00.0/information", "Model: A100\nDevice Minor: \t 1\n")
-    app = App(root=fake.root)
-    app._nvml, app._nvml_loaded = TwoGpuNvml(), True
+    host, nvml = Host(fake.root), TwoGpuNvml()
     warnings: list[str] = []
-    slices = mig_slices(app, warnings)
+    slices = mig_slices(host, nvml, warnings)
     assert warnings == []
     assert [(s.uuid, s.minor, s.gi_cap_minor, s.ci_cap_minor) for s in slices] == [
         ("MIG-11111111-1111-1111-1111-111111111111", 1, 147, 148),
         ("MIG-2222", 1, 156, 157),
         ("MIG-3333", 1, 156, 158),
     ]
-    specs, _ = cdi.collect(app, ("mig",))
+    specs, _ = cdi.collect(host, nvml, ("mig",))
     doc = specs[0].to_dict()
     validate_cdi(doc)
     dev = doc["devices"][2]
@@ -192,10 +189,9 @@ def test_mig_specs(fake: FakeHost) -> None:
 
 
 def test_mig_without_minors_file_warns(fake: FakeHost) -> None:
-    app = App(root=fake.root)
-    app._nvml, app._nvml_loaded = TwoGpuNvml(), True
+    host, nvml = Host(fake.root), TwoGpuNvml()
     warnings: list[str] = []
-    assert mig_slices(app, warnings) == []
+    assert mig_slices(host, nvml, warnings) == []
     assert len(warnings) == 3 and "mig-minors" in warnings[0]
 
 
@@ -219,7 +215,7 @@ def test_mig_on_simulator(sim_dir: Path, run_cli: Run) -> None:
     (dev,) = spec["devices"]
     assert dev["name"] == ci.uuid
     paths = [n["path"] for n in dev["containerEdits"]["deviceNodes"]]
-    gi_minor = 3 + 135 * 1 + 9 * gi.id  # the driver's formula (sysfs-abi.md), read here from mig-minors
+    gi_minor = 3 + 135 * 1 + 9 * gi.id  # the driver's formula (docs/mig.md), read here from mig-minors
     assert paths[2:] == [
         "/dev/nvidia1",
         f"/dev/nvidia-caps/nvidia-cap{gi_minor}",

@@ -5,18 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
-from click.testing import Result
-
+from tests.conftest import Run
 from vgpukit.host import Host
 from vgpukit.sim.kernel import SimKernel
 
 from ..conftest import as_json
 from .conftest import libvirt_or_skip, validate_domain_xml
 
-Run = Callable[..., Result]
 MTTY_UUID = "c2177883-f1bb-47f0-914d-32a22e3a8804"
 NIC0 = "0000:05:00.0"
 NIC_VF = "0000:05:00.2"

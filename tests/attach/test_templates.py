@@ -8,20 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from vgpukit.attach.checks import device_keys
-from vgpukit.attach.model import (
-    Device,
-    DomainSpec,
-    Firmware,
-    HostdevInterface,
-    MdevHostdev,
-    PciAddress,
-    PciHostdev,
-    Placement,
-)
+from vgpukit.attach.model import DomainSpec, Firmware, Placement
 from vgpukit.attach.templates import TemplateSet
 from vgpukit.errors import InvalidInput, NotFound
 from vgpukit.host import Host
+from vgpukit.libvirt.domain import Device, HostdevInterface, MdevHostdev, PciAddress, PciHostdev, device_keys
 
 from .conftest import libvirt_or_skip, validate_domain_xml, wrap_device
 
@@ -94,7 +85,7 @@ def test_domain_roundtrips_through_libvirt(name: str, tpl: TemplateSet) -> None:
         back = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
     finally:
         conn.close()
-    assert set(device_keys(back)) == {d.key() for d in spec.devices}
+    assert device_keys(back) == {d.key() for d in spec.devices}
     root = ET.fromstring(back)
     assert root.findtext("name") == spec.name
     assert root.findtext("vcpu") == str(spec.vcpus)
@@ -119,7 +110,7 @@ def test_each_device_roundtrips_alone(tpl: TemplateSet) -> None:
     try:
         for name, dev in DEVICES.items():
             back = conn.defineXML(wrap_device(tpl.device(dev)).replace("wrap", name)).XMLDesc(0)
-            assert list(device_keys(back)) == [dev.key()], name
+            assert device_keys(back) == {dev.key()}, name
             el = ET.fromstring(back).find("devices")[0]  # type: ignore[index]
             if isinstance(dev, PciHostdev):
                 assert el.get("managed") == ("yes" if dev.managed else "no")
@@ -145,6 +136,20 @@ def test_override_with_unknown_field_is_an_error(tmp_path: Path) -> None:
     over.parent.mkdir(parents=True)
     over.write_text("<hostdev>{{ dev.rom_bar }}</hostdev>")
     with pytest.raises(InvalidInput, match="failed to render"):
+        TemplateSet(host).device(PciHostdev(VF))
+
+
+def test_override_must_render_the_same_device(tmp_path: Path) -> None:
+    """Template output is parsed back with the model: an override cannot hand the VM another device."""
+    host = Host(tmp_path)
+    over = host.config_dir("templates", "libvirt", "hostdev-pci.xml.j2")
+    over.parent.mkdir(parents=True)
+    over.write_text("<hostdev mode='subsystem' type='pci'><source><address domain='0' bus='0x3b' slot='2' "
+                    "function='{{ 2 }}'/></source></hostdev>")  # fmt: skip
+    with pytest.raises(InvalidInput, match=r"rendered pci:0000:3b:02.2 for pci:0000:3b:02.1"):
+        TemplateSet(host).device(PciHostdev(VF))
+    over.write_text("<disk type='file'/>")
+    with pytest.raises(InvalidInput, match="rendered no usable device"):
         TemplateSet(host).device(PciHostdev(VF))
 
 

@@ -6,15 +6,11 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
-from click.testing import Result
-
-from tests.conftest import as_json
+from tests.conftest import Run, as_json
 
 GOLDEN = Path(__file__).parent / "golden"
-Run = Callable[..., Result]
 
 
 def test_topo_json(sim_dir: Path, run_cli: Run) -> None:

@@ -58,3 +58,6 @@ def test_help_imports_nothing_heavy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+# Layering (nothing below the front ends imports them, no import cycles): tests/core/test_import_graph.py

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vgpukit.mdev.domains import assignments, lookup, mdev_uuids_in_xml
+import pytest
+
+from vgpukit.errors import InvalidInput
+from vgpukit.libvirt.domain import DomainXML
+from vgpukit.mdev.domains import assignments, lookup
 
 U1 = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001"
 XML = f"""<domain type='kvm'><name>web1</name><devices>
@@ -32,9 +36,10 @@ class Source:
 
 
 def test_uuids_from_domain_xml() -> None:
-    assert mdev_uuids_in_xml(XML) == [U1]
-    assert mdev_uuids_in_xml("<domain/>") == []
-    assert mdev_uuids_in_xml("not xml") == []
+    assert [d.key() for d in DomainXML.parse(XML).devices()] == [f"mdev:{U1}", "pci:0000:3b:00.0"]
+    assert DomainXML.parse("<domain/>").devices() == []
+    with pytest.raises(InvalidInput):
+        DomainXML.parse("not xml")
 
 
 def test_assignments_map_uuid_to_domains() -> None:

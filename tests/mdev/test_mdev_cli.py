@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 
-from click.testing import Result
-
-from tests.conftest import as_json, make_sim, sim_host
+from tests.conftest import Run, as_json, make_sim, sim_host
 from vgpukit.engine import Env, execute
 from vgpukit.mdev import ops, sysfs
 from vgpukit.mdev.steps import CreateMdev
 from vgpukit.sim.holders import hold, release
 
-Run = Callable[..., Result]
 U1 = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001"
 U2 = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1002"
 

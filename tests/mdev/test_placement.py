@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from click.testing import Result
 
-from tests.conftest import as_json
+from tests.conftest import Run, as_json
 from vgpukit.errors import NoCapacity
 from vgpukit.holders import vm_name_from_cmdline
 from vgpukit.mdev.placement import SPREAD, Slot, plan
 
-Run = Callable[..., Result]
 A, B, C = "0000:01:00.0", "0000:81:00.0", "0000:82:00.0"
 
 

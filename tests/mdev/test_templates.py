@@ -5,14 +5,10 @@ from __future__ import annotations
 import configparser
 import re
 import shlex
-from collections.abc import Callable
 from pathlib import Path
 
-from click.testing import Result
+from tests.conftest import Run, as_json
 
-from tests.conftest import as_json
-
-Run = Callable[..., Result]
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 U1 = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001"
 

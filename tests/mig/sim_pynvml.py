@@ -33,6 +33,7 @@ class Shim:
     def __init__(self, sim_dir: Path, profiles_need_mig: bool = False) -> None:
         self.sim = SimNvml(sim_dir)
         self.profiles_need_mig = profiles_need_mig  # like drivers that answer profile queries only in MIG mode
+        self.inits = self.shutdowns = 0  # NVML's init reference count, and how often it was shut down
         for name in dir(self):
             if name.startswith("nvml"):
                 setattr(self, name, self._wrap(getattr(self, name)))
@@ -69,7 +70,13 @@ class Shim:
         count_ref._obj.value = len(starts)
 
     def nvmlInit(self) -> None:
-        pass
+        self.inits += 1
+
+    def nvmlShutdown(self) -> None:
+        if self.inits == 0:
+            raise NVMLError(1)  # NVML_ERROR_UNINITIALIZED
+        self.inits -= 1
+        self.shutdowns += 1
 
     def nvmlDeviceGetCount(self) -> int:
         return len(self.sim.gpus())

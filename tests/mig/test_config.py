@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import as_json, invoke
 from vgpukit.errors import InvalidInput
 from vgpukit.mig import config
 from vgpukit.nvml import sim as simdrv
 from vgpukit.nvml.sim import SimNvml
 from vgpukit.sim.build import init_sim
 
-from .test_cli import jrun, layout, run
+from .test_cli import layout
 
 CONFIG = """\
 version: v1
@@ -81,53 +82,56 @@ def test_parse_rejects_with_the_line_at_fault(text: str, message: str) -> None:
 
 
 def test_apply_is_idempotent_and_assert_agrees(host: Path, cfg: Path) -> None:
-    rc, _, err = run(host, "mig", "apply", "-f", str(cfg), "-c", "balanced", "--no-reset")
-    assert rc == 4 and "--no-reset" in err and SimNvml(host).mig_mode(0) == (False, False)
-    assert run(host, "mig", "assert", "-f", str(cfg), "-c", "balanced")[0] == 1
-    rc, doc = jrun(host, "mig", "apply", "-f", str(cfg), "-c", "balanced", "--reset")
-    assert rc == 0 and doc["changed"]
+    r = invoke(host, "mig", "apply", "-f", str(cfg), "-c", "balanced", "--no-reset")
+    assert r.exit_code == 4 and "--no-reset" in r.stderr and SimNvml(host).mig_mode(0) == (False, False)
+    assert invoke(host, "mig", "assert", "-f", str(cfg), "-c", "balanced").exit_code == 1
+    r = invoke(host, "mig", "apply", "-f", str(cfg), "-c", "balanced", "--reset", "--json")
+    doc = as_json(r)
+    assert r.exit_code == 0 and doc["changed"]
     assert sorted(p for p, _, _ in layout(host, 0)) == [9, 14, 19, 19]
     assert layout(host, 2) == [(9, 4, (1, 1, 1))]
     assert layout(host, 3) == []
-    rc, doc = jrun(host, "mig", "apply", "-f", str(cfg), "-c", "balanced", "--reset")
-    assert rc == 0 and doc["plan"] == []
-    assert run(host, "mig", "assert", "-f", str(cfg), "-c", "balanced")[0] == 0
+    r = invoke(host, "mig", "apply", "-f", str(cfg), "-c", "balanced", "--reset", "--json")
+    doc = as_json(r)
+    assert r.exit_code == 0 and doc["plan"] == []
+    assert invoke(host, "mig", "assert", "-f", str(cfg), "-c", "balanced").exit_code == 0
 
 
 def test_apply_keeps_matching_instances_and_never_destroys_busy_ones(host: Path, cfg: Path) -> None:
-    run(host, "partition", "gpu0", "--mig", "3g.20gb,7g.40gb", "--reset", "--dry-run")
-    run(host, "partition", "gpu0", "--mig", "3g.20gb,4g.20gb", "--reset")
+    invoke(host, "partition", "gpu0", "--mig", "3g.20gb,7g.40gb", "--reset", "--dry-run")
+    invoke(host, "partition", "gpu0", "--mig", "3g.20gb,4g.20gb", "--reset")
     keep = next(g for g in SimNvml(host).gpu_instances(0) if g.profile_id == 9)
     busy = next(g for g in SimNvml(host).gpu_instances(0) if g.profile_id == 5)
     pid = simdrv.add_client(host, 0, "trainer", gi=busy.id)
-    rc, _, err = run(host, "mig", "apply", "-f", str(cfg), "-c", "balanced", "--reset")
-    assert rc == 4 and "trainer" in err
+    r = invoke(host, "mig", "apply", "-f", str(cfg), "-c", "balanced", "--reset")
+    assert r.exit_code == 4 and "trainer" in r.stderr
     assert sorted(p for p, _, _ in layout(host, 0)) == [5, 9]  # nothing half-done
     simdrv.remove_client(host, pid)
-    assert run(host, "mig", "apply", "-f", str(cfg), "-c", "balanced", "--reset")[0] == 0
+    assert invoke(host, "mig", "apply", "-f", str(cfg), "-c", "balanced", "--reset").exit_code == 0
     assert keep.id in {g.id for g in SimNvml(host).gpu_instances(0)}
 
 
 def test_device_filter_and_disable(host: Path, cfg: Path) -> None:
-    rc, doc = jrun(host, "mig", "apply", "-f", str(cfg), "-c", "other-model", "--reset")
-    assert rc == 0 and doc["plan"] == []  # no H100 here: the filter selects nothing
-    run(host, "partition", "gpu5", "--mig", "2g.10gb", "--reset")
-    assert run(host, "mig", "apply", "-f", str(cfg), "-c", "all-disabled", "--reset")[0] == 0
+    r = invoke(host, "mig", "apply", "-f", str(cfg), "-c", "other-model", "--reset", "--json")
+    doc = as_json(r)
+    assert r.exit_code == 0 and doc["plan"] == []  # no H100 here: the filter selects nothing
+    invoke(host, "partition", "gpu5", "--mig", "2g.10gb", "--reset")
+    assert invoke(host, "mig", "apply", "-f", str(cfg), "-c", "all-disabled", "--reset").exit_code == 0
     assert SimNvml(host).mig_mode(5) == (False, False)
 
 
 def test_export_round_trips(host: Path, tmp_path: Path) -> None:
-    run(host, "partition", "gpu0", "--mig", "1g.5gb=3,3g.20gb", "--ci", "1c.3g.20gb=2", "--reset")
-    run(host, "partition", "gpu1", "--mig", "3g.20gb=2", "--ci", "2c.3g.20gb,1c.3g.20gb", "--reset")
-    run(host, "partition", "gpu4", "--mig", "7g.40gb", "--reset")
-    rc, out, _ = run(host, "mig", "export", "-c", "saved")
-    assert rc == 0 and "1c.3g.20gb: 2" in out
+    invoke(host, "partition", "gpu0", "--mig", "1g.5gb=3,3g.20gb", "--ci", "1c.3g.20gb=2", "--reset")
+    invoke(host, "partition", "gpu1", "--mig", "3g.20gb=2", "--ci", "2c.3g.20gb,1c.3g.20gb", "--reset")
+    invoke(host, "partition", "gpu4", "--mig", "7g.40gb", "--reset")
+    r = invoke(host, "mig", "export", "-c", "saved")
+    assert r.exit_code == 0 and "1c.3g.20gb: 2" in r.stdout
     saved = tmp_path / "saved.yaml"
-    saved.write_text(out)
+    saved.write_text(r.stdout)
     other = tmp_path / "other"
     init_sim(other, "hgx-a100")
-    assert run(other, "mig", "apply", "-f", str(saved), "--reset")[0] == 0
-    assert run(other, "mig", "assert", "-f", str(saved))[0] == 0
+    assert invoke(other, "mig", "apply", "-f", str(saved), "--reset").exit_code == 0
+    assert invoke(other, "mig", "assert", "-f", str(saved)).exit_code == 0
     assert [p for p, _, _ in layout(other, 4)] == [0]
     assert sorted(c for _, _, c in layout(other, 0)) == [(1,), (1,), (1,), (1, 1)]
     assert sorted(c for _, _, c in layout(other, 1)) == [(2, 1), (2, 1)]  # mixed CI layouts survive
@@ -136,17 +140,17 @@ def test_export_round_trips(host: Path, tmp_path: Path) -> None:
 def test_config_errors_exit_2_with_line(host: Path, tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(CONFIG.replace('"2g.10gb": 1', '"2g.11gb": 1'))
-    rc, _, err = run(host, "mig", "apply", "-f", str(bad), "-c", "balanced", "--reset")
-    assert rc == 2 and "unknown MIG profile '2g.11gb'" in err and ":7]" in err
-    rc, _, err = run(host, "mig", "apply", "-f", str(bad))
-    assert rc == 2 and "choose one with -c" in err
+    r = invoke(host, "mig", "apply", "-f", str(bad), "-c", "balanced", "--reset")
+    assert r.exit_code == 2 and "unknown MIG profile '2g.11gb'" in r.stderr and ":7]" in r.stderr
+    r = invoke(host, "mig", "apply", "-f", str(bad))
+    assert r.exit_code == 2 and "choose one with -c" in r.stderr
 
 
 def test_apply_failure_on_a_later_gpu_rolls_back_all_gpus(host: Path, cfg: Path) -> None:
-    run(host, "partition", "gpu0", "--mig", "7g.40gb", "--reset")  # gpu0 must be re-carved by the config
+    invoke(host, "partition", "gpu0", "--mig", "7g.40gb", "--reset")  # gpu0 must be re-carved by the config
     before = [layout(host, i) for i in range(3)]
     simdrv.add_fault(host, "CreateGpuInstance", "UNKNOWN", nth=6)  # gpu0: 4 GIs, gpu1: 4 -> fails on gpu1
-    rc, _, err = run(host, "mig", "apply", "-f", str(cfg), "-c", "balanced", "--reset")
-    assert rc == 1 and "rolled back" in err
+    r = invoke(host, "mig", "apply", "-f", str(cfg), "-c", "balanced", "--reset")
+    assert r.exit_code == 1 and "rolled back" in r.stderr
     assert [layout(host, i) for i in range(3)] == before
     assert [SimNvml(host).mig_mode(i) for i in range(3)] == [(True, True), (False, False), (False, False)]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import invoke
 from vgpukit.errors import InvalidInput
 from vgpukit.nvml import sim as simdrv
 from vgpukit.nvml.errors import NvmlInUse, NvmlNotSupported, NvmlUnknown
@@ -123,20 +124,14 @@ def test_concurrent_commands_see_one_driver(hgx: Path) -> None:
 
 
 def test_sim_fault_and_client_commands(hgx: Path) -> None:
-    from click.testing import CliRunner
-
-    from vgpukit.cli.context import App
-    from vgpukit.nvml.sim_cli import client, fault
-
-    app = App(sim_dir=hgx)
-    r = CliRunner().invoke(fault, ["add", "CreateGpuInstance", "--nth", "2", "--error", "IN_USE"], obj=app)
-    assert r.exit_code == 0, r.output
+    r = invoke(hgx, "sim", "fault", "add", "CreateGpuInstance", "--nth", "2", "--error", "IN_USE")
+    assert r.exit_code == 0, r.stderr
     assert simdrv.list_faults(hgx)[0]["code"] == 19
-    r = CliRunner().invoke(client, ["add", "0", "nvidia-persistenced"], obj=app)
-    pid = int(r.output)
+    r = invoke(hgx, "sim", "client", "add", "0", "nvidia-persistenced")
+    pid = int(r.stdout)
     assert [p.name for p in SimNvml(hgx).processes(0)] == ["nvidia-persistenced"]
-    assert CliRunner().invoke(client, ["remove", str(pid)], obj=app).exit_code == 0
-    assert CliRunner().invoke(fault, ["clear"], obj=app).exit_code == 0
+    assert invoke(hgx, "sim", "client", "remove", str(pid)).exit_code == 0
+    assert invoke(hgx, "sim", "fault", "clear").exit_code == 0
     assert simdrv.list_faults(hgx) == [] and SimNvml(hgx).processes(0) == []
 
 

@@ -154,47 +154,24 @@ def test_cgroup_vanished_and_bad_paths(tmp_path: Path) -> None:
         cgroup_backend(host, "plain")
 
 
-class FakeDomain:
-    def __init__(self) -> None:
-        self.paused = False
-        self.calls: list[str] = []
+def test_domain_backend_through_the_libvirt_facade() -> None:
+    """libvirt's in-process test driver: domain 'test' runs; suspend/resume are real state changes there."""
+    pytest.importorskip("libvirt")
+    from vgpukit.libvirt.connection import Session, connect
 
-    def suspend(self) -> None:
-        self.calls.append("suspend")
-        self.paused = True
-
-    def resume(self) -> None:
-        self.calls.append("resume")
-        self.paused = False
-
-    def isActive(self) -> bool:
-        return True
-
-    def state(self) -> list[int]:
-        return [3 if self.paused else 1, 0]
-
-    def info(self) -> list[int]:
-        return [1, 0, 0, 1, 123456]
-
-
-class FakeConn:
-    def __init__(self) -> None:
-        self.dom = FakeDomain()
-
-    def lookupByName(self, name: str) -> FakeDomain:
-        if name != "vm1":
-            raise RuntimeError("Domain not found")
-        return self.dom
-
-
-def test_domain_backend_with_a_libvirt_connection() -> None:
-    conn = FakeConn()
-    b = backend_for(Host(Path("/")), Tenant("v", "offline", 10, "domain", domain="vm1"), conn)
-    assert isinstance(b, DomainBackend)
-    b.freeze()
-    assert b.is_frozen() is True
-    b.thaw()
-    b.thaw()  # resuming a running domain is not attempted
-    assert conn.dom.calls == ["suspend", "resume"] and b.cpu_ns() == 123456
-    with pytest.raises(NotFound):
-        backend_for(Host(Path("/")), Tenant("v", "offline", 10, "domain", domain="vm2"), conn)
+    session = Session(lv=connect("test:///default"))
+    lv = session.get()
+    try:
+        b = backend_for(Host(Path("/")), Tenant("v", "offline", 10, "domain", domain="test"), session)
+        assert isinstance(b, DomainBackend) and b.alive() and b.is_frozen() is False
+        b.freeze()
+        assert b.is_frozen() is True and lv.paused("test")
+        b.thaw()
+        b.thaw()  # resuming a running domain is not attempted (the driver would refuse it)
+        assert b.is_frozen() is False and b.cpu_ns() > 0
+        again = backend_from_target(Host(Path("/")), b.target, session)
+        assert isinstance(again, DomainBackend) and again.libvirt.get() is lv  # one connection, shared
+        with pytest.raises(NotFound):
+            backend_for(Host(Path("/")), Tenant("v", "offline", 10, "domain", domain="vm2"), session)
+    finally:
+        session.close()

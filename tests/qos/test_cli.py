@@ -9,9 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from vgpukit.cli.main import main
+from tests.conftest import invoke
 from vgpukit.host import Host
 from vgpukit.qos.backends import PidBackend
 from vgpukit.qos.metrics import Metrics
@@ -21,24 +19,25 @@ from vgpukit.qos.runtime import GpuRuntime
 from .conftest import REPO, DaemonProc, proc_state, wait_for
 
 
-def run(root: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    rc = main(["--root", str(root), "qos", *args])
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def test_cli_round_trip(daemon: DaemonProc, spawn, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_cli_round_trip(daemon: DaemonProc, spawn) -> None:  # type: ignore[no-untyped-def]
     root = daemon.root
-    rc, _, err = run(root, capsys, "status")
-    assert rc == 3 and "not running" in err
+    r = invoke(None, "--root", str(root), "qos", "status")
+    assert r.exit_code == 3 and "not running" in r.stderr
     daemon.start()
     a, b = spawn(), spawn()
-    rc, out, _ = run(root, capsys, "set", "gpu0", "--policy", "burst-share", "--slice-ms", "5", "--json")
-    doc = json.loads(out)
-    assert rc == 0 and doc["schema"] == "vgpukit.qos-set/v1" and doc["changed"] and doc["settings"]["slice_ms"] == 5
-    rc, out, _ = run(
-        root,
-        capsys,
+    r = invoke(None, "--root", str(root), "qos", "set", "gpu0", "--policy", "burst-share", "--slice-ms", "5", "--json")
+    doc = json.loads(r.stdout)
+    assert (
+        r.exit_code == 0
+        and doc["schema"] == "vgpukit.qos-set/v1"
+        and doc["changed"]
+        and doc["settings"]["slice_ms"] == 5
+    )
+    r = invoke(
+        None,
+        "--root",
+        str(root),
+        "qos",
         "tenant",
         "add",
         "gpu0",
@@ -51,14 +50,29 @@ def test_cli_round_trip(daemon: DaemonProc, spawn, capsys: pytest.CaptureFixture
         str(a.pid),
         "--dry-run",
     )
-    assert rc == 0 and "dry run" in out
-    rc, out, _ = run(
-        root, capsys, "tenant", "add", "gpu0", "a", "--class", "online", "--share", "30", "--pid", str(a.pid)
+    assert r.exit_code == 0 and "dry run" in r.stdout
+    r = invoke(
+        None,
+        "--root",
+        str(root),
+        "qos",
+        "tenant",
+        "add",
+        "gpu0",
+        "a",
+        "--class",
+        "online",
+        "--share",
+        "30",
+        "--pid",
+        str(a.pid),
     )
-    assert rc == 0 and "add online tenant a" in out
-    rc, _, _ = run(
-        root,
-        capsys,
+    assert r.exit_code == 0 and "add online tenant a" in r.stdout
+    r = invoke(
+        None,
+        "--root",
+        str(root),
+        "qos",
         "tenant",
         "add",
         "gpu0",
@@ -72,34 +86,86 @@ def test_cli_round_trip(daemon: DaemonProc, spawn, capsys: pytest.CaptureFixture
         "--demand",
         "sample",
     )
-    assert rc == 0
-    rc, out, _ = run(root, capsys, "status", "--json")
-    doc = json.loads(out)
+    assert r.exit_code == 0
+    r = invoke(None, "--root", str(root), "qos", "status", "--json")
+    doc = json.loads(r.stdout)
     assert doc["schema"] == "vgpukit.qos-status/v1"
     names = {t["name"]: t for t in doc["gpus"][0]["tenants"]}
     assert names["a"]["class"] == "online" and names["b"]["demand"] == "sample"
-    rc, out, _ = run(root, capsys, "status", "gpu0")
-    assert rc == 0 and "burst-share" in out and "online" in out
+    r = invoke(None, "--root", str(root), "qos", "status", "gpu0")
+    assert r.exit_code == 0 and "burst-share" in r.stdout and "online" in r.stdout
     # the online tenant says busy through the CLI: the offline one is frozen
-    assert run(root, capsys, "notify", "gpu0", "b", "busy")[0] == 0
-    assert run(root, capsys, "notify", "gpu0", "a", "busy")[0] == 0
+    assert invoke(None, "--root", str(root), "qos", "notify", "gpu0", "b", "busy").exit_code == 0
+    assert invoke(None, "--root", str(root), "qos", "notify", "gpu0", "a", "busy").exit_code == 0
     assert wait_for(lambda: proc_state(b.pid) in "Tt", timeout=3)
-    assert run(root, capsys, "notify", "gpu0", "a", "idle")[0] == 0
+    assert invoke(None, "--root", str(root), "qos", "notify", "gpu0", "a", "idle").exit_code == 0
     assert wait_for(lambda: proc_state(b.pid) not in "Tt", timeout=3)
     # errors: one line, the right exit code, the daemon keeps running
-    assert run(root, capsys, "tenant", "add", "gpu0", "c", "--class", "online", "--share", "101", "--pid", "5")[0] == 2
-    rc, _, err = run(
-        root, capsys, "tenant", "add", "gpu0", "c", "--class", "online", "--share", "80", "--pid", str(a.pid)
-    )
-    assert rc == 4 and "add up to 110" in err
     assert (
-        run(root, capsys, "tenant", "add", "gpu0", "c", "--class", "online", "--share", "1", "--pid", "999999")[0] == 3
+        invoke(
+            None,
+            "--root",
+            str(root),
+            "qos",
+            "tenant",
+            "add",
+            "gpu0",
+            "c",
+            "--class",
+            "online",
+            "--share",
+            "101",
+            "--pid",
+            "5",
+        ).exit_code
+        == 2
     )
-    assert run(root, capsys, "tenant", "add", "gpu0", "c", "--class", "online", "--share", "1")[0] == 2
-    assert run(root, capsys, "tenant", "rm", "gpu0", "zz")[0] == 3
-    assert run(root, capsys, "set", "gpu0")[0] == 2
-    rc, out, _ = run(root, capsys, "tenant", "rm", "gpu0", "a", "--json")
-    assert rc == 0 and json.loads(out)["changed"]
+    r = invoke(
+        None,
+        "--root",
+        str(root),
+        "qos",
+        "tenant",
+        "add",
+        "gpu0",
+        "c",
+        "--class",
+        "online",
+        "--share",
+        "80",
+        "--pid",
+        str(a.pid),
+    )
+    assert r.exit_code == 4 and "add up to 110" in r.stderr
+    assert (
+        invoke(
+            None,
+            "--root",
+            str(root),
+            "qos",
+            "tenant",
+            "add",
+            "gpu0",
+            "c",
+            "--class",
+            "online",
+            "--share",
+            "1",
+            "--pid",
+            "999999",
+        ).exit_code
+        == 3
+    )
+    assert (
+        invoke(
+            None, "--root", str(root), "qos", "tenant", "add", "gpu0", "c", "--class", "online", "--share", "1"
+        ).exit_code
+        == 2
+    )
+    assert invoke(None, "--root", str(root), "qos", "tenant", "rm", "gpu0", "zz").exit_code == 3
+    assert invoke(None, "--root", str(root), "qos", "set", "gpu0").exit_code == 2
+    r = invoke(None, "--root", str(root), "qos", "tenant", "rm", "gpu0", "a", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["changed"]
 
 
 def test_sd_notify_ready_and_metrics_port(tmp_path: Path, spawn) -> None:  # type: ignore[no-untyped-def]
@@ -135,6 +201,7 @@ def test_sd_notify_ready_and_metrics_port(tmp_path: Path, spawn) -> None:  # typ
         assert wait_for(
             lambda: 'vgpukit_qos_target_share_ratio{class="offline",gpu="gpu0",tenant="x"} 0.2' in scraped()
         )
+        assert 'vgpukit_qos_config_reloads_total{result="refused"} 0.0' in scraped()
     finally:
         p.terminate()
         assert p.wait(10) == 0
@@ -150,45 +217,31 @@ def test_metrics_observer_text() -> None:
         m,
     )
     rt.demand("t", True, clock(), sent_ns=0)
-    m.update([rt.status(clock())])
+    conf = {"path": "/etc/vgpukit/qos.yaml", "reloads": 2, "reloads_refused": 3, "reload_error": {"message": "x"}}
+    m.update([rt.status(clock())], {"config": conf, "demand_refused": {"malformed": 4, "not-owner": 0}})
     text = m.text()
+    assert 'vgpukit_qos_config_reloads_total{result="refused"} 3.0' in text
+    assert "vgpukit_qos_config_reload_error 1.0" in text
+    assert 'vgpukit_qos_demand_refused_total{reason="malformed"} 4.0' in text
     assert 'vgpukit_qos_tenant_state{class="online",gpu="gpu0",state="running",tenant="t"} 1.0' in text
     assert "vgpukit_qos_detection_latency_seconds_count" in text
     assert 'vgpukit_qos_achieved_share_ratio{class="online",gpu="gpu0",tenant="t",window="10s"}' in text
 
 
-def test_daemon_on_a_simulated_host(tmp_path: Path, spawn, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_daemon_on_a_simulated_host(tmp_path: Path, spawn) -> None:  # type: ignore[no-untyped-def]
     from tests.conftest import make_sim
 
     sim = make_sim(tmp_path / "host")
     d = DaemonProc(sim, sim=True).start()
     try:
         p, q = spawn(), spawn()
-        rc = main(["--sim", str(sim), "qos", "set", "gpu0", "--policy", "fixed-share"])
+        rc = invoke(sim, "qos", "set", "gpu0", "--policy", "fixed-share").exit_code
         for name, pid, share in (("a", p.pid, 20), ("b", q.pid, 30)):
-            rc |= main(
-                [
-                    "--sim",
-                    str(sim),
-                    "qos",
-                    "tenant",
-                    "add",
-                    "gpu0",
-                    name,
-                    "--class",
-                    "offline",
-                    "--share",
-                    str(share),
-                    "--pid",
-                    str(pid),
-                    "--demand",
-                    "sample",
-                ]
-            )
+            args = ["gpu0", name, "--class", "offline", "--share", str(share), "--pid", str(pid), "--demand", "sample"]
+            rc |= invoke(sim, "qos", "tenant", "add", *args).exit_code
         assert rc == 0
         assert (sim / "run/vgpukit/qos/control.sock").exists()
         assert wait_for(lambda: d.status()["a"]["frozen_s"] > 0.2 and d.status()["b"]["frozen_s"] > 0.2, timeout=5)
-        capsys.readouterr()
     finally:
         assert d.stop() == 0
     assert proc_state(p.pid) not in "Tt" and proc_state(q.pid) not in "Tt"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from vgpukit.host import Host
-from vgpukit.qos.demand import DemandClient, decode, encode, open_server, receive
+from vgpukit.qos.demand import DemandClient, Refusals, decode, encode, open_server, receive
 
 from .conftest import DaemonProc, proc_state, wait_for
 
@@ -24,6 +24,30 @@ def test_encode_decode() -> None:
     for bad in (b"", b"2 gpu0 t busy", b"1 gpu0 t maybe", b"1 gpu/0 t busy", b"1 gpu0 t busy x", b"\xff\xfe"):
         with pytest.raises(ValueError):
             decode(bad)
+
+
+def test_refusals_are_counted_and_logged_once_per_interval(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    S = 1_000_000_000
+    r = Refusals(logging.getLogger("test-refusals"), interval_s=60)
+    with caplog.at_level(logging.DEBUG, "test-refusals"):
+        for i in range(1000):  # a flood over 50 s: the first line only
+            r.refuse("not-owner" if i % 2 else "malformed", f"pid {i}", i * S // 20)
+            r.tick(i * S // 20)
+        r.refuse("unknown-tenant", "gpu0/x", 50 * S)  # counted, debug only
+        warnings = [x for x in caplog.records if x.levelno == logging.WARNING]
+        assert len(warnings) == 1 and "pid 0" in warnings[0].getMessage()
+        r.tick(59 * S)
+        assert len([x for x in caplog.records if x.levelno == logging.WARNING]) == 1
+        r.tick(60 * S)  # the interval ended: one summary of the 999 others
+        summary = caplog.records[-1].getMessage()
+        assert "999 more" in summary and "in the last 60 s" in summary and "not-owner 500" in summary
+        r.tick(120 * S)  # a quiet interval: nothing to say, and the next refusal is logged at once
+        n = len(caplog.records)
+        r.refuse("malformed", "pid 7", 121 * S)
+        assert len(caplog.records) == n + 1 and "pid 7" in caplog.records[-1].getMessage()
+    assert r.total == {"malformed": 501, "unknown-tenant": 1, "not-owner": 500}
 
 
 def test_server_receives_with_credentials(tmp_path: Path) -> None:
@@ -78,7 +102,8 @@ def test_non_root_tenant_speaks_only_for_itself(open_root: Path, spawn) -> None:
             ("other", other.pid, "online"),
             ("off", off.pid, "offline"),
         ):
-            d.req(op="tenant-add", gpu="gpu0", name=name, tenant={"class": cls, "share": 30, "pids": [pid]})
+            tenant = {"class": cls, "share": 30, "pids": [pid], "demand": "notify"}  # spinners: not sampled
+            d.req(op="tenant-add", gpu="gpu0", name=name, tenant=tenant)
         DemandClient.for_host(d.host, "gpu0", "off").busy()  # root may speak for anyone
         assert wait_for(lambda: d.status()["off"]["busy"])
         assert nobody.stdin is not None and nobody.stdout is not None
@@ -87,6 +112,7 @@ def test_non_root_tenant_speaks_only_for_itself(open_root: Path, spawn) -> None:
         assert nobody.stdout.readline() == "sent\n"
         assert not wait_for(lambda: proc_state(off.pid) in "Tt", timeout=0.5)  # refused: not its process
         assert not d.status()["other"]["busy"]
+        assert d.req(op="status")["demand_refused"]["not-owner"] == 1
         nobody.stdin.write("mine\n")
         nobody.stdin.flush()
         assert wait_for(lambda: proc_state(off.pid) in "Tt", timeout=3)  # accepted: preempts offline

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from vgpukit.errors import Conflict, InvalidInput, NoCapacity, NotFound
-from vgpukit.qos.config import Overlay
+from vgpukit.host import Host
+from vgpukit.qos.config import Overlay, load_base
 from vgpukit.qos.model import MAX_TENANTS, Gpu, QosConfig, Tenant
 
 
@@ -49,6 +52,13 @@ def test_config_roundtrip() -> None:
         {"gpus": {"gpu0": {"colour": 1}}},
         {"extra": 1},
         [],
+        {"watchdog_s": "x"},  # these three raised ValueError / TypeError: SIGHUP killed the daemon
+        {"sample_ms": [1]},
+        {"gpus": {"gpu0": {"tenants": {"a": {"class": "online", "share": 5, "cgroup": 5}}}}},
+        {"gpus": {"gpu0": {"tenants": {"a": {"class": ["online"], "share": 5, "pids": [5]}}}}},
+        {"gpus": {"gpu0": {"slice_ms": True}}},
+        {"gpus": {"gpu0": {"tenants": {1: {}, "b": {}, "a" * 5000: {}}}}},
+        {1: 2, "x": 3},
     ],
 )
 def test_bad_configs_rejected(doc: object) -> None:
@@ -93,3 +103,39 @@ def test_overlay_applies_on_top_of_base() -> None:
     assert [x.name for x in cfg.gpus["gpu1"].tenants] == ["c"]
     assert len(problems) == 1 and "gpu1/d" in problems[0]
     assert Gpu.from_dict("gpu0", base.gpus["gpu0"].to_dict()) == base.gpus["gpu0"]  # base untouched
+
+
+def test_config_errors_name_file_and_line_never_content(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    path = tmp_path / "etc/vgpukit/qos.yaml"
+    path.parent.mkdir(parents=True)
+    cases = [
+        ("watchdog_s: 1\ngpus:\n  gpu0:\n    tenants:\n      w: {class: SECRET, share: 5, pids: [5]}\n", "line 5"),
+        ("gpus:\n  g:\n    tenants:\n      a: {share: 60, pids: [5]}\n      b: {share: 60, pids: [6]}\n", "line 2"),
+        ("# SECRET\nsample_ms: 0\n", "line 2"),
+        ("gpus:\n  gpu0: " + "[" * 3000 + "]" * 3000 + "\n# SECRET\n", "line 2"),
+        ("gpus:\n  gpu0: {policy: 'SECRET" + "x" * 5000 + "'}\n", "line 2"),
+    ]
+    for text, line in cases:
+        path.write_text(text)
+        with pytest.raises(InvalidInput) as exc:
+            load_base(host, path)
+        msg = str(exc.value)
+        assert msg.startswith("/etc/vgpukit/qos.yaml: " + line + ": ") and "SECRET" not in msg, msg
+        assert len(msg) < 200
+    assert load_base(host, tmp_path / "missing.yaml").gpus == {}
+
+
+def test_default_demand_is_auto() -> None:
+    assert Tenant.from_dict("a", {"class": "online", "share": 5, "pids": [5]}).demand == "auto"
+    assert Tenant("a", "online", 5, "pids", pids=(5,)).demand == "auto"
+
+
+def test_corrupt_overlay_is_ignored(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    for text in ("[" * 100000, '{"gpus": {"gpu0": 5, "gpu1": {"policy": 7}}, "tenants": {"gpu0": {"a": 5}, "g": []}}'):
+        host.write_file(Overlay.path(host), text)
+        ov = Overlay.load(host)
+        assert ov.tenants in ({}, {"gpu0": {}})
+        _, problems = ov.apply(QosConfig())
+        assert all("gpu1" in p for p in problems)

@@ -9,7 +9,9 @@
 * In the guest (``VGPUKIT_IN_GUEST=1``) ``real`` cases run for real against the guest kernel and
   their outcomes are written to the out share.
 
-Skipped with a reason when VGPUKIT_SKIP_REALKERNEL=1 or when QEMU / Debian's kernel cannot be had.
+Deselected (not collected as tests) with VGPUKIT_SKIP_REALKERNEL=1. When QEMU / Debian's kernel cannot
+be had the cases skip with the reason locally, and FAIL in CI (``CI=true``): a suite that could not run
+is not a pass. When the guest produces no results, the failure shows the tail of its serial console.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from .harness import GUEST_OUT, GuestRun, GuestStep, RealKernel, Unavailable, skip_reason
+from .harness import GUEST_OUT, GuestRun, GuestStep, RealKernel, Unavailable, skip_or_fail, skip_reason
 from .targets import RealTarget, SimTarget, Target
 
 IN_GUEST = os.environ.get("VGPUKIT_IN_GUEST") == "1"
@@ -43,15 +45,26 @@ class GuestSession:
 
     def step(self, name: str) -> Any:
         if self.run is None:
-            _skip_or_fail(self.error or "the guest did not run")
-        return self.run[name]
+            skip_or_fail(self.error or "the guest did not run")
+        result = self.run[name]
+        if result.rc is None:
+            pytest.fail(
+                f"guest step {name} never finished (the guest died or timed out); console tail:\n"
+                + self.run.console_tail(),
+                pytrace=False,
+            )
+        return result
 
 
-def _skip_or_fail(reason: str) -> None:
-    """Skip locally; in CI (CI=true) a real-kernel suite that cannot run is a failure, not a pass."""
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"real-kernel suite could not run in CI: {reason}", pytrace=False)
-    pytest.skip(reason)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """VGPUKIT_SKIP_REALKERNEL=1 (on the host): the real-kernel cases are deselected, not skipped."""
+    if IN_GUEST or not skip_reason():
+        return
+    keep = [i for i in items if i.get_closest_marker("realkernel") is None]
+    dropped = [i for i in items if i.get_closest_marker("realkernel") is not None]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
 
 
 class GuestProxy:
@@ -68,6 +81,9 @@ def _is_real_case(item: pytest.Item) -> bool:
 
 
 def _guest_steps(rk: RealKernel, items: list[pytest.Item], nodeids: list[str]) -> list[GuestStep]:
+    """``GUEST_STEPS`` of every collected module, in collection order; kinds: ``vgpukit`` (its
+    arguments), ``sh`` (a shell command), ``sh-vgpukit`` (a shell command in which the word VGPUKIT
+    stands for the guest's ``python -m vgpukit``)."""
     steps: list[GuestStep] = []
     seen: set[str] = set()
     for item in items:
@@ -77,7 +93,12 @@ def _guest_steps(rk: RealKernel, items: list[pytest.Item], nodeids: list[str]) -
             if name in seen:
                 continue
             seen.add(name)
-            cmd = rk.vgpukit_command(*args) if kind == "vgpukit" else args[0]
+            if kind == "vgpukit":
+                cmd = rk.vgpukit_command(*args)
+            elif kind == "sh-vgpukit":
+                cmd = args[0].replace("VGPUKIT", rk.vgpukit_command())
+            else:
+                cmd = args[0]
             steps.append(GuestStep(name, cmd))
     if nodeids:
         pytest_cmd = rk.python_command(
@@ -91,18 +112,18 @@ def _guest_steps(rk: RealKernel, items: list[pytest.Item], nodeids: list[str]) -
 def guest_session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> GuestSession:
     reason = skip_reason()
     if reason:
-        pytest.skip(reason)
+        skip_or_fail(reason)
     items = [i for i in request.session.items if _is_real_case(i)]
     session = GuestSession(nodeids=[i.nodeid for i in items])
     rk = RealKernel()
     try:
         assets = rk.prepare()
     except Unavailable as exc:
-        _skip_or_fail(f"real kernel unavailable: {exc}")
+        skip_or_fail(f"real kernel unavailable: {exc}")
     session.mtty = assets.mtty
     t0 = time.monotonic()
     run = rk.run(
-        _guest_steps(rk, items, session.nodeids),
+        _guest_steps(rk, list(request.session.items), session.nodeids),
         keep_dir=tmp_path_factory.mktemp("guest"),
         env={"VGPUKIT_GUEST_MTTY": "1" if assets.mtty else "0"},
     )
@@ -111,8 +132,9 @@ def guest_session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     if results.exists():
         session.outcomes = json.loads(results.read_text())
     elif session.nodeids:
-        session.error = "the guest's pytest wrote no results:\n" + (
-            run.steps["pytest"].describe() if "pytest" in run.steps else run.console_tail()
+        pytest_step = run.steps["pytest"].describe() + "\n" if "pytest" in run.steps else ""
+        session.error = f"the guest's pytest wrote no results:\n{pytest_step}--- guest console (tail)\n" + (
+            run.console_tail()
         )
     request.config.stash[_SECONDS] = time.monotonic() - t0
     return session
@@ -168,7 +190,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         tail = session.run.console_tail() if session.run else ""
         pytest.fail(f"no outcome from the guest for {pyfuncitem.nodeid}\n{tail}", pytrace=False)
     if outcome["outcome"] == "skipped":
-        pytest.skip(f"in the guest: {outcome['message']}")
+        skip_or_fail(f"in the guest: {outcome['message']}")
     if outcome["outcome"] != "passed":
         pytest.fail(f"in the real-kernel guest:\n{outcome['message']}", pytrace=False)
     return True

@@ -36,14 +36,16 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 HERE = Path(__file__).resolve().parent
 CHECKOUT = HERE.parents[1]
 GUEST_OUT = "/run/vgpukit-guest-out"  # where the out share is mounted inside the guest's chroot
 
-BASE_PACKAGES = ("qemu-system-x86", "busybox-static", "cpio", "kmod")
-MTTY_PACKAGES = ("make",)  # + linux-headers-<abi>-amd64, which pulls kbuild, common and the compiler
+BASE_PACKAGES = ("qemu-system-x86", "busybox-static", "cpio", "gzip", "kmod")
+# + linux-headers-<abi>-amd64, which pulls kbuild, common and the compiler; xz-utils unpacks linux-source
+MTTY_PACKAGES = ("make", "xz-utils")
+MIN_INITRD_BYTES = 512 * 1024  # busybox alone is larger: anything smaller is a broken build
 # Guest modules in load order (their dependencies are resolved with modprobe --show-depends).
 GUEST_MODULES = (
     "virtio_pci",
@@ -66,6 +68,20 @@ class Unavailable(RuntimeError):
 
 def _truthy(name: str, default: str = "0") -> bool:
     return os.environ.get(name, default).strip().lower() in ("1", "yes", "true", "on")
+
+
+def in_ci() -> bool:
+    """CI=true: whatever the suite promises must run; "cannot run here" is a failure, not a skip."""
+    return _truthy("CI")
+
+
+def skip_or_fail(reason: str) -> NoReturn:
+    """Skip a real-kernel test locally; fail it in CI (a suite that could not run is not a pass)."""
+    import pytest
+
+    if in_ci():
+        pytest.fail(f"real-kernel suite could not run in CI: {reason}", pytrace=False)
+    pytest.skip(reason)
 
 
 @dataclass
@@ -162,6 +178,7 @@ class Assets:
     vmlinuz: Path
     initrd: Path
     mtty: bool
+    mdevctl: Path | None = None  # Debian's mdevctl package unpacked (dpkg-deb -x) here, on the host
     notes: list[str] = field(default_factory=list)
 
 
@@ -170,9 +187,19 @@ def _run(cmd: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(cmd), check=False, text=True, capture_output=True, **kw)
 
 
+def status_is_installed(status: str) -> bool:
+    """dpkg's status is exactly "install ok installed" ("unknown ok not-installed" also ends in "installed")."""
+    return status.strip() == "install ok installed"
+
+
 def _installed(pkg: str) -> bool:
     proc = _run(["dpkg-query", "-W", "-f=${Status}", pkg])
-    return proc.returncode == 0 and proc.stdout.strip().endswith("installed")
+    return proc.returncode == 0 and status_is_installed(proc.stdout)
+
+
+def run_pipeline(script: str, what: str, cwd: Path | None = None) -> None:
+    """Run a shell pipeline with bash's pipefail: a failure anywhere in it is a failure."""
+    _check(_run(["bash", "-c", "set -euo pipefail; " + script], cwd=cwd), what)
 
 
 _apt_updated = False
@@ -197,6 +224,9 @@ def ensure_packages(packages: Sequence[str], install: bool) -> None:
         proc = _run(cmd, env=env)
     if proc.returncode != 0:
         raise Unavailable(f"apt-get install {' '.join(missing)} failed: {proc.stderr.strip()[-400:]}")
+    still = [p for p in missing if not _installed(p)]
+    if still:
+        raise Unavailable(f"apt-get install succeeded but {' '.join(still)} is still not installed")
 
 
 def resolve_abi(config: Config) -> str:
@@ -269,7 +299,7 @@ def _check(proc: subprocess.CompletedProcess[str], what: str) -> None:
 def build_mtty(cache: Path, abi: str, install: bool) -> Path:
     """The kernel's samples/vfio-mdev/mtty.c built out of tree against Debian's headers (cached)."""
     ko = cache / f"mtty-{abi}.ko"
-    if ko.exists():
+    if _is_module(ko):
         return ko
     ensure_packages((*MTTY_PACKAGES, f"linux-headers-{abi}-amd64"), install)
     series = ".".join(abi.split(".")[:2])  # 6.1
@@ -282,16 +312,47 @@ def build_mtty(cache: Path, abi: str, install: bool) -> Path:
             f" | tar -xO ./usr/src/linux-source-{series}.tar.xz"
             f" | tar -xJ -C {shlex.quote(str(work))} --strip-components=3 {shlex.quote(member)}"
         )
-        _check(_run(["sh", "-c", pipeline]), "extracting mtty.c from linux-source")
+        run_pipeline(pipeline, "extracting mtty.c from linux-source")
         (work / "Makefile").write_text("obj-m := mtty.o\n")
         headers = Path(f"/usr/src/linux-headers-{abi}-amd64")
         _check(_run(["make", "-s", "-C", str(headers), f"M={work}", "modules"]), "building mtty.ko")
+        if not _is_module(work / "mtty.ko"):
+            raise Unavailable("building mtty.ko produced no loadable module")
         shutil.copy2(work / "mtty.ko", str(ko) + ".tmp")
         os.replace(str(ko) + ".tmp", ko)
         src_deb.unlink(missing_ok=True)  # 140 MB, only mtty.c was needed
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return ko
+
+
+def _is_module(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == b"\x7fELF" and path.stat().st_size > 4096
+    except OSError:
+        return False
+
+
+def unpack_mdevctl(cache: Path) -> Path:
+    """Debian's own ``mdevctl`` package unpacked into the cache (``usr/bin/mdevctl``, ``etc/mdevctl.d``)."""
+    tree = cache / "mdevctl"
+    if (tree / ".complete").exists() and (tree / "usr" / "bin" / "mdevctl").is_file():
+        return tree
+    deb = _download(cache, "mdevctl")
+    tmp = Path(tempfile.mkdtemp(dir=cache, prefix=".mdevctl-"))
+    try:
+        _check(_run(["dpkg-deb", "-x", str(deb), str(tmp)]), "dpkg-deb -x mdevctl")
+        if not (tmp / "usr" / "bin" / "mdevctl").is_file():
+            raise Unavailable("the mdevctl package holds no usr/bin/mdevctl")
+        (tmp / ".complete").touch()
+        if tree.exists():
+            shutil.rmtree(tree)
+        tmp.rename(tree)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return tree
 
 
 def _module_files(kdir: Path, abi: str, names: Sequence[str]) -> list[Path]:
@@ -309,6 +370,16 @@ def _module_files(kdir: Path, abi: str, names: Sequence[str]) -> list[Path]:
     return files
 
 
+def initrd_ok(path: Path) -> bool:
+    """A plausible initrd: big enough to hold busybox and the modules, and a complete gzip stream."""
+    try:
+        if path.stat().st_size < MIN_INITRD_BYTES:
+            return False
+    except OSError:
+        return False
+    return _run(["gzip", "-t", str(path)]).returncode == 0
+
+
 def build_initrd(cache: Path, kdir: Path, abi: str, mtty_ko: Path | None) -> Path:
     busybox = shutil.which("busybox") or "/bin/busybox"
     modules = _module_files(kdir, abi, GUEST_MODULES)
@@ -319,7 +390,7 @@ def build_initrd(cache: Path, kdir: Path, abi: str, mtty_ko: Path | None) -> Pat
         digest.update(str(p).encode())
         digest.update(str(p.stat().st_size).encode())
     out = cache / f"initrd-{abi}-{digest.hexdigest()[:16]}.gz"
-    if out.exists():
+    if initrd_ok(out):
         return out
     root = Path(tempfile.mkdtemp(dir=cache, prefix=".initrd-"))
     try:
@@ -341,7 +412,10 @@ def build_initrd(cache: Path, kdir: Path, abi: str, mtty_ko: Path | None) -> Pat
         (root / "init").chmod(0o755)
         tmp_out = str(out) + ".tmp"
         pipeline = f"find . -print0 | cpio --null -o -H newc --quiet | gzip -1 > {shlex.quote(tmp_out)}"
-        _check(_run(["sh", "-c", pipeline], cwd=root), "cpio")
+        run_pipeline(pipeline, "packing the initrd (find | cpio | gzip)", cwd=root)
+        if not initrd_ok(Path(tmp_out)):
+            Path(tmp_out).unlink(missing_ok=True)
+            raise Unavailable(f"the initrd came out broken (under {MIN_INITRD_BYTES} bytes or not gzip)")
         os.replace(tmp_out, out)
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -379,11 +453,17 @@ class RealKernel:
                 except Unavailable as exc:
                     notes.append(f"mtty unavailable: {exc}")
             initrd = build_initrd(cfg.cache_dir, kdir, abi, mtty_ko)
+            mdevctl: Path | None = None
+            try:
+                mdevctl = unpack_mdevctl(cfg.cache_dir)
+            except Unavailable as exc:
+                notes.append(f"mdevctl unavailable: {exc}")
         self.assets = Assets(
             abi=abi,
             vmlinuz=kdir / "boot" / f"vmlinuz-{abi}-amd64",
             initrd=initrd,
             mtty=mtty_ko is not None,
+            mdevctl=mdevctl,
             notes=notes,
         )
         return self.assets
@@ -391,6 +471,19 @@ class RealKernel:
     def vgpukit_command(self, *args: str) -> str:
         """Shell command running ``python -m vgpukit ARGS`` from the checkout in the guest."""
         return " ".join(shlex.quote(a) for a in (self.config.python, "-m", "vgpukit", *args))
+
+    def install_mdevctl_command(self) -> str:
+        """Shell command that installs Debian's mdevctl in the guest's writable root (the overlay) the
+        way the package does: ``/usr/bin/mdevctl``, ``lsmdev`` and ``/etc/mdevctl.d/scripts.d/{callouts,notifiers}``."""
+        assets = self.prepare()
+        if assets.mdevctl is None:
+            raise Unavailable("mdevctl could not be unpacked: " + "; ".join(assets.notes))
+        tree = shlex.quote(str(assets.mdevctl))
+        return (
+            f"cp {tree}/usr/bin/mdevctl /usr/bin/mdevctl && ln -sf mdevctl /usr/bin/lsmdev"
+            f" && mkdir -p /etc/mdevctl.d && cp -a {tree}/etc/mdevctl.d/. /etc/mdevctl.d/"
+            " && mdevctl --version"
+        )
 
     def python_command(self, *args: str) -> str:
         return " ".join(shlex.quote(a) for a in (self.config.python, *args))

@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from .conftest import GuestSession
+from .harness import skip_or_fail
 from .targets import PF, PF_IDS, TOTAL_VFS, Target
+
+pytestmark = pytest.mark.realkernel  # every case here needs the guest
 
 GUEST_STEPS = [
     ("cli-topo", "vgpukit", ("topo", "--json")),
@@ -46,9 +51,7 @@ def test_enable_as_a_process(guest: GuestSession) -> None:
 
 def test_mtty_parent_registered(guest: GuestSession) -> None:
     if not guest.mtty:
-        import pytest
-
-        pytest.skip("mtty could not be built here (see the harness notes)")
+        skip_or_fail("mtty could not be built here (see the harness notes)")
     r = guest.step("mdev-bus")
     assert r.rc == 0, r.describe()
     assert "mtty" in r.stdout.split() and "mtty-1" in r.stdout and "mtty-2" in r.stdout

@@ -5,13 +5,11 @@ from __future__ import annotations
 import errno
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from click.testing import Result
 
-from tests.conftest import as_json, sim_host
+from tests.conftest import Run, as_json, sim_host
 from vgpukit.engine import Env, execute
 from vgpukit.errors import HostIOError
 from vgpukit.holders import OpenFiles
@@ -22,7 +20,6 @@ from vgpukit.sriov import ops
 from vgpukit.sriov.model import read_pf
 
 NIC0 = "0000:05:00.0"
-Run = Callable[..., Result]
 
 
 def state(root: Path) -> dict[str, object]:
@@ -193,7 +190,6 @@ def test_held_vf_blocks_unbind_and_restore_unless_forced(sim_dir: Path, run_cli:
 
 def test_vf_assigned_to_a_libvirt_domain_is_in_use(sim_dir: Path, run_cli: Run, tmp_path: Path) -> None:
     pytest.importorskip("libvirt")
-    pytest.importorskip("vgpukit.attach.libvirt_facade")
     node = tmp_path / "node.xml"
     node.write_text(
         "<node><domain type='kvm'><name>web1</name><memory unit='MiB'>1024</memory>"
@@ -209,6 +205,37 @@ def test_vf_assigned_to_a_libvirt_domain_is_in_use(sim_dir: Path, run_cli: Run, 
     assert doc["pfs"][0]["vfs"][1]["users"][0] == {"kind": "libvirt", "ref": "web1", "detail": "running"}
     r = run_cli(sim_dir, "sriov", "disable", "nic0", "--libvirt", uri)
     assert r.exit_code == 4 and "libvirt domain web1" in r.output
+
+
+def test_vf_assigned_as_hostdev_interface_or_in_a_stopped_domain_is_in_use(
+    sim_dir: Path, run_cli: Run, tmp_path: Path
+) -> None:
+    """What vgpukit attach writes for a NIC VF (<interface type='hostdev'>) is an assignment too,
+    and so is a device in the definition of a domain that is not running."""
+    pytest.importorskip("libvirt")
+    node = tmp_path / "node.xml"
+    node.write_text(
+        "<node><domain type='kvm'><name>web1</name><memory unit='MiB'>1024</memory>"
+        "<os><type arch='x86_64' machine='q35'>hvm</type></os><devices>"
+        "<interface type='hostdev' managed='yes'><mac address='52:54:00:00:00:01'/><source>"
+        "<address type='pci' domain='0x0000' bus='0x05' slot='0x00' function='0x2'/></source></interface>"
+        "</devices></domain>"
+        "<domain type='kvm' xmlns:test='http://libvirt.org/schemas/domain/test/1.0'><name>idle</name>"
+        "<memory unit='MiB'>1024</memory><os><type arch='x86_64' machine='q35'>hvm</type></os><devices>"
+        "<hostdev mode='subsystem' type='pci' managed='yes'><source>"
+        "<address domain='0x0000' bus='0x05' slot='0x00' function='0x3'/></source></hostdev>"
+        "</devices><test:runstate>5</test:runstate></domain></node>"
+    )
+    uri = f"test://{node}"
+    assert run_cli(sim_dir, "sriov", "enable", "nic0", "--vfs", "2").exit_code == 0
+    doc = as_json(run_cli(sim_dir, "sriov", "list", "nic0", "--libvirt", uri, "--json"))
+    vfs = doc["pfs"][0]["vfs"]
+    assert [v["in_use"] for v in vfs] == [True, True]
+    assert vfs[0]["users"] == [{"kind": "libvirt", "ref": "web1", "detail": "running"}]
+    assert vfs[1]["users"] == [{"kind": "libvirt", "ref": "idle", "detail": "defined"}]
+    r = run_cli(sim_dir, "sriov", "disable", "nic0", "--libvirt", uri)
+    assert r.exit_code == 4 and "libvirt domain web1" in r.output
+    assert state(sim_dir)["numvfs"] == "2"
 
 
 def test_restore_without_record_is_idempotent(sim_dir: Path, run_cli: Run) -> None:

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
-from click.testing import Result
-
-from tests.conftest import as_json, sim_host
+from tests.conftest import Run, as_json, sim_host
 from vgpukit.sim.holders import hold
 
-Run = Callable[..., Result]
 GPU0, GPU1 = "0000:3b:00.0", "0000:d8:00.0"
 
 

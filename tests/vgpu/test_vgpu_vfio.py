@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from click.testing import Result
 
-from tests.conftest import as_json, sim_host
+from tests.conftest import Run, as_json, sim_host
 from vgpukit.errors import Busy, InvalidInput, NoCapacity
 from vgpukit.sim.holders import hold, release
 from vgpukit.vgpu.hostview import parse_creatable
 
-Run = Callable[..., Result]
 PF = "0000:41:00.0"
 VF0, VF1 = "0000:41:00.4", "0000:41:00.5"
 MAX = {

@@ -33,7 +33,7 @@ from ..pci import Scan
 from .mig import MigSlice, mig_slices
 
 if TYPE_CHECKING:
-    from ..cli.context import App
+    from ..nvml import Nvml
 
 CDI_VERSION = "0.6.0"
 VENDOR = "vgpukit.io"
@@ -168,9 +168,8 @@ def mig_device(host: Host, s: MigSlice, caps_major: int | None) -> CdiDevice:
     return CdiDevice(s.uuid, nodes, env=(f"NVIDIA_VISIBLE_DEVICES={s.uuid}",))
 
 
-def collect(app: App, classes: tuple[str, ...] = CLASSES) -> tuple[list[Spec], list[str]]:
-    """One spec per requested class (possibly empty) and the warnings worth showing."""
-    host = app.host
+def collect(host: Host, nvml: Nvml | None, classes: tuple[str, ...] = CLASSES) -> tuple[list[Spec], list[str]]:
+    """One spec per requested class (possibly empty) and the warnings worth showing (``nvml``: MIG only)."""
     warnings: list[str] = []
     specs = {c: Spec(c) for c in classes}
     if "vf" in specs or "pci" in specs:
@@ -182,7 +181,7 @@ def collect(app: App, classes: tuple[str, ...] = CLASSES) -> tuple[list[Spec], l
     if "mdev" in specs:
         specs["mdev"].devices = collect_mdev(host, warnings)
     if "mig" in specs:
-        slices = mig_slices(app, warnings)
+        slices = mig_slices(host, nvml, warnings)
         major = proc_major(host, "nvidia-caps")
         specs["mig"].devices = [mig_device(host, s, major) for s in slices]
     return [specs[c] for c in classes], warnings

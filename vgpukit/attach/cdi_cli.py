@@ -37,7 +37,8 @@ def generate(app: App, output: str | None, classes: tuple[str, ...]) -> None:
     from . import cdi as c
 
     host = app.host
-    specs, warnings = c.collect(app, classes or CLASSES)
+    wanted = classes or CLASSES
+    specs, warnings = c.collect(host, app.nvml if "mig" in wanted else None, wanted)
     for w in warnings:
         sys.stderr.write(f"vgpukit: warning: {w}\n")
     if output == "-":

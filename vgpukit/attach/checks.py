@@ -6,14 +6,11 @@ A VFIO user gets whole IOMMU groups; what makes a group viable is defined once, 
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
-
 from .. import iommu
-from ..errors import Busy, Conflict, InvalidInput
+from ..errors import Busy, Conflict
 from ..holders import OpenFiles
 from ..host import Host
 from .devices import Target
-from .model import PciAddress
 
 
 def check_iommu(host: Host, target: Target) -> None:
@@ -33,53 +30,6 @@ def check_iommu(host: Host, target: Target) -> None:
             device=target.label,
             hint=f"bind {b.bdf} to vfio-pci (vgpukit bind {b.bdf} --driver vfio-pci) or unbind it",
         )
-
-
-def device_keys(xml: str) -> dict[str, ET.Element]:
-    """``pci:<bdf>`` / ``mdev:<uuid>`` -> element, for every passed-through device in a domain's XML."""
-    try:
-        root = ET.fromstring(xml)
-    except ET.ParseError as exc:
-        raise InvalidInput(f"cannot parse domain XML: {exc}") from exc
-    out: dict[str, ET.Element] = {}
-    devices = root.find("devices")
-    if devices is None:
-        return out
-    for el in devices:
-        key = element_key(el)
-        if key:
-            out[key] = el
-    return out
-
-
-def element_key(el: ET.Element) -> str | None:
-    """The identity of a ``<hostdev>`` / ``<interface type='hostdev'>`` element, or None."""
-    if el.tag == "hostdev" and el.get("mode", "subsystem") == "subsystem":
-        addr = el.find("source/address")
-        if addr is None:
-            return None
-        if el.get("type") == "mdev":
-            uuid = addr.get("uuid")
-            return f"mdev:{uuid.lower()}" if uuid else None
-        if el.get("type") == "pci":
-            return _pci_key(addr)
-    if el.tag == "interface" and el.get("type") == "hostdev":
-        addr = el.find("source/address")
-        if addr is not None and addr.get("type", "pci") == "pci":
-            return _pci_key(addr)
-    return None
-
-
-def _pci_key(addr: ET.Element) -> str | None:
-    try:
-        return (
-            "pci:"
-            + PciAddress(
-                addr.get("domain", "0x0000"), addr.get("bus", "0"), addr.get("slot", "0"), addr.get("function", "0")
-            ).bdf
-        )
-    except ValueError:
-        return None
 
 
 def check_not_held(host: Host, target: Target) -> None:

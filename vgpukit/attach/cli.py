@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say
-from .libvirt_facade import DEFAULT_URI
+from ..libvirt.connection import DEFAULT_URI
+from ..naming import needs_nvml
+
+if TYPE_CHECKING:
+    from ..nvml import Nvml
 
 connect_option = click.option(
     "--connect",
@@ -20,6 +25,11 @@ connect_option = click.option(
     envvar="VGPUKIT_LIBVIRT_URI",
     help="libvirt URI (env VGPUKIT_LIBVIRT_URI); test:///default for libvirt's test driver.",
 )
+
+
+def _nvml(app: App, names: tuple[str, ...]) -> Nvml | None:
+    """NVML only when a GPU UUID has to be resolved (opening it costs a driver round trip)."""
+    return app.nvml if any(needs_nvml(n) for n in names) else None
 
 
 def _warn(lines: list[str]) -> None:
@@ -44,7 +54,10 @@ def render_hostdev(app: App, device: str, mac: str | None, vlan: int | None, man
     from . import render as r
     from .templates import TemplateSet
 
-    target, element = r.hostdev(app, device, mac=mac.lower() if mac else None, vlan=vlan, managed=managed)
+    nvml = app.nvml if needs_nvml(device) else None
+    target, element = r.hostdev(
+        app.host, device, nvml=nvml, mac=mac.lower() if mac else None, vlan=vlan, managed=managed
+    )
     xml = TemplateSet(app.host).device(element)
     emit(app, "render", {"device": target.label, "key": target.key, "xml": xml}, lambda: _print(xml))
 
@@ -74,7 +87,8 @@ def render_domain(
     from .templates import TemplateSet
 
     spec, warnings = r.domain(
-        app,
+        app.host,
+        nvml=_nvml(app, devices),
         name=name,
         memory_mib=memory,
         vcpus=vcpus,
@@ -122,14 +136,17 @@ def attach(
     uri: str,
 ) -> None:
     """Attach DEVICEs to libvirt DOMAIN (default: its config, and the live VM if running)."""
+    from ..libvirt.connection import connect
     from . import ops
-    from .libvirt_facade import connect
 
     mac = mac.lower() if mac else None
-    targets = ops.targets_for(app, list(devices), mac=mac, vlan=vlan)  # bad devices fail before connecting
+    nvml = _nvml(app, devices)
+    targets = ops.targets_for(app.host, list(devices), nvml=nvml, mac=mac, vlan=vlan)  # bad ones fail before connecting
     lv = connect(uri)
     try:
-        out = ops.attach(app, lv, domain, list(devices), live=live, config=config, mac=mac, vlan=vlan, targets=targets)
+        out = ops.attach(
+            app.host, lv, domain, [], dry_run=app.dry_run, live=live, config=config, mac=mac, vlan=vlan, targets=targets
+        )
     finally:
         lv.close()
     emit_result(
@@ -153,13 +170,13 @@ def attach(
 @mutating
 def detach(app: App, domain: str, devices: tuple[str, ...], live: bool, config: bool, uri: str) -> None:
     """Detach DEVICEs from libvirt DOMAIN (default: its config, and the live VM if running)."""
+    from ..libvirt.connection import connect
     from . import ops
-    from .libvirt_facade import connect
 
-    keys = ops.detach_keys(app, list(devices))
+    keys = ops.detach_keys(app.host, list(devices), _nvml(app, devices))
     lv = connect(uri)
     try:
-        out = ops.detach(app, lv, domain, list(devices), live=live, config=config, keys=keys)
+        out = ops.detach(app.host, lv, domain, [], dry_run=app.dry_run, live=live, config=config, keys=keys)
     finally:
         lv.close()
     emit_result(

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from .. import naming
 from ..errors import InvalidInput, NotFound, Unsupported
 from ..host import DRIVER, IOMMU_GROUP, MDEV_TYPE, Host
+from ..libvirt.domain import Device, HostdevInterface, MdevHostdev, PciAddress, PciHostdev
 from ..naming import NvmlSource
 from ..pci import BDF_RE, Scan, read_device
-from .model import Device, HostdevInterface, MdevHostdev, PciAddress, PciHostdev
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def read_pci(host: Host, bdf: str, name: str | None = None, scan: Scan | None = 
     )
 
 
-def resolve(host: Host, name: str, *, nvml: NvmlSource = None, scan: Scan | None = None) -> Target:
+def resolve(host: Host, name: str, nvml: NvmlSource = None, *, scan: Scan | None = None) -> Target:
     """The device a user named (see :mod:`vgpukit.naming`), read from the host. NotFound / InvalidInput otherwise."""
     if naming.form_of(name) == "mig-uuid":
         raise Unsupported(

@@ -1,4 +1,4 @@
-"""MIG devices for CDI, read through the NVML facade (``app.nvml``), and their nvidia-caps minors.
+"""MIG devices for CDI, read through the NVML facade, and their nvidia-caps minors.
 
 What CDI needs per MIG device: its UUID, the parent GPU's device minor (``/dev/nvidia<N>``), and the
 minors of the GPU-instance and compute-instance access capabilities, which the driver lists in
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..host import Host
 
 if TYPE_CHECKING:
-    from ..cli.context import App
+    from ..nvml import Nvml
 
 MINOR_LINE = re.compile(r"^(\S+)\s+(\d+)$")
 DEVICE_MINOR = re.compile(r"^Device Minor:\s*(\d+)", re.MULTILINE)
@@ -50,9 +50,8 @@ def gpu_minor(host: Host, bdf: str, index: int) -> int:
     return int(m.group(1)) if m else index
 
 
-def mig_slices(app: App, warnings: list[str]) -> list[MigSlice]:
-    """Every compute instance on every MIG-enabled GPU. Empty (with a warning) without NVML."""
-    nvml = app.nvml
+def mig_slices(host: Host, nvml: Nvml | None, warnings: list[str]) -> list[MigSlice]:
+    """Every compute instance on every MIG-enabled GPU. Empty without NVML."""
     if nvml is None:
         return []
     mig_gpus = [g for g in nvml.gpus() if g.mig_current]
@@ -62,10 +61,10 @@ def mig_slices(app: App, warnings: list[str]) -> list[MigSlice]:
     if gpu_instances is None:
         warnings.append("this NVML facade cannot list GPU instances; no MIG devices in the CDI spec")
         return []
-    minors = read_mig_minors(app.host)
+    minors = read_mig_minors(host)
     out = []
     for gpu in mig_gpus:
-        n = gpu_minor(app.host, gpu.bdf, gpu.index)
+        n = gpu_minor(host, gpu.bdf, gpu.index)
         for gi in gpu_instances(gpu.index):
             for ci in gi.compute_instances:
                 gi_key, ci_key = f"gpu{n}/gi{gi.id}/access", f"gpu{n}/gi{gi.id}/ci{ci.id}/access"

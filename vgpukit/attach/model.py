@@ -1,7 +1,8 @@
-"""libvirt XML as data: one small record per element, each naming the template that renders it.
+"""What ``render domain`` decides about a whole VM (firmware, NUMA placement, hugepages).
 
-Records are plain data (no I/O). :mod:`vgpukit.attach.templates` renders them; the identity
-helpers (:meth:`key`) let the attach logic find a device in a domain's XML.
+Plain data (no I/O) for the ``libvirt/domain.xml.j2`` template. The device elements are the XML
+model's objects (:mod:`vgpukit.libvirt.domain`), which parse what libvirt stores and render through
+their own templates.
 """
 
 from __future__ import annotations
@@ -10,78 +11,9 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import InvalidInput
-from ..pci import BDF_RE, parse_bdf
+from ..libvirt.domain import Device
 
-MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
-
-
-@dataclass(frozen=True)
-class PciAddress:
-    """``<address domain= bus= slot= function=/>`` with libvirt's hex spelling."""
-
-    domain: str
-    bus: str
-    slot: str
-    function: str
-
-    @classmethod
-    def from_bdf(cls, bdf: str) -> PciAddress:
-        m = BDF_RE.match(parse_bdf(bdf))
-        assert m is not None
-        return cls(f"0x{m.group(1)}", f"0x{m.group(2)}", f"0x{m.group(3)}", f"0x{m.group(4)}")
-
-    @property
-    def bdf(self) -> str:
-        return f"{int(self.domain, 16):04x}:{int(self.bus, 16):02x}:{int(self.slot, 16):02x}.{int(self.function, 16):x}"
-
-
-@dataclass(frozen=True)
-class PciHostdev:
-    """``<hostdev type='pci'>``: a PF, a VF, or a VF carrying a vendor-VFIO vGPU (managed='no')."""
-
-    template = "libvirt/hostdev-pci.xml.j2"
-    address: PciAddress
-    managed: bool = True
-
-    def key(self) -> str:
-        return f"pci:{self.address.bdf}"
-
-
-@dataclass(frozen=True)
-class MdevHostdev:
-    """``<hostdev type='mdev'>``: a mediated device by UUID."""
-
-    template = "libvirt/hostdev-mdev.xml.j2"
-    uuid: str
-    model: str = "vfio-pci"
-    display: bool = False
-
-    def key(self) -> str:
-        return f"mdev:{self.uuid}"
-
-
-@dataclass(frozen=True)
-class HostdevInterface:
-    """``<interface type='hostdev'>``: an SR-IOV NIC VF with an optional MAC and VLAN tag."""
-
-    template = "libvirt/interface-hostdev.xml.j2"
-    address: PciAddress
-    mac: str | None = None
-    vlan: int | None = None
-    managed: bool = True
-
-    def __post_init__(self) -> None:
-        if self.mac is not None and not MAC_RE.match(self.mac):
-            raise InvalidInput(f"invalid MAC address {self.mac!r}: expected 6 lower-case hex pairs", value=self.mac)
-        if self.vlan is not None and not 0 <= self.vlan <= 4095:
-            raise InvalidInput(f"invalid VLAN id {self.vlan}: expected 0..4095", value=self.vlan)
-
-    def key(self) -> str:
-        return f"pci:{self.address.bdf}"
-
-
-Device = PciHostdev | MdevHostdev | HostdevInterface
 
 
 @dataclass(frozen=True)

@@ -11,20 +11,21 @@ XML and redefining the domain in one ``defineXML`` call (all devices at once).
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import naming
 from ..errors import Conflict, InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
+from ..host import Host
+from ..libvirt.connection import AFFECT_CONFIG, AFFECT_LIVE, Libvirt
+from ..libvirt.domain import DomainXML, assignments, device_keys, parse_device
 from ..pci import Scan, parse_bdf
-from .checks import check_iommu, check_not_held, device_keys, element_key
+from .checks import check_iommu, check_not_held
 from .devices import Target, resolve
-from .libvirt_facade import AFFECT_CONFIG, AFFECT_LIVE, Libvirt
 from .templates import TemplateSet
 
 if TYPE_CHECKING:
-    from ..cli.context import App
+    from ..nvml import Nvml
 
 
 @dataclass
@@ -79,38 +80,22 @@ def scopes_for(lv: Libvirt, name: str, live: bool, config: bool) -> tuple[bool, 
 
 def holders(lv: Libvirt, skip: str) -> dict[str, str]:
     """device key -> name of another domain (active or inactive definition) that has it."""
-    out: dict[str, str] = {}
-    for info in lv.domains():
-        if info.name == skip:
-            continue
-        xmls = [lv.xml(info.name)]
-        if info.persistent and info.active:
-            xmls.append(lv.xml(info.name, inactive=True))
-        for xml in xmls:
-            for key in device_keys(xml):
-                out.setdefault(key, info.name)
-    return out
+    return {key: found[0].domain for key, found in assignments(lv, skip=skip).items()}
 
 
 def _present(lv: Libvirt, name: str, live: bool, config: bool) -> tuple[set[str], set[str]]:
-    live_keys = set(device_keys(lv.xml(name))) if live else set()
-    cfg_keys = set(device_keys(lv.xml(name, inactive=True))) if config else set()
+    live_keys = device_keys(lv.xml(name)) if live else set()
+    cfg_keys = device_keys(lv.xml(name, inactive=True)) if config else set()
     return live_keys, cfg_keys
 
 
 def _redefine(lv: Libvirt, name: str, add: list[Step], remove: list[Step]) -> None:
     """Config change on drivers without device hotplug: edit the inactive XML, define it again."""
-    root = ET.fromstring(lv.xml(name, inactive=True))
-    devices = root.find("devices")
-    if devices is None:
-        devices = ET.SubElement(root, "devices")
-    drop = {s.device for s in remove}
-    for el in list(devices):
-        if element_key(el) in drop:
-            devices.remove(el)
+    dom = DomainXML.parse(lv.xml(name, inactive=True))
+    dom.remove_devices({s.device for s in remove})
     for s in add:
-        devices.append(ET.fromstring(s.xml))
-    lv.define(ET.tostring(root, encoding="unicode"))
+        dom.add_device(parse_device(s.xml))
+    lv.define(dom.to_xml())
 
 
 def _apply(lv: Libvirt, name: str, steps: list[Step], verb: str) -> None:
@@ -146,30 +131,34 @@ def _verify(lv: Libvirt, name: str, steps: list[Step], want_present: bool) -> No
                 raise VerifyFailed(f"{s.label} is {state} the {scope} definition of {name!r} after libvirt accepted it")
 
 
-def targets_for(app: App, names: list[str], *, mac: str | None = None, vlan: int | None = None) -> list[Target]:
+def targets_for(
+    host: Host, names: list[str], *, nvml: Nvml | None = None, mac: str | None = None, vlan: int | None = None
+) -> list[Target]:
     """Resolve and check every DEVICE on the host (no libvirt needed): the first half of attach."""
     if not names:
         raise InvalidInput("name at least one DEVICE to attach")
     if (mac is not None or vlan is not None) and len(names) > 1:
         raise InvalidInput("--mac/--vlan need exactly one DEVICE")
-    scan = Scan(app.host)
-    targets = [resolve(app.host, n, nvml=lambda: app.nvml, scan=scan) for n in names]
+    scan = Scan(host)
+    targets = [resolve(host, n, nvml, scan=scan) for n in names]
     seen: set[str] = set()
     for t in targets:
         if t.key in seen:
             raise InvalidInput(f"{t.label} is named twice")
         seen.add(t.key)
-        check_iommu(app.host, t)
+        check_iommu(host, t)
         t.element(mac=mac, vlan=vlan)  # --mac on a non-NIC is bad input now, not after connecting
     return targets
 
 
 def attach(
-    app: App,
+    host: Host,
     lv: Libvirt,
     domain: str,
     names: list[str],
     *,
+    nvml: Nvml | None = None,
+    dry_run: bool = False,
     live: bool = False,
     config: bool = False,
     mac: str | None = None,
@@ -178,7 +167,7 @@ def attach(
 ) -> Outcome:
     """Attach ``names`` (or already checked ``targets``) to ``domain``."""
     if targets is None:
-        targets = targets_for(app, names, mac=mac, vlan=vlan)
+        targets = targets_for(host, names, nvml=nvml, mac=mac, vlan=vlan)
     do_live, do_config = scopes_for(lv, domain, live, config)
     taken = holders(lv, domain)
     for t in targets:
@@ -189,8 +178,8 @@ def attach(
                 hint=f"detach it first: vgpukit detach {taken[t.key]} {t.label}",
             )
     live_keys, cfg_keys = _present(lv, domain, do_live, do_config)
-    running = set(device_keys(lv.xml(domain))) if lv.domain(domain).active else set()
-    tpl = TemplateSet(app.host)
+    running = device_keys(lv.xml(domain)) if lv.domain(domain).active else set()
+    tpl = TemplateSet(host)
     out = Outcome(domain, lv.uri)
     for t in targets:
         need_live = do_live and t.key not in live_keys
@@ -199,20 +188,20 @@ def attach(
             out.unchanged.append(t.label)
             continue
         if t.key not in running:  # the domain's own QEMU may hold it; anyone else may not
-            check_not_held(app.host, t)
+            check_not_held(host, t)
         xml = tpl.device(t.element(mac=mac, vlan=vlan))
         out.steps.append(Step(t.key, t.label, xml, need_live, need_cfg))
-    if out.steps and not app.dry_run:
+    if out.steps and not dry_run:
         _apply(lv, domain, out.steps, "attach")
         _verify(lv, domain, out.steps, want_present=True)
     return out
 
 
-def detach_key(app: App, name: str) -> tuple[str, str]:
+def detach_key(host: Host, name: str, nvml: Nvml | None = None) -> tuple[str, str]:
     """(key, label) for a device to detach. A BDF or UUID no longer on the host still works."""
     text = name.strip()
     try:
-        t: Target = resolve(app.host, text, nvml=lambda: app.nvml)
+        t: Target = resolve(host, text, nvml)
         return t.key, t.label
     except NotFound:
         form = naming.form_of(text)
@@ -223,37 +212,39 @@ def detach_key(app: App, name: str) -> tuple[str, str]:
         raise
 
 
-def detach_keys(app: App, names: list[str]) -> list[tuple[str, str]]:
+def detach_keys(host: Host, names: list[str], nvml: Nvml | None = None) -> list[tuple[str, str]]:
     if not names:
         raise InvalidInput("name at least one DEVICE to detach")
-    return [detach_key(app, n) for n in names]
+    return [detach_key(host, n, nvml) for n in names]
 
 
 def detach(
-    app: App,
+    host: Host,
     lv: Libvirt,
     domain: str,
     names: list[str],
     *,
+    nvml: Nvml | None = None,
+    dry_run: bool = False,
     live: bool = False,
     config: bool = False,
     keys: list[tuple[str, str]] | None = None,
 ) -> Outcome:
     """Detach ``names`` (or already resolved ``keys``) from ``domain``."""
     if keys is None:
-        keys = detach_keys(app, names)
+        keys = detach_keys(host, names, nvml)
     do_live, do_config = scopes_for(lv, domain, live, config)
-    live_xml = device_keys(lv.xml(domain)) if do_live else {}
-    cfg_xml = device_keys(lv.xml(domain, inactive=True)) if do_config else {}
+    live_xml = DomainXML.parse(lv.xml(domain)).keyed() if do_live else {}
+    cfg_xml = DomainXML.parse(lv.xml(domain, inactive=True)).keyed() if do_config else {}
     out = Outcome(domain, lv.uri)
     for key, label in keys:
         in_live, in_cfg = key in live_xml, key in cfg_xml
         if not (in_live or in_cfg):
             out.unchanged.append(label)
             continue
-        el = cfg_xml[key] if in_cfg else live_xml[key]  # prefer the element without run-time additions
-        out.steps.append(Step(key, label, ET.tostring(el, encoding="unicode"), in_live, in_cfg))
-    if out.steps and not app.dry_run:
+        dev = cfg_xml[key] if in_cfg else live_xml[key]  # prefer the element without run-time additions
+        out.steps.append(Step(key, label, dev.to_xml(), in_live, in_cfg))
+    if out.steps and not dry_run:
         _apply(lv, domain, out.steps, "detach")
         _verify(lv, domain, out.steps, want_present=False)
     return out

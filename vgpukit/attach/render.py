@@ -5,26 +5,34 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import Conflict
-from ..pci import Scan
+from ..host import Host
+from ..libvirt.domain import Device
 from .checks import check_iommu
 from .devices import Target, resolve
 from .hostfacts import firmware_for, hugepage_warnings, placement_for
-from .model import Device, DomainSpec
+from .model import DomainSpec
 
 if TYPE_CHECKING:
-    from ..cli.context import App
+    from ..nvml import Nvml
 
 
 def hostdev(
-    app: App, name: str, *, mac: str | None = None, vlan: int | None = None, managed: bool | None = None
+    host: Host,
+    name: str,
+    *,
+    nvml: Nvml | None = None,
+    mac: str | None = None,
+    vlan: int | None = None,
+    managed: bool | None = None,
 ) -> tuple[Target, Device]:
-    target = resolve(app.host, name, nvml=lambda: app.nvml)
+    target = resolve(host, name, nvml)
     return target, target.element(mac=mac, vlan=vlan, managed=managed)
 
 
 def domain(
-    app: App,
+    host: Host,
     *,
+    nvml: Nvml | None = None,
     name: str,
     memory_mib: int,
     vcpus: int,
@@ -35,19 +43,18 @@ def domain(
 ) -> tuple[DomainSpec, list[str]]:
     """The domain record and the warnings worth showing (NUMA split, no UEFI, short on hugepages)."""
     DomainSpec(name=name, memory_mib=memory_mib, vcpus=vcpus)  # validate before reading the host
-    scan = Scan(app.host)
-    targets = [resolve(app.host, d, nvml=lambda: app.nvml, scan=scan) for d in devices]
-    placement, warnings = placement_for(app.host, [t.numa_node for t in targets], vcpus, pin=pin)
+    targets = [resolve(host, d, nvml) for d in devices]
+    placement, warnings = placement_for(host, [t.numa_node for t in targets], vcpus, pin=pin)
     for t in targets:
         try:
-            check_iommu(app.host, t)
+            check_iommu(host, t)
         except Conflict as exc:  # rendering is allowed; starting that VM would fail
             warnings.append(str(exc))
-    fw = firmware_for(app.host, firmware)
+    fw = firmware_for(host, firmware)
     if fw.kind == "bios" and firmware == "auto":
         warnings.append("no UEFI firmware found on this host (install ovmf); the VM boots with SeaBIOS")
     if hugepages:
-        warnings.extend(hugepage_warnings(app.host, placement.numa_node, memory_mib))
+        warnings.extend(hugepage_warnings(host, placement.numa_node, memory_mib))
     spec = DomainSpec(
         name=name,
         memory_mib=memory_mib,

@@ -8,6 +8,10 @@ Lookup order, first hit wins:
 
 Templates render with autoescaping on (values land in XML attributes) and ``StrictUndefined``
 (a field an override template expects but the model lacks is an error, not an empty string).
+The context of a device template is the XML model's object itself (``dev``: a
+:class:`~vgpukit.libvirt.domain.PciHostdev`, ``MdevHostdev`` or ``HostdevInterface``), and what a
+device template renders is parsed back with the same model: it must be one element naming the
+same device, so an override cannot silently hand a VM another device.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from markupsafe import Markup
 
 from ..errors import InvalidInput, NotFound, VgpukitError
 from ..host import Host
-from .model import Device, DomainSpec
+from ..libvirt.domain import Device, parse_device
+from .model import DomainSpec
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / "_templates"
 CHECKOUT_DIR = Path(__file__).resolve().parent.parent.parent / "templates"
@@ -72,7 +77,14 @@ class TemplateSet:
             raise
 
     def device(self, dev: Device) -> str:
-        return self.render(dev.template, dev=dev)
+        xml = self.render(dev.template, dev=dev)
+        try:
+            back = parse_device(xml).key()
+        except InvalidInput as exc:
+            raise InvalidInput(f"template {self.origin(dev.template)} rendered no usable device: {exc}") from exc
+        if back != dev.key():
+            raise InvalidInput(f"template {self.origin(dev.template)} rendered {back} for {dev.key()}")
+        return xml
 
     def domain(self, vm: DomainSpec) -> str:
         snippets = [Markup(self.device(d).rstrip("\n")) for d in vm.devices]

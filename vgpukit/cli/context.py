@@ -74,6 +74,12 @@ class App:
             self._nvml_loaded = True
         return self._nvml  # type: ignore[no-any-return]
 
+    def close(self) -> None:
+        """End of the command: release what was opened (NVML is shut down)."""
+        if self._nvml is not None:
+            self._nvml.close()
+        self._nvml, self._nvml_loaded = None, False
+
 
 class _SimKernelOnFirstWrite:
     """The simulated kernel, loaded (with its reactions) only when a command writes a control file."""

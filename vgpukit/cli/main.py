@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
+from .. import __version__
 from ..errors import EXIT_INVALID, VgpukitError
 from .context import App
 from .params import AsciiFloat
@@ -38,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "detach": ("vgpukit.attach.cli", "detach", "Detach devices from a libvirt domain."),
     "cdi": ("vgpukit.attach.cdi_cli", "cdi", "Generate CDI specs for containers."),
     "qos": ("vgpukit.qos.cli", "qos", "GPU time-slice QoS daemon and its control commands."),
+    "completion": ("vgpukit.cli.completion_cmd", "completion", "Print the shell completion script (bash, zsh, fish)."),
     "recover": ("vgpukit.cli.recover_cmd", "recover", "Repair what an interrupted vgpukit command left half-done."),
     "sim": ("vgpukit.cli.sim_cmd", "sim", "Create and inspect simulated hosts."),
 }
@@ -85,7 +87,7 @@ class LazyGroup(click.Group):
     metavar="SECONDS",
     help="How long a mutating command waits for another one to release the host lock (env VGPUKIT_WAIT).",
 )
-@click.version_option(package_name="vgpukit")
+@click.version_option(__version__, "-V", "--version", prog_name="vgpukit")
 @click.pass_context
 def cli(
     ctx: click.Context, root: str | None, sim: str | None, as_json: bool, dry_run: bool, debug: bool, wait: float
@@ -98,6 +100,7 @@ def cli(
     if debug:
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
     ctx.obj = App.from_env(root, sim, json=as_json, dry_run=dry_run, debug=debug, wait=wait, command=_command_line())
+    ctx.call_on_close(ctx.obj.close)  # runs when the command ends, error or not
 
 
 def _command_line() -> str:

@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
+import click
+
+from ..errors import VgpukitError
 from .context import App
 
 SCHEMA_VERSION = 1
@@ -104,3 +107,12 @@ def emit_result(
             say(f"done: {step}", "green")
     if human is not None:
         human()
+
+
+def fail_after_emit(app: App, err: VgpukitError) -> NoReturn:
+    """Fail a command that already printed its document: under --json that stays the only document
+    on stdout (the error goes to stderr and the exit code), otherwise the error is raised as usual."""
+    if app.json:
+        sys.stderr.write(f"vgpukit: error: {err}\n")
+        raise click.exceptions.Exit(err.exit_code)
+    raise err

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import InvalidInput
-from ..inputs import check_text, parse_float, parse_int
+from ..inputs import check_text, parse_float, parse_int, parse_size
 
 if TYPE_CHECKING:
     _Base = click.ParamType[Any]
@@ -43,6 +43,21 @@ class AsciiFloat(_Base):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         try:
             return parse_float(value, _what(param, ctx), lo=self.lo, hi=self.hi)
+        except InvalidInput as err:
+            self.fail(err.message, param, ctx)
+
+
+class Size(_Base):
+    """A byte count: digits with an optional K/M/G/T (KiB, MiB, GiB, TiB) suffix."""
+
+    name = "size"
+
+    def __init__(self, lo: int = 1, hi: int = 1 << 50) -> None:
+        self.lo, self.hi = lo, hi
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        try:
+            return parse_size(value, _what(param, ctx), lo=self.lo, hi=self.hi)
         except InvalidInput as err:
             self.fail(err.message, param, ctx)
 

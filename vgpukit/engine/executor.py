@@ -145,4 +145,5 @@ STEP_MODULES = (
     "vgpukit.sriov.steps",
     "vgpukit.mdev.steps",
     "vgpukit.vgpu.steps",
+    "vgpukit.mig.steps",
 )

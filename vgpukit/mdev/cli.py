@@ -9,6 +9,7 @@ import click
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say, table
+from ..cli.params import NAME, AsciiInt
 from ..errors import InvalidInput
 from . import mdevctl, ops, sysfs
 from .placement import PACK, SPREAD
@@ -33,7 +34,7 @@ def mdev() -> None:
 
 
 @mdev.command("types")
-@click.argument("parent", required=False)
+@click.argument("parent", required=False, type=NAME)
 @json_option
 @click.pass_obj
 def types_cmd(app: App, parent: str | None) -> None:
@@ -125,13 +126,13 @@ def _domains(doms: list[dict[str, Any]]) -> list[str]:
 
 
 @mdev.command("create")
-@click.argument("args", nargs=-1, metavar="[PARENT] [TYPE]")
-@click.option("--type", "type_opt", metavar="TYPE", help="Type id (e.g. mtty-2, nvidia-232).")
-@click.option("--uuid", "uid", metavar="UUID", help="UUID of the instance (only with --count 1).")
-@click.option("--count", type=int, default=1, show_default=True, help="How many instances.")
+@click.argument("args", nargs=-1, metavar="[PARENT] [TYPE]", type=NAME)
+@click.option("--type", "type_opt", metavar="TYPE", type=NAME, help="Type id (e.g. mtty-2, nvidia-232).")
+@click.option("--uuid", "uid", metavar="UUID", type=NAME, help="UUID of the instance (only with --count 1).")
+@click.option("--count", type=AsciiInt(lo=1), default=1, show_default=True, help="How many instances.")
 @click.option("--pack", "strategy", flag_value=PACK, default=True, help="Fill the fullest parents first (default).")
 @click.option("--spread", "strategy", flag_value=SPREAD, help="Spread instances over parents.")
-@click.option("--numa", type=int, metavar="N", help="Only parents on NUMA node N (when PARENT is omitted).")
+@click.option("--numa", type=AsciiInt(lo=0), metavar="N", help="Only parents on NUMA node N (when PARENT is omitted).")
 @click.option("--define", is_flag=True, help="Also write persistent definitions.")
 @click.option("--auto", is_flag=True, help="With --define: start them at boot (start=auto).")
 @json_option
@@ -185,7 +186,7 @@ def create_cmd(
 
 
 @mdev.command("remove")
-@click.argument("uuids", nargs=-1, required=True, metavar="UUID...")
+@click.argument("uuids", nargs=-1, required=True, metavar="UUID...", type=NAME)
 @json_option
 @dry_run_option
 @click.pass_obj
@@ -197,10 +198,10 @@ def remove_cmd(app: App, uuids: tuple[str, ...]) -> None:
 
 
 @mdev.command("define")
-@click.argument("uid", required=False, metavar="[UUID]")
-@click.option("--parent", metavar="PARENT", help="Define a new device on PARENT (with --type).")
-@click.option("--type", "type_id", metavar="TYPE", help="Type of the new definition.")
-@click.option("--uuid", "new_uid", metavar="UUID", help="UUID of the new definition (default: a random one).")
+@click.argument("uid", required=False, metavar="[UUID]", type=NAME)
+@click.option("--parent", metavar="PARENT", type=NAME, help="Define a new device on PARENT (with --type).")
+@click.option("--type", "type_id", metavar="TYPE", type=NAME, help="Type of the new definition.")
+@click.option("--uuid", "new_uid", metavar="UUID", type=NAME, help="UUID of the new definition (default: random).")
 @click.option("--auto", is_flag=True, help="Start it at boot (start=auto); default manual.")
 @json_option
 @dry_run_option
@@ -242,7 +243,7 @@ def _definition_parent(app: App, name: str) -> str:
 
 
 @mdev.command("undefine")
-@click.argument("uid", metavar="UUID")
+@click.argument("uid", metavar="UUID", type=NAME)
 @json_option
 @dry_run_option
 @click.pass_obj
@@ -254,9 +255,9 @@ def undefine_cmd(app: App, uid: str) -> None:
 
 
 @mdev.command("start")
-@click.argument("uid", required=False, metavar="[UUID]")
+@click.argument("uid", required=False, metavar="[UUID]", type=NAME)
 @click.option("--all", "all_", is_flag=True, help="Start every auto definition whose parent is present.")
-@click.option("--parent", metavar="PARENT", help="With --all: only definitions on PARENT (for udev).")
+@click.option("--parent", metavar="PARENT", type=NAME, help="With --all: only definitions on PARENT (for udev).")
 @json_option
 @dry_run_option
 @click.pass_obj

@@ -10,9 +10,34 @@ from typing import Any
 from ..errors import InvalidInput
 from ..holders import Holder
 
-TYPE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}$")
-PARENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}$")
-ATTR_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9_][A-Za-z0-9_.-]{0,63})?$")
+# Whole-string matches (re.fullmatch): a "$" anchor would let a trailing newline through.
+TYPE_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}")
+PARENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}")
+# A vendor attribute of an instance: NAME or VENDOR_DIR/NAME below /sys/bus/mdev/devices/<uuid>/.
+ATTR_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9_][A-Za-z0-9_.-]{0,63})?")
+# What the kernel itself puts in every device directory (control files, links to the driver, bus,
+# group, type): writing one of them is not setting a vendor attribute ("remove" would delete the
+# device, "driver/unbind" would unbind it).
+KERNEL_ENTRIES = frozenset(
+    {
+        "remove",
+        "create",
+        "uevent",
+        "bind",
+        "unbind",
+        "new_id",
+        "remove_id",
+        "driver",
+        "driver_override",
+        "subsystem",
+        "iommu_group",
+        "mdev_type",
+        "power",
+        "firmware_node",
+        "modalias",
+        "device",
+    }
+)
 START_MODES = ("auto", "manual")
 
 
@@ -36,20 +61,24 @@ def new_uuid() -> str:
 
 
 def check_type_id(text: str) -> str:
-    if not TYPE_ID_RE.match(text):
+    if not TYPE_ID_RE.fullmatch(text):
         raise InvalidInput(f"invalid mdev type id {text!r}: expected e.g. mtty-2 or nvidia-232", value=text)
     return text
 
 
 def check_parent_name(text: str) -> str:
-    if not PARENT_RE.match(text):
+    if not PARENT_RE.fullmatch(text):
         raise InvalidInput(f"invalid mdev parent name {text!r}", value=text)
     return text
 
 
 def check_attr_name(text: str) -> str:
-    if not ATTR_RE.match(text):
-        raise InvalidInput(f"invalid mdev attribute name {text!r}: expected e.g. nvidia/vgpu_params", value=text)
+    """A plain vendor attribute (``nvidia/vgpu_params``): no kernel control file, no ``..``, no absolute path."""
+    if not ATTR_RE.fullmatch(text) or any(part in KERNEL_ENTRIES for part in text.split("/")):
+        raise InvalidInput(
+            "invalid mdev attribute name: expected a vendor attribute like nvidia/vgpu_params"
+            " (kernel control files such as remove, '..' and absolute paths are refused)"
+        )
     return text
 
 

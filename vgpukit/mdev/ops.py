@@ -185,14 +185,15 @@ def _put(env: Env, d: Definition) -> tuple[list[str], Definition]:
 
 
 def undefine(env: Env, uid: str) -> list[str]:
+    """Delete every definition file of ``uid`` (whatever the case of its name; a bad file too)."""
     host = env.host
     uid = check_uuid(uid)
-    d = mdevctl.find(host, uid)
-    if d is None:
+    paths = mdevctl.files_of(host, uid)
+    if not paths:
         raise NotFound(f"no persistent definition for {uid}", value=uid, hint="see: vgpukit mdev list --defined")
-    step = drop_definition(mdevctl.path_of(host, d), d)
-    execute(env, [step])
-    return [step.describe()]
+    steps: list[Step] = [drop_definition(host.display(p), uid) for p in paths]
+    execute(env, steps)
+    return [s.describe() for s in steps]
 
 
 @dataclass
@@ -257,6 +258,11 @@ def start_all(env: Env, parent: str | None = None) -> list[StartOutcome]:
 def start_one(env: Env, uid: str) -> StartOutcome:
     uid = check_uuid(uid)
     d = mdevctl.find(env.host, uid)
+    bad = mdevctl.bad_file_of(env.host, uid) if d is None else None
+    if bad is not None:
+        raise InvalidInput(
+            f"the definition {bad.path} is not valid: {bad.reason}", value=uid, hint="fix or undefine it"
+        )
     if d is None:
         raise NotFound(f"no persistent definition for {uid}", value=uid, hint="see: vgpukit mdev list --defined")
     return start(env, d)

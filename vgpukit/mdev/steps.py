@@ -107,5 +107,5 @@ def put_definition(path: str, d: Definition, verb: str = "define") -> PutFile:
     )
 
 
-def drop_definition(path: str, d: Definition) -> PutFile:
-    return PutFile(path, None, what=f"undefine {d.uuid} (remove {path})")
+def drop_definition(path: str, uid: str) -> PutFile:
+    return PutFile(path, None, what=f"undefine {uid} (remove {path})")

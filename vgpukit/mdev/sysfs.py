@@ -13,7 +13,7 @@ from ..errors import Busy, Conflict, InvalidInput, NoCapacity, NotFound, Vgpukit
 from ..holders import group_holders
 from ..host import IOMMU_GROUP, MDEV_TYPE, MDEV_TYPES, Host
 from ..pci import BDF_RE
-from .model import MdevInstance, MdevParent, MdevType, check_uuid
+from .model import MdevInstance, MdevParent, MdevType, check_attr_name, check_uuid
 
 
 def parent_names(host: Host) -> list[str]:
@@ -152,5 +152,6 @@ def remove(host: Host, uid: str) -> None:
 
 
 def write_attr(host: Host, uid: str, attr: str, value: str) -> None:
-    """Set a vendor attribute of an instance (mdevctl ``attrs``), e.g. ``nvidia/vgpu_params``."""
-    host.write(host.mdev_device(uid, *attr.split("/")), value)
+    """Set a vendor attribute of an instance (mdevctl ``attrs``), e.g. ``nvidia/vgpu_params``; never a
+    kernel control file (``remove``...)."""
+    host.write(host.mdev_device(check_uuid(uid), *check_attr_name(attr).split("/")), value)

@@ -2,51 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
-from .. import naming
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
-from ..cli.output import emit, emit_result, say
-from ..errors import Busy, InvalidInput, Unsupported, VgpukitError
-from ..nvml import Nvml, NvmlGpu
+from ..cli.output import emit, fail_after_emit, say
+from ..errors import Busy, InvalidInput, Unsupported
 from ..pci import Scan
 from . import engine, view
-
-
-def nvml_of(app: App) -> Nvml:
-    nvml = app.nvml
-    if nvml is None:
-        raise Unsupported("no NVIDIA driver here: NVML is not available", hint="install the driver, or use --sim DIR")
-    return nvml
-
-
-def resolve_gpu(app: App, name: str, scan: Scan) -> NvmlGpu:
-    """The GPU ``name`` names (gpuN, NVML index, PCI address, GPU UUID; see :mod:`vgpukit.naming`)."""
-    nvml = nvml_of(app)
-    t = naming.resolve(app.host, name, frozenset({naming.GPU}), nvml=nvml, scan=scan)
-    assert t.nvml_index is not None
-    return nvml.gpus()[t.nvml_index]
-
-
-def aliases(scan: Scan) -> dict[str, str]:
-    try:
-        return naming.aliases(scan)
-    except VgpukitError:  # no sysfs (odd root): fall back to NVML order
-        return {}
-
-
-def label_of(scan: Scan, gpu: NvmlGpu) -> str:
-    return f"{aliases(scan).get(gpu.bdf, f'gpu{gpu.index}')} ({gpu.bdf})"
-
-
-def _named(scan: Scan, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    names = aliases(scan)
-    for d in docs:
-        d["gpu"] = names.get(d["bdf"], d["gpu"])
-    return docs
+from .common_cli import aliases, label_of, named, nvml_of, resolve_gpu, run_plans
+from .config_cli import apply_cmd, assert_cmd, export_cmd
+from .steps import SetMode
+from .view_cli import show_profiles, show_status
 
 
 @click.group()
@@ -66,8 +33,8 @@ def status(app: App, gpu: str | None) -> None:
     nvml = nvml_of(app)
     scan = Scan(app.host)
     gpus = [resolve_gpu(app, gpu, scan)] if gpu else nvml.gpus()
-    docs = _named(scan, [view.gpu_status(nvml, g) for g in gpus])
-    emit(app, "mig-status", {"gpus": docs}, lambda: view.show_status(docs))
+    docs = named(scan, [view.gpu_status(nvml, g) for g in gpus])
+    emit(app, "mig-status", {"gpus": docs}, lambda: show_status(docs))
 
 
 @mig.command("profiles")
@@ -80,33 +47,7 @@ def profiles(app: App, gpu: str) -> None:
     scan = Scan(app.host)
     doc = view.profiles_doc(nvml, resolve_gpu(app, gpu, scan))
     doc["gpu"] = aliases(scan).get(doc["bdf"], doc["gpu"])
-    emit(app, "mig-profiles", doc, lambda: view.show_profiles(doc))
-
-
-def run_plans(
-    app: App, scan: Scan, kind: str, plans: list[engine.GpuPlan], extra: dict[str, Any] | None = None
-) -> None:
-    """Apply (unless dry run) and report; show the resulting MIG devices of the GPUs touched."""
-    nvml = nvml_of(app)
-    steps = [s.describe() for p in plans for s in p.steps]
-    if not app.dry_run and steps:
-        engine.apply(nvml, plans)
-    gpus = {p.gpu.index: p.gpu for p in plans}
-    now = nvml.gpus()  # once: their MIG mode as it is after the change
-    docs = _named(scan, [view.gpu_status(nvml, now[i]) for i in sorted(gpus)])
-    placements = [
-        {"gpu": s.gpu.index, "profile": s.profile.name, "start": s.start, "size": s.profile.size}
-        for p in plans
-        for s in p.steps
-        if s.action == "create-gi" and s.profile is not None
-    ]
-    emit_result(
-        app,
-        kind,
-        plan=steps,
-        data={"placements": placements, "gpus": docs, **(extra or {})},
-        human=None if app.dry_run else (lambda: view.show_status(docs)),
-    )
+    emit(app, "mig-profiles", doc, lambda: show_profiles(doc))
 
 
 @click.command("partition")
@@ -189,7 +130,7 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
     plan, skipped = plan_destroy(nvml, g, None if all_ else list(gi_ids), force, label_of(scan, g))
     run_plans(app, scan, "mig-destroy", [plan], {"skipped_busy": skipped})
     if skipped:
-        raise Busy(f"skipped busy GPU instance(s): {', '.join(skipped)}")
+        fail_after_emit(app, Busy(f"skipped busy GPU instance(s): {', '.join(skipped)}"))
 
 
 @mig.command("disable")
@@ -217,19 +158,12 @@ def disable(app: App, gpu: str, reset: bool | None) -> None:
         if reset:
             raise
         # without --reset, disabling is accepted and takes effect at the next reset (like nvidia-smi)
-        steps = [
-            engine.Step(
-                "set-mode", g, "disable MIG mode (pending until the GPU is reset)", enable=False, pending_ok=True
-            )
-        ]
-        plan = engine.GpuPlan(g, steps, [])
+        plan = engine.GpuPlan(g, [SetMode(g.bdf, label_of(scan, g), False, pending_ok=True)], [])
     run_plans(app, scan, "mig-disable", [plan])
-    pending = any(s.pending_ok for s in plan.steps)
+    pending = any(isinstance(s, SetMode) and s.pending_ok and not s.then_reset for s in plan.steps)
     if not app.dry_run and not app.json and pending:
         say(f"MIG stays on until {gpu} is reset: vgpukit mig disable {gpu} --reset (or reboot)")
 
-
-from .config_cli import apply_cmd, assert_cmd, export_cmd  # noqa: E402
 
 mig.add_command(apply_cmd)
 mig.add_command(assert_cmd)

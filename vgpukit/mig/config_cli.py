@@ -9,11 +9,12 @@ import click
 
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
-from ..cli.output import emit, say
+from ..cli.output import emit, fail_after_emit, say
 from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
 from ..nvml import GiProfile, Nvml, NvmlGpu
 from ..pci import Scan
 from . import config, engine
+from .common_cli import label_of, nvml_of, run_plans
 from .spec import CI_RE, WantGi, ci_allowed, ci_layout_fits, find_profile
 
 
@@ -55,8 +56,6 @@ def _wants(nvml: Nvml, gpu: NvmlGpu, entry: config.Entry, source: str) -> list[W
 
 
 def build_plans(scan: Scan, nvml: Nvml, entries: list[config.Entry], source: str, reset: bool) -> list[engine.GpuPlan]:
-    from .cli import label_of
-
     plans = []
     for gpu in nvml.gpus():
         matched = [e for e in entries if e.selects(gpu.index, gpu.pci_device_id)]
@@ -92,8 +91,6 @@ def build_plans(scan: Scan, nvml: Nvml, entries: list[config.Entry], source: str
 @mutating
 def apply_cmd(app: App, path: Path, name: str | None, reset: bool | None) -> None:
     """Apply a mig-parted v1 config; instances that already match are kept (a second run does nothing)."""
-    from .cli import nvml_of, run_plans
-
     entries = _pick(config.parse(_read(path), str(path)), name, str(path))
     nvml = nvml_of(app)
     scan = Scan(app.host)
@@ -108,8 +105,6 @@ def apply_cmd(app: App, path: Path, name: str | None, reset: bool | None) -> Non
 @click.pass_obj
 def assert_cmd(app: App, path: Path, name: str | None) -> None:
     """Exit 0 when the GPUs match the config, 1 (listing the differences) otherwise."""
-    from .cli import nvml_of
-
     entries = _pick(config.parse(_read(path), str(path)), name, str(path))
     nvml = nvml_of(app)
     try:
@@ -125,7 +120,7 @@ def assert_cmd(app: App, path: Path, name: str | None) -> None:
         lambda: say("the GPUs match the config" if not diff else "differences:\n  " + "\n  ".join(diff)),
     )
     if diff:
-        raise VerifyFailed(f"the GPUs do not match {path}" + (f" -c {name}" if name else ""))
+        fail_after_emit(app, VerifyFailed(f"the GPUs do not match {path}" + (f" -c {name}" if name else "")))
 
 
 @click.command("export")
@@ -134,8 +129,6 @@ def assert_cmd(app: App, path: Path, name: str | None) -> None:
 @click.pass_obj
 def export_cmd(app: App, name: str) -> None:
     """Print the current MIG layout as a mig-parted v1 config."""
-    from .cli import nvml_of
-
     nvml = nvml_of(app)
     groups: dict[tuple[Any, ...], list[int]] = {}
     specs: dict[tuple[Any, ...], dict[str, Any]] = {}

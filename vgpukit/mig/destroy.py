@@ -28,8 +28,8 @@ def plan_destroy(
         skipped = [engine._gi_label(g, by_id) for g in victims if g.id in busy]
         victims = [g for g in victims if g.id not in busy]
     try:
-        steps = engine._destroy_steps(nvml, gpu, victims, busy, by_id, label)
+        steps = engine.destroy_steps(nvml, gpu, victims, busy, by_id, label)
     except Busy as exc:
         exc.hint = "--force destroys the idle ones and skips these"
         raise
-    return engine.GpuPlan(gpu, engine._labelled(steps, label), []), skipped
+    return engine.GpuPlan(gpu, steps, []), skipped

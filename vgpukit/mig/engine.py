@@ -1,22 +1,22 @@
-"""Plan, apply, verify and roll back MIG changes on one or more GPUs.
+"""Plan MIG changes on one or more GPUs.
 
 :func:`plan_gpu` turns a desired state (:class:`GpuRequest`) and what the driver reports into an
-ordered list of :class:`Step` s, raising before anything is touched when the request cannot be
-carried out (no capacity, busy instances, a mode change that needs a reset not allowed).
-:func:`apply` runs the steps and, when one fails, undoes what this run did in reverse order.
+ordered list of steps (:mod:`vgpukit.mig.steps`, one engine step per action), raising before anything
+is touched when the request cannot be carried out (no capacity, busy instances, a mode change that
+needs a reset not allowed). The change engine (:func:`vgpukit.engine.execute`) runs the plans.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 
-from ..errors import Busy, Conflict, NoCapacity, Unsupported, VgpukitError
+from ..errors import Busy, Conflict, NoCapacity, Unsupported
 from ..nvml import GiProfile, GpuInstance, Nvml, NvmlGpu
 from ..nvml import table as tables
 from . import planner
-from .spec import WantGi, ci_enum
+from .spec import WantGi
+from .steps import CreateCi, CreateGi, DestroyCi, DestroyGi, MigStep, Reset, SetMode
 
 
 @dataclass
@@ -29,29 +29,9 @@ class GpuRequest:
 
 
 @dataclass
-class Step:
-    action: str  # destroy-ci | destroy-gi | set-mode | reset | create-gi | create-ci
-    gpu: NvmlGpu
-    text: str
-    profile: GiProfile | None = None
-    start: int | None = None
-    gi_id: int | None = None
-    ci_slices: int | None = None
-    ci_id: int | None = None
-    enable: bool = False
-    ref: int | None = None  # create-ci of a GI created by this plan: index of its create-gi step
-    gi_record: GpuInstance | None = None  # destroy-gi: what to recreate on rollback
-    pending_ok: bool = False  # set-mode: a change left pending until the next reset is the intent
-    label: str = ""
-
-    def describe(self) -> str:
-        return f"{self.label or _label(self.gpu)}: {self.text}"
-
-
-@dataclass
 class GpuPlan:
     gpu: NvmlGpu
-    steps: list[Step]
+    steps: list[MigStep]
     keep: list[GpuInstance]
 
 
@@ -107,7 +87,7 @@ def plan_gpu(nvml: Nvml, req: GpuRequest, allow_reset: bool) -> GpuPlan:
     if not gpu.mig_capable:
         raise Unsupported(f"{label} ({gpu.name}) is not MIG-capable", device=gpu.bdf)
     current, pending = nvml.mig_mode(gpu.index)
-    steps: list[Step] = []
+    steps: list[MigStep] = []
     profiles = nvml.gi_profiles(gpu.index)
     by_id = {p.id: p for p in profiles}
     existing = nvml.gpu_instances(gpu.index) if current else []
@@ -120,10 +100,10 @@ def plan_gpu(nvml: Nvml, req: GpuRequest, allow_reset: bool) -> GpuPlan:
                 device=gpu.bdf,
                 hint=f"destroy them first: vgpukit mig destroy gpu{gpu.index} --all",
             )
-        steps += _destroy_steps(nvml, gpu, existing, busy, by_id, label)
+        steps += destroy_steps(nvml, gpu, existing, busy, by_id, label)
         if current or pending:
             steps += _mode_steps(nvml, gpu, False, current, pending, allow_reset, label)
-        return GpuPlan(gpu, _labelled(steps, label), [])
+        return GpuPlan(gpu, steps, [])
 
     pairs, missing = _match(existing, req.gis)
     keep = [gi for _, gi in pairs]
@@ -150,7 +130,7 @@ def plan_gpu(nvml: Nvml, req: GpuRequest, allow_reset: bool) -> GpuPlan:
         hint = None if req.exact or not stay else "--replace destroys idle instances the request does not list"
         raise NoCapacity(f"{label}: cannot place the request: {reason}", device=gpu.bdf, hint=hint)
 
-    steps += _destroy_steps(nvml, gpu, drop, busy, by_id, label)
+    steps += destroy_steps(nvml, gpu, drop, busy, by_id, label)
     if not current or not pending:
         steps += _mode_steps(nvml, gpu, True, current, pending, allow_reset, label)
     # pair each placement with a wanted instance of its profile (compute layouts may differ)
@@ -158,42 +138,16 @@ def plan_gpu(nvml: Nvml, req: GpuRequest, allow_reset: bool) -> GpuPlan:
     for pl in placed:
         w = next(x for x in todo if x.profile.id == pl.profile.id)
         todo.remove(w)
-        steps.append(
-            Step(
-                "create-gi",
-                gpu,
-                f"create GPU instance {pl.profile.name} at slots {_span(pl)}",
-                profile=pl.profile,
-                start=pl.start,
-            )
-        )
-        ref = len(steps) - 1
-        for c in w.cis:
-            name = pl.profile.name if c == pl.profile.slices else f"{c}c.{pl.profile.name}"
-            steps.append(Step("create-ci", gpu, f"create compute instance {name} in it", ci_slices=c, ref=ref))
+        steps.append(CreateGi(gpu.bdf, label, pl.profile.id, pl.profile.name, pl.start, pl.profile.size))
+        steps += _ci_steps(gpu, label, pl.profile, pl.start, w.cis)
     for w, gi in pairs:
         if gi in keep and not gi.compute_instances:
-            for c in w.cis:
-                steps.append(
-                    Step(
-                        "create-ci",
-                        gpu,
-                        f"create compute instance {c}c in GPU instance {gi.id}",
-                        gi_id=gi.id,
-                        ci_slices=c,
-                    )
-                )
-    return GpuPlan(gpu, _labelled(steps, label), keep)
+            steps += _ci_steps(gpu, label, by_id[gi.profile_id], gi.start, w.cis)
+    return GpuPlan(gpu, steps, keep)
 
 
-def _labelled(steps: list[Step], label: str) -> list[Step]:
-    for step in steps:
-        step.label = label
-    return steps
-
-
-def _span(pl: planner.Placement) -> str:
-    return f"{pl.start}-{pl.start + pl.profile.size - 1}" if pl.profile.size > 1 else str(pl.start)
+def _ci_steps(gpu: NvmlGpu, label: str, p: GiProfile, start: int, cis: Sequence[int]) -> list[MigStep]:
+    return [CreateCi(gpu.bdf, label, p.id, start, c, p.name if c == p.slices else f"{c}c.{p.name}") for c in cis]
 
 
 def _gi_label(gi: GpuInstance, by_id: dict[int, GiProfile]) -> str:
@@ -201,39 +155,25 @@ def _gi_label(gi: GpuInstance, by_id: dict[int, GiProfile]) -> str:
     return f"GI {gi.id} ({p.name if p else gi.profile_id})"
 
 
-def _destroy_steps(
+def destroy_steps(
     nvml: Nvml,
     gpu: NvmlGpu,
     victims: Sequence[GpuInstance],
     busy: set[int],
     by_id: dict[int, GiProfile],
     label: str | None = None,
-) -> list[Step]:
+) -> list[MigStep]:
     held = [g for g in victims if g.id in busy]
     if held:
         who = "; ".join(f"{_gi_label(g, by_id)} is used by {_holders(nvml, gpu, g.id)}" for g in held)
         raise Busy(f"{label or _label(gpu)}: {who}", device=gpu.bdf, hint="stop those processes first")
-    steps = []
+    label = label or _label(gpu)
+    steps: list[MigStep] = []
     for gi in victims:
         for ci in gi.compute_instances:
-            steps.append(
-                Step(
-                    "destroy-ci",
-                    gpu,
-                    f"destroy compute instance {ci.id} of GI {gi.id} ({ci.uuid})",
-                    gi_id=gi.id,
-                    ci_id=ci.id,
-                )
-            )
-        steps.append(
-            Step(
-                "destroy-gi",
-                gpu,
-                f"destroy {_gi_label(gi, by_id)} at slots {gi.start}-{gi.start + gi.size - 1}",
-                gi_id=gi.id,
-                gi_record=gi,
-            )
-        )
+            steps.append(DestroyCi(gpu.bdf, label, gi.profile_id, gi.start, ci.start, ci.slices, gi.id, ci.id, ci.uuid))
+        name = by_id[gi.profile_id].name if gi.profile_id in by_id else str(gi.profile_id)
+        steps.append(DestroyGi(gpu.bdf, label, gi.profile_id, name, gi.start, gi.size, gi.id))
     return steps
 
 
@@ -247,12 +187,13 @@ class ResetBlocked(Busy):
 
 def _mode_steps(
     nvml: Nvml, gpu: NvmlGpu, enable: bool, current: bool, pending: bool, allow_reset: bool, label: str
-) -> list[Step]:
+) -> list[MigStep]:
     word = "enable" if enable else "disable"
-    steps = []
+    reset = current != enable and needs_reset(gpu)
+    steps: list[MigStep] = []
     if pending != enable:
-        steps.append(Step("set-mode", gpu, f"{word} MIG mode", enable=enable))
-    if current != enable and needs_reset(gpu):
+        steps.append(SetMode(gpu.bdf, label, enable, then_reset=reset))
+    if reset:
         if not allow_reset:
             raise ResetRequired(
                 f"{label}: to {word} MIG, {gpu.name} needs a GPU reset (the change stays pending until then)",
@@ -266,70 +207,5 @@ def _mode_steps(
                 device=gpu.bdf,
                 hint="stop them (e.g. systemctl stop nvidia-persistenced) and rerun",
             )
-        steps.append(Step("reset", gpu, "reset the GPU to apply the MIG mode", enable=enable))
+        steps.append(Reset(gpu.bdf, label, enable))
     return steps
-
-
-# ----------------------------------------------------------------------------- apply / roll back
-def apply(nvml: Nvml, plans: Sequence[GpuPlan]) -> None:
-    """Run every step; on failure undo this run's steps in reverse order and re-raise."""
-    undo: list[Callable[[], object]] = []
-    created: dict[int, int] = {}  # id(create-gi step) -> GI id
-    try:
-        for plan in plans:
-            for step in plan.steps:
-                _run(nvml, step, plan.steps, created, undo)
-    except VgpukitError as exc:
-        failures = []
-        for fn in reversed(undo):
-            try:
-                fn()
-            except VgpukitError as uexc:  # keep undoing the rest
-                failures.append(str(uexc))
-        extra = f"; rollback incomplete: {'; '.join(failures)}" if failures else "; rolled back what this run changed"
-        exc.message += extra
-        exc.args = (exc.message,)
-        raise
-
-
-def _run(nvml: Nvml, step: Step, steps: list[Step], created: dict[int, int], undo: list[Callable[[], object]]) -> None:
-    i = step.gpu.index
-    if step.action == "destroy-ci":
-        assert step.gi_id is not None and step.ci_id is not None
-        nvml.destroy_compute_instance(i, step.gi_id, step.ci_id)
-    elif step.action == "destroy-gi":
-        assert step.gi_id is not None and step.gi_record is not None
-        nvml.destroy_gpu_instance(i, step.gi_id)
-        undo.append(partial(_recreate, nvml, i, step.gi_record))
-    elif step.action == "set-mode":
-        applied = nvml.set_mig_mode(i, step.enable)
-        undo.append(partial(nvml.set_mig_mode, i, not step.enable))
-        if not applied and not step.pending_ok and not any(s.action == "reset" and s.gpu.index == i for s in steps):
-            raise Conflict(
-                f"{step.label or _label(step.gpu)}: the MIG mode change is pending (GPU held or reset required)",
-                hint="stop what holds the GPU and rerun, or reset it yourself (nvidia-smi -r)",
-            )
-    elif step.action == "reset":
-        nvml.reset_gpu(i)
-        undo.append(partial(_mode_back_and_reset, nvml, i, not step.enable))
-    elif step.action == "create-gi":
-        assert step.profile is not None
-        gi = nvml.create_gpu_instance(i, step.profile.id, step.start)
-        created[id(step)] = gi.id
-        undo.append(partial(nvml.destroy_gpu_instance, i, gi.id))
-    elif step.action == "create-ci":
-        gi_id = step.gi_id if step.ref is None else created[id(steps[step.ref])]
-        assert gi_id is not None and step.ci_slices is not None
-        ci = nvml.create_compute_instance(i, gi_id, ci_enum(step.ci_slices))
-        undo.append(partial(nvml.destroy_compute_instance, i, gi_id, ci.id))
-
-
-def _recreate(nvml: Nvml, gpu: int, rec: GpuInstance) -> None:
-    gi = nvml.create_gpu_instance(gpu, rec.profile_id, rec.start)
-    for ci in rec.compute_instances:
-        nvml.create_compute_instance(gpu, gi.id, ci.profile, ci.start)
-
-
-def _mode_back_and_reset(nvml: Nvml, gpu: int, enabled: bool) -> None:
-    nvml.set_mig_mode(gpu, enabled)
-    nvml.reset_gpu(gpu)

@@ -1,11 +1,14 @@
 """NVML backend over nvidia-ml-py (module ``pynvml``), imported only when used.
 
-Errors are translated by NVML return code (``NVMLError.value``) into :mod:`vgpukit.nvml.errors`.
+Every ``nvml*`` call goes through :class:`Mapped`, which translates ``NVMLError`` by return code
+(``NVMLError.value``) into :mod:`vgpukit.nvml.errors`: no call can bypass the mapping. The backend
+initialises NVML once and :meth:`RealNvml.close` shuts it down (the CLI closes it when a command ends).
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib
 import logging
 import shutil
 import subprocess
@@ -14,8 +17,8 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from ..errors import HostIOError, Unsupported
-from . import CiProfile, ComputeInstance, GiProfile, GpuInstance, NvmlGpu, NvmlProcess
-from .errors import NOT_SUPPORTED, nvml_error
+from .errors import UNKNOWN, NvmlError, nvml_error
+from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, NvmlGpu, NvmlProcess
 
 log = logging.getLogger("vgpukit.nvml")
 T = TypeVar("T")
@@ -40,26 +43,60 @@ def _name(value: Any) -> str:
     return name[4:] if name.startswith("MIG ") else name
 
 
+class Mapped:
+    """A pynvml-shaped module whose ``nvml*`` functions raise :class:`NvmlError` instead of NVMLError."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.module, name)
+        if not (name.startswith("nvml") and callable(attr)):
+            return attr  # ctypes structures and constants
+        error = self.module.NVMLError
+
+        def call(*args: Any) -> Any:
+            try:
+                return attr(*args)
+            except error as exc:
+                raise nvml_error(int(getattr(exc, "value", UNKNOWN)), name) from exc
+
+        return call
+
+
 class RealNvml:
     def __init__(self, pynvml: Any) -> None:
-        self.n = pynvml
+        """``pynvml`` is the module (or a pynvml-shaped one), already initialised."""
+        self.n = Mapped(pynvml)
+        self._open = True
 
     @classmethod
-    def try_open(cls) -> RealNvml | None:
+    def try_open(cls, module: Any = None) -> RealNvml | None:
         try:
-            import pynvml
-
-            pynvml.nvmlInit()
+            if module is None:
+                module = importlib.import_module("pynvml")
+            module.nvmlInit()
         except Exception as exc:  # no library, no driver: the host simply has no NVML
             log.debug("NVML unavailable: %s", exc)
             return None
-        return cls(pynvml)
+        return cls(module)
+
+    def close(self) -> None:
+        """nvmlShutdown, once (NVML counts nvmlInit calls; every init needs its shutdown)."""
+        if not self._open:
+            return
+        self._open = False
+        try:
+            self.n.nvmlShutdown()
+        except NvmlError as exc:
+            log.debug("nvmlShutdown: %s", exc)
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
+        """Call ``fn`` (a mapped nvml function), naming the failure after what we were doing."""
         try:
             return fn(*args)
-        except self.n.NVMLError as exc:
-            raise nvml_error(int(exc.value), what) from exc
+        except NvmlError as exc:
+            raise nvml_error(exc.code, what) from exc
 
     def _h(self, gpu: int) -> Any:
         return self._call(f"GPU {gpu}", self.n.nvmlDeviceGetHandleByIndex, gpu)
@@ -74,7 +111,7 @@ class RealNvml:
             try:
                 cur, pend = n.nvmlDeviceGetMigMode(h)
                 capable = True
-            except n.NVMLError:
+            except NvmlError:
                 cur, pend, capable = 0, 0, False
             out.append(
                 NvmlGpu(
@@ -121,7 +158,7 @@ class RealNvml:
         for enum in range(GI_PROFILE_COUNT):
             try:
                 info = n.nvmlDeviceGetGpuInstanceProfileInfoV(h, enum, 2)
-            except n.NVMLError:
+            except NvmlError:
                 continue  # NOT_SUPPORTED / INVALID_ARGUMENT: this GPU has no such profile
             starts = self._placements(h, int(info.id))
             size = _size_of(n, h, int(info.id))
@@ -171,7 +208,7 @@ class RealNvml:
         for enum in range(GI_PROFILE_COUNT):
             try:
                 ids.append(int(n.nvmlDeviceGetGpuInstanceProfileInfoV(h, enum, 2).id))
-            except n.NVMLError:
+            except NvmlError:
                 continue
         return ids
 
@@ -180,7 +217,7 @@ class RealNvml:
         for i in range(int(n.nvmlDeviceGetMaxMigDeviceCount(h))):
             try:
                 mh = n.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
-            except n.NVMLError:
+            except NvmlError:
                 continue
             key = (int(n.nvmlDeviceGetGpuInstanceId(mh)), int(n.nvmlDeviceGetComputeInstanceId(mh)))
             out[key] = _text(n.nvmlDeviceGetUUID(mh))
@@ -212,7 +249,7 @@ class RealNvml:
         for enum in range(CI_PROFILE_COUNT):
             try:
                 cp = n.nvmlGpuInstanceGetComputeInstanceProfileInfoV(gi, enum, 0, 2)
-            except n.NVMLError:
+            except NvmlError:
                 continue
             arr = (n.c_nvmlComputeInstance_t * 8)()
             count = ctypes.c_uint(0)
@@ -249,7 +286,7 @@ class RealNvml:
         for enum in range(CI_PROFILE_COUNT):
             try:
                 cp = n.nvmlGpuInstanceGetComputeInstanceProfileInfoV(gi, enum, 0, 2)
-            except n.NVMLError:
+            except NvmlError:
                 continue
             arr = (n.c_nvmlComputeInstancePlacement_t * 8)()
             count = ctypes.c_uint(8)
@@ -301,12 +338,12 @@ class RealNvml:
         for getter in (n.nvmlDeviceGetComputeRunningProcesses, n.nvmlDeviceGetGraphicsRunningProcesses):
             try:
                 procs = getter(h)
-            except n.NVMLError:
+            except NvmlError:
                 continue
             for p in procs:
                 try:
                     name = _text(n.nvmlSystemGetProcessName(p.pid))
-                except n.NVMLError:
+                except NvmlError:
                     name = "?"
                 gi = getattr(p, "gpuInstanceId", _NA)
                 ci = getattr(p, "computeInstanceId", _NA)
@@ -321,8 +358,8 @@ def _size_of(n: Any, h: Any, profile_id: int) -> int:
     count = ctypes.c_uint(16)
     try:
         n.nvmlDeviceGetGpuInstancePossiblePlacements(h, profile_id, arr, ctypes.byref(count))
-    except n.NVMLError as exc:
-        raise nvml_error(int(getattr(exc, "value", NOT_SUPPORTED)), f"placements of profile {profile_id}") from exc
+    except NvmlError as exc:
+        raise nvml_error(exc.code, f"placements of profile {profile_id}") from exc
     return int(arr[0].size) if count.value else 0
 
 
@@ -331,6 +368,6 @@ def _ci_enum(n: Any, gi: Any, ci_profile_id: int) -> int:
         try:
             if int(n.nvmlGpuInstanceGetComputeInstanceProfileInfoV(gi, enum, 0, 2).id) == ci_profile_id:
                 return enum
-        except n.NVMLError:
+        except NvmlError:
             continue
     return ci_profile_id

@@ -15,13 +15,14 @@ simulated host, set with the module functions at the bottom.
 
 from __future__ import annotations
 
+import os
+import signal
 import uuid as uuidlib
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInput, NotFound
 from ..host import Host
-from . import CiProfile, ComputeInstance, GiProfile, GpuInstance, NvmlGpu, NvmlProcess
 from . import table as tables
 from .errors import (
     CODES_BY_NAME,
@@ -32,6 +33,7 @@ from .errors import (
     NOT_SUPPORTED,
     nvml_error,
 )
+from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, NvmlGpu, NvmlProcess
 from .sim_state import (
     STATE_DIR,
     STATE_FILE,
@@ -84,6 +86,9 @@ def initial_state(gpus: list[dict[str, Any]]) -> dict[str, Any]:
     return {"version": 1, "gpus": out, "faults": [], "next_pid": 4000}
 
 
+CRASH_ENV = "VGPUKIT_SIM_CRASH_AT_NVML_CALL"
+
+
 class SimNvml:
     """The facade over the simulated driver of the sim host in ``sim_dir``."""
 
@@ -91,11 +96,22 @@ class SimNvml:
         self.sim_dir = Path(sim_dir)
         self.path = self.sim_dir / STATE_DIR / STATE_FILE
         self.host = Host(self.sim_dir)  # the simulated driver writes its device nodes into the sim root
+        # Crash testing: the process kills itself (SIGKILL) just before its Nth state-changing driver
+        # call, as a kill -9 between two NVML calls would on a real host.
+        crash = os.environ.get(CRASH_ENV, "")
+        self.crash_at = int(crash) if crash.isascii() and crash.isdigit() else 0
+        self.changes = 0
+
+    def close(self) -> None:
+        """Nothing to release: every call opens and closes the state file."""
 
     def _read(self) -> Any:
         return _locked(self.sim_dir, write=False)
 
     def _write(self) -> Any:
+        self.changes += 1
+        if self.crash_at and self.changes >= self.crash_at:
+            os.kill(os.getpid(), signal.SIGKILL)
         return _locked(self.sim_dir, write=True)
 
     # ------------------------------------------------------------------ devices and mode

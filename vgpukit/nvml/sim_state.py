@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NotFound
-from . import ComputeInstance, GiProfile, GpuInstance
 from . import table as tables
 from .errors import INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, nvml_error
+from .model import ComputeInstance, GiProfile, GpuInstance
 
 STATE_DIR = ".vgpukit-sim"
 STATE_FILE = "nvml.json"

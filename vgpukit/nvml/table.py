@@ -8,7 +8,7 @@ from typing import Any
 
 from ..data import load_yaml
 from ..errors import NotFound
-from . import CiProfile, GiProfile
+from .model import CiProfile, GiProfile
 
 
 @dataclass(frozen=True)

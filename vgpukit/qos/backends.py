@@ -3,7 +3,7 @@
 * cgroup v2: ``cgroup.freeze`` (1/0), confirmed by ``frozen 1`` in ``cgroup.events``;
 * cgroup v1: ``freezer.state`` (FROZEN/THAWED);
 * a pid set: SIGSTOP/SIGCONT (no host files involved; works for real processes on a simulated host);
-* a libvirt domain: suspend/resume (libvirt imported lazily).
+* a libvirt domain: suspend/resume through :mod:`vgpukit.libvirt.connection` (libvirt imported lazily).
 
 Every backend also reports whether its tenant still exists and how much CPU time it has used (for
 the sampling demand fallback). A vanished tenant raises :class:`~vgpukit.errors.NotFound`.
@@ -15,10 +15,11 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..errors import InvalidInput, NotFound, Unsupported, VgpukitError
 from ..host import Host
+from ..libvirt.connection import Session
 from .model import Tenant
 
 
@@ -213,53 +214,41 @@ def cgroup_backend(host: Host, spec: str) -> Cgroup1Backend | Cgroup2Backend:
 
 
 class DomainBackend:
-    """A libvirt domain, suspended and resumed through libvirt."""
+    """A libvirt domain, suspended and resumed through the libvirt facade (one shared session)."""
 
-    def __init__(self, name: str, connection: Any = None, uri: str = "qemu:///system") -> None:
+    def __init__(self, name: str, libvirt: Session) -> None:
         self.name = name
         self.target = f"domain:{name}"
-        self._conn = connection
-        self.uri = uri
-
-    def _dom(self) -> Any:
-        if self._conn is None:
-            try:
-                import libvirt
-            except ImportError as exc:
-                raise Unsupported("libvirt domains need libvirt-python: install vgpukit[libvirt]") from exc
-            self._conn = libvirt.open(self.uri)
-        try:
-            return self._conn.lookupByName(self.name)
-        except Exception as exc:  # libvirt.libvirtError, or a vanished domain
-            raise NotFound(f"libvirt domain {self.name} not found: {exc}") from exc
+        self.libvirt = libvirt
 
     def freeze(self) -> None:
-        self._dom().suspend()
+        self.libvirt.get().suspend(self.name)
 
     def thaw(self) -> None:
-        dom = self._dom()
         if self.is_frozen():
-            dom.resume()
+            self.libvirt.get().resume(self.name)
 
     def alive(self) -> bool:
         try:
-            return bool(self._dom().isActive())
+            return self.libvirt.get().domain(self.name).active
         except NotFound:
             return False
 
     def is_frozen(self) -> bool | None:
-        state = self._dom().state()[0]
-        return bool(state == 3)  # VIR_DOMAIN_PAUSED
+        return self.libvirt.get().paused(self.name)
 
     def cpu_ns(self) -> int:
-        return int(self._dom().info()[4])
+        return self.libvirt.get().cpu_time_ns(self.name)
 
     def owns(self, pid: int) -> bool:
         return False
 
 
-def backend_for(host: Host, tenant: Tenant, libvirt_conn: Any = None) -> Backend:
-    """The backend of a tenant; raises NotFound when its cgroup, processes or domain are gone."""
+def backend_for(host: Host, tenant: Tenant, libvirt: Session | None = None) -> Backend:
+    """The backend of a tenant; raises NotFound when its cgroup, processes or domain are gone.
+
+    Domain tenants use ``libvirt`` (the caller's shared session; a new one on the default URI if None).
+    """
     if tenant.kind == "cgroup":
         assert tenant.cgroup is not None
         return cgroup_backend(host, tenant.cgroup)
@@ -269,13 +258,13 @@ def backend_for(host: Host, tenant: Tenant, libvirt_conn: Any = None) -> Backend
             raise NotFound(f"tenant {tenant.name}: none of the processes {list(tenant.pids)} exist")
         return b
     assert tenant.domain is not None
-    d = DomainBackend(tenant.domain, libvirt_conn)
+    d = DomainBackend(tenant.domain, libvirt or Session())
     if not d.alive():
         raise NotFound(f"tenant {tenant.name}: libvirt domain {tenant.domain} is not running")
     return d
 
 
-def backend_from_target(host: Host, target: str) -> Backend | None:
+def backend_from_target(host: Host, target: str, libvirt: Session | None = None) -> Backend | None:
     """Rebuild a backend from its ``target`` string (persisted frozen set); None if it is gone."""
     kind, _, rest = target.partition(":")
     try:
@@ -284,7 +273,7 @@ def backend_from_target(host: Host, target: str) -> Backend | None:
         if kind == "pids":
             return PidBackend(host, tuple(int(p) for p in rest.split(",") if p))
         if kind == "domain":
-            return DomainBackend(rest)
+            return DomainBackend(rest, libvirt or Session())
     except (VgpukitError, ValueError):
         return None
     return None

@@ -14,9 +14,10 @@ import click
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option
 from ..cli.output import emit, emit_result, say, table
+from ..cli.params import AsciiInt, Size
 from ..errors import InvalidInput
 from . import control
-from .model import CLASSES, DEMANDS, POLICIES, Tenant
+from .model import CLASSES, DEMANDS, MAX_INFLIGHT, MAX_INFLIGHT_MS, POLICIES, Tenant
 
 
 @click.group("qos")
@@ -51,7 +52,7 @@ def daemon_cmd(app: App, config_path: str | None, metrics_port: int | None, metr
 
         def tick(dm: Daemon) -> None:
             now = dm.clock()
-            m.update([rt.status(now) for rt in dm.gpus.values()])
+            m.update([rt.status(now) for rt in dm.gpus.values()], dm.counters())
 
         d.on_tick = tick
         d.run(ready=lambda: m.serve(metrics_port, metrics_addr))
@@ -90,8 +91,15 @@ def tenant() -> None:
 @click.option("--pid", "pids", type=int, multiple=True, help="Process id (repeat, or several after one --pid).")
 @click.option("--domain", metavar="NAME", help="libvirt domain (suspended/resumed).")
 @click.option(
-    "--demand", type=click.Choice(DEMANDS), default="notify", show_default=True, help="How busy/idle is known."
+    "--demand",
+    type=click.Choice(DEMANDS),
+    default="auto",
+    show_default=True,
+    help="How busy/idle is known: auto (CPU time sampled until the tenant's first notification), notify, sample.",
 )
+@click.option("--memory", type=Size(), help="GPU memory cap per device for libvgpukit-cuda (e.g. 4GiB).")
+@click.option("--inflight", type=AsciiInt(1, MAX_INFLIGHT), help="Launches outstanding per stream (CUDA library).")
+@click.option("--inflight-ms", type=AsciiInt(1, MAX_INFLIGHT_MS), help="ms of queued work per stream (CUDA library).")
 @click.argument("more_pids", nargs=-1, type=int)
 @json_option
 @dry_run_option
@@ -106,6 +114,9 @@ def tenant_add(
     pids: tuple[int, ...],
     domain: str | None,
     demand: str,
+    memory: int | None,
+    inflight: int | None,
+    inflight_ms: int | None,
     more_pids: tuple[int, ...],
 ) -> None:
     """Add tenant NAME to GPU: exactly one of --cgroup, --pid N..., --domain."""
@@ -116,7 +127,19 @@ def tenant_add(
     if len(given) != 1:
         raise InvalidInput("give exactly one of --cgroup, --pid, --domain")
     kind = "cgroup" if cgroup else "pids" if all_pids else "domain"
-    t = Tenant(name, cls, share, kind, cgroup=cgroup, pids=tuple(all_pids), domain=domain, demand=demand).validate()
+    t = Tenant(
+        name,
+        cls,
+        share,
+        kind,
+        cgroup=cgroup,
+        pids=tuple(all_pids),
+        domain=domain,
+        demand=demand,
+        memory=memory,
+        inflight=inflight,
+        inflight_ms=inflight_ms,
+    ).validate()
     reply = control.request(
         app.host, {"op": "tenant-add", "gpu": gpu, "name": name, "tenant": t.to_dict(), "dry_run": app.dry_run}
     )
@@ -135,7 +158,31 @@ def tenant_rm(app: App, gpu: str, name: str) -> None:
     emit_result(app, "qos-tenant", plan=reply["plan"], data={"gpu": gpu, "name": name})
 
 
-def _human_status(gpus: list[dict[str, Any]]) -> None:
+DEMAND_SHOWN = {
+    "sampled": "sample",
+    "notified": "notify",
+    "waiting": "notify:waiting",
+    "auto-sampled": "auto:sampled",
+    "auto-notified": "auto:notified",
+}
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f}{unit}".replace(".0" + unit, unit)
+    return f"{n}B"
+
+
+def _memory(t: dict[str, Any]) -> str:
+    """used/cap of the CUDA library's region ('-' when the tenant has neither)."""
+    used, cap = t.get("memory_used"), t.get("memory")
+    if used is None and cap is None:
+        return "-"
+    return f"{_size(used or 0)}/{_size(cap) if cap else 'no cap'}"
+
+
+def _human_status(gpus: list[dict[str, Any]], daemon: dict[str, Any]) -> None:
     if not gpus:
         say("no GPUs configured")
     for g in gpus:
@@ -149,6 +196,8 @@ def _human_status(gpus: list[dict[str, Any]]) -> None:
                 f"{t['achieved_10s']:.1f}%",
                 t["preemptions"],
                 f"{t['frozen_s']:.1f}",
+                DEMAND_SHOWN.get(t.get("demand_source", ""), t["demand"]),
+                _memory(t),
                 t["target"],
             ]
             for t in g["tenants"]
@@ -156,12 +205,21 @@ def _human_status(gpus: list[dict[str, Any]]) -> None:
         lat = g["latency"]
         table(
             f"{g['gpu']}: {g['policy']}, slice {g['slice_ms']} ms",
-            ["tenant", "class", "share", "state", "1s", "10s", "preempted", "frozen s", "target"],
+            ["tenant", "class", "share", "state", "1s", "10s", "preempted", "frozen s", "demand", "memory", "target"],
             rows,
         )
         parts = [f"{k} p50/p99 {v['p50_ms']}/{v['p99_ms']} ms" for k, v in lat.items() if v.get("count")]
         if parts:
             say("  latency: " + "; ".join(parts))
+        if any(t.get("demand_source") == "waiting" for t in g["tenants"]):
+            say("  notify:waiting: no busy/idle notification received yet, so never scheduled (see --demand)")
+    conf = daemon.get("config") or {}
+    if conf.get("reload_error"):
+        err = conf["reload_error"]
+        say(f"config: last reload refused at {err['at']}, the previous configuration runs: {err['message']}")
+    refused = {k: v for k, v in (daemon.get("demand_refused") or {}).items() if v}
+    if refused:
+        say("demand datagrams refused: " + ", ".join(f"{k} {v}" for k, v in refused.items()))
 
 
 @qos.command("status")
@@ -177,7 +235,9 @@ def status_cmd(app: App, gpu: str | None, watch: bool, interval: float) -> None:
         gpus = reply["gpus"]
         if watch and not app.json and sys.stdout.isatty():
             click.clear()
-        emit(app, "qos-status", {"daemon_pid": reply.get("pid"), "gpus": gpus}, functools.partial(_human_status, gpus))
+        extra: dict[str, Any] = {k: reply[k] for k in ("config", "demand_refused") if k in reply}
+        doc = {"daemon_pid": reply.get("pid"), "gpus": gpus, **extra}
+        emit(app, "qos-status", doc, functools.partial(_human_status, gpus, extra))
         if not watch:
             return
         sys.stdout.flush()

@@ -15,7 +15,8 @@ from typing import Any
 
 from ..errors import InvalidInput, VgpukitError
 from ..host import Host
-from .model import QosConfig, Tenant
+from ..inputs import load_json, load_yaml
+from .model import Gpu, QosConfig, Tenant
 
 
 def default_config_path(host: Host) -> Path:
@@ -23,19 +24,54 @@ def default_config_path(host: Host) -> Path:
 
 
 def load_base(host: Host, path: Path) -> QosConfig:
+    """The admin's config; any problem is one InvalidInput naming the file and the line."""
     text = host.read_opt(path)
     if text is None:
         return QosConfig()
-    import yaml
-
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InvalidInput(f"{host.display(path)}: not valid YAML: {exc}") from exc
+    where = host.display(path)
+    doc = load_yaml(text, str(where))  # size, syntax and nesting: the message names the line
     try:
         return QosConfig.from_dict(doc)
     except VgpukitError as err:
-        raise InvalidInput(f"{host.display(path)}: {err}") from err
+        raise InvalidInput(f"{where}: {_line(text, doc)}{err}") from None
+
+
+def _line(text: str, doc: Any) -> str:
+    """``line N: `` of the GPU or tenant entry a value error is in (validated again one by one)."""
+    import yaml
+
+    path: list[str] = []
+    for top in ("watchdog_s", "sample_ms") if isinstance(doc, dict) else ():
+        try:
+            QosConfig(**{top: doc.get(top, 10)}).validate()
+        except VgpukitError:
+            path = path or [top]
+    gpus = doc.get("gpus") if isinstance(doc, dict) and not path else None
+    for key, gdoc in gpus.items() if isinstance(gpus, dict) else ():
+        tenants = gdoc.get("tenants") if isinstance(gdoc, dict) else None
+        for name, tdoc in tenants.items() if isinstance(tenants, dict) else ():
+            try:
+                Tenant.from_dict(str(name), tdoc)
+            except VgpukitError:
+                path = ["gpus", key, "tenants", name]
+                break
+        if path:
+            break
+        try:
+            Gpu.from_dict(str(key), gdoc)
+        except VgpukitError:
+            path = ["gpus", key]
+            break
+    node = mark = yaml.compose(text, Loader=yaml.SafeLoader)
+    for part in path:
+        if not isinstance(node, yaml.MappingNode):
+            break
+        found = [(k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(part)]
+        if not found:
+            break
+        mark, node = found[0]
+    at = mark if path else node
+    return f"line {at.start_mark.line + 1}: " if at is not None and at.start_mark else ""
 
 
 @dataclass
@@ -49,14 +85,25 @@ class Overlay:
 
     @classmethod
     def load(cls, host: Host) -> Overlay:
+        """The daemon's own record; an unreadable one, or entries of the wrong shape, are ignored."""
         text = host.read_opt(cls.path(host))
         if not text:
             return cls()
         try:
-            doc = json.loads(text)
-            return cls(gpus=dict(doc.get("gpus", {})), tenants=dict(doc.get("tenants", {})))
-        except (ValueError, AttributeError):
+            doc = load_json(text, str(host.display(cls.path(host))))
+        except VgpukitError:
             return cls()
+        gpus, tenants = (doc.get(k) if isinstance(doc, dict) else None for k in ("gpus", "tenants"))
+        return cls(
+            gpus={str(k): v for k, v in gpus.items() if isinstance(v, dict)} if isinstance(gpus, dict) else {},
+            tenants={
+                str(k): {str(n): t for n, t in v.items() if t is None or isinstance(t, dict)}
+                for k, v in tenants.items()
+                if isinstance(v, dict)
+            }
+            if isinstance(tenants, dict)
+            else {},
+        )
 
     def save(self, host: Host) -> None:
         doc = {"schema": "vgpukit.qos-runtime/v1", "gpus": self.gpus, "tenants": self.tenants}

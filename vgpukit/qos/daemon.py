@@ -1,9 +1,12 @@
 """The QoS daemon: one select loop driving every GPU's scheduler on the monotonic clock.
 
 Wakes on: a demand datagram (preemption path: receive -> decide -> freeze, no polling), a control
-request, a signal, the next slice boundary of any GPU, the sampling tick (only when some tenant
-uses the sampling fallback), and a 250 ms housekeeping tick (guardian heartbeat, systemd watchdog,
-liveness of tenants, metrics).
+request, a signal, the next slice boundary of any GPU, the sampling tick (only while some tenant's
+demand is sampled: ``sample``, or ``auto`` before its first notification), and a 250 ms housekeeping
+tick (guardian heartbeat, systemd watchdog, liveness of tenants, the refusal log's summary, metrics).
+
+A broken config file never stops a running daemon: a reload is refused (one log line, ``qos status``,
+metrics) and the running configuration kept. At start it is exit 2, before anything is frozen.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..cuda import region as cuda_region
 from ..errors import Conflict, InvalidInput, NotFound, VgpukitError
 from ..host import Host
+from ..libvirt.connection import Session
 from . import demand as demand_proto
 from .backends import Backend, backend_for
 from .config import Overlay, load_base
@@ -53,13 +58,13 @@ class Daemon:
         config_path: Path,
         clock: Callable[[], int] = time.monotonic_ns,
         observer: Observer | None = None,
-        libvirt_conn: Any = None,
+        libvirt: Session | None = None,
     ) -> None:
         self.host = host
         self.config_path = config_path
         self.clock = clock
         self.observer = observer
-        self.libvirt_conn = libvirt_conn
+        self.libvirt = libvirt or Session()  # the one libvirt connection of domain tenants, opened on use
         self.base = load_base(host, config_path)  # a broken config fails the start, before any freeze
         self.overlay = Overlay.load(host)
         self.cfg = QosConfig()
@@ -68,6 +73,10 @@ class Daemon:
         self.sampler = Sampler()
         self.stop_requested = False
         self.reload_requested = False
+        self.reloads = 0
+        self.reloads_refused = 0
+        self.reload_error: dict[str, str] | None = None  # why the file's content is not what runs
+        self.refusals = demand_proto.Refusals(log)
         self.on_tick: Callable[[Daemon], None] | None = None  # metrics hook
 
     # ------------------------------------------------------------------ configuration
@@ -78,7 +87,7 @@ class Daemon:
             out[key] = {}
             for t in gpu.tenants:
                 try:
-                    out[key][t.name] = backend_for(self.host, t, self.libvirt_conn)
+                    out[key][t.name] = backend_for(self.host, t, self.libvirt)
                 except VgpukitError as err:
                     log.warning("%s: tenant %s dropped: %s", key, t.name, err)
                     cfg.remove_tenant(key, t.name)
@@ -91,8 +100,8 @@ class Daemon:
         new = [b.target for bs in backends.values() for b in bs.values()]
         old = [b.target for rt in self.gpus.values() for b in rt.backends.values()]
         save_managed(self.host, old + new)
-        self.cfg = cfg
-        self.sampling = any(t.demand == "sample" for g in cfg.gpus.values() for t in g.tenants)
+        previous, self.cfg = self.cfg, cfg
+        self._sync_library(previous, cfg)
         for key in [k for k in self.gpus if k not in cfg.gpus]:
             self.gpus.pop(key).thaw_everything()
         for key, gpu in cfg.gpus.items():
@@ -103,6 +112,32 @@ class Daemon:
                 self._drop(rt.reconfigure(gpu, backends[key]), key)
         if set(old) - set(new):
             save_managed(self.host, new)
+        self._update_sampling()
+
+    def _sync_library(self, old: QosConfig, new: QosConfig) -> None:
+        """The CUDA library's per-tenant configs (memory cap, in-flight window) follow the tenants."""
+        wanted: dict[str, dict[str, int | str]] = {
+            t.name: {**t.library_config, "gpu": key}
+            for key, g in new.gpus.items()
+            for t in g.tenants
+            if t.library_config
+        }
+        had = {t.name for g in old.gpus.values() for t in g.tenants if t.library_config}
+        try:
+            cuda_region.sync_configs(self.host, wanted, had)
+        except VgpukitError as err:
+            log.warning("CUDA library configs not written: %s", err)
+
+    def _memory_used(self, tenant: str) -> int | None:
+        """Bytes the tenant's processes hold on its busiest device (the library's shared region), if any."""
+        try:
+            usage = cuda_region.read_usage(self.host, tenant)
+        except VgpukitError:
+            return None
+        return usage.peak_used if usage else None
+
+    def _update_sampling(self) -> None:
+        self.sampling = any(rt.sampled(t) for rt in self.gpus.values() for t in rt.spec.tenants)
 
     def effective(self) -> QosConfig:
         cfg, problems = self.overlay.apply(self.base)
@@ -110,14 +145,37 @@ class Daemon:
             log.warning("%s", p)
         return cfg
 
-    def reload(self) -> None:
+    def reload(self) -> str | None:
+        """Re-read the config file; a broken one is refused (one log line) and the running config kept."""
         try:
-            self.base = load_base(self.host, self.config_path)
+            base = load_base(self.host, self.config_path)
         except VgpukitError as err:
-            log.error("reload failed, keeping the running configuration: %s", err)
-            return
-        self.apply_config(self.effective())
-        log.info("configuration reloaded: %d GPU(s)", len(self.gpus))
+            why = str(err)
+        except Exception as exc:  # a parser bug must not stop a scheduler holding tenants frozen
+            why = f"{self.host.display(self.config_path)}: cannot be read ({type(exc).__name__})"
+        else:
+            self.base = base
+            self.apply_config(self.effective())
+            self.reloads += 1
+            self.reload_error = None
+            log.info("configuration reloaded: %d GPU(s)", len(self.gpus))
+            return None
+        self.reloads_refused += 1
+        self.reload_error = {"message": why, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        log.error("configuration reload refused, keeping the running configuration: %s", why)
+        return why
+
+    def counters(self) -> dict[str, Any]:
+        """Daemon-wide state for status and metrics: the config's reloads, refused demand datagrams."""
+        return {
+            "config": {
+                "path": str(self.host.display(self.config_path)),
+                "reloads": self.reloads,
+                "reloads_refused": self.reloads_refused,
+                "reload_error": self.reload_error,
+            },
+            "demand_refused": dict(self.refusals.total),
+        }
 
     def _drop(self, vanished: list[str], key: str) -> None:
         """Tenants whose cgroup, processes or domain are gone leave the configuration."""
@@ -146,9 +204,13 @@ class Daemon:
             if key is not None and key not in self.gpus:
                 raise NotFound(f"no QoS settings for {key!r}")
             gpus = [self.gpus[k].status(now) for k in sorted(self.gpus) if key in (None, k)]
-            return {"ok": True, "pid": os.getpid(), "gpus": gpus}
+            for t in (t for g in gpus for t in g["tenants"]):
+                t["memory_used"] = self._memory_used(t["name"])
+            return {"ok": True, "pid": os.getpid(), "gpus": gpus, **self.counters()}
         if op == "reload":
-            self.reload()
+            refused = self.reload()
+            if refused is not None:
+                raise InvalidInput(f"reload refused, the running configuration is kept: {refused}")
             return {"ok": True, "plan": ["reload the configuration"]}
         key = check_key(str(req.get("gpu", "")), "GPU key")
         if op == "set":
@@ -188,7 +250,7 @@ class Daemon:
                 return {"ok": True, "plan": [], "tenant": tenant.to_dict()}
             raise Conflict(f"{key}: tenant {name!r} exists with other settings (remove it first)")
         cfg.add_tenant(key, tenant)
-        backend_for(self.host, tenant, self.libvirt_conn)  # its cgroup / processes / domain must exist
+        backend_for(self.host, tenant, self.libvirt)  # its cgroup / processes / domain must exist
         plan = [f"{key}: add {tenant.cls} tenant {name} ({tenant.share}%, {tenant.target})"]
         if not dry:
             self.overlay.record_tenant(key, name, tenant)
@@ -212,22 +274,28 @@ class Daemon:
         now = self.clock()
         try:
             msg = demand_proto.decode(data, pid, uid)
-        except (ValueError, VgpukitError) as exc:
-            log.debug("demand: %s", exc)
+        except (ValueError, VgpukitError):
+            self.refusals.refuse("malformed", f"{len(data)} bytes from pid {pid} (uid {uid})", now)
             return
         rt = self.gpus.get(msg.gpu)
         if rt is None or msg.tenant not in rt.backends:
-            log.debug("demand for unknown tenant %s/%s", msg.gpu, msg.tenant)
+            self.refusals.refuse("unknown-tenant", f"{msg.gpu}/{msg.tenant} from pid {pid} (uid {uid})", now)
             return
         if uid != 0 and not rt.backends[msg.tenant].owns(pid):
-            log.warning("demand for %s/%s from pid %d (uid %d) refused: not its process", msg.gpu, msg.tenant, pid, uid)
+            detail = f"{msg.gpu}/{msg.tenant} from pid {pid} (uid {uid}), not its process"
+            self.refusals.refuse("not-owner", detail, now)
             return
+        switched = rt.sampled(rt.spec.tenant(msg.tenant))
+        rt.notified(msg.tenant, now)
+        if switched and not rt.sampled(rt.spec.tenant(msg.tenant)):  # auto: notifications from now on
+            self.sampler.forget(f"{msg.gpu}/{msg.tenant}")
+            self._update_sampling()
         self._drop(rt.demand(msg.tenant, msg.busy, now, msg.sent_ns), msg.gpu)
 
     def sample(self, now: int) -> None:
         for key, rt in list(self.gpus.items()):
             for t in rt.spec.tenants:
-                if t.demand != "sample" or t.name not in rt.backends:
+                if not rt.sampled(t) or t.name not in rt.backends:
                     continue
                 sid = f"{key}/{t.name}"
                 try:
@@ -300,6 +368,7 @@ class Daemon:
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
             os.close(wake_r)
+            self.libvirt.close()
             log.info("qos daemon stopped, every tenant thawed")
 
     def _loop(self, guardian: Guardian, wake_r: int, dsock: socket.socket, ctrl: ControlServer) -> None:
@@ -321,6 +390,7 @@ class Daemon:
                 next_sample = now + self.cfg.sample_ms * 1_000_000
             if now >= next_house:
                 guardian.beat()
+                self.refusals.tick(now)
                 next_house = now + HOUSEKEEPING_NS
                 if now >= next_live:
                     self.check_alive()

@@ -13,6 +13,7 @@ measure detection latency. A datagram wakes the daemon at once (no polling on ei
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import struct
@@ -28,6 +29,11 @@ from .model import check_key
 
 VERSION = "1"
 MAX_DATAGRAM = 512
+REFUSAL_LOG_INTERVAL_S = 60
+# why a datagram was not acted on; unknown-tenant is normal (a hook in a process that is no tenant,
+# a datagram sent before its tenant was added) and only counted, the others are logged, rate-limited
+REFUSALS = ("malformed", "unknown-tenant", "not-owner")
+_LOGGED = ("malformed", "not-owner")
 
 
 @dataclass(frozen=True)
@@ -135,3 +141,49 @@ class DemandClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class Refusals:
+    """Refused datagrams: counted by reason, logged at most one line per interval.
+
+    Anyone on the host may send to the socket, so a log line per refusal would let a local user flood
+    the journal. The first refusal after a quiet interval is logged with its sender; the ones after it
+    are summarised once per interval ("N more ... in the last 60 s") for as long as they keep coming.
+    """
+
+    def __init__(self, log: logging.Logger, interval_s: int = REFUSAL_LOG_INTERVAL_S) -> None:
+        self.log = log
+        self.interval_s = interval_s
+        self.total = dict.fromkeys(REFUSALS, 0)
+        self.pending = dict.fromkeys(_LOGGED, 0)
+        self.quiet_until: int | None = None  # while set, refusals are only counted
+
+    def refuse(self, reason: str, detail: str, now: int) -> None:
+        self.total[reason] += 1
+        if reason not in _LOGGED:
+            self.log.debug("demand datagram ignored (%s): %s", reason, detail)
+            return
+        self.tick(now)
+        if self.quiet_until is None:
+            self.log.warning(
+                "demand datagram refused (%s): %s; further refusals are summarised every %d s",
+                reason,
+                detail,
+                self.interval_s,
+            )
+            self.quiet_until = now + self.interval_s * 1_000_000_000
+        else:
+            self.pending[reason] += 1
+
+    def tick(self, now: int) -> None:
+        """Called from the daemon's housekeeping: the summary line of an interval that ended."""
+        if self.quiet_until is None or now < self.quiet_until:
+            return
+        n = sum(self.pending.values())
+        if not n:
+            self.quiet_until = None
+            return
+        reasons = ", ".join(f"{r} {c}" for r, c in self.pending.items() if c)
+        self.log.warning("%d more demand datagram(s) refused in the last %d s (%s)", n, self.interval_s, reasons)
+        self.pending = dict.fromkeys(_LOGGED, 0)
+        self.quiet_until = now + self.interval_s * 1_000_000_000

@@ -18,6 +18,7 @@ STATES = ("running", "frozen", "idle")
 class _SnapshotCollector:
     def __init__(self) -> None:
         self.snapshot: list[dict[str, Any]] = []
+        self.daemon: dict[str, Any] = {}
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -42,6 +43,25 @@ class _SnapshotCollector:
                 preempt.add_metric(lab, t["preemptions"])
                 frozen.add_metric(lab, t["frozen_s"])
         yield from (target, achieved, state, preempt, frozen)
+        conf = self.daemon.get("config")
+        if conf is not None:
+            reloads = CounterMetricFamily(
+                "vgpukit_qos_config_reloads", "Config reloads (SIGHUP or the reload op).", labels=["result"]
+            )
+            reloads.add_metric(["ok"], conf["reloads"])
+            reloads.add_metric(["refused"], conf["reloads_refused"])
+            failing = GaugeMetricFamily(
+                "vgpukit_qos_config_reload_error", "1 while the last reload was refused (the previous config runs)."
+            )
+            failing.add_metric([], 1.0 if conf["reload_error"] else 0.0)
+            yield from (reloads, failing)
+        if "demand_refused" in self.daemon:
+            refused = CounterMetricFamily(
+                "vgpukit_qos_demand_refused", "Demand datagrams not acted on, by reason.", labels=["reason"]
+            )
+            for reason, n in self.daemon["demand_refused"].items():
+                refused.add_metric([reason], n)
+            yield refused
 
 
 class Metrics:
@@ -80,8 +100,10 @@ class Metrics:
 
         start_http_server(port, addr=addr, registry=self.registry)
 
-    def update(self, snapshot: list[dict[str, Any]]) -> None:
+    def update(self, snapshot: list[dict[str, Any]], daemon: dict[str, Any] | None = None) -> None:
         self.snap.snapshot = snapshot
+        if daemon is not None:
+            self.snap.daemon = daemon
 
     def text(self) -> str:
         from prometheus_client import generate_latest

@@ -11,22 +11,44 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import Conflict, InvalidInput, NoCapacity, NotFound
+from ..inputs import has_control, parse_float, parse_int, parse_size
 
 POLICIES = ("best-effort", "fixed-share", "burst-share")
 CLASSES = ("online", "offline")
 KINDS = ("cgroup", "pids", "domain")
-DEMANDS = ("notify", "sample")
+# auto (default): sampled until the tenant's first notification, notified from then on;
+# notify: only notifications; sample: only CPU-time sampling (docs/qos.md, "Demand")
+DEMANDS = ("auto", "notify", "sample")
 MAX_TENANTS = 64
+PID_MAX = 4194304  # the kernel's PID_MAX_LIMIT on 64-bit
 DEFAULT_SLICE_MS = 10  # chosen by measurement, see docs/qos.md ("Slice length")
 MIN_SLICE_MS = 1
 MAX_SLICE_MS = 1000
+MAX_INFLIGHT = 1023  # launches per stream the CUDA library keeps outstanding (docs/cuda.md)
+MAX_INFLIGHT_MS = 3_600_000
 _KEY = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
 
 def check_key(value: str, what: str) -> str:
     if not isinstance(value, str) or not _KEY.match(value):
-        raise InvalidInput(f"invalid {what} {value!r}: use letters, digits and _ . : - (at most 128)", value=value)
+        shown = repr(value[:40]) + ("..." if len(value) > 40 else "") if isinstance(value, str) else "(not text)"
+        raise InvalidInput(f"invalid {what} {shown}: use letters, digits and _ . : - (at most 128)")
     return value
+
+
+def unknown_keys(keys: set[Any]) -> str:
+    """Unknown keys of a document, named only when they look like keys (never arbitrary content)."""
+    shown = sorted(k for k in keys if isinstance(k, str) and _KEY.match(k) and len(k) <= 40)
+    return ", ".join(shown[:5]) + (f" and {len(keys) - len(shown[:5])} more" if len(keys) > len(shown[:5]) else "")
+
+
+def number(value: Any, what: str, lo: float, hi: float, integer: bool = False) -> Any:
+    """A number from a document: a real int (or float), not a string or a boolean, within bounds."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or (integer and not isinstance(value, int)):
+        raise InvalidInput(f"{what} must be {'an integer' if integer else 'a number'}")
+    if integer:
+        return parse_int(value, what, lo=int(lo), hi=int(hi))
+    return parse_float(value, what, lo=lo, hi=hi)
 
 
 @dataclass(frozen=True)
@@ -40,22 +62,36 @@ class Tenant:
     cgroup: str | None = None
     pids: tuple[int, ...] = ()
     domain: str | None = None
-    demand: str = "notify"  # notify: the tenant tells busy/idle; sample: CPU time is sampled
+    demand: str = "auto"  # auto | notify (the tenant tells busy/idle) | sample (CPU time is sampled)
+    # for libvgpukit-cuda (docs/cuda.md): memory cap per device in bytes, in-flight window per stream
+    memory: int | None = None
+    inflight: int | None = None
+    inflight_ms: int | None = None
 
     def validate(self) -> Tenant:
         check_key(self.name, "tenant name")
-        if self.cls not in CLASSES:
-            raise InvalidInput(f"tenant {self.name}: class must be online or offline, not {self.cls!r}")
+        # values come from files and sockets: messages name the field, never quote the value
+        if not isinstance(self.cls, str) or self.cls not in CLASSES:
+            raise InvalidInput(f"tenant {self.name}: class must be online or offline")
         if isinstance(self.share, bool) or not isinstance(self.share, int) or not 1 <= self.share <= 100:
-            raise InvalidInput(f"tenant {self.name}: share must be an integer percent 1..100, not {self.share!r}")
-        if self.demand not in DEMANDS:
-            raise InvalidInput(f"tenant {self.name}: demand must be notify or sample, not {self.demand!r}")
+            raise InvalidInput(f"tenant {self.name}: share must be an integer percent 1..100")
+        if not isinstance(self.demand, str) or self.demand not in DEMANDS:
+            raise InvalidInput(f"tenant {self.name}: demand must be one of {', '.join(DEMANDS)}")
+        for what, value, hi in (
+            ("memory", self.memory, 1 << 50),
+            ("inflight", self.inflight, MAX_INFLIGHT),
+            ("inflight_ms", self.inflight_ms, MAX_INFLIGHT_MS),
+        ):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi):
+                raise InvalidInput(f"tenant {self.name}: {what} must be an integer 1..{hi}")
         if self.kind == "cgroup":
-            if not self.cgroup or "\0" in self.cgroup or ".." in self.cgroup.split("/"):
-                raise InvalidInput(f"tenant {self.name}: invalid cgroup path {self.cgroup!r}")
+            cg = self.cgroup
+            if not isinstance(cg, str) or not cg or has_control(cg) or len(cg) > 4096 or ".." in cg.split("/"):
+                raise InvalidInput(f"tenant {self.name}: invalid cgroup path")
         elif self.kind == "pids":
-            if not self.pids or any(isinstance(p, bool) or not isinstance(p, int) or p <= 1 for p in self.pids):
-                raise InvalidInput(f"tenant {self.name}: pids must be process ids > 1, not {list(self.pids)!r}")
+            bad = [p for p in self.pids if isinstance(p, bool) or not isinstance(p, int) or not 1 < p <= PID_MAX]
+            if not self.pids or bad:
+                raise InvalidInput(f"tenant {self.name}: pids must be process ids > 1")
         elif self.kind == "domain":
             check_key(self.domain or "", "libvirt domain name")
         else:
@@ -78,15 +114,34 @@ class Tenant:
             doc["pids"] = list(self.pids)
         else:
             doc["domain"] = self.domain
+        for k in ("memory", "inflight", "inflight_ms"):
+            if getattr(self, k) is not None:
+                doc[k] = getattr(self, k)
         return doc
+
+    @property
+    def library_config(self) -> dict[str, int]:
+        """What libvgpukit-cuda reads for this tenant (empty: the tenant does not configure it)."""
+        return {k: v for k in ("memory", "inflight", "inflight_ms") if (v := getattr(self, k)) is not None}
 
     @classmethod
     def from_dict(cls, name: str, doc: Any) -> Tenant:
+        check_key(name, "tenant name")
         if not isinstance(doc, dict):
             raise InvalidInput(f"tenant {name}: expected a mapping")
-        unknown = set(doc) - {"class", "share", "demand", "cgroup", "pids", "domain"}
+        unknown = set(doc) - {
+            "class",
+            "share",
+            "demand",
+            "cgroup",
+            "pids",
+            "domain",
+            "memory",
+            "inflight",
+            "inflight_ms",
+        }
         if unknown:
-            raise InvalidInput(f"tenant {name}: unknown keys {sorted(unknown)}")
+            raise InvalidInput(f"tenant {name}: unknown keys {unknown_keys(unknown)}")
         targets = [k for k in ("cgroup", "pids", "domain") if doc.get(k) not in (None, [], "")]
         if len(targets) != 1:
             raise InvalidInput(f"tenant {name}: give exactly one of cgroup, pids, domain")
@@ -102,7 +157,10 @@ class Tenant:
             cgroup=doc.get("cgroup"),
             pids=tuple(pids),
             domain=doc.get("domain"),
-            demand=doc.get("demand", "notify"),
+            demand=doc.get("demand", "auto"),
+            memory=None if doc.get("memory") is None else parse_size(doc["memory"], f"tenant {name}: memory", lo=1),
+            inflight=doc.get("inflight"),
+            inflight_ms=doc.get("inflight_ms"),
         ).validate()
 
 
@@ -117,12 +175,9 @@ class Gpu:
 
     def validate(self) -> Gpu:
         check_key(self.key, "GPU key")
-        if self.policy not in POLICIES:
-            raise InvalidInput(f"{self.key}: policy must be one of {', '.join(POLICIES)}, not {self.policy!r}")
-        if isinstance(self.slice_ms, bool) or not isinstance(self.slice_ms, int):
-            raise InvalidInput(f"{self.key}: slice must be an integer number of milliseconds")
-        if not MIN_SLICE_MS <= self.slice_ms <= MAX_SLICE_MS:
-            raise InvalidInput(f"{self.key}: slice must be {MIN_SLICE_MS}..{MAX_SLICE_MS} ms, not {self.slice_ms}")
+        if not isinstance(self.policy, str) or self.policy not in POLICIES:
+            raise InvalidInput(f"{self.key}: policy must be one of {', '.join(POLICIES)}")
+        number(self.slice_ms, f"{self.key}: slice_ms", MIN_SLICE_MS, MAX_SLICE_MS, integer=True)
         if len(self.tenants) > MAX_TENANTS:
             raise NoCapacity(f"{self.key}: at most {MAX_TENANTS} tenants per GPU")
         names = [t.name for t in self.tenants]
@@ -151,18 +206,19 @@ class Gpu:
 
     @classmethod
     def from_dict(cls, key: str, doc: Any) -> Gpu:
+        check_key(key, "GPU key")
         if doc is None:
             doc = {}
         if not isinstance(doc, dict):
             raise InvalidInput(f"{key}: expected a mapping")
         unknown = set(doc) - {"policy", "slice_ms", "tenants"}
         if unknown:
-            raise InvalidInput(f"{key}: unknown keys {sorted(unknown)}")
+            raise InvalidInput(f"{key}: unknown keys {unknown_keys(unknown)}")
         tenants = doc.get("tenants") or {}
         if not isinstance(tenants, dict):
             raise InvalidInput(f"{key}: tenants must be a mapping name -> tenant")
         return Gpu(
-            key=check_key(str(key), "GPU key"),
+            key=key,
             policy=doc.get("policy", "best-effort"),
             slice_ms=doc.get("slice_ms", DEFAULT_SLICE_MS),
             tenants=tuple(Tenant.from_dict(str(n), t) for n, t in tenants.items()),
@@ -175,15 +231,13 @@ class QosConfig:
 
     gpus: dict[str, Gpu] = field(default_factory=dict)
     watchdog_s: float = 2.0  # a freeze not renewed by a live daemon is undone after this long
-    sample_ms: int = 10  # sampling interval for tenants with demand: sample
+    sample_ms: int = 10  # sampling interval (demand sample, and auto until the first notification)
 
     def validate(self) -> QosConfig:
         for gpu in self.gpus.values():
             gpu.validate()
-        if not 0.1 <= float(self.watchdog_s) <= 3600:
-            raise InvalidInput("watchdog_s must be 0.1..3600 seconds")
-        if not 1 <= int(self.sample_ms) <= 1000:
-            raise InvalidInput("sample_ms must be 1..1000")
+        number(self.watchdog_s, "watchdog_s (seconds)", 0.1, 3600)
+        number(self.sample_ms, "sample_ms", 1, 1000, integer=True)
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -201,7 +255,7 @@ class QosConfig:
             raise InvalidInput("QoS config: expected a mapping at the top level")
         unknown = set(doc) - {"gpus", "watchdog_s", "sample_ms"}
         if unknown:
-            raise InvalidInput(f"QoS config: unknown keys {sorted(unknown)}")
+            raise InvalidInput(f"QoS config: unknown keys {unknown_keys(unknown)}")
         gpus = doc.get("gpus") or {}
         if not isinstance(gpus, dict):
             raise InvalidInput("QoS config: gpus must be a mapping key -> settings")

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from ..errors import NotFound, VgpukitError
 from .backends import Backend
-from .model import Gpu
+from .model import Gpu, Tenant
 from .policy import Decision, Scheduler
 from .stats import Samples, ShareWindows
 
@@ -61,6 +61,7 @@ class GpuRuntime:
         self.enforcement = Samples()
         self.preemption = Samples()
         self.timer = Samples()  # how late the daemon woke for this GPU's slice boundaries
+        self.notified_at: dict[str, int] = {}  # last accepted demand datagram per tenant
 
     @staticmethod
     def _params(spec: Gpu) -> list[tuple[str, str, int]]:
@@ -76,6 +77,10 @@ class GpuRuntime:
         now = self.clock()
         self._account(now)
         gone = [n for n in self.backends if n not in backends]
+        old = {t.name: t.target for t in self.spec.tenants}
+        for t in spec.tenants:
+            if old.get(t.name) != t.target:  # another cgroup/process/domain: it must notify anew
+                self.notified_at.pop(t.name, None)
         vanished = []
         for name in gone:
             if name in self.frozen:
@@ -85,6 +90,7 @@ class GpuRuntime:
                     pass
             self.windows.drop(name)
             self.frozen_total.pop(name, None)
+            self.notified_at.pop(name, None)
         self.spec = spec
         self.backends = backends
         self.sched.configure(spec.policy, spec.slice_ms, self._params(spec), now)
@@ -99,6 +105,23 @@ class GpuRuntime:
         if self.sched.set_busy(name, busy, now):
             return self.step(now, trigger_ns=sent_ns if busy else None)
         return []
+
+    def notified(self, name: str, now: int) -> None:
+        self.notified_at[name] = now
+
+    def sampled(self, t: Tenant) -> bool:
+        """Is the tenant's demand read from its CPU time right now (sample, or auto before notifying)?"""
+        return t.demand == "sample" or (t.demand == "auto" and t.name not in self.notified_at)
+
+    def demand_source(self, t: Tenant) -> str:
+        """How the tenant's demand is known: sampled, notified, auto-sampled, auto-notified, or waiting
+        (notify only, and nothing received yet: it is never scheduled until it notifies)."""
+        if t.demand == "sample":
+            return "sampled"
+        seen = t.name in self.notified_at
+        if t.demand == "auto":
+            return "auto-notified" if seen else "auto-sampled"
+        return "notified" if seen else "waiting"
 
     # ------------------------------------------------------------ enforcement
     def step(self, now: int, trigger_ns: int | None = None) -> list[str]:
@@ -192,6 +215,10 @@ class GpuRuntime:
                     "share": spec.share,
                     "target": spec.target,
                     "demand": spec.demand,
+                    "demand_source": self.demand_source(spec),
+                    "last_notified_s": (
+                        round((now - self.notified_at[spec.name]) / S, 3) if spec.name in self.notified_at else None
+                    ),
                     "state": state,
                     "busy": st.busy,
                     "holds_device": self.granted == spec.name,
@@ -200,6 +227,7 @@ class GpuRuntime:
                     "preemptions": st.preemptions,
                     "frozen_s": round(frozen_ns / S, 3),
                     "served_s": round(st.served_ns / S, 3),
+                    "memory": spec.memory,
                 }
             )
         return {

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 
 from ..errors import VgpukitError
 from ..host import Host
+from ..libvirt.connection import Session
 from .backends import backend_from_target
 
 log = logging.getLogger("vgpukit.qos")
@@ -52,15 +53,19 @@ def load_managed(host: Host) -> list[str]:
 def thaw_all(host: Host, targets: Iterable[str]) -> list[str]:
     """Thaw every target that still exists; returns those thawed. Never raises."""
     done = []
-    for target in targets:
-        backend = backend_from_target(host, target)
-        if backend is None:
-            continue
-        try:
-            backend.thaw()
-            done.append(target)
-        except (VgpukitError, OSError) as exc:
-            log.debug("thaw %s: %s", target, exc)
+    libvirt = Session()  # one connection for every domain target, opened only if there is one
+    try:
+        for target in targets:
+            backend = backend_from_target(host, target, libvirt)
+            if backend is None:
+                continue
+            try:
+                backend.thaw()
+                done.append(target)
+            except (VgpukitError, OSError) as exc:
+                log.debug("thaw %s: %s", target, exc)
+    finally:
+        libvirt.close()
     return done
 
 

@@ -1,8 +1,8 @@
 """Kernel reactions for PCI: SR-IOV VF creation and driver binding.
 
-Behaviour follows ``drivers/pci/iov.c``, ``drivers/pci/pci-sysfs.c`` and ``drivers/base/bus.c`` as
-summarised in shared/reference/sysfs-abi.md; cases marked (seen) there were observed on a real kernel
-and are checked against it by tests/realkernel.
+Behaviour follows the kernel's ``drivers/pci/iov.c``, ``drivers/pci/pci-sysfs.c`` and
+``drivers/base/bus.c``, as listed in docs/simulator.md ("Kernel reactions"); cases marked (seen) were
+observed on Linux 6.1 and are checked against it by tests/realkernel (docs/real-kernel-tests.md).
 """
 
 from __future__ import annotations

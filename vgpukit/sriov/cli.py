@@ -36,10 +36,10 @@ def _pf(app: App, name: str, files: OpenFiles, scan: Scan) -> PfInfo:
     return read_pf(app.host, bdf, files, alias=alias, name=name, scan=scan)
 
 
-def _with_libvirt(pfs: list[PfInfo], uri: str | None) -> list[PfInfo]:
+def _with_libvirt(app: App, pfs: list[PfInfo], uri: str | None) -> list[PfInfo]:
     if not uri:
         return pfs
-    doms = libvirt_users(uri)
+    doms = libvirt_users(app.host, uri)
     if not doms:
         return pfs
     from dataclasses import replace
@@ -111,7 +111,7 @@ def list_cmd(app: App, pf: str | None, libvirt_uri: str | None) -> None:
     files = OpenFiles(app.host)
     scan = Scan(app.host)
     pfs = [_pf(app, pf, files, scan)] if pf else list_pfs(app.host, files, scan)
-    pfs = _with_libvirt(pfs, libvirt_uri)
+    pfs = _with_libvirt(app, pfs, libvirt_uri)
     emit(app, "sriov-list", {"pfs": [p.to_dict() for p in pfs]}, lambda: _show_pfs(pfs))
 
 
@@ -159,7 +159,7 @@ def enable(
     libvirt_uri: str | None,
 ) -> None:
     """Have exactly --vfs VFs on PF, bound as --driver says (idempotent)."""
-    (info,) = _with_libvirt([_pf(app, pf, OpenFiles(app.host), Scan(app.host))], libvirt_uri)
+    (info,) = _with_libvirt(app, [_pf(app, pf, OpenFiles(app.host), Scan(app.host))], libvirt_uri)
     steps = ops.plan_enable(app.host, info, count, driver, no_autoprobe, force, timeout)
     execute(app.env, steps)
     _report(app, "sriov-enable", steps, info, {"requested": {"vfs": count, "driver": driver}})
@@ -175,7 +175,7 @@ def enable(
 @mutating
 def disable(app: App, pf: str, force: bool, libvirt_uri: str | None) -> None:
     """Remove every VF of PF (refused while one is in use, unless --force)."""
-    (info,) = _with_libvirt([_pf(app, pf, OpenFiles(app.host), Scan(app.host))], libvirt_uri)
+    (info,) = _with_libvirt(app, [_pf(app, pf, OpenFiles(app.host), Scan(app.host))], libvirt_uri)
     steps = ops.plan_disable(app.host, info, force)
     execute(app.env, steps)
     _report(app, "sriov-disable", steps, info)

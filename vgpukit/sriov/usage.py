@@ -7,7 +7,8 @@ A PCI function (VF or PF) or an mdev is *in use* when
   leaves exactly such an entry in a simulated host's ``proc/``);
 * it carries mediated devices (UUID-named children) or an NVIDIA vGPU (``nvidia/current_vgpu_type``
   other than 0);
-* optionally, a libvirt domain's XML names it as a PCI hostdev (only when asked and reachable).
+* optionally, a libvirt domain's XML (live or inactive) names it as ``<hostdev type='pci'>`` or
+  ``<interface type='hostdev'>``, or names one of its mdevs (only when asked and reachable).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from typing import Any
 from ..errors import VgpukitError
 from ..holders import OpenFiles
 from ..host import VFIO_DEV, Host
+from ..libvirt.connection import connect
+from ..libvirt.domain import assignments
+from ..pci import BDF_RE
 
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
@@ -65,31 +69,38 @@ def pci_users(host: Host, bdf: str, group: int | None, files: OpenFiles, entries
     return users
 
 
-def libvirt_users(uri: str) -> dict[str, list[User]]:
-    """BDF -> domains naming it as a PCI hostdev. Empty when libvirt is not installed or reachable."""
-    import importlib
-    import xml.etree.ElementTree as ET
+def libvirt_users(host: Host, uri: str) -> dict[str, list[User]]:
+    """BDF -> the libvirt domains holding that PCI function, read through the libvirt facade.
 
+    A function is assigned when a domain's live or inactive definition names it as
+    ``<hostdev type='pci'>`` or ``<interface type='hostdev'>``, or names as ``<hostdev type='mdev'>``
+    an mdev whose parent it is. Empty when libvirt-python is not installed or ``uri`` not reachable.
+    """
     try:
-        facade = importlib.import_module("vgpukit.attach.libvirt_facade")
-        conn = facade.connect(uri)
-    except (ImportError, VgpukitError):
-        return {}
-    out: dict[str, list[User]] = {}
-    try:
-        for dom in conn.domains():
-            root = ET.fromstring(conn.xml(dom.name))
-            for addr in root.iterfind("./devices/hostdev[@type='pci']/source/address"):
-                try:
-                    bdf = "{:04x}:{:02x}:{:02x}.{:x}".format(
-                        *(int(addr.get(k, "0"), 0) for k in ("domain", "bus", "slot", "function"))
-                    )
-                except ValueError:
-                    continue
-                state = "running" if dom.active else "defined"
-                out.setdefault(bdf, []).append(User("libvirt", dom.name, state))
+        lv = connect(uri)
     except VgpukitError:
-        return out
+        return {}
+    try:
+        found = assignments(lv)
+    except VgpukitError:
+        return {}
     finally:
-        conn.close()
+        lv.close()
+    out: dict[str, list[User]] = {}
+    for key, held in found.items():
+        kind, _, ref = key.partition(":")
+        bdf = ref if kind == "pci" else mdev_parent(host, ref)
+        if bdf is None:
+            continue
+        detail = "" if kind == "pci" else f"mdev {ref}, "
+        out.setdefault(bdf, []).extend(User("libvirt", a.domain, detail + a.state) for a in held)
     return out
+
+
+def mdev_parent(host: Host, uuid: str) -> str | None:
+    """The PCI function an existing mdev lives on (None: gone, or not on a PCI parent)."""
+    d = host.sys("bus", "mdev", "devices", uuid)
+    if not host.exists(d):
+        return None
+    parent = host.resolve(d).parent.name
+    return parent if BDF_RE.match(parent) else None

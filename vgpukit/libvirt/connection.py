@@ -1,8 +1,10 @@
-"""libvirt behind a small facade: lazy import, libvirt errors mapped to vgpukit errors.
+"""libvirt behind one facade: connection handling, lazy import, libvirt errors mapped to vgpukit errors.
 
-``import libvirt`` happens only when a command needs it, so hosts without libvirt-python still run
-the rest of vgpukit. libvirt's default error handler (which prints to stderr) is silenced; every
-failure surfaces as one vgpukit error naming the URI or the domain.
+Every libvirt call of vgpukit goes through :class:`Libvirt` (attach/detach, ``sriov``/``mdev``
+in-use checks, QoS suspend/resume of domain tenants). ``import libvirt`` happens only in
+:func:`connect`, so hosts without libvirt-python still run the rest of vgpukit. libvirt's default
+error handler (which prints to stderr) is silenced; every failure surfaces as one vgpukit error
+naming the URI or the domain. Domain XML is read and written with :mod:`vgpukit.libvirt.domain`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from ..errors import Conflict, HostIOError, InvalidInput, NotFound, Unsupported,
 DEFAULT_URI = "qemu:///system"
 AFFECT_LIVE = 1
 AFFECT_CONFIG = 2
+STATE_PAUSED = 3  # VIR_DOMAIN_PAUSED
 INSTALL_HINT = (
     "libvirt-python is not installed: pip install 'vgpukit[libvirt]' (needs apt-get install libvirt-dev pkg-config)"
 )
@@ -102,6 +105,23 @@ class Libvirt:
         dom = self._dom(name)
         self._call(f"detaching a device from {name!r}", lambda: dom.detachDeviceFlags(device_xml, flags))
 
+    # ------------------------------------------------------------------ lifecycle (QoS tenants)
+    def suspend(self, name: str) -> None:
+        dom = self._dom(name)
+        self._call(f"suspending {name!r}", dom.suspend)
+
+    def resume(self, name: str) -> None:
+        dom = self._dom(name)
+        self._call(f"resuming {name!r}", dom.resume)
+
+    def paused(self, name: str) -> bool:
+        dom = self._dom(name)
+        return bool(self._call(f"reading the state of {name!r}", dom.state)[0] == STATE_PAUSED)
+
+    def cpu_time_ns(self, name: str) -> int:
+        dom = self._dom(name)
+        return int(self._call(f"reading the CPU time of {name!r}", dom.info)[4])
+
     def close(self) -> None:
         try:
             self.conn.close()
@@ -122,3 +142,22 @@ def connect(uri: str = DEFAULT_URI) -> Libvirt:
     if conn is None:
         raise HostIOError(f"cannot connect to {uri}", value=uri)
     return Libvirt(lv, conn, uri)
+
+
+class Session:
+    """One connection to ``uri``, opened on first use and shared by everyone holding the session
+    (the QoS daemon's domain tenants, one ``thaw_all`` pass). ``close()`` ends it; a later use reopens."""
+
+    def __init__(self, uri: str = DEFAULT_URI, lv: Libvirt | None = None) -> None:
+        self.uri = lv.uri if lv is not None else uri
+        self._lv = lv
+
+    def get(self) -> Libvirt:
+        if self._lv is None:
+            self._lv = connect(self.uri)
+        return self._lv
+
+    def close(self) -> None:
+        if self._lv is not None:
+            self._lv.close()
+            self._lv = None

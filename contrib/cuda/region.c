@@ -1,0 +1,239 @@
+/* The tenant's shared accounting region: <dir>/usage, one small file mapped by every process of the
+ * tenant (layout below; vgpukit/cuda/region.py reads it for `qos status`).
+ *
+ *   offset 0    u32 magic "VGCU" (0x55434756), u32 version 1, u32 maxdev 32, u32 slots 64
+ *   offset 16   a process-shared robust pthread mutex (64 bytes reserved)
+ *   offset 80   u64 cap[32]     the cap per device the tenant allocated on, as the last process set it
+ *   offset 336  u64 total[32]   bytes charged per device = the sum of the live slots
+ *   offset 592  64 slots of { i32 pid, u32 pad, u64 start (starttime in /proc/pid/stat), u64 used[32] }
+ *
+ * Crash safety: a process killed while holding the mutex leaves it EOWNERDEAD; the next locker makes it
+ * consistent and recomputes every total from the slots. A slot whose process is gone (no such pid, or
+ * the pid was reused: another start time) is reclaimed (its usage returned) when an allocation would
+ * otherwise fail and when a process takes a slot. Without a usable directory the region is private to
+ * the process (caps still hold per process).
+ */
+#define _GNU_SOURCE
+#include "vgpukit_cuda.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define VGC_MAGIC 0x55434756u
+#define VGC_SLOTS 64
+
+struct slot {
+    int32_t pid;
+    uint32_t pad;
+    uint64_t start;
+    uint64_t used[VGC_MAXDEV];
+};
+struct region {
+    uint32_t magic, version, maxdev, slots;
+    union {
+        pthread_mutex_t m;
+        char pad[64];
+    } lock;
+    uint64_t cap[VGC_MAXDEV];
+    uint64_t total[VGC_MAXDEV];
+    struct slot slot[VGC_SLOTS];
+};
+_Static_assert(sizeof(pthread_mutex_t) <= 64, "mutex fits its field");
+_Static_assert(sizeof(struct region) == 592 + VGC_SLOTS * 272, "layout as documented");
+
+static struct region *rg;
+static int me = -1; /* my slot */
+static pid_t my_pid;
+
+static uint64_t start_time(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    for (int field = 2; p && field < 22; field++)
+        p = strchr(p + 1, ' ');
+    return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+static int dead(const struct slot *s)
+{
+    if (s->pid <= 0)
+        return 0;
+    if (kill(s->pid, 0) != 0 && errno == ESRCH)
+        return 1;
+    uint64_t st = start_time(s->pid);
+    return st != 0 && s->start != 0 && st != s->start;
+}
+
+static void recompute(void)
+{
+    memset(rg->total, 0, sizeof(rg->total));
+    for (int i = 0; i < VGC_SLOTS; i++)
+        for (int d = 0; d < VGC_MAXDEV; d++)
+            rg->total[d] += rg->slot[i].used[d];
+}
+
+static void lock(void)
+{
+    if (pthread_mutex_lock(&rg->lock.m) == EOWNERDEAD) {
+        recompute();
+        pthread_mutex_consistent(&rg->lock.m);
+    }
+}
+static void unlock(void) { pthread_mutex_unlock(&rg->lock.m); }
+
+/* Returns the usage of dead processes' slots; called with the lock held. */
+static int reclaim(void)
+{
+    int n = 0;
+    for (int i = 0; i < VGC_SLOTS; i++)
+        if (i != me && dead(&rg->slot[i])) {
+            for (int d = 0; d < VGC_MAXDEV; d++)
+                rg->total[d] -= rg->slot[i].used[d];
+            memset(&rg->slot[i], 0, sizeof(rg->slot[i]));
+            n++;
+        }
+    return n;
+}
+
+static void init_mutex(struct region *r)
+{
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&r->lock.m, &a);
+    pthread_mutexattr_destroy(&a);
+}
+
+static struct region *map_file(const char *dir)
+{
+    char path[4200];
+    struct stat st;
+    struct region *r = NULL;
+    if (!dir || snprintf(path, sizeof(path), "%s/usage", dir) >= (int)sizeof(path))
+        return NULL;
+    mkdir(dir, 0700);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return NULL;
+    if (flock(fd, LOCK_EX) == 0 && fstat(fd, &st) == 0 &&
+        (st.st_size == (off_t)sizeof(*r) || (st.st_size == 0 && ftruncate(fd, sizeof(*r)) == 0))) {
+        void *m = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m != MAP_FAILED) {
+            r = m;
+            if (r->magic != VGC_MAGIC) { /* first user (under the file lock): lay it out */
+                memset(r, 0, sizeof(*r));
+                init_mutex(r);
+                r->version = 1, r->maxdev = VGC_MAXDEV, r->slots = VGC_SLOTS;
+                __atomic_store_n(&r->magic, VGC_MAGIC, __ATOMIC_RELEASE);
+            } else if (r->version != 1 || r->maxdev != VGC_MAXDEV || r->slots != VGC_SLOTS) {
+                munmap(m, sizeof(*r));
+                r = NULL;
+            }
+        }
+    }
+    flock(fd, LOCK_UN); /* explicitly: the mapping keeps the open file (and a lock on it) alive */
+    close(fd);
+    return r;
+}
+
+static int take_slot(void)
+{
+    int free_slot = -1;
+    my_pid = getpid();
+    lock();
+    reclaim();
+    for (int i = 0; i < VGC_SLOTS && free_slot < 0; i++)
+        if (rg->slot[i].pid == 0)
+            free_slot = i;
+    if (free_slot >= 0) {
+        memset(&rg->slot[free_slot], 0, sizeof(rg->slot[free_slot]));
+        rg->slot[free_slot].start = start_time(my_pid);
+        rg->slot[free_slot].pid = my_pid;
+    }
+    unlock();
+    return free_slot;
+}
+
+int vgc_region_open(const char *dir)
+{
+    rg = map_file(dir);
+    if (rg && (me = take_slot()) >= 0)
+        return 0;
+    /* No shared file (or 64 live processes): account privately. */
+    rg = calloc(1, sizeof(*rg));
+    if (!rg)
+        return -1;
+    init_mutex(rg);
+    me = take_slot();
+    return -1;
+}
+
+/* A forked child gets its own slot: its parent's allocations are not its own. */
+void vgc_region_after_fork(void)
+{
+    if (rg)
+        me = take_slot();
+}
+
+int vgc_charge(int dev, uint64_t bytes)
+{
+    if (dev < 0 || dev >= VGC_MAXDEV || me < 0) { /* beyond what the region counts: only uncapped tenants */
+        for (int d = 0; d < VGC_MAXDEV; d++)
+            if (vgc.cap[d])
+                return -1;
+        return 0;
+    }
+    uint64_t cap = vgc.cap[dev];
+    lock();
+    rg->cap[dev] = cap; /* for display: the devices this tenant used, with their caps */
+    for (int pass = 0; pass < 2; pass++) {
+        if (!cap || (rg->total[dev] <= cap && bytes <= cap - rg->total[dev])) {
+            rg->slot[me].used[dev] += bytes;
+            rg->total[dev] += bytes;
+            unlock();
+            return 0;
+        }
+        if (pass == 0 && !reclaim())
+            break;
+    }
+    unlock();
+    return -1;
+}
+
+void vgc_uncharge(int dev, uint64_t bytes)
+{
+    if (dev < 0 || dev >= VGC_MAXDEV || me < 0)
+        return;
+    lock();
+    if (bytes > rg->slot[me].used[dev]) /* never below zero, whatever the caller did */
+        bytes = rg->slot[me].used[dev];
+    rg->slot[me].used[dev] -= bytes;
+    rg->total[dev] -= bytes;
+    unlock();
+}
+
+uint64_t vgc_used(int dev)
+{
+    if (dev < 0 || dev >= VGC_MAXDEV || !rg)
+        return 0;
+    return __atomic_load_n(&rg->total[dev], __ATOMIC_RELAXED);
+}

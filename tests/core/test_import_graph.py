@@ -1,0 +1,132 @@
+"""The layering rules, checked on the import graph built from the source (module-level and lazy imports).
+
+* Nothing below the front ends imports a front end (vgpukit.cli or a command module).
+* No import cycles among vgpukit modules, lazy imports counted: a lazy import only hides a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PKG = ROOT / "vgpukit"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def is_front_end(mod: str) -> bool:
+    parts = mod.split(".")
+    last = parts[-1]
+    return (
+        parts[:2] == ["vgpukit", "cli"]
+        or last == "cli"
+        or last.endswith("_cli")
+        or last.endswith("_cmd")
+        or last == "__main__"
+    )
+
+
+def _resolve(mod: str, is_pkg: bool, level: int, target: str | None) -> str:
+    if level == 0:
+        return target or ""
+    base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([target] if target else []))
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the vgpukit modules it imports anywhere in its body (functions and TYPE_CHECKING blocks too)."""
+    paths = {module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for mod, path in paths.items():
+        tree = ast.parse(path.read_text(), str(path))
+        deps: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(mod, path.name == "__init__.py", node.level, node.module)
+                # "from pkg import sub" imports the submodule pkg.sub when there is one
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base for a in node.names]
+            else:
+                continue
+            for name in names:
+                while name and name not in paths:  # "vgpukit.x.y" where y is an attribute
+                    name = name.rpartition(".")[0]
+                if name.startswith("vgpukit") and name != mod:
+                    deps.add(name)
+        graph[mod] = deps
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_the_graph_sees_lazy_imports() -> None:
+    graph = import_graph()
+    assert "vgpukit.host" in graph["vgpukit.cli.context"]  # module level
+    assert "vgpukit.sim.kernel" in graph["vgpukit.cli.context"]  # in a function
+    assert "vgpukit.nvml" in graph["vgpukit.cli.context"]  # under TYPE_CHECKING
+    assert "vgpukit.nvml.errors" in graph["vgpukit.nvml.sim"]  # "from . import errors" names the submodule
+
+
+def front_end_imports(graph: dict[str, set[str]]) -> set[str]:
+    return {
+        f"{mod} -> {dep}" for mod, deps in graph.items() if not is_front_end(mod) for dep in deps if is_front_end(dep)
+    }
+
+
+def test_nothing_below_the_front_ends_imports_them() -> None:
+    bad = sorted(front_end_imports(import_graph()))
+    assert not bad, "domain modules importing front ends (take a Host / facade / options instead):\n" + "\n".join(bad)
+
+
+def test_no_import_cycles() -> None:
+    found = cycles(import_graph())
+    assert not found, "import cycles (module-level and lazy imports):\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_checks_can_fail() -> None:
+    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(g) == [["a", "b", "c"]]
+    assert is_front_end("vgpukit.mig.cli") and is_front_end("vgpukit.mig.config_cli")
+    assert is_front_end("vgpukit.cli.output") and is_front_end("vgpukit.cli.topo_cmd")
+    assert not is_front_end("vgpukit.mig.view") and not is_front_end("vgpukit.client")

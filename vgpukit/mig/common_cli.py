@@ -1,0 +1,78 @@
+"""What the ``mig`` commands share: the NVML handle, GPU names, running a plan and reporting it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import naming
+from ..cli.context import App
+from ..cli.output import emit_result
+from ..engine import execute
+from ..errors import VgpukitError
+from ..nvml import Nvml, NvmlGpu
+from ..pci import Scan
+from . import engine, steps, view
+from .steps import CreateGi
+from .view_cli import show_status
+
+
+def nvml_of(app: App) -> Nvml:
+    """The command's NVML facade (the one its engine steps use); Unsupported where there is none."""
+    return steps.nvml_of(app.env)
+
+
+def resolve_gpu(app: App, name: str, scan: Scan) -> NvmlGpu:
+    """The GPU ``name`` names (gpuN, NVML index, PCI address, GPU UUID; see :mod:`vgpukit.naming`)."""
+    nvml = nvml_of(app)
+    t = naming.resolve(app.host, name, frozenset({naming.GPU}), nvml=nvml, scan=scan)
+    assert t.nvml_index is not None
+    return nvml.gpus()[t.nvml_index]
+
+
+def aliases(scan: Scan) -> dict[str, str]:
+    try:
+        return naming.aliases(scan)
+    except VgpukitError:  # no sysfs (odd root): fall back to NVML order
+        return {}
+
+
+def label_of(scan: Scan, gpu: NvmlGpu) -> str:
+    return f"{aliases(scan).get(gpu.bdf, f'gpu{gpu.index}')} ({gpu.bdf})"
+
+
+def named(scan: Scan, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    names = aliases(scan)
+    for d in docs:
+        d["gpu"] = names.get(d["bdf"], d["gpu"])
+    return docs
+
+
+def run_plans(
+    app: App, scan: Scan, kind: str, plans: list[engine.GpuPlan], extra: dict[str, Any] | None = None
+) -> None:
+    """Apply (unless dry run) and report; show the resulting MIG devices of the GPUs touched."""
+    nvml = nvml_of(app)
+    todo = [s for p in plans for s in p.steps]
+    if not app.dry_run and todo:
+        execute(app.env, todo)
+    gpus = {p.gpu.index: p.gpu for p in plans}
+    now = nvml.gpus()  # once: their MIG mode as it is after the change
+    docs = named(scan, [view.gpu_status(nvml, now[i]) for i in sorted(gpus)])
+    placements = [
+        {"gpu": p.gpu.index, "profile": s.profile, "start": s.start, "size": s.size}
+        for p in plans
+        for s in p.steps
+        if isinstance(s, CreateGi)
+    ]
+    emit_result(
+        app,
+        kind,
+        plan=[s.describe() for s in todo],
+        data={
+            "steps": [s.to_dict() for s in todo],
+            "placements": placements,
+            "gpus": docs,
+            **(extra or {}),
+        },
+        human=None if app.dry_run else (lambda: show_status(docs)),
+    )

@@ -1,0 +1,119 @@
+"""The facade's data types and its interface (what both backends return and implement)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class NvmlGpu:
+    index: int
+    bdf: str  # canonical lower-case DDDD:BB:DD.F
+    uuid: str  # GPU-...
+    name: str
+    mig_capable: bool
+    mig_current: bool  # current MIG mode
+    mig_pending: bool  # pending MIG mode (as NVML reports it: equals current when no change is pending)
+    pci_device_id: int | None = None  # (device << 16) | vendor, as NVML's pciDeviceId (0x20B010DE)
+
+    @property
+    def mode_change_pending(self) -> bool:
+        return self.mig_current != self.mig_pending
+
+
+@dataclass(frozen=True)
+class GiProfile:
+    """A GPU-instance profile as the device reports it (nvmlGpuInstanceProfileInfo_v2 + placements)."""
+
+    id: int  # device profile id (create/placement calls take this)
+    enum: int  # NVML_GPU_INSTANCE_PROFILE_* it was queried with
+    name: str  # "3g.20gb"
+    slices: int  # compute slices
+    size: int  # memory slots a placement occupies
+    memory_mib: int
+    sms: int
+    max_count: int
+    starts: tuple[int, ...]  # possible placement starts
+    media: bool = False  # "+me": uses the GPU's single media-engine set
+
+
+@dataclass(frozen=True)
+class CiProfile:
+    enum: int  # NVML_COMPUTE_INSTANCE_PROFILE_* (also the nvidia-smi CI profile id)
+    name: str  # "1c.3g.20gb" ("3g.20gb" for the full-size one)
+    slices: int
+    max_count: int
+    starts: tuple[int, ...]
+    full: bool  # the default compute instance of its GPU instance (uses all compute slices)
+
+
+@dataclass(frozen=True)
+class ComputeInstance:
+    id: int
+    gi_id: int
+    profile: int  # CI profile enum
+    slices: int
+    start: int
+    uuid: str  # MIG-...
+
+
+@dataclass(frozen=True)
+class GpuInstance:
+    id: int
+    profile_id: int
+    start: int
+    size: int
+    compute_instances: tuple[ComputeInstance, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class NvmlProcess:
+    """A process or client holding a GPU (gi_id/ci_id set when it runs inside a MIG device)."""
+
+    pid: int
+    name: str
+    gi_id: int | None = None
+    ci_id: int | None = None
+
+    def describe(self) -> str:
+        where = f" in GI {self.gi_id}" if self.gi_id is not None else ""
+        return f"{self.name} (pid {self.pid}){where}"
+
+
+class Nvml(Protocol):
+    def gpus(self) -> list[NvmlGpu]: ...
+
+    def mig_mode(self, gpu: int) -> tuple[bool, bool]:
+        """(current, pending); raises NvmlNotSupported on a GPU that is not MIG-capable."""
+        ...
+
+    def set_mig_mode(self, gpu: int, enabled: bool) -> bool:
+        """Request a mode; True when it is in effect now, False when it waits for a GPU reset."""
+        ...
+
+    def reset_gpu(self, gpu: int) -> None: ...
+
+    def gi_profiles(self, gpu: int) -> list[GiProfile]: ...
+
+    def remaining_capacity(self, gpu: int, profile_id: int) -> int: ...
+
+    def gpu_instances(self, gpu: int) -> list[GpuInstance]: ...
+
+    def create_gpu_instance(self, gpu: int, profile_id: int, start: int | None = None) -> GpuInstance: ...
+
+    def destroy_gpu_instance(self, gpu: int, gi_id: int) -> None: ...
+
+    def ci_profiles(self, gpu: int, gi_id: int) -> list[CiProfile]: ...
+
+    def create_compute_instance(
+        self, gpu: int, gi_id: int, profile: int, start: int | None = None
+    ) -> ComputeInstance: ...
+
+    def destroy_compute_instance(self, gpu: int, gi_id: int, ci_id: int) -> None: ...
+
+    def processes(self, gpu: int) -> list[NvmlProcess]: ...
+
+    def close(self) -> None:
+        """Release the library (nvmlShutdown); the facade is not used afterwards."""
+        ...
