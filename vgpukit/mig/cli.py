@@ -106,7 +106,7 @@ def partition(
         words = ["vgpukit", "partition", gpu, *(f"--mig {m}" for m in mig_specs), *(f"--ci {c}" for c in ci_specs)]
         exc.hint = f"nothing was changed; to reset the GPU as part of it: {' '.join(words)}"
         raise
-    run_plans(app, scan, "mig-partition", [plan])
+    run_plans(app, "mig-partition", [plan], scan=scan)
 
 
 @mig.command("destroy")
@@ -128,7 +128,7 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
     scan = Scan(app.host)
     g = resolve_gpu(app, gpu, scan)
     plan, skipped = plan_destroy(nvml, g, None if all_ else list(gi_ids), force, label_of(scan, g))
-    run_plans(app, scan, "mig-destroy", [plan], {"skipped_busy": skipped})
+    run_plans(app, "mig-destroy", [plan], {"skipped_busy": skipped}, scan=scan)
     if skipped:
         fail_after_emit(app, Busy(f"skipped busy GPU instance(s): {', '.join(skipped)}"))
 
@@ -159,7 +159,7 @@ def disable(app: App, gpu: str, reset: bool | None) -> None:
             raise
         # without --reset, disabling is accepted and takes effect at the next reset (like nvidia-smi)
         plan = engine.GpuPlan(g, [SetMode(g.bdf, label_of(scan, g), False, pending_ok=True)], [])
-    run_plans(app, scan, "mig-disable", [plan])
+    run_plans(app, "mig-disable", [plan], scan=scan)
     pending = any(isinstance(s, SetMode) and s.pending_ok and not s.then_reset for s in plan.steps)
     if not app.dry_run and not app.json and pending:
         say(f"MIG stays on until {gpu} is reset: vgpukit mig disable {gpu} --reset (or reboot)")

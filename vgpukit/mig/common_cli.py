@@ -48,7 +48,7 @@ def named(scan: Scan, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run_plans(
-    app: App, scan: Scan, kind: str, plans: list[engine.GpuPlan], extra: dict[str, Any] | None = None
+    app: App, kind: str, plans: list[engine.GpuPlan], extra: dict[str, Any] | None = None, *, scan: Scan
 ) -> None:
     """Apply (unless dry run) and report; show the resulting MIG devices of the GPUs touched."""
     nvml = nvml_of(app)

@@ -95,7 +95,7 @@ def apply_cmd(app: App, path: Path, name: str | None, reset: bool | None) -> Non
     nvml = nvml_of(app)
     scan = Scan(app.host)
     plans = build_plans(scan, nvml, entries, str(path), reset is not False)
-    run_plans(app, scan, "mig-apply", plans, {"config": name})
+    run_plans(app, "mig-apply", plans, {"config": name}, scan=scan)
 
 
 @click.command("assert")

@@ -99,7 +99,7 @@ def libvirt_users(host: Host, uri: str) -> dict[str, list[User]]:
 
 def mdev_parent(host: Host, uuid: str) -> str | None:
     """The PCI function an existing mdev lives on (None: gone, or not on a PCI parent)."""
-    d = host.sys("bus", "mdev", "devices", uuid)
+    d = host.mdev_device(uuid)
     if not host.exists(d):
         return None
     parent = host.resolve(d).parent.name
