@@ -144,3 +144,19 @@ def test_readonly_attribute_refused(sim_dir: Path) -> None:
     h = sim_host(sim_dir)
     with pytest.raises(Exception, match="EACCES"):
         h.write(h.pci_device(PF, "sriov_totalvfs"), "4")
+
+
+def test_mdev_counts_missing_from_an_older_state_are_taken_from_the_tree(qemu_sim: Path) -> None:
+    import json
+
+    h = sim_host(qemu_sim)
+    types = h.sys("class", "mdev_bus", "mtty", "mdev_supported_types")
+    for t in ("mtty-2", "mtty-2", "mtty-1"):
+        h.write(types / t / "create", str(uuid.uuid4()))
+    state_file = qemu_sim / ".vgpukit-sim" / "kernel.json"
+    state = json.loads(state_file.read_text())
+    del state["mdev_pools"]["mtty"]["counts"]  # as a simulator without per-type counts saved it
+    state_file.write_text(json.dumps(state))
+    h.write(types / "mtty-1" / "create", str(uuid.uuid4()))
+    avail = {t: h.read_int(types / t / "available_instances") for t in ("mtty-1", "mtty-2")}
+    assert avail == {"mtty-1": 18, "mtty-2": 9}  # 24 ports - 2x2 - 2x1

@@ -26,6 +26,21 @@ def test_kernel_changes_the_vf_count_only_through_zero(target: Target) -> None:
     assert target.num_vfs() == 2
 
 
+def test_kernel_places_vf_n_at_pf_routing_id_plus_offset_plus_n_strides(target: Target) -> None:
+    """The SR-IOV capability's arithmetic, computed here from the PF's own attributes (a third source)."""
+    h = target.host
+    offset = h.read_int(h.pci_device(PF, "sriov_offset"), -1, base=10) or 0
+    stride = h.read_int(h.pci_device(PF, "sriov_stride"), -1, base=10) or 0
+    assert offset > 0 and stride > 0
+    assert target.write(h.pci_device(PF, "sriov_numvfs"), str(TOTAL_VFS)) is None
+    domain, bus, devfn = int(PF[:4], 16), int(PF[5:7], 16), int(PF[8:10], 16) << 3 | int(PF[11])
+    for n in range(TOTAL_VFS):
+        rid = (bus << 8 | devfn) + offset + n * stride
+        want = f"{domain:04x}:{rid >> 8:02x}:{rid >> 3 & 0x1F:02x}.{rid & 7}"
+        assert h.link_name(h.pci_device(PF, f"virtfn{n}")) == want
+    assert target.write(h.pci_device(PF, "sriov_numvfs"), "0") is None
+
+
 def test_kernel_rejects_counts_it_cannot_do(target: Target) -> None:
     numvfs = target.host.pci_device(PF, "sriov_numvfs")
     assert target.write(numvfs, str(TOTAL_VFS + 1)) == "ERANGE"

@@ -13,7 +13,7 @@ import yaml
 
 from ..errors import Conflict, InvalidInput, NotFound
 from .state import KernelState, sim_meta_dir
-from .tree import RW, SimTree, link, make_devnode, write_attr
+from .tree import RW, SimTree
 
 PROFILE_KEYS = {
     "version",
@@ -67,27 +67,27 @@ class Builder:
 
     def build(self) -> None:
         for sub in ("sys/bus/pci/devices", "sys/kernel/iommu_groups", "dev/vfio", "proc", "run/vgpukit", "etc/vgpukit"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
-        write_attr(self.tree.bus_pci / "drivers_probe", "", 0o200)
-        write_attr(self.tree.bus_pci / "drivers_autoprobe", 1, RW)
-        make_devnode(self.tree.devnode("vfio", "vfio"), 10, 196)
+            self.tree.mkdir(self.root / sub)
+        self.tree.write_attr(self.tree.bus_pci / "drivers_probe", "", 0o200)
+        self.tree.write_attr(self.tree.bus_pci / "drivers_autoprobe", 1, RW)
+        self.tree.make_devnode(self.tree.devnode("vfio", "vfio"), 10, 196)
         for drv, ids in self.profile.get("drivers", {}).items():
             self.tree.add_driver(drv)
             self.state.driver_ids[drv] = list(ids)
         self.state.vf_models = {k: self.models[v] for k, v in self.profile.get("vf_models", {}).items()}
         nodes = self.profile.get("numa_nodes") or {}
         for node, cpus in nodes.items():
-            write_attr(self.root / "sys/devices/system/node" / f"node{node}" / "cpulist", cpus)
-        write_attr(self.root / "sys/devices/system/node/online", ",".join(str(n) for n in nodes) or "0")
+            self.tree.write_attr(self.root / "sys/devices/system/node" / f"node{node}" / "cpulist", cpus)
+        self.tree.write_attr(self.root / "sys/devices/system/node/online", ",".join(str(n) for n in nodes) or "0")
         for hb in self.profile.get("host_bridges", []):
             hb_dir = self.root / "sys" / "devices" / hb["name"]
-            hb_dir.mkdir(parents=True, exist_ok=True)
+            self.tree.mkdir(hb_dir)
             numa = hb.get("numa")
             for node in hb.get("devices", []):
                 self._device(hb_dir, node, numa, nodes.get(numa) if numa is not None else None)
         for vp in self.profile.get("virtual_mdev_parents", []):
             pdir = self.root / "sys" / "devices" / vp["path"]
-            pdir.mkdir(parents=True, exist_ok=True)
+            self.tree.mkdir(pdir)
             self._mdev_parent(vp["name"], pdir, vp["mdev"])
         self._gpu_nodes()
 
@@ -108,12 +108,12 @@ class Builder:
             self.tree.bind(bdf, driver)
         sriov = model.get("sriov")
         if sriov:
-            write_attr(d / "sriov_totalvfs", sriov["total_vfs"])
-            write_attr(d / "sriov_numvfs", 0, RW)
-            write_attr(d / "sriov_offset", sriov.get("offset", 1))
-            write_attr(d / "sriov_stride", sriov.get("stride", 1))
-            write_attr(d / "sriov_vf_device", sriov["vf_device"])
-            write_attr(d / "sriov_drivers_autoprobe", 1, RW)
+            self.tree.write_attr(d / "sriov_totalvfs", sriov["total_vfs"])
+            self.tree.write_attr(d / "sriov_numvfs", 0, RW)
+            self.tree.write_attr(d / "sriov_offset", sriov.get("offset", 1))
+            self.tree.write_attr(d / "sriov_stride", sriov.get("stride", 1))
+            self.tree.write_attr(d / "sriov_vf_device", sriov["vf_device"])
+            self.tree.write_attr(d / "sriov_drivers_autoprobe", 1, RW)
         if model.get("mdev"):
             self._mdev_parent(bdf, d, model["mdev"])
         gpu = model.get("gpu")
@@ -131,26 +131,27 @@ class Builder:
             "pool": spec["pool"],
             "homogeneous": bool(spec.get("homogeneous")),
             "types": spec["types"],
+            "counts": {},
         }
         for type_id, t in spec["types"].items():
             tdir = pdir / "mdev_supported_types" / type_id
-            write_attr(tdir / "name", t["name"])
-            write_attr(tdir / "device_api", t.get("device_api", "vfio-pci"))
+            self.tree.write_attr(tdir / "name", t["name"])
+            self.tree.write_attr(tdir / "device_api", t.get("device_api", "vfio-pci"))
             if t.get("description"):
-                write_attr(tdir / "description", t["description"])
-            write_attr(tdir / "available_instances", spec["pool"] // t["cost"])
-            write_attr(tdir / "create", "", 0o200)
-            (tdir / "devices").mkdir(exist_ok=True)
-        link(self.root / "sys" / "class" / "mdev_bus" / name, pdir)
+                self.tree.write_attr(tdir / "description", t["description"])
+            self.tree.write_attr(tdir / "available_instances", spec["pool"] // t["cost"])
+            self.tree.write_attr(tdir / "create", "", 0o200)
+            self.tree.mkdir(tdir / "devices")
+        self.tree.link(self.root / "sys" / "class" / "mdev_bus" / name, pdir)
 
     def _gpu_nodes(self) -> None:
         if not self.gpus:
             return
-        make_devnode(self.tree.devnode("nvidiactl"), 195, 255)
-        make_devnode(self.tree.devnode("nvidia-uvm"), 510, 0)
-        make_devnode(self.tree.devnode("nvidia-uvm-tools"), 510, 1)
+        self.tree.make_devnode(self.tree.devnode("nvidiactl"), 195, 255)
+        self.tree.make_devnode(self.tree.devnode("nvidia-uvm"), 510, 0)
+        self.tree.make_devnode(self.tree.devnode("nvidia-uvm-tools"), 510, 1)
         for i, _gpu in enumerate(self.gpus):
-            make_devnode(self.tree.devnode(f"nvidia{i}"), 195, i)
+            self.tree.make_devnode(self.tree.devnode(f"nvidia{i}"), 195, i)
 
 
 def _boot(root: Path, writes: list[dict[str, Any]]) -> None:

@@ -7,11 +7,12 @@ read /proc the same way on both.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
 
-from .tree import write_attr
+from .tree import SimTree
 
 FIRST_PID = 40000
 
@@ -22,10 +23,15 @@ def _devnode_text(group: str) -> str:
 
 def holders_of(root: Path, group: str) -> list[int]:
     """Pids holding ``/dev/vfio/<group>`` on the simulated host (what the kernel knows of open files)."""
-    from ..holders import OpenFiles
-    from ..host import Host
-
-    return [h.pid for h in OpenFiles(Host(root)).group(int(group))]
+    node = _devnode_text(group)
+    proc = root / "proc"
+    out = []
+    for pid in sorted(int(p) for p in os.listdir(proc) if p.isdigit()) if proc.is_dir() else []:
+        with contextlib.suppress(OSError):
+            fds = os.listdir(proc / str(pid) / "fd")
+            if any(os.readlink(proc / str(pid) / "fd" / fd) == node for fd in fds):
+                out.append(pid)
+    return out
 
 
 def hold(root: Path, group: str, comm: str = "qemu-system-x86", owner: str = "") -> int:
@@ -34,10 +40,11 @@ def hold(root: Path, group: str, comm: str = "qemu-system-x86", owner: str = "")
     taken = {int(p) for p in os.listdir(proc) if p.isdigit()}
     pid = max(taken | {FIRST_PID - 1}) + 1
     d = proc / str(pid)
-    write_attr(d / "comm", comm)
-    write_attr(d / "cmdline", f"{comm}\0-name\0{owner or 'sim-vm'}\0")
-    (d / "fd").mkdir()
-    os.symlink(_devnode_text(group), d / "fd" / "20")
+    tree = SimTree(root)
+    tree.write_attr(d / "comm", comm)
+    tree.write_attr(d / "cmdline", f"{comm}\0-name\0{owner or 'sim-vm'}\0")
+    tree.mkdir(d / "fd")
+    os.symlink(_devnode_text(group), d / "fd" / "20")  # an absolute link text, as /proc shows it
     return pid
 
 

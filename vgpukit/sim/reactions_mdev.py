@@ -3,6 +3,10 @@
 Each parent has a pool of capacity units; a type costs some units (mtty: 24 ports, mtty-1 costs 1,
 mtty-2 costs 2, seen on a real kernel). ``available_instances`` of every type is recomputed after
 each change. A ``homogeneous`` pool (legacy NVIDIA vGPU) admits one type at a time.
+
+The kernel state keeps each parent's instance count per type (``counts``), so a create or remove
+costs the same with 10 or 10,000 instances on the parent (the tree is listed once, for a pool saved
+by an older simulator without counts).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 
 from .holders import holders_of
 from .kernel import Reaction, Write, fail
-from .tree import WO, link, remove_tree, set_attr, unlink, write_attr
+from .tree import WO, SimTree
 
 UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
@@ -28,9 +32,8 @@ def _parent_of_types(types_dir: Path, w: Write) -> str | None:
     """The mdev_bus name of a parent directory, found through /sys/class/mdev_bus links."""
     cls = w.root / "sys" / "class" / "mdev_bus"
     real = os.path.realpath(types_dir.parent)
-    guess = os.path.basename(real)  # a PCI parent is named by its address, mtty by its directory
-    if os.path.lexists(cls / guess) and os.path.realpath(cls / guess) == real:
-        return guess
+    if os.path.realpath(cls / types_dir.parent.name) == real:
+        return types_dir.parent.name  # the usual case: a parent is registered under its device name
     for name in os.listdir(cls) if cls.is_dir() else []:
         if os.path.realpath(cls / name) == real:
             return name
@@ -46,19 +49,38 @@ def instances(parent_dir: Path) -> list[tuple[str, str]]:
     return out
 
 
-def refresh_available(parent_dir: Path, pool: dict[str, Any]) -> None:
-    present = instances(parent_dir)
-    used = sum(pool["types"][t]["cost"] for _, t in present if t in pool["types"])
+def counts(parent_dir: Path, pool: dict[str, Any]) -> dict[str, int]:
+    """The parent's instance count per type, kept in the pool (listed from the tree once if absent)."""
+    if "counts" not in pool:
+        pool["counts"] = {}
+        for _, t in instances(parent_dir):
+            pool["counts"][t] = pool["counts"].get(t, 0) + 1
+    out: dict[str, int] = pool["counts"]
+    return out
+
+
+def refresh_available(tree: SimTree, parent_dir: Path, pool: dict[str, Any]) -> None:
+    present = counts(parent_dir, pool)
+    used = sum(pool["types"][t]["cost"] * n for t, n in present.items() if t in pool["types"])
     free = pool["pool"] - used
-    kinds = {t for _, t in present}
+    kinds = {t for t, n in present.items() if n}
     for type_id, spec in pool["types"].items():
         avail = free // spec["cost"]
         if pool.get("homogeneous") and kinds and type_id not in kinds:
             avail = 0
         cap = spec.get("max_instances")
         if cap is not None:
-            avail = min(avail, cap - sum(1 for _, t in present if t == type_id))
-        set_attr(parent_dir / "mdev_supported_types" / type_id / "available_instances", max(avail, 0))
+            avail = min(avail, cap - present.get(type_id, 0))
+        path = parent_dir / "mdev_supported_types" / type_id / "available_instances"
+        if _read_int(path) != max(avail, 0):
+            tree.set_attr(path, max(avail, 0))
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _create_match(w: Write) -> bool:
@@ -82,25 +104,27 @@ def create(w: Write) -> None:
     if int((type_dir / "available_instances").read_text()) < 1:
         raise fail(errno.ENOSPC)
     d = parent_dir / uid
-    d.mkdir()
-    write_attr(d / "remove", "", WO)
-    link(d / "mdev_type", type_dir)
-    link(type_dir / "devices" / uid, d)
-    link(mdev_bus(w) / "devices" / uid, d)
-    link(d / "subsystem", mdev_bus(w))
+    if os.path.lexists(d):
+        raise fail(errno.EEXIST)
+    counts(parent_dir, pool)
+    w.tree.mkdir(d)
+    w.tree.write_attr(d / "remove", "", WO)
+    w.tree.link(d / "mdev_type", type_dir)
+    w.tree.link(type_dir / "devices" / uid, d)
+    w.tree.link(mdev_bus(w) / "devices" / uid, d)
+    w.tree.link(d / "subsystem", mdev_bus(w))
     drivers = mdev_bus(w) / "drivers" / "vfio_mdev"
-    drivers.mkdir(parents=True, exist_ok=True)
-    link(d / "driver", drivers)
-    link(drivers / uid, d)
+    w.tree.mkdir(drivers)
+    w.tree.link(d / "driver", drivers)
+    w.tree.link(drivers / uid, d)
     group = w.state.next_group
     w.state.next_group += 1
     w.tree.join_group(uid, d, group)
-    from .tree import make_devnode
-
-    make_devnode(w.tree.devnode("vfio", str(group)), 243, group)
+    w.tree.make_devnode(w.tree.devnode("vfio", str(group)), 243, group)
     for rel, value in (pool["types"][type_id].get("attrs") or {}).items():
-        write_attr(d / rel, value)
-    refresh_available(parent_dir, pool)
+        w.tree.write_attr(d / rel, value)
+    pool["counts"][type_id] = pool["counts"].get(type_id, 0) + 1
+    refresh_available(w.tree, parent_dir, pool)
 
 
 def _remove_match(w: Write) -> bool:
@@ -120,12 +144,16 @@ def remove(w: Write) -> None:
     if holders_of(w.root, group):
         raise fail(errno.EBUSY)
     type_dir = Path(os.path.realpath(d / "mdev_type"))
-    for p in (type_dir / "devices" / uid, mdev_bus(w) / "devices" / uid, mdev_bus(w) / "drivers" / "vfio_mdev" / uid):
-        unlink(p)
-    w.tree.leave_group(uid, d)
-    remove_tree(d)
     parent = _parent_of_types(type_dir.parent, w)
-    refresh_available(type_dir.parent.parent, w.state.mdev_pools[parent or ""])
+    pool = w.state.mdev_pools[parent or ""]
+    parent_dir = type_dir.parent.parent
+    counts(parent_dir, pool)
+    for p in (type_dir / "devices" / uid, mdev_bus(w) / "devices" / uid, mdev_bus(w) / "drivers" / "vfio_mdev" / uid):
+        w.tree.unlink(p)
+    w.tree.leave_group(uid, d)
+    w.tree.remove_tree(d)
+    pool["counts"][type_dir.name] = max(0, pool["counts"].get(type_dir.name, 0) - 1)
+    refresh_available(w.tree, parent_dir, pool)
 
 
 REACTIONS = [

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
-from ..pci import BDF_RE, vf_address
 from .kernel import Reaction, Write, fail
-from .tree import link, set_attr
+
+# The kernel's device names (pci_name(): "%04x:%02x:%02x.%d"); the simulator's own, not the toolkit's.
+BDF_RE = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([01][0-9a-f])\.([0-7])$")
 
 
 def _is_pci_dir(path: Path) -> bool:
@@ -62,6 +64,24 @@ def probe(w: Write, bdf: str) -> None:
 
 
 # ----------------------------------------------------------------------------- SR-IOV
+def virtfn_name(pf: str, offset: int, stride: int, n: int) -> str:
+    """The name the PCI core gives VF ``n`` (``pci_iov_virtfn_bus``/``_devfn`` in drivers/pci/iov.c).
+
+    A function's routing ID is ``bus << 8 | devfn`` (devfn = slot << 3 | function); VF n's is the
+    PF's plus ``First VF Offset + n * VF Stride`` from the PF's SR-IOV capability; the VF's bus and
+    devfn are the routing ID's high and low bytes, in the PF's domain.
+    """
+    m = BDF_RE.match(pf)
+    if m is None:
+        raise fail(errno.ENODEV)
+    domain, bus, slot, function = (int(x, 16) for x in m.groups())
+    rid = (bus << 8) + (slot << 3) + function + offset + n * stride
+    vf_bus, devfn = divmod(rid, 256)
+    if vf_bus > 0xFF:
+        raise fail(errno.ERANGE)  # no bus number left for the VF: the PCI core fails the enable
+    return f"{domain:04x}:{vf_bus:02x}:{devfn >> 3:02x}.{devfn & 7}"
+
+
 def kstrtou16(data: str) -> int:
     """The kernel's ``kstrtou16(buf, 0, ...)``: one optional trailing newline, ``+``, 0x/0 prefixes (seen:
     " 1 " and "-1" are EINVAL, "abc" EINVAL)."""
@@ -102,8 +122,8 @@ def sriov_numvfs(w: Write) -> None:
         for n in range(have):
             vf = os.path.basename(os.readlink(pf_dir / f"virtfn{n}"))
             w.tree.remove_pci_device(vf)
-            os.unlink(pf_dir / f"virtfn{n}")
-        set_attr(pf_dir / "sriov_numvfs", 0)
+            w.tree.unlink(pf_dir / f"virtfn{n}")
+        w.tree.set_attr(pf_dir / "sriov_numvfs", 0)
         return
     offset, stride = int(_read(pf_dir / "sriov_offset")), int(_read(pf_dir / "sriov_stride"))
     vendor = _read(pf_dir / "vendor")[2:]
@@ -114,29 +134,29 @@ def sriov_numvfs(w: Write) -> None:
     cpus = _read(pf_dir / "local_cpulist") if (pf_dir / "local_cpulist").exists() else None
     autoprobe = _read(pf_dir / "sriov_drivers_autoprobe") == "1" and _read(w.tree.bus_pci / "drivers_autoprobe") == "1"
     for n in range(want):
-        vf = vf_address(pf, offset, stride, n)
+        vf = virtfn_name(pf, offset, stride, n)
         group = w.state.next_group
         w.state.next_group += 1
         vf_dir = w.tree.add_pci_device(pf_dir.parent, vf, spec, None if numa < 0 else numa, cpus, group)
-        link(vf_dir / "physfn", pf_dir)
-        link(pf_dir / f"virtfn{n}", vf_dir)
+        w.tree.link(vf_dir / "physfn", pf_dir)
+        w.tree.link(pf_dir / f"virtfn{n}", vf_dir)
         if autoprobe:
             probe(w, vf)
-    set_attr(pf_dir / "sriov_numvfs", want)
+    w.tree.set_attr(pf_dir / "sriov_numvfs", want)
 
 
 def _bool_attr(w: Write) -> None:
     value = w.value.lower()
     if value in ("1", "y", "yes", "on", "true"):
-        set_attr(w.path, 1)
+        w.tree.set_attr(w.path, 1)
     elif value in ("0", "n", "no", "off", "false"):
-        set_attr(w.path, 0)
+        w.tree.set_attr(w.path, 0)
     else:
         raise fail(errno.EINVAL)
 
 
 def driver_override(w: Write) -> None:
-    set_attr(w.path, w.value or "(null)")
+    w.tree.set_attr(w.path, w.value or "(null)")
 
 
 # ----------------------------------------------------------------------------- binding

@@ -1,8 +1,10 @@
 """Kernel reactions of NVIDIA's vGPU host driver, and catalogue expansion for vGPU profiles.
 
+Type tables: the simulator's own (:mod:`vgpukit.sim.vgpu_types`, ``vgpukit/sim/data/nvidia-vgpu.yaml``).
+
 * Legacy mdev (``mdev: {vgpu_catalog: tesla-t4}`` under a PCI model): the GPU is an mdev parent
   whose ``nvidia-NNN`` types share the framebuffer (pool = framebuffer in MB, cost = a type's
-  framebuffer, ``max_instance`` per type, homogeneous). :func:`mdev_spec` expands the catalogue; the
+  framebuffer, ``max_instance`` per type, homogeneous). :func:`mdev_spec` expands the board; the
   generic mdev reactions do the rest. Instances get ``nvidia/vgpu_params``.
 * Vendor-specific VFIO (a VF model with ``nvidia_vgpu: {catalog: h100-pcie}``): enabling VFs on the
   PF gives each VF an ``nvidia/`` directory with ``creatable_vgpu_types`` (card-wide list that
@@ -19,11 +21,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..vgpu.catalog import Catalog, TypeSpec, catalog
 from .holders import holders_of
 from .kernel import Reaction, Write, fail
 from .reactions_pci import _is_pci_dir, sriov_numvfs
-from .tree import RO, RW, set_attr, unlink, write_attr
+from .tree import RO, RW
+from .vgpu_types import Board, VgpuType, board
 
 HEADER = "ID    : vGPU Name"
 
@@ -32,7 +34,7 @@ def mdev_spec(spec: dict[str, Any]) -> dict[str, Any]:
     """A profile's ``mdev:`` block, with ``vgpu_catalog: KEY`` expanded into a framebuffer pool."""
     if "vgpu_catalog" not in spec:
         return spec
-    cat = catalog(spec["vgpu_catalog"])
+    cat = board(spec["vgpu_catalog"])
     types = {
         f"nvidia-{t.id}": {
             "name": cat.full_name(t),
@@ -52,12 +54,12 @@ def _read(path: Path) -> str:
     return path.read_text().strip()
 
 
-def _vf_catalog(w: Write, pf_dir: Path) -> Catalog | None:
+def _vf_catalog(w: Write, pf_dir: Path) -> Board | None:
     if not (pf_dir / "sriov_vf_device").exists():
         return None
     ids = f"{_read(pf_dir / 'vendor')[2:]}:{_read(pf_dir / 'sriov_vf_device').zfill(4)}"
     spec = (w.state.vf_models.get(ids) or {}).get("nvidia_vgpu")
-    return catalog(spec["catalog"]) if spec else None
+    return board(spec["catalog"]) if spec else None
 
 
 def _vfs(pf_dir: Path) -> list[Path]:
@@ -70,7 +72,7 @@ def _current(vf: Path) -> int:
     return int(_read(f)) if f.exists() else 0
 
 
-def creatable(cat: Catalog, used: list[int]) -> list[TypeSpec]:
+def creatable(cat: Board, used: list[int]) -> list[VgpuType]:
     """What the card can still take, given the type ids of its existing vGPUs."""
     specs = [cat.by_id(u) for u in used]
     free = cat.framebuffer_mb - sum(s.framebuffer_mb for s in specs if s)
@@ -84,12 +86,14 @@ def creatable(cat: Catalog, used: list[int]) -> list[TypeSpec]:
     return out
 
 
-def refresh(cat: Catalog, pf_dir: Path) -> None:
+def refresh(w: Write, cat: Board, pf_dir: Path) -> None:
     vfs = _vfs(pf_dir)
     used = [c for c in (_current(vf) for vf in vfs) if c]
     text = "\n".join([HEADER] + [f"{t.id:<6}: {cat.full_name(t)}" for t in creatable(cat, used)])
     for vf in vfs:
-        set_attr(vf / "nvidia" / "creatable_vgpu_types", text)
+        f = vf / "nvidia" / "creatable_vgpu_types"
+        if not f.exists() or _read(f) != text:
+            w.tree.set_attr(f, text)
 
 
 def _numvfs_match(w: Write) -> bool:
@@ -106,8 +110,8 @@ def numvfs(w: Write) -> None:
     sriov_numvfs(w)
     for vf in _vfs(pf_dir):
         if not (vf / "nvidia").is_dir():
-            write_attr(vf / "nvidia" / "current_vgpu_type", 0, RW)
-    refresh(cat, pf_dir)
+            w.tree.write_attr(vf / "nvidia" / "current_vgpu_type", 0, RW)
+    refresh(w, cat, pf_dir)
 
 
 def _type_match(w: Write) -> bool:
@@ -137,9 +141,9 @@ def set_type(w: Write) -> None:
         if holders_of(w.root, group):
             raise fail(errno.EBUSY)
         for name in ("vgpu_params", "placement_id"):
-            unlink(nv / name)
-        set_attr(nv / "current_vgpu_type", 0)
-        refresh(cat, pf_dir)
+            w.tree.unlink(nv / name)
+        w.tree.set_attr(nv / "current_vgpu_type", 0)
+        refresh(w, cat, pf_dir)
         return
     if cur != 0:
         raise fail(errno.EBUSY)
@@ -149,12 +153,12 @@ def set_type(w: Write) -> None:
     used = [c for c in (_current(v) for v in _vfs(pf_dir)) if c]
     if spec not in creatable(cat, used):
         raise fail(errno.ENOSPC)
-    set_attr(nv / "current_vgpu_type", want)
-    write_attr(nv / "vgpu_params", "", RW)
+    w.tree.set_attr(nv / "current_vgpu_type", want)
+    w.tree.write_attr(nv / "vgpu_params", "", RW)
     placed = [v / "nvidia" / "placement_id" for v in _vfs(pf_dir)]
     taken = {int(_read(p)) for p in placed if p.exists()}
-    write_attr(nv / "placement_id", min(set(range(len(taken) + 1)) - taken), RO)
-    refresh(cat, pf_dir)
+    w.tree.write_attr(nv / "placement_id", min(set(range(len(taken) + 1)) - taken), RO)
+    refresh(w, cat, pf_dir)
 
 
 def _params_match(w: Write) -> bool:
@@ -165,7 +169,7 @@ def set_params(w: Write) -> None:
     """``nvidia/vgpu_params`` of an mdev instance or a VF vGPU: plain text, settable before VM start."""
     if not w.path.exists():
         raise fail(errno.ENOENT)
-    set_attr(w.path, w.value)
+    w.tree.set_attr(w.path, w.value)
 
 
 REACTIONS = [

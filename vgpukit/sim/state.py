@@ -6,7 +6,7 @@ import contextlib
 import fcntl
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +50,7 @@ class KernelState:
     def save(self, root: Path) -> None:
         path = sim_meta_dir(root) / "kernel.json"
         tmp = path.with_suffix(".tmp")
-        # the fields as they are (asdict would deep-copy every pool) through the C encoder (no indent)
-        tmp.write_text(json.dumps({f.name: getattr(self, f.name) for f in fields(self)}, separators=(",", ":")))
+        tmp.write_text(json.dumps(vars(self), separators=(",", ":")))  # the C encoder: no indent
         tmp.replace(path)
 
     @classmethod

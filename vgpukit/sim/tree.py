@@ -10,70 +10,152 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InvalidInput
+
+if TYPE_CHECKING:
+    from .journal import Journal
 
 RO, RW, WO = 0o444, 0o644, 0o200
-
-
-def write_attr(path: Path, value: object, mode: int = RO) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists():
-        os.chmod(path, 0o644)
-    path.write_text(f"{value}\n")
-    os.chmod(path, mode)
-
-
-def set_attr(path: Path, value: object) -> None:
-    """Change an attribute's content, keeping its mode."""
-    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else RO
-    write_attr(path, value, mode)
-
-
-def link(path: Path, target: Path) -> None:
-    """A relative symlink ``path`` -> ``target`` (as sysfs makes them)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if os.path.lexists(path):
-        os.unlink(path)
-    os.symlink(os.path.relpath(target, path.parent), path)
-
-
-def unlink(path: Path) -> None:
-    if os.path.lexists(path):
-        os.unlink(path)
-
-
-def remove_tree(d: Path) -> None:
-    """Remove a device directory with its attributes and links (never following links)."""
-    for child in sorted(d.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if child.is_symlink() or child.is_file():
-            child.unlink()
-        elif child.is_dir():
-            child.rmdir()
-    d.rmdir()
 
 
 def is_writable(path: Path) -> bool:
     return bool(path.stat().st_mode & 0o222)
 
 
-def make_devnode(path: Path, major: int, minor: int) -> None:
-    """A simulated device node: a plain file naming the numbers it stands for.
-
-    Never a real character device: on a GPU host, 195:0 *is* the real /dev/nvidia0, and nothing
-    done on a simulated host may reach real hardware.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not os.path.lexists(path):
-        path.write_text(f"simulated character device {major}:{minor}\n")
-
-
 @dataclass
 class SimTree:
-    """Paths of a simulated host rooted at ``root``."""
+    """Paths of a simulated host rooted at ``root``, and the only way the simulator changes them.
+
+    Every change resolves its path and refuses (:class:`~vgpukit.errors.InvalidInput`, naming the
+    path) one that leads outside the root, e.g. through a planted symlink; with a ``journal`` (a
+    reaction in flight) it records the path's state before changing it.
+
+    Resolving a path costs an ``lstat`` per component, so directories already found to be real
+    (no symlink on the way) are remembered for this instance's life; removing a directory forgets them.
+    """
 
     root: Path
+    journal: Journal | None = None
+    real_dirs: set[str] = field(default_factory=set, repr=False)
+
+    def __post_init__(self) -> None:
+        self.root = Path(os.path.realpath(self.root))
+        self.real_dirs.add(str(self.root))
+
+    # ------------------------------------------------------------------ changes
+    def inside(self, path: Path, follow: bool) -> str:
+        """The real path to change: ``path`` resolved (``follow``) or its resolved parent + name."""
+        real = self._realpath(str(path)) if follow else os.path.join(self._realpath(str(path.parent)), path.name)
+        return self._check(real, path)
+
+    def _realpath(self, path: str) -> str:
+        """``os.path.realpath``, one ``lstat`` per directory not yet known to be real."""
+        if path in self.real_dirs:
+            return path
+        parent, name = os.path.split(path)
+        if not name or name in (".", "..") or parent == path or not parent.startswith(str(self.root)):
+            return os.path.realpath(path)
+        if self._realpath(parent) != parent:
+            return os.path.realpath(path)  # a symlink on the way: the OS resolves it
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return path
+        if stat.S_ISLNK(mode):
+            return os.path.realpath(path)
+        if stat.S_ISDIR(mode):
+            self.real_dirs.add(path)
+        return path
+
+    def _check(self, real: str, path: Path) -> str:
+        if not real.startswith(str(self.root) + os.sep):
+            raise InvalidInput(
+                f"simulated kernel: refusing to change {path}: it leads outside the simulated host {self.root}",
+                path=str(path),
+            )
+        return real
+
+    def _entry(self, path: Path) -> str:
+        """``path``'s real parent (created if missing) + its name, refused unless inside the root."""
+        parent = self.inside(path.parent, follow=True)
+        if not os.path.isdir(parent):
+            self.mkdir(path.parent)
+        return self._check(os.path.join(parent, path.name), path)
+
+    def _before(self, real: str) -> None:
+        if self.journal is not None:
+            self.journal.before(real)
+
+    def mkdir(self, path: Path) -> None:
+        """``mkdir -p`` inside the root."""
+        real = self.inside(path, follow=True)
+        missing = []
+        while not os.path.isdir(real):
+            missing.append(real)
+            real = os.path.dirname(real)
+        for d in reversed(missing):
+            self._before(d)
+            os.mkdir(d)
+
+    def write_attr(self, path: Path, value: object, mode: int = RO) -> None:
+        real = self._entry(path)
+        if os.path.islink(real):
+            real = self.inside(path, follow=True)
+        self._before(real)
+        if os.path.exists(real):
+            os.chmod(real, 0o644)
+        with open(real, "w") as fh:
+            fh.write(f"{value}\n")
+        os.chmod(real, mode)
+
+    def set_attr(self, path: Path, value: object) -> None:
+        """Change an attribute's content, keeping its mode."""
+        mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else RO
+        self.write_attr(path, value, mode)
+
+    def link(self, path: Path, target: Path) -> None:
+        """A relative symlink ``path`` -> ``target`` (as sysfs makes them)."""
+        real = self._entry(path)
+        self._before(real)
+        if os.path.lexists(real):
+            os.unlink(real)
+        os.symlink(os.path.relpath(target, os.path.dirname(real)), real)
+
+    def unlink(self, path: Path) -> None:
+        real = self.inside(path, follow=False)
+        if os.path.lexists(real):
+            self._before(real)
+            os.unlink(real)
+
+    def remove_tree(self, d: Path) -> None:
+        """Remove a device directory with its attributes and links (never following links)."""
+        real = self.inside(d, follow=True)
+        for top, dirs, files in os.walk(real, topdown=False):
+            links = [n for n in dirs if os.path.islink(os.path.join(top, n))]
+            for name in files + links:
+                self._before(os.path.join(top, name))
+                os.unlink(os.path.join(top, name))
+            for name in dirs:
+                if name not in links:
+                    self._before(os.path.join(top, name))
+                    os.rmdir(os.path.join(top, name))
+        self._before(real)
+        os.rmdir(real)
+        self.real_dirs.clear()
+        self.real_dirs.add(str(self.root))
+
+    def make_devnode(self, path: Path, major: int, minor: int) -> None:
+        """A simulated device node: a plain file naming the numbers it stands for.
+
+        Never a real character device: on a GPU host, 195:0 *is* the real /dev/nvidia0, and nothing
+        done on a simulated host may reach real hardware.
+        """
+        if not os.path.lexists(path):
+            self.write_attr(path, f"simulated character device {major}:{minor}", RW)
 
     @property
     def sys(self) -> Path:
@@ -105,66 +187,62 @@ class SimTree:
     ) -> Path:
         """Create a PCI function directory with its attributes and bus/group links."""
         d = parent_dir / bdf
-        d.mkdir(parents=True, exist_ok=True)
+        self.mkdir(d)
         vendor, device = spec["ids"].split(":")
-        write_attr(d / "vendor", f"0x{vendor}")
-        write_attr(d / "device", f"0x{device}")
+        self.write_attr(d / "vendor", f"0x{vendor}")
+        self.write_attr(d / "device", f"0x{device}")
         sub = spec.get("subsystem", spec["ids"]).split(":")
-        write_attr(d / "subsystem_vendor", f"0x{sub[0]}")
-        write_attr(d / "subsystem_device", f"0x{sub[1]}")
-        write_attr(d / "class", spec["class"])
-        write_attr(d / "numa_node", -1 if numa is None else numa)
+        self.write_attr(d / "subsystem_vendor", f"0x{sub[0]}")
+        self.write_attr(d / "subsystem_device", f"0x{sub[1]}")
+        self.write_attr(d / "class", spec["class"])
+        self.write_attr(d / "numa_node", -1 if numa is None else numa)
         if cpulist is not None:
-            write_attr(d / "local_cpulist", cpulist)
+            self.write_attr(d / "local_cpulist", cpulist)
         link_spec = spec.get("link")
         if link_spec:
-            write_attr(d / "current_link_speed", link_spec[0])
-            write_attr(d / "current_link_width", link_spec[1])
-            write_attr(d / "max_link_speed", link_spec[2] if len(link_spec) > 2 else link_spec[0])
-            write_attr(d / "max_link_width", link_spec[3] if len(link_spec) > 3 else link_spec[1])
-        write_attr(d / "driver_override", "(null)", RW)
-        write_attr(d / "enable", 1, RW)
-        link(d / "subsystem", self.bus_pci)
-        link(self.device_link(bdf), d)
+            self.write_attr(d / "current_link_speed", link_spec[0])
+            self.write_attr(d / "current_link_width", link_spec[1])
+            self.write_attr(d / "max_link_speed", link_spec[2] if len(link_spec) > 2 else link_spec[0])
+            self.write_attr(d / "max_link_width", link_spec[3] if len(link_spec) > 3 else link_spec[1])
+        self.write_attr(d / "driver_override", "(null)", RW)
+        self.write_attr(d / "enable", 1, RW)
+        self.link(d / "subsystem", self.bus_pci)
+        self.link(self.device_link(bdf), d)
         self.join_group(bdf, d, group)
         return d
 
     def join_group(self, bdf: str, d: Path, group: int) -> None:
         gdir = self.group_dir(group)
-        (gdir / "devices").mkdir(parents=True, exist_ok=True)
-        write_attr(gdir / "type", "DMA-FQ")
-        link(d / "iommu_group", gdir)
-        link(gdir / "devices" / bdf, d)
+        self.mkdir(gdir / "devices")
+        self.write_attr(gdir / "type", "DMA-FQ")
+        self.link(d / "iommu_group", gdir)
+        self.link(gdir / "devices" / bdf, d)
 
     def leave_group(self, name: str, d: Path) -> None:
         """Take a device out of its IOMMU group; an empty group disappears with its /dev/vfio node."""
         group = os.path.basename(os.readlink(d / "iommu_group"))
         gdir = self.group_dir(int(group))
-        unlink(gdir / "devices" / name)
+        self.unlink(gdir / "devices" / name)
         if not any((gdir / "devices").iterdir()):
-            for child in gdir.rglob("*"):
-                if child.is_file() or child.is_symlink():
-                    child.unlink()
-            (gdir / "devices").rmdir()
-            gdir.rmdir()
-            unlink(self.devnode("vfio", group))
+            self.remove_tree(gdir)
+            self.unlink(self.devnode("vfio", group))
 
     def remove_pci_device(self, bdf: str) -> None:
         d = self.device_dir(bdf)
         drv = os.readlink(d / "driver") if os.path.lexists(d / "driver") else None
         if drv:
-            unlink(self.driver_dir(os.path.basename(drv)) / bdf)
+            self.unlink(self.driver_dir(os.path.basename(drv)) / bdf)
         self.leave_group(bdf, d)
-        unlink(self.device_link(bdf))
-        remove_tree(d)
+        self.unlink(self.device_link(bdf))
+        self.remove_tree(d)
 
     # ------------------------------------------------------------------ drivers
     def add_driver(self, name: str) -> None:
         d = self.driver_dir(name)
-        d.mkdir(parents=True, exist_ok=True)
+        self.mkdir(d)
         for attr in ("bind", "unbind", "new_id", "remove_id"):
             if not (d / attr).exists():
-                write_attr(d / attr, "", WO)
+                self.write_attr(d / attr, "", WO)
 
     def bound_driver(self, bdf: str) -> str | None:
         target = self.device_dir(bdf) / "driver"
@@ -172,24 +250,24 @@ class SimTree:
 
     def bind(self, bdf: str, driver: str) -> None:
         d = self.device_dir(bdf)
-        link(d / "driver", self.driver_dir(driver))
-        link(self.driver_dir(driver) / bdf, d)
+        self.link(d / "driver", self.driver_dir(driver))
+        self.link(self.driver_dir(driver) / bdf, d)
         if driver == "vfio-pci":
             group = os.path.basename(os.readlink(d / "iommu_group"))
-            make_devnode(self.devnode("vfio", group), 243, int(group))
+            self.make_devnode(self.devnode("vfio", group), 243, int(group))
 
     def unbind(self, bdf: str) -> None:
         drv = self.bound_driver(bdf)
         if drv is None:
             return
         d = self.device_dir(bdf)
-        unlink(d / "driver")
-        unlink(self.driver_dir(drv) / bdf)
+        self.unlink(d / "driver")
+        self.unlink(self.driver_dir(drv) / bdf)
         if drv == "vfio-pci":
             group = os.path.basename(os.readlink(d / "iommu_group"))
             members = (self.group_dir(int(group)) / "devices").iterdir()
             if not any(self.bound_driver(m.name) == "vfio-pci" for m in members):
-                unlink(self.devnode("vfio", group))
+                self.unlink(self.devnode("vfio", group))
 
     def all_bdfs(self) -> list[str]:
         with contextlib.suppress(FileNotFoundError):

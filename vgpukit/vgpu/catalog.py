@@ -1,7 +1,7 @@
 """vGPU type catalogues (``vgpukit/data/vgpu/*.yaml``) and vGPU type names.
 
-Catalogues describe types (framebuffer, max instances, display heads) and build simulator profiles.
-They never decide capacity: that comes from the host's own reports.
+Catalogues describe types (framebuffer, max instances, display heads). They never decide capacity:
+that comes from the host's own reports. The simulator keeps its own tables (vgpukit/sim/data).
 """
 
 from __future__ import annotations
