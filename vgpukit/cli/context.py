@@ -49,8 +49,10 @@ class App:
     def host(self) -> Host:
         if self._host is None:
             if self.sim_dir is not None:
+                from ..sim.kernel import SimKernel  # opening it completes or undoes a reaction cut short
+
                 check_sim_dir(self.sim_dir)
-                self._host = Host(self.sim_dir, kernel=_SimKernelOnFirstWrite(self.sim_dir), dry_run=self.dry_run)
+                self._host = Host(self.sim_dir, kernel=SimKernel(self.sim_dir), dry_run=self.dry_run)
             else:
                 self._host = Host(self.root or Path("/"), dry_run=self.dry_run)
         return self._host
@@ -79,21 +81,6 @@ class App:
         if self._nvml is not None:
             self._nvml.close()
         self._nvml, self._nvml_loaded = None, False
-
-
-class _SimKernelOnFirstWrite:
-    """The simulated kernel, loaded (with its reactions) only when a command writes a control file."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._kernel: Any = None
-
-    def write(self, path: Path, data: str) -> None:
-        if self._kernel is None:
-            from ..sim.kernel import SimKernel
-
-            self._kernel = SimKernel(self.root)
-        self._kernel.write(path, data)
 
 
 def check_sim_dir(path: Path) -> None:
