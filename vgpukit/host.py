@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import os
 import stat
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,23 @@ from .errors import InvalidInput, NotFound, OutsideRoot, from_oserror
 from .inputs import MAX_DOC_BYTES, check_component
 
 log = logging.getLogger("vgpukit.host")
+
+# Attribute and link names of a PCI function in sysfs (Documentation/ABI/testing/sysfs-bus-pci) and
+# of mdev parents (sysfs-bus-vfio-mdev); the directories they live in are Host methods below.
+DRIVER = "driver"  # link to the bound driver
+DRIVER_OVERRIDE = "driver_override"
+IOMMU_GROUP = "iommu_group"  # link to /sys/kernel/iommu_groups/<n>
+PHYSFN = "physfn"  # on a VF: link to its PF
+VIRTFN = "virtfn"  # on a PF: virtfn0, virtfn1, ... links to its VFs
+SRIOV_TOTALVFS = "sriov_totalvfs"
+SRIOV_NUMVFS = "sriov_numvfs"
+SRIOV_OFFSET = "sriov_offset"
+SRIOV_STRIDE = "sriov_stride"
+SRIOV_VF_DEVICE = "sriov_vf_device"
+SRIOV_AUTOPROBE = "sriov_drivers_autoprobe"
+VFIO_DEV = "vfio-dev"  # the VFIO device cdev directory of a bound function
+MDEV_TYPES = "mdev_supported_types"  # on a parent: one directory per type
+MDEV_TYPE = "mdev_type"  # on an mdev: link to its type directory
 
 T = TypeVar("T")
 
@@ -74,6 +90,21 @@ class Change:
         return f"{self.action} {self.path}" + (f" -> {self.value}" if self.value else "")
 
 
+def _real_path(path: Path | str) -> str:
+    """The canonical path, as the kernel resolves it: an ``O_PATH`` open and one readlink of its
+    ``/proc/self/fd`` entry, instead of an lstat per component; ``realpath`` where that cannot be."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return os.path.realpath(path)
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(path)
+    finally:
+        os.close(fd)
+
+
 def check_name(name: str, what: str = "name") -> str:
     """Validate one user-supplied path component (a device name, a uuid, a type id)."""
     return check_component(name, what)
@@ -104,19 +135,25 @@ class Host:
 
     def __post_init__(self) -> None:
         self.root = Path(os.path.abspath(self.root))
+        self._root_text = str(self.root).rstrip("/")
         self._real_root = os.path.realpath(self.root)
         self._confined = self._real_root != "/"  # with root /, every path is inside
+        self._inside_dirs: set[str] = set()  # directories this command already found inside the root
 
     # ----------------------------------------------------------------- locations
     def path(self, *parts: str) -> Path:
         """``root/parts...``. Parts are relative; ``..`` and absolute parts are refused."""
-        p = self.root
+        pieces = [self._root_text]
         for part in parts:
-            for piece in Path(part).parts:
-                if piece in ("..", "/") or os.path.isabs(piece) or "\0" in piece:
+            text = os.fspath(part)
+            if text.startswith("/") or "\0" in text:
+                raise InvalidInput(f"refusing path component {text!r}", value=part)
+            for piece in text.split("/"):
+                if piece == "..":
                     raise InvalidInput(f"refusing path component {piece!r}", value=part)
-            p = p / part
-        return p
+                if piece and piece != ".":
+                    pieces.append(piece)
+        return Path("/".join(pieces) or "/")
 
     def sys(self, *parts: str) -> Path:
         return self.path("sys", *parts)
@@ -141,11 +178,54 @@ class Host:
         """vgpukit's runtime state: ``/run/vgpukit``."""
         return self.run("vgpukit", *parts)
 
+    # ----------------------------------------------------------------- the kernel's sysfs layout
+    # Every sysfs location vgpukit uses is spelled here, once (attribute names: the constants above).
+    def pci_devices(self) -> Path:
+        """``/sys/bus/pci/devices``: one link per PCI function, named by its address."""
+        return self.sys("bus", "pci", "devices")
+
     def pci_device(self, bdf: str, *parts: str) -> Path:
         return self.sys("bus", "pci", "devices", check_name(bdf, "PCI address"), *parts)
 
     def pci_driver(self, driver: str, *parts: str) -> Path:
         return self.sys("bus", "pci", "drivers", check_name(driver, "driver name"), *parts)
+
+    def pci_drivers_probe(self) -> Path:
+        """Writing a BDF here makes the driver core probe that device (override first)."""
+        return self.sys("bus", "pci", "drivers_probe")
+
+    def iommu_group(self, group: int | str, *parts: str) -> Path:
+        """``/sys/kernel/iommu_groups/<group>``; its ``devices/`` lists the members."""
+        return self.sys("kernel", "iommu_groups", str(group), *parts)
+
+    def mdev_parents(self) -> Path:
+        """``/sys/class/mdev_bus``: one link per mdev parent (a PCI address, or e.g. ``mtty``)."""
+        return self.sys("class", "mdev_bus")
+
+    def mdev_parent(self, name: str, *parts: str) -> Path:
+        return self.sys("class", "mdev_bus", check_name(name, "mdev parent"), *parts)
+
+    def mdev_type(self, parent: str, type_id: str, *parts: str) -> Path:
+        """A type directory: ``name``, ``description``, ``available_instances``, ``create``, ``devices/``."""
+        return self.mdev_parent(parent, MDEV_TYPES, check_name(type_id, "mdev type"), *parts)
+
+    def mdev_devices(self) -> Path:
+        """``/sys/bus/mdev/devices``: one link per active mdev, named by its UUID."""
+        return self.sys("bus", "mdev", "devices")
+
+    def mdev_device(self, uuid: str, *parts: str) -> Path:
+        return self.sys("bus", "mdev", "devices", check_name(uuid, "mdev UUID"), *parts)
+
+    def numa_nodes(self) -> Path:
+        """``/sys/devices/system/node``: ``node<N>/cpulist``, ``node<N>/hugepages``."""
+        return self.sys("devices", "system", "node")
+
+    def numa_node(self, node: int | str, *parts: str) -> Path:
+        return self.sys("devices", "system", "node", f"node{node}", *parts)
+
+    def vfio_group_node(self, group: int | str) -> Path:
+        """``/dev/vfio/<group>``: what a VFIO user (QEMU) holds open."""
+        return self.dev("vfio", str(group))
 
     def display(self, path: Path | str) -> str:
         """The path as the user would see it on the host (root stripped)."""
@@ -154,7 +234,7 @@ class Host:
         return "/" + rel if not rel.startswith("..") else p
 
     def contains(self, path: Path | str) -> bool:
-        return not self._confined or self._inside(os.path.realpath(path))
+        return not self._confined or self._inside(_real_path(path))
 
     def _inside(self, real: str) -> bool:
         return real == self._real_root or real.startswith(self._real_root + "/")
@@ -181,17 +261,17 @@ class Host:
             raise self._outside(path)
 
     # ----------------------------------------------------------------- reads
-    def _read_op(self, action: str, path: Path, fn: Callable[[], T]) -> T:
+    def _read_op(self, action: str, path: Path | str, fn: Callable[[], T]) -> T:
         try:
             return fn()
         except OSError as exc:
             raise from_oserror(exc, path=self.display(path), action=action) from exc
 
-    def exists(self, path: Path) -> bool:
+    def exists(self, path: Path | str) -> bool:
         return os.path.lexists(path)
 
-    def is_dir(self, path: Path) -> bool:
-        return path.is_dir()
+    def is_dir(self, path: Path | str) -> bool:
+        return os.path.isdir(path)
 
     def _read_bytes(self, path: Path | str, limit: int) -> bytes:
         fd = os.open(path, _READ_FLAGS)
@@ -201,34 +281,34 @@ class Host:
             size = 0
             while size <= limit:
                 chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
                 chunks.append(chunk)
                 size += len(chunk)
+                if len(chunk) < 65536:  # a short read is the end (sysfs attributes come whole)
+                    break
         finally:
             os.close(fd)
         if size > limit:
             raise InvalidInput(f"{self.display(path)}: larger than {limit} bytes", path=self.display(path))
         return b"".join(chunks)
 
-    def _attr(self, path: Path) -> str:
+    def _attr(self, path: Path | str) -> str:
         return self._read_bytes(path, MAX_ATTR_BYTES).decode(errors="replace").strip()
 
     def is_file(self, path: Path) -> bool:
         """A regular file (symlinks followed), not a directory, socket or device."""
         return path.is_file()
 
-    def read(self, path: Path) -> str:
+    def read(self, path: Path | str) -> str:
         """Text of a file (a sysfs/proc attribute), surrounding white space stripped. Contained."""
         return self._read_op("reading", path, lambda: self._attr(path))
 
-    def read_opt(self, path: Path, default: str | None = None) -> str | None:
+    def read_opt(self, path: Path | str, default: str | None = None) -> str | None:
         try:
             return self._attr(path)
         except OSError:
             return default
 
-    def read_raw_opt(self, path: Path) -> str | None:
+    def read_raw_opt(self, path: Path | str) -> str | None:
         """A whole file's text exactly as stored (no stripping), or None when it does not exist.
         Contained and size-capped like every read (a file vgpukit wrote: a record, a definition)."""
         try:
@@ -248,7 +328,7 @@ class Host:
         except OSError as exc:
             raise from_oserror(exc, path=self.display(path), action="reading") from exc
 
-    def read_int(self, path: Path, default: int | None = None, base: int = 0) -> int | None:
+    def read_int(self, path: Path | str, default: int | None = None, base: int = 0) -> int | None:
         text = self.read_opt(path)
         if text is None or text == "":
             return default
@@ -301,7 +381,7 @@ class Host:
         except UnicodeDecodeError:
             raise InvalidInput(f"{what} {shown} is not UTF-8 text", path=shown) from None
 
-    def listdir(self, path: Path) -> list[str]:
+    def listdir(self, path: Path | str) -> list[str]:
         """Sorted entries of a directory; empty when it does not exist. Contained."""
         try:
             if not self._confined:
@@ -317,14 +397,14 @@ class Host:
         except OSError as exc:
             raise from_oserror(exc, path=self.display(path), action="listing") from exc
 
-    def readlink(self, path: Path) -> str | None:
+    def readlink(self, path: Path | str) -> str | None:
         """A symlink's target as text (never followed here; use :meth:`resolve` to use it as a path)."""
         try:
             return os.readlink(path)
         except OSError:
             return None
 
-    def link_name(self, path: Path) -> str | None:
+    def link_name(self, path: Path | str) -> str | None:
         """Last component of a symlink's target (``driver`` -> ``vfio-pci``), or None."""
         target = self.readlink(path)
         return os.path.basename(target.rstrip("/")) if target else None
@@ -341,7 +421,7 @@ class Host:
 
     def resolve(self, path: Path) -> Path:
         """Canonical path, which must stay inside the root."""
-        real = os.path.realpath(path)
+        real = _real_path(path)
         if self._confined and not self._inside(real):
             raise self._outside(path)
         return Path(real)
@@ -357,11 +437,16 @@ class Host:
     def _change(self, change: Change, target: Path, apply: Callable[[], None]) -> None:
         """The single gate every change passes through."""
         parent = os.path.dirname(os.path.abspath(target))
-        if not self.contains(parent) or (os.path.lexists(target) and not self.contains(target)):
+        try:
+            is_link = stat.S_ISLNK(os.lstat(target).st_mode)
+        except OSError:
+            is_link = False
+        if (parent not in self._inside_dirs and not self.contains(parent)) or (is_link and not self.contains(target)):
             raise OutsideRoot(
                 f"refusing to change {self.display(target)}: it leads outside the host root {self.root}",
                 path=self.display(target),
             )
+        self._inside_dirs.add(parent)
         shown = Change(change.action, self.display(target), change.value)
         if self.dry_run:
             log.debug("dry-run: %s", shown.describe())
@@ -387,14 +472,19 @@ class Host:
         """Create or replace a regular file atomically (config, state, specs)."""
 
         def apply() -> None:
+            import tempfile  # only commands that write files pay for it
+
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
             try:
-                with os.fdopen(fd, "w") as fh:
-                    fh.write(text)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.chmod(tmp, mode)
+                try:
+                    data = memoryview(text.encode())
+                    while data:
+                        data = data[os.write(fd, data) :]
+                    os.fchmod(fd, mode)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
                 os.replace(tmp, path)
                 fsync_dir(path.parent)
             except BaseException:

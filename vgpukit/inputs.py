@@ -85,6 +85,8 @@ def parse_float(text: object, what: str, *, lo: float | None = None, hi: float |
 
 def has_control(text: str) -> bool:
     """Control, format, surrogate or unassigned code points (newlines, escapes, BOM, bidi...)."""
+    if text.isascii():  # the common case, without a table lookup per character: only C0 and DEL
+        return not text.isprintable()
     return any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn") for ch in text)
 
 

@@ -1,90 +1,239 @@
-"""How users name devices: ``gpuN`` / ``nicN`` / ``nvmeN``, a PCI address, or a GPU UUID.
+"""How users name things on a host: one grammar, one resolver, one error shape.
 
-``gpuN`` counts physical GPUs (not VFs) in PCI bus order (domain, bus, device, function); ``nicN``
-and ``nvmeN`` count physical NICs and NVMe controllers the same way. This matches ``lspci`` order,
-not NVML's index (which follows ``CUDA_DEVICE_ORDER`` and may differ).
+The grammar (hex digits in any case; surrounding white space ignored):
+
+=====================  =========================================================================
+``gpuN nicN nvmeN``    the Nth physical GPU / NIC / NVMe controller (see :func:`aliases`)
+``DDDD:BB:DD.F``       a PCI function by address; ``BB:DD.F`` means domain 0000
+``GPU-<uuid>``         a GPU by its NVML UUID (needs the NVIDIA driver)
+``MIG-<uuid>``         a MIG device (a compute instance) by its UUID (needs the NVIDIA driver)
+``<uuid>``             an mdev instance (8-4-4-4-12 hex)
+``N`` (digits)         a GPU by NVML index, only where a command takes a GPU (``mig``,
+                       ``partition``), as ``nvidia-smi -i`` does; elsewhere digits are refused
+                       with a pointer to ``gpuN`` (NVML order and bus order may differ)
+``<name>``             an mdev parent by its ``mdev_bus`` name (``mtty``), only where a command
+                       takes an mdev parent
+=====================  =========================================================================
+
+:func:`resolve` turns a name into a :class:`Target` (what kind of thing, its BDF, UUID, NVML
+index...) for the kinds a command accepts. Unknown names all fail the same way: ``no <what>
+<name> on this host[: detail]`` (NotFound, exit 3); names outside the grammar (or of a kind the
+command does not take) are bad input (exit 2) naming the forms the command takes.
+
+The resolver reads through the host door and an optional NVML facade, and takes a per-command
+:class:`~vgpukit.pci.Scan` so that naming and listings read each device once.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
 
 from .errors import InvalidInput, NotFound
-from .pci import PciDevice, is_bdf, parse_bdf, scan
+from .pci import BDF_RE, SHORT_BDF_RE, Scan
 
 if TYPE_CHECKING:
     from .host import Host
-    from .nvml import Nvml
+    from .nvml import Nvml, NvmlGpu
 
+# NVML, or how to open it (consulted only for names that need it: GPU-/MIG- UUIDs, NVML indices)
+NvmlSource = Union["Nvml", Callable[[], "Nvml | None"], None]
 
-class HostContext(Protocol):
-    """Where a name is looked up: a host, and NVML (opened only when a GPU UUID needs it)."""
+# What a command accepts (sets of these)
+PCI = "pci"  # any PCI function
+GPU = "gpu"  # a GPU NVML reports (also by NVML index)
+MDEV = "mdev"  # an active mdev instance
+MIG = "mig"  # a MIG device
+PARENT = "mdev-parent"  # an mdev parent (PCI or not)
 
-    @property
-    def host(self) -> Host: ...
-
-    @property
-    def nvml(self) -> Nvml | None: ...
-
-
+_HEX_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 ALIAS_RE = re.compile(r"^(gpu|nic|nvme)([0-9]+)\Z", re.ASCII)
-UUID_RE = re.compile(r"^GPU-[0-9a-fA-F-]{36}\Z", re.ASCII)
+GPU_UUID_RE = re.compile(rf"^gpu-{_HEX_UUID}\Z", re.ASCII)
+MIG_UUID_RE = re.compile(rf"^mig-({_HEX_UUID}|gpu-{_HEX_UUID}/[0-9]+/[0-9]+)\Z", re.ASCII)
+MDEV_UUID_RE = re.compile(rf"^{_HEX_UUID}\Z", re.ASCII)
+INDEX_RE = re.compile(r"^[0-9]{1,4}\Z", re.ASCII)
+PARENT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}\Z", re.ASCII)
+
+FORMS = {  # how each kind can be named, for error messages
+    PCI: "gpuN, nicN, nvmeN, a PCI address (0000:3b:00.0 or 3b:00.0) or a GPU UUID (GPU-...)",
+    GPU: "gpuN, an NVML index, a PCI address or a GPU UUID (GPU-...)",
+    MDEV: "an mdev UUID",
+    MIG: "a MIG device UUID (MIG-...)",
+    PARENT: "an mdev parent name (see: vgpukit mdev types)",
+}
 
 
-def aliases(devices: list[PciDevice]) -> dict[str, str]:
-    """BDF -> alias for every physical GPU, NIC and NVMe controller."""
+@dataclass(frozen=True)
+class Target:
+    """What a name resolved to."""
+
+    name: str  # as the user typed it
+    kind: str  # PCI | GPU | MDEV | MIG | PARENT
+    bdf: str | None = None  # the PCI function (a GPU; the GPU of a MIG device; a PCI mdev parent)
+    uuid: str | None = None  # GPU-/MIG- UUID, or the mdev UUID
+    parent: str | None = None  # mdev parent name (kind PARENT)
+    nvml_index: int | None = None  # GPU / MIG: NVML's index of the GPU
+
+    @property
+    def label(self) -> str:
+        return self.bdf or self.uuid or self.parent or self.name
+
+
+def form_of(text: str) -> str:
+    """The grammar's name for ``text``'s form (syntax only, no I/O)."""
+    t = text.strip()
+    low = t.lower()
+    if ALIAS_RE.match(low):
+        return "alias"
+    if BDF_RE.match(low) or SHORT_BDF_RE.match(low):
+        return "bdf"
+    if GPU_UUID_RE.match(low):
+        return "gpu-uuid"
+    if MIG_UUID_RE.match(low):
+        return "mig-uuid"
+    if MDEV_UUID_RE.match(low):
+        return "mdev-uuid"
+    if INDEX_RE.match(t):
+        return "index"
+    if PARENT_NAME_RE.match(t):
+        return "word"
+    return "invalid"
+
+
+def needs_nvml(name: str) -> bool:
+    """Whether resolving ``name`` (outside the ``mig`` commands) asks NVML: GPU and MIG UUIDs."""
+    return form_of(name) in ("gpu-uuid", "mig-uuid")
+
+
+def unknown(what: str, name: str, detail: str = "", hint: str = "see: vgpukit devices") -> NotFound:
+    """The one shape of 'there is no such thing here'."""
+    thing = f"{what} {name}" if what else name
+    return NotFound(f"no {thing} on this host" + (f": {detail}" if detail else ""), value=name, hint=hint)
+
+
+def unnamable(name: str, accept: frozenset[str], why: str = "") -> InvalidInput:
+    """The one shape of 'that is not a name of anything this command takes'."""
+    kinds = [k for k in (GPU, PCI, PARENT, MDEV, MIG) if k in accept and not (k == PCI and GPU in accept)]
+    forms = "; or ".join(FORMS[k] for k in kinds)
+    return InvalidInput(f"cannot name a device by {name!r}{why}: use {forms}", value=name)
+
+
+def aliases(scan: Scan) -> dict[str, str]:
+    """BDF -> ``gpuN`` / ``nicN`` / ``nvmeN`` for every physical GPU, NIC and NVMe controller.
+
+    The one place that decides what ``gpuN`` means: physical functions (not VFs) counted per kind in
+    PCI bus order (domain, bus, device, function), as ``lspci`` lists them. NVML's index follows
+    ``CUDA_DEVICE_ORDER`` and may differ.
+    """
     counters: dict[str, int] = {}
     out = {}
-    for dev in devices:
-        if dev.kind in ("gpu", "nic", "nvme") and not dev.is_vf:
+    for dev in scan.physical():
+        if dev.kind in ("gpu", "nic", "nvme"):
             n = counters.get(dev.kind, 0)
             counters[dev.kind] = n + 1
             out[dev.bdf] = f"{dev.kind}{n}"
     return out
 
 
-def resolve_in(
-    host: Host, name: str, devices: list[PciDevice] | None = None, gpu_uuids: dict[str, str] | None = None
-) -> str:
-    """Resolve ``name`` to a BDF of an existing device."""
+def resolve(
+    host: Host,
+    name: str,
+    accept: frozenset[str] = frozenset({PCI}),
+    *,
+    nvml: NvmlSource = None,
+    scan: Scan | None = None,
+) -> Target:
+    """The thing ``name`` names on ``host``, of one of the ``accept`` ed kinds.
+
+    NotFound (exit 3) when it is well-formed but absent; InvalidInput (exit 2) when it is not a name
+    of an accepted kind.
+    """
+    scan = scan if scan is not None else Scan(host)
     text = name.strip()
-    if is_bdf(text):
-        bdf = parse_bdf(text)
-        if not host.exists(host.pci_device(bdf)):
-            raise NotFound(f"no PCI device {bdf}", device=bdf, hint="see: vgpukit devices")
-        return bdf
-    m = ALIAS_RE.match(text.lower())
-    if m:
-        devs = devices if devices is not None else scan(host)
-        by_alias = {alias: bdf for bdf, alias in aliases(devs).items()}
-        if text.lower() in by_alias:
-            return by_alias[text.lower()]
-        count = sum(1 for a in by_alias if a.startswith(m.group(1)))
-        raise NotFound(
-            f"no {text}: this host has {count} {m.group(1).upper()}(s)", device=text, hint="see: vgpukit devices"
-        )
-    if UUID_RE.match(text):
-        for bdf, uuid in (gpu_uuids or {}).items():
-            if uuid.lower() == text.lower():
-                return bdf
-        raise NotFound(f"no GPU with UUID {text}", device=text)
-    raise InvalidInput(
-        f"cannot name a device by {name!r}: use gpuN, nicN, nvmeN, a PCI address or a GPU UUID", value=name
-    )
+    low = text.lower()
+    form = form_of(text)
+    if PARENT in accept and text in _parents(host):
+        return Target(name, PARENT, bdf=text if BDF_RE.match(text) else None, parent=text)
+    if form == "mdev-uuid" and MDEV in accept:
+        if not host.exists(host.mdev_device(low)):
+            raise unknown("mdev", low, hint="see: vgpukit mdev list")
+        return Target(name, MDEV, uuid=low)
+    if form == "mig-uuid" and MIG in accept:
+        return _mig(name, text, nvml)
+    if form == "index" and GPU in accept:
+        gpus = _gpus(nvml, text)
+        if int(text) >= len(gpus):
+            raise unknown("GPU with NVML index", text, f"NVML reports {len(gpus)} GPU(s), 0..{len(gpus) - 1}")
+        by_index = gpus[int(text)]
+        return Target(name, GPU, bdf=by_index.bdf, uuid=by_index.uuid, nvml_index=by_index.index)
+    if form in ("alias", "bdf", "gpu-uuid") and accept & {PCI, GPU, PARENT}:
+        bdf, uuid = _pci(scan, name, text, form, nvml)
+        if GPU in accept:
+            g = next((g for g in _gpus(nvml, text) if g.bdf == bdf), None)
+            if g is None:
+                raise unknown("GPU", text, f"NVML does not report {bdf}", hint="see: vgpukit mig status")
+            return Target(name, GPU, bdf=bdf, uuid=g.uuid, nvml_index=g.index)
+        if PCI not in accept:  # an mdev parent named like a device
+            if bdf not in _parents(host):
+                raise unknown("mdev parent", text, f"{bdf} is not one", hint="see: vgpukit mdev types")
+            return Target(name, PARENT, bdf=bdf, parent=bdf)
+        return Target(name, PCI, bdf=bdf, uuid=uuid)
+    if form == "word" and PARENT in accept:
+        raise unknown("mdev parent", text, hint="see: vgpukit mdev types")
+    why = ""
+    if form == "index":
+        why = f" (a GPU is gpu{text}; NVML indices name GPUs only in the mig commands)"
+    elif form != "invalid":
+        why = f" (a {form.replace('-', ' ')} does not fit here)"
+    raise unnamable(name, accept, why)
 
 
-def needs_nvml(name: str) -> bool:
-    """Only GPU UUIDs are resolved through NVML."""
-    return bool(UUID_RE.match(name.strip()))
+def _parents(host: Host) -> list[str]:
+    return host.listdir(host.mdev_parents())
 
 
-def resolve_on(host: Host, name: str, nvml: Nvml | None = None) -> str:
-    """Resolve a user-supplied device name on ``host``; ``nvml`` maps GPU UUIDs (unused otherwise)."""
-    uuids = {g.bdf: g.uuid for g in nvml.gpus()} if nvml is not None and needs_nvml(name) else None
-    return resolve_in(host, name, gpu_uuids=uuids)
+def _open(nvml: NvmlSource, text: str) -> Nvml:
+    nv = nvml() if callable(nvml) else nvml
+    if nv is None:
+        raise unknown("GPU", text, "no NVIDIA driver here (NVML is not available)", hint="see: vgpukit devices")
+    return nv
 
 
-def resolve_device(ctx: HostContext, name: str) -> str:
-    """:func:`resolve_on` for a front end's context (NVML opened only for UUIDs)."""
-    return resolve_on(ctx.host, name, ctx.nvml if needs_nvml(name) else None)
+def _gpus(nvml: NvmlSource, text: str) -> list[NvmlGpu]:
+    return _open(nvml, text).gpus()
+
+
+def _pci(scan: Scan, name: str, text: str, form: str, nvml: NvmlSource) -> tuple[str, str | None]:
+    """(BDF, GPU UUID or None) of an existing PCI function named by alias, address or GPU UUID."""
+    low = text.lower()
+    if form == "bdf":
+        bdf = low if BDF_RE.match(low) else "0000:" + low
+        if not scan.exists(bdf):
+            raise unknown("PCI device", bdf)
+        return bdf, None
+    if form == "alias":
+        by_alias = {a: b for b, a in aliases(scan).items()}
+        if low in by_alias:
+            return by_alias[low], None
+        kind = low.rstrip("0123456789")
+        n = sum(1 for a in by_alias if a.rstrip("0123456789") == kind)
+        what = {"gpu": "GPUs", "nic": "NICs", "nvme": "NVMe controllers"}[kind]
+        raise unknown("", low, f"it has {n} {what} ({kind}0..{kind}{n - 1})" if n else f"it has no {what}")
+    for g in _gpus(nvml, text):
+        if g.uuid.lower() == low:
+            return g.bdf, g.uuid
+    raise unknown("GPU with UUID", text, hint="see: vgpukit mig status")
+
+
+def _mig(name: str, text: str, nvml: NvmlSource) -> Target:
+    nv = _open(nvml, text)
+    for g in nv.gpus():
+        if not g.mig_current:
+            continue
+        for gi in nv.gpu_instances(g.index):
+            for ci in gi.compute_instances:
+                if ci.uuid.lower() == text.lower():
+                    return Target(name, MIG, bdf=g.bdf, uuid=ci.uuid, nvml_index=g.index)
+    raise unknown("MIG device", text, hint="see: vgpukit mig status")

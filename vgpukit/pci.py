@@ -1,7 +1,7 @@
 """PCI devices as the kernel reports them: validation, records, and the sysfs reader.
 
-Records (:class:`PciDevice`, :class:`Sriov`, :class:`Link`) are plain data; only :func:`scan` and
-:func:`read_device` touch the host, and only through :class:`vgpukit.host.Host`.
+Records (:class:`PciDevice`, :class:`Sriov`, :class:`Link`) are plain data; only :func:`read_device`
+and the per-command snapshot :class:`Scan` touch the host, and only through :class:`vgpukit.host.Host`.
 """
 
 from __future__ import annotations
@@ -9,11 +9,26 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .data import pci_names
 from .errors import InvalidInput, NotFound
-from .host import Host
+from .host import (
+    DRIVER,
+    DRIVER_OVERRIDE,
+    IOMMU_GROUP,
+    MDEV_TYPES,
+    PHYSFN,
+    SRIOV_AUTOPROBE,
+    SRIOV_NUMVFS,
+    SRIOV_OFFSET,
+    SRIOV_STRIDE,
+    SRIOV_TOTALVFS,
+    SRIOV_VF_DEVICE,
+    VIRTFN,
+    Host,
+)
 
 BDF_RE = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])\Z", re.ASCII)
 SHORT_BDF_RE = re.compile(r"^([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])\Z", re.ASCII)
@@ -133,39 +148,58 @@ def _hex(text: str | None) -> str:
     return text.lower().removeprefix("0x").zfill(4)
 
 
+def _chain(host: Host, dev_link: Path) -> tuple[str, tuple[str, ...]]:
+    """(host bridge, ancestor BDFs) from where ``/sys/bus/pci/devices/<bdf>`` leads.
+
+    The link's own target names the hierarchy (``../../../devices/pci0000:00/0000:00:01.0/<bdf>``),
+    so one readlink does; a tree without such links (a copied root) is resolved instead.
+    """
+    target = host.readlink(dev_link)
+    parts = target.split("/") if target else []
+    if not any(HOST_BRIDGE_RE.match(p) for p in parts):
+        parts = list(host.resolve(dev_link).parts)
+    hb_index = next((i for i, p in enumerate(parts) if HOST_BRIDGE_RE.match(p)), None)
+    if hb_index is None:
+        return "pci?", ()
+    below = parts[hb_index + 1 :]
+    return parts[hb_index], tuple(p for p in below[:-1] if BDF_RE.match(p))
+
+
 def read_device(host: Host, bdf: str) -> PciDevice:
-    """Everything sysfs says about one device."""
+    """Everything sysfs says about one device: one directory listing, then only what is there."""
     d = host.pci_device(bdf)
-    if not host.exists(d):
+    entries = set(host.listdir(d))
+    if not entries:
         raise NotFound(f"no PCI device {bdf}", device=bdf, path=host.display(d))
-    vendor = _hex(host.read_opt(d / "vendor"))
-    device = _hex(host.read_opt(d / "device"))
-    class_code = host.read_int(d / "class", 0) or 0
-    subsys = host.read_opt(d / "subsystem_vendor")
-    subdev = host.read_opt(d / "subsystem_device")
-    real = host.resolve(d)
-    chain = [p for p in real.parts]
-    hb_index = next((i for i, p in enumerate(chain) if HOST_BRIDGE_RE.match(p)), None)
-    host_bridge = chain[hb_index] if hb_index is not None else "pci?"
-    below = chain[hb_index + 1 :] if hb_index is not None else []
-    parents = tuple(p for p in below[:-1] if BDF_RE.match(p))
-    numa = host.read_int(d / "numa_node")
-    group = host.link_name(d / "iommu_group")
+    base = f"{d}/"
+
+    def attr(name: str, default: str | None = None) -> str | None:
+        return host.read_opt(base + name, default) if name in entries else default
+
+    def number(name: str, base_: int = 0) -> int | None:
+        return host.read_int(base + name, None, base_) if name in entries else None
+
+    def link(name: str) -> str | None:
+        return host.link_name(base + name) if name in entries else None
+
+    vendor, device = _hex(attr("vendor")), _hex(attr("device"))
+    class_code = number("class") or 0
+    subsys = attr("subsystem_vendor")
+    host_bridge, parents = _chain(host, d)
+    numa = number("numa_node")
+    group = link(IOMMU_GROUP)
     sriov = None
-    if host.exists(d / "sriov_totalvfs"):
-        total = host.read_int(d / "sriov_totalvfs", 0) or 0
+    if SRIOV_TOTALVFS in entries:
         sriov = Sriov(
-            total_vfs=total,
-            num_vfs=host.read_int(d / "sriov_numvfs", 0) or 0,
-            vf_device=host.read_opt(d / "sriov_vf_device"),
-            autoprobe=(host.read_opt(d / "sriov_drivers_autoprobe", "1") == "1"),
-            offset=host.read_int(d / "sriov_offset", None, 10),
-            stride=host.read_int(d / "sriov_stride", None, 10),
-            vfs=tuple(virtfns(host, bdf)),
+            total_vfs=number(SRIOV_TOTALVFS) or 0,
+            num_vfs=number(SRIOV_NUMVFS) or 0,
+            vf_device=attr(SRIOV_VF_DEVICE),
+            autoprobe=attr(SRIOV_AUTOPROBE, "1") == "1",
+            offset=(offset := number(SRIOV_OFFSET, 10)),
+            stride=(stride := number(SRIOV_STRIDE, 10)),
+            vfs=tuple(_virtfns(host, bdf, base, entries, offset, stride)),
         )
-    physfn = host.link_name(d / "physfn")
-    mdev_types = tuple(host.listdir(d / "mdev_supported_types"))
-    override = host.read_opt(d / "driver_override")
+    override = attr(DRIVER_OVERRIDE)
     return PciDevice(
         bdf=bdf,
         vendor=vendor,
@@ -173,23 +207,23 @@ def read_device(host: Host, bdf: str) -> PciDevice:
         class_code=class_code,
         kind=kind_of(class_code, int(vendor, 16)),
         name=_name(host, bdf, vendor, device),
-        driver=host.link_name(d / "driver"),
+        driver=link(DRIVER),
         numa_node=numa if numa is not None and numa >= 0 else None,
         iommu_group=int(group) if group and group.isdigit() else None,
         link=Link(
-            speed=host.read_opt(d / "current_link_speed"),
-            width=host.read_int(d / "current_link_width", None, 10),
-            max_speed=host.read_opt(d / "max_link_speed"),
-            max_width=host.read_int(d / "max_link_width", None, 10),
+            speed=attr("current_link_speed"),
+            width=number("current_link_width", 10),
+            max_speed=attr("max_link_speed"),
+            max_width=number("max_link_width", 10),
         ),
-        local_cpulist=host.read_opt(d / "local_cpulist"),
+        local_cpulist=attr("local_cpulist"),
         parents=parents,
         host_bridge=host_bridge,
-        subsystem=f"{_hex(subsys)}:{_hex(subdev)}" if subsys else None,
+        subsystem=f"{_hex(subsys)}:{_hex(attr('subsystem_device'))}" if subsys else None,
         driver_override=None if override in (None, "", "(null)") else override,
         sriov=sriov,
-        physfn=physfn,
-        mdev_types=mdev_types,
+        physfn=link(PHYSFN),
+        mdev_types=tuple(host.listdir(base + MDEV_TYPES)) if MDEV_TYPES in entries else (),
     )
 
 
@@ -203,11 +237,24 @@ def vf_address(pf: str, offset: int, stride: int, n: int) -> str:
     return f"{dom:04x}:{rid >> 8 & 0xFF:02x}:{rid >> 3 & 0x1F:02x}.{rid & 7}"
 
 
+def _virtfns(
+    host: Host, pf: str, base: str, entries: set[str] | list[str], offset: int | None, stride: int | None
+) -> list[str]:
+    """The VFs of ``pf`` whose ``virtfnN`` link is present, in index order. Where each link leads is
+    fixed by the PF's offset and stride (:func:`vf_address`, as the kernel places them), so no link
+    needs reading unless the PF does not show them."""
+    ns = sorted(int(n[len(VIRTFN) :]) for n in entries if n.startswith(VIRTFN) and n[len(VIRTFN) :].isdigit())
+    if offset is not None and stride is not None and offset > 0:
+        return [vf_address(pf, offset, stride, n) for n in ns]
+    return [b for n in ns if (b := host.link_name(f"{base}{VIRTFN}{n}"))]
+
+
 def virtfns(host: Host, pf: str) -> list[str]:
-    """The PF's VFs in index order, from its ``virtfnN`` links."""
+    """The PF's VFs in index order (those whose ``virtfnN`` link is present)."""
     d = host.pci_device(pf)
-    names = sorted((n for n in host.listdir(d) if n.startswith("virtfn")), key=lambda n: int(n[6:] or 0))
-    return [b for n in names if (b := host.link_name(d / n))]
+    offset = host.read_int(d / SRIOV_OFFSET, None, 10)
+    stride = host.read_int(d / SRIOV_STRIDE, None, 10)
+    return _virtfns(host, pf, f"{d}/", host.listdir(d), offset, stride)
 
 
 def _name(host: Host, bdf: str, vendor: str, device: str) -> str:
@@ -219,16 +266,64 @@ def _name(host: Host, bdf: str, vendor: str, device: str) -> str:
 
 
 def list_bdfs(host: Host) -> list[str]:
-    return sorted((n for n in host.listdir(host.sys("bus", "pci", "devices")) if BDF_RE.match(n)), key=bdf_sort_key)
+    return sorted((n for n in host.listdir(host.pci_devices()) if BDF_RE.match(n)), key=bdf_sort_key)
 
 
-def scan(host: Host) -> list[PciDevice]:
-    """All PCI devices, in bus order."""
-    return [read_device(host, bdf) for bdf in list_bdfs(host)]
+class Scan:
+    """One command's snapshot of the host's PCI functions, each read at most once and only when asked.
 
+    A command builds one and hands it to whatever needs devices (naming, aliases, listings), so
+    nothing is read twice; after a change the command made, it builds a new one. Never kept
+    anywhere else (no module-level caches).
+    """
 
-def iommu_group_members(host: Host, group: int) -> list[str]:
-    return host.listdir(host.sys("kernel", "iommu_groups", str(group), "devices"))
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self._bdfs: list[str] | None = None
+        self._bdf_set: set[str] = set()
+        self._read: dict[str, PciDevice] = {}
+        self._physical: list[PciDevice] | None = None
+
+    def bdfs(self) -> list[str]:
+        """Every PCI function's address, in bus order."""
+        if self._bdfs is None:
+            self._bdfs = list_bdfs(self.host)
+            self._bdf_set = set(self._bdfs)
+        return self._bdfs
+
+    def exists(self, bdf: str) -> bool:
+        if bdf in self._read:
+            return True
+        if self._bdfs is not None:
+            return bdf in self._bdf_set
+        return self.host.exists(self.host.pci_device(bdf))
+
+    def device(self, bdf: str) -> PciDevice:
+        dev = self._read.get(bdf)
+        if dev is None:
+            dev = self._read[bdf] = read_device(self.host, bdf)
+        return dev
+
+    def devices(self) -> list[PciDevice]:
+        """All PCI functions (VFs included), in bus order."""
+        return [self.device(b) for b in self.bdfs()]
+
+    def physical(self) -> list[PciDevice]:
+        """Every function that is not a VF, in bus order. VFs are known from their PF (which precedes
+        them in bus order: a VF's routing ID is its PF's plus an offset), so they are not read."""
+        if self._physical is None:
+            vfs: set[str] = set()
+            out = []
+            for bdf in self.bdfs():
+                if bdf in vfs:
+                    continue
+                dev = self.device(bdf)
+                if dev.sriov is not None:
+                    vfs.update(dev.sriov.vfs)
+                if not dev.is_vf:
+                    out.append(dev)
+            self._physical = out
+        return self._physical
 
 
 def device_basename(path: str) -> str:

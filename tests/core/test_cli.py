@@ -62,30 +62,6 @@ def test_bad_input_exit_codes(sim_dir: Path, run_cli: Run, tmp_path: Path) -> No
     assert r.exit_code == 2
 
 
-def test_naming(sim_dir: Path) -> None:
-    from tests.conftest import sim_host
-    from vgpukit.errors import InvalidInput, NotFound
-    from vgpukit.naming import resolve_in
-
-    h = sim_host(sim_dir)
-    assert resolve_in(h, "gpu0") == "0000:03:00.0"
-    assert resolve_in(h, "GPU7") == "0000:a4:00.0"
-    assert resolve_in(h, "nic2") == "0000:85:00.0"
-    assert resolve_in(h, "a3:00.0") == "0000:a3:00.0"
-    for bad, exc in (
-        ("gpu8", NotFound),
-        ("0000:99:00.0", NotFound),
-        ("../../etc", InvalidInput),
-        ("3b:0", InvalidInput),
-    ):
-        try:
-            resolve_in(h, bad)
-        except exc:
-            pass
-        else:
-            raise AssertionError(bad)
-
-
 def test_sim_init_refuses_non_empty(tmp_path: Path, run_cli: Run) -> None:
     d = tmp_path / "x"
     d.mkdir()

@@ -7,13 +7,14 @@ from pathlib import Path
 import yaml
 
 from tests.conftest import make_sim, sim_host
-from vgpukit import pci, topology
+from vgpukit import iommu, pci, topology
 from vgpukit.naming import aliases
 
 
 def test_hgx_matrix(sim_dir: Path) -> None:
-    devs = pci.scan(sim_host(sim_dir))
-    names = {v: k for k, v in aliases(devs).items()}
+    scan = pci.Scan(sim_host(sim_dir))
+    devs = scan.devices()
+    names = {v: k for k, v in aliases(scan).items()}
     by = {a: next(d for d in devs if d.bdf == names[a]) for a in names}
     roles = topology.port_roles(devs)
     rel = lambda a, b: topology.relation(by[a], by[b], roles)  # noqa: E731
@@ -30,7 +31,7 @@ def test_hgx_matrix(sim_dir: Path) -> None:
 
 
 def test_hgx_affinity_and_groups(sim_dir: Path) -> None:
-    devs = pci.scan(sim_host(sim_dir))
+    devs = pci.Scan(sim_host(sim_dir)).devices()
     gpus = [d for d in devs if d.kind == "gpu"]
     assert [d.bdf for d in gpus] == [
         "0000:03:00.0",
@@ -48,12 +49,12 @@ def test_hgx_affinity_and_groups(sim_dir: Path) -> None:
     groups = [d.iommu_group for d in devs]
     assert None not in groups and len(set(groups)) == len(devs)  # ACS everywhere: one device per group
     h = sim_host(sim_dir)
-    assert pci.iommu_group_members(h, gpus[0].iommu_group) == [gpus[0].bdf]  # type: ignore[arg-type]
+    assert iommu.members(h, gpus[0].iommu_group) == [gpus[0].bdf]  # type: ignore[arg-type]
     assert all(d.link.speed == "16.0 GT/s PCIe" for d in gpus)
 
 
 def test_roles(sim_dir: Path) -> None:
-    devs = pci.scan(sim_host(sim_dir))
+    devs = pci.Scan(sim_host(sim_dir)).devices()
     roles = topology.port_roles(devs)
     assert roles["0000:00:01.0"] == "root-port"
     assert roles["0000:01:00.0"] == "switch-upstream"
@@ -120,7 +121,7 @@ def _crafted(tmp_path: Path) -> Path:
 
 
 def test_pxb_and_phb(tmp_path: Path) -> None:
-    devs = pci.scan(sim_host(_crafted(tmp_path)))
+    devs = pci.Scan(sim_host(_crafted(tmp_path))).devices()
     roles = topology.port_roles(devs)
     by = {d.bdf: d for d in devs}
     assert roles["0000:04:00.0"] == "switch-upstream" and roles["0000:05:00.0"] == "switch-downstream"
@@ -134,7 +135,7 @@ def test_pxb_and_phb(tmp_path: Path) -> None:
 def test_vfs_nest_under_pf(sim_dir: Path) -> None:
     h = sim_host(sim_dir)
     h.write(h.pci_device("0000:05:00.0", "sriov_numvfs"), "2")
-    tree = topology.build_tree(pci.scan(h))
+    tree = topology.build_tree(pci.Scan(h).devices())
 
     def find(nodes: list[topology.Node], bdf: str) -> topology.Node | None:
         for n in nodes:

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput
-from ..host import Host
-from ..pci import list_bdfs, read_device
+from ..host import IOMMU_GROUP, Host
+from ..pci import Scan
 from .mig import MigSlice, mig_slices
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ def node(host: Host, *parts: str, fallback: tuple[int | None, int | None] = (Non
 
 # ----------------------------------------------------------------------------- collectors
 def vfio_nodes(host: Host, group: int) -> tuple[Node, ...] | None:
-    if not host.exists(host.dev("vfio", str(group))):
+    if not host.exists(host.vfio_group_node(group)):
         return None
     return node(host, "vfio", "vfio"), node(host, "vfio", str(group))
 
@@ -127,8 +127,8 @@ def vfio_nodes(host: Host, group: int) -> tuple[Node, ...] | None:
 def collect_pci(host: Host, warnings: list[str]) -> tuple[list[CdiDevice], list[CdiDevice]]:
     vfs: list[CdiDevice] = []
     others: list[CdiDevice] = []
-    for bdf in list_bdfs(host):
-        dev = read_device(host, bdf)
+    for dev in Scan(host).devices():
+        bdf = dev.bdf
         if not dev.driver or "vfio" not in dev.driver or dev.iommu_group is None:
             continue
         nodes = vfio_nodes(host, dev.iommu_group)
@@ -141,8 +141,8 @@ def collect_pci(host: Host, warnings: list[str]) -> tuple[list[CdiDevice], list[
 
 def collect_mdev(host: Host, warnings: list[str]) -> list[CdiDevice]:
     out = []
-    for uuid in host.listdir(host.sys("bus", "mdev", "devices")):
-        group = host.link_name(host.sys("bus", "mdev", "devices", uuid, "iommu_group"))
+    for uuid in host.listdir(host.mdev_devices()):
+        group = host.link_name(host.mdev_device(uuid, IOMMU_GROUP))
         if not group or not group.isdigit():
             warnings.append(f"mdev {uuid} has no IOMMU group (vfio_mdev not bound?); skipped")
             continue

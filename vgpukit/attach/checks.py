@@ -1,32 +1,20 @@
 """Checks before a device goes to a VM: IOMMU group viability, and who already holds it.
 
-A VFIO user gets whole IOMMU groups. A group is viable when every *other* member is bound to
-``vfio-pci`` (or a vendor VFIO variant, whose driver name contains ``vfio``), is unbound, or is a
-PCI bridge / root port (``pcieport``).
+A VFIO user gets whole IOMMU groups; what makes a group viable is defined once, in
+:mod:`vgpukit.iommu`.
 """
 
 from __future__ import annotations
 
+from .. import iommu
 from ..errors import Busy, Conflict
 from ..holders import OpenFiles
 from ..host import Host
-from ..pci import kind_of
 from .devices import Target
-
-HARMLESS_DRIVERS = ("pcieport", "shpchp")
-
-
-def _member_ok(host: Host, bdf: str) -> tuple[bool, str | None]:
-    driver = host.link_name(host.pci_device(bdf, "driver"))
-    if driver is None or "vfio" in driver or driver in HARMLESS_DRIVERS:
-        return True, driver
-    cls = host.read_int(host.pci_device(bdf, "class"), 0) or 0
-    vendor = host.read_int(host.pci_device(bdf, "vendor"), 0) or 0
-    return kind_of(cls, vendor) == "bridge", driver
 
 
 def check_iommu(host: Host, target: Target) -> None:
-    """Conflict unless the target's IOMMU group can be handed to VFIO as a whole."""
+    """Conflict unless the target's IOMMU group can be handed to VFIO as a whole (see :mod:`vgpukit.iommu`)."""
     if target.iommu_group is None:
         what = "mdev" if target.kind == "mdev" else "device"
         raise Conflict(
@@ -36,17 +24,12 @@ def check_iommu(host: Host, target: Target) -> None:
         )
     if target.kind == "mdev":
         return  # an mdev's group holds only itself
-    members = host.listdir(host.sys("kernel", "iommu_groups", str(target.iommu_group), "devices"))
-    for bdf in members:
-        if bdf == target.bdf:
-            continue
-        ok, driver = _member_ok(host, bdf)
-        if not ok:
-            raise Conflict(
-                f"IOMMU group {target.iommu_group} of {target.label} is not viable: {bdf} is bound to {driver}",
-                device=target.label,
-                hint=f"bind {bdf} to vfio-pci (vgpukit bind {bdf} vfio-pci) or unbind it",
-            )
+    for b in iommu.blockers(host, target.iommu_group, {target.bdf} if target.bdf else set()):
+        raise Conflict(
+            f"IOMMU group {target.iommu_group} of {target.label} is not viable: {b.bdf} is bound to {b.driver}",
+            device=target.label,
+            hint=f"bind {b.bdf} to vfio-pci (vgpukit bind {b.bdf} --driver vfio-pci) or unbind it",
+        )
 
 
 def check_not_held(host: Host, target: Target) -> None:

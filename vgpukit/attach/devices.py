@@ -4,7 +4,7 @@ Accepted names (first match wins):
 
 * an mdev UUID (``8-4-4-4-12`` hex): ``/sys/bus/mdev/devices/<uuid>`` -> ``<hostdev type='mdev'>``;
 * ``MIG-<uuid>``: refused here (MIG slices go to containers through CDI);
-* anything :func:`vgpukit.naming.resolve_device` knows (``gpuN``, ``nicN``, BDF, short BDF, GPU
+* a PCI function named as :mod:`vgpukit.naming` says (``gpuN``, ``nicN``, BDF, short BDF, GPU
   UUID) -> a PCI device: ``<hostdev type='pci'>``, or ``<interface type='hostdev'>`` for a NIC VF.
   A VF carrying an NVIDIA vendor-VFIO vGPU (``nvidia/current_vgpu_type`` not 0) is what
   "vGPU id" means for per-VF vGPUs; it is rendered ``managed='no'`` because the host driver must
@@ -13,21 +13,14 @@ Accepted names (first match wins):
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from .. import naming
 from ..errors import InvalidInput, NotFound, Unsupported
-from ..host import Host
+from ..host import DRIVER, IOMMU_GROUP, MDEV_TYPE, Host
 from ..libvirt.domain import Device, HostdevInterface, MdevHostdev, PciAddress, PciHostdev
-from ..naming import resolve_on
-from ..pci import BDF_RE, read_device
-
-if TYPE_CHECKING:
-    from ..nvml import Nvml
-
-UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z", re.ASCII)
-MIG_RE = re.compile(r"^MIG-[0-9a-fA-F-]+\Z", re.ASCII)
+from ..naming import NvmlSource
+from ..pci import BDF_RE, Scan, read_device
 
 
 @dataclass(frozen=True)
@@ -77,16 +70,12 @@ class Target:
         return PciHostdev(address=addr, managed=keep)
 
 
-def mdev_path(host: Host, uuid: str) -> str:
-    return host.display(host.sys("bus", "mdev", "devices", uuid))
-
-
 def read_mdev(host: Host, uuid: str, name: str | None = None) -> Target:
-    d = host.sys("bus", "mdev", "devices", uuid)
+    d = host.mdev_device(uuid)
     if not host.exists(d):
         raise NotFound(f"no mdev {uuid} (nothing at {host.display(d)})", device=uuid, hint="see: vgpukit mdev list")
     parent = host.resolve(d).parent.name
-    group = host.link_name(d / "iommu_group")
+    group = host.link_name(d / IOMMU_GROUP)
     numa = None
     if BDF_RE.match(parent):
         numa = host.read_int(host.pci_device(parent, "numa_node"))
@@ -96,15 +85,15 @@ def read_mdev(host: Host, uuid: str, name: str | None = None) -> Target:
         kind="mdev",
         uuid=uuid,
         parent=parent,
-        mdev_type=host.link_name(d / "mdev_type"),
-        driver=host.link_name(d / "driver"),
+        mdev_type=host.link_name(d / MDEV_TYPE),
+        driver=host.link_name(d / DRIVER),
         iommu_group=int(group) if group and group.isdigit() else None,
         numa_node=numa,
     )
 
 
-def read_pci(host: Host, bdf: str, name: str | None = None) -> Target:
-    dev = read_device(host, bdf)
+def read_pci(host: Host, bdf: str, name: str | None = None, scan: Scan | None = None) -> Target:
+    dev = scan.device(bdf) if scan is not None else read_device(host, bdf)
     vgpu = host.read_opt(host.pci_device(bdf, "nvidia", "current_vgpu_type"))
     return Target(
         name=name or bdf,
@@ -119,15 +108,17 @@ def read_pci(host: Host, bdf: str, name: str | None = None) -> Target:
     )
 
 
-def resolve(host: Host, name: str, nvml: Nvml | None = None) -> Target:
-    """The device a user named, read from the host (``nvml`` maps GPU UUIDs). NotFound / InvalidInput otherwise."""
-    text = name.strip()
-    if UUID_RE.match(text.lower()):
-        return read_mdev(host, text.lower(), name)
-    if MIG_RE.match(text):
+def resolve(host: Host, name: str, nvml: NvmlSource = None, *, scan: Scan | None = None) -> Target:
+    """The device a user named (see :mod:`vgpukit.naming`), read from the host. NotFound / InvalidInput otherwise."""
+    if naming.form_of(name) == "mig-uuid":
         raise Unsupported(
-            f"{text} is a MIG slice: MIG slices go to containers (vgpukit cdi generate), not to VMs",
-            device=text,
+            f"{name.strip()} is a MIG slice: MIG slices go to containers (vgpukit cdi generate), not to VMs",
+            device=name.strip(),
             hint="give a VM the whole GPU (gpuN) or a vGPU instead",
         )
-    return read_pci(host, resolve_on(host, text, nvml), name)
+    t = naming.resolve(host, name, frozenset({naming.PCI, naming.MDEV}), nvml=nvml, scan=scan)
+    if t.kind == naming.MDEV:
+        assert t.uuid is not None
+        return read_mdev(host, t.uuid, name)
+    assert t.bdf is not None
+    return read_pci(host, t.bdf, name, scan)

@@ -87,7 +87,7 @@ class NodeInfo:
 
 
 def read_node(host: Host, node: int) -> NodeInfo | None:
-    text = host.read_opt(host.sys("devices", "system", "node", f"node{node}", "cpulist"))
+    text = host.read_opt(host.numa_node(node, "cpulist"))
     if not text:
         return None
     return NodeInfo(node, text, tuple(parse_cpulist(text)))
@@ -122,11 +122,7 @@ def placement_for(
 
 def hugepage_warnings(host: Host, node: int | None, memory_mib: int) -> list[str]:
     """Say so when the node (or host) lacks free hugepages for the guest's memory."""
-    base = (
-        host.sys("devices", "system", "node", f"node{node}", "hugepages")
-        if node is not None
-        else host.sys("kernel", "mm", "hugepages")
-    )
+    base = host.numa_node(node, "hugepages") if node is not None else host.sys("kernel", "mm", "hugepages")
     free_kib = 0
     for size in host.listdir(base):
         kib = int(size.removeprefix("hugepages-").removesuffix("kB") or 0)

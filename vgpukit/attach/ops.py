@@ -14,13 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .. import naming
 from ..errors import Conflict, InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
 from ..host import Host
 from ..libvirt.connection import AFFECT_CONFIG, AFFECT_LIVE, Libvirt
 from ..libvirt.domain import DomainXML, assignments, device_keys, parse_device
-from ..pci import is_bdf, parse_bdf
+from ..pci import Scan, parse_bdf
 from .checks import check_iommu, check_not_held
-from .devices import UUID_RE, Target, resolve
+from .devices import Target, resolve
 from .templates import TemplateSet
 
 if TYPE_CHECKING:
@@ -138,7 +139,8 @@ def targets_for(
         raise InvalidInput("name at least one DEVICE to attach")
     if (mac is not None or vlan is not None) and len(names) > 1:
         raise InvalidInput("--mac/--vlan need exactly one DEVICE")
-    targets = [resolve(host, n, nvml) for n in names]
+    scan = Scan(host)
+    targets = [resolve(host, n, nvml, scan=scan) for n in names]
     seen: set[str] = set()
     for t in targets:
         if t.key in seen:
@@ -202,9 +204,10 @@ def detach_key(host: Host, name: str, nvml: Nvml | None = None) -> tuple[str, st
         t: Target = resolve(host, text, nvml)
         return t.key, t.label
     except NotFound:
-        if UUID_RE.match(text.lower()):
+        form = naming.form_of(text)
+        if form == "mdev-uuid":
             return f"mdev:{text.lower()}", text.lower()
-        if is_bdf(text):
+        if form == "bdf":
             return f"pci:{parse_bdf(text)}", parse_bdf(text)
         raise
 

@@ -50,7 +50,7 @@ class App:
     def host(self) -> Host:
         if self._host is None:
             if self.sim_dir is not None:
-                from ..sim.kernel import SimKernel
+                from ..sim.kernel import SimKernel  # opening it completes or undoes a reaction cut short
 
                 check_sim_dir(self.sim_dir)
                 self._host = Host(self.sim_dir, kernel=SimKernel(self.sim_dir), dry_run=self.dry_run)

@@ -38,10 +38,13 @@ def print_json(doc: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
 
 
-def emit(app: App, kind: str, data: dict[str, Any], human: Callable[[], None]) -> None:
-    """Print ``data`` as JSON under --json, else call the human renderer."""
+def emit(app: App, kind: str, data: dict[str, Any] | Callable[[], dict[str, Any]], human: Callable[[], None]) -> None:
+    """Print ``data`` as JSON under --json, else call the human renderer.
+
+    ``data`` may be a function building the document, so a human listing never pays for it.
+    """
     if app.json:
-        print_json(json_doc(kind, data))
+        print_json(json_doc(kind, data() if callable(data) else data))
     else:
         human()
 

@@ -136,14 +136,17 @@ def release(app: App, pid: int) -> None:
 
 
 def _group_of(app: App, device: str) -> str:
-    host = app.host
-    mdev = host.sys("bus", "mdev", "devices", device.lower())
-    if len(device) == 36 and host.exists(mdev):
-        link = host.link_name(mdev / "iommu_group")
-    else:
-        from ..naming import resolve_device
+    from .. import naming
+    from ..host import IOMMU_GROUP
 
-        link = host.link_name(host.pci_device(resolve_device(app, device), "iommu_group"))
+    host = app.host
+    t = naming.resolve(host, device, frozenset({naming.PCI, naming.MDEV}), nvml=lambda: app.nvml)
+    if t.kind == naming.MDEV:
+        assert t.uuid is not None
+        link = host.link_name(host.mdev_device(t.uuid, IOMMU_GROUP))
+    else:
+        assert t.bdf is not None
+        link = host.link_name(host.pci_device(t.bdf, IOMMU_GROUP))
     if link is None:
         raise NotFound(f"{device} has no IOMMU group", device=device)
     return link

@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .. import pci, topology
 from ..errors import InvalidInput
 from ..naming import aliases
-from ..nvml import NvmlGpu
 from .context import App
 from .main import json_option
 from .output import emit, is_tty, say, table
 from .params import NAME
 
+if TYPE_CHECKING:
+    from ..nvml import NvmlGpu
 
-def _gpu_info(app: App) -> dict[str, NvmlGpu]:
+
+def _gpu_info(app: App, devices: list[pci.PciDevice]) -> dict[str, NvmlGpu]:
+    """NVML's view of the GPUs, asked only when there is an NVIDIA GPU to ask about."""
+    if not any(d.vendor == "10de" and d.kind == "gpu" for d in devices):
+        return {}
     nv = app.nvml
     return {g.bdf: g for g in nv.gpus()} if nv is not None else {}
 
@@ -82,14 +87,12 @@ def _render_tree(roots: list[topology.Node], names: dict[str, str], gpus: dict[s
 
     def children(node: topology.Node) -> list[tuple[str, topology.Node | None]]:
         out: list[tuple[str, topology.Node | None]] = []
-        vfs = [c for c in node.children if c.device is not None and c.device.is_vf]
         for c in node.children:
             if c.device is not None and (show_vfs or not c.device.is_vf):
                 out.append((_line(c.device, c.role, names, gpus, rich), c))
-        if vfs and not show_vfs:
-            first, last = vfs[0].device, vfs[-1].device
-            assert first is not None and last is not None
-            out.append((f"{len(vfs)} VFs {first.bdf} .. {last.bdf} (--vfs to list)", None))
+        vfs = node.device.sriov.vfs if node.device is not None and node.device.sriov is not None else ()
+        if vfs and not show_vfs:  # the PF's own list: the VFs themselves need not be read
+            out.append((f"{len(vfs)} VFs {vfs[0]} .. {vfs[-1]} (--vfs to list)", None))
         return out
 
     if rich:
@@ -158,29 +161,34 @@ def _matrix(app: App, devices: list[pci.PciDevice], names: dict[str, str]) -> No
 @click.pass_obj
 def topo(app: App, matrix: bool, show_vfs: bool) -> None:
     """Show the PCIe tree: root complexes, switches, endpoints and what each can do."""
-    devices = pci.scan(app.host)
-    names = aliases(devices)
+    scan = pci.Scan(app.host)
+    names = aliases(scan)
     if matrix:
-        _matrix(app, devices, names)
+        _matrix(app, scan.physical(), names)
         return
-    gpus = _gpu_info(app)
+    # VFs are read only when they are shown one by one; the tree summarises them from their PF
+    devices = scan.devices() if show_vfs or app.json else scan.physical()
+    gpus = _gpu_info(app, devices)
     roots = topology.build_tree(devices)
-    roles = topology.port_roles(devices)
 
-    def tree_doc(node: topology.Node) -> dict[str, Any]:
+    def tree_doc(node: topology.Node, roles: dict[str, str]) -> dict[str, Any]:
         if node.device is None:
-            return {"host_bridge": node.label, "children": [tree_doc(c) for c in node.children]}
+            return {"host_bridge": node.label, "children": [tree_doc(c, roles) for c in node.children]}
         d = _dev_doc(node.device, names, gpus)
         d["role"] = roles.get(node.device.bdf)
-        d["children"] = [tree_doc(c) for c in node.children]
+        d["children"] = [tree_doc(c, roles) for c in node.children]
         return d
 
-    numa = {}
-    for node_dir in app.host.listdir(app.host.sys("devices", "system", "node")):
-        if node_dir.startswith("node") and node_dir[4:].isdigit():
-            numa[node_dir[4:]] = app.host.read_opt(app.host.sys("devices", "system", "node", node_dir, "cpulist"))
-    data = {"roots": [tree_doc(r) for r in roots], "numa_nodes": numa}
-    emit(app, "topo", data, lambda: _render_tree(roots, names, gpus, show_vfs))
+    def doc() -> dict[str, Any]:
+        host = app.host
+        numa = {}
+        for node_dir in host.listdir(host.numa_nodes()):
+            if node_dir.startswith("node") and node_dir[4:].isdigit():
+                numa[node_dir[4:]] = host.read_opt(host.numa_node(node_dir[4:], "cpulist"))
+        roles = topology.port_roles(devices)
+        return {"roots": [tree_doc(r, roles) for r in roots], "numa_nodes": numa}
+
+    emit(app, "topo", doc, lambda: _render_tree(roots, names, gpus, show_vfs))
 
 
 KINDS = ("gpu", "nic", "nvme", "bridge", "other")
@@ -198,9 +206,10 @@ def devices(app: App, kind: str | None, vendor: str | None, show_all: bool) -> N
         vendor = vendor.lower().removeprefix("0x")
         if len(vendor) != 4 or any(c not in "0123456789abcdef" for c in vendor):
             raise InvalidInput(f"invalid vendor id {vendor!r}: expected 4 hex digits, e.g. 10de", value=vendor)
-    all_devs = pci.scan(app.host)
-    names = aliases(all_devs)
-    gpus = _gpu_info(app)
+    scan = pci.Scan(app.host)
+    all_devs = scan.devices()
+    names = aliases(scan)
+    gpus = _gpu_info(app, all_devs)
     sel = [
         d
         for d in all_devs
@@ -208,7 +217,6 @@ def devices(app: App, kind: str | None, vendor: str | None, show_all: bool) -> N
         and (vendor is None or d.vendor == vendor)
         and (show_all or kind == "bridge" or d.kind != "bridge")
     ]
-    data = {"devices": [_dev_doc(d, names, gpus) for d in sel]}
 
     def human() -> None:
         rows = [
@@ -228,4 +236,4 @@ def devices(app: App, kind: str | None, vendor: str | None, show_all: bool) -> N
         ]
         table(None, ["BDF", "NAME", "KIND", "IDS", "MODEL", "DRIVER", "NUMA", "IOMMU", "LINK", "CAPABILITIES"], rows)
 
-    emit(app, "devices", data, human)
+    emit(app, "devices", lambda: {"devices": [_dev_doc(d, names, gpus) for d in sel]}, human)

@@ -10,25 +10,18 @@ from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say, table
 from ..cli.params import NAME, AsciiInt
-from ..errors import InvalidInput, NotFound
+from ..errors import InvalidInput
 from . import mdevctl, ops, sysfs
 from .placement import PACK, SPREAD
 
 
 def resolve_parent(app: App, name: str) -> str:
     """An mdev parent from its mdev_bus name (``mtty``, a BDF) or a device name (``gpu0``, short BDF)."""
-    names = sysfs.parent_names(app.host)
-    if name in names:
-        return name
-    from ..naming import resolve_device
+    from .. import naming
 
-    try:
-        bdf = resolve_device(app, name)
-    except InvalidInput:
-        raise NotFound(f"no mdev parent {name!r}", value=name, hint="see: vgpukit mdev types") from None
-    if bdf not in names:
-        raise NotFound(f"{name} ({bdf}) is not an mdev parent", device=bdf, hint="see: vgpukit mdev types")
-    return bdf
+    t = naming.resolve(app.host, name, frozenset({naming.PARENT}))
+    assert t.parent is not None
+    return t.parent
 
 
 @click.group()
@@ -239,15 +232,15 @@ def define_cmd(
 
 def _definition_parent(app: App, name: str) -> str:
     """A parent for a definition: it may be absent now (a BDF or name), or named gpuN when present."""
-    from ..naming import ALIAS_RE
-    from ..pci import is_bdf, parse_bdf
+    from .. import naming
 
-    if name in sysfs.parent_names(app.host):
-        return name
-    if is_bdf(name):
-        return parse_bdf(name)
-    if ALIAS_RE.match(name.lower()):
+    form = naming.form_of(name)
+    if name in sysfs.parent_names(app.host) or form == "alias":
         return resolve_parent(app, name)
+    if form == "bdf":
+        from ..pci import parse_bdf
+
+        return parse_bdf(name)
     return name
 
 

@@ -156,7 +156,7 @@ def define_new(env: Env, parent: str, type_id: str, uid: str | None, auto: bool)
     host = env.host
     check_type_id(type_id)
     uid = check_uuid(uid) if uid else new_uuid()
-    if host.exists(host.sys("class", "mdev_bus", parent)):
+    if host.exists(host.mdev_parent(parent)):
         if sysfs.read_parent(host, parent).type(type_id) is None:
             raise NotFound(f"parent {parent} has no mdev type {type_id}", device=parent, hint="see: vgpukit mdev types")
     else:
@@ -232,7 +232,7 @@ def start(env: Env, d: Definition) -> StartOutcome:
         else:
             out.status, out.message = "conflict", f"UUID is active as {active.type_id} on {active.parent}"
         return out
-    if not host.exists(host.sys("class", "mdev_bus", d.parent)):
+    if not host.exists(host.mdev_parent(d.parent)):
         out.status, out.message = "parent-absent", "parent not present; started when it appears (udev rule)"
         return out
     if host.dry_run:

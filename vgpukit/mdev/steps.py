@@ -9,12 +9,13 @@ from typing import ClassVar
 from ..engine import Env, Step, step_kind
 from ..engine.files import PutFile
 from ..errors import Conflict, NoCapacity, VerifyFailed
+from ..host import MDEV_TYPE
 from . import mdevctl, sysfs
 from .model import Definition
 
 
 def _present(env: Env, uid: str) -> bool:
-    return env.host.exists(env.host.sys("bus", "mdev", "devices", uid))
+    return env.host.exists(env.host.mdev_device(uid))
 
 
 @step_kind
@@ -36,14 +37,14 @@ class CreateMdev(Step):
 
     def apply(self, env: Env) -> None:
         if _present(env, self.uuid):
-            have = env.host.link_name(env.host.sys("bus", "mdev", "devices", self.uuid, "mdev_type"))
+            have = env.host.link_name(env.host.mdev_device(self.uuid, MDEV_TYPE))
             if have != self.type_id:
                 raise Conflict(
                     f"an mdev with UUID {self.uuid} already exists ({have})", value=self.uuid, device=self.parent
                 )
             return
         # Sibling types share capacity: trust the kernel's current count, not the plan.
-        if self.check_capacity and sysfs.read_type(env.host, self.parent, self.type_id).available < 1:
+        if self.check_capacity and sysfs.available(env.host, self.parent, self.type_id) < 1:
             raise NoCapacity(f"{self.parent} ran out of capacity for {self.type_id} while creating", device=self.parent)
         sysfs.create(env.host, self.parent, self.type_id, self.uuid)
 

@@ -11,33 +11,38 @@ import os
 
 from ..errors import Busy, Conflict, InvalidInput, NoCapacity, NotFound, VgpukitError
 from ..holders import group_holders
-from ..host import Host
+from ..host import IOMMU_GROUP, MDEV_TYPE, MDEV_TYPES, Host
 from ..pci import BDF_RE
 from .model import MdevInstance, MdevParent, MdevType, check_attr_name, check_uuid
 
 
 def parent_names(host: Host) -> list[str]:
-    return host.listdir(host.sys("class", "mdev_bus"))
+    return host.listdir(host.mdev_parents())
+
+
+def available(host: Host, parent: str, type_id: str) -> int:
+    """How many more instances of ``type_id`` the kernel says fit on ``parent`` now."""
+    return host.read_int(host.mdev_type(parent, type_id, "available_instances"), 0, 10) or 0
 
 
 def read_type(host: Host, parent: str, type_id: str) -> MdevType:
-    d = host.sys("class", "mdev_bus", parent, "mdev_supported_types", type_id)
+    d = host.mdev_type(parent, type_id)
     return MdevType(
         parent=parent,
         type_id=type_id,
         name=host.read_opt(d / "name"),
         description=host.read_opt(d / "description"),
         device_api=host.read_opt(d / "device_api"),
-        available=host.read_int(d / "available_instances", 0, 10) or 0,
+        available=available(host, parent, type_id),
     )
 
 
 def read_parent(host: Host, name: str) -> MdevParent:
-    d = host.sys("class", "mdev_bus", name)
+    d = host.mdev_parent(name)
     if not host.exists(d):
         raise NotFound(f"no mdev parent {name}", device=name, hint="see: vgpukit mdev types")
     numa = host.read_int(d / "numa_node")
-    types = tuple(read_type(host, name, t) for t in host.listdir(d / "mdev_supported_types"))
+    types = tuple(read_type(host, name, t) for t in host.listdir(d / MDEV_TYPES))
     return MdevParent(
         name=name,
         is_pci=bool(BDF_RE.match(name)),
@@ -50,39 +55,57 @@ def parents(host: Host) -> list[MdevParent]:
     return [read_parent(host, n) for n in parent_names(host)]
 
 
+def _target(host: Host, link: str) -> str | None:
+    """Where a sysfs link leads, as a normalised path (one readlink; sysfs directories are real)."""
+    target = host.readlink(link)
+    return os.path.normpath(os.path.join(os.path.dirname(link), target)) if target else None
+
+
 def _parent_by_path(host: Host) -> dict[str, str]:
-    return {os.path.realpath(host.sys("class", "mdev_bus", n)): n for n in parent_names(host)}
+    base = host.mdev_parents()
+    return {t: n for n in parent_names(host) if (t := _target(host, f"{base}/{n}"))}
 
 
-def instances(host: Host, with_holders: bool = True) -> list[MdevInstance]:
-    """Every active mdev instance on the host."""
-    by_path = _parent_by_path(host)
-    rows: list[tuple[str, str, str, int | None]] = []
-    base = host.sys("bus", "mdev", "devices")
-    for uid in host.listdir(base):
-        link = base / uid
-        real = os.path.realpath(link)
-        parent = by_path.get(os.path.dirname(real), os.path.basename(os.path.dirname(real)))
-        type_id = host.link_name(link / "mdev_type") or "?"
-        group = host.link_name(link / "iommu_group")
-        rows.append((uid, parent, type_id, int(group) if group and group.isdigit() else None))
-    holders = group_holders(host, {g for *_, g in rows if g is not None}) if with_holders else {}
+def _instance(host: Host, uid: str, by_path: dict[str, str]) -> tuple[str, str, str, int | None] | None:
+    """(uuid, parent, type, IOMMU group) of one instance, from its three links; None when absent."""
+    link = str(host.mdev_device(uid))
+    where = _target(host, link)
+    if where is None:
+        return None
+    parent_dir = os.path.dirname(where)
+    parent = by_path.get(parent_dir) or by_path.get(os.path.realpath(parent_dir)) or os.path.basename(parent_dir)
+    type_id = host.link_name(f"{link}/{MDEV_TYPE}") or "?"
+    group = host.link_name(f"{link}/{IOMMU_GROUP}")
+    return uid, parent, type_id, int(group) if group and group.isdigit() else None
+
+
+def _with_holders(host: Host, rows: list[tuple[str, str, str, int | None]], holders: bool) -> list[MdevInstance]:
+    held = group_holders(host, {g for *_, g in rows if g is not None}) if holders else {}
     return [
         MdevInstance(
-            uuid=u, parent=p, type_id=t, iommu_group=g, holders=tuple(holders.get(g, []) if g is not None else [])
+            uuid=u, parent=p, type_id=t, iommu_group=g, holders=tuple(held.get(g, []) if g is not None else [])
         )
         for u, p, t, g in rows
     ]
 
 
+def instances(host: Host, with_holders: bool = True) -> list[MdevInstance]:
+    """Every active mdev instance on the host."""
+    by_path = _parent_by_path(host)
+    rows = [r for uid in host.listdir(host.mdev_devices()) if (r := _instance(host, uid, by_path))]
+    return _with_holders(host, rows, with_holders)
+
+
 def find_instance(host: Host, uid: str) -> MdevInstance | None:
+    """One active instance (only its own links are read), or None."""
     uid = check_uuid(uid)
-    return next((i for i in instances(host) if i.uuid == uid), None)
+    row = _instance(host, uid, _parent_by_path(host))
+    return _with_holders(host, [row], True)[0] if row else None
 
 
 def create(host: Host, parent: str, type_id: str, uid: str) -> None:
     """Write ``uid`` to the type's ``create``; kernel errors become errors that say what to do."""
-    path = host.sys("class", "mdev_bus", parent, "mdev_supported_types", type_id, "create")
+    path = host.mdev_type(parent, type_id, "create")
     if not host.exists(path):
         raise NotFound(f"parent {parent} has no mdev type {type_id}", device=parent, hint="see: vgpukit mdev types")
     try:
@@ -112,8 +135,8 @@ def _create_error(err: VgpukitError, parent: str, type_id: str, uid: str) -> Vgp
 
 
 def remove(host: Host, uid: str) -> None:
-    path = host.sys("bus", "mdev", "devices", uid, "remove")
-    if not host.exists(host.sys("bus", "mdev", "devices", uid)):
+    path = host.mdev_device(uid, "remove")
+    if not host.exists(host.mdev_device(uid)):
         raise NotFound(f"no active mdev {uid}", value=uid, hint="see: vgpukit mdev list")
     try:
         host.write(path, "1")
@@ -131,4 +154,4 @@ def remove(host: Host, uid: str) -> None:
 def write_attr(host: Host, uid: str, attr: str, value: str) -> None:
     """Set a vendor attribute of an instance (mdevctl ``attrs``), e.g. ``nvidia/vgpu_params``; never a
     kernel control file (``remove``...)."""
-    host.write(host.sys("bus", "mdev", "devices", check_uuid(uid), *check_attr_name(attr).split("/")), value)
+    host.write(host.mdev_device(check_uuid(uid), *check_attr_name(attr).split("/")), value)

@@ -9,6 +9,7 @@ from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, fail_after_emit, say
 from ..cli.params import NAME, AsciiInt
 from ..errors import Busy, InvalidInput, Unsupported
+from ..pci import Scan
 from . import engine, view
 from .common_cli import aliases, label_of, named, nvml_of, resolve_gpu, run_plans
 from .config_cli import apply_cmd, assert_cmd, export_cmd
@@ -31,8 +32,9 @@ def mig() -> None:
 def status(app: App, gpu: str | None) -> None:
     """MIG mode, GPU/compute instances, MIG UUIDs and a map of the memory slots."""
     nvml = nvml_of(app)
-    gpus = [resolve_gpu(app, gpu)] if gpu else nvml.gpus()
-    docs = named(app, [view.gpu_status(nvml, g) for g in gpus])
+    scan = Scan(app.host)
+    gpus = [resolve_gpu(app, gpu, scan)] if gpu else nvml.gpus()
+    docs = named(scan, [view.gpu_status(nvml, g) for g in gpus])
     emit(app, "mig-status", {"gpus": docs}, lambda: show_status(docs))
 
 
@@ -43,8 +45,9 @@ def status(app: App, gpu: str | None) -> None:
 def profiles(app: App, gpu: str) -> None:
     """The GPU's MIG profiles: id, slices, memory, SMs, remaining capacity, placements."""
     nvml = nvml_of(app)
-    doc = view.profiles_doc(nvml, resolve_gpu(app, gpu))
-    doc["gpu"] = aliases(app).get(doc["bdf"], doc["gpu"])
+    scan = Scan(app.host)
+    doc = view.profiles_doc(nvml, resolve_gpu(app, gpu, scan))
+    doc["gpu"] = aliases(scan).get(doc["bdf"], doc["gpu"])
     emit(app, "mig-profiles", doc, lambda: show_profiles(doc))
 
 
@@ -87,7 +90,8 @@ def partition(
     from .spec import parse_request
 
     nvml = nvml_of(app)
-    g = resolve_gpu(app, gpu)
+    scan = Scan(app.host)
+    g = resolve_gpu(app, gpu, scan)
     if not g.mig_capable:
         raise Unsupported(f"{gpu} ({g.name}) is not MIG-capable", device=g.bdf)
     wants = parse_request(nvml.gi_profiles(g.index), mig_specs, ci_specs, f"{gpu} ({g.name})")
@@ -96,14 +100,14 @@ def partition(
     try:
         plan = engine.plan_gpu(
             nvml,
-            engine.GpuRequest(g, True, wants, exact=replace, label=label_of(app, g)),
+            engine.GpuRequest(g, True, wants, exact=replace, label=label_of(scan, g)),
             allow_reset=reset is not False,
         )
     except engine.ResetRequired as exc:
         words = ["vgpukit", "partition", gpu, *(f"--mig {m}" for m in mig_specs), *(f"--ci {c}" for c in ci_specs)]
         exc.hint = f"nothing was changed; to reset the GPU as part of it: {' '.join(words)}"
         raise
-    run_plans(app, "mig-partition", [plan])
+    run_plans(app, "mig-partition", [plan], scan=scan)
 
 
 @mig.command("destroy")
@@ -124,9 +128,10 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
     if bool(gi_ids) == all_:
         raise InvalidInput("give --gi ID (repeatable) or --all")
     nvml = nvml_of(app)
-    g = resolve_gpu(app, gpu)
-    plan, skipped = plan_destroy(nvml, g, None if all_ else list(gi_ids), force, label_of(app, g))
-    run_plans(app, "mig-destroy", [plan], {"skipped_busy": skipped})
+    scan = Scan(app.host)
+    g = resolve_gpu(app, gpu, scan)
+    plan, skipped = plan_destroy(nvml, g, None if all_ else list(gi_ids), force, label_of(scan, g))
+    run_plans(app, "mig-destroy", [plan], {"skipped_busy": skipped}, scan=scan)
     if skipped:
         fail_after_emit(app, Busy(f"skipped busy GPU instance(s): {', '.join(skipped)}"))
 
@@ -146,17 +151,18 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
 def disable(app: App, gpu: str, reset: bool | None) -> None:
     """Turn MIG mode off (the GPU must have no GPU instances left)."""
     nvml = nvml_of(app)
-    g = resolve_gpu(app, gpu)
+    scan = Scan(app.host)
+    g = resolve_gpu(app, gpu, scan)
     try:
         plan = engine.plan_gpu(
-            nvml, engine.GpuRequest(g, False, label=label_of(app, g)), allow_reset=reset is not False
+            nvml, engine.GpuRequest(g, False, label=label_of(scan, g)), allow_reset=reset is not False
         )
     except (engine.ResetRequired, engine.ResetBlocked):
         if reset:
             raise
         # without --reset, disabling is accepted and takes effect at the next reset (like nvidia-smi)
-        plan = engine.GpuPlan(g, [SetMode(g.bdf, label_of(app, g), False, pending_ok=True)], [])
-    run_plans(app, "mig-disable", [plan])
+        plan = engine.GpuPlan(g, [SetMode(g.bdf, label_of(scan, g), False, pending_ok=True)], [])
+    run_plans(app, "mig-disable", [plan], scan=scan)
     pending = any(isinstance(s, SetMode) and s.pending_ok and not s.then_reset for s in plan.steps)
     if not app.dry_run and not app.json and pending:
         say(f"MIG stays on until {gpu} is reset: vgpukit mig disable {gpu} --reset (or reboot)")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import naming
 from ..cli.context import App
 from ..cli.output import emit_result
 from ..engine import execute
-from ..errors import NotFound
-from ..inputs import parse_int
+from ..errors import VgpukitError
 from ..nvml import Nvml, NvmlGpu
+from ..pci import Scan
 from . import engine, steps, view
 from .steps import CreateGi
 from .view_cli import show_status
@@ -20,60 +21,43 @@ def nvml_of(app: App) -> Nvml:
     return steps.nvml_of(app.env)
 
 
-_SCANS: dict[int, list[Any]] = {}
-
-
-def _scan(app: App) -> list[Any]:
-    """The host's PCI devices, scanned once per invocation (naming and aliases share it)."""
-    from ..pci import scan
-
-    if id(app) not in _SCANS:
-        _SCANS[id(app)] = scan(app.host)
-    return _SCANS[id(app)]
-
-
-def resolve_gpu(app: App, name: str) -> NvmlGpu:
-    from ..naming import UUID_RE, resolve_in
-
+def resolve_gpu(app: App, name: str, scan: Scan) -> NvmlGpu:
+    """The GPU ``name`` names (gpuN, NVML index, PCI address, GPU UUID; see :mod:`vgpukit.naming`)."""
     nvml = nvml_of(app)
-    if name.isascii() and name.isdigit():  # a bare NVML index, as nvidia-smi -i takes (never '١')
-        index = parse_int(name, "NVML index", lo=0, hi=255)
-        gpus = nvml.gpus()
-        if index >= len(gpus):
-            raise NotFound(f"no GPU with NVML index {index}: this host has {len(gpus)}", value=index)
-        return gpus[index]
-    uuids = {g.bdf: g.uuid for g in nvml.gpus()} if UUID_RE.match(name.strip()) else None
-    return view.find_gpu(nvml, resolve_in(app.host, name, devices=_scan(app), gpu_uuids=uuids))
+    t = naming.resolve(app.host, name, frozenset({naming.GPU}), nvml=nvml, scan=scan)
+    assert t.nvml_index is not None
+    return nvml.gpus()[t.nvml_index]
 
 
-def aliases(app: App) -> dict[str, str]:
-    from ..naming import aliases as pci_aliases
-
+def aliases(scan: Scan) -> dict[str, str]:
     try:
-        return pci_aliases(_scan(app))
-    except Exception:  # no sysfs (odd root): fall back to NVML order
+        return naming.aliases(scan)
+    except VgpukitError:  # no sysfs (odd root): fall back to NVML order
         return {}
 
 
-def label_of(app: App, gpu: NvmlGpu) -> str:
-    return f"{aliases(app).get(gpu.bdf, f'gpu{gpu.index}')} ({gpu.bdf})"
+def label_of(scan: Scan, gpu: NvmlGpu) -> str:
+    return f"{aliases(scan).get(gpu.bdf, f'gpu{gpu.index}')} ({gpu.bdf})"
 
 
-def named(app: App, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    names = aliases(app)
+def named(scan: Scan, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    names = aliases(scan)
     for d in docs:
         d["gpu"] = names.get(d["bdf"], d["gpu"])
     return docs
 
 
-def run_plans(app: App, kind: str, plans: list[engine.GpuPlan], extra: dict[str, Any] | None = None) -> None:
+def run_plans(
+    app: App, kind: str, plans: list[engine.GpuPlan], extra: dict[str, Any] | None = None, *, scan: Scan
+) -> None:
     """Apply (unless dry run) and report; show the resulting MIG devices of the GPUs touched."""
     nvml = nvml_of(app)
     todo = [s for p in plans for s in p.steps]
     if not app.dry_run and todo:
         execute(app.env, todo)
     gpus = {p.gpu.index: p.gpu for p in plans}
-    docs = named(app, [view.gpu_status(nvml, g) for g in (nvml.gpus()[i] for i in sorted(gpus))])
+    now = nvml.gpus()  # once: their MIG mode as it is after the change
+    docs = named(scan, [view.gpu_status(nvml, now[i]) for i in sorted(gpus)])
     placements = [
         {"gpu": p.gpu.index, "profile": s.profile, "start": s.start, "size": s.size}
         for p in plans

@@ -13,6 +13,7 @@ from ..cli.output import emit, fail_after_emit, say
 from ..cli.params import NAME
 from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
 from ..nvml import GiProfile, Nvml, NvmlGpu
+from ..pci import Scan
 from . import config, engine
 from .common_cli import label_of, nvml_of, run_plans
 from .config import SAFE_NAME
@@ -58,7 +59,7 @@ def _wants(nvml: Nvml, gpu: NvmlGpu, entry: config.Entry, source: str) -> list[W
     return wants
 
 
-def build_plans(app: App, nvml: Nvml, entries: list[config.Entry], source: str, reset: bool) -> list[engine.GpuPlan]:
+def build_plans(scan: Scan, nvml: Nvml, entries: list[config.Entry], source: str, reset: bool) -> list[engine.GpuPlan]:
     plans = []
     for gpu in nvml.gpus():
         matched = [e for e in entries if e.selects(gpu.index, gpu.pci_device_id)]
@@ -74,7 +75,7 @@ def build_plans(app: App, nvml: Nvml, entries: list[config.Entry], source: str, 
                 raise Unsupported(f"{source}:{entry.line}: gpu{gpu.index} ({gpu.name}) is not MIG-capable")
             continue
         wants = _wants(nvml, gpu, entry, source) if entry.mig_enabled else []
-        req = engine.GpuRequest(gpu, entry.mig_enabled, wants, exact=True, label=label_of(app, gpu))
+        req = engine.GpuRequest(gpu, entry.mig_enabled, wants, exact=True, label=label_of(scan, gpu))
         plans.append(engine.plan_gpu(nvml, req, allow_reset=reset))
     return plans
 
@@ -98,7 +99,9 @@ def apply_cmd(app: App, path: Path, name: str | None, reset: bool | None) -> Non
     """Apply a mig-parted v1 config; instances that already match are kept (a second run does nothing)."""
     entries = _pick(config.parse(_read(app, path), str(path)), name, str(path))
     nvml = nvml_of(app)
-    run_plans(app, "mig-apply", build_plans(app, nvml, entries, str(path), reset is not False), {"config": name})
+    scan = Scan(app.host)
+    plans = build_plans(scan, nvml, entries, str(path), reset is not False)
+    run_plans(app, "mig-apply", plans, {"config": name}, scan=scan)
 
 
 @click.command("assert")
@@ -111,7 +114,7 @@ def assert_cmd(app: App, path: Path, name: str | None) -> None:
     entries = _pick(config.parse(_read(app, path), str(path)), name, str(path))
     nvml = nvml_of(app)
     try:
-        diff = [s.describe() for p in build_plans(app, nvml, entries, str(path), True) for s in p.steps]
+        diff = [s.describe() for p in build_plans(Scan(app.host), nvml, entries, str(path), True) for s in p.steps]
     except (InvalidInput, NotFound):
         raise
     except VgpukitError as exc:  # the config could not even be applied from here

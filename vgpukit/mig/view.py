@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import NotFound, Unsupported
+from ..errors import Unsupported
 from ..nvml import GiProfile, Nvml, NvmlGpu
 from . import planner
 from .spec import ci_allowed
@@ -85,10 +85,3 @@ def profiles_doc(nvml: Nvml, gpu: NvmlGpu) -> dict[str, Any]:
 
 def _ci_names(p: GiProfile) -> list[str]:
     return [p.name if c == p.slices else f"{c}c.{p.name}" for c in sorted(ci_allowed(p))]
-
-
-def find_gpu(nvml: Nvml, bdf: str) -> NvmlGpu:
-    for g in nvml.gpus():
-        if g.bdf == bdf:
-            return g
-    raise NotFound(f"{bdf} is not an NVIDIA GPU that NVML reports", device=bdf, hint="see: vgpukit mig status")

@@ -165,7 +165,7 @@ class SimNvml:
                 raise nvml_error(IN_USE, f"GPU {g['bdf']} is held by {_names(g['clients'])}", device=g["bdf"])
             g["mig_current"] = g["mig_pending"]
             g["gis"] = []  # GPU instances do not survive a reset
-            self._sync_caps(state)
+            self._sync_caps(state, gpu)
 
     # ------------------------------------------------------------------ GPU instances
     def gi_profiles(self, gpu: int) -> list[GiProfile]:
@@ -215,7 +215,7 @@ class SimNvml:
                 )
             gi = {"id": _gi_id(m, start, p.size), "profile_id": p.id, "start": start, "size": p.size, "cis": []}
             g["gis"].append(gi)
-            self._sync_caps(state)
+            self._sync_caps(state, gpu)
             return _gi_record(gi)
 
     def destroy_gpu_instance(self, gpu: int, gi_id: int) -> None:
@@ -229,7 +229,7 @@ class SimNvml:
                 why = f"held by {_names(holders)}" if holders else f"has {len(gi['cis'])} compute instance(s)"
                 raise nvml_error(IN_USE, f"GPU instance {gi_id} on {g['bdf']} {why}", device=g["bdf"])
             g["gis"].remove(gi)
-            self._sync_caps(state)
+            self._sync_caps(state, gpu)
 
     # ------------------------------------------------------------------ compute instances
     def _gi_profile(self, g: dict[str, Any], gi: dict[str, Any]) -> GiProfile:
@@ -268,7 +268,7 @@ class SimNvml:
             mig_uuid = "MIG-" + str(uuidlib.uuid5(_MIG_NS, f"{g['uuid']}/{gi_id}/{ci_id}/{g['generation']}"))
             ci = {"id": ci_id, "profile": profile, "slices": cp.slices, "start": start, "uuid": mig_uuid}
             gi["cis"].append(ci)
-            self._sync_caps(state)
+            self._sync_caps(state, gpu)
             return ComputeInstance(ci_id, gi_id, profile, cp.slices, start, mig_uuid)
 
     def destroy_compute_instance(self, gpu: int, gi_id: int, ci_id: int) -> None:
@@ -284,7 +284,7 @@ class SimNvml:
             if holders:
                 raise nvml_error(IN_USE, f"compute instance {ci_id} of GI {gi_id} is held by {_names(holders)}")
             gi["cis"].remove(ci)
-            self._sync_caps(state)
+            self._sync_caps(state, gpu)
 
     def processes(self, gpu: int) -> list[NvmlProcess]:
         with self._read() as state:
@@ -292,21 +292,21 @@ class SimNvml:
             return [NvmlProcess(c["pid"], c["name"], c.get("gi"), c.get("ci")) for c in g["clients"]]
 
     # ------------------------------------------------------------------ device nodes
-    def _sync_caps(self, state: dict[str, Any]) -> None:
-        """Make /dev/nvidia-caps and mig-minors reflect the GPU/compute instances (the driver's job)."""
+    def _sync_caps(self, state: dict[str, Any], gpu: int) -> None:
+        """Make /dev/nvidia-caps and mig-minors reflect GPU ``gpu``'s GPU/compute instances (the
+        driver's job). Only that GPU's minors (and config/monitor) are looked at: a call changes one GPU."""
         host = self.host
         minors_file = host.proc("driver", "nvidia-caps", "mig-minors")
         if not minors_file.exists():
             host.write_file(minors_file, mig_minors_text(len(state["gpus"])))
         caps = host.dev("nvidia-caps")
-        want: set[int] = set()
-        if any(g["gis"] for g in state["gpus"]):
-            want |= {1, 2}  # config, monitor
-        for index, g in enumerate(state["gpus"]):
-            for gi in g["gis"]:
-                want.add(gi_minor(index, gi["id"]))
-                want |= {ci_minor(index, gi["id"], c["id"]) for c in gi["cis"]}
-        have = {int(n[len("nvidia-cap") :]) for n in host.listdir(caps) if n[len("nvidia-cap") :].isdigit()}
+        g = state["gpus"][gpu]
+        want: set[int] = {1, 2} if any(other["gis"] for other in state["gpus"]) else set()
+        for gi in g["gis"]:
+            want.add(gi_minor(gpu, gi["id"]))
+            want |= {ci_minor(gpu, gi["id"], c["id"]) for c in gi["cis"]}
+        mine = range(gi_minor(gpu, 0), gi_minor(gpu + 1, 0))
+        have = {m for n in host.listdir(caps) if n[10:].isdigit() and ((m := int(n[10:])) in mine or m in (1, 2))}
         for minor in sorted(want - have):
             host.write_file(caps / f"nvidia-cap{minor}", "", mode=0o400)  # plain file: sim nodes carry no numbers
         for minor in sorted(have - want):

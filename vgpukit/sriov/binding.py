@@ -16,7 +16,6 @@ from pathlib import Path
 from ..errors import InvalidInput, NotFound
 from ..host import Host
 from ..inputs import has_control, load_json
-from ..pci import iommu_group_members, read_device
 
 VFIO = "vfio-pci"
 
@@ -126,18 +125,14 @@ def require_driver(host: Host, driver: str) -> None:
 
 def group_warnings(host: Host, bdf: str, also_moving: frozenset[str] = frozenset()) -> list[str]:
     """Members of ``bdf``'s IOMMU group that would keep the group from being usable through VFIO."""
-    dev = read_device(host, bdf)
-    if dev.iommu_group is None:
+    from .. import iommu
+    from ..host import IOMMU_GROUP
+
+    group = host.link_name(host.pci_device(bdf, IOMMU_GROUP))
+    if group is None or not group.isdigit():
         return [f"{bdf} has no IOMMU group: is the IOMMU enabled (intel_iommu=on / amd_iommu=on)?"]
-    out = []
-    for member in iommu_group_members(host, dev.iommu_group):
-        if member == bdf or member in also_moving:
-            continue
-        other = read_device(host, member)
-        if other.kind == "bridge" or other.driver in (None, VFIO):
-            continue
-        out.append(
-            f"IOMMU group {dev.iommu_group} also holds {member} (bound to {other.driver}): VFIO hands out whole "
-            f"groups, so bind it to {VFIO} too (or unbind it) before giving the group to a VM"
-        )
-    return out
+    return [
+        f"IOMMU group {group} also holds {b.bdf} (bound to {b.driver}): VFIO hands out whole "
+        f"groups, so bind it to {VFIO} too (or unbind it) before giving the group to a VM"
+        for b in iommu.blockers(host, int(group), {bdf, *also_moving})
+    ]

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from .. import naming
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say, table
@@ -15,20 +16,24 @@ from ..engine.files import PutFile
 from ..errors import InvalidInput
 from ..holders import OpenFiles
 from ..inputs import check_component
-from ..naming import resolve_device
-from ..pci import read_device
+from ..pci import Scan, read_device
 from . import binding, ops
 from .model import PfInfo, list_pfs, read_pf
 from .steps import BindDriver, RestoreDriver, UnbindDriver
 from .usage import User, libvirt_users, pci_users
 
 
-def _pf(app: App, name: str, files: OpenFiles) -> PfInfo:
-    from ..naming import aliases
-    from ..pci import scan
+def _bdf(app: App, name: str, scan: Scan) -> str:
+    t = naming.resolve(app.host, name, nvml=lambda: app.nvml, scan=scan)
+    assert t.bdf is not None
+    return t.bdf
 
-    bdf = resolve_device(app, name)
-    return read_pf(app.host, bdf, files, alias=aliases(scan(app.host)).get(bdf), name=name)
+
+def _pf(app: App, name: str, files: OpenFiles, scan: Scan) -> PfInfo:
+    bdf = _bdf(app, name, scan)
+    dev = scan.device(bdf)
+    alias = naming.aliases(scan).get(bdf) if dev.sriov is not None and not dev.is_vf else None
+    return read_pf(app.host, bdf, files, alias=alias, name=name, scan=scan)
 
 
 def _with_libvirt(app: App, pfs: list[PfInfo], uri: str | None) -> list[PfInfo]:
@@ -104,16 +109,17 @@ libvirt_option = click.option(
 def list_cmd(app: App, pf: str | None, libvirt_uri: str | None) -> None:
     """Every SR-IOV capable PF (or just PF) with its VFs, drivers, IOMMU groups and users."""
     files = OpenFiles(app.host)
-    pfs = [_pf(app, pf, files)] if pf else list_pfs(app.host, files)
+    scan = Scan(app.host)
+    pfs = [_pf(app, pf, files, scan)] if pf else list_pfs(app.host, files, scan)
     pfs = _with_libvirt(app, pfs, libvirt_uri)
     emit(app, "sriov-list", {"pfs": [p.to_dict() for p in pfs]}, lambda: _show_pfs(pfs))
 
 
-def _report(app: App, kind: str, steps: list[Step], pf_name: str, extra: dict[str, Any] | None = None) -> None:
+def _report(app: App, kind: str, steps: list[Step], pf: PfInfo, extra: dict[str, Any] | None = None) -> None:
     plan = [s.describe() for s in steps]
     data: dict[str, Any] = {"steps": [s.to_dict() for s in steps], **(extra or {})}
-    if not app.dry_run:
-        after = _pf(app, pf_name, OpenFiles(app.host))
+    if not app.dry_run:  # the PF as it is now: read again, after the change
+        after = read_pf(app.host, pf.bdf, OpenFiles(app.host), alias=pf.alias, scan=Scan(app.host))
         data["pf"] = after.to_dict()
     emit_result(app, kind, plan=plan, data=data)
 
@@ -153,10 +159,10 @@ def enable(
     libvirt_uri: str | None,
 ) -> None:
     """Have exactly --vfs VFs on PF, bound as --driver says (idempotent)."""
-    (info,) = _with_libvirt(app, [_pf(app, pf, OpenFiles(app.host))], libvirt_uri)
+    (info,) = _with_libvirt(app, [_pf(app, pf, OpenFiles(app.host), Scan(app.host))], libvirt_uri)
     steps = ops.plan_enable(app.host, info, count, driver, no_autoprobe, force, timeout)
     execute(app.env, steps)
-    _report(app, "sriov-enable", steps, pf, {"requested": {"vfs": count, "driver": driver}})
+    _report(app, "sriov-enable", steps, info, {"requested": {"vfs": count, "driver": driver}})
 
 
 @sriov.command("disable")
@@ -169,10 +175,10 @@ def enable(
 @mutating
 def disable(app: App, pf: str, force: bool, libvirt_uri: str | None) -> None:
     """Remove every VF of PF (refused while one is in use, unless --force)."""
-    (info,) = _with_libvirt(app, [_pf(app, pf, OpenFiles(app.host))], libvirt_uri)
+    (info,) = _with_libvirt(app, [_pf(app, pf, OpenFiles(app.host), Scan(app.host))], libvirt_uri)
     steps = ops.plan_disable(app.host, info, force)
     execute(app.env, steps)
-    _report(app, "sriov-disable", steps, pf)
+    _report(app, "sriov-disable", steps, info)
 
 
 # ----------------------------------------------------------------------------- bind / unbind
@@ -215,7 +221,7 @@ def bind(app: App, device: str, driver: str | None, restore: bool, force: bool) 
     if bool(driver) == restore:
         raise InvalidInput("give exactly one of --driver NAME or --restore")
     host = app.host
-    bdf = resolve_device(app, device)
+    bdf = _bdf(app, device, Scan(host))
     cur = binding.current_driver(host, bdf)
     warnings: list[str] = []
     steps: list[Step] = []
@@ -252,7 +258,7 @@ def bind(app: App, device: str, driver: str | None, restore: bool, force: bool) 
 def unbind(app: App, device: str, force: bool) -> None:
     """Unbind DEVICE from its driver (remembered, so 'bind DEVICE --restore' brings it back)."""
     host = app.host
-    bdf = resolve_device(app, device)
+    bdf = _bdf(app, device, Scan(host))
     cur = binding.current_driver(host, bdf)
     steps: list[Step] = [UnbindDriver(bdf, f"{bdf} from {cur}")] if cur else []
     if steps:

@@ -7,10 +7,10 @@ from typing import Any
 
 from ..errors import Unsupported
 from ..holders import OpenFiles
-from ..host import Host
+from ..host import DRIVER, DRIVER_OVERRIDE, IOMMU_GROUP, Host
 from ..naming import aliases
-from ..pci import PciDevice, read_device, scan
-from .binding import remembered
+from ..pci import PciDevice, Scan, read_device
+from .binding import record_path, remembered
 from .usage import User, pci_users
 
 
@@ -79,25 +79,34 @@ def require_sriov(dev: PciDevice, name: str) -> None:
         raise Unsupported(f"{what} has no SR-IOV capability ({dev.name})", device=dev.bdf)
 
 
-def read_pf(host: Host, bdf: str, files: OpenFiles, alias: str | None = None, name: str | None = None) -> PfInfo:
-    dev = read_device(host, bdf)
+def _read_vf(host: Host, index: int, bdf: str, files: OpenFiles, records: set[str]) -> VfInfo:
+    """What ``sriov list`` shows of a VF: one directory listing, then only what is there."""
+    d = host.pci_device(bdf)
+    base = f"{d}/"
+    entries = set(host.listdir(d))
+    group = host.link_name(base + IOMMU_GROUP) if IOMMU_GROUP in entries else None
+    override = host.read_opt(base + DRIVER_OVERRIDE) if DRIVER_OVERRIDE in entries else None
+    rec = remembered(host, bdf) if f"{bdf}.json" in records else None
+    iommu_group = int(group) if group and group.isdigit() else None
+    return VfInfo(
+        index=index,
+        bdf=bdf,
+        driver=host.link_name(base + DRIVER) if DRIVER in entries else None,
+        driver_override=None if override in (None, "", "(null)") else override,
+        iommu_group=iommu_group,
+        users=tuple(pci_users(host, bdf, iommu_group, files, entries)),
+        original_driver=rec.driver if rec else None,
+    )
+
+
+def read_pf(
+    host: Host, bdf: str, files: OpenFiles, alias: str | None = None, name: str | None = None, scan: Scan | None = None
+) -> PfInfo:
+    dev = scan.device(bdf) if scan is not None else read_device(host, bdf)
     require_sriov(dev, name or bdf)
     assert dev.sriov is not None
-    vfs = []
-    for i, vf in enumerate(dev.sriov.vfs):
-        v = read_device(host, vf)
-        rec = remembered(host, vf)
-        vfs.append(
-            VfInfo(
-                index=i,
-                bdf=vf,
-                driver=v.driver,
-                driver_override=v.driver_override,
-                iommu_group=v.iommu_group,
-                users=tuple(pci_users(host, vf, v.iommu_group, files)),
-                original_driver=rec.driver if rec else None,
-            )
-        )
+    records = set(host.listdir(record_path(host, bdf).parent)) if dev.sriov.vfs else set()
+    vfs = [_read_vf(host, i, vf, files, records) for i, vf in enumerate(dev.sriov.vfs)]
     s = dev.sriov
     return PfInfo(
         bdf=bdf,
@@ -115,7 +124,6 @@ def read_pf(host: Host, bdf: str, files: OpenFiles, alias: str | None = None, na
     )
 
 
-def list_pfs(host: Host, files: OpenFiles) -> list[PfInfo]:
-    devices = scan(host)
-    names = aliases(devices)
-    return [read_pf(host, d.bdf, files, names.get(d.bdf)) for d in devices if d.sriov is not None and not d.is_vf]
+def list_pfs(host: Host, files: OpenFiles, scan: Scan) -> list[PfInfo]:
+    names = aliases(scan)
+    return [read_pf(host, d.bdf, files, names.get(d.bdf), scan=scan) for d in scan.physical() if d.sriov is not None]

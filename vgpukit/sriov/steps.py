@@ -102,7 +102,7 @@ class BindDriver(Step):
         binding.set_override(host, self.bdf, self.driver)
         if cur:
             host.write(host.pci_driver(cur, "unbind"), self.bdf)
-        host.write(host.sys("bus", "pci", "drivers_probe"), self.bdf)
+        host.write(host.pci_drivers_probe(), self.bdf)
 
     def verify(self, env: Env) -> None:
         now = binding.current_driver(env.host, self.bdf)

@@ -13,18 +13,16 @@ A PCI function (VF or PF) or an mdev is *in use* when
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import VgpukitError
 from ..holders import OpenFiles
-from ..host import Host
+from ..host import VFIO_DEV, Host
 from ..libvirt.connection import connect
 from ..libvirt.domain import assignments
+from ..naming import MDEV_UUID_RE
 from ..pci import BDF_RE
-
-UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -49,18 +47,21 @@ class User:
 
 
 def group_node(host: Host, group: int) -> str:
-    return host.display(host.dev("vfio", str(group)))
+    return host.display(host.vfio_group_node(group))
 
 
-def pci_users(host: Host, bdf: str, group: int | None, files: OpenFiles) -> list[User]:
-    """Why the PCI function ``bdf`` is in use (empty: free)."""
+def pci_users(host: Host, bdf: str, group: int | None, files: OpenFiles, entries: set[str] | None = None) -> list[User]:
+    """Why the PCI function ``bdf`` is in use (empty: free). ``entries``: its directory, if listed already."""
+    d = host.pci_device(bdf)
+    names = set(host.listdir(d)) if entries is None else entries
     users: list[User] = []
     nodes = [group_node(host, group)] if group is not None else []
-    nodes += [host.display(host.dev("vfio", "devices", n)) for n in host.listdir(host.pci_device(bdf, "vfio-dev"))]
+    if VFIO_DEV in names:
+        nodes += [host.display(host.dev("vfio", "devices", n)) for n in host.listdir(d / VFIO_DEV)]
     for node in nodes:
         users += [User("process", str(h.pid), h.vm or h.comm or "") for h in files.holders(node)]
-    users += [User("mdev", name) for name in host.listdir(host.pci_device(bdf)) if UUID_RE.match(name)]
-    vgpu = host.read_opt(host.pci_device(bdf, "nvidia", "current_vgpu_type"))
+    users += [User("mdev", name) for name in sorted(names) if MDEV_UUID_RE.match(name)]
+    vgpu = host.read_opt(d / "nvidia" / "current_vgpu_type") if "nvidia" in names else None
     if vgpu not in (None, "", "0"):
         users.append(User("vgpu", str(vgpu)))
     return users
@@ -96,7 +97,7 @@ def libvirt_users(host: Host, uri: str) -> dict[str, list[User]]:
 
 def mdev_parent(host: Host, uuid: str) -> str | None:
     """The PCI function an existing mdev lives on (None: gone, or not on a PCI parent)."""
-    d = host.sys("bus", "mdev", "devices", uuid)
+    d = host.mdev_device(uuid)
     if not host.exists(d):
         return None
     parent = host.resolve(d).parent.name

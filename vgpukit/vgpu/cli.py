@@ -9,14 +9,15 @@ from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say, table
 from ..cli.params import NAME, AsciiInt
 from ..errors import InvalidInput, NotFound
+from ..pci import Scan
 from . import hostview, ops
 from .model import GpuView
 
 
-def _gpu(app: App, views: list[GpuView], name: str) -> GpuView:
-    from ..naming import resolve_device
+def _gpu(app: App, views: list[GpuView], name: str, scan: Scan) -> GpuView:
+    from .. import naming
 
-    bdf = resolve_device(app, name)
+    bdf = naming.resolve(app.host, name, nvml=lambda: app.nvml, scan=scan).bdf
     for g in views:
         if g.bdf == bdf:
             return g
@@ -38,8 +39,9 @@ def vgpu() -> None:
 @click.pass_obj
 def types_cmd(app: App, gpu: str | None) -> None:
     """Types each GPU offers and how many more the host says fit."""
-    views = hostview.gpus(app.host)
-    chosen = [_gpu(app, views, gpu)] if gpu else views
+    scan = Scan(app.host)
+    views = hostview.gpus(app.host, scan)
+    chosen = [_gpu(app, views, gpu, scan)] if gpu else views
     docs = []
     rows = []
     for g in chosen:
@@ -70,7 +72,7 @@ def types_cmd(app: App, gpu: str | None) -> None:
 @click.pass_obj
 def list_cmd(app: App) -> None:
     """Every vGPU, both kinds in one table."""
-    views = hostview.gpus(app.host)
+    views = hostview.gpus(app.host, Scan(app.host))
     alias = {g.bdf: g.alias or g.bdf for g in views}
     items = hostview.vgpus(app.host, views)
 
@@ -112,8 +114,9 @@ def create_cmd(app: App, gpu: str, type_name: str, count: int) -> None:
     """Create vGPUs of one type on GPU."""
     if count < 1:
         raise InvalidInput(f"--count must be at least 1, not {count}", value=count)
-    views = hostview.gpus(app.host)
-    out = ops.create(app.env, _gpu(app, views, gpu), type_name, count)
+    scan = Scan(app.host)
+    views = hostview.gpus(app.host, scan)
+    out = ops.create(app.env, _gpu(app, views, gpu, scan), type_name, count)
 
     def human() -> None:
         if out.created and not app.dry_run:
@@ -130,5 +133,5 @@ def create_cmd(app: App, gpu: str, type_name: str, count: int) -> None:
 @mutating
 def remove_cmd(app: App, ids: tuple[str, ...]) -> None:
     """Remove vGPUs by ID (mdev UUID or VF address), refused while a VM uses one."""
-    steps = ops.remove(app.env, hostview.gpus(app.host), list(ids))
+    steps = ops.remove(app.env, hostview.gpus(app.host, Scan(app.host)), list(ids))
     emit_result(app, "vgpu-remove", plan=steps, data={"removed": list(ids)})

@@ -12,11 +12,11 @@ import re
 from dataclasses import asdict
 
 from ..holders import group_holders
-from ..host import Host
+from ..host import MDEV_TYPES, Host
 from ..mdev import sysfs as mdev_sysfs
 from ..mdev.model import MdevType
 from ..naming import aliases
-from ..pci import PciDevice, scan
+from ..pci import PciDevice, Scan
 from .catalog import for_device, framebuffer_mb, parse_description, short_name
 from .model import MDEV, VFIO, GpuView, Vgpu, VgpuType
 
@@ -37,12 +37,12 @@ def _is_nvidia_gpu(d: PciDevice) -> bool:
     return d.vendor == "10de" and d.kind == "gpu" and not d.is_vf
 
 
-def gpus(host: Host, devices: list[PciDevice] | None = None) -> list[GpuView]:
-    devs = devices if devices is not None else scan(host)
-    names = aliases(devs)
+def gpus(host: Host, scan: Scan) -> list[GpuView]:
+    """Every physical NVIDIA GPU, with the vGPU interface its host driver offers."""
+    names = aliases(scan)
     mdev_parents = set(mdev_sysfs.parent_names(host))
     out = []
-    for d in devs:
+    for d in scan.physical():
         if not _is_nvidia_gpu(d):
             continue
         vfs = d.sriov.vfs if d.sriov else ()
@@ -54,11 +54,7 @@ def gpus(host: Host, devices: list[PciDevice] | None = None) -> list[GpuView]:
 
 
 def _nvidia_types(host: Host, parent: str) -> list[str]:
-    return [
-        t
-        for t in host.listdir(host.sys("class", "mdev_bus", parent, "mdev_supported_types"))
-        if t.startswith("nvidia-")
-    ]
+    return [t for t in host.listdir(host.mdev_parent(parent, MDEV_TYPES)) if t.startswith("nvidia-")]
 
 
 def current_type(host: Host, vf: str) -> int:
@@ -146,9 +142,11 @@ def vgpus(host: Host, views: list[GpuView]) -> list[Vgpu]:
     """Every vGPU on the host: mdev instances on NVIDIA parents, and VFs with a vGPU type set."""
     parent_gpu = {p: g.bdf for g in views for p in g.parents}
     out: list[Vgpu] = []
+    seen: dict[tuple[str, str], MdevType] = {}  # each type read once
     for inst in mdev_sysfs.instances(host):
         if inst.parent in parent_gpu:
-            t = mdev_sysfs.read_type(host, inst.parent, inst.type_id)
+            key = (inst.parent, inst.type_id)
+            t = seen[key] = seen.get(key) or mdev_sysfs.read_type(host, inst.parent, inst.type_id)
             out.append(
                 Vgpu(
                     id=inst.uuid,
