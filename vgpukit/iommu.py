@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .host import DRIVER, Host
+from .host import Host
+from .host_layout import DRIVER
 from .pci import kind_of
 
 HARMLESS_DRIVERS = ("pcieport", "shpchp")

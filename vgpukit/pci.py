@@ -14,7 +14,8 @@ from typing import Any
 
 from .data import pci_names
 from .errors import InvalidInput, NotFound
-from .host import (
+from .host import Host
+from .host_layout import (
     DRIVER,
     DRIVER_OVERRIDE,
     IOMMU_GROUP,
@@ -27,7 +28,6 @@ from .host import (
     SRIOV_TOTALVFS,
     SRIOV_VF_DEVICE,
     VIRTFN,
-    Host,
 )
 
 BDF_RE = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])\Z", re.ASCII)

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput
-from ..host import IOMMU_GROUP, Host
+from ..host import Host
+from ..host_layout import IOMMU_GROUP
 from ..pci import Scan
 from .mig import MigSlice, mig_slices
 

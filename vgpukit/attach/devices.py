@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from .. import naming
 from ..errors import InvalidInput, NotFound, Unsupported
-from ..host import DRIVER, IOMMU_GROUP, MDEV_TYPE, Host
+from ..host import Host
+from ..host_layout import DRIVER, IOMMU_GROUP, MDEV_TYPE
 from ..libvirt.domain import Device, HostdevInterface, MdevHostdev, PciAddress, PciHostdev
 from ..naming import NvmlSource
 from ..pci import BDF_RE, Scan, read_device

@@ -9,7 +9,7 @@ from typing import ClassVar
 from ..engine import Env, Step, step_kind
 from ..engine.files import PutFile
 from ..errors import Conflict, NoCapacity, VerifyFailed
-from ..host import MDEV_TYPE
+from ..host_layout import MDEV_TYPE
 from . import mdevctl, sysfs
 from .model import Definition
 

@@ -11,7 +11,8 @@ import os
 
 from ..errors import Busy, Conflict, InvalidInput, NoCapacity, NotFound, VgpukitError
 from ..holders import group_holders
-from ..host import IOMMU_GROUP, MDEV_TYPE, MDEV_TYPES, Host
+from ..host import Host
+from ..host_layout import IOMMU_GROUP, MDEV_TYPE, MDEV_TYPES
 from ..pci import BDF_RE
 from .model import MdevInstance, MdevParent, MdevType, check_attr_name, check_uuid
 

@@ -114,7 +114,7 @@ def put_back(host: Host, rec: Remembered) -> None:
     if rec.driver and host.exists(host.pci_driver(rec.driver, "bind")):
         host.write(host.pci_driver(rec.driver, "bind"), rec.bdf)
     elif rec.driver or rec.probe:
-        host.write(host.sys("bus", "pci", "drivers_probe"), rec.bdf)
+        host.write(host.pci_drivers_probe(), rec.bdf)
 
 
 def require_driver(host: Host, driver: str) -> None:
@@ -126,7 +126,7 @@ def require_driver(host: Host, driver: str) -> None:
 def group_warnings(host: Host, bdf: str, also_moving: frozenset[str] = frozenset()) -> list[str]:
     """Members of ``bdf``'s IOMMU group that would keep the group from being usable through VFIO."""
     from .. import iommu
-    from ..host import IOMMU_GROUP
+    from ..host_layout import IOMMU_GROUP
 
     group = host.link_name(host.pci_device(bdf, IOMMU_GROUP))
     if group is None or not group.isdigit():

@@ -7,7 +7,8 @@ from typing import Any
 
 from ..errors import Unsupported
 from ..holders import OpenFiles
-from ..host import DRIVER, DRIVER_OVERRIDE, IOMMU_GROUP, Host
+from ..host import Host
+from ..host_layout import DRIVER, DRIVER_OVERRIDE, IOMMU_GROUP
 from ..naming import aliases
 from ..pci import PciDevice, Scan, read_device
 from .binding import record_path, remembered

@@ -18,7 +18,8 @@ from typing import Any
 
 from ..errors import VgpukitError
 from ..holders import OpenFiles
-from ..host import VFIO_DEV, Host
+from ..host import Host
+from ..host_layout import VFIO_DEV
 from ..libvirt.connection import connect
 from ..libvirt.domain import assignments
 from ..naming import MDEV_UUID_RE

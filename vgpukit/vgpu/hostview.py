@@ -12,7 +12,8 @@ import re
 from dataclasses import asdict
 
 from ..holders import group_holders
-from ..host import MDEV_TYPES, Host
+from ..host import Host
+from ..host_layout import MDEV_TYPES
 from ..mdev import sysfs as mdev_sysfs
 from ..mdev.model import MdevType
 from ..naming import aliases

@@ -1,0 +1,82 @@
+"""The kernel's sysfs layout, named once: where each device, driver, SR-IOV attribute, mdev parent /
+type / instance, IOMMU group and NUMA node lives (docs/sysfs-abi.md). A mixin of
+:class:`vgpukit.host.Host`, which supplies the root-aware :meth:`sys` and :meth:`dev`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .inputs import check_component
+
+# Attribute and link names of a PCI function in sysfs (see docs/sysfs-abi.md) and
+# of mdev parents (sysfs-bus-vfio-mdev); the directories they live in are Host methods below.
+DRIVER = "driver"  # link to the bound driver
+DRIVER_OVERRIDE = "driver_override"
+IOMMU_GROUP = "iommu_group"  # link to /sys/kernel/iommu_groups/<n>
+PHYSFN = "physfn"  # on a VF: link to its PF
+VIRTFN = "virtfn"  # on a PF: virtfn0, virtfn1, ... links to its VFs
+SRIOV_TOTALVFS = "sriov_totalvfs"
+SRIOV_NUMVFS = "sriov_numvfs"
+SRIOV_OFFSET = "sriov_offset"
+SRIOV_STRIDE = "sriov_stride"
+SRIOV_VF_DEVICE = "sriov_vf_device"
+SRIOV_AUTOPROBE = "sriov_drivers_autoprobe"
+VFIO_DEV = "vfio-dev"  # the VFIO device cdev directory of a bound function
+MDEV_TYPES = "mdev_supported_types"  # on a parent: one directory per type
+MDEV_TYPE = "mdev_type"  # on an mdev: link to its type directory
+
+
+class SysfsLayout:
+    def sys(self, *parts: str) -> Path:
+        raise NotImplementedError
+
+    def dev(self, *parts: str) -> Path:
+        raise NotImplementedError
+
+    # Every sysfs location vgpukit uses is spelled here, once (attribute names: the constants above).
+    def pci_devices(self) -> Path:
+        """``/sys/bus/pci/devices``: one link per PCI function, named by its address."""
+        return self.sys("bus", "pci", "devices")
+
+    def pci_device(self, bdf: str, *parts: str) -> Path:
+        return self.sys("bus", "pci", "devices", check_component(bdf, "PCI address"), *parts)
+
+    def pci_driver(self, driver: str, *parts: str) -> Path:
+        return self.sys("bus", "pci", "drivers", check_component(driver, "driver name"), *parts)
+
+    def pci_drivers_probe(self) -> Path:
+        """Writing a BDF here makes the driver core probe that device (override first)."""
+        return self.sys("bus", "pci", "drivers_probe")
+
+    def iommu_group(self, group: int | str, *parts: str) -> Path:
+        """``/sys/kernel/iommu_groups/<group>``; its ``devices/`` lists the members."""
+        return self.sys("kernel", "iommu_groups", str(group), *parts)
+
+    def mdev_parents(self) -> Path:
+        """``/sys/class/mdev_bus``: one link per mdev parent (a PCI address, or e.g. ``mtty``)."""
+        return self.sys("class", "mdev_bus")
+
+    def mdev_parent(self, name: str, *parts: str) -> Path:
+        return self.sys("class", "mdev_bus", check_component(name, "mdev parent"), *parts)
+
+    def mdev_type(self, parent: str, type_id: str, *parts: str) -> Path:
+        """A type directory: ``name``, ``description``, ``available_instances``, ``create``, ``devices/``."""
+        return self.mdev_parent(parent, MDEV_TYPES, check_component(type_id, "mdev type"), *parts)
+
+    def mdev_devices(self) -> Path:
+        """``/sys/bus/mdev/devices``: one link per active mdev, named by its UUID."""
+        return self.sys("bus", "mdev", "devices")
+
+    def mdev_device(self, uuid: str, *parts: str) -> Path:
+        return self.sys("bus", "mdev", "devices", check_component(uuid, "mdev UUID"), *parts)
+
+    def numa_nodes(self) -> Path:
+        """``/sys/devices/system/node``: ``node<N>/cpulist``, ``node<N>/hugepages``."""
+        return self.sys("devices", "system", "node")
+
+    def numa_node(self, node: int | str, *parts: str) -> Path:
+        return self.sys("devices", "system", "node", f"node{node}", *parts)
+
+    def vfio_group_node(self, group: int | str) -> Path:
+        """``/dev/vfio/<group>``: what a VFIO user (QEMU) holds open."""
+        return self.dev("vfio", str(group))
