@@ -21,16 +21,18 @@ domain module knows which one it talks to.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from .errors import InvalidInput, NotFound, OutsideRoot, from_oserror
 from .host_layout import SysfsLayout
+from .hostio import Change, KernelPort, RealKernel, _real_path, fsync_dir
 from .inputs import MAX_DOC_BYTES, check_component
 
 log = logging.getLogger("vgpukit.host")
@@ -42,71 +44,9 @@ MAX_ATTR_BYTES = 1024 * 1024  # a sysfs/proc attribute: 4 KiB on Linux; anything
 _READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY  # never block on a FIFO
 
 
-class KernelPort(Protocol):
-    """How a control-file write reaches the kernel."""
-
-    def write(self, path: Path, data: str) -> None: ...
-
-
-class RealKernel:
-    """A single ``write(2)`` of the whole value, as sysfs expects."""
-
-    def write(self, path: Path, data: str) -> None:
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            os.write(fd, data.encode())
-        finally:
-            os.close(fd)
-
-
-@dataclass(frozen=True)
-class Change:
-    """One change to the host, as recorded in dry-run mode and in the change log."""
-
-    action: str  # write | write-file | remove | mkdir | symlink
-    path: str
-    value: str | None = None
-
-    def describe(self) -> str:
-        if self.action == "write":
-            return f"write {self.value!r} > {self.path}"
-        if self.action == "write-file":
-            return f"write file {self.path}"
-        return f"{self.action} {self.path}" + (f" -> {self.value}" if self.value else "")
-
-
-def _real_path(path: Path | str) -> str:
-    """The canonical path, as the kernel resolves it: an ``O_PATH`` open and one readlink of its
-    ``/proc/self/fd`` entry, instead of an lstat per component; ``realpath`` where that cannot be."""
-    try:
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    except OSError:
-        return os.path.realpath(path)
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return os.path.realpath(path)
-    finally:
-        os.close(fd)
-
-
 def check_name(name: str, what: str = "name") -> str:
     """Validate one user-supplied path component (a device name, a uuid, a type id)."""
     return check_component(name, what)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename or unlink in ``path`` durable."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 @dataclass
@@ -124,6 +64,7 @@ class Host(SysfsLayout):
         self._real_root = os.path.realpath(self.root)
         self._confined = self._real_root != "/"  # with root /, every path is inside
         self._inside_dirs: set[str] = set()  # directories this command already found inside the root
+        self._real_dirs: dict[str, str] = {}  # directory -> where it really is (inside the root)
 
     # ----------------------------------------------------------------- locations
     def path(self, *parts: str) -> Path:
@@ -209,10 +150,65 @@ class Host(SysfsLayout):
     def is_dir(self, path: Path | str) -> bool:
         return os.path.isdir(path)
 
-    def _read_bytes(self, path: Path | str, limit: int) -> bytes:
-        fd = os.open(path, _READ_FLAGS)
+    def _real_dir(self, directory: str) -> str:
+        """Where ``directory`` really is, refused outside the root. Resolved component by component
+        from the root and remembered for the command: an lstat per new component, a readlink only
+        where one is a symlink, and no open (a read command opens each file once)."""
+        real = self._real_dirs.get(directory)
+        if real is not None:
+            return real
+        if directory == self._root_text:
+            real = self._real_root
+        elif not directory.startswith(self._root_text + "/"):
+            real = _real_path(directory)
+        else:
+            parent, name = os.path.split(directory)
+            real = os.path.join(self._real_dir(parent), name)
+            try:
+                if stat.S_ISLNK(os.lstat(real).st_mode):
+                    real = os.path.realpath(real)
+            except OSError:
+                pass  # missing: opening it will say so
+        if not self._inside(real):
+            raise self._outside(directory)
+        self._real_dirs[directory] = real
+        return real
+
+    def _open_contained(self, path: Path | str, flags: int) -> int:
+        """Open ``path`` for reading, refusing it when it resolves outside the root.
+
+        Cheap in the common case: each directory is resolved once per command (one readlink), and
+        its entries are opened under the resolved directory with ``O_NOFOLLOW``; an entry that is
+        itself a symlink (a sysfs device link) is resolved and checked on its own."""
+        if not self._confined:
+            return os.open(path, flags)
+        whole = os.path.abspath(path)
+        parent, name = os.path.split(whole)
+        try:
+            target = os.path.join(self._real_dir(parent), name)
+        except OutsideRoot:
+            raise self._outside(path) from None
+        try:
+            return os.open(target, flags | os.O_NOFOLLOW)
+        except OSError as exc:  # a symlink: ELOOP, or ENOTDIR when a directory was asked for
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+        if flags & os.O_DIRECTORY:
+            try:
+                return os.open(self._real_dir(whole), flags)
+            except OutsideRoot:
+                raise self._outside(path) from None
+        fd = os.open(target, flags)
         try:
             self._check_fd(fd, path)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _read_bytes(self, path: Path | str, limit: int) -> bytes:
+        fd = self._open_contained(path, _READ_FLAGS)
+        try:
             chunks: list[bytes] = []
             size = 0
             while size <= limit:
@@ -322,9 +318,8 @@ class Host(SysfsLayout):
         try:
             if not self._confined:
                 return sorted(os.listdir(path))
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fd = self._open_contained(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
-                self._check_fd(fd, path)
                 return sorted(os.listdir(fd))
             finally:
                 os.close(fd)

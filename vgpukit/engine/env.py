@@ -21,6 +21,9 @@ class Env:
     _nvml: Nvml | None = field(default=None, repr=False)
     _nvml_loaded: bool = field(default=False, repr=False)
     locked: int = field(default=0, repr=False)  # depth of held host-lock sessions
+    # What a step's inverse() read, for its apply() to use instead of reading it again; the executor
+    # clears it before each step.
+    seen: dict[str, object] = field(default_factory=dict, repr=False)
 
     @property
     def nvml(self) -> Nvml | None:

@@ -60,6 +60,7 @@ def execute(env: Env, steps: Sequence[Step]) -> list[str]:
         done: list[str] = []
         try:
             for step in steps:
+                env.seen.clear()
                 for inv in _as_list(step.inverse(env)):
                     book.add(inv.to_dict())
                     undo.append(inv)

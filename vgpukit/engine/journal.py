@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import from_oserror
-from ..host import Host, fsync_dir
+from ..host import Host
+from ..hostio import fsync_dir
 from ..inputs import load_json
 
 MAX_JOURNAL = 64 * 1024 * 1024

@@ -12,6 +12,7 @@ from typing import ClassVar
 
 from ..engine import Env, Step, step_kind
 from ..errors import VerifyFailed
+from ..host_layout import DRIVER_OVERRIDE
 from ..pci import virtfns
 from . import binding
 from .binding import VFIO, Remembered
@@ -59,15 +60,24 @@ class PutBack(Step):
 
 
 def _put_back_now(env: Env, bdf: str) -> PutBack:
-    """The inverse of any change to ``bdf``'s driver: where it is now, and its record as it is now."""
+    """The inverse of any change to ``bdf``'s driver: where it is now, and its record as it is now.
+    What it read is left in ``env.seen`` for the step's apply (one read of each per device)."""
     host = env.host
-    return PutBack(
+    back = PutBack(
         bdf,
         binding.current_driver(host, bdf),
         binding.current_override(host, bdf),
         False,
         _record(env, bdf),
     )
+    env.seen[bdf] = back
+    return back
+
+
+def _now(env: Env, bdf: str) -> PutBack:
+    """Driver, override and record of ``bdf`` as the inverse just read them (or read now)."""
+    seen = env.seen.get(bdf)
+    return seen if isinstance(seen, PutBack) else _put_back_now(env, bdf)
 
 
 @step_kind
@@ -89,17 +99,19 @@ class BindDriver(Step):
 
     def apply(self, env: Env) -> None:
         host = env.host
-        if not host.exists(host.pci_device(self.bdf)):
+        now = _now(env, self.bdf)
+        cur, override = now.driver, now.override
+        if cur is None and not host.exists(host.pci_device(self.bdf)):
             raise VerifyFailed(f"{self.bdf} does not exist", device=self.bdf)
-        cur, override = binding.current_driver(host, self.bdf), binding.current_override(host, self.bdf)
         if cur == self.driver:
-            if not host.exists(binding.record_path(host, self.bdf)) and self.driver == VFIO and self.probe_on_restore:
+            if now.record is None and self.driver == VFIO and self.probe_on_restore:
                 binding.remember(host, Remembered(self.bdf, None, None, probe=True))  # repair a lost record
             return
         binding.require_driver(host, self.driver)
-        if not host.exists(binding.record_path(host, self.bdf)):
+        if now.record is None:
             binding.remember(host, Remembered(self.bdf, cur, override, probe=self.probe_on_restore and cur is None))
-        binding.set_override(host, self.bdf, self.driver)
+        if override != self.driver:
+            host.write(host.pci_device(self.bdf, DRIVER_OVERRIDE), self.driver)
         if cur:
             host.write(host.pci_driver(cur, "unbind"), self.bdf)
         host.write(host.pci_drivers_probe(), self.bdf)
@@ -129,10 +141,11 @@ class UnbindDriver(Step):
 
     def apply(self, env: Env) -> None:
         host = env.host
-        cur, override = binding.current_driver(host, self.bdf), binding.current_override(host, self.bdf)
+        now = _now(env, self.bdf)
+        cur, override = now.driver, now.override
         if cur is None:
             return
-        if not host.exists(binding.record_path(host, self.bdf)):
+        if now.record is None:
             binding.remember(host, Remembered(self.bdf, cur, override))
         host.write(host.pci_driver(cur, "unbind"), self.bdf)
 
