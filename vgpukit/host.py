@@ -63,7 +63,6 @@ class Host(SysfsLayout):
         self._root_text = str(self.root).rstrip("/")
         self._real_root = os.path.realpath(self.root)
         self._confined = self._real_root != "/"  # with root /, every path is inside
-        self._inside_dirs: set[str] = set()  # directories this command already found inside the root
         self._real_dirs: dict[str, str] = {}  # directory -> where it really is (inside the root)
 
     # ----------------------------------------------------------------- locations
@@ -372,12 +371,15 @@ class Host(SysfsLayout):
             is_link = stat.S_ISLNK(os.lstat(target).st_mode)
         except OSError:
             is_link = False
-        if (parent not in self._inside_dirs and not self.contains(parent)) or (is_link and not self.contains(target)):
+        try:
+            outside = self._confined and bool(self._real_dir(parent)) and is_link and not self.contains(target)
+        except OutsideRoot:
+            outside = True
+        if outside:
             raise OutsideRoot(
                 f"refusing to change {self.display(target)}: it leads outside the host root {self.root}",
                 path=self.display(target),
             )
-        self._inside_dirs.add(parent)
         shown = Change(change.action, self.display(target), change.value)
         if self.dry_run:
             log.debug("dry-run: %s", shown.describe())
