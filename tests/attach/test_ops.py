@@ -10,7 +10,7 @@ from vgpukit.attach import ops
 from vgpukit.errors import Conflict, HostIOError, NotFound, Unsupported, VgpukitError
 from vgpukit.host import Host
 from vgpukit.libvirt.connection import Libvirt, connect
-from vgpukit.libvirt.domain import device_keys, parse_device
+from vgpukit.libvirt.domain import DomainXML, device_keys, parse_device
 
 from .conftest import BAD_GPU, GPU_VF, GPU_VF_VGPU, MDEV, NIC_VF, libvirt_or_skip
 
@@ -121,13 +121,17 @@ class FlakyLibvirt(Libvirt):
         self.calls.append("attach")
         if len(self.calls) == 2:
             raise HostIOError("simulated hotplug failure")
-        ops._redefine(self, name, [ops.Step("x", "x", device_xml, False, True)], [])
+        dom = DomainXML.parse(self.xml(name, inactive=True))
+        dom.add_device(parse_device(device_xml))
+        self.define(dom.to_xml())
 
     def detach(self, name: str, device_xml: str, flags: int) -> None:
         self.calls.append("detach")
         key = parse_device(device_xml).key()
         assert key is not None
-        ops._redefine(self, name, [], [ops.Step(key, key, device_xml, False, True)])
+        dom = DomainXML.parse(self.xml(name, inactive=True))
+        dom.remove_devices({key})
+        self.define(dom.to_xml())
 
 
 def test_failure_rolls_back(host: Host, lv: Libvirt) -> None:

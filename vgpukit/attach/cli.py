@@ -150,7 +150,17 @@ def attach(
     lv = connect(uri)
     try:
         out = ops.attach(
-            app.host, lv, domain, [], dry_run=app.dry_run, live=live, config=config, mac=mac, vlan=vlan, targets=targets
+            app.host,
+            lv,
+            domain,
+            [],
+            dry_run=app.dry_run,
+            live=live,
+            config=config,
+            mac=mac,
+            vlan=vlan,
+            targets=targets,
+            env=app.env,
         )
     finally:
         lv.close()
@@ -181,7 +191,9 @@ def detach(app: App, domain: str, devices: tuple[str, ...], live: bool, config: 
     keys = ops.detach_keys(app.host, list(devices), _nvml(app, devices))
     lv = connect(uri)
     try:
-        out = ops.detach(app.host, lv, domain, [], dry_run=app.dry_run, live=live, config=config, keys=keys)
+        out = ops.detach(
+            app.host, lv, domain, [], dry_run=app.dry_run, live=live, config=config, keys=keys, env=app.env
+        )
     finally:
         lv.close()
     emit_result(

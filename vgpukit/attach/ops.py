@@ -3,10 +3,12 @@
 Order: resolve every DEVICE on the host and check it (exists, IOMMU group viable) before touching
 libvirt; then read the domain and every other domain (active and inactive definitions) to find
 devices already assigned; the plan is what is missing; apply it device by device; read the
-domain back. A failure part-way detaches what this run attached, so the domain is left unchanged.
+domain back. Each device is a :class:`~vgpukit.attach.steps.DomainDevice` step run by the change
+engine: a failure part-way detaches what this run attached (a killed run: the next command), so the
+domain is left unchanged.
 
 libvirt's test driver cannot attach devices; there ``--config`` is done by editing the inactive
-XML and redefining the domain in one ``defineXML`` call (all devices at once).
+XML and redefining the domain (one ``defineXML`` per device).
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import naming
-from ..errors import Conflict, InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
+from ..engine import Env, execute
+from ..errors import Conflict, InvalidInput, NotFound
 from ..host import Host
-from ..libvirt.connection import AFFECT_CONFIG, AFFECT_LIVE, Libvirt
-from ..libvirt.domain import DomainXML, assignments, device_keys, parse_device
+from ..libvirt.connection import Libvirt
+from ..libvirt.domain import DomainXML, assignments, device_keys
 from ..pci import Scan, parse_bdf
 from .checks import check_iommu, check_not_held
 from .devices import Target, resolve
+from .steps import DomainDevice
 from .templates import TemplateSet
 
 if TYPE_CHECKING:
@@ -29,31 +33,14 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Step:
-    device: str  # key: pci:<bdf> / mdev:<uuid>
-    label: str
-    xml: str
-    live: bool
-    config: bool
-
-    @property
-    def flags(self) -> int:
-        return (AFFECT_LIVE if self.live else 0) | (AFFECT_CONFIG if self.config else 0)
-
-    def scopes(self) -> str:
-        return "+".join(s for s, on in (("live", self.live), ("config", self.config)) if on)
-
-
-@dataclass
 class Outcome:
     domain: str
     uri: str
-    steps: list[Step] = field(default_factory=list)
+    steps: list[DomainDevice] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
 
     def plan(self, verb: str) -> list[str]:
-        prep = "to" if verb == "attach" else "from"
-        return [f"{verb} {s.label} {prep} {self.domain} ({s.scopes()})" for s in self.steps]
+        return [s.describe() for s in self.steps]
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -89,46 +76,11 @@ def _present(lv: Libvirt, name: str, live: bool, config: bool) -> tuple[set[str]
     return live_keys, cfg_keys
 
 
-def _redefine(lv: Libvirt, name: str, add: list[Step], remove: list[Step]) -> None:
-    """Config change on drivers without device hotplug: edit the inactive XML, define it again."""
-    dom = DomainXML.parse(lv.xml(name, inactive=True))
-    dom.remove_devices({s.device for s in remove})
-    for s in add:
-        dom.add_device(parse_device(s.xml))
-    lv.define(dom.to_xml())
-
-
-def _apply(lv: Libvirt, name: str, steps: list[Step], verb: str) -> None:
-    if lv.is_test_driver:
-        if any(s.live for s in steps):
-            raise Unsupported(
-                f"libvirt's test driver ({lv.uri}) cannot {verb} devices live", hint="use --config on test:/// URIs"
-            )
-        _redefine(lv, name, steps if verb == "attach" else [], steps if verb == "detach" else [])
-        return
-    done: list[Step] = []
-    try:
-        for s in steps:
-            (lv.attach if verb == "attach" else lv.detach)(name, s.xml, s.flags)
-            done.append(s)
-    except VgpukitError:
-        for s in reversed(done):  # leave the domain as it was
-            try:
-                (lv.detach if verb == "attach" else lv.attach)(name, s.xml, s.flags)
-            except VgpukitError:
-                pass
-        raise
-
-
-def _verify(lv: Libvirt, name: str, steps: list[Step], want_present: bool) -> None:
-    live = any(s.live for s in steps)
-    config = any(s.config for s in steps)
-    live_keys, cfg_keys = _present(lv, name, live, config)
-    for s in steps:
-        for on, keys, scope in ((s.live, live_keys, "live"), (s.config, cfg_keys, "config")):
-            if on and (s.device in keys) != want_present:
-                state = "missing from" if want_present else "still in"
-                raise VerifyFailed(f"{s.label} is {state} the {scope} definition of {name!r} after libvirt accepted it")
+def _run(host: Host, lv: Libvirt, steps: list[DomainDevice], env: Env | None) -> None:
+    """Apply, verify, roll back on failure: the change engine, with this command's connection."""
+    env = env if env is not None else Env(host)
+    env.handles[f"libvirt:{lv.uri}"] = lv
+    execute(env, steps)
 
 
 def targets_for(
@@ -164,6 +116,7 @@ def attach(
     mac: str | None = None,
     vlan: int | None = None,
     targets: list[Target] | None = None,
+    env: Env | None = None,
 ) -> Outcome:
     """Attach ``names`` (or already checked ``targets``) to ``domain``."""
     if targets is None:
@@ -190,10 +143,9 @@ def attach(
         if t.key not in running:  # the domain's own QEMU may hold it; anyone else may not
             check_not_held(host, t)
         xml = tpl.device(t.element(mac=mac, vlan=vlan))
-        out.steps.append(Step(t.key, t.label, xml, need_live, need_cfg))
+        out.steps.append(DomainDevice(lv.uri, domain, t.key, t.label, xml, need_live, need_cfg, True))
     if out.steps and not dry_run:
-        _apply(lv, domain, out.steps, "attach")
-        _verify(lv, domain, out.steps, want_present=True)
+        _run(host, lv, out.steps, env)
     return out
 
 
@@ -229,6 +181,7 @@ def detach(
     live: bool = False,
     config: bool = False,
     keys: list[tuple[str, str]] | None = None,
+    env: Env | None = None,
 ) -> Outcome:
     """Detach ``names`` (or already resolved ``keys``) from ``domain``."""
     if keys is None:
@@ -243,8 +196,7 @@ def detach(
             out.unchanged.append(label)
             continue
         dev = cfg_xml[key] if in_cfg else live_xml[key]  # prefer the element without run-time additions
-        out.steps.append(Step(key, label, dev.to_xml(), in_live, in_cfg))
+        out.steps.append(DomainDevice(lv.uri, domain, key, label, dev.to_xml(), in_live, in_cfg, False))
     if out.steps and not dry_run:
-        _apply(lv, domain, out.steps, "detach")
-        _verify(lv, domain, out.steps, want_present=False)
+        _run(host, lv, out.steps, env)
     return out

@@ -146,5 +146,6 @@ STEP_MODULES = (
     "vgpukit.sriov.steps",
     "vgpukit.mdev.steps",
     "vgpukit.vgpu.steps",
+    "vgpukit.attach.steps",
     "vgpukit.mig.steps",
 )
