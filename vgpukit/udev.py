@@ -1,7 +1,7 @@
 """pyudev facade: names from the udev hardware database on a real host (lazy import).
 
 Only consulted when the host root is ``/`` (udev knows nothing of a simulated or copied tree) and
-the device is missing from vgpukit's own ``pci-ids.yaml``.
+the device is missing from vgpukit's own ``pci-ids.json``.
 """
 
 from __future__ import annotations

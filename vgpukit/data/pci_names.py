@@ -1,17 +1,17 @@
-"""Human names for PCI vendor/device ids, from ``pci-ids.yaml`` (extend the file, not the code)."""
+"""Human names for PCI vendor/device ids, from ``pci-ids.json`` (extend the file, not the code)."""
 
 from __future__ import annotations
 
-from . import load_yaml
+from . import load_json
 
 
 def vendor_name(vendor: str) -> str:
-    entry = load_yaml("pci-ids.yaml").get("vendors", {}).get(vendor.lower())
+    entry = load_json("pci-ids.json").get("vendors", {}).get(vendor.lower())
     return str(entry["name"]) if entry else f"vendor {vendor}"
 
 
 def device_name(vendor: str, device: str) -> str:
-    vendors = load_yaml("pci-ids.yaml").get("vendors", {})
+    vendors = load_json("pci-ids.json").get("vendors", {})
     entry = vendors.get(vendor.lower())
     if not entry:
         return f"[{vendor}:{device}]"
@@ -21,5 +21,5 @@ def device_name(vendor: str, device: str) -> str:
 
 
 def known(vendor: str, device: str) -> bool:
-    entry = load_yaml("pci-ids.yaml").get("vendors", {}).get(vendor.lower())
+    entry = load_json("pci-ids.json").get("vendors", {}).get(vendor.lower())
     return bool(entry and device.lower() in (entry.get("devices") or {}))

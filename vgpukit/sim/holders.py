@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from pathlib import Path
 
 from .tree import SimTree
@@ -52,5 +51,7 @@ def release(root: Path, pid: int) -> bool:
     d = root / "proc" / str(pid)
     if not (d / "fd").is_dir():
         return False
+    import shutil  # only when a holder is released
+
     shutil.rmtree(d)
     return True

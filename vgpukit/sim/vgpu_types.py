@@ -7,7 +7,7 @@ source, and tests check that both agree on every type they both describe.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from ..errors import NotFound
@@ -56,7 +56,7 @@ def _vgpu_type(row: list[Any]) -> VgpuType:
 
 
 def boards() -> dict[str, Board]:
-    text = resources.files("vgpukit.sim").joinpath("data", DATA).read_text()
+    text = (Path(__file__).resolve().parent / "data" / DATA).read_text()
     doc: dict[str, Any] = load_yaml(text, f"vgpukit/sim/data/{DATA}")["boards"]
     return {
         key: Board(
