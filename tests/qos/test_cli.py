@@ -21,11 +21,15 @@ from .conftest import REPO, DaemonProc, proc_state, wait_for
 
 def test_cli_round_trip(daemon: DaemonProc, spawn) -> None:  # type: ignore[no-untyped-def]
     root = daemon.root
-    r = invoke(None, "--root", str(root), "qos", "status")
+
+    def qos(*args: str):  # type: ignore[no-untyped-def]
+        return invoke(None, "--root", str(root), "qos", *args)
+
+    r = qos("status")
     assert r.exit_code == 3 and "not running" in r.stderr
     daemon.start()
     a, b = spawn(), spawn()
-    r = invoke(None, "--root", str(root), "qos", "set", "gpu0", "--policy", "burst-share", "--slice-ms", "5", "--json")
+    r = qos("set", "gpu0", "--policy", "burst-share", "--slice-ms", "5", "--json")
     doc = json.loads(r.stdout)
     assert (
         r.exit_code == 0
@@ -33,138 +37,36 @@ def test_cli_round_trip(daemon: DaemonProc, spawn) -> None:  # type: ignore[no-u
         and doc["changed"]
         and doc["settings"]["slice_ms"] == 5
     )
-    r = invoke(
-        None,
-        "--root",
-        str(root),
-        "qos",
-        "tenant",
-        "add",
-        "gpu0",
-        "a",
-        "--class",
-        "online",
-        "--share",
-        "30",
-        "--pid",
-        str(a.pid),
-        "--dry-run",
-    )
+    r = qos("tenant", "add", "gpu0", "a", "--class", "online", "--share", "30", "--pid", str(a.pid), "--dry-run")
     assert r.exit_code == 0 and "dry run" in r.stdout
-    r = invoke(
-        None,
-        "--root",
-        str(root),
-        "qos",
-        "tenant",
-        "add",
-        "gpu0",
-        "a",
-        "--class",
-        "online",
-        "--share",
-        "30",
-        "--pid",
-        str(a.pid),
-    )
+    r = qos("tenant", "add", "gpu0", "a", "--class", "online", "--share", "30", "--pid", str(a.pid))
     assert r.exit_code == 0 and "add online tenant a" in r.stdout
-    r = invoke(
-        None,
-        "--root",
-        str(root),
-        "qos",
-        "tenant",
-        "add",
-        "gpu0",
-        "b",
-        "--class",
-        "offline",
-        "--share",
-        "70",
-        "--pid",
-        str(b.pid),
-        "--demand",
-        "sample",
+    r = qos(
+        "tenant", "add", "gpu0", "b", "--class", "offline", "--share", "70", "--pid", str(b.pid), "--demand", "sample"
     )
     assert r.exit_code == 0
-    r = invoke(None, "--root", str(root), "qos", "status", "--json")
+    r = qos("status", "--json")
     doc = json.loads(r.stdout)
     assert doc["schema"] == "vgpukit.qos-status/v1"
     names = {t["name"]: t for t in doc["gpus"][0]["tenants"]}
     assert names["a"]["class"] == "online" and names["b"]["demand"] == "sample"
-    r = invoke(None, "--root", str(root), "qos", "status", "gpu0")
+    r = qos("status", "gpu0")
     assert r.exit_code == 0 and "burst-share" in r.stdout and "online" in r.stdout
     # the online tenant says busy through the CLI: the offline one is frozen
-    assert invoke(None, "--root", str(root), "qos", "notify", "gpu0", "b", "busy").exit_code == 0
-    assert invoke(None, "--root", str(root), "qos", "notify", "gpu0", "a", "busy").exit_code == 0
+    assert qos("notify", "gpu0", "b", "busy").exit_code == 0
+    assert qos("notify", "gpu0", "a", "busy").exit_code == 0
     assert wait_for(lambda: proc_state(b.pid) in "Tt", timeout=3)
-    assert invoke(None, "--root", str(root), "qos", "notify", "gpu0", "a", "idle").exit_code == 0
+    assert qos("notify", "gpu0", "a", "idle").exit_code == 0
     assert wait_for(lambda: proc_state(b.pid) not in "Tt", timeout=3)
     # errors: one line, the right exit code, the daemon keeps running
-    assert (
-        invoke(
-            None,
-            "--root",
-            str(root),
-            "qos",
-            "tenant",
-            "add",
-            "gpu0",
-            "c",
-            "--class",
-            "online",
-            "--share",
-            "101",
-            "--pid",
-            "5",
-        ).exit_code
-        == 2
-    )
-    r = invoke(
-        None,
-        "--root",
-        str(root),
-        "qos",
-        "tenant",
-        "add",
-        "gpu0",
-        "c",
-        "--class",
-        "online",
-        "--share",
-        "80",
-        "--pid",
-        str(a.pid),
-    )
+    assert qos("tenant", "add", "gpu0", "c", "--class", "online", "--share", "101", "--pid", "5").exit_code == 2
+    r = qos("tenant", "add", "gpu0", "c", "--class", "online", "--share", "80", "--pid", str(a.pid))
     assert r.exit_code == 4 and "add up to 110" in r.stderr
-    assert (
-        invoke(
-            None,
-            "--root",
-            str(root),
-            "qos",
-            "tenant",
-            "add",
-            "gpu0",
-            "c",
-            "--class",
-            "online",
-            "--share",
-            "1",
-            "--pid",
-            "999999",
-        ).exit_code
-        == 3
-    )
-    assert (
-        invoke(
-            None, "--root", str(root), "qos", "tenant", "add", "gpu0", "c", "--class", "online", "--share", "1"
-        ).exit_code
-        == 2
-    )
-    assert invoke(None, "--root", str(root), "qos", "tenant", "rm", "gpu0", "zz").exit_code == 3
-    assert invoke(None, "--root", str(root), "qos", "set", "gpu0").exit_code == 2
-    r = invoke(None, "--root", str(root), "qos", "tenant", "rm", "gpu0", "a", "--json")
+    assert qos("tenant", "add", "gpu0", "c", "--class", "online", "--share", "1", "--pid", "999999").exit_code == 3
+    assert qos("tenant", "add", "gpu0", "c", "--class", "online", "--share", "1").exit_code == 2
+    assert qos("tenant", "rm", "gpu0", "zz").exit_code == 3
+    assert qos("set", "gpu0").exit_code == 2
+    r = qos("tenant", "rm", "gpu0", "a", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["changed"]
 
 
