@@ -124,10 +124,7 @@ def check_depth(doc: Any, where: str, limit: int = MAX_DEPTH) -> Any:
         if id(node) in seen:
             continue
         seen.add(id(node))
-        children = node.values() if isinstance(node, dict) else node
-        if isinstance(node, dict):
-            stack.extend((k, depth + 1) for k in node if isinstance(k, tuple))
-        stack.extend((c, depth + 1) for c in children)
+        stack.extend((c, depth + 1) for c in (node.values() if isinstance(node, dict) else node))
     return doc
 
 

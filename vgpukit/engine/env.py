@@ -24,6 +24,7 @@ class Env:
     # What a step's inverse() read, for its apply() to use instead of reading it again; the executor
     # clears it before each step.
     seen: dict[str, object] = field(default_factory=dict, repr=False)
+    recovering: bool = field(default=False, repr=False)  # replaying an interrupted command's journal
     # Connections a command already has open (e.g. "libvirt:<uri>"), for its steps to use.
     handles: dict[str, object] = field(default_factory=dict, repr=False)
 

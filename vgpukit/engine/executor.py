@@ -116,7 +116,11 @@ def recover(env: Env) -> list[str]:
     steps = [from_dict(e) for e in found.entries]
     who = f"pid {found.pid}" if found.pid else "an unknown process"
     lines = [f"recovering an interrupted change by {who} ({found.command or 'unknown command'})"]
-    _, failures = _undo(env, steps)
+    env.recovering = True
+    try:
+        _, failures = _undo(env, steps)
+    finally:
+        env.recovering = False
     if failures:
         from ..errors import HostIOError
 

@@ -38,11 +38,12 @@ class PutFile(Step):
 
     def apply(self, env: Env) -> None:
         target = env.host.path(*_rel(self.path))
-        # temporaries of an atomic write that a kill interrupted (".NAME.xxxx" beside it): the host
-        # lock is held, so no live writer owns them
-        for name in env.host.listdir(target.parent):
-            if name.startswith(f".{target.name}."):
-                env.host.remove(target.parent / name)
+        if env.recovering:
+            # temporaries of an atomic write that the kill interrupted (".NAME.xxxx" beside it): the
+            # host lock is held, so no live writer owns them (only a killed command leaves them)
+            for name in env.host.listdir(target.parent):
+                if name.startswith(f".{target.name}."):
+                    env.host.remove(target.parent / name)
         if self.text is None:
             env.host.remove(target)
         elif env.host.read_raw_opt(target) != self.text:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import from_oserror
+from ..errors import InvalidInput, from_oserror
 from ..host import Host
 from ..hostio import fsync_dir
 from ..inputs import load_json
@@ -84,7 +84,7 @@ def pending(host: Host) -> Pending | None:
             continue
         try:
             doc = load_json(line, f"{host.display(path)} line {n + 1}", max_bytes=MAX_JOURNAL)
-        except Exception:  # a torn last line: the change it announced never started
+        except InvalidInput:  # a torn last line: the change it announced never started
             if n >= len(lines) - 2:
                 break
             raise

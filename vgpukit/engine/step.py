@@ -14,7 +14,6 @@ placements), never by ids the kernel or driver hands out at apply time.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
 from ..errors import InvalidInput
@@ -56,7 +55,7 @@ def step_kind(cls: S) -> S:
     return cls
 
 
-def from_dict(doc: dict[str, Any], loaders: dict[str, Callable[[], None]] | None = None) -> Step:
+def from_dict(doc: dict[str, Any]) -> Step:
     """Rebuild a step from its journal entry (the modules that define step kinds must be imported)."""
     kind = doc.get("kind")
     cls = _KINDS.get(kind) if isinstance(kind, str) else None

@@ -234,9 +234,10 @@ def bind(app: App, device: str, driver: str | None, restore: bool, force: bool) 
         if driver == binding.VFIO:
             warnings = binding.group_warnings(host, bdf)
     else:
-        rec = binding.remembered(host, bdf) or binding.Remembered(bdf, None, None, probe=True)
+        known = binding.remembered(host, bdf)
+        rec = known or binding.Remembered(bdf, None, None, probe=True)
         same = binding.satisfied(rec, cur, binding.current_override(host, bdf))
-        if same and binding.remembered(host, bdf) is not None:
+        if same and known is not None:
             steps.append(PutFile(host.display(binding.record_path(host, bdf)), None, what="bind record"))
         elif not same:
             _refuse_if_in_use(app, bdf, force, f"cannot move {device}")

@@ -12,6 +12,7 @@ from typing import ClassVar
 
 from ..engine import Env, Step, step_kind
 from ..errors import VerifyFailed
+from ..host import Host
 from ..host_layout import DRIVER_OVERRIDE
 from ..pci import virtfns
 from . import binding
@@ -231,10 +232,17 @@ class SetNumVfs(Step):
     def apply(self, env: Env) -> None:
         host = env.host
         if self.count == 0:
-            for v in virtfns(host, self.pf):
-                binding.forget(host, v)
-        numvfs_write(host, self.pf, self.count, self.total)
+            _remove_vfs(host, self.pf, self.total)
+        else:
+            numvfs_write(host, self.pf, self.count, self.total)
         wait_for_vfs(host, self.pf, self.count, self.timeout)
+
+
+def _remove_vfs(host: Host, pf: str, total: int) -> None:
+    """Write 0 VFs, forgetting the bind records of the VFs that go away."""
+    for v in virtfns(host, pf):
+        binding.forget(host, v)
+    numvfs_write(host, pf, 0, total)
 
 
 VfState = tuple[str, str | None, str | None, Record]  # bdf, driver, override, bind record
@@ -263,9 +271,7 @@ class RestoreVfs(Step):
         cur = host.read_int(host.pci_device(self.pf, "sriov_numvfs"), 0) or 0
         if cur != self.count:
             if cur:
-                for v in virtfns(host, self.pf):
-                    binding.forget(host, v)
-                numvfs_write(host, self.pf, 0, self.total)
+                _remove_vfs(host, self.pf, self.total)
             if self.count:
                 numvfs_write(host, self.pf, self.count, self.total)
                 wait_for_vfs(host, self.pf, self.count, 10.0)
