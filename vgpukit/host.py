@@ -10,19 +10,18 @@ environment root. Every change to the host goes through :meth:`Host._change`, wh
   ``/proc/self/fd/N`` when the root is not ``/``, nothing when it is,
 * reads documents (configs, definitions, records, templates) with :meth:`Host.read_doc`: regular
   files only, size-capped, contained,
-* records instead of acting when the host is in dry-run mode,
-* logs each change at debug level,
+* records instead of acting when the host is in dry-run mode, and logs each change at debug level,
 * turns ``OSError`` into the typed errors of :mod:`vgpukit.errors`, carrying path and errno.
 
-Writes to kernel control files go through a :class:`KernelPort`. On a real host that is a plain
-``write(2)``; the simulator (``vgpukit.sim``) plugs in a port that plays the kernel's reactions. No
-domain module knows which one it talks to.
+Writes to kernel control files go through a :class:`KernelPort`: a plain ``write(2)`` on a real host;
+the simulator (``vgpukit.sim``) plugs in a port that plays the kernel's reactions.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import mmap
 import os
 import stat
 from collections.abc import Callable
@@ -240,8 +239,7 @@ class Host(SysfsLayout):
             return default
 
     def read_raw_opt(self, path: Path | str) -> str | None:
-        """A whole file's text exactly as stored (no stripping), or None when it does not exist.
-        Contained and size-capped like every read (a file vgpukit wrote: a record, a definition)."""
+        """A whole file's text as stored (no stripping), or None when absent; contained, size-capped."""
         try:
             return self._read_bytes(path, MAX_DOC_BYTES).decode(errors="replace")
         except FileNotFoundError:
@@ -254,6 +252,20 @@ class Host(SysfsLayout):
         try:
             with open(path, "rb") as f:
                 return f.read(limit)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise from_oserror(exc, path=self.display(path), action="reading") from exc
+
+    def map_opt(self, path: Path | str) -> mmap.mmap | None:
+        """A regular file mapped read-only, searched in place (pci.ids); None if absent or empty. Contained."""
+        try:
+            fd = self._open_contained(path, _READ_FLAGS)
+            try:
+                st = os.fstat(fd)
+                return mmap.mmap(fd, 0, prot=mmap.PROT_READ) if stat.S_ISREG(st.st_mode) and st.st_size else None
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -345,9 +357,7 @@ class Host(SysfsLayout):
             st = os.stat(path)
         except OSError:
             return None
-        if not stat.S_ISCHR(st.st_mode):
-            return None
-        return os.major(st.st_rdev), os.minor(st.st_rdev)
+        return (os.major(st.st_rdev), os.minor(st.st_rdev)) if stat.S_ISCHR(st.st_mode) else None
 
     def resolve(self, path: Path) -> Path:
         """Canonical path, which must stay inside the root."""

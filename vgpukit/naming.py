@@ -123,17 +123,31 @@ def unnamable(name: str, accept: frozenset[str], why: str = "") -> InvalidInput:
 def aliases(scan: Scan) -> dict[str, str]:
     """BDF -> ``gpuN`` / ``nicN`` / ``nvmeN`` for every physical GPU, NIC and NVMe controller.
 
-    The one place that decides what ``gpuN`` means: physical functions (not VFs) counted per kind in
-    PCI bus order (domain, bus, device, function), as ``lspci`` lists them. NVML's index follows
-    ``CUDA_DEVICE_ORDER`` and may differ.
+    The one place that decides what the aliases mean, from PCI facts only (vendor, class, bus
+    address, ``boot_vga``), which do not change when a device changes driver:
+
+    * ``gpuN``: NVIDIA display/3D controllers first, in PCI bus order -- the order NVML gives its
+      indices, so ``gpuN`` is ``nvidia-smi -i N`` while every NVIDIA GPU is on the nvidia driver, and
+      stays the same device when one moves to vfio-pci (which NVML then no longer counts); then the
+      other GPUs in bus order. A console display device (kind ``display``: the boot VGA device, a
+      BMC's VGA controller, see :func:`vgpukit.pci.kind_of`) is never a ``gpuN``.
+    * ``nicN``, ``nvmeN``: physical functions of that kind in PCI bus order.
+
+    VFs are never counted.
     """
     counters: dict[str, int] = {}
     out = {}
+    others: list[str] = []
     for dev in scan.physical():
-        if dev.kind in ("gpu", "nic", "nvme"):
+        if dev.kind == "gpu" and dev.vendor != "10de":  # not NVIDIA: after the GPUs NVML counts
+            others.append(dev.bdf)
+        elif dev.kind in ("gpu", "nic", "nvme"):
             n = counters.get(dev.kind, 0)
             counters[dev.kind] = n + 1
             out[dev.bdf] = f"{dev.kind}{n}"
+    n = counters.get("gpu", 0)
+    for i, bdf in enumerate(others):
+        out[bdf] = f"gpu{n + i}"
     return out
 
 

@@ -12,10 +12,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .data import pci_names
+from .data.pci_names import PciNames
 from .errors import InvalidInput, NotFound
 from .host import Host
 from .host_layout import (
+    BOOT_VGA,
     DRIVER,
     DRIVER_OVERRIDE,
     IOMMU_GROUP,
@@ -57,10 +58,17 @@ def bdf_sort_key(bdf: str) -> tuple[int, int, int, int]:
     return (int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16), int(m.group(4), 16))
 
 
-def kind_of(class_code: int, vendor: int) -> str:
+NVIDIA = 0x10DE
+BMC_VENDORS = frozenset({0x1A03})  # ASPEED: BMC video only, never a GPU anyone computes on
+
+
+def kind_of(class_code: int, vendor: int, boot_vga: bool = False) -> str:
+    """``gpu``, ``display`` (a console: the firmware's boot VGA device or a BMC's VGA controller --
+    an NVIDIA GPU that is the console stays a ``gpu``, NVML counts it), ``nic``, ``nvme``,
+    ``bridge`` or ``other``."""
     base, sub = class_code >> 16, (class_code >> 8) & 0xFF
     if base == 0x03:
-        return "gpu"
+        return "display" if vendor != NVIDIA and (boot_vga or vendor in BMC_VENDORS) else "gpu"
     if base == 0x02:
         return "nic"
     if base == 0x01 and sub == 0x08:
@@ -120,6 +128,7 @@ class PciDevice:
     sriov: Sriov | None = None
     physfn: str | None = None
     mdev_types: tuple[str, ...] = ()
+    boot_vga: bool = False  # the firmware's console display device (sysfs boot_vga = 1)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -165,8 +174,9 @@ def _chain(host: Host, dev_link: Path) -> tuple[str, tuple[str, ...]]:
     return parts[hb_index], tuple(p for p in below[:-1] if BDF_RE.match(p))
 
 
-def read_device(host: Host, bdf: str) -> PciDevice:
-    """Everything sysfs says about one device: one directory listing, then only what is there."""
+def read_device(host: Host, bdf: str, names: PciNames | None = None) -> PciDevice:
+    """Everything sysfs says about one device: one directory listing, then only what is there.
+    ``names``: the command's device-name database (a :class:`Scan` shares one)."""
     d = host.pci_device(bdf)
     entries = set(host.listdir(d))
     if not entries:
@@ -205,8 +215,8 @@ def read_device(host: Host, bdf: str) -> PciDevice:
         vendor=vendor,
         device=device,
         class_code=class_code,
-        kind=kind_of(class_code, int(vendor, 16)),
-        name=_name(host, bdf, vendor, device),
+        kind=kind_of(class_code, int(vendor, 16), (boot_vga := attr(BOOT_VGA) == "1")),
+        name=(names or PciNames(host)).device_name(vendor, device),
         driver=link(DRIVER),
         numa_node=numa if numa is not None and numa >= 0 else None,
         iommu_group=int(group) if group and group.isdigit() else None,
@@ -224,6 +234,7 @@ def read_device(host: Host, bdf: str) -> PciDevice:
         sriov=sriov,
         physfn=link(PHYSFN),
         mdev_types=tuple(host.listdir(base + MDEV_TYPES)) if MDEV_TYPES in entries else (),
+        boot_vga=boot_vga,
     )
 
 
@@ -257,14 +268,6 @@ def virtfns(host: Host, pf: str) -> list[str]:
     return _virtfns(host, pf, f"{d}/", host.listdir(d), offset, stride)
 
 
-def _name(host: Host, bdf: str, vendor: str, device: str) -> str:
-    if pci_names.known(vendor, device) or str(host.root) != "/":
-        return pci_names.device_name(vendor, device)
-    from .udev import hwdb_name
-
-    return hwdb_name(bdf) or pci_names.device_name(vendor, device)
-
-
 def list_bdfs(host: Host) -> list[str]:
     return sorted((n for n in host.listdir(host.pci_devices()) if BDF_RE.match(n)), key=bdf_sort_key)
 
@@ -283,6 +286,7 @@ class Scan:
         self._bdf_set: set[str] = set()
         self._read: dict[str, PciDevice] = {}
         self._physical: list[PciDevice] | None = None
+        self.names = PciNames(host)  # device names, from the host's PCI ID database
 
     def bdfs(self) -> list[str]:
         """Every PCI function's address, in bus order."""
@@ -301,7 +305,7 @@ class Scan:
     def device(self, bdf: str) -> PciDevice:
         dev = self._read.get(bdf)
         if dev is None:
-            dev = self._read[bdf] = read_device(self.host, bdf)
+            dev = self._read[bdf] = read_device(self.host, bdf, self.names)
         return dev
 
     def devices(self) -> list[PciDevice]:

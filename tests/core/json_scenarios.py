@@ -93,6 +93,8 @@ def host_session(run: Session, tmp: Path) -> None:
     assert run.run_cli(sim, "sim", "fault", "add", "CreateGpuInstance", "--nth", "5").exit_code == 0
     run(sim, "sim", "fault", "list")
     run(sim, "recover")
+    run(sim, "units", "list")
+    run(sim, "units", "install", "vgpukit-qos.service")
 
 
 def mdev_session(run: Session, tmp: Path) -> None:

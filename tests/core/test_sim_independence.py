@@ -29,7 +29,7 @@ ALLOWED = {
     "vgpukit.nvml.sim_state",
 }
 DOMAIN = ("vgpukit.vgpu", "vgpukit.pci", "vgpukit.mdev", "vgpukit.mig", "vgpukit.sriov", "vgpukit.naming")
-DOMAIN += ("vgpukit.topology", "vgpukit.holders", "vgpukit.udev", "vgpukit.engine", "vgpukit.cli")
+DOMAIN += ("vgpukit.topology", "vgpukit.holders", "vgpukit.engine", "vgpukit.cli")
 
 
 def _is_module(name: str) -> bool:

@@ -10,7 +10,7 @@ import click
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say
-from ..cli.params import NAME, AsciiInt
+from ..cli.params import NAME, VM_DEVICE, AsciiInt
 from ..libvirt.connection import DEFAULT_URI
 from ..naming import needs_nvml
 
@@ -44,7 +44,7 @@ def render() -> None:
 
 
 @render.command("hostdev")
-@click.argument("device", type=NAME)
+@click.argument("device", type=VM_DEVICE)
 @click.option("--mac", help="MAC address for a NIC VF (<interface type='hostdev'>).")
 @click.option("--vlan", type=AsciiInt(0, 4094), help="VLAN tag for a NIC VF.")
 @click.option("--managed/--unmanaged", default=None, help="Override managed='yes|no' (default: no for vGPU VFs).")
@@ -120,7 +120,7 @@ def _print(xml: str) -> None:
 
 @click.command()
 @click.argument("domain", type=NAME)
-@click.argument("devices", nargs=-1, required=True, type=NAME)
+@click.argument("devices", nargs=-1, required=True, type=VM_DEVICE)
 @click.option("--live", is_flag=True, help="Change the running VM.")
 @click.option("--config", is_flag=True, help="Change the persistent definition.")
 @click.option("--mac", help="MAC address when attaching one NIC VF.", type=NAME)
@@ -175,7 +175,7 @@ def attach(
 
 @click.command()
 @click.argument("domain", type=NAME)
-@click.argument("devices", nargs=-1, required=True, type=NAME)
+@click.argument("devices", nargs=-1, required=True, type=VM_DEVICE)
 @click.option("--live", is_flag=True, help="Change the running VM.")
 @click.option("--config", is_flag=True, help="Change the persistent definition.")
 @connect_option

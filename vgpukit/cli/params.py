@@ -75,3 +75,61 @@ class Name(_Base):
 
 
 NAME = Name()
+
+
+class DeviceName(Name):
+    """A device name on the command line (checked like NAME). Shell completion offers the names the
+    host has, from the one resolver's aliases (:func:`vgpukit.naming.aliases`): ``gpuN``/``nicN``/
+    ``nvmeN``, PCI addresses, mdev parents, mdev UUIDs -- whichever ``kinds`` the argument takes."""
+
+    def __init__(self, *kinds: str) -> None:
+        self.kinds = frozenset(kinds)  # "pci" | "gpu" | "parent" | "mdev"
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        from click.shell_completion import CompletionItem
+
+        try:  # completion is silent: whatever goes wrong offers nothing
+            names = host_names(ctx, self.kinds)
+        except Exception:
+            return []
+        low = incomplete.strip().lower()
+        out = []
+        for name in names:
+            if name.startswith(low):
+                out.append(CompletionItem(name))
+            elif name.startswith("0000:") and name[5:].startswith(low) and low:
+                out.append(CompletionItem(name[5:]))  # the short form the user started typing
+        return out
+
+
+def host_names(ctx: click.Context, kinds: frozenset[str]) -> list[str]:
+    """The names of the host (``--root``/``--sim`` or their environment variables), read-only."""
+    from pathlib import Path
+
+    from ..host import Host
+    from ..naming import aliases
+    from ..pci import Scan
+    from .context import App
+
+    top = ctx.find_root().params
+    app = App.from_env(top.get("root"), top.get("sim"))
+    host = Host(app.sim_dir or app.root or Path("/"))  # reads only: no simulated kernel is opened
+    scan = Scan(host)
+    names: list[str] = []
+    if kinds & {"pci", "gpu"}:
+        named = aliases(scan)
+        gpus = "pci" not in kinds
+        order = sorted(named.values(), key=lambda a: (a.rstrip("0123456789"), len(a), a))  # gpu2 before gpu10
+        names += [a for a in order if not gpus or a.startswith("gpu")]
+        names += sorted(b for b, a in named.items() if a.startswith("gpu")) if gpus else scan.bdfs()
+    if "parent" in kinds:
+        names += [p for p in host.listdir(host.mdev_parents()) if p not in names]
+    if "mdev" in kinds:
+        names += host.listdir(host.mdev_devices())
+    return names
+
+
+DEVICE = DeviceName("pci")  # a PCI function
+GPU_DEVICE = DeviceName("gpu")  # a GPU
+PARENT_DEVICE = DeviceName("parent")  # an mdev parent
+VM_DEVICE = DeviceName("pci", "mdev")  # what goes to a VM: a PCI function or an mdev

@@ -10,7 +10,7 @@ from ..errors import InvalidInput, NotFound
 from .context import App, check_sim_dir
 from .main import json_option
 from .output import emit, say, table
-from .params import NAME, AsciiInt
+from .params import NAME, VM_DEVICE, AsciiInt
 
 
 @click.group()
@@ -103,7 +103,7 @@ def info(app: App) -> None:
 
 
 @sim.command("hold")
-@click.argument("device", type=NAME)
+@click.argument("device", type=VM_DEVICE)
 @click.option("--vm", default="sim-vm", help="Name of the simulated VM holding it.", type=NAME)
 @json_option
 @click.pass_obj

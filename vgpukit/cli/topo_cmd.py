@@ -27,7 +27,7 @@ def _gpu_info(app: App, devices: list[pci.PciDevice]) -> dict[str, NvmlGpu]:
 
 
 def caps(dev: pci.PciDevice, gpus: dict[str, NvmlGpu]) -> list[str]:
-    out = []
+    out = ["console (boot_vga)"] if dev.boot_vga else []
     if dev.sriov:
         out.append(f"SR-IOV {dev.sriov.num_vfs}/{dev.sriov.total_vfs} VFs")
     if dev.mdev_types:
@@ -191,7 +191,7 @@ def topo(app: App, matrix: bool, show_vfs: bool) -> None:
     emit(app, "topo", doc, lambda: _render_tree(roots, names, gpus, show_vfs))
 
 
-KINDS = ("gpu", "nic", "nvme", "bridge", "other")
+KINDS = ("gpu", "display", "nic", "nvme", "bridge", "other")
 
 
 @click.command()

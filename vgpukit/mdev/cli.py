@@ -9,7 +9,7 @@ import click
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say, table
-from ..cli.params import NAME, AsciiInt
+from ..cli.params import NAME, PARENT_DEVICE, AsciiInt
 from ..errors import InvalidInput
 from . import mdevctl, ops, sysfs
 from .placement import PACK, SPREAD
@@ -34,7 +34,7 @@ def mdev() -> None:
 
 
 @mdev.command("types")
-@click.argument("parent", required=False, type=NAME)
+@click.argument("parent", required=False, type=PARENT_DEVICE)
 @json_option
 @click.pass_obj
 def types_cmd(app: App, parent: str | None) -> None:

@@ -7,7 +7,7 @@ import click
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, fail_after_emit, say
-from ..cli.params import NAME, AsciiInt
+from ..cli.params import GPU_DEVICE, AsciiInt
 from ..errors import Busy, InvalidInput, Unsupported
 from ..pci import Scan
 from . import engine, view
@@ -26,7 +26,7 @@ def mig() -> None:
 
 
 @mig.command("status")
-@click.argument("gpu", required=False, type=NAME)
+@click.argument("gpu", required=False, type=GPU_DEVICE)
 @json_option
 @click.pass_obj
 def status(app: App, gpu: str | None) -> None:
@@ -39,7 +39,7 @@ def status(app: App, gpu: str | None) -> None:
 
 
 @mig.command("profiles")
-@click.argument("gpu", type=NAME)
+@click.argument("gpu", type=GPU_DEVICE)
 @json_option
 @click.pass_obj
 def profiles(app: App, gpu: str) -> None:
@@ -52,7 +52,7 @@ def profiles(app: App, gpu: str) -> None:
 
 
 @click.command("partition")
-@click.argument("gpu", type=NAME)
+@click.argument("gpu", type=GPU_DEVICE)
 @click.option(
     "--mig",
     "mig_specs",
@@ -111,7 +111,7 @@ def partition(
 
 
 @mig.command("destroy")
-@click.argument("gpu", type=NAME)
+@click.argument("gpu", type=GPU_DEVICE)
 @click.option(
     "--gi", "gi_ids", type=AsciiInt(0, 255), multiple=True, metavar="ID", help="GPU instance id (repeatable)."
 )
@@ -137,7 +137,7 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
 
 
 @mig.command("disable")
-@click.argument("gpu", type=NAME)
+@click.argument("gpu", type=GPU_DEVICE)
 @click.option(
     "--reset/--no-reset",
     default=None,

@@ -91,6 +91,9 @@ class Builder:
             pdir = self.root / "sys" / "devices" / vp["path"]
             self.tree.mkdir(pdir)
             self._mdev_parent(vp["name"], pdir, vp["mdev"])
+        # the driver numbers its GPUs (NVML indices, /dev/nvidiaN) in PCI bus order, whatever order
+        # the profile lists them in
+        self.gpus.sort(key=lambda g: str(g["bdf"]))
         self._gpu_nodes()
 
     def _device(self, parent: Path, node: dict[str, Any], numa: int | None, cpus: str | None) -> None:

@@ -204,6 +204,8 @@ class SimTree:
             self.write_attr(d / "current_link_width", link_spec[1])
             self.write_attr(d / "max_link_speed", link_spec[2] if len(link_spec) > 2 else link_spec[0])
             self.write_attr(d / "max_link_width", link_spec[3] if len(link_spec) > 3 else link_spec[1])
+        if str(spec["class"]).startswith("0x0300"):  # a VGA controller: the kernel's boot_vga flag
+            self.write_attr(d / "boot_vga", 1 if spec.get("boot_vga") else 0)
         self.write_attr(d / "driver_override", "(null)", RW)
         self.write_attr(d / "enable", 1, RW)
         self.link(d / "subsystem", self.bus_pci)

@@ -10,7 +10,7 @@ from .. import naming
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say, table
-from ..cli.params import NAME, AsciiFloat, AsciiInt
+from ..cli.params import DEVICE, NAME, AsciiFloat, AsciiInt
 from ..engine import Step, execute
 from ..engine.files import PutFile
 from ..errors import InvalidInput
@@ -102,7 +102,7 @@ libvirt_option = click.option(
 
 
 @sriov.command("list")
-@click.argument("pf", required=False, type=NAME)
+@click.argument("pf", required=False, type=DEVICE)
 @libvirt_option
 @json_option
 @click.pass_obj
@@ -125,7 +125,7 @@ def _report(app: App, kind: str, steps: list[Step], pf: PfInfo, extra: dict[str,
 
 
 @sriov.command("enable")
-@click.argument("pf", type=NAME)
+@click.argument("pf", type=DEVICE)
 @click.option("--vfs", "count", type=AsciiInt(0, 65535), required=True, help="Number of VFs wanted.")
 @click.option(
     "--driver",
@@ -166,7 +166,7 @@ def enable(
 
 
 @sriov.command("disable")
-@click.argument("pf", type=NAME)
+@click.argument("pf", type=DEVICE)
 @click.option("--force", is_flag=True, help="Disable even when VFs are in use.")
 @libvirt_option
 @json_option
@@ -195,11 +195,18 @@ def _device_doc(app: App, bdf: str) -> dict[str, Any]:
 
 
 def _refuse_if_in_use(app: App, bdf: str, force: bool, what: str) -> None:
+    """Busy (exit 4) unless ``--force``: the device is the console display (``boot_vga``), or in use."""
+    from ..errors import Busy
+
     dev = read_device(app.host, bdf)
+    if dev.boot_vga and not force:
+        raise Busy(
+            f"{what} {bdf}: it is the console display device (boot_vga); moving it takes the console away",
+            device=bdf,
+            hint="pass --force if the console is not needed",
+        )
     users: list[User] = pci_users(app.host, bdf, dev.iommu_group, OpenFiles(app.host))
     if users and not force:
-        from ..errors import Busy
-
         raise Busy(
             f"{what} {bdf}: it is in use ({'; '.join(u.describe() for u in users)})",
             device=bdf,
@@ -208,10 +215,12 @@ def _refuse_if_in_use(app: App, bdf: str, force: bool, what: str) -> None:
 
 
 @click.command()
-@click.argument("device", type=NAME)
+@click.argument("device", type=DEVICE)
 @click.option("--driver", metavar="NAME", help="Driver to bind to (vfio-pci).", type=NAME)
 @click.option("--restore", is_flag=True, help="Put the device back on the driver it had before vgpukit moved it.")
-@click.option("--force", is_flag=True, help="Move the device even when it is in use.")
+@click.option(
+    "--force", is_flag=True, help="Move the device even when it is in use or is the console display (boot_vga)."
+)
 @json_option
 @dry_run_option
 @click.pass_obj
@@ -250,8 +259,10 @@ def bind(app: App, device: str, driver: str | None, restore: bool, force: bool) 
 
 
 @click.command()
-@click.argument("device", type=NAME)
-@click.option("--force", is_flag=True, help="Unbind even when the device is in use.")
+@click.argument("device", type=DEVICE)
+@click.option(
+    "--force", is_flag=True, help="Unbind even when the device is in use or is the console display (boot_vga)."
+)
 @json_option
 @dry_run_option
 @click.pass_obj

@@ -7,7 +7,7 @@ import click
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say, table
-from ..cli.params import NAME, AsciiInt
+from ..cli.params import DEVICE, NAME, AsciiInt
 from ..errors import InvalidInput, NotFound
 from ..pci import Scan
 from . import hostview, ops
@@ -34,7 +34,7 @@ def vgpu() -> None:
 
 
 @vgpu.command("types")
-@click.argument("gpu", required=False, type=NAME)
+@click.argument("gpu", required=False, type=DEVICE)
 @json_option
 @click.pass_obj
 def types_cmd(app: App, gpu: str | None) -> None:
@@ -101,7 +101,7 @@ def list_cmd(app: App) -> None:
 
 
 @vgpu.command("create")
-@click.argument("gpu", type=NAME)
+@click.argument("gpu", type=DEVICE)
 @click.option(
     "--type", "type_name", required=True, metavar="NAME", help="vGPU type, e.g. T4-4Q or 'NVIDIA H100-4C'.", type=NAME
 )
