@@ -37,3 +37,63 @@ def test_shipped_man_page_is_generated_from_the_current_help() -> None:
     shipped = (ROOT / "docs" / "man" / "vgpukit.1").read_text()
     assert shipped == render(), "regenerate: python -m vgpukit.cli.manpage > docs/man/vgpukit.1"
     assert ".SS vgpukit sriov enable" in shipped and "\\-\\-wait SECONDS" in shipped
+
+
+def _complete(words: str, sim: Path | str) -> list[str]:
+    """Click's bash completion protocol, as the script `vgpukit completion bash` installs runs it."""
+    cword = len(words.split()) - (0 if words.endswith(" ") else 1)
+    env = {"_VGPUKIT_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(cword), "VGPUKIT_SIM": str(sim)}
+    r = _run(env=env)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    return [line.split(",", 1)[1] for line in r.stdout.splitlines() if line]
+
+
+def test_device_arguments_complete_the_hosts_names(tmp_path: Path) -> None:
+    from tests.conftest import make_sim
+
+    sim = make_sim(tmp_path / "hgx")
+    assert _complete("vgpukit bind g", sim) == [f"gpu{i}" for i in range(8)]
+    offered = _complete("vgpukit bind ", sim)
+    assert offered[:13] == [*(f"gpu{i}" for i in range(8)), "nic0", "nic1", "nic2", "nic3", "nvme0"]
+    assert "0000:11:00.0" in offered  # any PCI function by address, the console too
+    assert _complete("vgpukit sriov enable 05", sim) == ["05:00.0"]  # the short form as typed
+    gpus = _complete("vgpukit mig status ", sim)  # a GPU argument: GPUs only, never the BMC's VGA
+    assert gpus[:8] == [f"gpu{i}" for i in range(8)] and "0000:03:00.0" in gpus and "0000:11:00.0" not in gpus
+    assert "nic0" not in gpus
+    guest = make_sim(tmp_path / "guest", "qemu-guest")
+    assert _complete("vgpukit mdev types m", guest) == ["mtty"]  # an mdev parent
+    assert _complete("vgpukit bind g", tmp_path / "nothing") == []  # silent when the host is not there
+    assert _complete("vgpukit --sim " + str(sim) + " unbind nv", tmp_path / "nothing") == ["nvme0"]
+
+
+def _installed_units(root: Path, argv: list[str], env: dict[str, str]) -> dict[str, str]:
+    r = subprocess.run([*argv, "--root", str(root), "units", "install"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    units = root / "etc/systemd/system"
+    return {
+        p.name: next(ln for ln in p.read_text().splitlines() if ln.startswith("ExecStart="))
+        for p in sorted(units.iterdir())
+    }
+
+
+def test_units_run_the_installed_entry_point(tmp_path: Path) -> None:
+    """The ExecStart= lines name the vgpukit that installed them: a console script where it is
+    installed, or this interpreter with -m vgpukit; never a hard-coded /usr/local/bin."""
+    bindir = tmp_path / "opt" / "bin"
+    bindir.mkdir(parents=True)
+    script = bindir / "vgpukit"  # a console script as pip writes it, in an unusual place
+    script.write_text(f"#!{sys.executable}\nimport sys\nfrom vgpukit.cli.main import main\nsys.exit(main())\n")
+    script.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    (tmp_path / "a").mkdir()
+    execs = _installed_units(tmp_path / "a", [str(script)], env)
+    assert set(execs) == {"vgpukit-mdev-restore.service", "vgpukit-mdev-start@.service", "vgpukit-qos.service"}
+    assert execs["vgpukit-mdev-restore.service"] == f"ExecStart={script} mdev start --all"
+    assert execs["vgpukit-mdev-start@.service"] == f"ExecStart={script} mdev start --all --parent %I"
+    assert execs["vgpukit-qos.service"] == f"ExecStart={script} qos daemon --config /etc/vgpukit/qos.yaml"
+    assert (tmp_path / "a/etc/udev/rules.d/60-vgpukit-mdev.rules").is_file()
+    (tmp_path / "b").mkdir()  # python -m vgpukit with no vgpukit on PATH: the interpreter runs the module
+    execs = _installed_units(tmp_path / "b", [sys.executable, "-m", "vgpukit"], {**env, "PATH": str(tmp_path)})
+    assert execs["vgpukit-qos.service"].startswith(f"ExecStart={os.path.abspath(sys.executable)} -m vgpukit qos ")
+    r = _run("--root", str(tmp_path / "b"), "units", "install", "--exec", "/opt/my vgpukit")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "absolute path" in r.stderr

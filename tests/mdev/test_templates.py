@@ -14,9 +14,12 @@ U1 = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001"
 
 
 def _unit(name: str) -> configparser.ConfigParser:
+    """The unit as `vgpukit units install` writes it (for a vgpukit installed as /usr/bin/vgpukit)."""
+    from vgpukit.cli.units_cmd import render
+
     cp = configparser.ConfigParser(strict=False, interpolation=None)
     cp.optionxform = str  # type: ignore[assignment,method-assign]
-    cp.read(TEMPLATES / "systemd" / name)
+    cp.read_string(render(TEMPLATES / "systemd" / name, "/usr/bin/vgpukit"))
     return cp
 
 

@@ -58,6 +58,8 @@ class PciNames:
         self.host = host
         self._db: mmap.mmap | None = None
         self._kind = ""  # "pci.ids" | "hwdb" | "builtin" once opened
+        self._vendors: dict[str, tuple[str, int, int] | None] = {}  # pci.ids: name, block start, end
+        self._seen: dict[tuple[str, str, str | None], Names] = {}  # a host has few distinct ids
 
     @property
     def source(self) -> str:
@@ -81,32 +83,41 @@ class PciNames:
                     self._db, self._kind = db, kind
                     return
 
-    def lookup(
-        self, vendor: str, device: str, subsystem: str | None = None
-    ) -> tuple[str | None, str | None, str | None]:
+    def lookup(self, vendor: str, device: str, subsystem: str | None = None) -> Names:
         """(vendor, device, subsystem) names from the database; None for each it does not have.
         Ids are 4 lower-case hex digits; ``subsystem`` is ``vvvv:dddd``."""
         self._open()
         db = self._db
         if db is None:
             return None, None, None
-        if self._kind == "hwdb":
-            return _hwdb(db, vendor, device, subsystem)
-        v = _line(db, b"\n" + vendor.encode() + b"  ")
+        key = (vendor, device, subsystem)
+        if key not in self._seen:
+            self._seen[key] = _hwdb(db, *key) if self._kind == "hwdb" else self._pci_ids(db, *key)
+        return self._seen[key]
+
+    def _vendor(self, db: mmap.mmap, vendor: str) -> tuple[str, int, int] | None:
+        """The vendor's name and the span of its block in pci.ids (each vendor searched once)."""
+        if vendor not in self._vendors:
+            v = _line(db, b"\n" + vendor.encode() + b"  ")
+            m = _TOP_LEVEL.search(db, v[1]) if v else None
+            self._vendors[vendor] = (v[0], v[1], m.start() if m else len(db)) if v else None
+        return self._vendors[vendor]
+
+    def _pci_ids(self, db: mmap.mmap, vendor: str, device: str, subsystem: str | None) -> Names:
+        v = self._vendor(db, vendor)
         if v is None:
             return None, None, None
-        m = _TOP_LEVEL.search(db, v[1])
-        v_end = m.start() if m else len(db)
-        d = _line(db, b"\n\t" + device.encode() + b"  ", v[1], v_end)
+        name, start, v_end = v
+        d = _line(db, b"\n\t" + device.encode() + b"  ", start, v_end)
         if d is None:
-            return v[0], None, None
+            return name, None, None
         sub = None
         if subsystem:
             m = _DEVICE_LEVEL.search(db, d[1], v_end)
             key = b"\n\t\t" + subsystem.replace(":", " ").encode() + b"  "
             s = _line(db, key, d[1], m.start() if m else v_end)
             sub = s[0] if s else None
-        return v[0], d[0], sub
+        return name, d[0], sub
 
     def device_name(self, vendor: str, device: str) -> str:
         """``<vendor> <device>`` as ``lspci`` shows it, e.g. ``NVIDIA Corporation TU104GL [Tesla T4]``."""
