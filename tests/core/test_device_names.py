@@ -191,3 +191,16 @@ def test_json_devices_carry_boot_vga(tmp_path: Path, run_cli: Run) -> None:
     flags = {d["bdf"]: d["boot_vga"] for d in doc["devices"] if d["kind"] in ("gpu", "display")}
     assert flags["0000:02:00.0"] is True and flags["0000:41:00.0"] is False
     assert json.dumps(doc).count('"boot_vga": true') == 1
+
+
+def test_the_console_goes_to_a_vm_only_after_a_forced_bind(tmp_path: Path, run_cli: Run) -> None:
+    from vgpukit.attach.ops import targets_for
+    from vgpukit.errors import Busy
+
+    sim = make_sim(tmp_path / "t4", "t4-mdev")
+    with pytest.raises(Busy, match="console display device"):  # libvirt would take it from its driver
+        targets_for(sim_host(sim), ["02:00.0"])
+    r = run_cli(sim, "render", "domain", "--name", "vm", "--memory", "1024", "--vcpus", "1", "--device", "02:00.0")
+    assert r.exit_code == 0 and "console display device" in r.stderr  # rendering warns
+    assert run_cli(sim, "bind", "02:00.0", "--driver", "vfio-pci", "--force").exit_code == 0
+    assert [t.bdf for t in targets_for(sim_host(sim), ["02:00.0"])] == ["0000:02:00.0"]

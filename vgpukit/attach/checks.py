@@ -32,6 +32,18 @@ def check_iommu(host: Host, target: Target) -> None:
         )
 
 
+def check_not_console(target: Target) -> None:
+    """Busy for the console display device (boot_vga) still on a host driver: a managed hostdev makes
+    libvirt take it from its driver when the VM starts. Moving it first (``bind --force``) is the
+    deliberate act that lets it go to a VM."""
+    if target.console and not (target.driver and "vfio" in target.driver):
+        raise Busy(
+            f"cannot give {target.label} to a VM: it is the console display device (boot_vga)",
+            device=target.label,
+            hint=f"if the console is not needed: vgpukit bind {target.label} --driver vfio-pci --force",
+        )
+
+
 def check_not_held(host: Host, target: Target) -> None:
     """Busy when a process outside libvirt's view (a stray QEMU, a container) holds the device's group."""
     if target.iommu_group is None:

@@ -40,6 +40,7 @@ class Target:
     is_vf: bool = False
     is_nic: bool = False
     vgpu_type: str | None = None  # vendor-VFIO vGPU type id on a VF
+    console: bool = False  # the console display device (boot_vga)
 
     @property
     def key(self) -> str:
@@ -106,6 +107,7 @@ def read_pci(host: Host, bdf: str, name: str | None = None, scan: Scan | None = 
         is_vf=dev.is_vf,
         is_nic=dev.kind == "nic",
         vgpu_type=vgpu if vgpu not in (None, "", "0") else None,
+        console=dev.boot_vga,
     )
 
 

@@ -23,7 +23,7 @@ from ..host import Host
 from ..libvirt.connection import Libvirt
 from ..libvirt.domain import DomainXML, assignments, device_keys
 from ..pci import Scan, parse_bdf
-from .checks import check_iommu, check_not_held
+from .checks import check_iommu, check_not_console, check_not_held
 from .devices import Target, resolve
 from .steps import DomainDevice
 from .templates import TemplateSet
@@ -98,6 +98,7 @@ def targets_for(
         if t.key in seen:
             raise InvalidInput(f"{t.label} is named twice")
         seen.add(t.key)
+        check_not_console(t)
         check_iommu(host, t)
         t.element(mac=mac, vlan=vlan)  # --mac on a non-NIC is bad input now, not after connecting
     return targets

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import Conflict
+from ..errors import Busy, Conflict
 from ..host import Host
 from ..libvirt.domain import Device
-from .checks import check_iommu
+from .checks import check_iommu, check_not_console
 from .devices import Target, resolve
 from .hostfacts import firmware_for, hugepage_warnings, placement_for
 from .model import DomainSpec
@@ -47,8 +47,9 @@ def domain(
     placement, warnings = placement_for(host, [t.numa_node for t in targets], vcpus, pin=pin)
     for t in targets:
         try:
+            check_not_console(t)
             check_iommu(host, t)
-        except Conflict as exc:  # rendering is allowed; starting that VM would fail
+        except (Busy, Conflict) as exc:  # rendering is allowed; starting that VM would fail or take the console
             warnings.append(str(exc))
     fw = firmware_for(host, firmware)
     if fw.kind == "bios" and firmware == "auto":
