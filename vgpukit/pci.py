@@ -124,6 +124,7 @@ class PciDevice:
     parents: tuple[str, ...]  # ancestor BDFs from the root port down (nearest last)
     host_bridge: str  # "pci0000:00"
     subsystem: str | None = None
+    subsystem_name: str | None = None  # the board, where the PCI ID database names it
     driver_override: str | None = None
     sriov: Sriov | None = None
     physfn: str | None = None
@@ -195,6 +196,8 @@ def read_device(host: Host, bdf: str, names: PciNames | None = None) -> PciDevic
     vendor, device = _hex(attr("vendor")), _hex(attr("device"))
     class_code = number("class") or 0
     subsys = attr("subsystem_vendor")
+    subsystem = f"{_hex(subsys)}:{_hex(attr('subsystem_device'))}" if subsys else None
+    names = names or PciNames(host)
     host_bridge, parents = _chain(host, d)
     numa = number("numa_node")
     group = link(IOMMU_GROUP)
@@ -216,7 +219,7 @@ def read_device(host: Host, bdf: str, names: PciNames | None = None) -> PciDevic
         device=device,
         class_code=class_code,
         kind=kind_of(class_code, int(vendor, 16), (boot_vga := attr(BOOT_VGA) == "1")),
-        name=(names or PciNames(host)).device_name(vendor, device),
+        name=names.device_name(vendor, device),
         driver=link(DRIVER),
         numa_node=numa if numa is not None and numa >= 0 else None,
         iommu_group=int(group) if group and group.isdigit() else None,
@@ -229,7 +232,8 @@ def read_device(host: Host, bdf: str, names: PciNames | None = None) -> PciDevic
         local_cpulist=attr("local_cpulist"),
         parents=parents,
         host_bridge=host_bridge,
-        subsystem=f"{_hex(subsys)}:{_hex(attr('subsystem_device'))}" if subsys else None,
+        subsystem=subsystem,
+        subsystem_name=names.subsystem_name(vendor, device, subsystem),
         driver_override=None if override in (None, "", "(null)") else override,
         sriov=sriov,
         physfn=link(PHYSFN),

@@ -158,6 +158,7 @@ def test_names_come_from_the_hosts_pci_ids(tmp_path: Path, run_cli: Run) -> None
     assert names.device_name("abcd", "0001") == "[abcd:0001]"
     doc = as_json(run_cli(sim, "devices", "--kind", "gpu", "--json"))
     assert doc["devices"][0]["name"] == "NVIDIA Corporation (sim db) TU104GL [Tesla T4]"
+    assert doc["devices"][0]["subsystem_name"] == "Tesla T4 16GB (sim db)"  # the board (10de:12a2)
 
 
 def test_a_database_linked_out_of_the_root_is_not_read(tmp_path: Path) -> None:
