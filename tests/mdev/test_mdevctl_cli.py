@@ -62,7 +62,9 @@ def test_list_text_and_dumpjson_forms(qemu_sim: Path, run_cli: Run) -> None:
         }
     ]
     one = ok(run_cli(qemu_sim, "mdev", "list", "-d", "--dumpjson", "--uuid", U1))
-    assert one == '{\n  "mdev_type": "mtty-1",\n  "start": "manual",\n  "attrs": [\n    {\n      "k": "v"\n    }\n  ]\n}\n'
+    assert one == (  # serde_json's pretty form: two spaces, one key per line
+        '{\n  "mdev_type": "mtty-1",\n  "start": "manual",\n  "attrs": [\n    {\n      "k": "v"\n    }\n  ]\n}\n'
+    )
     assert json.loads(ok(run_cli(qemu_sim, "mdev", "list", "--dumpjson", "-u", U1))) == []  # not active
     r = run_cli(qemu_sim, "mdev", "list", "--dumpjson", "--json")
     assert r.exit_code == 2 and "exclude each other" in r.stderr
@@ -215,6 +217,14 @@ def test_start_transient_defined_and_jsonfile(qemu_sim: Path, run_cli: Run, tmp_
     assert ok(mc(run_cli, qemu_sim, "start", "-u", U2)) == "" and U2 in active(qemu_sim)
 
 
+def test_start_of_a_definition_whose_parent_is_absent_fails(qemu_sim: Path, run_cli: Run) -> None:
+    ok(mc(run_cli, qemu_sim, "define", "-u", U1, "-p", "0000:99:00.0", "-t", "nvidia-1"))
+    r = mc(run_cli, qemu_sim, "start", "-u", U1)
+    assert r.exit_code == 1 and "parent-absent" in r.stderr
+    doc = json.loads(ok(run_cli(qemu_sim, "mdev", "start", U1, "--json")))  # vgpukit's own form: a status
+    assert doc["results"][0]["status"] == "parent-absent"
+
+
 def test_start_parent_mdevs_is_start_all_for_one_parent(qemu_sim: Path, run_cli: Run) -> None:
     ok(mc(run_cli, qemu_sim, "define", "-u", U1, "-p", "mtty", "-t", "mtty-1", "-a"))
     ok(mc(run_cli, qemu_sim, "define", "-u", U2, "-p", "mtty", "-t", "mtty-1"))
@@ -339,3 +349,30 @@ def test_a_failing_get_refuses_define(qemu_sim: Path, run_cli: Run, scripts: Pat
 def test_dry_run_runs_no_script(qemu_sim: Path, run_cli: Run, scripts: Path) -> None:
     ok(run_cli(qemu_sim, "mdev", "start", "-u", U1, "-p", "mtty", "-t", "mtty-1", "--dry-run"))
     assert _events(scripts) == [] and active(qemu_sim) == []
+
+
+# ------------------------------------------------------------------ deliberate differences (docs/mdev.md)
+
+
+def test_differences_from_mdevctl(
+    qemu_sim: Path, run_cli: Run, scripts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ok(mc(run_cli, qemu_sim, "start", "-u", U1, "-p", "mtty", "-t", "mtty-1"))
+    assert ok(mc(run_cli, qemu_sim, "start", "-u", U1, "-p", "mtty", "-t", "mtty-1")) == ""  # active: nothing to do
+    ok(mc(run_cli, qemu_sim, "define", "-u", U2, "-p", "mtty", "-t", "mtty-1"))
+    (tmp_path / "veto").touch()
+    assert mc(run_cli, qemu_sim, "undefine", "-u", U2).exit_code == 1  # mdevctl 1.2: exit 0
+    assert defn(qemu_sim, U2) is not None
+    (tmp_path / "veto").unlink()
+    assert mc(run_cli, qemu_sim, "define", "-u", U2, "-p", "other", "-t", "x").exit_code == 4  # one parent per UUID
+    assert mc(run_cli, qemu_sim, "stop", "-u", U1.replace("-", "")).exit_code == 2  # 36-character form only
+    _events(scripts)
+    ok(mc(run_cli, qemu_sim, "modify", "-u", U2, "-m"))  # already manual: no change, no scripts
+    assert _events(scripts) == []
+    from vgpukit.mdev import callouts
+
+    (qemu_sim / "etc/mdevctl.d/scripts.d/callouts/05-slow").write_text("#!/bin/sh\nsleep 5\n")
+    (qemu_sim / "etc/mdevctl.d/scripts.d/callouts/05-slow").chmod(0o755)
+    monkeypatch.setattr(callouts, "TIMEOUT", 0.3)
+    r = mc(run_cli, qemu_sim, "modify", "-u", U2, "-a")  # a pre script that hangs vetoes
+    assert r.exit_code == 1 and "timed out" in r.stderr and defn(qemu_sim, U2)["start"] == "manual"  # type: ignore[index]

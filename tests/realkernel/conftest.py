@@ -126,6 +126,7 @@ def guest_session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     items = [i for i in request.session.items if _is_real_case(i)]
     session = GuestSession(nodeids=[i.nodeid for i in items])
     rk = RealKernel()
+    rk.config.timeout = max(rk.config.timeout, 1500.0)  # every module's steps + the in-guest cases, under TCG
     try:
         assets = rk.prepare()
     except Unavailable as exc:

@@ -13,8 +13,8 @@ from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, say, table
 from ..cli.params import NAME, AsciiInt
 from ..errors import InvalidInput
-from . import cli_change, listing, mdevctl, ops, sysfs
-from .cli_args import MDEVCTL, mdevctl_output, one_uuid, parent_option, report, resolve_parent, uuid_option
+from . import change_cli, listing, mdevctl, ops, sysfs
+from .args_cli import MDEVCTL, mdevctl_output, one_uuid, parent_option, report, resolve_parent, uuid_option
 from .placement import PACK, SPREAD
 
 
@@ -251,5 +251,5 @@ def stop_cmd(app: App, uid: str | None, uuid_opt: str | None) -> None:
     report(app, "mdev-remove", steps, {"removed": [s.split()[1] for s in steps]})
 
 
-for _command in cli_change.COMMANDS:
+for _command in change_cli.COMMANDS:
     mdev.add_command(_command)

@@ -10,7 +10,7 @@ from ..cli.output import say, table
 from ..cli.params import NAME, AsciiInt
 from ..errors import Conflict, InvalidInput
 from . import mdevctl, ops
-from .cli_args import (
+from .args_cli import (
     definition_parent,
     jsonfile_option,
     mdevctl_output,
@@ -187,6 +187,8 @@ def _show(app: App, outcomes: list[ops.StartOutcome], parent: str | None, new: s
     plan = [f"start {o.uuid} ({o.type_id} on {o.parent})" for o in outcomes if o.status in ("started", "would-start")]
     failed = [o for o in outcomes if o.failed]
     if mdevctl_output() and not app.json and not app.dry_run:
+        if parent is None:  # one device asked for (mdevctl's start): an absent parent is an error
+            failed += [o for o in outcomes if o.status == "parent-absent"]
         for o in failed:
             click.echo(f"vgpukit: error: {o.uuid}: {o.status}: {o.message}", err=True)
         if failed:
