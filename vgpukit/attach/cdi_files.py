@@ -1,0 +1,171 @@
+"""CDI spec files: the host's one-time choice to keep them current, and the file changes as engine steps.
+
+* ``/etc/vgpukit/cdi.json`` (written by ``vgpukit cdi enable``): the spec directory (``/etc/cdi``
+  or ``/var/run/cdi``), the classes kept, the hook program and the CUDA library the specs name. When
+  it exists, the change engine calls :func:`derived_steps` after every successful change and after
+  recovery, so each spec file whose content the change affected is rewritten (or removed) in the same
+  journaled run; files whose content stays the same are not touched.
+* Spec files are written atomically (temp + rename + fsync, ``engine.files.PutFile`` through the
+  host door). A file at a spec path whose ``kind`` is not the class's own ``vgpukit.io/...`` is
+  never removed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InvalidInput, VgpukitError
+from ..host import Host
+from ..inputs import check_text, load_json, load_yaml
+from .cdi import ALL, CLASSES, NVML_CLASSES, Spec, collect
+from .nvidia import DEFAULT_HOOK
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..engine import Env, Step
+    from ..nvml import Nvml
+
+log = logging.getLogger("vgpukit.cdi")
+SCHEMA = "vgpukit.cdi-settings/v1"
+DIRS = ("/etc/cdi", "/var/run/cdi")
+DEFAULT_CUDA_LIBRARY = "/usr/lib/vgpukit/libvgpukit-cuda.so"
+SPEC_STEM = "vgpukit"
+
+
+def check_abs(value: str, what: str) -> str:
+    check_text(value, what, max_len=4096)
+    if not value.startswith("/") or "/../" in f"{value}/":
+        raise InvalidInput(f"{what} must be an absolute path without '..'", value=value)
+    return value.rstrip("/") or "/"
+
+
+@dataclass(frozen=True)
+class Settings:
+    dir: str = DIRS[0]
+    classes: tuple[str, ...] = CLASSES
+    hook: str = DEFAULT_HOOK  # the nvidia-cdi-hook the GPU specs call (path on the host)
+    cuda_library: str = DEFAULT_CUDA_LIBRARY  # libvgpukit-cuda.so for gpu-share (path on the host)
+
+    def validate(self) -> Settings:
+        for value, what in ((self.dir, "dir"), (self.hook, "hook"), (self.cuda_library, "cuda_library")):
+            check_abs(value, what)
+        bad = [c for c in self.classes if c not in CLASSES]
+        if bad or not self.classes:
+            raise InvalidInput(f"classes must be some of {', '.join(CLASSES)}")
+        return self
+
+    def to_text(self) -> str:
+        doc = {"schema": SCHEMA, "dir": self.dir, "classes": list(self.classes), "hook": self.hook}
+        doc["cuda_library"] = self.cuda_library
+        return json.dumps(doc, indent=1) + "\n"
+
+    @classmethod
+    def from_doc(cls, doc: Any, where: str) -> Settings:
+        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+            raise InvalidInput(f"{where}: not a {SCHEMA} document (re-run 'vgpukit cdi enable')", path=where)
+        fields = {k: doc[k] for k in ("dir", "hook", "cuda_library") if k in doc}
+        if not all(isinstance(v, str) for v in fields.values()):
+            raise InvalidInput(f"{where}: dir, hook and cuda_library are strings", path=where)
+        classes = doc.get("classes", list(CLASSES))
+        if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+            raise InvalidInput(f"{where}: classes is a list of class names", path=where)
+        try:
+            return cls(**fields, classes=tuple(classes)).validate()
+        except InvalidInput as err:
+            raise InvalidInput(f"{where}: {err.message}", path=where) from None
+
+
+def settings_path(host: Host) -> Path:
+    return host.config_dir("cdi.json")
+
+
+def load_settings(host: Host) -> Settings | None:
+    """The host's CDI settings, or None when spec generation is not enabled."""
+    path = settings_path(host)
+    text = host.read_doc(path, "CDI settings", missing_ok=True)
+    if text is None:
+        return None
+    where = host.display(path)
+    return Settings.from_doc(load_json(text, where), where)
+
+
+# ----------------------------------------------------------------------------- spec files
+def spec_path(output: str, cls: str) -> str:
+    """``/etc/cdi/vgpukit.yaml`` -> ``/etc/cdi/vgpukit-vf.yaml`` (one spec per kind)."""
+    p = Path(output)
+    return str(p.with_name(f"{p.stem}-{cls}{p.suffix}"))
+
+
+def output_format(output: str) -> str:
+    if output.endswith((".yaml", ".yml")):
+        return "yaml"
+    if output.endswith(".json"):
+        return "json"
+    raise InvalidInput(f"--output {output}: CDI specs are .yaml or .json files", value=output)
+
+
+@dataclass
+class FilePlan:
+    path: str  # as the host sees it
+    action: str  # write | remove | keep
+    spec: Spec
+    text: str | None
+
+    def describe(self) -> str:
+        if self.action == "remove":
+            return f"remove {self.path} (no {self.spec.kind} devices left)"
+        n = len([d for d in self.spec.devices if d.name != ALL])
+        return f"write {self.path} ({self.spec.kind}, {n} device{'s' if n != 1 else ''})"
+
+
+def _ours(current: str, kind: str) -> bool:
+    try:
+        doc = load_yaml(current, "CDI spec")  # JSON is YAML
+    except InvalidInput:
+        return False
+    return isinstance(doc, dict) and doc.get("kind") == kind
+
+
+def plan_files(host: Host, output: str, specs: list[Spec]) -> list[FilePlan]:
+    """What to write: changed specs; our specs of now-empty classes are removed."""
+    fmt = output_format(output)
+    plans = []
+    for spec in specs:
+        path = spec_path(output, spec.cls)
+        current = host.read_doc(host.path(*Path(path).parts[1:]), "CDI spec", missing_ok=True)
+        if not spec.devices:
+            ours = current is not None and _ours(current, spec.kind)
+            plans.append(FilePlan(path, "remove" if ours else "keep", spec, None))
+        else:
+            text = spec.render(fmt)
+            plans.append(FilePlan(path, "keep" if current == text else "write", spec, text))
+    return plans
+
+
+def file_steps(plans: list[FilePlan]) -> list[Step]:
+    from ..engine.files import PutFile
+
+    return [PutFile(p.path, p.text, 0o644, p.describe()) for p in plans if p.action != "keep"]
+
+
+def derived_plans(host: Host, settings: Settings, nvml: Callable[[], Nvml | None]) -> list[FilePlan]:
+    """The enabled spec files as they should be now."""
+    specs, _ = collect(host, nvml() if NVML_CLASSES & set(settings.classes) else None, settings.classes, settings)
+    return plan_files(host, f"{settings.dir}/{SPEC_STEM}.yaml", specs)
+
+
+def derived_steps(env: Env) -> list[Step]:
+    """The engine's refresh: the spec files that no longer describe the host, when enabled."""
+    try:
+        settings = load_settings(env.host)
+    except VgpukitError as err:  # never blocks the change itself; said on every command until fixed
+        log.warning("CDI specs not refreshed: %s (fix it, or run 'vgpukit cdi disable')", err)
+        return []
+    if settings is None:
+        return []
+    return file_steps(derived_plans(env.host, settings, lambda: env.nvml))
