@@ -12,8 +12,8 @@ from typing import Any
 
 from ..errors import Conflict, InvalidInput, NotFound, Unsupported, VgpukitError, from_oserror
 from ..inputs import check_component, load_yaml
-from .state import KernelState, sim_meta_dir
 from .driver_files import write_driver_files
+from .state import KernelState, sim_meta_dir
 from .tree import CHAR_DEVICES_MARK, RW, SimTree
 
 MAX_PROFILE_BYTES = 1024 * 1024
