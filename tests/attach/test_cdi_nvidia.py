@@ -64,7 +64,8 @@ def test_no_ld_cache_uses_the_fallback_listing(tmp_path: Path) -> None:
 
     drv = nvidia.find_driver(Host(root))
     assert drv is not None and drv.version == "550.1"
-    assert drv.libraries == ("/usr/lib/x86_64-linux-gnu/libcuda.so.550.1", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.1")
+    lib = "/usr/lib/x86_64-linux-gnu"
+    assert drv.libraries == (f"{lib}/libcuda.so.550.1", f"{lib}/libnvidia-ml.so.550.1")
 
 
 def _vfs_in_spec(sim: Path) -> list[str]:
@@ -86,7 +87,7 @@ def test_mutating_commands_refresh_enabled_specs(sim_dir: Path, run_cli: Run) ->
     assert run_cli(sim_dir, "partition", "gpu0", "--mig", "3g.20gb").exit_code == 0
     mig = yaml.safe_load((sim_dir / "etc/cdi/vgpukit-mig.yaml").read_text())
     validate_cdi(mig)
-    assert [d["name"] for d in mig["devices"]][0] == "0:0"
+    assert mig["devices"][0]["name"] == "0:0"
     listing = as_json(run_cli(sim_dir, "cdi", "list", "--json"))
     assert listing["stale"] == [] and "vgpukit.io/vf=0000:05:00.4" in [d["name"] for d in listing["devices"]]
     assert run_cli(sim_dir, "sriov", "disable", "nic0").exit_code == 0

@@ -140,8 +140,7 @@ def test_whole_gpu_by_index_and_all(world: dict[str, Path], gpu_host: Path) -> N
 
 def test_gpu_share_tenant(world: dict[str, Path], gpu_host: Path) -> None:
     script = (
-        "env && test -f /usr/lib/vgpukit/libvgpukit-cuda.so && cat /run/vgpukit/cuda/train/config"
-        " && ls -l /dev/nvidia0"
+        "env && test -f /usr/lib/vgpukit/libvgpukit-cuda.so && cat /run/vgpukit/cuda/train/config && ls -l /dev/nvidia0"
     )
     res = podman(world, gpu_host, "vgpukit.io/gpu-share=train", script)
     assert res.returncode == 0, res.stderr

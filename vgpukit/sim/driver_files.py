@@ -28,7 +28,13 @@ LIBRARIES = {  # library -> soname
     "libnvidia-allocator": "libnvidia-allocator.so.1",
 }
 VDPAU = "libvdpau_nvidia"
-BINARIES = ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
+BINARIES = (
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+)
 FIRMWARE = ("gsp_ga10x.bin", "gsp_tu10x.bin")
 HOOK = """#!/bin/sh
 # simulated nvidia-cdi-hook: records its arguments, reads the OCI state from stdin, succeeds
