@@ -36,16 +36,15 @@ from ..host import Host
 from ..host_layout import IOMMU_GROUP
 from ..pci import Scan
 from . import nvidia
+from .cdi_settings import CLASSES, Settings
 from .mig import gpu_minor, mig_slices
 from .nvidia import Edits
 
 if TYPE_CHECKING:
     from ..nvml import Nvml
-    from .cdi_files import Settings
 
 CDI_VERSION = "0.5.0"  # what these specs need (hostPath, spec-wide edits); podman 4.3 reads up to 0.5.0
 VENDOR = "vgpukit.io"
-CLASSES = ("vf", "pci", "mdev", "gpu", "mig", "gpu-share")
 NVML_CLASSES = frozenset({"gpu", "mig", "gpu-share"})
 ALL = "all"
 
@@ -185,8 +184,9 @@ def collect_mdev(host: Host, warnings: list[str]) -> list[CdiDevice]:
 def caps_node(host: Host, minor: int, caps_major: int | None) -> dict[str, Any]:
     """An nvidia-caps access node; with its numbers when the node is missing but the driver's major is
     known (nvidia-modprobe creates these nodes on first use)."""
-    d = nvidia.node(host, f"/dev/nvidia-caps/nvidia-cap{minor}")
-    if not host.exists(host.dev("nvidia-caps", f"nvidia-cap{minor}")) and caps_major is not None:
+    real = host.dev("nvidia-caps", f"nvidia-cap{minor}")
+    d = nvidia.node(host, real)
+    if not host.exists(real) and caps_major is not None:
         d.update(type="c", major=caps_major, minor=minor)
     return d
 
@@ -205,7 +205,7 @@ def collect_gpus(host: Host, nvml: Nvml | None) -> dict[str, list[CdiDevice]]:
     for s in mig_slices(host, nvml, []):
         edits = Edits(
             nodes=(
-                nvidia.node(host, f"/dev/nvidia{s.minor}"),
+                nvidia.node(host, host.dev(f"nvidia{s.minor}")),
                 caps_node(host, s.gi_cap_minor, caps_major),
                 caps_node(host, s.ci_cap_minor, caps_major),
             )
@@ -219,8 +219,6 @@ def collect(
 ) -> tuple[list[Spec], list[str]]:
     """One spec per requested class (possibly empty) and the warnings worth showing (``nvml``: the GPU
     classes; ``settings``: the hook and library paths, defaults when None)."""
-    from .cdi_files import Settings
-
     settings = settings or Settings()
     warnings: list[str] = []
     specs = {c: Spec(c) for c in classes}
@@ -244,7 +242,8 @@ def collect(
         if "gpu-share" in specs:
             from .share import collect_share
 
-            share = collect_share(host, nvml, gpus, settings, warnings)
+            by_name = {d.name: d.edits for d in gpus["gpu"] + gpus["mig"]}
+            share = [CdiDevice(n, e) for n, e in collect_share(host, nvml, by_name, settings, warnings)]
             specs["gpu-share"].devices = share  # a container is one tenant: no `all`
             specs["gpu-share"].edits = common if share else Edits()
     return [specs[c] for c in classes], warnings

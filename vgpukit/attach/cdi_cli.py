@@ -12,7 +12,8 @@ from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, json_doc, print_json, say, table
 from ..errors import InvalidInput
 from ..inputs import check_text
-from .cdi import CLASSES, NVML_CLASSES
+from .cdi import NVML_CLASSES
+from .cdi_settings import CLASSES
 
 CLASS_OPTION = click.option(
     "--class", "classes", multiple=True, type=click.Choice(CLASSES), help="Only these classes (repeat)."

@@ -37,6 +37,7 @@ from typing import Any
 from ..errors import OutsideRoot
 from ..host import Host
 from . import ldcache
+from .cdi_settings import DEFAULT_HOOK
 
 MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "rbind", "rprivate")
 IPC_OPTIONS = (*MOUNT_OPTIONS, "noexec")
@@ -52,7 +53,6 @@ BINARIES = (
 )
 BIN_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 IPC_PATHS = ("/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket", "/tmp/nvidia-mps")
-DEFAULT_HOOK = "/usr/bin/nvidia-cdi-hook"
 VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)+\Z", re.ASCII)
 # libraries whose development link nvidia-ctk makes in the container (target::link)
 DOT_SO_LINKS = {"libcuda.so": "libcuda.so.1", "libnvidia-opticalflow.so": "libnvidia-opticalflow.so.1"}
@@ -93,12 +93,13 @@ def host_path(host: Host, path: str) -> Path:
     return host.path(*[p for p in path.split("/") if p])
 
 
-def node(host: Host, path: str) -> dict[str, Any]:
-    """A device node as nvidia-ctk writes it: the path, and the real one when the root is not /."""
-    d: dict[str, Any] = {"path": path}
-    real = str(host_path(host, path))
-    if real != path:
-        d["hostPath"] = real
+def node(host: Host, real: Path) -> dict[str, Any]:
+    """A device node (``host.dev(...)``) as nvidia-ctk writes it: the path the host shows, and the real
+    one when the root is not /."""
+    shown = host.display(real)
+    d: dict[str, Any] = {"path": shown}
+    if str(real) != shown:
+        d["hostPath"] = str(real)
     return d
 
 
@@ -175,7 +176,7 @@ def find_driver(host: Host) -> Driver | None:
 
 def common_edits(host: Host, driver: Driver | None, hook_path: str = DEFAULT_HOOK) -> Edits:
     """The spec-wide edits of an NVIDIA spec: control nodes always; the driver's user space when found."""
-    nodes = tuple(node(host, f"/dev/{n}") for n in CONTROL_NODES if host.exists(host.dev(n)))
+    nodes = tuple(node(host, host.dev(n)) for n in CONTROL_NODES if host.exists(host.dev(n)))
     if driver is None:
         return Edits(env=("NVIDIA_VISIBLE_DEVICES=void",), nodes=nodes)
     links = []
@@ -205,14 +206,14 @@ def common_edits(host: Host, driver: Driver | None, hook_path: str = DEFAULT_HOO
 
 
 def gpu_edits(host: Host, minor: int) -> Edits:
-    return Edits(nodes=(node(host, f"/dev/nvidia{minor}"),))
+    return Edits(nodes=(node(host, host.dev(f"nvidia{minor}")),))
 
 
 def mig_edits(host: Host, minor: int, gi_cap_minor: int, ci_cap_minor: int) -> Edits:
     return Edits(
         nodes=(
-            node(host, f"/dev/nvidia{minor}"),
-            node(host, f"/dev/nvidia-caps/nvidia-cap{gi_cap_minor}"),
-            node(host, f"/dev/nvidia-caps/nvidia-cap{ci_cap_minor}"),
+            node(host, host.dev(f"nvidia{minor}")),
+            node(host, host.dev("nvidia-caps", f"nvidia-cap{gi_cap_minor}")),
+            node(host, host.dev("nvidia-caps", f"nvidia-cap{ci_cap_minor}")),
         )
     )

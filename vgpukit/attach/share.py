@@ -25,8 +25,7 @@ from .nvidia import Edits
 
 if TYPE_CHECKING:
     from ..nvml import Nvml
-    from .cdi import CdiDevice
-    from .cdi_files import Settings
+    from .cdi_settings import Settings
 
 RW_OPTIONS = ("rw", "nosuid", "nodev", "rbind", "rprivate")
 
@@ -40,10 +39,10 @@ def tenants(host: Host) -> list[tuple[str, str]]:
 
 
 def collect_share(
-    host: Host, nvml: Nvml | None, gpus: dict[str, list[CdiDevice]], settings: Settings, warnings: list[str]
-) -> list[CdiDevice]:
+    host: Host, nvml: Nvml | None, by_name: dict[str, Edits], settings: Settings, warnings: list[str]
+) -> list[tuple[str, Edits]]:
+    """(tenant, edits) per shareable tenant; ``by_name``: the edits of the gpu and mig devices by name."""
     from ..naming import GPU, MIG, resolve
-    from .cdi import CdiDevice
 
     try:
         wanted = tenants(host)
@@ -56,9 +55,8 @@ def collect_share(
     if not host.is_file(library):
         warnings.append(f"gpu-share: {settings.cuda_library} is missing (see docs/cuda.md); no tenants")
         return []
-    by_name = {d.name: d for d in gpus["gpu"] + gpus["mig"]}
     demand = host.state_dir("qos", "demand.sock")
-    out: list[CdiDevice] = []
+    out: list[tuple[str, Edits]] = []
     seen: set[str] = set()
     for key, name in wanted:
         try:
@@ -88,5 +86,5 @@ def collect_share(
             mounts.append(nvidia.mount(host, shown_dir, RW_OPTIONS))
         if host.exists(demand):
             mounts.append(nvidia.mount(host, host.display(demand), RW_OPTIONS))
-        out.append(CdiDevice(name, device.edits + Edits(env=tuple(env), mounts=tuple(mounts))))
+        out.append((name, device + Edits(env=tuple(env), mounts=tuple(mounts))))
     return out
