@@ -2,8 +2,8 @@
 
 * ``/etc/vgpukit/cdi.json`` (``vgpukit cdi enable``; attach/cdi_settings.py): the spec directory
   (``/etc/cdi`` or ``/var/run/cdi``), the classes kept, the hook program and the CUDA library the specs name. When
-  it exists, the change engine calls :func:`derived_steps` after every successful change and after
-  recovery, so each spec file whose content the change affected is rewritten (or removed) in the same
+  it exists, the change engine calls ``cdi_refresh.derived_steps`` after every successful change
+  and after recovery, so each spec file whose content the change affected is rewritten (or removed) in the same
   journaled run; files whose content stays the same are not touched.
 * Spec files are written atomically (temp + rename + fsync, ``engine.files.PutFile`` through the
   host door). A file at a spec path whose ``kind`` is not the class's own ``vgpukit.io/...`` is
@@ -12,12 +12,11 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import InvalidInput, VgpukitError
+from ..errors import InvalidInput
 from ..host import Host
 from ..inputs import load_yaml
 from .cdi import ALL, NVML_CLASSES, Spec, collect
@@ -28,10 +27,8 @@ __all__ = ["DIRS", "SPEC_STEM", "Settings", "check_abs", "load_settings", "setti
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..engine import Env, Step
+    from ..engine import Step
     from ..nvml import Nvml
-
-log = logging.getLogger("vgpukit.cdi")
 
 
 # ----------------------------------------------------------------------------- spec files
@@ -97,15 +94,3 @@ def derived_plans(host: Host, settings: Settings, nvml: Callable[[], Nvml | None
     """The enabled spec files as they should be now."""
     specs, _ = collect(host, nvml() if NVML_CLASSES & set(settings.classes) else None, settings.classes, settings)
     return plan_files(host, f"{settings.dir}/{SPEC_STEM}.yaml", specs)
-
-
-def derived_steps(env: Env) -> list[Step]:
-    """The engine's refresh: the spec files that no longer describe the host, when enabled."""
-    try:
-        settings = load_settings(env.host)
-    except VgpukitError as err:  # never blocks the change itself; said on every command until fixed
-        log.warning("CDI specs not refreshed: %s (fix it, or run 'vgpukit cdi disable')", err)
-        return []
-    if settings is None:
-        return []
-    return file_steps(derived_plans(env.host, settings, lambda: env.nvml))
