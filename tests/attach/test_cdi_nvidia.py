@@ -142,3 +142,22 @@ def test_gpu_share_spec_from_qos_tenants(sim_dir: Path, run_cli: Run) -> None:
     assert [n["path"] for n in edits["deviceNodes"]] == ["/dev/nvidia1"]
     assert edits["mounts"][0]["containerPath"] == "/usr/lib/vgpukit/libvgpukit-cuda.so"
     assert any("update-ldcache" in h["args"] for h in spec["containerEdits"]["hooks"])
+
+
+def test_enable_dry_run_and_bad_input(sim_dir: Path, run_cli: Run) -> None:
+    res = run_cli(sim_dir, "--dry-run", "cdi", "enable", "--dir", "/var/run/cdi", "--json")
+    assert res.exit_code == 0, res.stderr
+    plan = as_json(res)["plan"]
+    assert plan[0].startswith("keep CDI specs in /var/run/cdi current") and any("vgpukit-gpu.yaml" in p for p in plan)
+    assert not (sim_dir / "etc/vgpukit/cdi.json").exists() and not (sim_dir / "var/run/cdi").exists()
+    for bad in (["--dir", "cdi"], ["--dir", "/etc/../x"], ["--hook", "bin/hook"], ["--class", "nope"]):
+        res = run_cli(sim_dir, "cdi", "enable", *bad)
+        assert res.exit_code == 2 and res.stderr.count("\n") == 1, (bad, res.stderr)
+    assert not (sim_dir / "etc/vgpukit/cdi.json").exists()
+    # moving the directory takes vgpukit's files out of the old one
+    assert run_cli(sim_dir, "cdi", "enable", "--class", "gpu").exit_code == 0
+    assert (sim_dir / "etc/cdi/vgpukit-gpu.yaml").exists()
+    assert run_cli(sim_dir, "cdi", "enable", "--class", "gpu", "--dir", "/var/run/cdi").exit_code == 0
+    assert not (sim_dir / "etc/cdi/vgpukit-gpu.yaml").exists() and (sim_dir / "var/run/cdi/vgpukit-gpu.yaml").exists()
+    again = as_json(run_cli(sim_dir, "cdi", "enable", "--class", "gpu", "--dir", "/var/run/cdi", "--json"))
+    assert again["plan"] == [] and again["changed"] is False
