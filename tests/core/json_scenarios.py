@@ -76,7 +76,10 @@ def host_session(run: Session, tmp: Path) -> None:
         for p in g["processes"]:
             assert run_plain(sim, "sim", "client", "remove", str(p["pid"])).exit_code == 0
     run(sim, "cdi", "generate", "--dry-run")
+    run(sim, "cdi", "enable", "--class", "vf", "--class", "mig")
+    run(sim, "cdi", "list")
     run(sim, "mig", "destroy", "gpu0", "--gi", str(gi))
+    run(sim, "cdi", "disable")
     run(sim, "mig", "export")
     cfg = tmp / "mig.yaml"
     cfg.write_text(MIG_CONFIG)
