@@ -5,9 +5,7 @@ Every path vgpukit reads or writes (/sys, /dev, /proc, /etc, /run) is derived he
 environment root. Every change to the host goes through :meth:`Host._change`, which
 
 * refuses targets that escape the root (``..``, absolute parts, symlinks pointing outside),
-* confines reads, listings, socket addresses and link resolution to the root the same way
-  (see docs/safety.md, "Containment"): an attribute read costs one extra ``readlink`` of
-  ``/proc/self/fd/N`` when the root is not ``/``, nothing when it is,
+* confines reads, listings, socket addresses and link resolution to the root (docs/safety.md),
 * reads documents (configs, definitions, records, templates) with :meth:`Host.read_doc`: regular
   files only, size-capped, contained,
 * records instead of acting when the host is in dry-run mode, and logs each change at debug level,
@@ -31,7 +29,7 @@ from typing import TypeVar
 
 from .errors import InvalidInput, NotFound, OutsideRoot, from_oserror
 from .host_layout import SysfsLayout
-from .hostio import Change, KernelPort, RealKernel, _real_path, fsync_dir
+from .hostio import Change, KernelPort, ProgramResult, RealKernel, _real_path, fsync_dir, map_regular, run_program
 from .inputs import MAX_DOC_BYTES, check_component
 
 log = logging.getLogger("vgpukit.host")
@@ -260,12 +258,7 @@ class Host(SysfsLayout):
     def map_opt(self, path: Path | str) -> mmap.mmap | None:
         """A regular file mapped read-only, searched in place (pci.ids); None if absent or empty. Contained."""
         try:
-            fd = self._open_contained(path, _READ_FLAGS)
-            try:
-                st = os.fstat(fd)
-                return mmap.mmap(fd, 0, prot=mmap.PROT_READ) if stat.S_ISREG(st.st_mode) and st.st_size else None
-            finally:
-                os.close(fd)
+            return map_regular(self._open_contained(path, _READ_FLAGS))
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -372,6 +365,13 @@ class Host(SysfsLayout):
         if not self.contains(os.path.dirname(os.path.abspath(path))):
             raise self._outside(path)
         return str(path)
+
+    def run_program(self, path: Path, args: list[str], stdin: str | None, timeout: float) -> ProgramResult:
+        """Run the program at ``path`` (a hook script under the root, e.g. /etc/mdevctl.d/scripts.d),
+        refused when it resolves outside the root; VGPUKIT_ROOT tells it which host it acts on."""
+        self.check_inside(path)
+        log.debug("run %s %s", self.display(path), " ".join(args))
+        return run_program([str(path), *args], stdin, {"VGPUKIT_ROOT": str(self.root)}, timeout)
 
     # ----------------------------------------------------------------- changes
     def _change(self, change: Change, target: Path, apply: Callable[[], None]) -> None:
