@@ -23,6 +23,16 @@ class NvmlGpu:
 
 
 @dataclass(frozen=True)
+class NvLink:
+    """One active NVLink of a GPU, as NVML reports it (nvmlDeviceGetNvLinkState = enabled,
+    nvmlDeviceGetNvLinkRemotePciInfo_v2, nvmlDeviceGetNvLinkRemoteDeviceType)."""
+
+    link: int  # the link's number on its GPU
+    remote_bdf: str  # canonical lower-case DDDD:BB:DD.F of the other end (a GPU or an NVSwitch)
+    remote_type: str  # "gpu" | "switch" | "ibmnpu" | "unknown"
+
+
+@dataclass(frozen=True)
 class GiProfile:
     """A GPU-instance profile as the device reports it (nvmlGpuInstanceProfileInfo_v2 + placements)."""
 
@@ -113,6 +123,14 @@ class Nvml(Protocol):
     def destroy_compute_instance(self, gpu: int, gi_id: int, ci_id: int) -> None: ...
 
     def processes(self, gpu: int) -> list[NvmlProcess]: ...
+
+    def nvlinks(self, gpu: int) -> list[NvLink]:
+        """The GPU's active NVLinks in link order; [] for a GPU without NVLink."""
+        ...
+
+    def gpu_numa_id(self, gpu: int) -> int | None:
+        """The NUMA node of the GPU's own memory (coherent-memory GPUs); None where it has none."""
+        ...
 
     def close(self) -> None:
         """Release the library (nvmlShutdown); the facade is not used afterwards."""

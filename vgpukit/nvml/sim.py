@@ -33,7 +33,7 @@ from .errors import (
     NOT_SUPPORTED,
     nvml_error,
 )
-from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, NvmlGpu, NvmlProcess
+from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, NvLink, NvmlGpu, NvmlProcess
 from .sim_state import (
     STATE_DIR,
     STATE_FILE,
@@ -290,6 +290,22 @@ class SimNvml:
         with self._read() as state:
             g = _gpu(state, gpu)
             return [NvmlProcess(c["pid"], c["name"], c.get("gi"), c.get("ci")) for c in g["clients"]]
+
+    # ------------------------------------------------------------------ NVLink and NUMA
+    def nvlinks(self, gpu: int) -> list[NvLink]:
+        """The simulated board's wiring (``nvlinks`` of the GPU's state: the profile's ``nvlink:``)."""
+        with self._read() as state:
+            g = _gpu(state, gpu)
+            return [
+                NvLink(int(k["link"]), str(k["remote"]), str(k["type"]))
+                for k in sorted(g.get("nvlinks") or [], key=lambda k: int(k["link"]))
+                if k.get("active", True)
+            ]
+
+    def gpu_numa_id(self, gpu: int) -> int | None:
+        with self._read() as state:
+            numa = _gpu(state, gpu).get("numa_id")
+            return numa if isinstance(numa, int) and not isinstance(numa, bool) else None
 
     # ------------------------------------------------------------------ device nodes
     def _sync_caps(self, state: dict[str, Any], gpu: int) -> None:
