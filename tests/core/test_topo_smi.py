@@ -54,9 +54,11 @@ def test_rdma_hints_human(sim_dir: Path, run_cli: Run) -> None:
     assert lines[8].split()[:3] == ["GPU7", "0000:a4:00.0", "NIC3"]
 
 
-def _profile(tmp_path: Path, name: str, nvlink: dict[str, Any]) -> str:
+def _profile(tmp_path: Path, name: str, nvlink: dict[str, Any], gpu_numa: int | None = None) -> str:
     prof = load_profile(name)
     prof["nvlink"] = nvlink
+    if gpu_numa is not None:  # a coherent-memory GPU's own NUMA node (nvmlDeviceGetNumaNodeId)
+        prof["models"]["a100"]["gpu"]["numa_id"] = gpu_numa
     path = tmp_path / f"{name}-nvlink.yaml"
     path.write_text(yaml.safe_dump(prof))
     return str(path)
@@ -64,14 +66,39 @@ def _profile(tmp_path: Path, name: str, nvlink: dict[str, Any]) -> str:
 
 def test_a_link_down_and_bridged_pairs(tmp_path: Path, run_cli: Run) -> None:
     hgx = load_profile("hgx-a100")["nvlink"]
-    down = _profile(tmp_path, "hgx-a100", {**hgx, "down": [{"gpu": "0000:03:00.0", "link": 1}]})
-    doc = as_json(run_cli(make_sim(tmp_path / "down", down), "--json", "topo", "--matrix"))
+    down = _profile(tmp_path, "hgx-a100", {**hgx, "down": [{"gpu": "0000:03:00.0", "link": 1}]}, gpu_numa=2)
+    sim = make_sim(tmp_path / "down", down)
+    doc = as_json(run_cli(sim, "--json", "topo", "--matrix"))
+    assert doc["gpus"]["GPU3"]["gpu_numa_id"] == 2
+    assert run_cli(sim, "topo", "--matrix").stdout.splitlines()[1].endswith("\t0-31,64-95\t0\t\t2")
     assert doc["matrix"]["GPU0"]["GPU1"] == "NV11" and doc["matrix"]["GPU1"]["GPU0"] == "NV11"
     assert doc["matrix"]["GPU1"]["GPU2"] == "NV12" and len(doc["gpus"]["GPU0"]["nvlinks"]) == 11
     bridged = _profile(tmp_path, "t4-mdev", {"bridges": [{"gpus": ["0000:3b:00.0", "0000:d8:00.0"], "links": 4}]})
     doc = as_json(run_cli(make_sim(tmp_path / "br", bridged), "--json", "topo", "--matrix"))
     assert doc["matrix"]["GPU0"]["GPU1"] == "NV4" and doc["pcie"]["GPU0"]["GPU1"] == "SYS"
     assert doc["gpus"]["GPU1"]["nvlinks"][3] == {"link": 3, "remote_bdf": "0000:3b:00.0", "remote_type": "gpu"}
+
+
+def test_nics_follow_their_rdma_device_numbers() -> None:
+    from vgpukit.cli.topo_matrix import _natural
+
+    assert sorted(["mlx5_10", "mlx5_9", "mlx5_0", "mlx5_bond_0"], key=_natural) == [
+        "mlx5_0",
+        "mlx5_9",
+        "mlx5_10",
+        "mlx5_bond_0",
+    ]
+
+
+def test_a_corrupt_link_table_is_one_clear_error(sim_dir: Path, run_cli: Run) -> None:
+    import json
+
+    state = sim_dir / ".vgpukit-sim" / "nvml.json"
+    doc = json.loads(state.read_text())
+    doc["gpus"][0]["nvlinks"] = [{"link": "zero"}]
+    state.write_text(json.dumps(doc))
+    r = run_cli(sim_dir, "topo", "--matrix")
+    assert r.exit_code == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_nvlink_counts() -> None:

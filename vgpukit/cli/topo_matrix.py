@@ -2,7 +2,7 @@
 
 GPUs are NVML's (``GPU<N>`` = NVML index N, as ``nvidia-smi -i N``), or without an NVIDIA driver the
 PCI display controllers in bus order; NICs are the PCI functions with an RDMA device (``NIC<N>`` in
-bus order, named in the NIC legend by their RDMA device, ``mlx5_0``), as nvidia-smi lists them.
+RDMA device order, named in the NIC legend by that device, ``mlx5_0``), as nvidia-smi lists them.
 VFs are never part of it: the matrix costs the same on a host with 1024 VFs.
 """
 
@@ -36,6 +36,12 @@ def _nvml_gpus(app: App, devices: list[pci.PciDevice]) -> tuple[Nvml | None, dic
     return (nv, {g.bdf: g.index for g in nv.gpus()}) if nv is not None else (None, {})
 
 
+def _natural(name: str) -> tuple[str, int]:
+    """``mlx5_10`` after ``mlx5_9``: NIC<N> follows the RDMA device's number, as in nvidia-smi's legend."""
+    stem = name.rstrip("0123456789")
+    return stem, int(name[len(stem) :] or -1)
+
+
 def matrix_doc(app: App, scan: pci.Scan, names: dict[str, str]) -> dict[str, Any]:
     devices = scan.physical()
     nv, index = _nvml_gpus(app, devices)
@@ -43,7 +49,7 @@ def matrix_doc(app: App, scan: pci.Scan, names: dict[str, str]) -> dict[str, Any
     if index:
         gpus.sort(key=lambda d: index[d.bdf])
     rdma = {d.bdf: r for d in devices if d.kind == "nic" and (r := pci.rdma_devices(app.host, d.bdf))}
-    nics = [d for d in devices if d.bdf in rdma]
+    nics = sorted((d for d in devices if d.bdf in rdma), key=lambda d: _natural(rdma[d.bdf][0]))
     label = {d.bdf: f"GPU{index[d.bdf] if index else i}" for i, d in enumerate(gpus)}
     label.update({d.bdf: f"NIC{i}" for i, d in enumerate(nics)})
     links = {d.bdf: nv.nvlinks(index[d.bdf]) for d in gpus} if nv is not None else {}

@@ -34,7 +34,9 @@ from .errors import (
     nvml_error,
 )
 from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, NvLink, NvmlGpu, NvmlProcess
+from ..sim.state import corrupt
 from .sim_state import (
+    _LINK,
     STATE_DIR,
     STATE_FILE,
     _check_fault,
@@ -50,6 +52,7 @@ from .sim_state import (
     _mig_on,
     _model,
     _names,
+    _shape_ok,
     _used_mask,
     ci_minor,
     gi_minor,
@@ -295,11 +298,11 @@ class SimNvml:
     def nvlinks(self, gpu: int) -> list[NvLink]:
         """The simulated board's wiring (``nvlinks`` of the GPU's state: the profile's ``nvlink:``)."""
         with self._read() as state:
-            g = _gpu(state, gpu)
+            links = _gpu(state, gpu).get("nvlinks") or []
+            if not _shape_ok(links, [_LINK]):
+                raise corrupt(self.sim_dir, self.path)
             return [
-                NvLink(int(k["link"]), str(k["remote"]), str(k["type"]))
-                for k in sorted(g.get("nvlinks") or [], key=lambda k: int(k["link"]))
-                if k.get("active", True)
+                NvLink(k["link"], k["remote"], k["type"]) for k in sorted(links, key=lambda k: k["link"]) if k["active"]
             ]
 
     def gpu_numa_id(self, gpu: int) -> int | None:
