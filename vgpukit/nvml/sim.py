@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import InvalidInput, NotFound
 from ..host import Host
+from ..sim.state import corrupt
 from . import table as tables
 from .errors import (
     CODES_BY_NAME,
@@ -34,7 +35,6 @@ from .errors import (
     nvml_error,
 )
 from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, NvLink, NvmlGpu, NvmlProcess
-from ..sim.state import corrupt
 from .sim_state import (
     _LINK,
     STATE_DIR,
