@@ -101,6 +101,18 @@ def test_a_corrupt_link_table_is_one_clear_error(sim_dir: Path, run_cli: Run) ->
     assert r.exit_code == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+def test_gpus_without_an_nvidia_driver_come_from_pci(tmp_path: Path, run_cli: Run) -> None:
+    from .test_topology import _crafted  # three display controllers the simulated NVML does not know
+
+    r = run_cli(_crafted(tmp_path), "topo", "--matrix")
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.splitlines()[1:4] == [
+        "GPU0\t X \tPXB\tPHB\t0-3\t0\t\tN/A",
+        "GPU1\tPXB\t X \tPHB\t0-3\t0\t\tN/A",
+        "GPU2\tPHB\tPHB\t X \t0-3\t0\t\tN/A",
+    ]
+
+
 def test_nvlink_counts() -> None:
     sw = [NvLink(i, f"0000:c{4 + i // 2}:00.0", "switch") for i in range(12)]
     links = {"a": sw, "b": sw[:10], "c": [NvLink(0, "a", "gpu"), NvLink(1, "a", "gpu")], "d": []}
@@ -115,14 +127,13 @@ def test_pynvml_backend_reads_the_same_links(profile: str, tmp_path: Path) -> No
     """The real backend's NVLink code (state, remote PCI info, remote type) over the simulated driver."""
     nvlink = {**(load_profile("hgx-a100")["nvlink"]), "down": [{"gpu": "0000:04:00.0", "link": 5}]}
     sim = make_sim(tmp_path / "h", _profile(tmp_path, "hgx-a100", nvlink) if profile == "hgx-a100" else profile)
-    real, simulated = RealNvml(Shim(sim)), SimNvml(sim)
-    for g in simulated.gpus():
-        assert real.nvlinks(g.index) == simulated.nvlinks(g.index)
-        assert real.gpu_numa_id(g.index) is None
+    real, simulated = RealNvml(Shim(sim)).gpu_links(), SimNvml(sim).gpu_links()
+    assert real == simulated and len(real) == len(SimNvml(sim).gpus())
+    assert all(g.numa_id is None for g in real.values())
     if profile == "hgx-a100":
-        assert [k.link for k in real.nvlinks(1)] == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11]
+        assert [k.link for k in real[1].nvlinks] == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11]
     else:
-        assert real.nvlinks(0) == []
+        assert real[0].nvlinks == ()
 
 
 def test_nic_leaves_the_legend_with_its_rdma_driver(sim_dir: Path, run_cli: Run) -> None:

@@ -115,7 +115,7 @@ class Shim:
         return {"gpu": 0, "ibmnpu": 1, "switch": 2}.get(self._link(h, link)["type"], 0xFF)
 
     def nvmlDeviceGetNumaNodeId(self, h: Any) -> int:
-        node = self.sim.gpu_numa_id(h[1])
+        node = self.sim.gpu_links()[h[1]].numa_id
         if node is None:
             raise NVMLError(NOT_SUPPORTED)
         return node

@@ -38,8 +38,7 @@ def _exercise(n: RealNvml) -> None:
     n.destroy_gpu_instance(0, gi2.id)
     n.destroy_gpu_instance(0, gi.id)
     n.set_mig_mode(0, True)
-    n.nvlinks(0)
-    n.gpu_numa_id(0)
+    n.gpu_links()
     assert gpus
 
 

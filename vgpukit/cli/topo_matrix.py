@@ -52,7 +52,8 @@ def matrix_doc(app: App, scan: pci.Scan, names: dict[str, str]) -> dict[str, Any
     nics = sorted((d for d in devices if d.bdf in rdma), key=lambda d: _natural(rdma[d.bdf][0]))
     label = {d.bdf: f"GPU{index[d.bdf] if index else i}" for i, d in enumerate(gpus)}
     label.update({d.bdf: f"NIC{i}" for i, d in enumerate(nics)})
-    links = {d.bdf: nv.nvlinks(index[d.bdf]) for d in gpus} if nv is not None else {}
+    facts = nv.gpu_links() if nv is not None and gpus else {}
+    links = {d.bdf: list(facts[i].nvlinks) for d in gpus if (i := index.get(d.bdf)) is not None and i in facts}
     nvl = topology.nvlink_counts(links)
     cols = gpus + nics
     pcie = topology.matrix(cols, cols, devices)
@@ -71,7 +72,7 @@ def matrix_doc(app: App, scan: pci.Scan, names: dict[str, str]) -> dict[str, Any
                 "bdf": d.bdf,
                 "alias": names.get(d.bdf),
                 "nvml_index": index.get(d.bdf),
-                "gpu_numa_id": nv.gpu_numa_id(index[d.bdf]) if nv is not None else None,
+                "gpu_numa_id": facts[index[d.bdf]].numa_id if index.get(d.bdf) in facts else None,
                 "nvlinks": [
                     {"link": k.link, "remote_bdf": k.remote_bdf, "remote_type": k.remote_type}
                     for k in links.get(d.bdf, [])

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, NvLink, Nvml, NvmlGpu, NvmlProcess
+from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, GpuLinks, NvLink, Nvml, NvmlGpu, NvmlProcess
 
 __all__ = [
     "CiProfile",
     "ComputeInstance",
     "GiProfile",
     "GpuInstance",
+    "GpuLinks",
     "NvLink",
     "Nvml",
     "NvmlGpu",

@@ -33,6 +33,14 @@ class NvLink:
 
 
 @dataclass(frozen=True)
+class GpuLinks:
+    """What ``nvidia-smi topo -m`` asks NVML about one GPU."""
+
+    nvlinks: tuple[NvLink, ...]  # active links in link order; () for a GPU without NVLink
+    numa_id: int | None  # NUMA node of the GPU's own memory (nvmlDeviceGetNumaNodeId); None: none
+
+
+@dataclass(frozen=True)
 class GiProfile:
     """A GPU-instance profile as the device reports it (nvmlGpuInstanceProfileInfo_v2 + placements)."""
 
@@ -124,12 +132,8 @@ class Nvml(Protocol):
 
     def processes(self, gpu: int) -> list[NvmlProcess]: ...
 
-    def nvlinks(self, gpu: int) -> list[NvLink]:
-        """The GPU's active NVLinks in link order; [] for a GPU without NVLink."""
-        ...
-
-    def gpu_numa_id(self, gpu: int) -> int | None:
-        """The NUMA node of the GPU's own memory (coherent-memory GPUs); None where it has none."""
+    def gpu_links(self) -> dict[int, GpuLinks]:
+        """Every GPU's NVLinks and memory NUMA node, by NVML index (one read of the simulated driver)."""
         ...
 
     def close(self) -> None:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from ..errors import HostIOError, Unsupported
 from .errors import INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, UNKNOWN, NvmlError, nvml_error
-from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, NvLink, NvmlGpu, NvmlProcess
+from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, GpuLinks, NvLink, NvmlGpu, NvmlProcess
 
 log = logging.getLogger("vgpukit.nvml")
 T = TypeVar("T")
@@ -357,7 +357,11 @@ class RealNvml:
         return out
 
     # ------------------------------------------------------------------ NVLink and NUMA
-    def nvlinks(self, gpu: int) -> list[NvLink]:
+    def gpu_links(self) -> dict[int, GpuLinks]:
+        count = int(self._call("GPU count", self.n.nvmlDeviceGetCount))
+        return {i: GpuLinks(tuple(self._nvlinks(i)), self._numa_id(i)) for i in range(count)}
+
+    def _nvlinks(self, gpu: int) -> list[NvLink]:
         n, h, out = self.n, self._h(gpu), list[NvLink]()
         gpu_bdfs: set[str] | None = None
         for link in range(int(getattr(n, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS))):
@@ -382,7 +386,7 @@ class RealNvml:
             out.append(NvLink(link, remote, kind))
         return out
 
-    def gpu_numa_id(self, gpu: int) -> int | None:
+    def _numa_id(self, gpu: int) -> int | None:
         h = self._h(gpu)
         try:
             node = int(self.n.nvmlDeviceGetNumaNodeId(h))

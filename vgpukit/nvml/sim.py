@@ -34,7 +34,7 @@ from .errors import (
     NOT_SUPPORTED,
     nvml_error,
 )
-from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, NvLink, NvmlGpu, NvmlProcess
+from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, GpuLinks, NvLink, NvmlGpu, NvmlProcess
 from .sim_state import (
     _LINK,
     STATE_DIR,
@@ -295,20 +295,19 @@ class SimNvml:
             return [NvmlProcess(c["pid"], c["name"], c.get("gi"), c.get("ci")) for c in g["clients"]]
 
     # ------------------------------------------------------------------ NVLink and NUMA
-    def nvlinks(self, gpu: int) -> list[NvLink]:
-        """The simulated board's wiring (``nvlinks`` of the GPU's state: the profile's ``nvlink:``)."""
+    def gpu_links(self) -> dict[int, GpuLinks]:
+        """The simulated board's wiring (each GPU's ``nvlinks``: the profile's ``nvlink:``) and the
+        ``numa_id`` of GPUs whose memory is a NUMA node."""
+        out = {}
         with self._read() as state:
-            links = _gpu(state, gpu).get("nvlinks") or []
-            if not _shape_ok(links, [_LINK]):
-                raise corrupt(self.sim_dir, self.path)
-            return [
-                NvLink(k["link"], k["remote"], k["type"]) for k in sorted(links, key=lambda k: k["link"]) if k["active"]
-            ]
-
-    def gpu_numa_id(self, gpu: int) -> int | None:
-        with self._read() as state:
-            numa = _gpu(state, gpu).get("numa_id")
-            return numa if isinstance(numa, int) and not isinstance(numa, bool) else None
+            for i, g in enumerate(state["gpus"]):
+                links = g.get("nvlinks") or []
+                numa = g.get("numa_id")
+                if not _shape_ok(links, [_LINK]) or not (numa is None or _shape_ok(numa, int)):
+                    raise corrupt(self.sim_dir, self.path)
+                active = tuple(NvLink(k["link"], k["remote"], k["type"]) for k in links if k["active"])
+                out[i] = GpuLinks(tuple(sorted(active, key=lambda k: k.link)), numa)
+        return out
 
     # ------------------------------------------------------------------ device nodes
     def _sync_caps(self, state: dict[str, Any], gpu: int) -> None:
