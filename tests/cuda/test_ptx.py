@@ -28,13 +28,19 @@ Spin = Callable[..., dict[str, str]]
 
 
 @pytest.fixture(params=BACKENDS)
-def spin(request: pytest.FixtureRequest, cuda: Cuda) -> Spin:
+def backend(request: pytest.FixtureRequest, cuda: Cuda) -> dict[str, str]:
+    """The environment that makes ptxspin's dlopen find the emulator, or (real) the driver."""
+    return {"LD_LIBRARY_PATH": str(cuda.bin)} if request.param == "emulator" else {}
+
+
+@pytest.fixture
+def spin(cuda: Cuda, backend: dict[str, str]) -> Spin:
     """Runs ptxspin against the emulator or the real driver; ``out["backend"]`` says which."""
-    extra = {"LD_LIBRARY_PATH": str(cuda.bin)} if request.param == "emulator" else {}
+    extra = backend
 
     def run(*args: str, **env: object) -> dict[str, str]:
         out = cuda.run("ptxspin", *args, **extra, **env)
-        out["backend"] = request.param
+        out["backend"] = "emulator" if extra else "real"
         return out
 
     return run
@@ -94,3 +100,15 @@ def test_the_window_bounds_what_is_left_queued(spin: Spin, window: dict[str, str
     out = spin("drain", str(K), str(MS), **window)
     assert float(out["drain_ms"]) <= 2 * MS + 60
     assert float(out["launch_ms"]) > (K - 3) * MS  # the program was paced by the device instead
+
+
+def test_the_daemon_preempts_an_offline_tenant_within_the_window(
+    cuda: Cuda, tmp_path: Path, backend: dict[str, str]
+) -> None:
+    """Through the real QoS daemon: two ptxspin processes on one device (the emulator's shared one, or
+    the GPU), the offline one's queue bounded by N=2: the online kernel waits for that window only."""
+    from .test_daemon import MS as DAEMON_MS
+    from .test_daemon import preemption_ms
+
+    latency = preemption_ms(cuda, tmp_path, {"VGPUKIT_CUDA_INFLIGHT": "2"}, "ptxspin", **backend)
+    assert latency < 2 * DAEMON_MS + 100 + 50
