@@ -19,6 +19,7 @@ from .host_layout import (
     BOOT_VGA,
     DRIVER,
     DRIVER_OVERRIDE,
+    INFINIBAND,
     IOMMU_GROUP,
     MDEV_TYPES,
     PHYSFN,
@@ -270,6 +271,11 @@ def virtfns(host: Host, pf: str) -> list[str]:
     offset = host.read_int(d / SRIOV_OFFSET, None, 10)
     stride = host.read_int(d / SRIOV_STRIDE, None, 10)
     return _virtfns(host, pf, f"{d}/", host.listdir(d), offset, stride)
+
+
+def rdma_devices(host: Host, bdf: str) -> list[str]:
+    """The RDMA devices (``mlx5_0``) the function's driver registered, as ``/sys/class/infiniband`` names them."""
+    return host.listdir(host.pci_device(bdf) / INFINIBAND)
 
 
 def list_bdfs(host: Host) -> list[str]:
