@@ -53,7 +53,7 @@ class DeviceId:
         """mig-parted's rule: device and vendor equal; the subsystem too when the filter names one."""
         if (self.device, self.vendor) != (hw.device, hw.vendor):
             return False
-        return self.subsystem is None or self.subsystem == hw.subsystem
+        return self.subsystem is None or self.subsystem == (hw.subsystem or (0, 0))
 
     def __str__(self) -> str:
         text = f"0x{self.device:04X}{self.vendor:04X}"
