@@ -177,13 +177,13 @@ def build_plans(
         else:
             gis = wants(nvml.gi_profiles(gpu.index), entry, label, source) if entry.mig_enabled else []
             req = engine.GpuRequest(gpu, entry.mig_enabled, gis, exact=True, label=label)
-        plan = engine.plan_gpu(nvml, req, allow_reset=reset, skip_reset=skip_reset)
-        if skip_reset and not mode_only and any(isinstance(s, SetMode) and s.pending_ok for s in plan.steps):
+        if skip_reset and not mode_only and current != entry.mig_enabled and engine.needs_reset(gpu):
             raise engine.ResetRequired(
                 f"{label}: the MIG mode change needs a GPU reset and --skip-reset was given",
                 device=gpu.bdf,
                 hint="apply --mode-only --skip-reset, reset the GPU, then apply again",
             )
+        plan = engine.plan_gpu(nvml, req, allow_reset=reset, skip_reset=skip_reset)
         plans.append(plan)
     return plans
 
