@@ -158,8 +158,8 @@ def test_every_mig_parted_config_on_every_profile(hosts: dict[str, Host], tmp_pa
                     runs += 1
                 results[(doc, name, profile)] = done[key]
     bad = {k: v for k, v in results.items() if v.startswith("MISMATCH")}
-    summary = Counter(v for v in results.values())
-    per_host = {p: Counter(v for (_, _, h), v in results.items() if h == p) for p in HOSTS}
+    summary = Counter(v.split(":")[0] for v in results.values())
+    per_host = {p: Counter(v.split(":")[0] for (_, _, h), v in results.items() if h == p) for p in HOSTS}
     print(
         f"\nmig-parted compatibility: {configs} configs, {len(results)} config x host cases ({runs} runs):",
         dict(summary),
