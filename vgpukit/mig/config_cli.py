@@ -174,6 +174,11 @@ def apply_cmd(
             sys.stderr.write(f"vgpukit: {exc.message}\n")
         raise
     hk.run("apply-exit", env, show)
+    if not plans:  # nothing differed: report the selected GPUs as they are
+        try:
+            plans = plan()
+        except VgpukitError:
+            plans = []
     report_plans(app, "mig-apply", plans, done, {"config": chosen}, scan=scan)
 
 
@@ -198,7 +203,7 @@ def _host_env(app: App) -> dict[str, str]:
 
 
 def _abs(source: str) -> str:
-    return source if source == STDIN else os.path.abspath(source)
+    return "-" if source == STDIN else os.path.abspath(source)
 
 
 @click.command("assert")
