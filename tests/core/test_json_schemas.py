@@ -25,6 +25,7 @@ EMITTERS = {
     "run_plans",
     "report_plans",
     "_report",
+    "report",
 }  # each takes the kind as a string
 
 
