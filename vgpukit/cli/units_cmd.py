@@ -3,19 +3,17 @@ vgpukit that runs the command (the installed entry point), never a guessed ``/us
 
 The templates say ``@VGPUKIT@`` where the command goes (a copied template fails loudly: systemd
 refuses a relative ``ExecStart=``). ``units install`` replaces it with the entry point found by
-:func:`entry_point` (or ``--exec``) and writes each file through the change engine.
+:func:`vgpukit.entrypoint.entry_point` (or ``--exec``) and writes each file through the change engine.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import sys
 from pathlib import Path
 
 import click
 
+from ..entrypoint import entry_point
 from ..errors import InvalidInput, NotFound
 from .context import App
 from .main import dry_run_option, json_option, mutating
@@ -24,17 +22,6 @@ from .output import emit, emit_result, say
 MARKER = "@VGPUKIT@"
 DESTINATIONS = {"systemd": ("etc", "systemd", "system"), "udev": ("etc", "udev", "rules.d")}
 _SAFE = re.compile(r"^/[A-Za-z0-9/._+@:-]*\Z", re.ASCII)  # needs no quoting or %-escaping in a unit
-
-
-def entry_point(argv0: str, executable: str) -> str:
-    """The command line that runs this vgpukit: the console script it was started as (absolute),
-    else the ``vgpukit`` on ``PATH``, else this interpreter with ``-m vgpukit``."""
-    if os.path.basename(argv0) == "vgpukit" and os.path.isfile(argv0):
-        return os.path.abspath(argv0)
-    found = shutil.which("vgpukit")
-    if found:
-        return os.path.abspath(found)
-    return f"{os.path.abspath(executable)} -m vgpukit"
 
 
 def _check(command: str) -> str:
@@ -90,7 +77,7 @@ def list_units(app: App) -> None:
         for row in rows:
             say(f"{row['name']:<40} {row['path']}")
 
-    emit(app, "units-list", {"units": rows, "exec": entry_point(sys.argv[0], sys.executable)}, human)
+    emit(app, "units-list", {"units": rows, "exec": " ".join(entry_point())}, human)
 
 
 @units.command()
@@ -106,7 +93,7 @@ def install(app: App, names: tuple[str, ...], command: str | None) -> None:
     from ..engine import execute
     from ..engine.files import PutFile
 
-    exe = _check(command if command is not None else entry_point(sys.argv[0], sys.executable))
+    exe = _check(command if command is not None else " ".join(entry_point()))
     templates = shipped()
     by_name = {Path(k).name: k for k in templates}
     for n in names:
