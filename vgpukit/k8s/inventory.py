@@ -1,0 +1,227 @@
+"""What a node offers Kubernetes: one extended resource per kind of device, read from the host.
+
+=====================================  ===========================================  ==========================
+resource (``vgpukit.io/...``)          devices (device plugin ID)                   container gets (CDI name)
+=====================================  ===========================================  ==========================
+``vf-<pf vendor>-<pf device>``         VFs bound to VFIO of PFs with that id        ``vgpukit.io/vf=<BDF>``
+                                       (a PF pool; GPU VFs only as vGPUs)
+``mig-<profile>`` (``mig-3g.20gb``)    MIG compute instances (``MIG-<uuid>``)       ``vgpukit.io/mig=MIG-...``
+``vgpu-<type>`` (``vgpu-t4-4q``)       NVIDIA vGPUs: mdevs on NVIDIA parents (UUID)  ``vgpukit.io/mdev=<UUID>``,
+                                       and VFs with a vGPU type set (BDF)            ``vgpukit.io/vf=<BDF>``
+``mdev-<type id>``                     other mediated devices (UUID)                ``vgpukit.io/mdev=<UUID>``
+``gpu-share``                          whole NVIDIA GPUs not in MIG mode, one        device nodes and env (no
+                                       device per QoS tenant of the GPU              CDI class exists for a
+                                       (``<BDF>-<tenant>``), else N replicas          GPU on the nvidia driver)
+                                       (``<BDF>-<i>``)
+=====================================  ===========================================  ==========================
+
+The CDI names and container edits are the ones :mod:`vgpukit.attach.cdi` writes into the specs, so
+the names in an ``Allocate`` answer resolve once ``vgpukit cdi generate`` has run. A device is
+*held* when a process outside Kubernetes uses it (a VM's QEMU holding its VFIO group, a vGPU's
+mdev open): :mod:`vgpukit.sriov.usage` and the mdev holders answer that, as everywhere else.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from ..attach import cdi
+from ..attach.mig import gpu_minor
+from ..errors import VgpukitError
+from ..holders import OpenFiles
+from ..host import Host
+from ..mdev import sysfs as mdev_sysfs
+from ..naming import aliases
+from ..pci import PciDevice, Scan
+from ..sriov.usage import pci_users
+from ..vgpu import hostview
+from ..vgpu.catalog import short_name
+from ..vgpu.model import Vgpu
+
+if TYPE_CHECKING:
+    from ..nvml import Nvml
+    from ..qos.model import QosConfig
+
+PREFIX = cdi.VENDOR  # vgpukit.io
+GPU_SHARE = "gpu-share"
+DEFAULT_REPLICAS = 4  # gpu-share devices per GPU without QoS tenants
+CUDA_LIBRARY = ("usr", "lib", "vgpukit", "libvgpukit-cuda.so")
+_UNSAFE = re.compile(r"[^a-z0-9.-]+")
+
+
+def resource_part(text: str) -> str:
+    """A piece of an extended resource name: lower case, ``[a-z0-9.-]``, at most 50 characters."""
+    return _UNSAFE.sub("-", text.lower()).strip("-.")[:50] or "unnamed"
+
+
+@dataclass(frozen=True)
+class Mount:
+    host_path: str
+    container_path: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class Device:
+    """One schedulable device of a resource, and what a container needs to use it."""
+
+    id: str  # the device plugin ID: BDF, mdev UUID, MIG-uuid, <BDF>-<tenant>
+    topo_bdf: str  # the PCI function whose place in the PCIe tree counts (a MIG slice: its GPU)
+    numa: int | None
+    cdi_name: str | None = None  # vgpukit.io/vf=0000:05:00.2
+    nodes: tuple[cdi.Node, ...] = ()
+    env: tuple[str, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    held_by: tuple[str, ...] = ()  # who uses it outside Kubernetes (empty: free)
+
+
+@dataclass
+class Inventory:
+    resources: dict[str, list[Device]] = field(default_factory=dict)  # full resource name -> devices
+    pci: dict[str, PciDevice] = field(default_factory=dict)  # for topology
+    warnings: list[str] = field(default_factory=list)
+
+    def add(self, resource: str, dev: Device) -> None:
+        self.resources.setdefault(f"{PREFIX}/{resource}", []).append(dev)
+
+
+@dataclass(frozen=True)
+class Options:
+    replicas: int = DEFAULT_REPLICAS  # gpu-share devices per GPU without tenants; 0: no gpu-share resource
+    qos: QosConfig | None = None
+
+
+def _by_name(specs: list[cdi.Spec]) -> dict[str, cdi.CdiDevice]:
+    """``vgpukit.io/vf=0000:05:00.2`` -> its CDI device, for every spec."""
+    return {f"{s.kind}={d.name}": d for s in specs for d in s.devices}
+
+
+def collect(host: Host, nvml: Nvml | None, options: Options) -> Inventory:
+    """Every device the node offers, by resource (one read of sysfs, /proc and NVML)."""
+    inv = Inventory()
+    scan = Scan(host)
+    inv.pci = {d.bdf: d for d in scan.devices()}
+    specs, inv.warnings = cdi.collect(host, nvml)
+    cdi_devices = _by_name(specs)
+    files = OpenFiles(host)
+    views = hostview.gpus(host, scan)
+    vgpus = hostview.vgpus(host, views)
+    taken = {v.id for v in vgpus}
+    _vgpus(inv, vgpus, cdi_devices)
+    _vfs(host, inv, files, taken, cdi_devices)
+    _mdevs(host, inv, taken, cdi_devices)
+    _mig(host, inv, nvml, cdi_devices)
+    if options.replicas > 0:
+        vgpu_hosts = {v.bdf for v in views if v.interface is not None}  # a vGPU host driver runs no CUDA
+        _shares(host, inv, nvml, options, scan, vgpu_hosts)
+    for devices in inv.resources.values():
+        devices.sort(key=lambda d: d.id)
+    return inv
+
+
+def _device(inv: Inventory, id_: str, bdf: str, cls: str, cdi_devices: dict[str, cdi.CdiDevice]) -> Device | None:
+    """A device that has a CDI entry; None (and a warning) when the CDI collector skipped it."""
+    name = f"{PREFIX}/{cls}={id_}"
+    entry = cdi_devices.get(name)
+    if entry is None:
+        return None
+    dev = inv.pci.get(bdf)
+    return Device(id_, bdf, dev.numa_node if dev else None, name, entry.nodes, entry.env)
+
+
+def _vgpus(inv: Inventory, vgpus: list[Vgpu], cdi_devices: dict[str, cdi.CdiDevice]) -> None:
+    for v in vgpus:
+        cls, bdf = ("mdev", v.parent or v.gpu) if v.interface == "mdev" else ("vf", v.vf or v.id)
+        dev = _device(inv, v.id, bdf, cls, cdi_devices)
+        if dev is not None:
+            held = tuple(f"pid {u.get('pid')} ({u.get('vm') or u.get('comm') or '?'})" for u in v.used_by)
+            inv.add(f"vgpu-{resource_part(short_name(v.name))}", _held(dev, held))
+
+
+def _held(dev: Device, held: tuple[str, ...]) -> Device:
+    return replace(dev, held_by=held) if held else dev
+
+
+def _vfs(host: Host, inv: Inventory, files: OpenFiles, taken: set[str], cdi_devices: dict[str, cdi.CdiDevice]) -> None:
+    for bdf, d in inv.pci.items():
+        if not d.is_vf or bdf in taken or d.physfn is None:
+            continue
+        pf = inv.pci.get(d.physfn)
+        if pf is None or pf.kind == "gpu":  # a GPU's VFs are handed out as vGPUs only
+            continue
+        dev = _device(inv, bdf, bdf, "vf", cdi_devices)
+        if dev is None:
+            continue
+        users = [u for u in pci_users(host, bdf, d.iommu_group, files) if u.kind == "process"]
+        held = tuple(f"pid {u.ref} ({u.detail or '?'})" for u in users)
+        inv.add(f"vf-{pf.vendor}-{pf.device}", _held(dev, held))
+
+
+def _mdevs(host: Host, inv: Inventory, taken: set[str], cdi_devices: dict[str, cdi.CdiDevice]) -> None:
+    for inst in mdev_sysfs.instances(host):
+        if inst.uuid in taken:
+            continue
+        dev = _device(inv, inst.uuid, inst.parent, "mdev", cdi_devices)
+        if dev is not None:
+            held = tuple(h.describe() for h in inst.holders)
+            inv.add(f"mdev-{resource_part(inst.type_id)}", _held(dev, held))
+
+
+def _mig(host: Host, inv: Inventory, nvml: Nvml | None, cdi_devices: dict[str, cdi.CdiDevice]) -> None:
+    if nvml is None:
+        return
+    for gpu in nvml.gpus():
+        if not gpu.mig_current:
+            continue
+        try:
+            names = {p.id: p.name for p in nvml.gi_profiles(gpu.index)}
+            instances = nvml.gpu_instances(gpu.index)
+        except VgpukitError as err:
+            inv.warnings.append(f"{gpu.bdf}: MIG devices not listed: {err}")
+            continue
+        for gi in instances:
+            for ci in gi.compute_instances:
+                profile = names.get(gi.profile_id, f"gi{gi.profile_id}")
+                if ci.slices != gi.size and len(gi.compute_instances) > 1:
+                    profile = f"{ci.slices}c.{profile}"
+                dev = _device(inv, ci.uuid, gpu.bdf, "mig", cdi_devices)
+                if dev is not None:
+                    inv.add(f"mig-{resource_part(profile)}", dev)
+
+
+def _shares(host: Host, inv: Inventory, nvml: Nvml | None, options: Options, scan: Scan, skip: set[str]) -> None:
+    if nvml is None:
+        return
+    names = aliases(scan)
+    library = host.path(*CUDA_LIBRARY)
+    for gpu in nvml.gpus():
+        d = inv.pci.get(gpu.bdf)
+        if gpu.mig_current or d is None or d.driver != "nvidia" or gpu.bdf in skip:
+            continue
+        nodes = (
+            cdi.node(host, "nvidiactl"),
+            cdi.node(host, "nvidia-uvm"),
+            cdi.node(host, f"nvidia{gpu_minor(host, gpu.bdf, gpu.index)}"),
+        )
+        base_env = (f"NVIDIA_VISIBLE_DEVICES={gpu.uuid}",)
+        keys = {gpu.bdf, gpu.uuid, names.get(gpu.bdf, gpu.bdf)}
+        qos = next((g for k, g in (options.qos.gpus.items() if options.qos else ()) if k in keys), None)
+        if qos is None or not qos.tenants:
+            for i in range(options.replicas):
+                inv.add(GPU_SHARE, Device(f"{gpu.bdf}-{i}", gpu.bdf, d.numa_node, None, nodes, base_env))
+            continue
+        for t in qos.tenants:
+            env = [*base_env, f"VGPUKIT_QOS_GPU={qos.key}", f"VGPUKIT_QOS_TENANT={t.name}"]
+            env.append(f"VGPUKIT_QOS_SHARE={t.share}")
+            if t.memory is not None:
+                env.append(f"VGPUKIT_CUDA_MEMORY={t.memory}")
+            shared = [host.display(host.state_dir("cuda", t.name)), host.display(host.state_dir("qos"))]
+            mounts = [Mount(p, p, False) for p in shared]
+            if host.exists(library):
+                shown = host.display(library)
+                mounts.append(Mount(shown, shown))
+                env.append(f"LD_PRELOAD={shown}")
+            dev = Device(f"{gpu.bdf}-{resource_part(t.name)}", gpu.bdf, d.numa_node, None, nodes, tuple(env))
+            inv.add(GPU_SHARE, replace(dev, mounts=tuple(mounts)))
