@@ -95,12 +95,16 @@ def kube_api(kubeconfig: str | None) -> Any:
 
 
 class Agent:
-    def __init__(self, api: Any, node: str, apply: Callable[[str], Outcome], log: Callable[[str], None]) -> None:
+    def __init__(
+        self, api: Any, node: str, apply: Callable[[str], Outcome], log: Callable[[str], None], retry_s: float = RETRY_S
+    ) -> None:
+        self.retry_s = retry_s
+        self.watch_timeout_s = WATCH_TIMEOUT_S
         self.api = api
         self.node = node
         self.apply = apply
         self.log = log
-        self.applied: str | None = None  # the config this agent applied successfully (or found applied)
+        self.done: str | None = None  # the config whose outcome (success / failed) was reported last
 
     def labels(self, obj: Any) -> dict[str, str]:
         return dict(obj.metadata.labels or {})
@@ -108,8 +112,8 @@ class Agent:
     def current_config(self) -> str | None:
         node = self.api.read_node(self.node)
         labels = self.labels(node)
-        if labels.get(STATE_LABEL) == SUCCESS and self.applied is None:
-            self.applied = labels.get(CONFIG_LABEL)  # applied by an earlier run of the agent
+        if labels.get(STATE_LABEL) == SUCCESS and self.done is None:
+            self.done = labels.get(CONFIG_LABEL)  # applied by an earlier run of the agent
         return labels.get(CONFIG_LABEL)
 
     def report(self, state: str, message: str) -> None:
@@ -118,14 +122,15 @@ class Agent:
         self.log(f"{self.node}: {STATE_LABEL}={state}: {message}")
 
     def reconcile(self, name: str | None) -> Outcome | None:
-        """Apply ``name`` unless it is applied already; None when there was nothing to do."""
-        if not name or name == self.applied:
+        """Apply ``name`` unless its outcome is reported already (a failed config is tried again when
+        the label changes, or when the agent restarts); None when there was nothing to do."""
+        if not name or name == self.done:
             return None
         self.report(PENDING, f"applying {name}")
         result = self.apply(name)
         self.report(result.state, result.message)
-        if result.state == SUCCESS:
-            self.applied = name
+        if result.state != PENDING:
+            self.done = name
         return result
 
     def run(self, stop: threading.Event) -> None:
@@ -136,11 +141,11 @@ class Agent:
             try:
                 result = self.reconcile(self.current_config())
                 if result is not None and result.state == PENDING:
-                    stop.wait(RETRY_S)
+                    stop.wait(self.retry_s)
                     continue
                 w = watch.Watch()
                 field = f"metadata.name={self.node}"
-                for event in w.stream(self.api.list_node, field_selector=field, timeout_seconds=WATCH_TIMEOUT_S):
+                for event in w.stream(self.api.list_node, field_selector=field, timeout_seconds=self.watch_timeout_s):
                     if stop.is_set():
                         w.stop()
                         break
@@ -150,7 +155,7 @@ class Agent:
                     result = self.reconcile(self.labels(obj).get(CONFIG_LABEL))
                     if result is not None and result.state == PENDING:
                         w.stop()
-                        stop.wait(RETRY_S)
+                        stop.wait(self.retry_s)
             except Exception as err:  # the API server went away: log one line, try again
                 self.log(f"{self.node}: {type(err).__name__}: {str(err)[:200]}")
-                stop.wait(RETRY_S)
+                stop.wait(self.retry_s)

@@ -58,7 +58,10 @@ def preferred(available: Sequence[str], must: Sequence[str], size: int, dist: Di
     must = [d for d in dict.fromkeys(must) if d in pool] if must else []
     if size <= len(must):
         return must[:size] if size > 0 else []
-    seeds = [must] if must else [[d] for d in pool]
+    first_on: dict[str, str] = {}  # seeds on one PCI function grow alike: one seed per function
+    for d in pool:
+        first_on.setdefault(dist.bdf.get(d, d), d)
+    seeds = [must] if must else [[d] for d in first_on.values()]
     best: list[str] = []
     best_cost: tuple[int, int] | None = None
     for seed in seeds:
