@@ -145,14 +145,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
         end = time.monotonic() + timeout
-        kind, seen = "ADDED", -1
+        kind, seen = "ADDED", [-1]
         try:
             while time.monotonic() < end and not self.api.closing:
                 with self.api.changed:
-                    self.api.changed.wait_for(lambda: self.api.version != seen or self.api.closing, timeout=0.2)
-                    if self.api.version == seen:
+                    self.api.changed.wait_for(lambda: self.api.version != seen[0] or self.api.closing, timeout=0.2)
+                    if self.api.version == seen[0]:
                         continue
-                    seen = self.api.version
+                    seen[0] = self.api.version
                 line = json.dumps({"type": kind, "object": self._node()}).encode() + b"\n"
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
                 self.wfile.flush()

@@ -84,7 +84,8 @@ def test_applies_the_labelled_config_and_reports_pending_then_success(
     api.set_labels({CONFIG_LABEL: "a100-vms"})  # vgpukit.io/config
     agent = agent_for(api, tmp_path, stand_in, sim)
     assert agent.reconcile(agent.current_config()) is not None
-    assert calls(tmp_path) == [["--sim", str(sim), "apply", "-f", str(tmp_path / "fleet.yaml"), "-c", "a100-vms", "--json"]]
+    fleet = str(tmp_path / "fleet.yaml")
+    assert calls(tmp_path) == [["--sim", str(sim), "apply", "-f", fleet, "-c", "a100-vms", "--json"]]
     states = [h.get(STATE_LABEL) for h in api.label_history]
     assert states[-2:] == [PENDING, SUCCESS]
     assert api.node["metadata"]["annotations"][MESSAGE_ANNOTATION] == "applied 2 steps"
