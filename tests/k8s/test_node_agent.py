@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import stat
 import sys
 import threading
@@ -11,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import invoke, make_sim
 from tests.k8s.apiserver import ApiServer
@@ -122,6 +122,26 @@ def test_watches_the_label_and_refuses_changes_that_destroy_devices_in_use(
     assert names == ["first", "inuse", "busy", "busy"]  # a refused config is not retried on our own patches
     watches = [q for m, p, q, _c in api.requests if m == "GET" and p == "/api/v1/nodes"]
     assert watches and all(q["fieldSelector"] == ["metadata.name=node-1"] and q["watch"] for q in watches)
+    assert verbs(api) <= allowed_verbs()  # deploy/kubernetes/rbac.yaml allows every call the client made
+
+
+def verbs(api: ApiServer) -> set[str]:
+    """The RBAC verb of each request the client sent (as the API server's authorizer names it)."""
+    out = set()
+    for method, path, query, _ctype in api.requests:
+        if method == "PATCH":
+            out.add("patch")
+        elif path == "/api/v1/nodes":
+            out.add("watch" if query.get("watch") else "list")
+        else:
+            out.add("get")
+    return out
+
+
+def allowed_verbs() -> set[str]:
+    rbac = Path(__file__).resolve().parents[2] / "deploy/kubernetes/rbac.yaml"
+    role = next(d for d in yaml.safe_load_all(rbac.read_text()) if d["kind"] == "ClusterRole")
+    return {v for rule in role["rules"] if rule["resources"] == ["nodes"] for v in rule["verbs"]}
 
 
 def test_outcome_follows_the_apply_contract() -> None:
@@ -134,18 +154,17 @@ def test_outcome_follows_the_apply_contract() -> None:
     assert outcome(1, "[1]").state == FAILED
 
 
-def test_cli_once_against_the_stub(api: ApiServer, tmp_path: Path, stand_in: Path) -> None:
+def test_cli_once_against_the_stub(
+    api: ApiServer, tmp_path: Path, stand_in: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     sim = make_sim(tmp_path / "h")
     api.set_labels({CONFIG_LABEL: "broken"})
     kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
-    os.environ["NODE_NAME"] = "node-1"
-    try:
-        r = invoke(
-            sim, "k8s", "node-agent", "--config-file", str(tmp_path / "fleet.yaml"),
-            "--kubeconfig", str(kubeconfig), "--apply-command", str(stand_in), "--once",
-        )  # fmt: skip
-    finally:
-        del os.environ["NODE_NAME"]
+    monkeypatch.setenv("NODE_NAME", "node-1")  # as the DaemonSet sets it (downward API)
+    r = invoke(
+        sim, "k8s", "node-agent", "--config-file", str(tmp_path / "fleet.yaml"),
+        "--kubeconfig", str(kubeconfig), "--apply-command", str(stand_in), "--once",
+    )  # fmt: skip
     assert r.exit_code == 0, r.stderr
     assert api.labels()[STATE_LABEL] == FAILED
     assert api.node["metadata"]["annotations"][MESSAGE_ANNOTATION] == "fleet.yaml: line 3: unknown key 'vfz'"
