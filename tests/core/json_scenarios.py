@@ -76,6 +76,9 @@ def host_session(run: Session, tmp: Path) -> None:
         for p in g["processes"]:
             assert run_plain(sim, "sim", "client", "remove", str(p["pid"])).exit_code == 0
     run(sim, "cdi", "generate", "--dry-run")
+    run(sim, "k8s", "resources")
+    run(sim, "k8s", "labels")
+    run(sim, "k8s", "labels", "--write")
     run(sim, "mig", "destroy", "gpu0", "--gi", str(gi))
     run(sim, "mig", "export")
     cfg = tmp / "mig.yaml"

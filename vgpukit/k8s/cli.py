@@ -73,7 +73,6 @@ def resources(app: App, replicas: int) -> None:
                 name: [
                     {
                         "id": d.id,
-                        "healthy": not d.held_by,
                         "numa": d.numa,
                         "cdi": d.cdi_name,
                         "held_by": list(d.held_by),
