@@ -13,7 +13,7 @@ import yaml
 from tests.conftest import invoke, make_sim, sim_host
 from tests.k8s.kubelet import Kubelet
 from vgpukit.cli.context import App
-from vgpukit.k8s.inventory import Inventory, Options, collect
+from vgpukit.k8s.inventory import Inventory, Options, Poller, collect
 from vgpukit.k8s.plugin import HEALTHY, UNHEALTHY, Manager, plugin_dir
 
 VF_POOL = "vgpukit.io/vf-15b3-101b"
@@ -51,6 +51,16 @@ def collector(sim: Path, replicas: int = 2) -> Inventory:
         app.close()
 
 
+def poller(sim: Path, replicas: int = 2) -> Poller:
+    """As the CLI builds it: a fresh App per poll, full collect only when the signature changes."""
+
+    def open_host() -> tuple[object, object, object]:
+        app = App(sim_dir=sim)
+        return app.host, app.nvml, app.close
+
+    return Poller(open_host, lambda _host: Options(replicas=replicas))  # type: ignore[arg-type]
+
+
 class Running:
     """The plugin manager polling in a thread, and the kubelet peer."""
 
@@ -58,7 +68,7 @@ class Running:
         self.sim = sim
         self.host = sim_host(sim)
         self.kubelet = Kubelet(plugin_dir(self.host)).start()
-        self.manager = Manager(self.host, lambda: collector(sim))
+        self.manager = Manager(self.host, poller(sim))
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.manager.run, args=(self.stop, 0.05), daemon=True)
         self.thread.start()

@@ -48,4 +48,4 @@ def test_strip_gogo_on_the_pre_2025_upstream_form() -> None:
     )
     out = _script().strip_gogo(old)  # type: ignore[attr-defined]
     assert "gogo" not in out
-    assert "\trepeated string devices_ids = 1;\n" in out and 'package v1beta1;' in out
+    assert "\trepeated string devices_ids = 1;\n" in out and "package v1beta1;" in out

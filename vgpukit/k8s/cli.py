@@ -16,7 +16,11 @@ from ..cli.output import emit, say, table
 from ..cli.params import NAME, AsciiFloat, AsciiInt
 
 if TYPE_CHECKING:
-    from .inventory import Inventory, Options
+    from collections.abc import Callable
+
+    from ..host import Host
+    from ..nvml import Nvml
+    from .inventory import Options, Poller
 
 
 @click.group()
@@ -24,24 +28,24 @@ def k8s() -> None:
     """Kubernetes: device plugin (kubelet API v1beta1, CDI), NFD node labels, config agent."""
 
 
-def _options(app: App, replicas: int) -> Options:
+def _options(host: Host, replicas: int) -> Options:
+    """gpu-share replicas and the QoS daemon's effective config (tenants' shares and memory caps)."""
     from ..qos.config import Overlay, default_config_path, load_base
     from .inventory import Options
 
-    host = app.host
     qos, _problems = Overlay.load(host).apply(load_base(host, default_config_path(host)))
     return Options(replicas=replicas, qos=qos)
 
 
-def _collect(app: App, replicas: int) -> Inventory:
-    """One fresh read of the host (a new App: nothing cached from the previous poll)."""
-    from .inventory import collect
+def _poller(app: App, replicas: int) -> Poller:
+    """Reads the host afresh at every poll (a new App: nothing cached from the previous one)."""
+    from .inventory import Poller
 
-    fresh = App(root=app.root, sim_dir=app.sim_dir)
-    try:
-        return collect(fresh.host, fresh.nvml, _options(fresh, replicas))
-    finally:
-        fresh.close()
+    def open_host() -> tuple[Host, Nvml | None, Callable[[], None]]:
+        fresh = App(root=app.root, sim_dir=app.sim_dir)
+        return fresh.host, fresh.nvml, fresh.close
+
+    return Poller(open_host, lambda host: _options(host, replicas))
 
 
 replicas_option = click.option(
@@ -65,7 +69,7 @@ def _log(line: str) -> None:
 @click.pass_obj
 def resources(app: App, replicas: int) -> None:
     """Show the resources and devices the device plugin would advertise now."""
-    inv = _collect(app, replicas)
+    inv = _poller(app, replicas)()
 
     def doc() -> dict[str, Any]:
         return {
@@ -125,7 +129,7 @@ def device_plugin(app: App, replicas: int, interval: float, mode: str) -> None:
 
     host = app.host
     host.mkdir(plugin_dir(host))
-    manager = Manager(host, lambda: _collect(app, replicas), mode)
+    manager = Manager(host, _poller(app, replicas), mode)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -147,7 +151,7 @@ def labels_cmd(app: App, write: bool) -> None:
     from .inventory import collect
 
     host = app.host
-    found = lb.labels(host, app.nvml, collect(host, app.nvml, _options(app, 0)))
+    found = lb.labels(host, app.nvml, collect(host, app.nvml, _options(host, 0)))
     path = lb.feature_file(host)
     text = lb.render(found)
     written = False

@@ -24,6 +24,7 @@ mdev open): :mod:`vgpukit.sriov.usage` and the mdev holders answer that, as ever
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -32,10 +33,10 @@ from ..attach.mig import gpu_minor
 from ..errors import VgpukitError
 from ..holders import OpenFiles
 from ..host import Host
+from ..host_layout import DRIVER, VFIO_DEV
 from ..mdev import sysfs as mdev_sysfs
 from ..naming import aliases
 from ..pci import PciDevice, Scan
-from ..sriov.usage import pci_users
 from ..vgpu import hostview
 from ..vgpu.catalog import short_name
 from ..vgpu.model import Vgpu
@@ -74,7 +75,8 @@ class Device:
     nodes: tuple[cdi.Node, ...] = ()
     env: tuple[str, ...] = ()
     mounts: tuple[Mount, ...] = ()
-    held_by: tuple[str, ...] = ()  # who uses it outside Kubernetes (empty: free)
+    watch: tuple[str, ...] = ()  # VFIO nodes (/dev/vfio/12, /dev/vfio/devices/vfio3) a user holds open
+    held_by: tuple[str, ...] = ()  # who holds them (empty: free), from one /proc scan per poll
 
 
 @dataclass
@@ -105,12 +107,11 @@ def collect(host: Host, nvml: Nvml | None, options: Options) -> Inventory:
     inv.pci = {d.bdf: d for d in scan.devices()}
     specs, inv.warnings = cdi.collect(host, nvml)
     cdi_devices = _by_name(specs)
-    files = OpenFiles(host)
     views = hostview.gpus(host, scan)
     vgpus = hostview.vgpus(host, views)
     taken = {v.id for v in vgpus}
-    _vgpus(inv, vgpus, cdi_devices)
-    _vfs(host, inv, files, taken, cdi_devices)
+    _vgpus(host, inv, vgpus, cdi_devices)
+    _vfs(host, inv, taken, cdi_devices)
     _mdevs(host, inv, taken, cdi_devices)
     _mig(host, inv, nvml, cdi_devices)
     if options.replicas > 0:
@@ -118,55 +119,82 @@ def collect(host: Host, nvml: Nvml | None, options: Options) -> Inventory:
         _shares(host, inv, nvml, options, scan, vgpu_hosts)
     for devices in inv.resources.values():
         devices.sort(key=lambda d: d.id)
-    return inv
+    return with_holders(host, inv)
 
 
-def _device(inv: Inventory, id_: str, bdf: str, cls: str, cdi_devices: dict[str, cdi.CdiDevice]) -> Device | None:
-    """A device that has a CDI entry; None (and a warning) when the CDI collector skipped it."""
+def with_holders(host: Host, inv: Inventory) -> Inventory:
+    """The same devices with ``held_by`` read anew (one /proc scan: :class:`vgpukit.holders.OpenFiles`)."""
+    files = OpenFiles(host)
+    resources = {
+        name: [replace(d, held_by=tuple(h.describe() for n in d.watch for h in files.holders(n))) for d in devices]
+        for name, devices in inv.resources.items()
+    }
+    return Inventory(resources, inv.pci, inv.warnings)
+
+
+def signature(host: Host, nvml: Nvml | None, extra: tuple[str, ...] = ()) -> tuple[object, ...]:
+    """What decides which devices exist, cheaply read: PCI functions and their drivers, mdevs, VFIO
+    group nodes, MIG instances. A poll rebuilds the inventory only when this changes (else it re-reads
+    the holders); ``extra``: more inputs (the QoS config's text)."""
+    base = f"{host.pci_devices()}/"
+    pci = tuple((b, host.link_name(f"{base}{b}/{DRIVER}")) for b in host.listdir(host.pci_devices()))
+    mig: list[object] = []
+    for gpu in nvml.gpus() if nvml is not None else []:
+        mig.append((gpu.bdf, gpu.mig_current))
+        if gpu.mig_current and nvml is not None:
+            try:
+                instances = nvml.gpu_instances(gpu.index)
+            except VgpukitError as err:
+                mig.append(str(err))
+                continue
+            mig.append(tuple((gi.id, tuple(ci.uuid for ci in gi.compute_instances)) for gi in instances))
+    return (pci, tuple(host.listdir(host.mdev_devices())), tuple(host.listdir(host.dev("vfio"))), tuple(mig), extra)
+
+
+def _device(
+    host: Host, inv: Inventory, id_: str, bdf: str, cls: str, cdi_devices: dict[str, cdi.CdiDevice]
+) -> Device | None:
+    """A device that has a CDI entry (None where the CDI collector skipped it), watched through its
+    VFIO group node (and, for a PCI function, its VFIO device cdevs)."""
     name = f"{PREFIX}/{cls}={id_}"
     entry = cdi_devices.get(name)
     if entry is None:
         return None
     dev = inv.pci.get(bdf)
-    return Device(id_, bdf, dev.numa_node if dev else None, name, entry.nodes, entry.env)
+    vfio = host.display(host.dev("vfio")) + "/"
+    watch = [n.path for n in entry.nodes if n.path.startswith(vfio) and n.path != vfio + "vfio"]
+    if cls in ("vf", "pci"):
+        watch += [host.display(host.dev("vfio", "devices", n)) for n in host.listdir(host.pci_device(id_, VFIO_DEV))]
+    return Device(id_, bdf, dev.numa_node if dev else None, name, entry.nodes, entry.env, watch=tuple(watch))
 
 
-def _vgpus(inv: Inventory, vgpus: list[Vgpu], cdi_devices: dict[str, cdi.CdiDevice]) -> None:
+def _vgpus(host: Host, inv: Inventory, vgpus: list[Vgpu], cdi_devices: dict[str, cdi.CdiDevice]) -> None:
     for v in vgpus:
         cls, bdf = ("mdev", v.parent or v.gpu) if v.interface == "mdev" else ("vf", v.vf or v.id)
-        dev = _device(inv, v.id, bdf, cls, cdi_devices)
+        dev = _device(host, inv, v.id, bdf, cls, cdi_devices)
         if dev is not None:
-            held = tuple(f"pid {u.get('pid')} ({u.get('vm') or u.get('comm') or '?'})" for u in v.used_by)
-            inv.add(f"vgpu-{resource_part(short_name(v.name))}", _held(dev, held))
+            inv.add(f"vgpu-{resource_part(short_name(v.name))}", dev)
 
 
-def _held(dev: Device, held: tuple[str, ...]) -> Device:
-    return replace(dev, held_by=held) if held else dev
-
-
-def _vfs(host: Host, inv: Inventory, files: OpenFiles, taken: set[str], cdi_devices: dict[str, cdi.CdiDevice]) -> None:
+def _vfs(host: Host, inv: Inventory, taken: set[str], cdi_devices: dict[str, cdi.CdiDevice]) -> None:
     for bdf, d in inv.pci.items():
         if not d.is_vf or bdf in taken or d.physfn is None:
             continue
         pf = inv.pci.get(d.physfn)
         if pf is None or pf.kind == "gpu":  # a GPU's VFs are handed out as vGPUs only
             continue
-        dev = _device(inv, bdf, bdf, "vf", cdi_devices)
-        if dev is None:
-            continue
-        users = [u for u in pci_users(host, bdf, d.iommu_group, files) if u.kind == "process"]
-        held = tuple(f"pid {u.ref} ({u.detail or '?'})" for u in users)
-        inv.add(f"vf-{pf.vendor}-{pf.device}", _held(dev, held))
+        dev = _device(host, inv, bdf, bdf, "vf", cdi_devices)
+        if dev is not None:
+            inv.add(f"vf-{pf.vendor}-{pf.device}", dev)
 
 
 def _mdevs(host: Host, inv: Inventory, taken: set[str], cdi_devices: dict[str, cdi.CdiDevice]) -> None:
-    for inst in mdev_sysfs.instances(host):
+    for inst in mdev_sysfs.instances(host, with_holders=False):
         if inst.uuid in taken:
             continue
-        dev = _device(inv, inst.uuid, inst.parent, "mdev", cdi_devices)
+        dev = _device(host, inv, inst.uuid, inst.parent, "mdev", cdi_devices)
         if dev is not None:
-            held = tuple(h.describe() for h in inst.holders)
-            inv.add(f"mdev-{resource_part(inst.type_id)}", _held(dev, held))
+            inv.add(f"mdev-{resource_part(inst.type_id)}", dev)
 
 
 def _mig(host: Host, inv: Inventory, nvml: Nvml | None, cdi_devices: dict[str, cdi.CdiDevice]) -> None:
@@ -186,7 +214,7 @@ def _mig(host: Host, inv: Inventory, nvml: Nvml | None, cdi_devices: dict[str, c
                 profile = names.get(gi.profile_id, f"gi{gi.profile_id}")
                 if ci.slices != gi.size and len(gi.compute_instances) > 1:
                     profile = f"{ci.slices}c.{profile}"
-                dev = _device(inv, ci.uuid, gpu.bdf, "mig", cdi_devices)
+                dev = _device(host, inv, ci.uuid, gpu.bdf, "mig", cdi_devices)
                 if dev is not None:
                     inv.add(f"mig-{resource_part(profile)}", dev)
 
@@ -225,3 +253,31 @@ def _shares(host: Host, inv: Inventory, nvml: Nvml | None, options: Options, sca
                 env.append(f"LD_PRELOAD={shown}")
             dev = Device(f"{gpu.bdf}-{resource_part(t.name)}", gpu.bdf, d.numa_node, None, nodes, tuple(env))
             inv.add(GPU_SHARE, replace(dev, mounts=tuple(mounts)))
+
+
+class Poller:
+    """The device plugin's view of the host, read once per poll: a full :func:`collect` when the
+    :func:`signature` changed (devices, drivers, MIG layout, the options), else only the holders."""
+
+    def __init__(
+        self,
+        open_host: Callable[[], tuple[Host, Nvml | None, Callable[[], None]]],
+        options: Callable[[Host], Options],
+    ) -> None:
+        self.open_host = open_host
+        self.options = options
+        self.inv: Inventory | None = None
+        self.sig: tuple[object, ...] = ()
+
+    def __call__(self) -> Inventory:
+        host, nvml, close = self.open_host()
+        try:
+            opts = self.options(host)
+            sig = signature(host, nvml, (repr(opts),))
+            if self.inv is None or sig != self.sig:
+                self.inv, self.sig = collect(host, nvml, opts), sig
+            else:
+                self.inv = with_holders(host, self.inv)
+            return self.inv
+        finally:
+            close()

@@ -21,7 +21,8 @@ class Distances:
     """Pairwise distances between devices, from their PCI functions (computed once per pair of functions)."""
 
     def __init__(self, devices: Sequence[Device], pci: dict[str, PciDevice]) -> None:
-        self.bdf = {d.id: d.topo_bdf for d in devices}
+        # a VF sits where its PF sits: VFs of one PF are as close as two slices of one GPU
+        self.bdf = {d.id: _function(pci, d.topo_bdf) for d in devices}
         self.pci = pci
         self.roles = port_roles(list(pci.values()))
         self._memo: dict[tuple[str, str], int] = {}
@@ -37,18 +38,31 @@ class Distances:
         return self._memo[key]
 
 
+def _function(pci: dict[str, PciDevice], bdf: str) -> str:
+    dev = pci.get(bdf)
+    return dev.physfn if dev is not None and dev.physfn else bdf
+
+
 def _cost(chosen: list[str], dist: Distances) -> tuple[int, int]:
     pairs = [dist(a, b) for i, a in enumerate(chosen) for b in chosen[i + 1 :]]
     return (max(pairs, default=0), sum(pairs))
 
 
 def _grow(seed: list[str], pool: list[str], size: int, dist: Distances) -> list[str]:
+    """Add, one at a time, the device whose worst (then summed) distance to the chosen ones is least."""
     chosen = list(seed)
-    rest = [d for d in pool if d not in chosen]
-    while len(chosen) < size and rest:
-        best = min(rest, key=lambda d: (max((dist(d, c) for c in chosen), default=0), sum(dist(d, c) for c in chosen)))
+    score = {d: [0, 0] for d in pool if d not in chosen}  # worst and summed distance to the chosen
+    for c in chosen:
+        for d, s in score.items():
+            x = dist(d, c)
+            s[0], s[1] = max(s[0], x), s[1] + x
+    while len(chosen) < size and score:
+        best = min(score, key=lambda d: (score[d][0], score[d][1]))  # ties: pool order (sorted IDs)
         chosen.append(best)
-        rest.remove(best)
+        del score[best]
+        for d, s in score.items():
+            x = dist(d, best)
+            s[0], s[1] = max(s[0], x), s[1] + x
     return chosen
 
 
