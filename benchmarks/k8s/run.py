@@ -14,7 +14,6 @@ Prints a markdown table.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -86,6 +85,29 @@ def update_delays(sim: Path, kubelet: Kubelet, changes: int, interval: float) ->
     return out
 
 
+def ready(kubelet: Kubelet) -> bool:
+    vfs = kubelet.endpoints.get(VF_POOL)
+    mig = kubelet.endpoints.get(MIG)
+    return vfs is not None and len(vfs.devices) == 64 and mig is not None and len(mig.devices) == 4
+
+
+def rpc_rows(kubelet: Kubelet, calls: int) -> list[tuple[str, list[float]]]:
+    vf, mig = kubelet.endpoints[VF_POOL].stub, kubelet.endpoints[MIG].stub
+
+    def alloc(device: str) -> api.AllocateRequest:
+        return api.AllocateRequest(container_requests=[api.ContainerAllocateRequest(devices_ids=[device])])
+
+    one, one_mig = alloc("0000:05:00.2"), alloc(sorted(kubelet.endpoints[MIG].devices)[0])
+    ids = sorted(kubelet.endpoints[VF_POOL].devices)
+    wanted = api.ContainerPreferredAllocationRequest(available_deviceIDs=ids, allocation_size=4)
+    pref = api.PreferredAllocationRequest(container_requests=[wanted])
+    return [
+        ("Allocate, 1 VF", rpc_times(lambda: vf.Allocate(one, timeout=5), calls)),
+        ("Allocate, 1 MIG slice", rpc_times(lambda: mig.Allocate(one_mig, timeout=5), calls)),
+        ("GetPreferredAllocation, 4 of 64 VFs", rpc_times(lambda: vf.GetPreferredAllocation(pref, timeout=5), calls)),
+    ]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=500)
@@ -99,29 +121,11 @@ def main() -> int:
             kubelet = Kubelet(sim / "var/lib/kubelet/device-plugins").start()
             plugin = start_plugin(sim, interval)
             try:
-                assert kubelet.wait(lambda: len(kubelet.endpoints.get(VF_POOL, None) and
-                                                kubelet.endpoints[VF_POOL].devices or {}) == 64, timeout=60)  # fmt: skip
-                assert kubelet.wait(lambda: MIG in kubelet.endpoints and len(kubelet.endpoints[MIG].devices) == 4)
+                assert kubelet.wait(lambda k=kubelet: ready(k), timeout=60)  # type: ignore[misc]
                 if interval == 1.0:
-                    vf, mig = kubelet.endpoints[VF_POOL].stub, kubelet.endpoints[MIG].stub
-                    one = api.AllocateRequest(
-                        container_requests=[api.ContainerAllocateRequest(devices_ids=["0000:05:00.2"])]
-                    )
-                    mig_id = sorted(kubelet.endpoints[MIG].devices)[0]
-                    one_mig = api.AllocateRequest(
-                        container_requests=[api.ContainerAllocateRequest(devices_ids=[mig_id])]
-                    )
-                    ids = sorted(kubelet.endpoints[VF_POOL].devices)
-                    pref = api.PreferredAllocationRequest(container_requests=[
-                        api.ContainerPreferredAllocationRequest(available_deviceIDs=ids, allocation_size=4)])  # fmt: skip
-                    rows.append(("Allocate, 1 VF", rpc_times(lambda: vf.Allocate(one, timeout=5), args.calls)))
-                    rows.append(
-                        ("Allocate, 1 MIG slice", rpc_times(lambda: mig.Allocate(one_mig, timeout=5), args.calls))
-                    )
-                    rows.append(("GetPreferredAllocation, 4 of 64 VFs",
-                                 rpc_times(lambda: vf.GetPreferredAllocation(pref, timeout=5), args.calls // 5)))  # fmt: skip
-                rows.append((f"ListAndWatch update after a VM takes a VF (--interval {interval:g})",
-                             update_delays(sim, kubelet, args.changes, interval)))  # fmt: skip
+                    rows += rpc_rows(kubelet, args.calls)
+                name = f"ListAndWatch update after a VM takes a VF (--interval {interval:g})"
+                rows.append((name, update_delays(sim, kubelet, args.changes, interval)))
             finally:
                 plugin.terminate()
                 plugin.wait(10)
@@ -129,12 +133,8 @@ def main() -> int:
     print("| measurement | n | p50 ms | p99 ms | max ms |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for name, xs in rows:
-        print(
-            f"| {name} | {len(xs)} | {1000 * statistics.median(xs):.2f} | {1000 * pct(xs, 99):.2f} | {1000 * max(xs):.2f} |"
-        )
-    print(
-        json.dumps({name: {"p50_s": statistics.median(xs), "p99_s": pct(xs, 99)} for name, xs in rows}), file=sys.stderr
-    )
+        p50, p99, top = (1000 * v for v in (statistics.median(xs), pct(xs, 99), max(xs)))
+        print(f"| {name} | {len(xs)} | {p50:.2f} | {p99:.2f} | {top:.2f} |")
     return 0
 
 
