@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -219,3 +224,58 @@ def test_gpu_share_carries_the_qos_tenants_share_and_memory_cap(tmp_path: Path) 
     assert "/run/vgpukit/cuda/train" in {m.host_path for m in train.mounts}
     assert not any(e.startswith("VGPUKIT_CUDA_MEMORY") for e in shares["0000:03:00.0-serve"].env)
     assert "0000:03:00.0-0" not in shares and "0000:04:00.0-1" in shares  # replicas where no tenants
+
+
+def test_a_failed_host_read_keeps_the_plugin_serving(short_tmp: Path) -> None:
+    from vgpukit.errors import InvalidInput
+
+    sim = hgx(short_tmp / "h")
+    real = poller(sim)
+    calls = [0]
+
+    def flaky() -> Inventory:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise InvalidInput("/etc/vgpukit/qos.yaml: line 3: share must be 1..100")
+        return real()
+
+    manager = Manager(sim_host(sim), flaky)
+    events: list[str] = []
+    stop = threading.Event()
+    thread = threading.Thread(target=manager.run, args=(stop, 0.02, events.append), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while calls[0] < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert thread.is_alive() and calls[0] >= 4
+        assert any(e.startswith("reading the host failed (devices unchanged): ") for e in events)
+        assert len(manager.plugins[VF_POOL].state.devices) == 6
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not list(plugin_dir(manager.host).glob("vgpukit-*.sock"))  # sockets removed on exit
+
+
+def test_the_command_serves_registers_and_stops_on_sigterm(short_tmp: Path) -> None:
+    sim = hgx(short_tmp / "h")
+    kubelet = Kubelet(plugin_dir(sim_host(sim))).start()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    cmd = [sys.executable, "-m", "vgpukit", "--sim", str(sim), "k8s", "device-plugin", "--interval", "0.1"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert kubelet.wait(lambda: len(_devices_of(kubelet, MIG_3G)) == 3, timeout=30)
+        _chosen, resp = kubelet.allocate(MIG_3G, 1)
+        assert resp.cdi_devices[0].name.startswith("vgpukit.io/mig=MIG-")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=20)
+        kubelet.stop()
+    assert proc.returncode == 0, err
+    assert "registered vgpukit.io/mig-3g.20gb" in err
+    assert not list(plugin_dir(sim_host(sim)).glob("vgpukit-*.sock"))
+
+
+def _devices_of(k: Kubelet, resource: str) -> dict[str, str]:
+    ep = k.endpoints.get(resource)
+    return dict(ep.devices) if ep else {}

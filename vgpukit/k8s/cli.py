@@ -58,6 +58,10 @@ replicas_option = click.option(
 )
 
 
+def _exit(*_: object) -> None:
+    raise SystemExit(0)
+
+
 def _log(line: str) -> None:
     sys.stderr.write(f"vgpukit: {line}\n")
     sys.stderr.flush()
@@ -200,8 +204,8 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
     runner = ApplyRunner(apply_command, config_file, root=app.root, sim_dir=app.sim_dir)
     agent = Agent(kube_api(kubeconfig), node, runner, log=_log)
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    for sig in (signal.SIGTERM, signal.SIGINT):  # a watch blocks in a read: interrupt it
+        signal.signal(sig, _exit)
     if once:
         agent.reconcile(agent.current_config())
         return

@@ -189,11 +189,16 @@ class ResourcePlugin:
 
     def serve(self) -> None:
         self.close()
+        self.host.mkdir(self.socket.parent)
         self.host.remove(self.socket)  # a stale socket from an earlier run
         self.state.stopping = False
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="vgpukit-dp"))
         GRPC.add_DevicePluginServicer_to_server(self.servicer, server)
-        server.add_insecure_port("unix://" + self.host.socket_address(self.socket))
+        try:
+            server.add_insecure_port("unix://" + self.host.socket_address(self.socket))
+        except RuntimeError as err:  # grpc's "failed to bind": reported, tried again at the next poll
+            server.stop(None)
+            raise OSError(f"cannot serve on {self.host.display(self.socket)}") from err
         server.start()
         self.server = server
         self.registered_with = None
@@ -248,16 +253,14 @@ class Manager:
             plugin = self.plugins.get(name)
             if plugin is None:
                 plugin = self.plugins[name] = ResourcePlugin(self.host, name, self.inventory, self.mode)
-                plugin.serve()
-                events.append(f"serving {name}")
+                events.append(self._serve(plugin, f"serving {name}"))
             if plugin.state.update(inv.resources.get(name, [])):
                 events.append(f"{name}: {len(plugin.state.devices)} devices")
         kubelet = self.host.socket_identity(plugin_dir(self.host) / KUBELET_SOCKET)
         for name, plugin in sorted(self.plugins.items()):
-            if plugin.socket_gone():  # the kubelet restarted and cleared the directory
-                plugin.serve()
-                events.append(f"serving {name} again")
-            if kubelet is not None and plugin.registered_with != kubelet:
+            if plugin.socket_gone():  # the kubelet restarted and cleared the directory (or serving failed)
+                events.append(self._serve(plugin, f"serving {name} again"))
+            if kubelet is not None and plugin.server is not None and plugin.registered_with != kubelet:
                 try:
                     plugin.register(kubelet)
                     events.append(f"registered {name}")
@@ -265,10 +268,21 @@ class Manager:
                     events.append(f"{name}: registration failed: {_rpc_error(err)}")
         return events
 
+    def _serve(self, plugin: ResourcePlugin, done: str) -> str:
+        try:
+            plugin.serve()
+        except (OSError, VgpukitError) as err:
+            return f"{plugin.state.name}: {err}"
+        return done
+
     def run(self, stop: threading.Event, interval: float, on_event: Callable[[str], None] = log.info) -> None:
         try:
             while not stop.is_set():
-                for event in self.poll():
+                try:
+                    events = self.poll()
+                except VgpukitError as err:  # a bad QoS config, a host read that failed: keep serving
+                    events = [f"reading the host failed (devices unchanged): {err}"]
+                for event in events:
                     on_event(event)
                 stop.wait(interval)
         finally:
