@@ -168,3 +168,16 @@ def test_cli_once_against_the_stub(
     assert r.exit_code == 0, r.stderr
     assert api.labels()[STATE_LABEL] == FAILED
     assert api.node["metadata"]["annotations"][MESSAGE_ANNOTATION] == "fleet.yaml: line 3: unknown key 'vfz'"
+
+
+def test_cli_errors_are_one_line(tmp_path: Path, stand_in: Path) -> None:
+    base = ["k8s", "node-agent", "--node", "node-1", "--config-file", str(tmp_path / "fleet.yaml"), "--once"]
+    r = invoke(None, *base, "--kubeconfig", str(tmp_path / "missing"))
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("vgpukit: error: cannot load the Kubernetes client configuration: --kubeconfig ")
+    gone = ApiServer("node-1")
+    kubeconfig = gone.kubeconfig(tmp_path / "kubeconfig")
+    gone.close()  # nothing listens there any more
+    r = invoke(None, *base, "--kubeconfig", str(kubeconfig), "--apply-command", str(stand_in))
+    assert r.exit_code == 1 and r.stderr == "vgpukit: error: Kubernetes API: MaxRetryError\n"
+    assert not calls(tmp_path)

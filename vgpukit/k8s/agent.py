@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import HostIOError, InvalidInput, VgpukitError
+
 CONFIG_LABEL = "vgpukit.io/config"
 STATE_LABEL = "vgpukit.io/config.state"
 MESSAGE_ANNOTATION = "vgpukit.io/config.message"
@@ -84,14 +86,26 @@ def kube_api(kubeconfig: str | None) -> Any:
     """CoreV1Api from the in-cluster service account, else the kubeconfig file."""
     from kubernetes import client, config
 
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig)
-    else:
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            config.load_kube_config()
+    try:
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig)
+        else:
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+    except Exception as err:  # the client's own errors name the file's content at times: not quoted
+        where = f"--kubeconfig {kubeconfig}" if kubeconfig else "no in-cluster service account and no ~/.kube/config"
+        raise InvalidInput(f"cannot load the Kubernetes client configuration: {where} ({type(err).__name__})") from None
     return client.CoreV1Api()
+
+
+def api_error(err: Exception) -> VgpukitError:
+    """One line for an API call that failed (the server's status, or the connection error's kind)."""
+    status = getattr(err, "status", None)
+    reason = getattr(err, "reason", None)
+    what = f"HTTP {status} {reason}" if status else type(err).__name__
+    return HostIOError(f"Kubernetes API: {what}"[:200])
 
 
 class Agent:
@@ -157,5 +171,5 @@ class Agent:
                         w.stop()
                         stop.wait(self.retry_s)
             except Exception as err:  # the API server went away: log one line, try again
-                self.log(f"{self.node}: {type(err).__name__}: {str(err)[:200]}")
+                self.log(f"{self.node}: {api_error(err)}")
                 stop.wait(self.retry_s)

@@ -199,7 +199,7 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
     vgpukit.io/config.state (pending, success, failed). Changes that would destroy devices in use
     are refused by apply and reported as failed (the agent drains nothing).
     """
-    from .agent import Agent, ApplyRunner, kube_api
+    from .agent import Agent, ApplyRunner, api_error, kube_api
 
     runner = ApplyRunner(apply_command, config_file, root=app.root, sim_dir=app.sim_dir)
     agent = Agent(kube_api(kubeconfig), node, runner, log=_log)
@@ -207,6 +207,9 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
     for sig in (signal.SIGTERM, signal.SIGINT):  # a watch blocks in a read: interrupt it
         signal.signal(sig, _exit)
     if once:
-        agent.reconcile(agent.current_config())
+        try:
+            agent.reconcile(agent.current_config())
+        except Exception as err:
+            raise api_error(err) from None
         return
     agent.run(stop)
