@@ -72,7 +72,7 @@ class Device:
     topo_bdf: str  # the PCI function whose place in the PCIe tree counts (a MIG slice: its GPU)
     numa: int | None
     cdi_name: str | None = None  # vgpukit.io/vf=0000:05:00.2
-    nodes: tuple[cdi.Node, ...] = ()
+    nodes: tuple[str, ...] = ()  # device nodes as the host shows them (/dev/vfio/12)
     env: tuple[str, ...] = ()
     mounts: tuple[Mount, ...] = ()
     watch: tuple[str, ...] = ()  # VFIO nodes (/dev/vfio/12, /dev/vfio/devices/vfio3) a user holds open
@@ -95,9 +95,21 @@ class Options:
     qos: QosConfig | None = None
 
 
-def _by_name(specs: list[cdi.Spec]) -> dict[str, cdi.CdiDevice]:
-    """``vgpukit.io/vf=0000:05:00.2`` -> its CDI device, for every spec."""
-    return {f"{s.kind}={d.name}": d for s in specs for d in s.devices}
+@dataclass(frozen=True)
+class CdiEntry:
+    """What a CDI spec gives a container for one device: its device nodes and env."""
+
+    nodes: tuple[str, ...]
+    env: tuple[str, ...]
+
+
+def cdi_entries(host: Host, nvml: Nvml | None, warnings: list[str]) -> dict[str, CdiEntry]:
+    """``vgpukit.io/vf=0000:05:00.2`` -> its entry, for every device the CDI collector
+    (:mod:`vgpukit.attach.cdi`, what ``vgpukit cdi generate`` writes) names: the one place this
+    module reads CDI."""
+    specs, found = cdi.collect(host, nvml)
+    warnings += found
+    return {f"{s.kind}={d.name}": CdiEntry(tuple(n.path for n in d.nodes), d.env) for s in specs for d in s.devices}
 
 
 def collect(host: Host, nvml: Nvml | None, options: Options) -> Inventory:
@@ -105,8 +117,7 @@ def collect(host: Host, nvml: Nvml | None, options: Options) -> Inventory:
     inv = Inventory()
     scan = Scan(host)
     inv.pci = {d.bdf: d for d in scan.devices()}
-    specs, inv.warnings = cdi.collect(host, nvml)
-    cdi_devices = _by_name(specs)
+    cdi_devices = cdi_entries(host, nvml, inv.warnings)
     views = hostview.gpus(host, scan)
     vgpus = hostview.vgpus(host, views)
     taken = {v.id for v in vgpus}
@@ -152,7 +163,7 @@ def signature(host: Host, nvml: Nvml | None, extra: tuple[str, ...] = ()) -> tup
 
 
 def _device(
-    host: Host, inv: Inventory, id_: str, bdf: str, cls: str, cdi_devices: dict[str, cdi.CdiDevice]
+    host: Host, inv: Inventory, id_: str, bdf: str, cls: str, cdi_devices: dict[str, CdiEntry]
 ) -> Device | None:
     """A device that has a CDI entry (None where the CDI collector skipped it), watched through its
     VFIO group node (and, for a PCI function, its VFIO device cdevs)."""
@@ -162,13 +173,13 @@ def _device(
         return None
     dev = inv.pci.get(bdf)
     vfio = host.display(host.dev("vfio")) + "/"
-    watch = [n.path for n in entry.nodes if n.path.startswith(vfio) and n.path != vfio + "vfio"]
+    watch = [n for n in entry.nodes if n.startswith(vfio) and n != vfio + "vfio"]
     if cls in ("vf", "pci"):
         watch += [host.display(host.dev("vfio", "devices", n)) for n in host.listdir(host.pci_device(id_, VFIO_DEV))]
     return Device(id_, bdf, dev.numa_node if dev else None, name, entry.nodes, entry.env, watch=tuple(watch))
 
 
-def _vgpus(host: Host, inv: Inventory, vgpus: list[Vgpu], cdi_devices: dict[str, cdi.CdiDevice]) -> None:
+def _vgpus(host: Host, inv: Inventory, vgpus: list[Vgpu], cdi_devices: dict[str, CdiEntry]) -> None:
     for v in vgpus:
         cls, bdf = ("mdev", v.parent or v.gpu) if v.interface == "mdev" else ("vf", v.vf or v.id)
         dev = _device(host, inv, v.id, bdf, cls, cdi_devices)
@@ -176,7 +187,7 @@ def _vgpus(host: Host, inv: Inventory, vgpus: list[Vgpu], cdi_devices: dict[str,
             inv.add(f"vgpu-{resource_part(short_name(v.name))}", dev)
 
 
-def _vfs(host: Host, inv: Inventory, taken: set[str], cdi_devices: dict[str, cdi.CdiDevice]) -> None:
+def _vfs(host: Host, inv: Inventory, taken: set[str], cdi_devices: dict[str, CdiEntry]) -> None:
     for bdf, d in inv.pci.items():
         if not d.is_vf or bdf in taken or d.physfn is None:
             continue
@@ -188,7 +199,7 @@ def _vfs(host: Host, inv: Inventory, taken: set[str], cdi_devices: dict[str, cdi
             inv.add(f"vf-{pf.vendor}-{pf.device}", dev)
 
 
-def _mdevs(host: Host, inv: Inventory, taken: set[str], cdi_devices: dict[str, cdi.CdiDevice]) -> None:
+def _mdevs(host: Host, inv: Inventory, taken: set[str], cdi_devices: dict[str, CdiEntry]) -> None:
     for inst in mdev_sysfs.instances(host, with_holders=False):
         if inst.uuid in taken:
             continue
@@ -197,7 +208,7 @@ def _mdevs(host: Host, inv: Inventory, taken: set[str], cdi_devices: dict[str, c
             inv.add(f"mdev-{resource_part(inst.type_id)}", dev)
 
 
-def _mig(host: Host, inv: Inventory, nvml: Nvml | None, cdi_devices: dict[str, cdi.CdiDevice]) -> None:
+def _mig(host: Host, inv: Inventory, nvml: Nvml | None, cdi_devices: dict[str, CdiEntry]) -> None:
     if nvml is None:
         return
     for gpu in nvml.gpus():
@@ -228,11 +239,8 @@ def _shares(host: Host, inv: Inventory, nvml: Nvml | None, options: Options, sca
         d = inv.pci.get(gpu.bdf)
         if gpu.mig_current or d is None or d.driver != "nvidia" or gpu.bdf in skip:
             continue
-        nodes = (
-            cdi.node(host, "nvidiactl"),
-            cdi.node(host, "nvidia-uvm"),
-            cdi.node(host, f"nvidia{gpu_minor(host, gpu.bdf, gpu.index)}"),
-        )
+        minor = gpu_minor(host, gpu.bdf, gpu.index)
+        nodes = tuple(host.display(host.dev(n)) for n in ("nvidiactl", "nvidia-uvm", f"nvidia{minor}"))
         base_env = (f"NVIDIA_VISIBLE_DEVICES={gpu.uuid}",)
         keys = {gpu.bdf, gpu.uuid, names.get(gpu.bdf, gpu.bdf)}
         qos = next((g for k, g in (options.qos.gpus.items() if options.qos else ()) if k in keys), None)

@@ -142,7 +142,7 @@ class Servicer:
             if dev.cdi_name and self.mode == "cdi":
                 continue
             for n in dev.nodes:
-                nodes.setdefault(n.path, "rw")
+                nodes.setdefault(n, "rw")
             for kv in dev.env:
                 key, _, value = kv.partition("=")
                 if key == "NVIDIA_VISIBLE_DEVICES":
