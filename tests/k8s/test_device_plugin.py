@@ -127,6 +127,11 @@ def test_allocate_answers_cdi_names_that_cdi_generate_wrote_and_device_specs(run
     assert mig.cdi_devices[0].name.startswith("vgpukit.io/mig=MIG-")
     assert mig.envs["NVIDIA_VISIBLE_DEVICES"] == mig.cdi_devices[0].name.partition("=")[2]
     assert "/dev/nvidiactl" in {d.host_path for d in mig.devices}
+    assert k.wait(lambda: len(_devices(running, "vgpukit.io/gpu-share")) == 12)
+    _chosen, share = k.allocate("vgpukit.io/gpu-share", 1)  # a replica: the whole GPU's CDI device
+    gpu_spec = yaml.safe_load((running.sim / "etc/cdi/vgpukit-gpu.yaml").read_text())
+    assert share.cdi_devices[0].name in {f"{gpu_spec['kind']}={d['name']}" for d in gpu_spec["devices"]}
+    assert share.cdi_devices[0].name == "vgpukit.io/gpu=" + share.envs["NVIDIA_VISIBLE_DEVICES"]
 
 
 def test_preferred_allocation_keeps_devices_under_one_switch_and_numa_node(running: Running) -> None:
@@ -224,6 +229,15 @@ def test_gpu_share_carries_the_qos_tenants_share_and_memory_cap(tmp_path: Path) 
     assert "/run/vgpukit/cuda/train" in {m.host_path for m in train.mounts}
     assert not any(e.startswith("VGPUKIT_CUDA_MEMORY") for e in shares["0000:03:00.0-serve"].env)
     assert "0000:03:00.0-0" not in shares and "0000:04:00.0-1" in shares  # replicas where no tenants
+    assert train.cdi_name is None  # no CUDA library installed: no CDI gpu-share device (cdi warns)
+    library = sim / "usr/lib/vgpukit/libvgpukit-cuda.so"
+    library.parent.mkdir(parents=True)
+    library.write_bytes(b"\x7fELF")
+    inv = collect(app.host, app.nvml, Options(replicas=2, qos=load_base(app.host, default_config_path(app.host))))
+    train = next(d for d in inv.resources["vgpukit.io/gpu-share"] if d.id == "0000:03:00.0-train")
+    assert train.cdi_name == "vgpukit.io/gpu-share=train"  # the tenant's CDI device (vgpukit/attach/share.py)
+    assert "LD_PRELOAD=/usr/lib/vgpukit/libvgpukit-cuda.so" in train.env and "VGPUKIT_QOS_SHARE=30" in train.env
+    assert "/usr/lib/vgpukit/libvgpukit-cuda.so" in {m.container_path for m in train.mounts}
 
 
 def test_a_failed_host_read_keeps_the_plugin_serving(short_tmp: Path) -> None:

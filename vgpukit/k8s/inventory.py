@@ -9,16 +9,16 @@ resource (``vgpukit.io/...``)          devices (device plugin ID)               
 ``vgpu-<type>`` (``vgpu-t4-4q``)       NVIDIA vGPUs: mdevs on NVIDIA parents (UUID)  ``vgpukit.io/mdev=<UUID>``,
                                        and VFs with a vGPU type set (BDF)            ``vgpukit.io/vf=<BDF>``
 ``mdev-<type id>``                     other mediated devices (UUID)                ``vgpukit.io/mdev=<UUID>``
-``gpu-share``                          whole NVIDIA GPUs not in MIG mode, one        device nodes and env (no
-                                       device per QoS tenant of the GPU              CDI class exists for a
-                                       (``<BDF>-<tenant>``), else N replicas          GPU on the nvidia driver)
-                                       (``<BDF>-<i>``)
+``gpu-share``                          whole NVIDIA GPUs not in MIG mode, one        ``vgpukit.io/gpu-share=
+                                       device per QoS tenant of the GPU              <tenant>`` (else device
+                                       (``<BDF>-<tenant>``), else N replicas          nodes and env), replicas:
+                                       (``<BDF>-<i>``)                               ``vgpukit.io/gpu=GPU-...``
 =====================================  ===========================================  ==========================
 
 The CDI names and container edits are the ones :mod:`vgpukit.attach.cdi` writes into the specs, so
 the names in an ``Allocate`` answer resolve once ``vgpukit cdi generate`` has run. A device is
-*held* when a process outside Kubernetes uses it (a VM's QEMU holding its VFIO group, a vGPU's
-mdev open): :mod:`vgpukit.sriov.usage` and the mdev holders answer that, as everywhere else.
+*held* when a process outside Kubernetes holds its VFIO group node or VFIO cdev open (a VM's QEMU):
+one ``/proc`` scan of :mod:`vgpukit.holders` answers that, as ``sriov list`` and ``mdev list`` do.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 PREFIX = cdi.VENDOR  # vgpukit.io
 GPU_SHARE = "gpu-share"
 DEFAULT_REPLICAS = 4  # gpu-share devices per GPU without QoS tenants
-CUDA_LIBRARY = ("usr", "lib", "vgpukit", "libvgpukit-cuda.so")
 _UNSAFE = re.compile(r"[^a-z0-9.-]+")
 
 
@@ -97,19 +96,31 @@ class Options:
 
 @dataclass(frozen=True)
 class CdiEntry:
-    """What a CDI spec gives a container for one device: its device nodes and env."""
+    """What a CDI spec gives a container for one device: device nodes (its own, then the spec-wide
+    ones such as /dev/nvidiactl), env and mounts."""
 
     nodes: tuple[str, ...]
     env: tuple[str, ...]
+    mounts: tuple[Mount, ...] = ()
 
 
 def cdi_entries(host: Host, nvml: Nvml | None, warnings: list[str]) -> dict[str, CdiEntry]:
     """``vgpukit.io/vf=0000:05:00.2`` -> its entry, for every device the CDI collector
-    (:mod:`vgpukit.attach.cdi`, what ``vgpukit cdi generate`` writes) names: the one place this
-    module reads CDI."""
-    specs, found = cdi.collect(host, nvml)
+    (:mod:`vgpukit.attach.cdi`, with the host's ``cdi enable`` settings: what ``vgpukit cdi generate``
+    writes) names; the one place this module reads CDI. ``all`` devices are left out."""
+    from ..attach.cdi_settings import load_settings
+
+    specs, found = cdi.collect(host, nvml, settings=load_settings(host))
     warnings += found
-    return {f"{s.kind}={d.name}": CdiEntry(tuple(n.path for n in d.nodes), d.env) for s in specs for d in s.devices}
+    out = {}
+    for spec in specs:
+        for d in spec.devices:
+            if d.name == cdi.ALL:
+                continue
+            edits = d.edits + spec.edits
+            mounts = tuple(Mount(m["hostPath"], m["containerPath"], "ro" in m.get("options", ())) for m in edits.mounts)
+            out[f"{spec.kind}={d.name}"] = CdiEntry(tuple(n["path"] for n in edits.nodes), edits.env, mounts)
+    return out
 
 
 def collect(host: Host, nvml: Nvml | None, options: Options) -> Inventory:
@@ -127,7 +138,7 @@ def collect(host: Host, nvml: Nvml | None, options: Options) -> Inventory:
     _mig(host, inv, nvml, cdi_devices)
     if options.replicas > 0:
         vgpu_hosts = {v.bdf for v in views if v.interface is not None}  # a vGPU host driver runs no CUDA
-        _shares(host, inv, nvml, options, scan, vgpu_hosts)
+        _shares(host, inv, nvml, options, scan, vgpu_hosts, cdi_devices)
     for devices in inv.resources.values():
         devices.sort(key=lambda d: d.id)
     return with_holders(host, inv)
@@ -176,7 +187,11 @@ def _device(
     watch = [n for n in entry.nodes if n.startswith(vfio) and n != vfio + "vfio"]
     if cls in ("vf", "pci"):
         watch += [host.display(host.dev("vfio", "devices", n)) for n in host.listdir(host.pci_device(id_, VFIO_DEV))]
-    return Device(id_, bdf, dev.numa_node if dev else None, name, entry.nodes, entry.env, watch=tuple(watch))
+    env = entry.env
+    if cls == "mig":  # for runtimes without CDI: the NVIDIA container runtime's selector
+        env = (*(e for e in env if not e.startswith("NVIDIA_VISIBLE_DEVICES=")), f"NVIDIA_VISIBLE_DEVICES={id_}")
+    numa = dev.numa_node if dev else None
+    return Device(id_, bdf, numa, name, entry.nodes, env, entry.mounts, watch=tuple(watch))
 
 
 def _vgpus(host: Host, inv: Inventory, vgpus: list[Vgpu], cdi_devices: dict[str, CdiEntry]) -> None:
@@ -230,37 +245,60 @@ def _mig(host: Host, inv: Inventory, nvml: Nvml | None, cdi_devices: dict[str, C
                     inv.add(f"mig-{resource_part(profile)}", dev)
 
 
-def _shares(host: Host, inv: Inventory, nvml: Nvml | None, options: Options, scan: Scan, skip: set[str]) -> None:
+def _shares(
+    host: Host,
+    inv: Inventory,
+    nvml: Nvml | None,
+    options: Options,
+    scan: Scan,
+    skip: set[str],
+    cdi_devices: dict[str, CdiEntry],
+) -> None:
+    """One device per QoS tenant of a GPU (the CDI ``gpu-share`` device of that tenant where the CDI
+    collector offers one: the CUDA library, the tenant's directory), else ``replicas`` devices of
+    the whole GPU (CDI ``gpu`` device); the tenant's compute share and memory cap ride in the env."""
     if nvml is None:
         return
     names = aliases(scan)
-    library = host.path(*CUDA_LIBRARY)
     for gpu in nvml.gpus():
         d = inv.pci.get(gpu.bdf)
         if gpu.mig_current or d is None or d.driver != "nvidia" or gpu.bdf in skip:
             continue
+        whole = cdi_devices.get(f"{PREFIX}/gpu={gpu.uuid}")
         minor = gpu_minor(host, gpu.bdf, gpu.index)
-        nodes = tuple(host.display(host.dev(n)) for n in ("nvidiactl", "nvidia-uvm", f"nvidia{minor}"))
-        base_env = (f"NVIDIA_VISIBLE_DEVICES={gpu.uuid}",)
+        own = tuple(host.display(host.dev(n)) for n in ("nvidiactl", "nvidia-uvm", f"nvidia{minor}"))
+        nodes = whole.nodes if whole else own
+        visible = f"NVIDIA_VISIBLE_DEVICES={gpu.uuid}"
         keys = {gpu.bdf, gpu.uuid, names.get(gpu.bdf, gpu.bdf)}
         qos = next((g for k, g in (options.qos.gpus.items() if options.qos else ()) if k in keys), None)
         if qos is None or not qos.tenants:
+            name = f"{PREFIX}/gpu={gpu.uuid}" if whole else None
             for i in range(options.replicas):
-                inv.add(GPU_SHARE, Device(f"{gpu.bdf}-{i}", gpu.bdf, d.numa_node, None, nodes, base_env))
+                inv.add(GPU_SHARE, Device(f"{gpu.bdf}-{i}", gpu.bdf, d.numa_node, name, nodes, (visible,)))
             continue
         for t in qos.tenants:
-            env = [*base_env, f"VGPUKIT_QOS_GPU={qos.key}", f"VGPUKIT_QOS_TENANT={t.name}"]
-            env.append(f"VGPUKIT_QOS_SHARE={t.share}")
+            cdi_name = f"{PREFIX}/gpu-share={t.name}"
+            entry = cdi_devices.get(cdi_name)
+            env = [visible, f"VGPUKIT_QOS_GPU={qos.key}", f"VGPUKIT_QOS_TENANT={t.name}"]
+            env += [f"VGPUKIT_CUDA_TENANT={t.name}", f"VGPUKIT_QOS_SHARE={t.share}"]
             if t.memory is not None:
                 env.append(f"VGPUKIT_CUDA_MEMORY={t.memory}")
-            shared = [host.display(host.state_dir("cuda", t.name)), host.display(host.state_dir("qos"))]
-            mounts = [Mount(p, p, False) for p in shared]
-            if host.exists(library):
-                shown = host.display(library)
-                mounts.append(Mount(shown, shown))
-                env.append(f"LD_PRELOAD={shown}")
-            dev = Device(f"{gpu.bdf}-{resource_part(t.name)}", gpu.bdf, d.numa_node, None, nodes, tuple(env))
-            inv.add(GPU_SHARE, replace(dev, mounts=tuple(mounts)))
+            if entry is not None:
+                env = list(dict.fromkeys([*entry.env, *env]))
+                mounts = entry.mounts
+            else:  # no CUDA library installed (cdi warns): the tenant's identity and caps, no interception
+                shared = [host.display(host.state_dir("cuda", t.name)), host.display(host.state_dir("qos"))]
+                mounts = tuple(Mount(p, p, False) for p in shared)
+            dev = Device(
+                f"{gpu.bdf}-{resource_part(t.name)}",
+                gpu.bdf,
+                d.numa_node,
+                cdi_name if entry else None,
+                entry.nodes if entry else nodes,
+                tuple(env),
+                mounts,
+            )
+            inv.add(GPU_SHARE, dev)
 
 
 class Poller:
