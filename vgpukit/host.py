@@ -349,15 +349,6 @@ class Host(SysfsLayout):
             return None
         return os.major(st.st_rdev), os.minor(st.st_rdev)
 
-    def socket_identity(self, path: Path) -> tuple[int, int, int] | None:
-        """(device, inode, change time in ns) of a Unix socket, or None (absent, or not a socket): a
-        server that restarts and binds its socket anew gets a new identity (the kubelet's ``kubelet.sock``)."""
-        try:
-            st = os.stat(self.socket_address(path))
-        except OSError:
-            return None
-        return (st.st_dev, st.st_ino, st.st_ctime_ns) if stat.S_ISSOCK(st.st_mode) else None
-
     def resolve(self, path: Path) -> Path:
         """Canonical path, which must stay inside the root."""
         real = _real_path(path)

@@ -18,6 +18,8 @@ register again.
 from __future__ import annotations
 
 import logging
+import os
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -46,6 +48,16 @@ GRPC: Any = api_pb2_grpc  # generated without type annotations (see docs/kuberne
 def plugin_dir(host: Host) -> Path:
     """The kubelet's device plugin directory, under the host root."""
     return host.path("var", "lib", "kubelet", "device-plugins")
+
+
+def socket_identity(host: Host, path: Path) -> tuple[int, int, int] | None:
+    """(device, inode, change time) of a Unix socket (its address contained by the Host door), None
+    when absent or not a socket: a kubelet that restarts binds a new ``kubelet.sock``, a new identity."""
+    try:
+        st = os.stat(host.socket_address(path))
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_ctime_ns) if stat.S_ISSOCK(st.st_mode) else None
 
 
 def socket_name(resource: str) -> str:
@@ -219,7 +231,7 @@ class ResourcePlugin:
         log.info("registered %s with the kubelet", self.state.name)
 
     def socket_gone(self) -> bool:
-        return self.host.socket_identity(self.socket) is None
+        return socket_identity(self.host, self.socket) is None
 
     def close(self) -> None:
         self.state.stop()
@@ -256,7 +268,7 @@ class Manager:
                 events.append(self._serve(plugin, f"serving {name}"))
             if plugin.state.update(inv.resources.get(name, [])):
                 events.append(f"{name}: {len(plugin.state.devices)} devices")
-        kubelet = self.host.socket_identity(plugin_dir(self.host) / KUBELET_SOCKET)
+        kubelet = socket_identity(self.host, plugin_dir(self.host) / KUBELET_SOCKET)
         for name, plugin in sorted(self.plugins.items()):
             if plugin.socket_gone():  # the kubelet restarted and cleared the directory (or serving failed)
                 events.append(self._serve(plugin, f"serving {name} again"))
