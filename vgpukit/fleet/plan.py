@@ -40,7 +40,7 @@ from ..vgpu.catalog import for_device, short_name
 from ..vgpu.model import MDEV, GpuView
 from ..vgpu.ops import find_type
 from ..vgpu.steps import SetVgpuType
-from .document import HostConfig, MdevWant, Selector, VgpuWant
+from .document import HostConfig, Selector, VgpuWant
 
 AREAS = ("sriov", "bind", "mdev", "vgpu", "mig", "qos")
 IDS_RE = re.compile(r"([0-9a-fA-F]{4}):([0-9a-fA-F]{4})\Z")
@@ -102,9 +102,8 @@ class _Ctx:
         seen: dict[str, Selector] = {}
         for key, sel in pairs:
             if key in seen:
-                raise InvalidInput(
-                    f"{self.cfg.source}: {area}: {key} is selected by the entries at lines {seen[key].line} and {sel.line}"
-                )
+                lines = f"{seen[key].line} and {sel.line}"
+                raise InvalidInput(f"{self.cfg.source}: {area}: {key} is selected by the entries at lines {lines}")
             seen[key] = sel
 
 
@@ -254,7 +253,7 @@ def _mdev(ctx: _Ctx) -> tuple[list[Step], list[Step]]:
     rm: list[Step] = []
     add: list[Step] = []
     for parent, wants in groups.items():
-        r, a = _converge_parent(ctx, [parent], {t: c for t, c in wants.items()}, active)
+        r, a = _converge_parent(ctx, [parent], wants, active)
         rm += r
         add += a
     return rm, add
@@ -285,7 +284,9 @@ def _vgpu(ctx: _Ctx) -> tuple[list[Step], list[Step]]:
         gpu = views[bdf]
         if gpu.interface == MDEV and bdf not in ctx.future_vfs:
             types = hostview.types(ctx.host, gpu)
-            want = {find_type(types, gpu, w.type).type_id: (w.count, ()) for w in wants}
+            want: dict[str, tuple[int, tuple[str, ...]]] = {
+                find_type(types, gpu, w.type).type_id: (w.count, ()) for w in wants
+            }
             r, a = _converge_parent(ctx, list(gpu.parents), want, mdev_sysfs.instances(ctx.host))
         else:
             r, a = _vgpu_vfs(ctx, gpu, wants)
