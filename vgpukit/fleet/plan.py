@@ -22,7 +22,7 @@ from typing import Any
 from .. import naming
 from ..engine import Env, Step
 from ..engine.files import PutFile
-from ..errors import Busy, Conflict, InUse, InvalidInput, NotFound, Unsupported
+from ..errors import Busy, Conflict, InUse, InvalidInput, NotFound, Unsupported, VgpukitError
 from ..holders import OpenFiles, group_holders
 from ..mdev import sysfs as mdev_sysfs
 from ..mdev.model import MdevInstance, new_uuid
@@ -92,11 +92,19 @@ class _Ctx:
     def pci(self, sel: Selector, what: str) -> list[str]:
         """The physical functions ``sel`` names; a name that is not there is NotFound, a match may be empty."""
         if sel.device is not None:
-            t = naming.resolve(self.host, sel.device, scan=self.scan)
+            t = self.resolve(sel)
             assert t.bdf is not None
             return [t.bdf]
         assert sel.match is not None
         return [d.bdf for d in self.scan.physical() if matches(d, sel.match)]
+
+    def resolve(self, sel: Selector) -> naming.Target:
+        """A device named in the document; errors say where in the document."""
+        assert sel.device is not None
+        try:
+            return naming.resolve(self.host, sel.device, scan=self.scan)
+        except VgpukitError as err:
+            raise type(err)(f"{self.where(sel)}: {err.message}", device=err.device, hint=err.hint) from None
 
     def unique(self, area: str, pairs: list[tuple[str, Selector]]) -> None:
         seen: dict[str, Selector] = {}
@@ -178,7 +186,7 @@ def _parents(ctx: _Ctx, sel: Selector, names: list[str]) -> list[str]:
     if sel.device is not None:
         if sel.device in names:
             return [sel.device]
-        t = naming.resolve(ctx.host, sel.device, scan=ctx.scan)
+        t = ctx.resolve(sel)
         if t.bdf in names:
             return [t.bdf]
         raise NotFound(f"{ctx.where(sel)}: {sel.device} is not an mdev parent", device=t.bdf)
@@ -358,7 +366,6 @@ def _qos(ctx: _Ctx) -> list[Step]:
         return []
     import yaml
 
-    from ..errors import VgpukitError
     from ..qos.config import default_config_path, load_base
     from ..qos.model import QosConfig
 
