@@ -201,11 +201,14 @@ def _parents(ctx: _Ctx, sel: Selector, names: list[str]) -> list[str]:
     return out
 
 
-def _keep(have: list[MdevInstance], pinned: tuple[str, ...], count: int) -> tuple[list[MdevInstance], list[str]]:
-    """Which instances stay (pinned, then in use, then by UUID) and which pinned UUIDs are missing."""
+def _keep(
+    have: list[MdevInstance], pinned: tuple[str, ...], count: int, taken: set[str]
+) -> tuple[list[MdevInstance], list[str]]:
+    """Which instances stay (pinned, then in use, then by UUID) and which pinned UUIDs are missing.
+    ``taken``: every UUID the config pins on these parents (one pinned as another type is not kept)."""
     mine = {i.uuid: i for i in have}
     kept = [mine[u] for u in pinned if u in mine]
-    rest = sorted((i for i in have if i.uuid not in pinned), key=lambda i: (not i.in_use, i.uuid))
+    rest = sorted((i for i in have if i.uuid not in taken), key=lambda i: (not i.in_use, i.uuid))
     kept += rest[: max(0, count - len(pinned))]
     return kept, [u for u in pinned if u not in mine]
 
@@ -219,21 +222,27 @@ def _converge_parent(
     removals: list[Step] = []
     adds: list[Step] = []
     gone: list[MdevInstance] = []
+    todo: list[tuple[str, list[str]]] = []
+    taken = {u for _, pinned in wants.values() for u in pinned}
     for type_id, (count, pinned) in wants.items():
         for u in pinned:
-            if u in elsewhere or any(i.uuid == u and i.type_id != type_id for i in on):
-                raise Conflict(f"mdev {u} exists already as another type or on another parent", value=u)
+            if u in elsewhere:
+                raise Conflict(f"mdev {u} exists already on {elsewhere[u].parent}", value=u)
         have = [i for i in on if i.type_id == type_id]
-        kept, missing = _keep(have, pinned, count)
+        kept, missing = _keep(have, pinned, count, taken)
         gone += [i for i in have if i not in kept]
-        uuids = missing + [new_uuid() for _ in range(count - len(kept) - len(missing))]
-        if uuids:
-            freed = sum(1 for i in gone if i.type_id == type_id)
-            objs = [mdev_sysfs.read_parent(ctx.host, p) for p in parents]
-            cands = [(p, a + freed) for p, a in candidates(objs, type_id)]
-            slots = [s.parent for s in place(cands, type_id, len(uuids)) for _ in range(s.count)]
-            adds += [CreateMdev(p, type_id, u, check_capacity=True) for p, u in zip(slots, uuids, strict=True)]
+        todo.append((type_id, missing + [new_uuid() for _ in range(count - len(kept) - len(missing))]))
     gone += [i for i in on if i.type_id not in wants]
+    objs = [mdev_sysfs.read_parent(ctx.host, p) for p in parents] if any(u for _, u in todo) else []
+    for type_id, uuids in todo:
+        if not uuids:
+            continue
+        # removals free capacity the kernel shares between types in ways only it knows: a parent losing
+        # instances is not checked here (each creation checks, and a failure rolls the whole run back)
+        freeing = {i.parent for i in gone}
+        cands = [(p, 1 << 20 if p in freeing else a) for p, a in candidates(objs, type_id)]
+        slots = [s.parent for s in place(cands, type_id, len(uuids)) for _ in range(s.count)]
+        adds += [CreateMdev(p, type_id, u, check_capacity=True) for p, u in zip(slots, uuids, strict=True)]
     busy = [i for i in gone if i.in_use]
     if busy:
         who = ", ".join(h.describe() for h in busy[0].holders)

@@ -64,9 +64,9 @@ rc:
   returned: always
 """
 
-import json
+import json  # noqa: E402 (Ansible modules document themselves first)
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 
 def _error_line(stderr: str) -> str:
