@@ -57,10 +57,10 @@ def a100_config(draw: st.DrawFn) -> dict[str, Any]:
     gpus = draw(st.lists(st.integers(0, 7), unique=True, max_size=2))
     if gpus:
         cfg["mig"] = "m"
+        layouts = [draw(st.sampled_from([None, *MIG_LAYOUTS])) for _ in gpus]
         cfg["_mig"] = [
-            {"devices": [g], "mig-enabled": bool(lay := draw(st.sampled_from([None, *MIG_LAYOUTS])) is not None)}
-            | ({"mig-devices": lay} if lay else {})
-            for g in gpus
+            {"devices": [g], "mig-enabled": lay is not None} | ({"mig-devices": lay} if lay else {})
+            for g, lay in zip(gpus, layouts, strict=True)
         ]
     if draw(st.booleans()):
         share = draw(st.integers(1, 100))

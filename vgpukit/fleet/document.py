@@ -182,9 +182,11 @@ class Document:
     configs: dict[str, dict[str, Any]]
     lines: dict[int, int]
     mig: dict[str, list[migconfig.Entry]]
+    host_format: bool = True  # version vgpukit.host/v1 (False: a mig-parted v1 file)
 
     def names(self) -> list[str]:
-        return list(dict.fromkeys([*self.configs, *self.mig]))
+        """Selectable configs: those under ``configs``; in a mig-parted file, those under mig-configs."""
+        return list(self.configs) if self.host_format else list(self.mig)
 
     def select(self, name: str | None) -> HostConfig:
         names = self.names()
@@ -243,4 +245,4 @@ def parse(text: str, source: str) -> Document:
     mig = migconfig.parse(_mig_text(text, root), source) if "mig-configs" in doc else {}
     if doc["version"] == "v1" and "configs" in doc:
         raise _err(source, root, "configs needs version: vgpukit.host/v1 (version v1 is a mig-parted file)")
-    return Document(source, doc.get("configs", {}), walker.lines, mig)
+    return Document(source, doc.get("configs", {}), walker.lines, mig, doc["version"] == SCHEMA)
