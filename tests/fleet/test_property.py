@@ -101,7 +101,8 @@ def document(cfg: dict[str, Any]) -> str:
 PROFILES = {"qemu-guest": guest_config(), "hgx-a100": a100_config(), "t4-mdev": t4_config(), "h100-vgpu": h100_config()}
 # kept small (the suite's time budget); VGPUKIT_FUZZ_EXAMPLES=10 runs ten times as many
 SCALE = float(os.environ.get("VGPUKIT_FUZZ_EXAMPLES", "1"))
-EXAMPLES = {p: max(1, int(n * SCALE)) for p, n in {"qemu-guest": 5, "hgx-a100": 3, "t4-mdev": 3, "h100-vgpu": 3}.items()}
+BASE = {"qemu-guest": 5, "hgx-a100": 3, "t4-mdev": 3, "h100-vgpu": 3}
+EXAMPLES = {p: max(1, int(n * SCALE)) for p, n in BASE.items()}
 
 
 def apply(sim: Path, path: Path, text: str) -> tuple[int, dict[str, Any]]:

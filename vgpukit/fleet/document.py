@@ -81,6 +81,16 @@ def _value(node: yaml.Node) -> Any:
     return yaml.safe_load(yaml.serialize(node)) if isinstance(node, yaml.ScalarNode) else None
 
 
+class _Map(dict[str, Any]):
+    """A mapping of the document, with the line it starts on."""
+
+    line = 0
+
+
+def _line(item: Any) -> int:
+    return item.line if isinstance(item, _Map) else 0
+
+
 _TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "boolean": (bool,)}
 
 
@@ -90,7 +100,6 @@ class _Walker:
     def __init__(self, source: str) -> None:
         self.source = source
         self.schema: dict[str, Any] = load_json("schemas/host.json")
-        self.lines: dict[int, int] = {}  # id of each mapping built -> its line
 
     def _deref(self, s: dict[str, Any]) -> dict[str, Any]:
         while "$ref" in s:
@@ -132,8 +141,8 @@ class _Walker:
             raise _err(self.source, node, f"{what} must be a mapping")
         props: dict[str, Any] = s.get("properties", {})
         extra = s.get("additionalProperties", True)
-        out: dict[str, Any] = {}
-        self.lines[id(out)] = node.start_mark.line + 1
+        out = _Map()
+        out.line = node.start_mark.line + 1
         for k, v in node.value:
             key = _value(k)
             if not isinstance(key, str):
@@ -180,7 +189,6 @@ def _mig_text(text: str, root: yaml.MappingNode) -> str:
 class Document:
     source: str
     configs: dict[str, dict[str, Any]]
-    lines: dict[int, int]
     mig: dict[str, list[migconfig.Entry]]
     host_format: bool = True  # version vgpukit.host/v1 (False: a mig-parted v1 file)
 
@@ -205,7 +213,7 @@ class Document:
         if raw is None:  # a mig-configs name: a MIG-only config
             cfg.mig = self.mig[name]
             return cfg
-        line = self.lines.get(id(raw), 0)
+        line = _line(raw)
         for item in raw.get("sriov", []):
             cfg.sriov.append(SriovWant(self._sel(item, "device"), item["vfs"], item.get("driver", "default")))
         cfg.vfio = [self._sel(item, "device") for item in raw.get("vfio", [])]
@@ -225,12 +233,12 @@ class Document:
         return cfg
 
     def _where(self, item: dict[str, Any]) -> str:
-        return f"{self.source}:{self.lines.get(id(item), 0)}"
+        return f"{self.source}:{_line(item)}"
 
     def _sel(self, item: dict[str, Any], key: str) -> Selector:
         if (key in item) == ("match" in item):
             raise InvalidInput(f"{self._where(item)}: give exactly one of {key!r} or 'match'")
-        return Selector(item.get(key), item.get("match"), self.lines.get(id(item), 0))
+        return Selector(item.get(key), item.get("match"), _line(item))
 
 
 def parse(text: str, source: str) -> Document:
@@ -245,4 +253,4 @@ def parse(text: str, source: str) -> Document:
     mig = migconfig.parse(_mig_text(text, root), source) if "mig-configs" in doc else {}
     if doc["version"] == "v1" and "configs" in doc:
         raise _err(source, root, "configs needs version: vgpukit.host/v1 (version v1 is a mig-parted file)")
-    return Document(source, doc.get("configs", {}), walker.lines, mig, doc["version"] == SCHEMA)
+    return Document(source, doc.get("configs", {}), mig, doc["version"] == SCHEMA)
