@@ -85,7 +85,10 @@ def host_session(run: Session, tmp: Path) -> None:
         for p in g["processes"]:
             assert run_plain(sim, "sim", "client", "remove", str(p["pid"])).exit_code == 0
     run(sim, "cdi", "generate", "--dry-run")
+    run(sim, "cdi", "enable", "--class", "vf", "--class", "mig")
+    run(sim, "cdi", "list")
     run(sim, "mig", "destroy", "gpu0", "--gi", str(gi))
+    run(sim, "cdi", "disable")
     run(sim, "mig", "export")
     cfg = tmp / "mig.yaml"
     cfg.write_text(MIG_CONFIG)
@@ -123,9 +126,11 @@ def mdev_session(run: Session, tmp: Path) -> None:
     run(guest, "sim", "release", str(held["pid"]))
     run(guest, "mdev", "define", MDEV_UUID)
     run(guest, "mdev", "define", "--parent", "mtty", "--type", "mtty-2", "--uuid", MDEV_UUID2, "--auto")
-    run(guest, "mdev", "list", "--defined")
+    run(guest, "mdev", "modify", "-u", MDEV_UUID2, "--addattr", "a", "--value", "1", "-m")
+    run(guest, "mdev", "list", "--defined", "-v")
     run(guest, "mdev", "start", "--all")
-    run(guest, "mdev", "remove", MDEV_UUID)
+    run(guest, "mdev", "start", "-p", "mtty", "-t", "mtty-2")
+    run(guest, "mdev", "stop", "-u", MDEV_UUID)
     run(guest, "mdev", "undefine", MDEV_UUID2)
     t4 = make_sim(tmp / "t4", "t4-mdev")
     run(t4, "vgpu", "types")

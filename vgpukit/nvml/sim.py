@@ -307,8 +307,14 @@ class SimNvml:
             want |= {ci_minor(gpu, gi["id"], c["id"]) for c in gi["cis"]}
         mine = range(gi_minor(gpu, 0), gi_minor(gpu + 1, 0))
         have = {m for n in host.listdir(caps) if n[10:].isdigit() and ((m := int(n[10:])) in mine or m in (1, 2))}
+        from ..sim.tree import NULL_DEVICE, char_devices
+
         for minor in sorted(want - have):
-            host.write_file(caps / f"nvidia-cap{minor}", "", mode=0o400)  # plain file: sim nodes carry no numbers
+            if char_devices(host.root):  # sim init --char-devices: a real node, /dev/null's numbers
+                host.mkdir(caps)
+                os.mknod(caps / f"nvidia-cap{minor}", 0o020400, NULL_DEVICE)
+            else:
+                host.write_file(caps / f"nvidia-cap{minor}", "", mode=0o400)  # plain file: sim nodes carry no numbers
         for minor in sorted(have - want):
             host.remove(caps / f"nvidia-cap{minor}")
 

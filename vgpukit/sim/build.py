@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import uuid
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..errors import Conflict, InvalidInput, NotFound, VgpukitError, from_oserror
+from ..errors import Conflict, InvalidInput, NotFound, Unsupported, VgpukitError, from_oserror
 from ..inputs import check_component, load_yaml
+from .driver_files import write_driver_files
 from .state import KernelState, sim_meta_dir
-from .tree import RW, SimTree
+from .tree import CHAR_DEVICES_MARK, RW, SimTree
 
 MAX_PROFILE_BYTES = 1024 * 1024
 PROFILE_KEYS = {
@@ -154,6 +156,7 @@ class Builder:
         self.tree.make_devnode(self.tree.devnode("nvidia-uvm-tools"), 510, 1)
         for i, _gpu in enumerate(self.gpus):
             self.tree.make_devnode(self.tree.devnode(f"nvidia{i}"), 195, i)
+        write_driver_files(self.tree)
 
 
 def _boot(root: Path, writes: list[dict[str, Any]]) -> None:
@@ -166,19 +169,21 @@ def _boot(root: Path, writes: list[dict[str, Any]]) -> None:
         kernel.write(root / "sys" / entry["sys"], str(entry["write"]))
 
 
-def init_sim(root: Path, profile_name: str, force: bool = False) -> dict[str, Any]:
+def init_sim(root: Path, profile_name: str, force: bool = False, char_devices: bool = False) -> dict[str, Any]:
     """Create a simulated host under ``root``; refuses a non-empty dir unless ``force``. A profile
     that is wrong in any way leaves nothing half-built (docs/safety.md)."""
     try:
         profile = load_profile(profile_name)
         if root.exists() and not root.is_dir():
             raise InvalidInput(f"{root} exists and is not a directory", path=str(root))
-        return _init_sim(root, profile, force)
+        if char_devices and os.geteuid() != 0:
+            raise Unsupported("--char-devices needs root (it makes character device nodes with mknod)")
+        return _init_sim(root, profile, force, char_devices)
     except OSError as exc:
         raise from_oserror(exc, path=root, action="creating a simulated host in") from None
 
 
-def _init_sim(root: Path, profile: dict[str, Any], force: bool = False) -> dict[str, Any]:
+def _init_sim(root: Path, profile: dict[str, Any], force: bool = False, char_devices: bool = False) -> dict[str, Any]:
     meta = sim_meta_dir(root)
     if root.exists() and any(root.iterdir()):
         if not force:
@@ -190,6 +195,9 @@ def _init_sim(root: Path, profile: dict[str, Any], force: bool = False) -> dict[
     builder = Builder(root, profile)
     info = {"version": 1, "profile": profile["name"], "description": profile.get("description", "")}
     try:
+        if char_devices:
+            meta.mkdir(parents=True, exist_ok=True)
+            (meta / CHAR_DEVICES_MARK).write_text("device nodes are real, with /dev/null's numbers (1:3)\n")
         builder.build()
         meta.mkdir(parents=True, exist_ok=True)
         builder.state.save(root)

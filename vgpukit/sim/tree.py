@@ -26,6 +26,15 @@ def is_writable(path: Path) -> bool:
     return bool(path.stat().st_mode & 0o222)
 
 
+NULL_DEVICE = os.makedev(1, 3)  # what every node of a --char-devices host is (/dev/null's numbers)
+CHAR_DEVICES_MARK = "char-devices"
+
+
+def char_devices(root: Path) -> bool:
+    """Whether this simulated host makes real (null) character device nodes (``sim init --char-devices``)."""
+    return (root / ".vgpukit-sim" / CHAR_DEVICES_MARK).exists()
+
+
 @dataclass
 class SimTree:
     """Paths of a simulated host rooted at ``root``, and the only way the simulator changes them.
@@ -151,10 +160,19 @@ class SimTree:
     def make_devnode(self, path: Path, major: int, minor: int) -> None:
         """A simulated device node: a plain file naming the numbers it stands for.
 
-        Never a real character device: on a GPU host, 195:0 *is* the real /dev/nvidia0, and nothing
-        done on a simulated host may reach real hardware.
+        Never a real character device of those numbers: on a GPU host, 195:0 *is* the real
+        /dev/nvidia0, and nothing done on a simulated host may reach real hardware. A host made with
+        ``sim init --char-devices`` (root only) has real character nodes instead, all with the numbers
+        of /dev/null (1:3), so that a container engine can create them in a container (docs/cdi.md).
         """
-        if not os.path.lexists(path):
+        if os.path.lexists(path):
+            return
+        if char_devices(self.root):
+            real = self._entry(path)
+            self._before(real)
+            os.mknod(real, stat.S_IFCHR | 0o666, NULL_DEVICE)
+            os.chmod(real, 0o666)
+        else:
             self.write_attr(path, f"simulated character device {major}:{minor}", RW)
 
     @property
