@@ -240,3 +240,13 @@ def test_boot_unit_names_the_entry_point_and_orders_before_libvirt_and_kubelet(t
     assert "Type=oneshot" in unit and "WantedBy=multi-user.target" in unit
     assert invoke(None, "boot-unit", "-f", "/etc/my host.yaml").exit_code == 2
     json.dumps(unit)
+
+
+def test_cdi_specs_follow_the_mig_layout_in_the_same_run(tmp_path: Path, host_file: Path) -> None:
+    """With CDI enabled, the specs are rewritten after the MIG steps, inside apply's journaled run."""
+    sim = make_sim(tmp_path / "h")
+    assert invoke(sim, "cdi", "enable").exit_code == 0
+    assert invoke(sim, "apply", "-f", str(host_file), "-c", "a100-vms").exit_code == 0
+    spec = (sim / "etc" / "cdi" / "vgpukit-mig.yaml").read_text()
+    assert spec.count("name: MIG-") == 6  # gpu0 and gpu1: 3g.20gb + 2 x 1g.5gb each
+    assert as_json(invoke(sim, "apply", "-f", str(host_file), "-c", "a100-vms", "--json"))["plan"] == []
