@@ -95,6 +95,7 @@ def host_session(run: Session, tmp: Path) -> None:
     run(sim, "mig", "assert", "-f", str(cfg), ok=(0, 1))
     run(sim, "mig", "apply", "-f", str(cfg))
     run(sim, "mig", "assert", "-f", str(cfg))
+    run(sim, "mig", "service", "-f", str(cfg))
     run(sim, "mig", "destroy", "gpu0", "--all")
     run(sim, "mig", "disable", "gpu0", "--no-reset")
     host_cfg = tmp / "host.yaml"

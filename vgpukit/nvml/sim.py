@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import InvalidInput, NotFound
 from ..host import Host
+from ..sim.state import corrupt
 from . import table as tables
 from .errors import (
     CODES_BY_NAME,
@@ -33,8 +34,9 @@ from .errors import (
     NOT_SUPPORTED,
     nvml_error,
 )
-from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, NvmlGpu, NvmlProcess
+from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, GpuLinks, NvLink, NvmlGpu, NvmlProcess
 from .sim_state import (
+    _LINK,
     STATE_DIR,
     STATE_FILE,
     _check_fault,
@@ -50,6 +52,7 @@ from .sim_state import (
     _mig_on,
     _model,
     _names,
+    _shape_ok,
     _used_mask,
     ci_minor,
     gi_minor,
@@ -290,6 +293,21 @@ class SimNvml:
         with self._read() as state:
             g = _gpu(state, gpu)
             return [NvmlProcess(c["pid"], c["name"], c.get("gi"), c.get("ci")) for c in g["clients"]]
+
+    # ------------------------------------------------------------------ NVLink and NUMA
+    def gpu_links(self) -> dict[int, GpuLinks]:
+        """The simulated board's wiring (each GPU's ``nvlinks``: the profile's ``nvlink:``) and the
+        ``numa_id`` of GPUs whose memory is a NUMA node."""
+        out = {}
+        with self._read() as state:
+            for i, g in enumerate(state["gpus"]):
+                links = g.get("nvlinks") or []
+                numa = g.get("numa_id")
+                if not _shape_ok(links, [_LINK]) or not (numa is None or _shape_ok(numa, int)):
+                    raise corrupt(self.sim_dir, self.path)
+                active = tuple(NvLink(k["link"], k["remote"], k["type"]) for k in links if k["active"])
+                out[i] = GpuLinks(tuple(sorted(active, key=lambda k: k.link)), numa)
+        return out
 
     # ------------------------------------------------------------------ device nodes
     def _sync_caps(self, state: dict[str, Any], gpu: int) -> None:

@@ -28,8 +28,9 @@ PROFILE_KEYS = {
     "host_bridges",
     "virtual_mdev_parents",
     "boot",
+    "nvlink",
 }
-NODE_KEYS = {"bdf", "model", "children", "group", "driver"}
+NODE_KEYS = {"bdf", "model", "children", "group", "driver", "numa"}
 
 
 def builtin_profiles() -> dict[str, Path]:
@@ -93,6 +94,10 @@ class Builder:
             pdir = self.root / "sys" / "devices" / vp["path"]
             self.tree.mkdir(pdir)
             self._mdev_parent(vp["name"], pdir, vp["mdev"])
+        if self.profile.get("nvlink"):
+            from .nvlink import wire
+
+            wire(self.profile["nvlink"], self.gpus)
         self._gpu_nodes()
 
     def _device(self, parent: Path, node: dict[str, Any], numa: int | None, cpus: str | None) -> None:
@@ -103,13 +108,19 @@ class Builder:
         if model is None:
             raise InvalidInput(f"profile device {node['bdf']}: unknown model {node['model']!r}")
         bdf = node["bdf"]
+        if "numa" in node:  # firmware's proximity for this device alone (-1: none reported)
+            numa = None if node["numa"] is None or node["numa"] < 0 else int(node["numa"])
         group = node.get("group", self.state.next_group)
         self.state.next_group = max(self.state.next_group, group + 1)
         d = self.tree.add_pci_device(parent, bdf, model, numa, cpus, group)
         driver = node.get("driver", model.get("driver")) or self.state.match_driver(model["ids"], model["class"])
+        if model.get("rdma") and driver:  # e.g. mlx5: mlx5_core registers mlx5_<n> in probe order
+            prefix = str(model["rdma"])
+            n = sum(1 for e in self.state.rdma.values() if e["name"].startswith(prefix + "_"))
+            self.state.rdma[bdf] = {"name": f"{prefix}_{n}", "driver": driver}
         if driver:
             self.tree.add_driver(driver)
-            self.tree.bind(bdf, driver)
+            self.tree.bind(bdf, driver, self.state.rdma_for(bdf, driver))
         sriov = model.get("sriov")
         if sriov:
             self.tree.write_attr(d / "sriov_totalvfs", sriov["total_vfs"])

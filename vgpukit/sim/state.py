@@ -108,6 +108,12 @@ class KernelState:
     vf_models: dict[str, dict[str, Any]] = field(default_factory=dict)  # VF "vvvv:dddd" -> model spec
     mdev_pools: dict[str, dict[str, Any]] = field(default_factory=dict)  # parent -> pool, types
     vf_specs: dict[str, dict[str, Any]] = field(default_factory=dict)  # PF bdf -> PF model sriov info
+    rdma: dict[str, dict[str, str]] = field(default_factory=dict)  # bdf -> {name: mlx5_0, driver: mlx5_core}
+
+    def rdma_for(self, bdf: str, driver: str) -> str | None:
+        """The RDMA device (``infiniband/<name>``) the driver creates when it binds ``bdf``."""
+        entry = self.rdma.get(bdf)
+        return entry["name"] if entry is not None and entry.get("driver") == driver else None
 
     def match_driver(self, ids: str, class_code: str) -> str | None:
         cls = class_code.lower().removeprefix("0x")[:4]
@@ -127,6 +133,8 @@ class KernelState:
     def load(cls, root: Path) -> KernelState:
         path = sim_meta_dir(root) / "kernel.json"
         data = read_state(root, path)
+        if isinstance(data, dict):
+            data.setdefault("rdma", {})  # hosts made before RDMA devices were simulated
         kinds = {f.name: f.type for f in fields(cls)}
         if (
             not isinstance(data, dict)

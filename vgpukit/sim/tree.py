@@ -266,10 +266,13 @@ class SimTree:
         target = self.device_dir(bdf) / "driver"
         return os.path.basename(os.readlink(target)) if os.path.lexists(target) else None
 
-    def bind(self, bdf: str, driver: str) -> None:
+    def bind(self, bdf: str, driver: str, rdma: str | None = None) -> None:
+        """Bind; ``rdma``: the RDMA device this driver registers for it (``infiniband/mlx5_0``)."""
         d = self.device_dir(bdf)
         self.link(d / "driver", self.driver_dir(driver))
         self.link(self.driver_dir(driver) / bdf, d)
+        if rdma is not None:
+            self.write_attr(d / "infiniband" / rdma / "node_type", "1: CA")
         if driver == "vfio-pci":
             group = os.path.basename(os.readlink(d / "iommu_group"))
             self.make_devnode(self.devnode("vfio", group), 243, int(group))
@@ -281,6 +284,8 @@ class SimTree:
         d = self.device_dir(bdf)
         self.unlink(d / "driver")
         self.unlink(self.driver_dir(drv) / bdf)
+        if os.path.isdir(d / "infiniband"):  # the driver's RDMA devices go with it
+            self.remove_tree(d / "infiniband")
         if drv == "vfio-pci":
             group = os.path.basename(os.readlink(d / "iommu_group"))
             members = (self.group_dir(int(group)) / "devices").iterdir()
