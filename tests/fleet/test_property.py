@@ -59,13 +59,28 @@ def a100_config(draw: st.DrawFn) -> dict[str, Any]:
         cfg["mig"] = "m"
         layouts = [draw(st.sampled_from([None, *MIG_LAYOUTS])) for _ in gpus]
         cfg["_mig"] = [
-            {"devices": [g], "mig-enabled": lay is not None} | ({"mig-devices": lay} if lay else {})
+            {"devices": [g], "mig-enabled": lay is not None} | ({"mig-devices": lay} if lay is not None else {})
             for g, lay in zip(gpus, layouts, strict=True)
         ]
     if draw(st.booleans()):
         share = draw(st.integers(1, 100))
         cfg["qos"] = {"gpus": {"gpu0": {"policy": "fixed-share", "tenants": {"a": {"share": share, "pids": [4242]}}}}}
     return cfg
+
+
+@st.composite
+def mixed_config(draw: st.DrawFn) -> dict[str, Any]:
+    """mixed-a100-t4: MIG on the two A100s (NVML 0, 2); the T4 (1) may only be asked for MIG off."""
+    gpus = draw(st.lists(st.integers(0, 2), unique=True, max_size=3))
+    if not gpus:
+        return {}
+    entries = []
+    for g in gpus:
+        lay = None if g == 1 else draw(st.sampled_from([None, *MIG_LAYOUTS]))
+        entries.append(
+            {"devices": [g], "mig-enabled": lay is not None} | ({"mig-devices": lay} if lay is not None else {})
+        )
+    return {"mig": "m", "_mig": entries}
 
 
 @st.composite
@@ -98,10 +113,16 @@ def document(cfg: dict[str, Any]) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-PROFILES = {"qemu-guest": guest_config(), "hgx-a100": a100_config(), "t4-mdev": t4_config(), "h100-vgpu": h100_config()}
+PROFILES = {
+    "mixed-a100-t4": mixed_config(),
+    "qemu-guest": guest_config(),
+    "hgx-a100": a100_config(),
+    "t4-mdev": t4_config(),
+    "h100-vgpu": h100_config(),
+}
 # kept small (the suite's time budget); VGPUKIT_FUZZ_EXAMPLES=10 runs ten times as many
 SCALE = float(os.environ.get("VGPUKIT_FUZZ_EXAMPLES", "1"))
-BASE = {"qemu-guest": 5, "hgx-a100": 3, "t4-mdev": 3, "h100-vgpu": 3}
+BASE = {"mixed-a100-t4": 3, "qemu-guest": 5, "hgx-a100": 3, "t4-mdev": 3, "h100-vgpu": 3}
 EXAMPLES = {p: max(1, int(n * SCALE)) for p, n in BASE.items()}
 
 

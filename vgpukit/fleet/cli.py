@@ -40,7 +40,7 @@ config_option = click.option(
 def _mig_planner(app: App, source: str) -> plan.MigPlanner:
     def mig(entries: list[migconfig.Entry]) -> list[Step]:
         from ..mig.common_cli import nvml_of
-        from ..mig.config_cli import build_plans
+        from ..mig.migparted import build_plans
 
         return [s for p in build_plans(Scan(app.host), nvml_of(app), entries, source, True) for s in p.steps]
 
@@ -136,14 +136,17 @@ def export_cmd(app: App, name: str) -> None:
 
 
 def _mig_export(app: App) -> list[dict[str, Any]] | None:
+    """mig-parted's export of this host (vgpukit mig export's own), when it has a MIG-capable GPU."""
     from ..mig.common_cli import nvml_of
-    from ..mig.config_cli import _export_gpu  # mig export's own per-GPU reading, not a copy
+    from ..mig.migparted import export_entries
 
     try:
         nvml = nvml_of(app)
     except Unsupported:
         return None
-    return [{"devices": [g.index], **_export_gpu(nvml, g)} for g in nvml.gpus() if g.mig_capable]
+    if not any(g.mig_capable for g in nvml.gpus()):
+        return None
+    return export_entries(Scan(app.host), nvml)
 
 
 # ----------------------------------------------------------------------------- boot unit

@@ -165,24 +165,20 @@ class _Walker:
         return out
 
 
-def _mig_text(text: str, root: yaml.MappingNode) -> str:
-    """The file with everything but its ``mig-configs`` section blanked (line numbers kept), as a
-    mig-parted v1 file for mig-parted's reader."""
-    lines = text.split("\n")
-    keep: set[int] = set()
-    spare = None
+def _mig_configs(source: str, root: yaml.MappingNode) -> dict[str, list[migconfig.Entry]]:
+    """The ``mig-configs`` section, each config read by mig-parted's own entry reader."""
+    out: dict[str, list[migconfig.Entry]] = {}
     for k, v in root.value:
-        span = range(k.start_mark.line, max(v.end_mark.line, k.start_mark.line) + 1)
-        if _value(k) == "mig-configs":
-            keep.update(span)
-        elif spare is None:
-            spare = k.start_mark.line
-    out = [line if i in keep else "" for i, line in enumerate(lines)]
-    if spare is None:  # only mig-configs: put the version after it
-        out.append("")
-        spare = len(out) - 1
-    out[spare] = "version: v1"
-    return "\n".join(out)
+        if _value(k) != "mig-configs":
+            continue
+        for nk, nv in v.value:
+            name = _value(nk)
+            if not isinstance(name, str) or not SAFE_NAME.match(name):
+                raise _err(source, nk, "a name under mig-configs must be a plain name (A-Z a-z 0-9 _ . + -)")
+            if name in out:
+                raise _err(source, nk, "duplicate key in mig-configs")
+            out[name] = migconfig.parse_entries(nv, source)
+    return out
 
 
 @dataclass
@@ -250,7 +246,7 @@ def parse(text: str, source: str) -> Document:
     walker = _Walker(source)
     doc = walker.check(root, walker.schema, "the document")
     assert isinstance(root, yaml.MappingNode)
-    mig = migconfig.parse(_mig_text(text, root), source) if "mig-configs" in doc else {}
-    if doc["version"] == "v1" and "configs" in doc:
-        raise _err(source, root, "configs needs version: vgpukit.host/v1 (version v1 is a mig-parted file)")
+    mig = _mig_configs(source, root)
+    if doc["version"] == "v1" and ("configs" in doc or not mig):
+        raise _err(source, root, "a version v1 (mig-parted) file has mig-configs only; configs needs vgpukit.host/v1")
     return Document(source, doc.get("configs", {}), mig, doc["version"] == SCHEMA)
