@@ -27,29 +27,60 @@ def _paths(sim_dir: Path) -> tuple[Path, Path]:
     return base / STATE_FILE, base / LOCK_FILE
 
 
-@contextmanager
-def _locked(sim_dir: Path, write: bool) -> Iterator[dict[str, Any]]:
-    state_path, lock_path = _paths(sim_dir)
-    if not state_path.exists():
-        raise NotFound(f"{sim_dir} has no simulated NVML driver", path=str(state_path))
-    with open(lock_path, "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
-        try:
-            state: dict[str, Any] = read_state(Path(sim_dir), state_path)
-            if not _shape_ok(state, _STATE):
-                raise corrupt(Path(sim_dir), state_path)
+class Store:
+    """``nvml.json`` of one simulated host, held for the life of a :class:`~vgpukit.nvml.sim.SimNvml`:
+    read again only when its stamp (inode, size, mtime) shows another process saved it since."""
+
+    def __init__(self, sim_dir: Path) -> None:
+        self.sim_dir = Path(sim_dir)
+        self.state: dict[str, Any] | None = None
+        self.stamp: tuple[int, int, int] | None = None
+
+    @contextmanager
+    def locked(self, write: bool) -> Iterator[dict[str, Any]]:
+        state_path, lock_path = _paths(self.sim_dir)
+        if not state_path.exists():
+            raise NotFound(f"{self.sim_dir} has no simulated NVML driver", path=str(state_path))
+        with open(lock_path, "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
             try:
-                yield state
-            except BaseException:
-                # a failed call changes nothing, except the fault counters it went through
-                if write and state.pop("_faults_touched", False):
+                state = self._current(state_path)
+                try:
+                    yield state
+                except BaseException:
+                    self.state = None  # the failed call may have changed it; read it again next time
+                    # a failed call changes nothing, except the fault counters it went through
+                    if write and state.pop("_faults_touched", False):
+                        _save(state_path, state)
+                    raise
+                state.pop("_faults_touched", None)
+                if write:
                     _save(state_path, state)
-                raise
-            state.pop("_faults_touched", None)
-            if write:
-                _save(state_path, state)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+                    self.stamp = _stamp(state_path)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _current(self, state_path: Path) -> dict[str, Any]:
+        now = _stamp(state_path)
+        if self.state is None or now != self.stamp:
+            state: dict[str, Any] = read_state(self.sim_dir, state_path)
+            if not _shape_ok(state, _STATE):
+                raise corrupt(self.sim_dir, state_path)
+            self.state, self.stamp = state, now
+        return self.state
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _locked(sim_dir: Path, write: bool) -> Any:
+    """One call's state, read for it (the host controls at the bottom of :mod:`vgpukit.nvml.sim`)."""
+    return Store(sim_dir).locked(write)
 
 
 # The state file's shape (types of the keys the driver logic reads), checked at every load so a
