@@ -97,7 +97,7 @@ def recover(root: Path) -> str | None:
 class SimKernel:
     def __init__(self, root: Path) -> None:
         self.root = Path(os.path.realpath(root))
-        self.reactions = load_reactions()
+        self._reactions: list[Reaction] | None = None  # imported at the first write: a read needs none
         # Crash testing: the process kills itself (SIGKILL) just before its Nth control-file write,
         # as a power cut or kill -9 between two writes would on a real host.
         crash = os.environ.get(CRASH_ENV, "")
@@ -184,6 +184,12 @@ class SimKernel:
             finally:
                 os.close(fd)
         self.stamp = stamp(self.root)
+
+    @property
+    def reactions(self) -> list[Reaction]:
+        if self._reactions is None:
+            self._reactions = load_reactions()
+        return self._reactions
 
     def _react(self, w: Write) -> None:
         for reaction in self.reactions:

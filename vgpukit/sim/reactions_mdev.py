@@ -19,7 +19,7 @@ from typing import Any
 
 from .holders import holders_of
 from .kernel import Reaction, Write, fail
-from .tree import WO, SimTree
+from .tree import WO, SimTree, read_attr
 
 UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
@@ -31,11 +31,11 @@ def mdev_bus(w: Write) -> Path:
 def _parent_of_types(types_dir: Path, w: Write) -> str | None:
     """The mdev_bus name of a parent directory, found through /sys/class/mdev_bus links."""
     cls = w.root / "sys" / "class" / "mdev_bus"
-    real = os.path.realpath(types_dir.parent)
-    if os.path.realpath(cls / types_dir.parent.name) == real:
+    real = w.tree.resolve(types_dir.parent)
+    if w.tree.resolve(cls / types_dir.parent.name) == real:
         return types_dir.parent.name  # the usual case: a parent is registered under its device name
     for name in os.listdir(cls) if cls.is_dir() else []:
-        if os.path.realpath(cls / name) == real:
+        if w.tree.resolve(cls / name) == real:
             return name
     return None
 
@@ -78,7 +78,7 @@ def refresh_available(tree: SimTree, parent_dir: Path, pool: dict[str, Any]) -> 
 
 def _read_int(path: Path) -> int | None:
     try:
-        return int(path.read_text())
+        return int(read_attr(path))
     except (OSError, ValueError):
         return None
 
@@ -101,7 +101,7 @@ def create(w: Write) -> None:
         raise fail(errno.ENODEV)
     if os.path.lexists(mdev_bus(w) / "devices" / uid):
         raise fail(errno.EEXIST)
-    if int((type_dir / "available_instances").read_text()) < 1:
+    if int(read_attr(type_dir / "available_instances")) < 1:
         raise fail(errno.ENOSPC)
     d = parent_dir / uid
     if os.path.lexists(d):

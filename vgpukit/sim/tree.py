@@ -101,6 +101,10 @@ class SimTree:
             self.real_dirs.add(path)
         return path
 
+    def resolve(self, path: Path) -> str:
+        """``path``'s real path (``os.path.realpath``, with what this tree already resolved)."""
+        return self._realpath(str(path))
+
     def _check(self, real: str, path: Path) -> str:
         if not real.startswith(str(self.root) + os.sep):
             raise InvalidInput(
