@@ -101,3 +101,24 @@ def test_another_process_change_is_seen(tmp_path: Path) -> None:
     h2.write(h2.pci_driver("vfio-pci", "new_id"), "abcd ef01")  # second loads the state first wrote
     h1.write(h1.pci_driver("vfio-pci", "remove_id"), "abcd ef01")  # first sees what second wrote
     assert KernelState.load(sim).driver_ids["vfio-pci"][:1] == ["1234:5678"]
+
+
+def test_an_nvml_call_saves_its_gpu_not_the_whole_driver_state(tmp_path: Path) -> None:
+    """The simulated driver appends the GPU a call changed; its held state is the state on disk."""
+    from vgpukit.nvml.sim import SimNvml
+    from vgpukit.nvml.sim_state import Store
+
+    sim = fresh(tmp_path, "hgx-a100")
+    meta = sim_meta_dir(sim)
+    nvml, other = SimNvml(sim), SimNvml(sim)
+    ino = os.stat(meta / "nvml.json").st_ino
+    nvml.set_mig_mode(0, True)
+    nvml.reset_gpu(0)
+    gi = nvml.create_gpu_instance(0, nvml.gi_profiles(0)[0].id)
+    assert os.stat(meta / "nvml.json").st_ino == ino, "nvml.json was rewritten for one GPU's change"
+    assert len((meta / "nvml.0.jsonl").read_text().splitlines()) == 3
+    assert [g.id for g in other.gpu_instances(0)] == [gi.id]  # another process sees the lines
+    other.destroy_gpu_instance(0, gi.id)
+    assert nvml.gpu_instances(0) == []  # and this one sees the other's change
+    with Store(sim).locked(write=False) as on_disk:
+        assert nvml.store.state is not None and on_disk["gpus"] == nvml.store.state["gpus"]

@@ -112,11 +112,11 @@ class SimNvml:
     def _read(self) -> Any:
         return self.store.locked(write=False)
 
-    def _write(self) -> Any:
+    def _write(self, gpu: int) -> Any:
         self.changes += 1
         if self.crash_at and self.changes >= self.crash_at:
             os.kill(os.getpid(), signal.SIGKILL)
-        return self.store.locked(write=True)
+        return self.store.locked(write=True, gpu=gpu)
 
     # ------------------------------------------------------------------ devices and mode
     def gpus(self) -> list[NvmlGpu]:
@@ -152,7 +152,7 @@ class SimNvml:
             return bool(g["mig_current"]), bool(g["mig_pending"])
 
     def set_mig_mode(self, gpu: int, enabled: bool) -> bool:
-        with self._write() as state:
+        with self._write(gpu) as state:
             g = _gpu(state, gpu)
             m = _model(g)
             _check_fault(state, "SetMigMode", gpu)
@@ -167,7 +167,7 @@ class SimNvml:
             return True
 
     def reset_gpu(self, gpu: int) -> None:
-        with self._write() as state:
+        with self._write(gpu) as state:
             g = _gpu(state, gpu)
             _check_fault(state, "ResetGpu", gpu)
             if g["clients"]:
@@ -206,7 +206,7 @@ class SimNvml:
             return [_gi_record(gi) for gi in sorted(g["gis"], key=lambda x: x["id"])]
 
     def create_gpu_instance(self, gpu: int, profile_id: int, start: int | None = None) -> GpuInstance:
-        with self._write() as state:
+        with self._write(gpu) as state:
             g = _gpu(state, gpu)
             m = _mig_on(g)
             p = _gi_profile(m, g, profile_id)
@@ -228,7 +228,7 @@ class SimNvml:
             return _gi_record(gi)
 
     def destroy_gpu_instance(self, gpu: int, gi_id: int) -> None:
-        with self._write() as state:
+        with self._write(gpu) as state:
             g = _gpu(state, gpu)
             _mig_on(g)
             gi = _find_gi(g, gi_id)
@@ -253,7 +253,7 @@ class SimNvml:
             return tables.ci_profiles(self._gi_profile(g, _find_gi(g, gi_id)))
 
     def create_compute_instance(self, gpu: int, gi_id: int, profile: int, start: int | None = None) -> ComputeInstance:
-        with self._write() as state:
+        with self._write(gpu) as state:
             g = _gpu(state, gpu)
             _mig_on(g)
             gi = _find_gi(g, gi_id)
@@ -281,7 +281,7 @@ class SimNvml:
             return ComputeInstance(ci_id, gi_id, profile, cp.slices, start, mig_uuid)
 
     def destroy_compute_instance(self, gpu: int, gi_id: int, ci_id: int) -> None:
-        with self._write() as state:
+        with self._write(gpu) as state:
             g = _gpu(state, gpu)
             _mig_on(g)
             gi = _find_gi(g, gi_id)

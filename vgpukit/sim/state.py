@@ -69,14 +69,14 @@ def corrupt(root: Path, path: Path, what: str = "corrupt") -> InvalidInput:
 def read_state(root: Path, path: Path) -> Any:
     """A JSON state file of the simulated host in ``root``: a regular file inside it, parsed with
     the size and nesting limits of every document; anything else is :func:`corrupt`."""
-    data = _read_bytes(root, path)
+    data = read_state_bytes(root, path)
     try:
         return load_json(data, str(path), max_bytes=MAX_STATE_BYTES)
     except InvalidInput:
         raise corrupt(root, path) from None
 
 
-def _read_bytes(root: Path, path: Path) -> bytes:
+def read_state_bytes(root: Path, path: Path) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
     except FileNotFoundError:
@@ -179,7 +179,7 @@ class KernelState:
         log = sim_meta_dir(root) / CHANGES
         if isinstance(data, dict) and os.path.lexists(log):
             path = log
-            for n, line in enumerate(_read_bytes(root, log).splitlines(), 1):
+            for n, line in enumerate(read_state_bytes(root, log).splitlines(), 1):
                 try:
                     rec = load_json(line, f"{log} line {n}", max_bytes=MAX_STATE_BYTES)
                 except InvalidInput:
