@@ -149,10 +149,10 @@ class Host(SysfsLayout):
     def is_dir(self, path: Path | str) -> bool:
         return os.path.isdir(path)
 
-    def _real_dir(self, directory: str) -> str:
+    def _real_dir(self, directory: str, depth: int = 0) -> str:
         """Where ``directory`` really is, refused outside the root. Resolved component by component
         from the root and remembered for the command: an lstat per new component, a readlink only
-        where one is a symlink, and no open (a read command opens each file once)."""
+        where one is a symlink (its target resolved the same way), and no open."""
         real = self._real_dirs.get(directory)
         if real is not None:
             return real
@@ -162,16 +162,24 @@ class Host(SysfsLayout):
             real = _real_path(directory)
         else:
             parent, name = os.path.split(directory)
-            real = os.path.join(self._real_dir(parent), name)
+            real = os.path.join(self._real_dir(parent, depth), name)
             try:
                 if stat.S_ISLNK(os.lstat(real).st_mode):
-                    real = os.path.realpath(real)
+                    real = self._follow(real, depth)
             except OSError:
                 pass  # missing: opening it will say so
         if not self._inside(real):
             raise self._outside(directory)
         self._real_dirs[directory] = real
         return real
+
+    def _follow(self, link: str, depth: int) -> str:
+        """A symlink's real target: its text joined to its (real) directory, then resolved like any path."""
+        text = os.readlink(link)
+        target = os.path.normpath(os.path.join(os.path.dirname(link), text))
+        if depth > 40 or not target.startswith(self._real_root + "/") or ".." in text.lstrip("./").split("/"):
+            return os.path.realpath(link)  # leaves the root, or ".." after a name that may be a link
+        return self._real_dir(self._root_text + target[len(self._real_root) :], depth + 1)
 
     def _open_contained(self, path: Path | str, flags: int) -> int:
         """Open ``path`` for reading, refusing it when it resolves outside the root.
