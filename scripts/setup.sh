@@ -5,10 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages: Python + venv + compiler (wheels that build), libvirt client library and schemas
-# (libvirt-python extra, virt-xml-validate). The real-kernel tests' own packages (qemu, busybox,
-# cpio, kmod, xz-utils, kernel headers) are installed by tests/realkernel/harness.py when it runs.
+# (libvirt-python extra, virt-xml-validate), podman + runc + a static busybox (the CDI specs are
+# proven by running containers: tests/attach/test_podman.py). The real-kernel tests' own packages
+# (qemu, cpio, kmod, xz-utils, kernel headers) are installed by tests/realkernel/harness.py when it runs.
 APT_PACKAGES=(python3 python3-venv python3-dev gcc make pkg-config
-              libvirt-dev libvirt-clients libvirt0 libxml2-utils)
+              libvirt-dev libvirt-clients libvirt0 libxml2-utils
+              podman runc busybox-static)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   # exactly "install ok installed" ("deinstall ok config-files", "unknown ok not-installed" are not)

@@ -32,7 +32,7 @@ from typing import TypeVar
 
 from .errors import InvalidInput, NotFound, OutsideRoot, from_oserror
 from .host_layout import SysfsLayout
-from .hostio import Change, KernelPort, RealKernel, _real_path, fsync_dir
+from .hostio import Change, KernelPort, ProgramResult, RealKernel, _real_path, fsync_dir, run_program
 from .inputs import MAX_DOC_BYTES, check_component
 
 log = logging.getLogger("vgpukit.host")
@@ -370,6 +370,13 @@ class Host(SysfsLayout):
         if not self.contains(os.path.dirname(os.path.abspath(path))):
             raise self._outside(path)
         return str(path)
+
+    def run_program(self, path: Path, args: list[str], stdin: str | None, timeout: float) -> ProgramResult:
+        """Run the program at ``path`` (a hook script under the root, e.g. /etc/mdevctl.d/scripts.d),
+        refused when it resolves outside the root; VGPUKIT_ROOT tells it which host it acts on."""
+        self.check_inside(path)
+        log.debug("run %s %s", self.display(path), " ".join(args))
+        return run_program([str(path), *args], stdin, {"VGPUKIT_ROOT": str(self.root)}, timeout)
 
     # ----------------------------------------------------------------- changes
     def _change(self, change: Change, target: Path, apply: Callable[[], None]) -> None:

@@ -22,6 +22,7 @@ SRIOV_STRIDE = "sriov_stride"
 SRIOV_VF_DEVICE = "sriov_vf_device"
 SRIOV_AUTOPROBE = "sriov_drivers_autoprobe"
 VFIO_DEV = "vfio-dev"  # the VFIO device cdev directory of a bound function
+INFINIBAND = "infiniband"  # on an RDMA-capable function: one directory per RDMA device (mlx5_0)
 MDEV_TYPES = "mdev_supported_types"  # on a parent: one directory per type
 MDEV_TYPE = "mdev_type"  # on an mdev: link to its type directory
 

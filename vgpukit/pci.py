@@ -18,6 +18,7 @@ from .host import Host
 from .host_layout import (
     DRIVER,
     DRIVER_OVERRIDE,
+    INFINIBAND,
     IOMMU_GROUP,
     MDEV_TYPES,
     PHYSFN,
@@ -272,6 +273,11 @@ def _name(host: Host, bdf: str, vendor: str, device: str) -> str:
     from .udev import hwdb_name
 
     return hwdb_name(bdf) or pci_names.device_name(vendor, device)
+
+
+def rdma_devices(host: Host, bdf: str) -> list[str]:
+    """The RDMA devices (``mlx5_0``) the function's driver registered, as ``/sys/class/infiniband`` names them."""
+    return host.listdir(host.pci_device(bdf) / INFINIBAND)
 
 
 def list_bdfs(host: Host) -> list[str]:

@@ -10,6 +10,7 @@ upstream port is a downstream port. Relationships use ``nvidia-smi topo -m`` voc
 * ``PHB``  through one PCIe host bridge (same root complex)
 * ``NODE`` across host bridges within one NUMA node
 * ``SYS``  across NUMA nodes (the SMP interconnect)
+* ``NV#``  a bonded set of # NVLinks (:func:`nvlink_counts`), shown instead of the PCIe path
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .nvml.model import NvLink
 from .pci import PciDevice
 
 RANK = {"X": 0, "PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
@@ -107,3 +109,43 @@ def build_tree(devices: list[PciDevice]) -> list[Node]:
 def matrix(rows: list[PciDevice], cols: list[PciDevice], all_devices: list[PciDevice]) -> list[list[str]]:
     roles = port_roles(all_devices)
     return [[relation(a, b, roles) for b in cols] for a in rows]
+
+
+def nvlink_counts(links: dict[str, list[NvLink]]) -> dict[tuple[str, str], int]:
+    """(GPU BDF, GPU BDF) -> number of NVLinks joining them, from each GPU's active links.
+
+    A link whose remote end is the other GPU counts once. Through NVSwitches, two GPUs reach each
+    other over every switch both are wired to, with as many links as the less-connected of the two
+    has on that switch (an HGX A100: two links from every GPU to each of six switches = NV12).
+    """
+    per_switch: dict[str, dict[str, int]] = {}
+    for gpu, gl in links.items():
+        counts: dict[str, int] = {}
+        for k in gl:
+            if k.remote_type == "switch":
+                counts[k.remote_bdf] = counts.get(k.remote_bdf, 0) + 1
+        per_switch[gpu] = counts
+    out: dict[tuple[str, str], int] = {}
+    for a in links:
+        for b in links:
+            if a == b:
+                continue
+            direct = sum(1 for k in links[a] if k.remote_type == "gpu" and k.remote_bdf == b)
+            sa, sb = per_switch[a], per_switch[b]
+            switched = sum(min(n, sb[s]) for s, n in sa.items() if s in sb)
+            if direct + switched:
+                out[(a, b)] = direct + switched
+    return out
+
+
+def gpudirect(
+    gpus: list[PciDevice], nics: list[PciDevice], all_devices: list[PciDevice]
+) -> dict[str, list[tuple[str, str]]]:
+    """GPU BDF -> [(NIC BDF, PIX|PXB)], nearest first: the NICs behind a PCIe switch shared with the GPU,
+    where GPUDirect RDMA moves data peer to peer without crossing the CPU's host bridge."""
+    roles = port_roles(all_devices)
+    out: dict[str, list[tuple[str, str]]] = {}
+    for g in gpus:
+        near = [(n.bdf, r) for n in nics if (r := relation(g, n, roles)) in ("PIX", "PXB")]
+        out[g.bdf] = sorted(near, key=lambda item: RANK[item[1]])
+    return out

@@ -47,7 +47,7 @@ def test_schema_check_can_fail() -> None:
 
 def test_generate_vfs_on_sim(sim_dir: Path, run_cli: Run) -> None:
     make_vfs(sim_dir)
-    res = run_cli(sim_dir, "cdi", "generate", "--json")
+    res = run_cli(sim_dir, "cdi", "generate", "--class", "vf", "--json")
     assert res.exit_code == 0, res.stderr
     doc = as_json(res)
     assert doc["schema"] == "vgpukit.cdi/v1" and doc["changed"] is True
@@ -55,13 +55,15 @@ def test_generate_vfs_on_sim(sim_dir: Path, run_cli: Run) -> None:
     spec = yaml.safe_load((sim_dir / "etc/cdi/vgpukit-vf.yaml").read_text())
     validate_cdi(spec)
     assert spec["kind"] == "vgpukit.io/vf"
-    assert [d["name"] for d in spec["devices"]] == [NIC_VF, NIC_VF2]
+    assert [d["name"] for d in spec["devices"]] == [NIC_VF, NIC_VF2, "all"]
     nodes = spec["devices"][0]["containerEdits"]["deviceNodes"]
+    all_nodes = spec["devices"][2]["containerEdits"]["deviceNodes"]
+    assert len(all_nodes) == 3 and all_nodes[0] == nodes[0]  # /dev/vfio/vfio once, then both groups
     group = (sim_dir / "sys/bus/pci/devices" / NIC_VF / "iommu_group").readlink().name
     assert [n["path"] for n in nodes] == ["/dev/vfio/vfio", f"/dev/vfio/{group}"]
     # simulated nodes are plain files, so no major/minor (the runtime stats the node itself)
     assert all("major" not in n and "minor" not in n for n in nodes)
-    again = as_json(run_cli(sim_dir, "cdi", "generate", "--json"))
+    again = as_json(run_cli(sim_dir, "cdi", "generate", "--class", "vf", "--json"))
     assert again["changed"] is False and again["plan"] == []
 
 
@@ -116,7 +118,7 @@ def test_vfio_device_without_group_node_is_skipped(fake: FakeHost) -> None:
     assert any("/dev/vfio/7 is missing" in w for w in warnings)
     fake.file("dev/vfio/7", "")
     specs, _ = cdi.collect(Host(fake.root), None, ("vf", "pci"))
-    assert [d.name for d in specs[0].devices] == ["0000:3b:00.4"] and specs[1].devices == []
+    assert [d.name for d in specs[0].devices] == ["0000:3b:00.4", "all"] and specs[1].devices == []
 
 
 # ----------------------------------------------------------------------------- MIG
@@ -176,15 +178,16 @@ def test_mig_specs(fake: FakeHost) -> None:
     specs, _ = cdi.collect(host, nvml, ("mig",))
     doc = specs[0].to_dict()
     validate_cdi(doc)
-    dev = doc["devices"][2]
-    assert dev["name"] == "MIG-3333"
-    assert dev["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=MIG-3333"]
+    # nvidia-ctk's names: <gpu index>:<MIG index> and the UUID, then all
+    assert [d["name"] for d in doc["devices"]] == ["1:0", "MIG-11111111-1111-1111-1111-111111111111", "1:1",
+                                                   "MIG-2222", "1:2", "MIG-3333", "all"]  # fmt: skip
+    dev = doc["devices"][5]
+    assert dev["name"] == "MIG-3333" and "env" not in dev["containerEdits"]  # NVIDIA_VISIBLE_DEVICES=void spec-wide
     nodes = dev["containerEdits"]["deviceNodes"]
     assert [n["path"] for n in nodes] == [
-        "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia1",
-        "/dev/nvidia-caps/nvidia-cap156", "/dev/nvidia-caps/nvidia-cap158",
+        "/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap156", "/dev/nvidia-caps/nvidia-cap158",
     ]  # fmt: skip
-    assert (nodes[3]["major"], nodes[3]["minor"]) == (237, 156)
+    assert (nodes[1]["major"], nodes[1]["minor"]) == (237, 156)  # missing node: numbers from /proc/devices
     assert "major" not in nodes[0]  # no node, no /proc/devices entry: the runtime reads it from the host
 
 
@@ -212,11 +215,12 @@ def test_mig_on_simulator(sim_dir: Path, run_cli: Run) -> None:
     assert res.exit_code == 0, res.stderr
     spec = yaml.safe_load((sim_dir / "etc/cdi/vgpukit-mig.yaml").read_text())
     validate_cdi(spec)
-    (dev,) = spec["devices"]
-    assert dev["name"] == ci.uuid
+    (index, dev, _all) = spec["devices"]
+    assert dev["name"] == ci.uuid and index["name"] == "1:0" and _all["name"] == "all"
     paths = [n["path"] for n in dev["containerEdits"]["deviceNodes"]]
+    paths += [n["path"] for n in spec["containerEdits"]["deviceNodes"]]
     gi_minor = 3 + 135 * 1 + 9 * gi.id  # the driver's formula (docs/mig.md), read here from mig-minors
-    assert paths[2:] == [
+    assert paths[:3] == [
         "/dev/nvidia1",
         f"/dev/nvidia-caps/nvidia-cap{gi_minor}",
         f"/dev/nvidia-caps/nvidia-cap{gi_minor + 1}",

@@ -18,7 +18,15 @@ from tests.conftest import invoke
 from . import json_scenarios
 
 ROOT = Path(__file__).resolve().parents[2]
-EMITTERS = {"emit", "emit_result", "json_doc", "run_plans", "_report"}  # each takes the kind as a string
+EMITTERS = {
+    "emit",
+    "emit_result",
+    "json_doc",
+    "run_plans",
+    "report_plans",
+    "_report",
+    "report",
+}  # each takes the kind as a string
 
 
 def schema_files() -> dict[str, dict[str, Any]]:

@@ -29,15 +29,18 @@ def go(p: subprocess.Popen[str]) -> None:
     p.stdin.flush()
 
 
-def preemption_ms(cuda: Cuda, tmp_path: Path, window: dict[str, str]) -> float:
+def preemption_ms(cuda: Cuda, tmp_path: Path, window: dict[str, str], program: str = "launch", **extra: str) -> float:
+    """An offline tenant queues KERNELS x MS ms, then an online one's 1 ms kernel: its latency.
+    ``program``: ``launch`` (linked with the emulator) or ``ptxspin`` (its PTX kernel, ``extra`` env)."""
     daemon = DaemonProc(tmp_path).start()
     env = {
         "VGPUKIT_EMU_SHM": str(tmp_path / "device"),
         "VGPUKIT_QOS_GPU": "gpu0",
         "VGPUKIT_QOS_SOCKET": str(daemon.host.state_dir("qos", "demand.sock")),
+        **extra,
     }
-    batch = gated(cuda, "batch", "launch", "drain", str(KERNELS), str(MS), **env, **window)
-    web = gated(cuda, "web", "launch", "probe", "1", **env)
+    batch = gated(cuda, "batch", program, "drain", str(KERNELS), str(MS), **env, **window)
+    web = gated(cuda, "web", program, "probe", "1", **env)
     try:
         for name, p, cls in (("batch", batch, "offline"), ("web", web, "online")):
             daemon.req(op="tenant-add", gpu="gpu0", name=name, tenant={"class": cls, "share": 50, "pids": [p.pid]})

@@ -46,3 +46,27 @@ def test_udev_rule_starts_the_per_parent_unit(qemu_sim: Path, run_cli: Run) -> N
     run_cli(qemu_sim, "mdev", "define", "--parent", "mtty", "--type", "mtty-1", "--uuid", U1, "--auto")
     r = run_cli(qemu_sim, *_vgpukit_args(unit["Service"]["ExecStart"], "mtty"), "--json")
     assert r.exit_code == 0 and [x["uuid"] for x in as_json(r)["results"]] == [U1]
+
+
+def test_mdevctl_and_lsmdev_shims_run_vgpukit(qemu_sim: Path) -> None:
+    """templates/bin/{mdevctl,lsmdev}, as installed: real processes finding vgpukit on PATH."""
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+        "VGPUKIT_SIM": str(qemu_sim),
+    }
+
+    def shim(name: str, *args: str) -> str:
+        proc = subprocess.run([TEMPLATES / "bin" / name, *args], env=env, capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    new = shim("mdevctl", "start", "-p", "mtty", "-t", "mtty-1").strip()
+    assert shim("lsmdev") == f"{new} mtty mtty-1 manual\n\n"
+    assert shim("mdevctl", "list", "--dumpjson", "-u", new) == (
+        '{\n  "mdev_type": "mtty-1",\n  "start": "manual",\n  "attrs": []\n}\n'
+    )

@@ -15,6 +15,7 @@ import pynvml as _real
 
 from vgpukit.nvml.errors import NvmlError
 from vgpukit.nvml.sim import SimNvml
+from vgpukit.nvml.sim_state import _locked
 
 c_nvmlGpuInstancePlacement_t = _real.c_nvmlGpuInstancePlacement_t
 c_nvmlComputeInstancePlacement_t = _real.c_nvmlComputeInstancePlacement_t
@@ -89,6 +90,35 @@ class Shim:
     def nvmlDeviceGetPciInfo(self, h: Any) -> Any:
         g = self.sim.gpus()[h[1]]
         return SimpleNamespace(busId=("0000" + g.bdf.upper()).encode(), pciDeviceId=g.pci_device_id or 0)
+
+    def _links(self, h: Any) -> list[dict[str, Any]]:
+        """The simulated driver's raw link table (inactive links too), as the driver holds it."""
+        with _locked(self.sim.sim_dir, write=False) as state:
+            return list(state["gpus"][h[1]].get("nvlinks") or [])
+
+    def _link(self, h: Any, link: int) -> dict[str, Any]:
+        links = self._links(h)
+        if not links:
+            raise NVMLError(NOT_SUPPORTED)
+        hit = [k for k in links if k["link"] == link]
+        if not hit:
+            raise NVMLError(2)  # INVALID_ARGUMENT: no such link on this GPU
+        return hit[0]
+
+    def nvmlDeviceGetNvLinkState(self, h: Any, link: int) -> int:
+        return int(self._link(h, link)["active"])
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h: Any, link: int) -> Any:
+        return SimpleNamespace(busId=("0000" + self._link(h, link)["remote"].upper()).encode())
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, h: Any, link: int) -> int:
+        return {"gpu": 0, "ibmnpu": 1, "switch": 2}.get(self._link(h, link)["type"], 0xFF)
+
+    def nvmlDeviceGetNumaNodeId(self, h: Any) -> int:
+        node = self.sim.gpu_links()[h[1]].numa_id
+        if node is None:
+            raise NVMLError(NOT_SUPPORTED)
+        return node
 
     def nvmlDeviceGetUUID(self, h: Any) -> str:
         if h[0] == "mig":

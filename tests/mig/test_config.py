@@ -60,7 +60,8 @@ def test_parse() -> None:
     configs = config.parse(CONFIG, "c.yaml")
     assert list(configs) == ["all-disabled", "balanced", "other-model"]
     e = configs["balanced"][1]
-    assert (e.line, e.devices, e.device_filter, e.mig_devices) == (13, [2], [0x20B010DE], {"1c.3g.20gb": 3})
+    assert (e.line, e.devices, e.mig_devices) == (13, [2], {"1c.3g.20gb": 3})
+    assert e.device_filter == [config.DeviceId(0x20B0, 0x10DE)]
     assert configs["all-disabled"][0].devices is None
 
 

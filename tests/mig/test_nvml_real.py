@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +38,7 @@ def _exercise(n: RealNvml) -> None:
     n.destroy_gpu_instance(0, gi2.id)
     n.destroy_gpu_instance(0, gi.id)
     n.set_mig_mode(0, True)
+    n.gpu_links()
     assert gpus
 
 
@@ -47,6 +49,10 @@ def _nvml_functions(shim: Shim) -> list[str]:
 def test_every_failing_nvml_call_is_a_vgpukit_error(sim_factory: Callable[..., Path]) -> None:
     sim = sim_factory(["A100-SXM4-40GB"])
     enable_now(sim, 0)
+    state = sim / ".vgpukit-sim" / "nvml.json"  # one NVLink, so every NVLink call is made
+    doc = json.loads(state.read_text())
+    doc["gpus"][0]["nvlinks"] = [{"link": 0, "active": True, "remote": "0000:c4:00.0", "type": "switch"}]
+    state.write_text(json.dumps(doc))
     names = _nvml_functions(Shim(sim))
     assert len(names) > 25
     raw: list[str] = []

@@ -147,3 +147,30 @@ def test_daemon_on_a_simulated_host(tmp_path: Path, spawn) -> None:  # type: ign
     finally:
         assert d.stop() == 0
     assert proc_state(p.pid) not in "Tt" and proc_state(q.pid) not in "Tt"
+
+
+def test_tenant_changes_refresh_the_gpu_share_spec(tmp_path: Path, spawn) -> None:  # type: ignore[no-untyped-def]
+    """qos tenant add/rm change tenants through the daemon; the gpu-share CDI spec follows them."""
+    import yaml
+
+    from tests.conftest import make_sim
+
+    sim = make_sim(tmp_path / "host")
+    lib = sim / "usr/lib/vgpukit/libvgpukit-cuda.so"
+    lib.parent.mkdir(parents=True)
+    lib.write_text("library\n")
+    spec = sim / "etc/cdi/vgpukit-gpu-share.yaml"
+    d = DaemonProc(sim, sim=True).start()
+    try:
+        assert invoke(sim, "cdi", "enable", "--class", "gpu-share").exit_code == 0
+        assert not spec.exists()
+        p = spawn("sleep 60")
+        r = invoke(sim, "qos", "tenant", "add", "gpu1", "t1", "--class", "online", "--share", "40", "--pid", str(p.pid))
+        assert r.exit_code == 0, r.stderr
+        assert "write /etc/cdi/vgpukit-gpu-share.yaml (vgpukit.io/gpu-share, 1 device)" in r.stdout
+        dev = yaml.safe_load(spec.read_text())["devices"][0]
+        assert dev["name"] == "t1" and "VGPUKIT_QOS_GPU=gpu1" in dev["containerEdits"]["env"]
+        assert invoke(sim, "qos", "tenant", "rm", "gpu1", "t1").exit_code == 0
+        assert not spec.exists()
+    finally:
+        d.stop()

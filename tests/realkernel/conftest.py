@@ -81,15 +81,16 @@ def _is_real_case(item: pytest.Item) -> bool:
 
 
 def _guest_steps(rk: RealKernel, items: list[pytest.Item], nodeids: list[str]) -> list[GuestStep]:
-    """``GUEST_STEPS`` of every collected module, in collection order; kinds: ``vgpukit`` (its
-    arguments), ``sh`` (a shell command), ``sh-vgpukit`` (a shell command in which the word VGPUKIT
-    stands for the guest's ``python -m vgpukit``)."""
+    """``GUEST_STEPS`` of every collected module, in collection order: ``(name, kind, args[,
+    timeout])``; kinds: ``vgpukit`` (its arguments), ``sh`` (a shell command), ``sh-vgpukit`` (a shell
+    command in which the word VGPUKIT stands for the guest's ``python -m vgpukit`` and
+    INSTALL_MDEVCTL for the command installing Debian's mdevctl)."""
     steps: list[GuestStep] = []
     seen: set[str] = set()
     for item in items:
         module = getattr(item, "module", None)
         for spec in getattr(module, "GUEST_STEPS", ()):
-            name, kind, args = spec
+            name, kind, args, *rest = spec
             if name in seen:
                 continue
             seen.add(name)
@@ -97,15 +98,24 @@ def _guest_steps(rk: RealKernel, items: list[pytest.Item], nodeids: list[str]) -
                 cmd = rk.vgpukit_command(*args)
             elif kind == "sh-vgpukit":
                 cmd = args[0].replace("VGPUKIT", rk.vgpukit_command())
+                if "INSTALL_MDEVCTL" in cmd:
+                    cmd = cmd.replace("INSTALL_MDEVCTL", _install_mdevctl(rk))
             else:
                 cmd = args[0]
-            steps.append(GuestStep(name, cmd))
+            steps.append(GuestStep(name, cmd, *rest))
     if nodeids:
         pytest_cmd = rk.python_command(
             "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir", str(rk.config.checkout)
         )
         steps.append(GuestStep("pytest", pytest_cmd + " " + " ".join(shlex.quote(n) for n in nodeids), timeout=900))
     return steps
+
+
+def _install_mdevctl(rk: RealKernel) -> str:
+    try:
+        return rk.install_mdevctl_command()
+    except Unavailable as exc:  # the step fails, saying why (the case that reads it fails in CI)
+        return f"(echo {shlex.quote(f'mdevctl unavailable: {exc}')} >&2; false)"
 
 
 @pytest.fixture(scope="session")
@@ -116,6 +126,7 @@ def guest_session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     items = [i for i in request.session.items if _is_real_case(i)]
     session = GuestSession(nodeids=[i.nodeid for i in items])
     rk = RealKernel()
+    rk.config.timeout = max(rk.config.timeout, 1500.0)  # every module's steps + the in-guest cases, under TCG
     try:
         assets = rk.prepare()
     except Unavailable as exc:

@@ -1,55 +1,68 @@
-"""CDI (Container Device Interface) specs for the host's VFIO devices, mdevs and MIG slices.
+"""CDI (Container Device Interface) specs for what vgpukit carves out, one spec per device class.
 
-A CDI spec has exactly one ``kind``, so vgpukit writes one spec per device class:
+A CDI spec has exactly one ``kind``, so vgpukit writes one spec per class (docs/cdi.md):
 
-========  ====================================  ==========================================
-class     devices (CDI name)                    container edits
-========  ====================================  ==========================================
-``vf``    SR-IOV VFs bound to a VFIO driver     ``/dev/vfio/vfio``, ``/dev/vfio/<group>``
-          (name: BDF ``0000:3b:02.1``)
-``pci``   other functions bound to VFIO         same
-          (whole GPUs, NVMe...; name: BDF)
-``mdev``  mediated devices (name: UUID)         same, with the mdev's own group
-``mig``   MIG devices (name: ``MIG-<uuid>``)    ``/dev/nvidiactl``, ``/dev/nvidia-uvm``,
-                                                ``/dev/nvidia<N>``, GI + CI access caps,
-                                                ``NVIDIA_VISIBLE_DEVICES=MIG-<uuid>``
-========  ====================================  ==========================================
+=============  ==========================================  =========================================
+class          devices (CDI names)                         container edits
+=============  ==========================================  =========================================
+``vf``         SR-IOV VFs bound to a VFIO driver (BDF)     ``/dev/vfio/vfio``, ``/dev/vfio/<group>``
+``pci``        other functions bound to VFIO (BDF)         same
+``mdev``       mediated devices (UUID)                     same, with the mdev's own group
+``gpu``        whole GPUs on the NVIDIA driver             what nvidia-ctk injects (attach/nvidia.py):
+               (NVML index ``0`` and ``GPU-<uuid>``)       driver libraries, binaries, ldcache hook,
+                                                           control nodes; ``/dev/nvidia<N>``
+``mig``        MIG devices (``<gpu>:<n>``, ``MIG-<uuid>``) same, with the GI and CI access nodes
+``gpu-share``  QoS tenants (tenant name)                   the tenant's GPU or MIG device, plus
+                                                           libvgpukit-cuda.so (LD_PRELOAD), its
+                                                           config directory and the tenant identity
+=============  ==========================================  =========================================
 
-so ``podman run --device vgpukit.io/vf=0000:3b:02.1`` works. Device numbers come from the host's
-nodes (``stat``) where they are character devices, else (nvidia-caps) from ``/proc/devices`` and
-``mig-minors``; when unknown they are left out and the container runtime reads them from the node.
+Every class but ``gpu-share`` (a container is one tenant) also has an ``all`` device (every
+device's edits together), as nvidia-ctk writes.
+
+Public API for other front ends (the Kubernetes device plugin's ``Allocate`` answers CDI names):
+:func:`device_names` ``(host, nvml, settings=None) -> {class: ["vgpukit.io/<class>=<name>", ...]}``
+gives the fully qualified names a container engine resolves, per class, from the host's current
+state (what :func:`collect` would write; ``all`` included).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidInput
 from ..host import Host
 from ..host_layout import IOMMU_GROUP
 from ..pci import Scan
-from .mig import MigSlice, mig_slices
+from . import nvidia
+from .cdi_settings import CLASSES, Settings
+from .mig import gpu_minor, mig_slices
+from .nvidia import Edits
 
 if TYPE_CHECKING:
     from ..nvml import Nvml
 
-CDI_VERSION = "0.6.0"
+CDI_VERSION = "0.5.0"  # what these specs need (hostPath, spec-wide edits); podman 4.3 reads up to 0.5.0
 VENDOR = "vgpukit.io"
-CLASSES = ("vf", "pci", "mdev", "mig")
-GENERATOR_KEY = f"{VENDOR}/generator"
+NVML_CLASSES = frozenset({"gpu", "mig", "gpu-share"})
+ALL = "all"
 
 
 @dataclass(frozen=True)
 class Node:
-    path: str  # as the host (and the container) sees it: /dev/vfio/12
+    """A VFIO node: the path as the host shows it, with the real path under a non-/ root."""
+
+    path: str  # /dev/vfio/12
+    host_path: str | None = None
     major: int | None = None
     minor: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"path": self.path, "type": "c", "permissions": "rw"}
+        d: dict[str, Any] = {"path": self.path}
+        if self.host_path:
+            d["hostPath"] = self.host_path
+        d.update(type="c", permissions="rw")
         if self.major is not None and self.minor is not None:
             d["major"], d["minor"] = self.major, self.minor
         return d
@@ -58,33 +71,34 @@ class Node:
 @dataclass(frozen=True)
 class CdiDevice:
     name: str
-    nodes: tuple[Node, ...]
-    env: tuple[str, ...] = ()
+    edits: Edits
 
     def to_dict(self) -> dict[str, Any]:
-        edits: dict[str, Any] = {}
-        if self.env:
-            edits["env"] = list(self.env)
-        edits["deviceNodes"] = [n.to_dict() for n in self.nodes]
-        return {"name": self.name, "containerEdits": edits}
+        return {"name": self.name, "containerEdits": self.edits.to_dict()}
 
 
 @dataclass
 class Spec:
     cls: str
     devices: list[CdiDevice] = field(default_factory=list)
+    edits: Edits = field(default_factory=Edits)  # spec-wide (the NVIDIA driver's user space)
 
     @property
     def kind(self) -> str:
         return f"{VENDOR}/{self.cls}"
 
+    def names(self) -> list[str]:
+        return [f"{self.kind}={d.name}" for d in self.devices]
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "cdiVersion": CDI_VERSION,
             "kind": self.kind,
-            "annotations": {GENERATOR_KEY: "vgpukit cdi generate"},
             "devices": [d.to_dict() for d in self.devices],
         }
+        if self.edits:
+            doc["containerEdits"] = self.edits.to_dict()
+        return doc
 
     def render(self, fmt: str) -> str:
         if fmt == "json":
@@ -92,6 +106,16 @@ class Spec:
         import yaml
 
         return str(yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False))
+
+
+def with_all(devices: list[CdiDevice]) -> list[CdiDevice]:
+    """The devices followed by ``all``: every device's edits together (none when there are none)."""
+    if not devices:
+        return []
+    total = Edits()
+    for d in devices:
+        total = total + d.edits
+    return [*devices, CdiDevice(ALL, total)]
 
 
 # ----------------------------------------------------------------------------- device numbers
@@ -111,18 +135,19 @@ def proc_major(host: Host, name: str) -> int | None:
     return None
 
 
-def node(host: Host, *parts: str, fallback: tuple[int | None, int | None] = (None, None)) -> Node:
+def vfio_node(host: Host, *parts: str) -> Node:
     path = host.dev(*parts)
+    shown = host.display(path)
     nums = host.char_device(path)
-    major, minor = nums if nums else fallback
-    return Node(host.display(path), major, minor)
+    major, minor = nums if nums else (None, None)
+    return Node(shown, str(path) if str(path) != shown else None, major, minor)
 
 
-# ----------------------------------------------------------------------------- collectors
-def vfio_nodes(host: Host, group: int) -> tuple[Node, ...] | None:
+# ----------------------------------------------------------------------------- VFIO collectors
+def vfio_edits(host: Host, group: int) -> Edits | None:
     if not host.exists(host.vfio_group_node(group)):
         return None
-    return node(host, "vfio", "vfio"), node(host, "vfio", str(group))
+    return Edits(nodes=(vfio_node(host, "vfio", "vfio").to_dict(), vfio_node(host, "vfio", str(group)).to_dict()))
 
 
 def collect_pci(host: Host, warnings: list[str]) -> tuple[list[CdiDevice], list[CdiDevice]]:
@@ -132,11 +157,11 @@ def collect_pci(host: Host, warnings: list[str]) -> tuple[list[CdiDevice], list[
         bdf = dev.bdf
         if not dev.driver or "vfio" not in dev.driver or dev.iommu_group is None:
             continue
-        nodes = vfio_nodes(host, dev.iommu_group)
-        if nodes is None:
+        edits = vfio_edits(host, dev.iommu_group)
+        if edits is None:
             warnings.append(f"{bdf} is bound to {dev.driver} but /dev/vfio/{dev.iommu_group} is missing; skipped")
             continue
-        (vfs if dev.is_vf else others).append(CdiDevice(bdf, nodes))
+        (vfs if dev.is_vf else others).append(CdiDevice(bdf, edits))
     return vfs, others
 
 
@@ -147,89 +172,85 @@ def collect_mdev(host: Host, warnings: list[str]) -> list[CdiDevice]:
         if not group or not group.isdigit():
             warnings.append(f"mdev {uuid} has no IOMMU group (vfio_mdev not bound?); skipped")
             continue
-        nodes = vfio_nodes(host, int(group))
-        if nodes is None:
+        edits = vfio_edits(host, int(group))
+        if edits is None:
             warnings.append(f"mdev {uuid}: /dev/vfio/{group} is missing; skipped")
             continue
-        out.append(CdiDevice(uuid, nodes))
+        out.append(CdiDevice(uuid, edits))
     return out
 
 
-def mig_device(host: Host, s: MigSlice, caps_major: int | None) -> CdiDevice:
-    def cap(minor: int) -> Node:
-        return node(host, "nvidia-caps", f"nvidia-cap{minor}", fallback=(caps_major, minor))
-
-    nodes = (
-        node(host, "nvidiactl"),
-        node(host, "nvidia-uvm"),
-        node(host, f"nvidia{s.minor}"),
-        cap(s.gi_cap_minor),
-        cap(s.ci_cap_minor),
-    )
-    return CdiDevice(s.uuid, nodes, env=(f"NVIDIA_VISIBLE_DEVICES={s.uuid}",))
+# ----------------------------------------------------------------------------- NVIDIA collectors
+def caps_node(host: Host, minor: int, caps_major: int | None) -> dict[str, Any]:
+    """An nvidia-caps access node; with its numbers when the node is missing but the driver's major is
+    known (nvidia-modprobe creates these nodes on first use)."""
+    real = host.dev("nvidia-caps", f"nvidia-cap{minor}")
+    d = nvidia.node(host, real)
+    if not host.exists(real) and caps_major is not None:
+        d.update(type="c", major=caps_major, minor=minor)
+    return d
 
 
-def collect(host: Host, nvml: Nvml | None, classes: tuple[str, ...] = CLASSES) -> tuple[list[Spec], list[str]]:
-    """One spec per requested class (possibly empty) and the warnings worth showing (``nvml``: MIG only)."""
+def collect_gpus(host: Host, nvml: Nvml | None) -> dict[str, list[CdiDevice]]:
+    """Whole GPUs (not in MIG mode) and MIG devices: the names nvidia-ctk gives them (index and UUID)."""
+    out: dict[str, list[CdiDevice]] = {"gpu": [], "mig": []}
+    if nvml is None:
+        return out
+    for g in nvml.gpus():
+        if g.mig_current:
+            continue
+        edits = nvidia.gpu_edits(host, gpu_minor(host, g.bdf, g.index))
+        out["gpu"] += [CdiDevice(str(g.index), edits), CdiDevice(g.uuid, edits)]
+    caps_major = proc_major(host, "nvidia-caps")
+    for s in mig_slices(host, nvml, []):
+        edits = Edits(
+            nodes=(
+                nvidia.node(host, host.dev(f"nvidia{s.minor}")),
+                caps_node(host, s.gi_cap_minor, caps_major),
+                caps_node(host, s.ci_cap_minor, caps_major),
+            )
+        )
+        out["mig"] += [CdiDevice(f"{s.gpu_index}:{s.index}", edits), CdiDevice(s.uuid, edits)]
+    return out
+
+
+def collect(
+    host: Host, nvml: Nvml | None, classes: tuple[str, ...] = CLASSES, settings: Settings | None = None
+) -> tuple[list[Spec], list[str]]:
+    """One spec per requested class (possibly empty) and the warnings worth showing (``nvml``: the GPU
+    classes; ``settings``: the hook and library paths, defaults when None)."""
+    settings = settings or Settings()
     warnings: list[str] = []
     specs = {c: Spec(c) for c in classes}
     if "vf" in specs or "pci" in specs:
         vfs, others = collect_pci(host, warnings)
         if "vf" in specs:
-            specs["vf"].devices = vfs
+            specs["vf"].devices = with_all(vfs)
         if "pci" in specs:
-            specs["pci"].devices = others
+            specs["pci"].devices = with_all(others)
     if "mdev" in specs:
-        specs["mdev"].devices = collect_mdev(host, warnings)
-    if "mig" in specs:
-        slices = mig_slices(host, nvml, warnings)
-        major = proc_major(host, "nvidia-caps")
-        specs["mig"].devices = [mig_device(host, s, major) for s in slices]
+        specs["mdev"].devices = with_all(collect_mdev(host, warnings))
+    if NVML_CLASSES & set(specs):
+        common = nvidia.common_edits(host, nvidia.find_driver(host), settings.hook)
+        if "mig" in specs:
+            mig_slices(host, nvml, warnings)  # its warnings, once
+        gpus = collect_gpus(host, nvml)
+        for cls in ("gpu", "mig"):
+            if cls in specs:
+                specs[cls].devices = with_all(gpus[cls])
+                specs[cls].edits = common if specs[cls].devices else Edits()
+        if "gpu-share" in specs:
+            from .share import collect_share
+
+            by_name = {d.name: d.edits for d in gpus["gpu"] + gpus["mig"]}
+            share = [CdiDevice(n, e) for n, e in collect_share(host, nvml, by_name, settings, warnings)]
+            specs["gpu-share"].devices = share  # a container is one tenant: no `all`
+            specs["gpu-share"].edits = common if share else Edits()
     return [specs[c] for c in classes], warnings
 
 
-# ----------------------------------------------------------------------------- files
-def spec_path(output: Path, cls: str) -> Path:
-    """``/etc/cdi/vgpukit.yaml`` -> ``/etc/cdi/vgpukit-vf.yaml`` (one spec per kind)."""
-    return output.with_name(f"{output.stem}-{cls}{output.suffix}")
-
-
-def output_format(output: Path) -> str:
-    if output.suffix in (".yaml", ".yml"):
-        return "yaml"
-    if output.suffix == ".json":
-        return "json"
-    raise InvalidInput(f"--output {output}: CDI specs are .yaml or .json files", value=str(output))
-
-
-@dataclass
-class FilePlan:
-    path: Path
-    action: str  # write | remove | keep
-    spec: Spec
-    text: str
-
-
-def plan_files(host: Host, output: Path, specs: list[Spec]) -> list[FilePlan]:
-    """What to write: changed specs; stale vgpukit specs of now-empty classes are removed."""
-    fmt = output_format(output)
-    plans = []
-    for spec in specs:
-        path = spec_path(output, spec.cls)
-        text = spec.render(fmt)
-        current = host.read_doc(path, "CDI spec", missing_ok=True)
-        if not spec.devices:
-            ours = current is not None and GENERATOR_KEY in current
-            plans.append(FilePlan(path, "remove" if ours else "keep", spec, ""))
-        else:
-            same = current is not None and current.strip() == text.strip()
-            plans.append(FilePlan(path, "keep" if same else "write", spec, text))
-    return plans
-
-
-def apply_files(host: Host, plans: list[FilePlan]) -> None:
-    for p in plans:
-        if p.action == "write":
-            host.write_file(p.path, p.text)
-        elif p.action == "remove":
-            host.remove(p.path)
+def device_names(host: Host, nvml: Nvml | None, settings: Settings | None = None) -> dict[str, list[str]]:
+    """``{class: ["vgpukit.io/<class>=<name>", ...]}`` for every class, from the host's current state
+    (the Kubernetes device plugin answers ``Allocate`` with these)."""
+    specs, _ = collect(host, nvml, CLASSES, settings)
+    return {s.cls: s.names() for s in specs}

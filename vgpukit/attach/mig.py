@@ -31,6 +31,8 @@ class MigSlice:
     ci: int
     gi_cap_minor: int
     ci_cap_minor: int
+    gpu_index: int = 0  # the parent's NVML index
+    index: int = 0  # the MIG device's position on its GPU (GI then CI order), nvidia-ctk's ``<gpu>:<index>``
 
 
 def read_mig_minors(host: Host) -> dict[str, int]:
@@ -65,13 +67,15 @@ def mig_slices(host: Host, nvml: Nvml | None, warnings: list[str]) -> list[MigSl
     out = []
     for gpu in mig_gpus:
         n = gpu_minor(host, gpu.bdf, gpu.index)
+        position = 0
         for gi in gpu_instances(gpu.index):
             for ci in gi.compute_instances:
+                j, position = position, position + 1  # NVML's MIG device index counts skipped ones too
                 gi_key, ci_key = f"gpu{n}/gi{gi.id}/access", f"gpu{n}/gi{gi.id}/ci{ci.id}/access"
                 if gi_key not in minors or ci_key not in minors:
                     warnings.append(
                         f"{ci.uuid}: no {gi_key} / {ci_key} in mig-minors (nvidia-caps not loaded?); skipped"
                     )
                     continue
-                out.append(MigSlice(ci.uuid, gpu.bdf, n, gi.id, ci.id, minors[gi_key], minors[ci_key]))
+                out.append(MigSlice(ci.uuid, gpu.bdf, n, gi.id, ci.id, minors[gi_key], minors[ci_key], gpu.index, j))
     return out

@@ -44,13 +44,18 @@ def profiles(app: App) -> None:
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--profile", "profile", default="hgx-a100", show_default=True, help="Built-in profile or a YAML path.")
 @click.option("--force", is_flag=True, help="Replace an existing simulated host in DIRECTORY.")
+@click.option(
+    "--char-devices",
+    is_flag=True,
+    help="Device nodes as real character devices with /dev/null's numbers (1:3), for container engines (root).",
+)
 @json_option
 @click.pass_obj
-def init(app: App, directory: Path, profile: str, force: bool) -> None:
+def init(app: App, directory: Path, profile: str, force: bool, char_devices: bool) -> None:
     """Write a simulated host under DIRECTORY."""
     from ..sim.build import init_sim
 
-    info = init_sim(directory.absolute(), profile, force=force)
+    info = init_sim(directory.absolute(), profile, force=force, char_devices=char_devices)
     emit(
         app,
         "sim-init",

@@ -11,7 +11,7 @@ from ..errors import InvalidInput
 from ..naming import aliases
 from .context import App
 from .main import json_option
-from .output import emit, is_tty, say, table
+from .output import emit, is_tty, table
 from .params import NAME
 
 if TYPE_CHECKING:
@@ -123,48 +123,34 @@ def _render_tree(roots: list[topology.Node], names: dict[str, str], gpus: dict[s
         walk(root, 1)
 
 
-def _matrix(app: App, devices: list[pci.PciDevice], names: dict[str, str]) -> None:
-    gpus = [d for d in devices if d.kind == "gpu" and not d.is_vf]
-    nics = [d for d in devices if d.kind == "nic" and not d.is_vf]
-    cols = gpus + nics
-    rel = topology.matrix(gpus + nics, cols, devices)
-    label = {d.bdf: names.get(d.bdf, d.bdf) for d in cols}
-    affinity = {label[d.bdf]: {"bdf": d.bdf, "cpus": d.local_cpulist, "numa_node": d.numa_node} for d in gpus + nics}
-    data = {
-        "devices": [label[d.bdf] for d in cols],
-        "matrix": {label[a.bdf]: {label[b.bdf]: rel[i][j] for j, b in enumerate(cols)} for i, a in enumerate(cols)},
-        "affinity": affinity,
-        "legend": topology.__doc__.split("``nvidia-smi topo -m`` vocabulary:")[1].strip() if topology.__doc__ else "",
-    }
+def _matrix(app: App, scan: pci.Scan, names: dict[str, str], rdma: bool) -> None:
+    from .topo_matrix import matrix_doc, rdma_rows, smi_text
+
+    data = matrix_doc(app, scan, names)
 
     def human() -> None:
-        header = ["", *(label[d.bdf] for d in cols), "CPU affinity", "NUMA"]
-        rows = []
-        for i, a in enumerate(cols):
-            rows.append(
-                [label[a.bdf], *rel[i], a.local_cpulist or "-", a.numa_node if a.numa_node is not None else "-"]
-            )
-        table(None, header, rows)
-        say("")
-        say(
-            "X = self, PIX = one PCIe switch, PXB = several switches, PHB = PCIe host bridge, "
-            "NODE = host bridges within a NUMA node, SYS = across NUMA nodes"
-        )
+        if rdma:
+            table(None, ["GPU", "BDF", "NICS BEHIND A SHARED PCIE SWITCH (GPUDIRECT RDMA)"], rdma_rows(data))
+        else:
+            print(smi_text(data), end="")
 
     emit(app, "topo-matrix", data, human)
 
 
 @click.command()
-@click.option("--matrix", is_flag=True, help="GPU x GPU and GPU x NIC relationships, like nvidia-smi topo -m.")
+@click.option(
+    "--matrix", is_flag=True, help="GPU x GPU and GPU x NIC relationships, as nvidia-smi topo -m prints them."
+)
+@click.option("--rdma", is_flag=True, help="For each GPU, the NICs sharing a PCIe switch with it (GPUDirect RDMA).")
 @click.option("--vfs", "show_vfs", is_flag=True, help="List every VF instead of a summary line.")
 @json_option
 @click.pass_obj
-def topo(app: App, matrix: bool, show_vfs: bool) -> None:
+def topo(app: App, matrix: bool, rdma: bool, show_vfs: bool) -> None:
     """Show the PCIe tree: root complexes, switches, endpoints and what each can do."""
     scan = pci.Scan(app.host)
     names = aliases(scan)
-    if matrix:
-        _matrix(app, scan.physical(), names)
+    if matrix or rdma:
+        _matrix(app, scan, names, rdma)
         return
     # VFs are read only when they are shown one by one; the tree summarises them from their PF
     devices = scan.devices() if show_vfs or app.json else scan.physical()

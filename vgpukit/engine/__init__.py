@@ -10,7 +10,7 @@ See docs/engine.md for the rules (lock, journal, recovery) and how to write a st
 """
 
 from .env import Env
-from .executor import execute, recover, session
+from .executor import execute, recover, refresh, session
 from .step import Step, from_dict, step_kind
 
-__all__ = ["Env", "Step", "execute", "from_dict", "recover", "session", "step_kind"]
+__all__ = ["Env", "Step", "execute", "from_dict", "recover", "refresh", "session", "step_kind"]

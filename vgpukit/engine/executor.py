@@ -43,12 +43,16 @@ def _as_list(inv: Step | list[Step] | None) -> list[Step]:
     return inv if isinstance(inv, list) else [inv]
 
 
-def execute(env: Env, steps: Sequence[Step]) -> list[str]:
+def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[str]:
     """Apply ``steps`` in order under the host lock; what was done, in words.
 
     Before each step its inverse is journaled (fsync'd). When a step fails, the inverses run newest
     first and the error is re-raised, same class, with "rolled back the N steps done" (and any undo that
     failed named). In dry-run mode nothing runs: the plan is the steps' descriptions.
+
+    After the steps succeed, the files derived from the host's state (CDI specs, when the host enabled
+    them: :data:`DERIVED`) are brought up to date in the same journaled run, so a failure there rolls
+    the whole change back and a crash is repaired as one change.
     """
     if env.host.dry_run:
         return [s.describe() for s in steps]
@@ -58,14 +62,20 @@ def execute(env: Env, steps: Sequence[Step]) -> list[str]:
         book = jr.Journal(env.host, env.command)
         undo: list[Step] = []
         done: list[str] = []
+
+        def run(step: Step) -> None:
+            for inv in _as_list(step.inverse(env)):
+                book.add(inv.to_dict())
+                undo.append(inv)
+            step.apply(env)
+            step.verify(env)
+            done.append(step.describe())
+
         try:
             for step in steps:
-                for inv in _as_list(step.inverse(env)):
-                    book.add(inv.to_dict())
-                    undo.append(inv)
-                step.apply(env)
-                step.verify(env)
-                done.append(step.describe())
+                run(step)
+            for step in derived_steps(env) if derived else []:
+                run(step)
         except VgpukitError as exc:
             _, failures = _undo(env, undo)
             book.close()
@@ -88,6 +98,25 @@ def execute(env: Env, steps: Sequence[Step]) -> list[str]:
             raise
         book.close()
         return done
+
+
+def derived_steps(env: Env) -> list[Step]:
+    """The steps that bring every derived file (:data:`DERIVED`) in line with the host as it is now."""
+    import importlib
+
+    steps: list[Step] = []
+    for mod in DERIVED:
+        steps += importlib.import_module(mod).derived_steps(env)
+    return steps
+
+
+def refresh(env: Env) -> list[str]:
+    """Bring the derived files up to date under the host lock, for changes made outside the engine
+    (the QoS daemon's tenants). What was done, in words."""
+    if env.host.dry_run:
+        return []
+    with session(env):
+        return execute(env, derived_steps(env), derived=False)
 
 
 def _undo(env: Env, undo: list[Step]) -> tuple[int, list[str]]:
@@ -134,6 +163,8 @@ def recover(env: Env) -> list[str]:
     if not steps:
         lines.append("nothing had been changed yet")
     jr.discard(env.host)
+    # the host is as it was before the interrupted command: derived files follow it
+    lines += [f"refreshed: {line}" for line in execute(env, derived_steps(env), derived=False)]
     return lines
 
 
@@ -144,6 +175,10 @@ def _load_step_kinds() -> None:
     for mod in STEP_MODULES:
         importlib.import_module(mod)
 
+
+# Modules with ``derived_steps(env) -> list[Step]``: files that describe the host's state and are kept
+# current after every change and every recovery (imported by name, only when a change ran).
+DERIVED = ("vgpukit.attach.cdi_refresh",)
 
 # Every module that defines step kinds (journal replay rebuilds steps by kind).
 STEP_MODULES = (

@@ -1,4 +1,5 @@
-"""``vgpukit mdev``: types, list, create, remove, define, undefine, start."""
+"""``vgpukit mdev``: types, list, create, remove/stop, define, undefine, modify, start -- vgpukit's own
+commands, which also take mdevctl 1.2's command line (``-u -p -t``, ``--dumpjson``...; docs/mdev.md)."""
 
 from __future__ import annotations
 
@@ -6,41 +7,56 @@ from typing import Any
 
 import click
 
+from .. import __version__
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
-from ..cli.output import emit, emit_result, say, table
+from ..cli.output import emit, say, table
 from ..cli.params import NAME, AsciiInt
 from ..errors import InvalidInput
-from . import mdevctl, ops, sysfs
+from . import change_cli, listing, mdevctl, ops, sysfs
+from .args_cli import MDEVCTL, mdevctl_output, one_uuid, parent_option, report, resolve_parent, uuid_option
 from .placement import PACK, SPREAD
 
 
-def resolve_parent(app: App, name: str) -> str:
-    """An mdev parent from its mdev_bus name (``mtty``, a BDF) or a device name (``gpu0``, short BDF)."""
-    from .. import naming
-
-    t = naming.resolve(app.host, name, frozenset({naming.PARENT}))
-    assert t.parent is not None
-    return t.parent
-
-
 @click.group()
-def mdev() -> None:
+@click.option(
+    "--mdevctl",
+    "mdevctl_mode",
+    is_flag=True,
+    help="mdevctl's own output: its list/types text, the new UUID alone from define/start, else silent.",
+)
+@click.version_option(__version__, "-V", "--version", prog_name="vgpukit mdev")
+@click.pass_context
+def mdev(ctx: click.Context, mdevctl_mode: bool) -> None:
     """Mediated devices: list types, create and remove instances, keep them across reboots.
 
     Persistent definitions use mdevctl's files (/etc/mdevctl.d/<parent>/<uuid>), so mdevctl and
-    vgpukit can manage the same host.
+    vgpukit can manage the same host; mdevctl's command line works too (with --mdevctl, its output:
+    'mdevctl() { vgpukit mdev --mdevctl "$@"; }').
     """
+    ctx.meta[MDEVCTL] = mdevctl_mode
+
+
+def _no_json_with_dumpjson(app: App, dumpjson: bool) -> None:
+    if dumpjson and app.json:
+        raise InvalidInput("--dumpjson (mdevctl's JSON) and --json (vgpukit's) exclude each other")
 
 
 @mdev.command("types")
 @click.argument("parent", required=False, type=NAME)
+@parent_option("Only this parent's types (mdevctl's -p).", dest="parent_opt")
+@click.option("--dumpjson", is_flag=True, help="mdevctl's JSON form.")
 @json_option
 @click.pass_obj
-def types_cmd(app: App, parent: str | None) -> None:
+def types_cmd(app: App, parent: str | None, parent_opt: str | None, dumpjson: bool) -> None:
     """Parents and their types: name, description, device_api, available instances."""
+    _no_json_with_dumpjson(app, dumpjson)
     host = app.host
+    parent = parent or parent_opt
     found = [sysfs.read_parent(host, resolve_parent(app, parent))] if parent else sysfs.parents(host)
+    if dumpjson or (mdevctl_output() and not app.json):
+        click.echo(listing.types_json(found) if dumpjson else listing.types_text(found))
+        return
     rows = [[t.parent, t.type_id, t.name, t.available, t.device_api, t.description] for p in found for t in p.types]
 
     def human() -> None:
@@ -53,7 +69,11 @@ def types_cmd(app: App, parent: str | None) -> None:
 
 
 @mdev.command("list")
-@click.option("--defined", is_flag=True, help="Also list persistent definitions (active or not).")
+@click.option("-d", "--defined", is_flag=True, help="Also list persistent definitions (mdevctl: only them).")
+@uuid_option("Only this device.")
+@parent_option("Only devices on this parent.")
+@click.option("-v", "--verbose", is_flag=True, help="Show the definitions' attributes.")
+@click.option("--dumpjson", is_flag=True, help="mdevctl's JSON form (one device's config when -u names one).")
 @click.option(
     "--libvirt",
     "uri",
@@ -64,14 +84,28 @@ def types_cmd(app: App, parent: str | None) -> None:
 )
 @json_option
 @click.pass_obj
-def list_cmd(app: App, defined: bool, uri: str) -> None:
+def list_cmd(
+    app: App, defined: bool, uuid_opt: str | None, parent: str | None, verbose: bool, dumpjson: bool, uri: str
+) -> None:
     """Active instances (and with --defined, persistent definitions)."""
-    from .domains import lookup
-
+    _no_json_with_dumpjson(app, dumpjson)
     host = app.host
-    insts = sysfs.instances(host)
+    if dumpjson or (mdevctl_output() and not app.json):
+        found = listing.entries(host, defined, uuid_opt, parent)
+        click.echo(listing.list_json(found, uuid_opt) if dumpjson else listing.list_text(found, defined, verbose))
+        return
+    from .domains import lookup
+    from .model import check_uuid
+
+    want = check_uuid(uuid_opt) if uuid_opt else None
+
+    def wanted(uid: str, par: str) -> bool:
+        return want in (None, uid) and parent in (None, par)
+
+    insts = [i for i in sysfs.instances(host) if wanted(i.uuid, i.parent)]
     assigned, used_uri = lookup(uri) if uri != "none" and not app.is_sim else ({}, None)
-    defs, bad = mdevctl.read_all(host)
+    all_defs, bad = mdevctl.read_all(host)
+    defs = [d for d in all_defs if wanted(d.uuid, d.parent)]
     by_uuid = {d.uuid: d for d in defs}
     active = {i.uuid for i in insts}
     inst_docs = []
@@ -93,11 +127,13 @@ def list_cmd(app: App, defined: bool, uri: str) -> None:
         else:
             _instances_table()
         if defined:
-            table(
-                "persistent definitions (/etc/mdevctl.d)",
-                ["UUID", "PARENT", "TYPE", "START", "ACTIVE"],
-                [[d.uuid, d.parent, d.type_id, d.start, "yes" if d.uuid in active else "no"] for d in defs],
-            )
+            cols = ["UUID", "PARENT", "TYPE", "START", "ACTIVE"] + (["ATTRS"] if verbose else [])
+            rows = [
+                [d.uuid, d.parent, d.type_id, d.start, "yes" if d.uuid in active else "no"]
+                + ([", ".join(f"{k}={v}" for k, v in d.attrs)] if verbose else [])
+                for d in defs
+            ]
+            table("persistent definitions (/etc/mdevctl.d)", cols, rows)
             for b in bad:
                 say(f"unreadable: {b.path}: {b.reason}", "yellow")
 
@@ -178,10 +214,10 @@ def create_cmd(
         if res.instances and not app.dry_run:
             table(None, ["UUID", "PARENT", "TYPE"], [[c.uuid, c.parent, c.type_id] for c in res.instances])
 
-    emit_result(
+    report(
         app,
         "mdev-create",
-        plan=res.plan,
+        res.plan,
         data={"instances": [c.to_dict() for c in res.instances], "definitions": res.definitions},
         human=human,
     )
@@ -196,93 +232,24 @@ def create_cmd(
 def remove_cmd(app: App, uuids: tuple[str, ...]) -> None:
     """Remove active instances (refused while a VM holds one; persistent definitions stay)."""
     steps = ops.remove(app.env, list(uuids))
-    emit_result(app, "mdev-remove", plan=steps, data={"removed": [s.split()[1] for s in steps]})
+    report(app, "mdev-remove", steps, {"removed": [s.split()[1] for s in steps]})
 
 
-@mdev.command("define")
+@mdev.command("stop")
 @click.argument("uid", required=False, metavar="[UUID]", type=NAME)
-@click.option("--parent", metavar="PARENT", type=NAME, help="Define a new device on PARENT (with --type).")
-@click.option("--type", "type_id", metavar="TYPE", type=NAME, help="Type of the new definition.")
-@click.option("--uuid", "new_uid", metavar="UUID", type=NAME, help="UUID of the new definition (default: random).")
-@click.option("--auto", is_flag=True, help="Start it at boot (start=auto); default manual.")
+@uuid_option("The instance to stop (mdevctl's -u).")
 @json_option
 @dry_run_option
 @click.pass_obj
 @mutating
-def define_cmd(
-    app: App, uid: str | None, parent: str | None, type_id: str | None, new_uid: str | None, auto: bool
-) -> None:
-    """Make an active instance persistent ('define UUID') or write a new definition ('--parent --type')."""
-    if uid and (parent or type_id or new_uid):
-        raise InvalidInput("give either UUID (an active instance) or --parent/--type/--uuid (a new definition)")
-    if uid:
-        steps, d = ops.define_active(app.env, uid, auto)
-    elif parent and type_id:
-        steps, d = ops.define_new(app.env, _definition_parent(app, parent), type_id, new_uid, auto)
-    else:
-        raise InvalidInput("usage: vgpukit mdev define UUID [--auto] | define --parent P --type T [--uuid U] [--auto]")
-    emit_result(
-        app,
-        "mdev-define",
-        plan=steps,
-        data={"definition": d.to_dict(), "path": mdevctl.path_of(app.host, d)},
-        human=lambda: say(f"{d.uuid}: {d.type_id} on {d.parent}, start {d.start}"),
-    )
+def stop_cmd(app: App, uid: str | None, uuid_opt: str | None) -> None:
+    """Stop (remove) one active instance, mdevctl's name for 'remove'; its definition stays."""
+    uid = one_uuid(uid, uuid_opt)
+    if not uid:
+        raise InvalidInput("which instance? give UUID or -u UUID")
+    steps = ops.remove(app.env, [uid])
+    report(app, "mdev-remove", steps, {"removed": [s.split()[1] for s in steps]})
 
 
-def _definition_parent(app: App, name: str) -> str:
-    """A parent for a definition: it may be absent now (a BDF or name), or named gpuN when present."""
-    from .. import naming
-
-    form = naming.form_of(name)
-    if name in sysfs.parent_names(app.host) or form == "alias":
-        return resolve_parent(app, name)
-    if form == "bdf":
-        from ..pci import parse_bdf
-
-        return parse_bdf(name)
-    return name
-
-
-@mdev.command("undefine")
-@click.argument("uid", metavar="UUID", type=NAME)
-@json_option
-@dry_run_option
-@click.pass_obj
-@mutating
-def undefine_cmd(app: App, uid: str) -> None:
-    """Delete a persistent definition (an active instance keeps running)."""
-    steps = ops.undefine(app.env, uid)
-    emit_result(app, "mdev-undefine", plan=steps, data={"uuid": uid.lower()})
-
-
-@mdev.command("start")
-@click.argument("uid", required=False, metavar="[UUID]", type=NAME)
-@click.option("--all", "all_", is_flag=True, help="Start every auto definition whose parent is present.")
-@click.option("--parent", metavar="PARENT", type=NAME, help="With --all: only definitions on PARENT (for udev).")
-@json_option
-@dry_run_option
-@click.pass_obj
-@mutating
-def start_cmd(app: App, uid: str | None, all_: bool, parent: str | None) -> None:
-    """Start defined devices: one UUID, or --all auto ones (what the boot service runs)."""
-    if bool(uid) == all_:
-        raise InvalidInput("usage: vgpukit mdev start UUID | start --all [--parent P]")
-    if parent and not all_:
-        raise InvalidInput("--parent goes with --all")
-    outcomes = [ops.start_one(app.env, uid)] if uid else ops.start_all(app.env, parent)
-    plan = [f"start {o.uuid} ({o.type_id} on {o.parent})" for o in outcomes if o.status in ("started", "would-start")]
-
-    def human() -> None:
-        if not outcomes:
-            say("no auto-start definitions" + (f" on {parent}" if parent else ""))
-            return
-        table(
-            None,
-            ["UUID", "PARENT", "TYPE", "STATUS", "MESSAGE"],
-            [[o.uuid, o.parent, o.type_id, o.status, o.message] for o in outcomes],
-        )
-
-    emit_result(app, "mdev-start", plan=plan, data={"results": [o.to_dict() for o in outcomes]}, human=human)
-    if any(o.failed for o in outcomes):
-        click.get_current_context().exit(1)
+for _command in change_cli.COMMANDS:
+    mdev.add_command(_command)

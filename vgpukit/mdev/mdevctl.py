@@ -47,28 +47,34 @@ def parse(parent: str, uid: str, text: str, where: str = "definition") -> Defini
     start = doc.get("start", "manual")
     if start not in START_MODES:
         raise InvalidInput(f"{where}: 'start' must be auto or manual")
-    items = doc.get("attrs") or []
-    if not isinstance(items, list):
-        raise InvalidInput(f"{where}: 'attrs' must be a list of one-key objects")
-    attrs: list[tuple[str, str]] = []
-    for item in items:
-        if not isinstance(item, dict):
-            raise InvalidInput(f"{where}: 'attrs' must be a list of one-key objects")
-        for key, value in item.items():
-            try:
-                attrs.append((check_attr_name(key), _attr_value(value)))
-            except InvalidInput as err:
-                raise InvalidInput(f"{where}: {err.message}") from None
     return Definition(
         uuid=check_uuid(uid),
         parent=check_parent_name(parent),
         type_id=type_id,
         start=start,
-        attrs=tuple(attrs),
+        attrs=tuple(parse_attrs(doc.get("attrs"), where)),
     )
 
 
-def _attr_value(value: object) -> str:
+def parse_attrs(items: object, where: str) -> list[tuple[str, str]]:
+    """mdevctl's ``attrs``: a list of one-key objects (null or absent: none)."""
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise InvalidInput(f"{where}: 'attrs' must be a list of one-key objects")
+    attrs: list[tuple[str, str]] = []
+    for item in items:
+        if not isinstance(item, dict) or len(item) != 1:
+            raise InvalidInput(f"{where}: 'attrs' must be a list of one-key objects")
+        for key, value in item.items():
+            try:
+                attrs.append((check_attr_name(key), attr_value(value)))
+            except InvalidInput as err:
+                raise InvalidInput(f"{where}: {err.message}") from None
+    return attrs
+
+
+def attr_value(value: object) -> str:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise InvalidInput("an attribute value is not a string")
     return check_text(str(value), "an attribute value", max_len=MAX_ATTR_VALUE, allow_empty=True)
@@ -132,6 +138,12 @@ def bad_file_of(host: Host, uid: str) -> BadFile | None:
 def find(host: Host, uid: str) -> Definition | None:
     want = check_uuid(uid)
     return next((d for d in read_all(host)[0] if d.uuid == want), None)
+
+
+def matching(host: Host, uid: str, parent: str | None = None) -> list[Definition]:
+    """Every valid definition of ``uid`` (on ``parent`` only, when given)."""
+    want = check_uuid(uid)
+    return [d for d in read_all(host)[0] if d.uuid == want and parent in (None, d.parent)]
 
 
 def path_of(host: Host, d: Definition) -> str:

@@ -12,8 +12,9 @@ from typing import Any
 
 from ..engine import Env, Step, execute
 from ..errors import Busy, Conflict, InvalidInput, NotFound, VgpukitError
-from . import mdevctl, sysfs
-from .model import Definition, check_type_id, check_uuid, new_uuid
+from ..host import Host
+from . import callouts, mdevctl, sysfs
+from .model import Definition, check_attr_name, check_parent_name, check_type_id, check_uuid, new_uuid
 from .placement import PACK, Slot, candidates, plan
 from .steps import CreateMdev, RemoveMdev, SetMdevAttr, drop_definition, put_definition
 
@@ -105,7 +106,14 @@ def create(
             steps.append(put_definition(mdevctl.path_of(host, d), d))
     result.plan = [s.describe() for s in steps]
     result.instances = [Created(u, p, type_id) for p, u in todo]
-    execute(env, steps)
+    devices = [Definition(u, p, type_id, _start_of(auto)) for p, u in todo]
+
+    def body() -> object:  # mdevctl's scripts see a start, then (--define) a define, of each device
+        if define:
+            return callouts.guarded(env, "define", devices, lambda: execute(env, steps))
+        return execute(env, steps)
+
+    callouts.guarded(env, "start", devices, body)
     if define and not host.dry_run:
         result.definitions = [mdevctl.path_of(host, Definition(u, p, type_id)) for p, u in todo]
     return result
@@ -115,7 +123,7 @@ def _define_quietly(env: Env, d: Definition, result: CreateResult) -> None:
     if mdevctl.find(env.host, d.uuid) != d:
         step = put_definition(mdevctl.path_of(env.host, d), d)
         result.plan.append(step.describe())
-        execute(env, [step])
+        callouts.guarded(env, "define", [d], lambda: execute(env, [step]))
         if not env.host.dry_run:
             result.definitions.append(mdevctl.path_of(env.host, d))
 
@@ -136,34 +144,60 @@ def remove(env: Env, uids: list[str]) -> list[str]:
                 f"mdev {u} is in use by {users}", value=u, hint="stop or detach the VM first; nothing was removed"
             )
     steps: list[Step] = [RemoveMdev(u, active[u].parent, active[u].type_id) for u in wanted]
-    execute(env, steps)
+    devices = [Definition(u, active[u].parent, active[u].type_id) for u in wanted]  # as mdevctl reads sysfs
+    callouts.guarded(env, "stop", devices, lambda: execute(env, steps))
     return [s.describe() for s in steps]
 
 
-def define_active(env: Env, uid: str, auto: bool) -> tuple[list[str], Definition]:
-    """Make an active instance persistent (or change its start mode)."""
+def define_active(env: Env, uid: str, auto: bool, parent: str | None = None) -> tuple[list[str], Definition]:
+    """Make an active instance persistent (or change its start mode); with ``parent``, define it on
+    that parent with the instance's type (mdevctl's ``define -u U -p P``). A call-out script that
+    handles the type supplies its attributes (``get`` event)."""
     host = env.host
     uid = check_uuid(uid)
     inst = sysfs.find_instance(host, uid)
     if inst is None:
+        if parent is not None:
+            raise InvalidInput(f"mdev {uid} is not active: give its --type too")
         raise NotFound(
             f"no active mdev {uid}", value=uid, hint="to define a new one: vgpukit mdev define --parent P --type T"
         )
-    return _put(env, Definition(uid, inst.parent, inst.type_id, _start_of(auto)))
+    d = Definition(uid, parent or inst.parent, inst.type_id, _start_of(auto))
+    if mdevctl.find(host, uid) is None:
+        attrs = callouts.get_attributes(host, Definition(uid, inst.parent, inst.type_id), strict=True)
+        d = Definition(d.uuid, d.parent, d.type_id, d.start, tuple(attrs or ()))
+    return _put(env, d)
 
 
 def define_new(env: Env, parent: str, type_id: str, uid: str | None, auto: bool) -> tuple[list[str], Definition]:
-    host = env.host
-    check_type_id(type_id)
     uid = check_uuid(uid) if uid else new_uuid()
+    check_type(env.host, parent, type_id)
+    return _put(env, Definition(uid, parent, type_id, _start_of(auto)))
+
+
+def define_from_json(env: Env, parent: str, uid: str | None, text: str, where: str) -> tuple[list[str], Definition]:
+    """``define --jsonfile``: type, start mode and attributes from a file in mdevctl's format; an
+    existing definition of the UUID is never overwritten."""
+    d = mdevctl.parse(parent, check_uuid(uid) if uid else new_uuid(), text, where=where)
+    check_type(env.host, parent, d.type_id)
+    old = mdevctl.find(env.host, d.uuid)
+    if old is not None:
+        raise Conflict(
+            f"UUID {d.uuid} is already defined ({old.type_id} on {old.parent}); not overwriting it",
+            value=d.uuid,
+            hint="undefine it first, or change it with 'vgpukit mdev modify'",
+        )
+    return _put(env, d)
+
+
+def check_type(host: Host, parent: str, type_id: str) -> None:
+    """``type_id`` must be one of ``parent``'s types when the parent is present (else only well-formed)."""
+    check_type_id(type_id)
     if host.exists(host.mdev_parent(parent)):
         if sysfs.read_parent(host, parent).type(type_id) is None:
             raise NotFound(f"parent {parent} has no mdev type {type_id}", device=parent, hint="see: vgpukit mdev types")
     else:
-        from .model import check_parent_name
-
         check_parent_name(parent)
-    return _put(env, Definition(uid, parent, type_id, _start_of(auto)))
 
 
 def _put(env: Env, d: Definition) -> tuple[list[str], Definition]:
@@ -180,19 +214,22 @@ def _put(env: Env, d: Definition) -> tuple[list[str], Definition]:
     if old is not None:
         d = Definition(d.uuid, d.parent, d.type_id, d.start, old.attrs)
     step = put_definition(mdevctl.path_of(host, d), d, "define" if old is None else "change start mode of")
-    execute(env, [step])
+    callouts.guarded(env, "define", [d], lambda: execute(env, [step]))
     return [step.describe()], d
 
 
-def undefine(env: Env, uid: str) -> list[str]:
-    """Delete every definition file of ``uid`` (whatever the case of its name; a bad file too)."""
+def undefine(env: Env, uid: str, parent: str | None = None) -> list[str]:
+    """Delete every definition file of ``uid`` (on ``parent`` only, when given; whatever the case of
+    its name; a bad file too)."""
     host = env.host
     uid = check_uuid(uid)
-    paths = mdevctl.files_of(host, uid)
+    paths = [p for p in mdevctl.files_of(host, uid) if parent in (None, p.parent.name)]
     if not paths:
-        raise NotFound(f"no persistent definition for {uid}", value=uid, hint="see: vgpukit mdev list --defined")
+        on = f" on {parent}" if parent else ""
+        raise NotFound(f"no persistent definition for {uid}{on}", value=uid, hint="see: vgpukit mdev list --defined")
     steps: list[Step] = [drop_definition(host.display(p), uid) for p in paths]
-    execute(env, steps)
+    devices = mdevctl.matching(host, uid, parent)
+    callouts.guarded(env, "undefine", devices, lambda: execute(env, steps))
     return [s.describe() for s in steps]
 
 
@@ -241,10 +278,30 @@ def start(env: Env, d: Definition) -> StartOutcome:
     steps: list[Step] = [CreateMdev(d.parent, d.type_id, d.uuid, check_capacity=False)]
     steps += [SetMdevAttr(d.uuid, attr, value) for attr, value in d.attrs]
     try:
-        execute(env, steps)
+        callouts.guarded(env, "start", [d], lambda: execute(env, steps))
     except VgpukitError as err:
         out.status, out.message = "failed", str(err)
     return out
+
+
+def start_transient(env: Env, d: Definition) -> StartOutcome:
+    """Start a device that has no definition (mdevctl's ``start -p P -t T`` / ``--jsonfile``)."""
+    if not env.host.exists(env.host.mdev_parent(d.parent)):
+        raise NotFound(f"no mdev parent {d.parent}", device=d.parent, hint="see: vgpukit mdev types")
+    check_type(env.host, d.parent, d.type_id)
+    return start(env, d)
+
+
+def find_one(host: Host, uid: str, parent: str | None) -> Definition | None:
+    """The one definition of ``uid`` (on ``parent``); refused when several parents define it."""
+    defs = mdevctl.matching(host, uid, parent)
+    if len(defs) > 1:
+        raise InvalidInput(
+            f"{check_uuid(uid)} is defined on several parents ({', '.join(d.parent for d in defs)})",
+            value=uid,
+            hint="give --parent",
+        )
+    return defs[0] if defs else None
 
 
 def start_all(env: Env, parent: str | None = None) -> list[StartOutcome]:
@@ -270,3 +327,54 @@ def start_one(env: Env, uid: str) -> StartOutcome:
 
 def slots_text(slots: list[Slot]) -> str:
     return ", ".join(f"{s.count} on {s.parent}" for s in slots)
+
+
+@dataclass(frozen=True)
+class Modification:
+    """What ``modify`` changes in a definition (mdevctl 1.2's ``modify`` options)."""
+
+    type_id: str | None = None
+    start: str | None = None  # auto | manual | None (unchanged)
+    addattr: str | None = None
+    value: str | None = None
+    delattr: bool = False
+    index: int | None = None
+
+
+def modify(env: Env, uid: str, parent: str | None, m: Modification) -> tuple[list[str], Definition]:
+    """Change a definition (type, start mode, one attribute added or deleted); an active instance is
+    left as it is (the change applies at its next start)."""
+    host = env.host
+    d = find_one(host, uid, parent)
+    if d is None:
+        on = f" on {parent}" if parent else ""
+        raise NotFound(f"mdev {check_uuid(uid)} is not defined{on}", value=uid, hint="see: vgpukit mdev list --defined")
+    if m.addattr is not None and m.delattr:
+        raise InvalidInput("--addattr and --delattr exclude each other")
+    attrs = list(d.attrs)
+    n = len(attrs)
+    if m.addattr is not None:
+        if m.value is None:
+            raise InvalidInput("--addattr needs --value")
+        item = (check_attr_name(m.addattr), mdevctl.attr_value(m.value))
+        if m.index is not None and m.index > n:
+            raise _bad_index(m.index, n)
+        attrs.insert(n if m.index is None else m.index, item)
+    elif m.delattr:
+        if m.index is not None and m.index >= n:
+            raise _bad_index(m.index, n)
+        if attrs:
+            del attrs[-1 if m.index is None else m.index]
+    type_id = m.type_id or d.type_id
+    if m.type_id:
+        check_type(host, d.parent, type_id)
+    new = Definition(d.uuid, d.parent, type_id, m.start or d.start, tuple(attrs))
+    if new == d:
+        return [], d
+    step = put_definition(mdevctl.path_of(host, new), new, "modify")
+    callouts.guarded(env, "modify", [new], lambda: execute(env, [step]))
+    return [step.describe()], new
+
+
+def _bad_index(index: int, n: int) -> InvalidInput:
+    return InvalidInput(f"attribute index {index} is invalid: the definition has {n} attributes", value=index)

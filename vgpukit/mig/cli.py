@@ -12,7 +12,7 @@ from ..errors import Busy, InvalidInput, Unsupported
 from ..pci import Scan
 from . import engine, view
 from .common_cli import aliases, label_of, named, nvml_of, resolve_gpu, run_plans
-from .config_cli import apply_cmd, assert_cmd, export_cmd
+from .config_cli import apply_cmd, assert_cmd, export_cmd, service_cmd
 from .steps import SetMode
 from .view_cli import show_profiles, show_status
 
@@ -171,3 +171,4 @@ def disable(app: App, gpu: str, reset: bool | None) -> None:
 mig.add_command(apply_cmd)
 mig.add_command(assert_cmd)
 mig.add_command(export_cmd)
+mig.add_command(service_cmd)

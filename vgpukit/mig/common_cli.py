@@ -51,10 +51,23 @@ def run_plans(
     app: App, kind: str, plans: list[engine.GpuPlan], extra: dict[str, Any] | None = None, *, scan: Scan
 ) -> None:
     """Apply (unless dry run) and report; show the resulting MIG devices of the GPUs touched."""
-    nvml = nvml_of(app)
     todo = [s for p in plans for s in p.steps]
     if not app.dry_run and todo:
         execute(app.env, todo)
+    report_plans(app, kind, plans, todo, extra, scan=scan)
+
+
+def report_plans(
+    app: App,
+    kind: str,
+    plans: list[engine.GpuPlan],
+    todo: list[steps.MigStep],
+    extra: dict[str, Any] | None = None,
+    *,
+    scan: Scan,
+) -> None:
+    """Report steps done (or planned, on a dry run): the steps, the placements, the GPUs touched."""
+    nvml = nvml_of(app)
     gpus = {p.gpu.index: p.gpu for p in plans}
     now = nvml.gpus()  # once: their MIG mode as it is after the change
     docs = named(scan, [view.gpu_status(nvml, now[i]) for i in sorted(gpus)])
@@ -62,7 +75,7 @@ def run_plans(
         {"gpu": p.gpu.index, "profile": s.profile, "start": s.start, "size": s.size}
         for p in plans
         for s in p.steps
-        if isinstance(s, CreateGi)
+        if isinstance(s, CreateGi) and s in todo
     ]
     emit_result(
         app,

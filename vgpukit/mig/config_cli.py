@@ -1,89 +1,109 @@
-"""``mig apply / assert / export``: mig-parted v1 configs, applied idempotently."""
+"""``mig apply / assert / export / service``: mig-parted v1 configs, applied idempotently.
+
+The file and config come from ``-f``/``-c``, else ``VGPUKIT_MIG_CONFIG_FILE`` /
+``VGPUKIT_MIG_SELECTED_CONFIG``, else mig-parted's ``MIG_PARTED_CONFIG_FILE`` /
+``MIG_PARTED_SELECTED_CONFIG`` (likewise the hooks file, ``--mode-only`` and ``--skip-reset``).
+"""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
 from ..cli.context import App
-from ..cli.main import dry_run_option, json_option, mutating
+from ..cli.main import dry_run_option, json_option
 from ..cli.output import emit, fail_after_emit, say
 from ..cli.params import NAME
+from ..engine import execute, session
+from ..engine.files import PutFile
 from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
-from ..nvml import GiProfile, Nvml, NvmlGpu
 from ..pci import Scan
-from . import config, engine
-from .common_cli import label_of, nvml_of, run_plans
-from .config import SAFE_NAME
-from .spec import CI_RE, WantGi, ci_allowed, ci_layout_fits, find_profile
+from . import config, engine, hooks, migparted, service
+from .common_cli import nvml_of, report_plans
+from .config import select
+from .migparted import build_plans as _build_plans
+
+STDIN = "<stdin>"
 
 
 def _pick(configs: dict[str, list[config.Entry]], name: str | None, source: str) -> list[config.Entry]:
-    if name is None:
-        if len(configs) == 1:
-            return next(iter(configs.values()))
-        names = [n for n in configs if SAFE_NAME.match(n)]
-        raise InvalidInput(f"{source} has several configs: choose one with -c", hint=", ".join(names) or None)
-    if name not in configs:
-        names = [n for n in configs if SAFE_NAME.match(n)]  # names from the file, shown only when plain
-        raise NotFound(f"no config {name!r} in {source}", hint=f"available: {', '.join(names) or 'none'}")
-    return configs[name]
+    """Kept for callers of the old name: the entries of the selected config."""
+    return select(configs, name, source)[1]
 
 
-def _wants(nvml: Nvml, gpu: NvmlGpu, entry: config.Entry, source: str) -> list[WantGi]:
-    """GPU instances for an entry's mig-devices: like mig-parted, every count is of MIG devices
-    (compute instances); ``3g.20gb`` is a GI with its full CI, ``<c>c.3g.20gb`` a c-slice CI, and CIs
-    of one GI profile share GIs while they fit (first fit, largest first)."""
-    profiles = nvml.gi_profiles(gpu.index)
-    label = f"gpu{gpu.index} ({gpu.name}) [{source}:{entry.line}]"
-    groups: dict[int, tuple[GiProfile, list[int]]] = {}
-    for name, count in entry.mig_devices.items():
-        m = CI_RE.match(name)
-        p = find_profile(profiles, m.group("gi") if m else name, label)
-        c = int(m.group("c")) if m else p.slices
-        if c not in ci_allowed(p):
-            raise InvalidInput(f"{label}: {name} is not a compute-instance profile of {p.name}")
-        groups.setdefault(p.id, (p, []))[1].extend([c] * count)
-    wants: list[WantGi] = []
-    for p, sizes in groups.values():
-        bins: list[list[int]] = []
-        for c in sorted(sizes, reverse=True):
-            home = next((b for b in bins if ci_layout_fits(p, [*b, c])), None)
-            if home is None:
-                bins.append([c])
-            else:
-                home.append(c)
-        wants.extend(WantGi(p, tuple(b)) for b in bins)
-    return wants
+def build_plans(scan: Scan, nvml: Any, entries: list[config.Entry], source: str, reset: bool) -> list[engine.GpuPlan]:
+    """Kept for callers of the old name: :func:`vgpukit.mig.migparted.build_plans`."""
+    return _build_plans(scan, nvml, entries, source, reset)
 
 
-def build_plans(scan: Scan, nvml: Nvml, entries: list[config.Entry], source: str, reset: bool) -> list[engine.GpuPlan]:
-    plans = []
-    for gpu in nvml.gpus():
-        matched = [e for e in entries if e.selects(gpu.index, gpu.pci_device_id)]
-        if not matched:
-            continue
-        if len(matched) > 1:
-            raise InvalidInput(
-                f"{source}: gpu{gpu.index} is selected by the entries at lines {matched[0].line} and {matched[1].line}"
-            )
-        entry = matched[0]
-        if not gpu.mig_capable:
-            if entry.mig_enabled:
-                raise Unsupported(f"{source}:{entry.line}: gpu{gpu.index} ({gpu.name}) is not MIG-capable")
-            continue
-        wants = _wants(nvml, gpu, entry, source) if entry.mig_enabled else []
-        req = engine.GpuRequest(gpu, entry.mig_enabled, wants, exact=True, label=label_of(scan, gpu))
-        plans.append(engine.plan_gpu(nvml, req, allow_reset=reset))
-    return plans
+def _env(*names: str) -> list[str]:
+    return [f"VGPUKIT_MIG_{n}" for n in names] + [f"MIG_PARTED_{n}" for n in names]
+
+
+file_option = click.option(
+    "-f",
+    "--config-file",
+    "--file",
+    "path",
+    envvar=_env("CONFIG_FILE"),
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    help="mig-parted v1 config ('-' reads stdin). Env: VGPUKIT_MIG_CONFIG_FILE, MIG_PARTED_CONFIG_FILE.",
+)
+config_option = click.option(
+    "-c",
+    "--selected-config",
+    "--config",
+    "name",
+    envvar=_env("SELECTED_CONFIG"),
+    type=NAME,
+    help="Config name under mig-configs (needed when there are several). "
+    "Env: VGPUKIT_MIG_SELECTED_CONFIG, MIG_PARTED_SELECTED_CONFIG.",
+)
+mode_only_option = click.option(
+    "-m",
+    "--mode-only",
+    is_flag=True,
+    envvar=_env("MODE_CHANGE_ONLY"),
+    help="Only the MIG mode of each GPU, not its MIG devices. Env: MIG_PARTED_MODE_CHANGE_ONLY.",
+)
+
+
+def _load(app: App, path: Path | None, name: str | None) -> tuple[str, str, list[config.Entry]]:
+    """(source, selected name, its entries)."""
+    if path is None:
+        raise InvalidInput(
+            "no config file: give -f FILE", hint="or set VGPUKIT_MIG_CONFIG_FILE (mig-parted: MIG_PARTED_CONFIG_FILE)"
+        )
+    source = STDIN if str(path) == "-" else str(path)
+    text = _read_stdin() if source == STDIN else _read(app, path, "mig-parted config", config.MAX_CONFIG_BYTES)
+    chosen, entries = select(config.parse(text, source), name, source)
+    return source, chosen, entries
 
 
 @click.command("apply")
-@click.option("-f", "--file", "path", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@file_option
+@config_option
 @click.option(
-    "-c", "--config", "name", help="Config name under mig-configs (needed when there are several).", type=NAME
+    "-k",
+    "--hooks-file",
+    "hooks_path",
+    envvar=_env("HOOKS_FILE"),
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="mig-parted hooks file (apply-start, pre-apply-mode, pre-apply-config, apply-exit, ...). "
+    "Env: VGPUKIT_MIG_HOOKS_FILE, MIG_PARTED_HOOKS_FILE.",
+)
+@mode_only_option
+@click.option(
+    "-s",
+    "--skip-reset",
+    is_flag=True,
+    envvar=_env("SKIP_RESET"),
+    help="Make MIG mode changes but leave them pending instead of resetting GPUs (with --mode-only). "
+    "Env: MIG_PARTED_SKIP_RESET.",
 )
 @click.option(
     "--reset/--no-reset",
@@ -94,89 +114,203 @@ def build_plans(scan: Scan, nvml: Nvml, entries: list[config.Entry], source: str
 @json_option
 @dry_run_option
 @click.pass_obj
-@mutating
-def apply_cmd(app: App, path: Path, name: str | None, reset: bool | None) -> None:
+def apply_cmd(
+    app: App,
+    path: Path | None,
+    name: str | None,
+    hooks_path: Path | None,
+    mode_only: bool,
+    skip_reset: bool,
+    reset: bool | None,
+) -> None:
     """Apply a mig-parted v1 config; instances that already match are kept (a second run does nothing)."""
-    entries = _pick(config.parse(_read(app, path), str(path)), name, str(path))
+    source, chosen, entries = _load(app, path, name)
+    hk = hooks.Hooks()
+    if hooks_path is not None:
+        hk = hooks.parse(_read(app, hooks_path, "hooks file", hooks.MAX_HOOKS_BYTES), str(hooks_path))
     nvml = nvml_of(app)
     scan = Scan(app.host)
-    plans = build_plans(scan, nvml, entries, str(path), reset is not False)
-    run_plans(app, "mig-apply", plans, {"config": name}, scan=scan)
+    opts: dict[str, Any] = {"mode_only": mode_only, "skip_reset": skip_reset}
+    allow = reset is not False
+
+    def plan() -> list[engine.GpuPlan]:
+        return migparted.build_plans(scan, nvml, entries, source, allow, **opts)
+
+    if app.dry_run:
+        dry = plan()
+        report_plans(app, "mig-apply", dry, [s for p in dry for s in p.steps], {"config": chosen}, scan=scan)
+        return
+    try:  # bad input fails before any hook runs; busy/capacity may change once the hooks ran
+        plan()
+    except (InvalidInput, NotFound, Unsupported):
+        raise
+    except VgpukitError:
+        pass
+    env = hooks.environment(_abs(source), chosen, str(hooks_path or ""), skip_reset, mode_only, _host_env(app))
+    show = app.debug
+    done: list[Any] = []
+    plans: list[engine.GpuPlan] = []
+    phased = bool(hk.by_name.get("post-apply-mode") or hk.by_name.get("pre-apply-config"))
+    hk.run("apply-start", env, show)
+    try:
+        together = False  # no hook between the phases: one transaction (all rolled back on failure)
+        if migparted.assert_config(scan, nvml, entries, source, mode_only=True):
+            hk.run("pre-apply-mode", env, show)
+            together = not (mode_only or phased)
+            plans, steps = _phase(app, plan, not together)
+            done += steps
+            hk.run("post-apply-mode", env, show)
+            if together and migparted.split_phases(plans)[1]:
+                hk.run("post-apply-config", env, show)
+        if not (mode_only or together) and migparted.assert_config(scan, nvml, entries, source):
+            hk.run("pre-apply-config", env, show)
+            plans, steps = _phase(app, plan, False)
+            done += steps
+            hk.run("post-apply-config", env, show)
+    except BaseException:
+        try:
+            hk.run("apply-exit", env, show)
+        except hooks.HookFailed as exc:
+            sys.stderr.write(f"vgpukit: {exc.message}\n")
+        raise
+    hk.run("apply-exit", env, show)
+    if not plans:  # nothing differed: report the selected GPUs as they are
+        try:
+            plans = plan()
+        except VgpukitError:
+            plans = []
+    report_plans(app, "mig-apply", plans, done, {"config": chosen}, scan=scan)
+
+
+def _phase(app: App, plan: Any, mode_phase: bool) -> tuple[list[engine.GpuPlan], list[Any]]:
+    """Plan under the host lock (after the hooks ran) and apply: the mode phase only, or everything."""
+    with session(app.env) as recovered:
+        for line in recovered:
+            sys.stderr.write(f"vgpukit: {line}\n")
+        plans = plan()
+        steps = migparted.split_phases(plans)[0] if mode_phase else [s for p in plans for s in p.steps]
+        if steps:
+            execute(app.env, steps)
+    return plans, steps
+
+
+def _host_env(app: App) -> dict[str, str]:
+    if app.sim_dir is not None:
+        return {"VGPUKIT_SIM": os.path.abspath(app.sim_dir)}
+    if app.root is not None:
+        return {"VGPUKIT_ROOT": os.path.abspath(app.root)}
+    return {}
+
+
+def _abs(source: str) -> str:
+    return "-" if source == STDIN else os.path.abspath(source)
 
 
 @click.command("assert")
-@click.option("-f", "--file", "path", required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-c", "--config", "name", help="Config name under mig-configs.", type=NAME)
+@file_option
+@config_option
+@mode_only_option
+@click.option(
+    "-a", "--valid-config", is_flag=True, help="Only check that the file is valid and holds the selected config."
+)
 @json_option
 @click.pass_obj
-def assert_cmd(app: App, path: Path, name: str | None) -> None:
+def assert_cmd(app: App, path: Path | None, name: str | None, mode_only: bool, valid_config: bool) -> None:
     """Exit 0 when the GPUs match the config, 1 (listing the differences) otherwise."""
-    entries = _pick(config.parse(_read(app, path), str(path)), name, str(path))
-    nvml = nvml_of(app)
-    try:
-        diff = [s.describe() for p in build_plans(Scan(app.host), nvml, entries, str(path), True) for s in p.steps]
-    except (InvalidInput, NotFound):
-        raise
-    except VgpukitError as exc:  # the config could not even be applied from here
-        diff = [f"cannot be applied: {exc}"]
+    source, chosen, entries = _load(app, path, name)
+    diff = (
+        []
+        if valid_config
+        else migparted.assert_config(Scan(app.host), nvml_of(app), entries, source, mode_only=mode_only)
+    )
+    what = "the config is valid" if valid_config else "the GPUs match the config"
     emit(
         app,
         "mig-assert",
-        {"config": name, "matches": not diff, "differences": diff},
-        lambda: say("the GPUs match the config" if not diff else "differences:\n  " + "\n  ".join(diff)),
+        {"config": chosen, "matches": not diff, "differences": diff},
+        lambda: say(what if not diff else "differences:\n  " + "\n  ".join(diff)),
     )
     if diff:
-        fail_after_emit(app, VerifyFailed(f"the GPUs do not match {path}" + (f" -c {name}" if name else "")))
+        fail_after_emit(app, VerifyFailed(f"the GPUs do not match {source} -c {chosen}"))
 
 
 @click.command("export")
-@click.option("-c", "--config", "name", default="current", show_default=True, help="Config name to write.", type=NAME)
+@click.option(
+    "-l",
+    "--config-label",
+    "-c",
+    "--config",
+    "name",
+    default="current",
+    show_default=True,
+    envvar=["MIG_PARTED_CONFIG_LABEL"],
+    help="Config name to write.",
+    type=NAME,
+)
+@click.option("-o", "--output-format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 @json_option
 @click.pass_obj
-def export_cmd(app: App, name: str) -> None:
-    """Print the current MIG layout as a mig-parted v1 config."""
-    nvml = nvml_of(app)
-    groups: dict[tuple[Any, ...], list[int]] = {}
-    specs: dict[tuple[Any, ...], dict[str, Any]] = {}
-    gpus = nvml.gpus()
-    for g in gpus:
-        if not g.mig_capable:
-            continue
-        spec = _export_gpu(nvml, g)
-        key = tuple(sorted((k, str(v)) for k, v in spec.items()))
-        groups.setdefault(key, []).append(g.index)
-        specs[key] = spec
-    capable = [g.index for g in gpus if g.mig_capable]
-    entries = []
-    for key, idx in groups.items():
-        entries.append({"devices": "all" if idx == capable and len(gpus) == len(capable) else idx, **specs[key]})
+def export_cmd(app: App, name: str, fmt: str) -> None:
+    """Print the current MIG layout as a mig-parted v1 config (every GPU, as mig-parted exports it)."""
+    entries = migparted.export_entries(Scan(app.host), nvml_of(app))
     text = config.dump(name, entries)
+    if fmt == "json":
+        import json
+
+        text = json.dumps({"version": "v1", "mig-configs": {name: entries}}, indent=2) + "\n"
     emit(app, "mig-export", {"config": name, "yaml": text, "entries": entries}, lambda: click.echo(text, nl=False))
 
 
-def _export_gpu(nvml: Nvml, g: NvmlGpu) -> dict[str, Any]:
-    _, pending = nvml.mig_mode(g.index)
-    current, _ = nvml.mig_mode(g.index)
-    spec: dict[str, Any] = {"mig-enabled": pending}
-    devices: dict[str, int] = {}
-    by_id = {p.id: p for p in nvml.gi_profiles(g.index)}
-    for gi in nvml.gpu_instances(g.index) if current else []:
-        p = by_id[gi.profile_id]
-        sig = sorted((c.slices for c in gi.compute_instances), reverse=True)
-        if sig == [p.slices] or not sig:
-            devices[p.name] = devices.get(p.name, 0) + 1
-        else:
-            for c in sig:
-                key = p.name if c == p.slices else f"{c}c.{p.name}"
-                devices[key] = devices.get(key, 0) + 1
-    if pending:
-        spec["mig-devices"] = devices
-    return spec
+@click.command("service")
+@file_option
+@config_option
+@click.option("-k", "--hooks-file", "hooks_path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--install", is_flag=True, help=f"Write {service.UNIT} (and nvidia-gpu-reset.target when missing).")
+@json_option
+@dry_run_option
+@click.pass_obj
+def service_cmd(app: App, path: Path | None, name: str | None, hooks_path: Path | None, install: bool) -> None:
+    """Print (or --install) a systemd unit that re-applies the selected config at boot, before the
+    services that use the GPUs. Enable it with: systemctl enable vgpukit-mig.service"""
+    if path is None or str(path) == "-":
+        raise InvalidInput("the boot unit needs a config file: give -f FILE (not stdin)")
+    source, chosen, _ = _load(app, path, name)
+    text = service.unit_text(_abs(source), chosen, _abs(str(hooks_path)) if hooks_path else None, service.entry_point())
+    if not install:
+        emit(
+            app,
+            "mig-service",
+            {"unit": service.UNIT, "text": text, "installed": False},
+            lambda: click.echo(text, nl=False),
+        )
+        return
+    steps = [PutFile(service.UNIT, text, what=f"write {service.UNIT}")]
+    if not app.host.exists(app.host.path(*service.TARGET.strip("/").split("/"))):
+        steps.append(PutFile(service.TARGET, service.TARGET_TEXT, what=f"write {service.TARGET}"))
+    if not app.dry_run:
+        with session(app.env):
+            execute(app.env, steps)
+    emit(
+        app,
+        "mig-service",
+        {"unit": service.UNIT, "text": text, "installed": not app.dry_run},
+        lambda: say(("would write " if app.dry_run else "wrote ") + ", ".join(s.path for s in steps)),
+    )
 
 
-def _read(app: App, path: Path) -> str:
-    """The user's config file, read where it is: a regular file of at most 1 MiB (``-f /dev/zero``
-    is refused at once)."""
-    text = app.host.read_doc(path, "mig-parted config", config.MAX_CONFIG_BYTES, user_file=True)
+def _read(app: App, path: Path, what: str, limit: int) -> str:
+    """A file the user named, read where it is: a regular file within ``limit`` (``-f /dev/zero`` is
+    refused at once)."""
+    text = app.host.read_doc(path, what, limit, user_file=True)
     assert text is not None
     return text
+
+
+def _read_stdin() -> str:
+    data = sys.stdin.buffer.read(config.MAX_CONFIG_BYTES + 1)
+    if len(data) > config.MAX_CONFIG_BYTES:
+        raise InvalidInput(f"{STDIN}: larger than {config.MAX_CONFIG_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{STDIN}: not UTF-8 text") from None

@@ -81,7 +81,8 @@ def _match(existing: list[GpuInstance], wants: list[WantGi]) -> tuple[list[tuple
     return pairs, [w for k, w in enumerate(wants) if k not in paired]
 
 
-def plan_gpu(nvml: Nvml, req: GpuRequest, allow_reset: bool) -> GpuPlan:
+def plan_gpu(nvml: Nvml, req: GpuRequest, allow_reset: bool, skip_reset: bool = False) -> GpuPlan:
+    """``skip_reset``: a mode change that needs a reset is made and left pending (mig-parted --skip-reset)."""
     gpu = req.gpu
     label = req.label or _label(gpu)
     if not gpu.mig_capable:
@@ -102,7 +103,7 @@ def plan_gpu(nvml: Nvml, req: GpuRequest, allow_reset: bool) -> GpuPlan:
             )
         steps += destroy_steps(nvml, gpu, existing, busy, by_id, label)
         if current or pending:
-            steps += _mode_steps(nvml, gpu, False, current, pending, allow_reset, label)
+            steps += _mode_steps(nvml, gpu, False, current, pending, allow_reset, label, skip_reset)
         return GpuPlan(gpu, steps, [])
 
     pairs, missing = _match(existing, req.gis)
@@ -132,7 +133,7 @@ def plan_gpu(nvml: Nvml, req: GpuRequest, allow_reset: bool) -> GpuPlan:
 
     steps += destroy_steps(nvml, gpu, drop, busy, by_id, label)
     if not current or not pending:
-        steps += _mode_steps(nvml, gpu, True, current, pending, allow_reset, label)
+        steps += _mode_steps(nvml, gpu, True, current, pending, allow_reset, label, skip_reset)
     # pair each placement with a wanted instance of its profile (compute layouts may differ)
     todo = list(wants_to_place)
     for pl in placed:
@@ -186,11 +187,20 @@ class ResetBlocked(Busy):
 
 
 def _mode_steps(
-    nvml: Nvml, gpu: NvmlGpu, enable: bool, current: bool, pending: bool, allow_reset: bool, label: str
+    nvml: Nvml,
+    gpu: NvmlGpu,
+    enable: bool,
+    current: bool,
+    pending: bool,
+    allow_reset: bool,
+    label: str,
+    skip_reset: bool = False,
 ) -> list[MigStep]:
     word = "enable" if enable else "disable"
     reset = current != enable and needs_reset(gpu)
     steps: list[MigStep] = []
+    if reset and skip_reset:
+        return [SetMode(gpu.bdf, label, enable, pending_ok=True)] if pending != enable else []
     if pending != enable:
         steps.append(SetMode(gpu.bdf, label, enable, then_reset=reset))
     if reset:

@@ -13,9 +13,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, Nvml, NvmlGpu, NvmlProcess
+from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, GpuLinks, NvLink, Nvml, NvmlGpu, NvmlProcess
 
-__all__ = ["CiProfile", "ComputeInstance", "GiProfile", "GpuInstance", "Nvml", "NvmlGpu", "NvmlProcess", "open_nvml"]
+__all__ = [
+    "CiProfile",
+    "ComputeInstance",
+    "GiProfile",
+    "GpuInstance",
+    "GpuLinks",
+    "NvLink",
+    "Nvml",
+    "NvmlGpu",
+    "NvmlProcess",
+    "open_nvml",
+]
 
 
 def open_nvml(sim_dir: Path | None) -> Nvml | None:

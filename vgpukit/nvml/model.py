@@ -23,6 +23,24 @@ class NvmlGpu:
 
 
 @dataclass(frozen=True)
+class NvLink:
+    """One active NVLink of a GPU, as NVML reports it (nvmlDeviceGetNvLinkState = enabled,
+    nvmlDeviceGetNvLinkRemotePciInfo_v2, nvmlDeviceGetNvLinkRemoteDeviceType)."""
+
+    link: int  # the link's number on its GPU
+    remote_bdf: str  # canonical lower-case DDDD:BB:DD.F of the other end (a GPU or an NVSwitch)
+    remote_type: str  # "gpu" | "switch" | "ibmnpu" | "unknown"
+
+
+@dataclass(frozen=True)
+class GpuLinks:
+    """What ``nvidia-smi topo -m`` asks NVML about one GPU."""
+
+    nvlinks: tuple[NvLink, ...]  # active links in link order; () for a GPU without NVLink
+    numa_id: int | None  # NUMA node of the GPU's own memory (nvmlDeviceGetNumaNodeId); None: none
+
+
+@dataclass(frozen=True)
 class GiProfile:
     """A GPU-instance profile as the device reports it (nvmlGpuInstanceProfileInfo_v2 + placements)."""
 
@@ -118,6 +136,10 @@ class Nvml(Protocol):
     def destroy_compute_instance(self, gpu: int, gi_id: int, ci_id: int) -> None: ...
 
     def processes(self, gpu: int) -> list[NvmlProcess]: ...
+
+    def gpu_links(self) -> dict[int, GpuLinks]:
+        """Every GPU's NVLinks and memory NUMA node, by NVML index (one read of the simulated driver)."""
+        ...
 
     def close(self) -> None:
         """Release the library (nvmlShutdown); the facade is not used afterwards."""

@@ -17,14 +17,18 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from ..errors import HostIOError, Unsupported
-from .errors import UNKNOWN, NvmlError, nvml_error
-from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, NvmlGpu, NvmlProcess
+from .errors import INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, UNKNOWN, NvmlError, nvml_error
+from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, GpuLinks, NvLink, NvmlGpu, NvmlProcess
 
 log = logging.getLogger("vgpukit.nvml")
 T = TypeVar("T")
 GI_PROFILE_COUNT = 0x12
 CI_PROFILE_COUNT = 0x09
 _NA = 0xFFFFFFFF
+NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS of the headers this was written against (Hopper: 18 links)
+# nvmlIntNvLinkDeviceType_t
+NVLINK_DEVICE_TYPES = {0x00: "gpu", 0x01: "ibmnpu", 0x02: "switch"}
+_ABSENT = (NOT_SUPPORTED, INVALID_ARGUMENT, NOT_FOUND)  # no such link / no NVLink at all
 
 
 def _bdf(pci: Any) -> str:
@@ -357,6 +361,48 @@ class RealNvml:
                     NvmlProcess(int(p.pid), name, None if gi == _NA else int(gi), None if ci == _NA else int(ci))
                 )
         return out
+
+    # ------------------------------------------------------------------ NVLink and NUMA
+    def gpu_links(self) -> dict[int, GpuLinks]:
+        count = int(self._call("GPU count", self.n.nvmlDeviceGetCount))
+        return {i: GpuLinks(tuple(self._nvlinks(i)), self._numa_id(i)) for i in range(count)}
+
+    def _nvlinks(self, gpu: int) -> list[NvLink]:
+        n, h, out = self.n, self._h(gpu), list[NvLink]()
+        gpu_bdfs: set[str] | None = None
+        for link in range(int(getattr(n, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS))):
+            try:
+                active = n.nvmlDeviceGetNvLinkState(h, link)
+            except NvmlError as exc:
+                if exc.code not in _ABSENT:
+                    raise nvml_error(exc.code, f"NVLink {link} of GPU {gpu}") from exc
+                if link == 0 and exc.code == NOT_SUPPORTED:
+                    return []  # a GPU without NVLink
+                continue
+            if not active:
+                continue
+            remote = _bdf(self._call(f"NVLink {link} of GPU {gpu}", n.nvmlDeviceGetNvLinkRemotePciInfo, h, link))
+            try:
+                kind = NVLINK_DEVICE_TYPES.get(int(n.nvmlDeviceGetNvLinkRemoteDeviceType(h, link)), "unknown")
+            except (NvmlError, AttributeError):
+                # drivers before r450 have no remote type: a GPU's own address tells it is a GPU
+                if gpu_bdfs is None:
+                    gpu_bdfs = {g.bdf for g in self.gpus()}
+                kind = "gpu" if remote in gpu_bdfs else "switch"
+            out.append(NvLink(link, remote, kind))
+        return out
+
+    def _numa_id(self, gpu: int) -> int | None:
+        h = self._h(gpu)
+        try:
+            node = int(self.n.nvmlDeviceGetNumaNodeId(h))
+        except NvmlError as exc:
+            if exc.code in _ABSENT:
+                return None
+            raise nvml_error(exc.code, f"NUMA node of GPU {gpu}") from exc
+        except AttributeError:  # a pynvml without the call
+            return None
+        return node if node >= 0 else None
 
 
 def _size_of(n: Any, h: Any, profile_id: int) -> int:

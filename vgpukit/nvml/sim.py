@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import InvalidInput, NotFound
 from ..host import Host
+from ..sim.state import corrupt
 from . import table as tables
 from .errors import (
     CODES_BY_NAME,
@@ -33,8 +34,9 @@ from .errors import (
     NOT_SUPPORTED,
     nvml_error,
 )
-from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, NvmlGpu, NvmlProcess
+from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, GpuLinks, NvLink, NvmlGpu, NvmlProcess
 from .sim_state import (
+    _LINK,
     STATE_DIR,
     STATE_FILE,
     Store,
@@ -51,6 +53,7 @@ from .sim_state import (
     _mig_on,
     _model,
     _names,
+    _shape_ok,
     _used_mask,
     ci_minor,
     gi_minor,
@@ -300,6 +303,21 @@ class SimNvml:
             g = _gpu(state, gpu)
             return [NvmlProcess(c["pid"], c["name"], c.get("gi"), c.get("ci")) for c in g["clients"]]
 
+    # ------------------------------------------------------------------ NVLink and NUMA
+    def gpu_links(self) -> dict[int, GpuLinks]:
+        """The simulated board's wiring (each GPU's ``nvlinks``: the profile's ``nvlink:``) and the
+        ``numa_id`` of GPUs whose memory is a NUMA node."""
+        out = {}
+        with self._read() as state:
+            for i, g in enumerate(state["gpus"]):
+                links = g.get("nvlinks") or []
+                numa = g.get("numa_id")
+                if not _shape_ok(links, [_LINK]) or not (numa is None or _shape_ok(numa, int)):
+                    raise corrupt(self.sim_dir, self.path)
+                active = tuple(NvLink(k["link"], k["remote"], k["type"]) for k in links if k["active"])
+                out[i] = GpuLinks(tuple(sorted(active, key=lambda k: k.link)), numa)
+        return out
+
     # ------------------------------------------------------------------ device nodes
     def _sync_caps(self, state: dict[str, Any], gpu: int) -> None:
         """Make /dev/nvidia-caps and mig-minors reflect GPU ``gpu``'s GPU/compute instances (the
@@ -317,8 +335,14 @@ class SimNvml:
         mine = range(gi_minor(gpu, 0), gi_minor(gpu + 1, 0))
         minors = self._caps_now(caps)
         have = {m for m in minors if m in mine or m in (1, 2)}
+        from ..sim.tree import NULL_DEVICE, char_devices
+
         for minor in sorted(want - have):
-            host.write_file(caps / f"nvidia-cap{minor}", "", mode=0o400)  # plain file: sim nodes carry no numbers
+            if char_devices(host.root):  # sim init --char-devices: a real node, /dev/null's numbers
+                host.mkdir(caps)
+                os.mknod(caps / f"nvidia-cap{minor}", 0o020400, NULL_DEVICE)
+            else:
+                host.write_file(caps / f"nvidia-cap{minor}", "", mode=0o400)  # plain file: sim nodes carry no numbers
             minors.add(minor)
         for minor in sorted(have - want):
             host.remove(caps / f"nvidia-cap{minor}")

@@ -150,6 +150,7 @@ _CI = {"id": int, "profile": int, "slices": int, "start": int, "uuid": str}
 _GI = {"id": int, "profile_id": int, "start": int, "size": int, "cis": [_CI]}
 _GPU = {"bdf": str, "name": str, "uuid": str, "mig_current": bool, "mig_pending": bool, "gis": [_GI],
         "clients": [{"pid": int, "name": str}], "generation": int}  # fmt: skip
+_LINK = {"link": int, "active": bool, "remote": str, "type": str}  # optional "nvlinks" of a GPU
 _STATE = {"gpus": [_GPU], "faults": [{"call": str, "nth": int, "code": int}], "next_pid": int}
 
 

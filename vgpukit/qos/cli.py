@@ -145,7 +145,8 @@ def tenant_add(
     reply = control.request(
         app.host, {"op": "tenant-add", "gpu": gpu, "name": name, "tenant": t.to_dict(), "dry_run": app.dry_run}
     )
-    emit_result(app, "qos-tenant", plan=reply["plan"], data={"gpu": gpu, "name": name, "tenant": reply["tenant"]})
+    plan = [*reply["plan"], *_refresh(app)]
+    emit_result(app, "qos-tenant", plan=plan, data={"gpu": gpu, "name": name, "tenant": reply["tenant"]})
 
 
 @tenant.command("rm")
@@ -157,7 +158,15 @@ def tenant_add(
 def tenant_rm(app: App, gpu: str, name: str) -> None:
     """Remove tenant NAME from GPU (it is thawed first)."""
     reply = control.request(app.host, {"op": "tenant-rm", "gpu": gpu, "name": name, "dry_run": app.dry_run})
-    emit_result(app, "qos-tenant", plan=reply["plan"], data={"gpu": gpu, "name": name})
+    emit_result(app, "qos-tenant", plan=[*reply["plan"], *_refresh(app)], data={"gpu": gpu, "name": name})
+
+
+def _refresh(app: App) -> list[str]:
+    """Tenants change through the daemon, not the change engine: the gpu-share CDI spec is brought up
+    to date here, the engine's way (under the host lock, journaled), when spec generation is enabled."""
+    from ..engine import refresh
+
+    return refresh(app.env)
 
 
 DEMAND_SHOWN = {

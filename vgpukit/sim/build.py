@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import uuid
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..errors import Conflict, InvalidInput, NotFound, VgpukitError, from_oserror
+from ..errors import Conflict, InvalidInput, NotFound, Unsupported, VgpukitError, from_oserror
 from ..inputs import check_component, load_yaml
+from .driver_files import write_driver_files
 from .state import KernelState, sim_meta_dir
-from .tree import RW, SimTree
+from .tree import CHAR_DEVICES_MARK, RW, SimTree
 
 MAX_PROFILE_BYTES = 1024 * 1024
 PROFILE_KEYS = {
@@ -26,8 +28,9 @@ PROFILE_KEYS = {
     "host_bridges",
     "virtual_mdev_parents",
     "boot",
+    "nvlink",
 }
-NODE_KEYS = {"bdf", "model", "children", "group", "driver"}
+NODE_KEYS = {"bdf", "model", "children", "group", "driver", "numa"}
 
 
 def builtin_profiles() -> dict[str, Path]:
@@ -91,6 +94,10 @@ class Builder:
             pdir = self.root / "sys" / "devices" / vp["path"]
             self.tree.mkdir(pdir)
             self._mdev_parent(vp["name"], pdir, vp["mdev"])
+        if self.profile.get("nvlink"):
+            from .nvlink import wire
+
+            wire(self.profile["nvlink"], self.gpus)
         self._gpu_nodes()
 
     def _device(self, parent: Path, node: dict[str, Any], numa: int | None, cpus: str | None) -> None:
@@ -101,13 +108,19 @@ class Builder:
         if model is None:
             raise InvalidInput(f"profile device {node['bdf']}: unknown model {node['model']!r}")
         bdf = node["bdf"]
+        if "numa" in node:  # firmware's proximity for this device alone (-1: none reported)
+            numa = None if node["numa"] is None or node["numa"] < 0 else int(node["numa"])
         group = node.get("group", self.state.next_group)
         self.state.next_group = max(self.state.next_group, group + 1)
         d = self.tree.add_pci_device(parent, bdf, model, numa, cpus, group)
         driver = node.get("driver", model.get("driver")) or self.state.match_driver(model["ids"], model["class"])
+        if model.get("rdma") and driver:  # e.g. mlx5: mlx5_core registers mlx5_<n> in probe order
+            prefix = str(model["rdma"])
+            n = sum(1 for e in self.state.rdma.values() if e["name"].startswith(prefix + "_"))
+            self.state.rdma[bdf] = {"name": f"{prefix}_{n}", "driver": driver}
         if driver:
             self.tree.add_driver(driver)
-            self.tree.bind(bdf, driver)
+            self.tree.bind(bdf, driver, self.state.rdma_for(bdf, driver))
         sriov = model.get("sriov")
         if sriov:
             self.tree.write_attr(d / "sriov_totalvfs", sriov["total_vfs"])
@@ -154,6 +167,7 @@ class Builder:
         self.tree.make_devnode(self.tree.devnode("nvidia-uvm-tools"), 510, 1)
         for i, _gpu in enumerate(self.gpus):
             self.tree.make_devnode(self.tree.devnode(f"nvidia{i}"), 195, i)
+        write_driver_files(self.tree)
 
 
 def _boot(root: Path, writes: list[dict[str, Any]]) -> None:
@@ -166,19 +180,21 @@ def _boot(root: Path, writes: list[dict[str, Any]]) -> None:
         kernel.write(root / "sys" / entry["sys"], str(entry["write"]))
 
 
-def init_sim(root: Path, profile_name: str, force: bool = False) -> dict[str, Any]:
+def init_sim(root: Path, profile_name: str, force: bool = False, char_devices: bool = False) -> dict[str, Any]:
     """Create a simulated host under ``root``; refuses a non-empty dir unless ``force``. A profile
     that is wrong in any way leaves nothing half-built (docs/safety.md)."""
     try:
         profile = load_profile(profile_name)
         if root.exists() and not root.is_dir():
             raise InvalidInput(f"{root} exists and is not a directory", path=str(root))
-        return _init_sim(root, profile, force)
+        if char_devices and os.geteuid() != 0:
+            raise Unsupported("--char-devices needs root (it makes character device nodes with mknod)")
+        return _init_sim(root, profile, force, char_devices)
     except OSError as exc:
         raise from_oserror(exc, path=root, action="creating a simulated host in") from None
 
 
-def _init_sim(root: Path, profile: dict[str, Any], force: bool = False) -> dict[str, Any]:
+def _init_sim(root: Path, profile: dict[str, Any], force: bool = False, char_devices: bool = False) -> dict[str, Any]:
     meta = sim_meta_dir(root)
     if root.exists() and any(root.iterdir()):
         if not force:
@@ -190,6 +206,9 @@ def _init_sim(root: Path, profile: dict[str, Any], force: bool = False) -> dict[
     builder = Builder(root, profile)
     info = {"version": 1, "profile": profile["name"], "description": profile.get("description", "")}
     try:
+        if char_devices:
+            meta.mkdir(parents=True, exist_ok=True)
+            (meta / CHAR_DEVICES_MARK).write_text("device nodes are real, with /dev/null's numbers (1:3)\n")
         builder.build()
         meta.mkdir(parents=True, exist_ok=True)
         builder.state.save(root)

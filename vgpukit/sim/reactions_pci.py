@@ -61,7 +61,7 @@ def probe(w: Write, bdf: str) -> None:
     else:
         driver = w.state.match_driver(*_ids(w, bdf))
     if driver:
-        w.tree.bind(bdf, driver)
+        w.tree.bind(bdf, driver, w.state.rdma_for(bdf, driver))
 
 
 # ----------------------------------------------------------------------------- SR-IOV
@@ -190,7 +190,7 @@ def bind(w: Write) -> None:
         raise fail(errno.ENODEV)
     if w.tree.bound_driver(bdf):
         raise fail(errno.EBUSY)
-    w.tree.bind(bdf, driver)
+    w.tree.bind(bdf, driver, w.state.rdma_for(bdf, driver))
 
 
 def drivers_probe(w: Write) -> None:
@@ -212,7 +212,7 @@ def new_id(w: Write) -> None:
     w.state.set_driver_ids(driver, [ids, *entries])
     for bdf in w.tree.all_bdfs():
         if not w.tree.bound_driver(bdf) and _ids(w, bdf)[0] == ids and _override(w, bdf) in (None, driver):
-            w.tree.bind(bdf, driver)
+            w.tree.bind(bdf, driver, w.state.rdma_for(bdf, driver))
 
 
 def remove_id(w: Write) -> None:

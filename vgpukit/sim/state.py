@@ -107,7 +107,7 @@ def locked(root: Path) -> Iterator[None]:
 
 KERNEL = "kernel.json"
 CHANGES = "kernel.jsonl"  # what reactions changed since kernel.json was written: one {"set", "to"} a line
-DATA = ("profile", "next_group", "driver_ids", "vf_models", "mdev_pools", "vf_specs")
+DATA = ("profile", "next_group", "driver_ids", "vf_models", "mdev_pools", "vf_specs", "rdma")
 
 
 @dataclass
@@ -121,7 +121,13 @@ class KernelState:
     vf_models: dict[str, dict[str, Any]] = field(default_factory=dict)  # VF "vvvv:dddd" -> model spec
     mdev_pools: dict[str, dict[str, Any]] = field(default_factory=dict)  # parent -> pool, types
     vf_specs: dict[str, dict[str, Any]] = field(default_factory=dict)  # PF bdf -> PF model sriov info
+    rdma: dict[str, dict[str, str]] = field(default_factory=dict)  # bdf -> {name: mlx5_0, driver: mlx5_core}
     changes: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def rdma_for(self, bdf: str, driver: str) -> str | None:
+        """The RDMA device (``infiniband/<name>``) the driver creates when it binds ``bdf``."""
+        entry = self.rdma.get(bdf)
+        return entry["name"] if entry is not None and entry.get("driver") == driver else None
 
     def match_driver(self, ids: str, class_code: str) -> str | None:
         cls = class_code.lower().removeprefix("0x")[:4]
@@ -176,6 +182,8 @@ class KernelState:
         """kernel.json with the lines of kernel.jsonl replayed on it, checked."""
         path = sim_meta_dir(root) / KERNEL
         data = read_state(root, path)
+        if isinstance(data, dict):
+            data.setdefault("rdma", {})  # hosts made before RDMA devices were simulated
         log = sim_meta_dir(root) / CHANGES
         if isinstance(data, dict) and os.path.lexists(log):
             path = log

@@ -48,6 +48,15 @@ def is_writable(path: Path) -> bool:
     return bool(path.stat().st_mode & 0o222)
 
 
+NULL_DEVICE = os.makedev(1, 3)  # what every node of a --char-devices host is (/dev/null's numbers)
+CHAR_DEVICES_MARK = "char-devices"
+
+
+def char_devices(root: Path) -> bool:
+    """Whether this simulated host makes real (null) character device nodes (``sim init --char-devices``)."""
+    return (root / ".vgpukit-sim" / CHAR_DEVICES_MARK).exists()
+
+
 @dataclass
 class SimTree:
     """Paths of a simulated host rooted at ``root``, and the only way the simulator changes them.
@@ -212,10 +221,19 @@ class SimTree:
     def make_devnode(self, path: Path, major: int, minor: int) -> None:
         """A simulated device node: a plain file naming the numbers it stands for.
 
-        Never a real character device: on a GPU host, 195:0 *is* the real /dev/nvidia0, and nothing
-        done on a simulated host may reach real hardware.
+        Never a real character device of those numbers: on a GPU host, 195:0 *is* the real
+        /dev/nvidia0, and nothing done on a simulated host may reach real hardware. A host made with
+        ``sim init --char-devices`` (root only) has real character nodes instead, all with the numbers
+        of /dev/null (1:3), so that a container engine can create them in a container (docs/cdi.md).
         """
-        if not os.path.lexists(path):
+        if os.path.lexists(path):
+            return
+        if char_devices(self.root):
+            real = self._entry(path)
+            self._before(real)
+            os.mknod(real, stat.S_IFCHR | 0o666, NULL_DEVICE)
+            os.chmod(real, 0o666)
+        else:
             self.write_attr(path, f"simulated character device {major}:{minor}", RW)
 
     @property
@@ -309,10 +327,13 @@ class SimTree:
         target = self.device_dir(bdf) / "driver"
         return os.path.basename(os.readlink(target)) if os.path.lexists(target) else None
 
-    def bind(self, bdf: str, driver: str) -> None:
+    def bind(self, bdf: str, driver: str, rdma: str | None = None) -> None:
+        """Bind; ``rdma``: the RDMA device this driver registers for it (``infiniband/mlx5_0``)."""
         d = self.device_dir(bdf)
         self.link(d / "driver", self.driver_dir(driver))
         self.link(self.driver_dir(driver) / bdf, d)
+        if rdma is not None:
+            self.write_attr(d / "infiniband" / rdma / "node_type", "1: CA")
         if driver == "vfio-pci":
             group = os.path.basename(os.readlink(d / "iommu_group"))
             self.make_devnode(self.devnode("vfio", group), 243, int(group))
@@ -324,6 +345,8 @@ class SimTree:
         d = self.device_dir(bdf)
         self.unlink(d / "driver")
         self.unlink(self.driver_dir(drv) / bdf)
+        if os.path.isdir(d / "infiniband"):  # the driver's RDMA devices go with it
+            self.remove_tree(d / "infiniband")
         if drv == "vfio-pci":
             group = os.path.basename(os.readlink(d / "iommu_group"))
             members = (self.group_dir(int(group)) / "devices").iterdir()

@@ -585,20 +585,79 @@ CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
     *ms = (float)((double)((int64_t)(b->t - a->t)) / 1e6);
     return CUDA_SUCCESS;
 }
-static char module_token, function_token;
+/* Modules. An empty image is the emulator's own module, which has every function the tests name. A PTX
+ * image (text with .version, .target and at least one .entry) is "JIT-compiled" by recording its entry
+ * names: cuModuleGetFunction then finds only those (CUDA_ERROR_NOT_FOUND otherwise), as the driver
+ * does. Whatever the kernel's code, the emulator runs it for the ns its first parameter points to,
+ * which is what the PTX spin kernel of tests/cuda/emulator/ptxspin.c does on a real GPU. */
+#define EMU_ENTRIES 16
+struct emu_module {
+    int any;
+    char entry[EMU_ENTRIES][64];
+    int n;
+};
+static struct emu_module builtin_module = {.any = 1};
+static char function_token;
+
+static int ptx_entries(const char *text, struct emu_module *m)
+{
+    if (!strstr(text, ".version") || !strstr(text, ".target"))
+        return -1;
+    for (const char *p = text; (p = strstr(p, ".entry")) != NULL && m->n < EMU_ENTRIES;) {
+        p += 6;
+        if (*p != ' ' && *p != '\t')
+            continue;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        size_t len = strcspn(p, " \t\r\n(");
+        if (len == 0 || len >= sizeof(m->entry[0]))
+            return -1;
+        memcpy(m->entry[m->n], p, len);
+        m->entry[m->n++][len] = 0;
+    }
+    return m->n ? 0 : -1;
+}
+
 CUresult cuModuleLoadData(CUmodule *m, const void *image)
 {
-    (void)image;
-    *m = &module_token;
+    if (!m || !image)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!inited)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!*(const char *)image) {
+        *m = &builtin_module;
+        return CUDA_SUCCESS;
+    }
+    struct emu_module *x = calloc(1, sizeof(*x));
+    if (ptx_entries(image, x) != 0) {
+        free(x);
+        return CUDA_ERROR_INVALID_IMAGE;
+    }
+    *m = x;
     return CUDA_SUCCESS;
 }
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
 {
-    (void)m, (void)name;
-    *f = &function_token;
+    struct emu_module *x = m;
+    if (!f || !x || !name)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (x->any) {
+        *f = &function_token;
+        return CUDA_SUCCESS;
+    }
+    for (int i = 0; i < x->n; i++)
+        if (!strcmp(x->entry[i], name)) {
+            *f = x->entry[i];
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_NOT_FOUND;
+}
+CUresult cuModuleUnload(CUmodule m)
+{
+    if (m && m != (CUmodule)&builtin_module)
+        free(m);
     return CUDA_SUCCESS;
 }
-CUresult cuModuleUnload(CUmodule m) { return (void)m, CUDA_SUCCESS; }
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shm, CUstream s, void **params, void **extra)
 {

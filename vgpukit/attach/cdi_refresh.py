@@ -1,0 +1,32 @@
+"""The change engine's CDI refresh (``DERIVED`` in vgpukit/engine/executor.py), kept light: when the
+host has not enabled spec generation it costs one missing file and imports nothing more."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from ..errors import VgpukitError
+from .cdi_settings import load_settings
+
+if TYPE_CHECKING:
+    from ..engine import Env, Step
+
+log = logging.getLogger("vgpukit.cdi")
+
+
+def derived_steps(env: Env) -> list[Step]:
+    """The change engine's refresh (``DERIVED``): the spec files that no longer describe the host, when
+    generation is enabled. Cheap when it is not (one missing file); spec collection is imported only
+    then. A problem reading the settings or the host's devices never blocks the change that ran: it is
+    said on stderr, every time, until fixed."""
+    try:
+        settings = load_settings(env.host)
+        if settings is None:
+            return []
+        from .cdi_files import derived_plans, file_steps
+
+        return file_steps(derived_plans(env.host, settings, lambda: env.nvml))
+    except VgpukitError as err:
+        log.warning("CDI specs not refreshed: %s (fix it, or run 'vgpukit cdi disable')", err)
+        return []

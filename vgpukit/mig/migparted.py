@@ -1,0 +1,287 @@
+"""mig-parted's semantics over a parsed config: which entry a GPU gets, the plans, assert, export.
+
+The walk (mig-parted ``WalkSelectedMigConfigForEachGPU``): for each entry in file order, every GPU
+that passes its ``device-filter`` and ``devices``. A GPU that is not MIG-capable is skipped when the
+entry says ``devices: all`` or ``mig-enabled: false``; an entry that names it and asks for MIG is an
+error. A MIG-capable GPU selected by several entries ends as the last one says (mig-parted applies
+them in order); entries that disagree on ``mig-enabled`` make mig-parted fail half-way, so a full
+apply refuses them up front (``--mode-only``: the last one wins, as in mig-parted).
+
+Public: :func:`device_ids`, :func:`walk`, :func:`build_plans` (parse -> selected config -> plan
+steps; ``vgpukit apply`` host documents call it), :func:`split_phases`, :func:`assert_config`,
+:func:`export_entries`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import naming
+from ..errors import InvalidInput, Unsupported, VgpukitError
+from ..nvml import GiProfile, Nvml, NvmlGpu
+from ..pci import Scan
+from . import engine
+from .config import DeviceId, Entry, MigName, parse_device_id
+from .spec import WantGi, ci_allowed, ci_layout_fits
+from .steps import MigStep, Reset, SetMode
+
+
+def _names(scan: Scan | None) -> dict[str, str]:
+    """PCI address -> gpuN, as every command names GPUs (NVML order when there is no sysfs)."""
+    try:
+        return naming.aliases(scan) if scan is not None else {}
+    except VgpukitError:
+        return {}
+
+
+def _label(names: dict[str, str], gpu: NvmlGpu) -> str:
+    return f"{names.get(gpu.bdf, f'gpu{gpu.index}')} ({gpu.bdf})"
+
+
+def device_ids(scan: Scan | None, gpus: Sequence[NvmlGpu]) -> dict[int, DeviceId | None]:
+    """Each GPU's PCI id as mig-parted reads it: device, vendor and subsystem from the PCI config
+    (sysfs), else the packed id NVML reports (no subsystem)."""
+    out: dict[int, DeviceId | None] = {}
+    for g in gpus:
+        hw: DeviceId | None = None
+        try:
+            dev = scan.device(g.bdf) if scan is not None else None
+        except VgpukitError:
+            dev = None
+        if dev is not None:
+            sub = None
+            if dev.subsystem:
+                sv, sd = dev.subsystem.split(":")
+                sub = (int(sd, 16), int(sv, 16))
+            hw = DeviceId(int(dev.device, 16), int(dev.vendor, 16), sub)
+        elif g.pci_device_id is not None:
+            hw = parse_device_id(f"0x{g.pci_device_id:08X}")
+        out[g.index] = hw
+    return out
+
+
+@dataclass
+class GpuChoice:
+    """What the walk decided for one GPU."""
+
+    gpu: NvmlGpu
+    entries: list[Entry] = field(default_factory=list)  # every entry that selects it, in file order
+    skipped: bool = False  # not MIG-capable, skipped by every entry that selects it
+
+    @property
+    def entry(self) -> Entry | None:
+        """The entry that decides (the last one; None when skipped)."""
+        return None if self.skipped or not self.entries else self.entries[-1]
+
+
+def walk(
+    entries: Sequence[Entry], gpus: Sequence[NvmlGpu], ids: dict[int, DeviceId | None], source: str
+) -> list[GpuChoice]:
+    """GPUs in NVML order with the entries that select them. Raises Unsupported when an entry names a
+    GPU that is not MIG-capable and asks for MIG (mig-parted: "cannot set MIG mode on non MIG-capable GPU")."""
+    choices = []
+    for g in gpus:
+        c = GpuChoice(g)
+        for e in entries:
+            if not e.selects(g.index, ids.get(g.index)):
+                continue
+            if not g.mig_capable:
+                if e.all_devices or not e.mig_enabled:
+                    c.skipped = True
+                    continue
+                raise Unsupported(
+                    f"{source}:{e.line}: gpu{g.index} ({g.name}) is not MIG-capable but the entry asks for MIG",
+                    device=g.bdf,
+                    hint='mig-parted skips it only under "devices: all" or with mig-enabled: false',
+                )
+            c.entries.append(e)
+        choices.append(c)
+    return choices
+
+
+def mode_conflict(c: GpuChoice) -> tuple[Entry, Entry] | None:
+    """Two entries selecting the GPU that disagree on mig-enabled (the last one and the first that differs)."""
+    last = c.entry
+    if last is None:
+        return None
+    other = next((e for e in c.entries if e.mig_enabled != last.mig_enabled), None)
+    return None if other is None else (other, last)
+
+
+def wants(profiles: Sequence[GiProfile], entry: Entry, label: str, source: str) -> list[WantGi]:
+    """GPU instances for an entry's mig-devices: every count is of MIG devices (compute instances),
+    as in mig-parted; CIs of one GI profile share GIs while they fit (first fit, largest first)."""
+    groups: dict[int, tuple[GiProfile, list[int]]] = {}
+    where = f"{label} [{source}:{entry.line}]"
+    for name, count in entry.wanted().items():
+        p = _gi_profile(profiles, name, where)
+        if name.c not in ci_allowed(p):
+            raise InvalidInput(f"{where}: {name} is not a compute-instance profile of {p.name}")
+        groups.setdefault(p.id, (p, []))[1].extend([name.c] * count)
+    out: list[WantGi] = []
+    for p, sizes in groups.values():
+        bins: list[list[int]] = []
+        for c in sorted(sizes, reverse=True):
+            home = next((b for b in bins if ci_layout_fits(p, [*b, c])), None)
+            if home is None:
+                bins.append([c])
+            else:
+                home.append(c)
+        out.extend(WantGi(p, tuple(b)) for b in bins)
+    return out
+
+
+def _gi_profile(profiles: Sequence[GiProfile], name: MigName, where: str) -> GiProfile:
+    for p in profiles:
+        if name.gi_matches(p.name):
+            return p
+    valid = ", ".join(p.name for p in sorted(profiles, key=lambda p: (p.slices, p.size, p.media)))
+    raise InvalidInput(f"unknown MIG profile {str(name)!r} for {where}", value=str(name), hint=f"valid: {valid}")
+
+
+def build_plans(
+    scan: Scan | None,
+    nvml: Nvml,
+    entries: Sequence[Entry],
+    source: str,
+    reset: bool,
+    *,
+    mode_only: bool = False,
+    skip_reset: bool = False,
+) -> list[engine.GpuPlan]:
+    """The steps that make the GPUs as the selected config says; raises before anything is touched
+    when it cannot be done (bad profile, no capacity, busy instances, a reset not allowed)."""
+    gpus = nvml.gpus()
+    names = _names(scan)
+    plans = []
+    for c in walk(entries, gpus, device_ids(scan, gpus), source):
+        entry = c.entry
+        if entry is None:
+            continue
+        conflict = mode_conflict(c)
+        if conflict and not mode_only:
+            first, last = conflict
+            raise InvalidInput(
+                f"{source}: the entries at lines {first.line} and {last.line} both select gpu{c.gpu.index} "
+                "and disagree on mig-enabled (mig-parted would change the mode and then fail)"
+            )
+        gpu = c.gpu
+        label = _label(names, gpu)
+        current, pending = nvml.mig_mode(gpu.index)
+        if mode_only:
+            if (current, pending) == (entry.mig_enabled, entry.mig_enabled):
+                continue
+            req = engine.GpuRequest(gpu, entry.mig_enabled, [], exact=not entry.mig_enabled, label=label)
+        else:
+            gis = wants(nvml.gi_profiles(gpu.index), entry, label, source) if entry.mig_enabled else []
+            req = engine.GpuRequest(gpu, entry.mig_enabled, gis, exact=True, label=label)
+        if skip_reset and not mode_only and current != entry.mig_enabled and engine.needs_reset(gpu):
+            raise engine.ResetRequired(
+                f"{label}: the MIG mode change needs a GPU reset and --skip-reset was given",
+                device=gpu.bdf,
+                hint="apply --mode-only --skip-reset, reset the GPU, then apply again",
+            )
+        plan = engine.plan_gpu(nvml, req, allow_reset=reset, skip_reset=skip_reset)
+        plans.append(plan)
+    return plans
+
+
+def split_phases(plans: Sequence[engine.GpuPlan]) -> tuple[list[MigStep], list[MigStep]]:
+    """mig-parted's two phases: the mode (with the instances a mode change destroys first), then the
+    MIG devices. Per GPU, the steps up to its last mode step are the mode phase."""
+    mode: list[MigStep] = []
+    devices: list[MigStep] = []
+    for p in plans:
+        cut = max((i + 1 for i, s in enumerate(p.steps) if isinstance(s, (SetMode, Reset))), default=0)
+        mode += p.steps[:cut]
+        devices += p.steps[cut:]
+    return mode, devices
+
+
+def assert_config(
+    scan: Scan | None, nvml: Nvml, entries: Sequence[Entry], source: str, *, mode_only: bool = False
+) -> list[str]:
+    """The differences between the GPUs and the config, as mig-parted's assert sees them: the MIG
+    mode of every GPU an entry selects (every entry), then (unless ``mode_only``) the MIG devices of
+    the deciding entry. Empty: it matches."""
+    gpus = nvml.gpus()
+    names = _names(scan)
+    diff: list[str] = []
+    try:
+        choices = walk(entries, gpus, device_ids(scan, gpus), source)
+    except Unsupported as exc:
+        return [f"cannot be applied: {exc.message}"]
+    for c in choices:
+        conflict = mode_conflict(c)
+        if conflict:
+            diff.append(
+                f"gpu{c.gpu.index}: the entries at lines {conflict[0].line} and {conflict[1].line} "
+                "disagree on mig-enabled"
+            )
+        elif c.entry is not None and nvml.mig_mode(c.gpu.index)[0] != c.entry.mig_enabled:
+            word = "enabled" if c.entry.mig_enabled else "disabled"
+            diff.append(f"{_label(names, c.gpu)}: MIG mode is not {word}")
+    if mode_only or diff:
+        return diff
+    # mig-parted's assert also fails for a GPU no entry selects, even right after a successful apply
+    # (mig-parted issue #157); vgpukit leaves such GPUs alone in assert as apply does (docs/mig.md)
+    try:
+        plans = build_plans(scan, nvml, entries, source, True)
+    except InvalidInput:
+        raise
+    except VgpukitError as exc:  # the config could not even be applied from here
+        return [*diff, f"cannot be applied: {exc.message}"]
+    return diff + [s.describe() for p in plans for s in p.steps]
+
+
+def mig_devices(nvml: Nvml, gpu: NvmlGpu) -> dict[str, int]:
+    """The GPU's MIG devices as mig-parted's export counts them: one per compute instance, named
+    ``<g>g.<gb>gb`` when it spans its GPU instance, else ``<c>c.<g>g.<gb>gb``."""
+    out: dict[str, int] = {}
+    by_id = {p.id: p for p in nvml.gi_profiles(gpu.index)}
+    for gi in nvml.gpu_instances(gpu.index):
+        p = by_id[gi.profile_id]
+        for ci in sorted(gi.compute_instances, key=lambda ci: -ci.slices):
+            key = p.name if ci.slices == p.slices else f"{ci.slices}c.{p.name}"
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def export_entries(scan: Scan | None, nvml: Nvml) -> list[dict[str, Any]]:
+    """mig-parted's export: one spec per GPU (MIG mode in effect, its MIG devices), merged: equal
+    specs share an entry; ``device-filter`` only when GPUs of several PCI ids differ, ``devices: all``
+    when an entry covers every GPU of its ids. A host without GPUs still gets one valid entry."""
+    gpus = nvml.gpus()
+    ids = device_ids(scan, gpus)
+    specs = []
+    for g in gpus:
+        enabled = g.mig_capable and nvml.mig_mode(g.index)[0]
+        hw = ids.get(g.index)
+        df = str(hw.primary) if hw is not None else ""
+        specs.append((df, g.index, enabled, mig_devices(nvml, g) if enabled else {}))
+    if not specs:
+        return [{"devices": "all", "mig-enabled": False, "mig-devices": {}}]
+    merged: list[dict[str, Any]] = []
+    for df, index, enabled, devs in specs:
+        home = next((m for m in merged if m["mig-enabled"] == enabled and m["mig-devices"] == devs), None)
+        if home is None:
+            merged.append({"device-filter": [df], "devices": [index], "mig-enabled": enabled, "mig-devices": devs})
+        else:
+            home["devices"] = sorted({*home["devices"], index})
+            home["device-filter"] = sorted({*home["device-filter"], df})
+    per_filter: dict[str, set[int]] = {}
+    for df, index, _, _ in specs:
+        per_filter.setdefault(df, set()).add(index)
+    out = []
+    for m in merged:
+        covered = set().union(*(per_filter[f] for f in m["device-filter"]))
+        entry: dict[str, Any] = {}
+        if len(per_filter) > 1 and len(merged) > 1:
+            entry["device-filter"] = m["device-filter"][0] if len(m["device-filter"]) == 1 else m["device-filter"]
+        entry["devices"] = "all" if set(m["devices"]) == covered else m["devices"]
+        entry["mig-enabled"] = m["mig-enabled"]
+        entry["mig-devices"] = m["mig-devices"]
+        out.append(entry)
+    return out
