@@ -32,7 +32,7 @@ from typing import TypeVar
 
 from .errors import InvalidInput, NotFound, OutsideRoot, from_oserror
 from .host_layout import SysfsLayout
-from .hostio import Change, KernelPort, ProgramResult, RealKernel, _real_path, fsync_dir, run_program
+from .hostio import Change, KernelPort, ProgramResult, RealKernel, _real_path, follow_link, fsync_dir, run_program
 from .inputs import MAX_DOC_BYTES, check_component
 
 log = logging.getLogger("vgpukit.host")
@@ -149,7 +149,7 @@ class Host(SysfsLayout):
     def is_dir(self, path: Path | str) -> bool:
         return os.path.isdir(path)
 
-    def _real_dir(self, directory: str, depth: int = 0) -> str:
+    def _real_dir(self, directory: str, depth: int = 0) -> str:  # depth: links followed to get here
         """Where ``directory`` really is, refused outside the root. Resolved component by component
         from the root and remembered for the command: an lstat per new component, a readlink only
         where one is a symlink (its target resolved the same way), and no open."""
@@ -158,28 +158,20 @@ class Host(SysfsLayout):
             return real
         if directory == self._root_text:
             real = self._real_root
-        elif not directory.startswith(self._root_text + "/"):
+        elif depth > 40 or not directory.startswith(self._root_text + "/"):  # a link loop, or outside
             real = _real_path(directory)
         else:
             parent, name = os.path.split(directory)
             real = os.path.join(self._real_dir(parent, depth), name)
             try:
                 if stat.S_ISLNK(os.lstat(real).st_mode):
-                    real = self._follow(real, depth)
+                    real = follow_link(real, self._real_root, self._root_text, lambda d: self._real_dir(d, depth + 1))
             except OSError:
                 pass  # missing: opening it will say so
         if not self._inside(real):
             raise self._outside(directory)
         self._real_dirs[directory] = real
         return real
-
-    def _follow(self, link: str, depth: int) -> str:
-        """A symlink's real target: its text joined to its (real) directory, then resolved like any path."""
-        text = os.readlink(link)
-        target = os.path.normpath(os.path.join(os.path.dirname(link), text))
-        if depth > 40 or not target.startswith(self._real_root + "/") or ".." in text.lstrip("./").split("/"):
-            return os.path.realpath(link)  # leaves the root, or ".." after a name that may be a link
-        return self._real_dir(self._root_text + target[len(self._real_root) :], depth + 1)
 
     def _open_contained(self, path: Path | str, flags: int) -> int:
         """Open ``path`` for reading, refusing it when it resolves outside the root.
