@@ -33,7 +33,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "setup: installing vgpukit and its Python dependencies into .venv"
 .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/pip install -q -e '.[dev,libvirt]'
+.venv/bin/pip install -q -e '.[dev,libvirt,k8s]'
 
 echo "setup: building the CUDA interception library (build/libvgpukit-cuda.so)"
 make -s -C contrib/cuda O="$PWD/build"

@@ -37,7 +37,7 @@ PATHS = ["good.yaml", "missing.yaml", "/dev/zero", "/dev/null", "", ".", "..", "
 GOOD_CONFIG = "version: v1\nmig-configs:\n  one:\n    - devices: all\n      mig-enabled: true\n"
 
 # commands that serve forever: their parameters are fuzzed through click's parsing only
-SERVE = {("qos", "daemon")}
+SERVE = {("qos", "daemon"), ("k8s", "device-plugin"), ("k8s", "node-agent")}
 # commands that document exit 1 (a difference found; no libvirt daemon to talk to)
 EXIT_1 = {("mig", "assert"), ("mdev", "start"), ("attach",), ("detach",)}
 

@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "qos": ("vgpukit.qos.cli", "qos", "GPU time-slice QoS daemon and its control commands."),
     "completion": ("vgpukit.cli.completion_cmd", "completion", "Print the shell completion script (bash, zsh, fish)."),
     "recover": ("vgpukit.cli.recover_cmd", "recover", "Repair what an interrupted vgpukit command left half-done."),
+    "k8s": ("vgpukit.k8s.cli", "k8s", "Kubernetes: device plugin, node labels, node config agent."),
     "sim": ("vgpukit.cli.sim_cmd", "sim", "Create and inspect simulated hosts."),
 }
 

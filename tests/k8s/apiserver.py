@@ -1,0 +1,174 @@
+"""A local Kubernetes API-server stub: the REST paths the official client uses for one Node.
+
+* ``GET /api/v1/nodes/NAME``                                   (CoreV1Api.read_node)
+* ``GET /api/v1/nodes?fieldSelector=metadata.name=NAME&watch=true&timeoutSeconds=N``
+                                                                (watch.Watch().stream(list_node, ...)):
+  one JSON event per line, ``ADDED`` first, then ``MODIFIED`` on every change, until the timeout
+* ``PATCH /api/v1/nodes/NAME`` with a merge / strategic-merge patch of labels and annotations
+  (CoreV1Api.patch_node); a ``null`` value deletes the key, as the API server does.
+
+Every request is recorded (method, path, query, content type) so tests can assert what the client sent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+
+
+class ApiServer:
+    def __init__(self, node: str) -> None:
+        self.node: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}, "annotations": {}},
+        }
+        self.version = 1
+        self.requests: list[tuple[str, str, dict[str, list[str]], str]] = []
+        self.changed = threading.Condition()
+        self.label_history: list[dict[str, str]] = []
+        self.closing = False
+        handler = type("Handler", (_Handler,), {"api": self})
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.http.daemon_threads = True
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http.server_address[1]}"
+
+    def kubeconfig(self, path: Path) -> Path:
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "stub", "cluster": {"server": self.url}}],
+            "users": [{"name": "agent", "user": {"token": "stub-token"}}],
+            "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "agent"}}],
+            "current-context": "stub",
+        }
+        path.write_text(json.dumps(doc))
+        return path
+
+    def labels(self) -> dict[str, str]:
+        with self.changed:
+            return dict(self.node["metadata"]["labels"])
+
+    def set_labels(self, changes: dict[str, str | None]) -> None:
+        """As ``kubectl label node NAME key=value`` (None removes): a MODIFIED event for watchers."""
+        self.patch({"metadata": {"labels": changes}})
+
+    def patch(self, body: dict[str, Any]) -> None:
+        with self.changed:
+            meta = self.node["metadata"]
+            for field in ("labels", "annotations"):
+                for k, v in (body.get("metadata", {}).get(field) or {}).items():
+                    if v is None:
+                        meta[field].pop(k, None)
+                    else:
+                        meta[field][k] = v
+            self.version += 1
+            meta["resourceVersion"] = str(self.version)
+            self.label_history.append(dict(meta["labels"]))
+            self.changed.notify_all()
+
+    def wait(self, predicate: Any, timeout: float = 10.0) -> bool:
+        with self.changed:
+            return self.changed.wait_for(predicate, timeout=timeout)
+
+    def close(self) -> None:
+        with self.changed:
+            self.closing = True
+            self.changed.notify_all()
+        self.http.shutdown()
+        self.http.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    api: ApiServer
+    protocol_version = "HTTP/1.1"  # a watch is a chunked body, one event per chunk, as the API server sends it
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _record(self) -> tuple[str, dict[str, list[str]]]:
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        with self.api.changed:
+            self.api.requests.append((self.command, url.path, query, self.headers.get("Content-Type", "")))
+            self.api.changed.notify_all()
+        return url.path, query
+
+    def _send(self, code: int, doc: dict[str, Any]) -> None:
+        data = json.dumps(doc).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _node(self) -> dict[str, Any]:
+        with self.api.changed:
+            meta = self.api.node["metadata"]
+            meta["resourceVersion"] = str(self.api.version)
+            return json.loads(json.dumps(self.api.node))
+
+    def _not_found(self) -> None:
+        self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404})
+
+    def do_GET(self) -> None:
+        path, query = self._record()
+        name = self.api.node["metadata"]["name"]
+        if path == f"/api/v1/nodes/{name}":
+            self._send(200, self._node())
+        elif path == "/api/v1/nodes" and query.get("watch") in (["true"], ["True"]):
+            if query.get("fieldSelector") != [f"metadata.name={name}"]:
+                self._send(403, {"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403})
+                return
+            self._watch(float(query.get("timeoutSeconds", ["30"])[0]))
+        elif path == "/api/v1/nodes":
+            self._send(200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": [self._node()]})
+        else:
+            self._not_found()
+
+    def _watch(self, timeout: float) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        end = time.monotonic() + timeout
+        kind, seen = "ADDED", [-1]
+        try:
+            while time.monotonic() < end and not self.api.closing:
+                with self.api.changed:
+                    self.api.changed.wait_for(lambda: self.api.version != seen[0] or self.api.closing, timeout=0.2)
+                    if self.api.version == seen[0]:
+                        continue
+                    seen[0] = self.api.version
+                line = json.dumps({"type": kind, "object": self._node()}).encode() + b"\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
+                kind = "MODIFIED"
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            pass  # the client closed the watch
+
+    def do_PATCH(self) -> None:
+        path, _ = self._record()
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        if path != f"/api/v1/nodes/{self.api.node['metadata']['name']}":
+            self._not_found()
+            return
+        if self.headers.get("Content-Type") not in PATCH_TYPES:
+            self._send(415, {"kind": "Status", "status": "Failure", "reason": "UnsupportedMediaType", "code": 415})
+            return
+        self.api.patch(body)
+        self._send(200, self._node())

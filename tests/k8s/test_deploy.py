@@ -1,0 +1,84 @@
+"""deploy/kubernetes/: every manifest validates against the Kubernetes OpenAPI schemas (kubernetes-validate,
+strict: unknown fields rejected), and the RBAC is the least the agent needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.conftest import invoke
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+K8S_VERSION = "1.30"  # the oldest release the manifests are written for (ValidatingAdmissionPolicy v1)
+
+
+def documents() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for path in sorted(DEPLOY.glob("*.yaml")):
+        out += [(path.name, d) for d in yaml.safe_load_all(path.read_text()) if d]
+    return out
+
+
+def of_kind(kind: str) -> list[dict[str, Any]]:
+    return [d for _n, d in documents() if d["kind"] == kind]
+
+
+@pytest.mark.parametrize(("name", "doc"), documents(), ids=lambda v: v if isinstance(v, str) else v["kind"])
+@pytest.mark.parametrize("version", [K8S_VERSION, "1.37"])
+def test_manifest_validates_against_the_kubernetes_schemas(name: str, doc: dict[str, Any], version: str) -> None:
+    kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_a_broken_manifest_is_caught() -> None:
+    (ds,) = [d for d in of_kind("DaemonSet") if d["metadata"]["name"] == "vgpukit-device-plugin"]
+    bad = yaml.safe_load(yaml.safe_dump(ds))
+    bad["spec"]["template"]["spec"]["containers"][0]["volumeMount"] = []  # a typo'd field
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, K8S_VERSION, strict=True)
+
+
+def test_rbac_is_least_privilege() -> None:
+    (role,) = of_kind("ClusterRole")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}]
+    assert not of_kind("Role") and not of_kind("RoleBinding")
+    (binding,) = of_kind("ClusterRoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "vgpukit-node-agent", "namespace": "vgpukit-system"}
+    ]
+    (policy,) = of_kind("ValidatingAdmissionPolicy")
+    (pb,) = of_kind("ValidatingAdmissionPolicyBinding")
+    assert pb["spec"]["policyName"] == policy["metadata"]["name"] and pb["spec"]["validationActions"] == ["Deny"]
+    plugin = next(d for d in of_kind("DaemonSet") if d["metadata"]["name"] == "vgpukit-device-plugin")
+    assert plugin["spec"]["template"]["spec"]["automountServiceAccountToken"] is False  # no API access at all
+
+
+def _commands() -> list[list[str]]:
+    out = []
+    for ds in of_kind("DaemonSet"):
+        spec = ds["spec"]["template"]["spec"]
+        out += [c["command"] for c in spec.get("initContainers", []) + spec["containers"]]
+    return out
+
+
+@pytest.mark.parametrize("command", _commands(), ids=lambda c: " ".join(c[3:5]))
+def test_daemonset_commands_are_vgpukit_commands(command: list[str]) -> None:
+    assert command[:3] == ["vgpukit", "--root", "/host"]
+    r = invoke(None, *command[3:], "--help")  # click parses every option given, then shows the help
+    assert r.exit_code == 0, r.stderr
+
+
+def test_fleet_configmap_names_the_file_the_agent_reads() -> None:
+    (cm,) = of_kind("ConfigMap")
+    agent = next(d for d in of_kind("DaemonSet") if d["metadata"]["name"] == "vgpukit-node-agent")
+    spec = agent["spec"]["template"]["spec"]
+    command = spec["containers"][0]["command"]
+    path = Path(command[command.index("--config-file") + 1])
+    mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "fleet")
+    assert str(path.parent) == mount["mountPath"] and path.name in cm["data"]
+    assert next(v for v in spec["volumes"] if v["name"] == "fleet")["configMap"]["name"] == cm["metadata"]["name"]
+    fleet = yaml.safe_load(cm["data"][path.name])
+    assert fleet["version"] == "vgpukit.host/v1" and "a100-vms" in fleet["configs"]

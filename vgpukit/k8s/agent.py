@@ -1,0 +1,175 @@
+"""``vgpukit k8s node-agent``: apply the named host config that this Node's label selects.
+
+Like NVIDIA's mig-manager, the agent watches its own Node (``GET /api/v1/nodes/NAME``, then
+``GET /api/v1/nodes?fieldSelector=metadata.name=NAME&watch=true``) with the official kubernetes
+client. When ``vgpukit.io/config`` names a config that is not applied yet it
+
+1. labels the node ``vgpukit.io/config.state=pending``,
+2. runs ``vgpukit apply -f FILE -c NAME --json`` (FILE: the fleet file mounted from a ConfigMap),
+3. labels ``success`` or ``failed`` and puts apply's one-line message into the annotation
+   ``vgpukit.io/config.message``.
+
+Exit codes follow apply's contract (docs/fleet.md): 0 success; 4 with ``error`` = ``busy`` (another
+vgpukit command holds the host lock) stays ``pending`` and is retried after ``RETRY_S``; 4 with
+``in-use`` (the change would destroy devices in use) is ``failed`` with the message
+``refused: ...``: the agent drains nothing, it leaves that to the operator; anything else is
+``failed``. Both labels and the annotation go in one ``PATCH /api/v1/nodes/NAME``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import HostIOError, InvalidInput, VgpukitError
+
+CONFIG_LABEL = "vgpukit.io/config"
+STATE_LABEL = "vgpukit.io/config.state"
+MESSAGE_ANNOTATION = "vgpukit.io/config.message"
+PENDING, SUCCESS, FAILED = "pending", "success", "failed"
+EXIT_BUSY = 4  # apply's "refused, nothing changed" (error: busy | in-use | no-capacity | conflict)
+RETRY_S = 10.0
+WATCH_TIMEOUT_S = 300  # the server ends a watch after this long; the agent reads the node and watches again
+APPLY_TIMEOUT_S = 1800
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: str  # pending | success | failed
+    message: str
+
+
+class ApplyRunner:
+    """Runs ``vgpukit apply`` as a subprocess, with this agent's --root/--sim."""
+
+    def __init__(self, command: str, config_file: Path, root: Path | None = None, sim_dir: Path | None = None) -> None:
+        self.command = command
+        self.config_file = config_file
+        self.where = ["--sim", str(sim_dir)] if sim_dir else ["--root", str(root)] if root else []
+
+    def argv(self, name: str) -> list[str]:
+        return [self.command, *self.where, "apply", "-f", str(self.config_file), "-c", name, "--json"]
+
+    def __call__(self, name: str) -> Outcome:
+        try:
+            proc = subprocess.run(self.argv(name), capture_output=True, text=True, timeout=APPLY_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return Outcome(FAILED, f"could not run {self.command} apply: {type(err).__name__}")
+        return outcome(proc.returncode, proc.stdout)
+
+
+def outcome(code: int, stdout: str) -> Outcome:
+    """apply's exit code and JSON document -> the state to report (see the module doc)."""
+    try:
+        doc = json.loads(stdout) if stdout.strip() else {}
+    except ValueError:
+        doc = {}
+    doc = doc if isinstance(doc, dict) else {}
+    message = str(doc.get("message") or "")[:500]
+    if code == 0:
+        plan = doc.get("plan")
+        steps = len(plan) if isinstance(plan, list) else 0
+        return Outcome(SUCCESS, f"applied {steps} steps" if doc.get("changed") else "nothing to change")
+    if code == EXIT_BUSY and doc.get("error") == "busy":
+        return Outcome(PENDING, f"waiting: {message or 'host busy'}")
+    if code == EXIT_BUSY and doc.get("error") == "in-use":
+        return Outcome(FAILED, f"refused: {message or 'devices in use'}")
+    return Outcome(FAILED, message or f"apply exited with {code}")
+
+
+def kube_api(kubeconfig: str | None) -> Any:
+    """CoreV1Api from the in-cluster service account, else the kubeconfig file."""
+    from kubernetes import client, config
+
+    try:
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig)
+        else:
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+    except Exception as err:  # the client's own errors name the file's content at times: not quoted
+        where = f"--kubeconfig {kubeconfig}" if kubeconfig else "no in-cluster service account and no ~/.kube/config"
+        raise InvalidInput(f"cannot load the Kubernetes client configuration: {where} ({type(err).__name__})") from None
+    return client.CoreV1Api()
+
+
+def api_error(err: Exception) -> VgpukitError:
+    """One line for an API call that failed (the server's status, or the connection error's kind)."""
+    status = getattr(err, "status", None)
+    reason = getattr(err, "reason", None)
+    what = f"HTTP {status} {reason}" if status else type(err).__name__
+    return HostIOError(f"Kubernetes API: {what}"[:200])
+
+
+class Agent:
+    def __init__(
+        self, api: Any, node: str, apply: Callable[[str], Outcome], log: Callable[[str], None], retry_s: float = RETRY_S
+    ) -> None:
+        self.retry_s = retry_s
+        self.watch_timeout_s = WATCH_TIMEOUT_S
+        self.api = api
+        self.node = node
+        self.apply = apply
+        self.log = log
+        self.done: str | None = None  # the config whose outcome (success / failed) was reported last
+
+    def labels(self, obj: Any) -> dict[str, str]:
+        return dict(obj.metadata.labels or {})
+
+    def current_config(self) -> str | None:
+        node = self.api.read_node(self.node)
+        labels = self.labels(node)
+        if labels.get(STATE_LABEL) == SUCCESS and self.done is None:
+            self.done = labels.get(CONFIG_LABEL)  # applied by an earlier run of the agent
+        return labels.get(CONFIG_LABEL)
+
+    def report(self, state: str, message: str) -> None:
+        body = {"metadata": {"labels": {STATE_LABEL: state}, "annotations": {MESSAGE_ANNOTATION: message}}}
+        self.api.patch_node(self.node, body)
+        self.log(f"{self.node}: {STATE_LABEL}={state}: {message}")
+
+    def reconcile(self, name: str | None) -> Outcome | None:
+        """Apply ``name`` unless its outcome is reported already (a failed config is tried again when
+        the label changes, or when the agent restarts); None when there was nothing to do."""
+        if not name or name == self.done:
+            return None
+        self.report(PENDING, f"applying {name}")
+        result = self.apply(name)
+        self.report(result.state, result.message)
+        if result.state != PENDING:
+            self.done = name
+        return result
+
+    def run(self, stop: threading.Event) -> None:
+        """Reconcile, then follow the node's label until ``stop``; a busy host is retried."""
+        from kubernetes import watch
+
+        while not stop.is_set():
+            try:
+                result = self.reconcile(self.current_config())
+                if result is not None and result.state == PENDING:
+                    stop.wait(self.retry_s)
+                    continue
+                w = watch.Watch()
+                field = f"metadata.name={self.node}"
+                for event in w.stream(self.api.list_node, field_selector=field, timeout_seconds=self.watch_timeout_s):
+                    if stop.is_set():
+                        w.stop()
+                        break
+                    obj = event.get("object")
+                    if obj is None or event.get("type") not in ("ADDED", "MODIFIED"):
+                        continue
+                    result = self.reconcile(self.labels(obj).get(CONFIG_LABEL))
+                    if result is not None and result.state == PENDING:
+                        w.stop()
+                        stop.wait(self.retry_s)
+            except Exception as err:  # the API server went away: log one line, try again
+                self.log(f"{self.node}: {api_error(err)}")
+                stop.wait(self.retry_s)

@@ -1,0 +1,215 @@
+"""``vgpukit k8s``: the Kubernetes front ends (device plugin, node labels, config agent)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..cli.context import App
+from ..cli.main import json_option
+from ..cli.output import emit, say, table
+from ..cli.params import NAME, AsciiFloat, AsciiInt
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..host import Host
+    from ..nvml import Nvml
+    from .inventory import Options, Poller
+
+
+@click.group()
+def k8s() -> None:
+    """Kubernetes: device plugin (kubelet API v1beta1, CDI), NFD node labels, config agent."""
+
+
+def _options(host: Host, replicas: int) -> Options:
+    """gpu-share replicas and the QoS daemon's effective config (tenants' shares and memory caps)."""
+    from ..qos.config import Overlay, default_config_path, load_base
+    from .inventory import Options
+
+    qos, _problems = Overlay.load(host).apply(load_base(host, default_config_path(host)))
+    return Options(replicas=replicas, qos=qos)
+
+
+def _poller(app: App, replicas: int) -> Poller:
+    """Reads the host afresh at every poll (a new App: nothing cached from the previous one)."""
+    from .inventory import Poller
+
+    def open_host() -> tuple[Host, Nvml | None, Callable[[], None]]:
+        fresh = App(root=app.root, sim_dir=app.sim_dir)
+        return fresh.host, fresh.nvml, fresh.close
+
+    return Poller(open_host, lambda host: _options(host, replicas))
+
+
+replicas_option = click.option(
+    "--share-replicas",
+    "replicas",
+    type=AsciiInt(0, 64),
+    default=4,
+    show_default=True,
+    help="vgpukit.io/gpu-share devices per GPU that has no QoS tenants (0: offer no gpu-share).",
+)
+
+
+def _exit(*_: object) -> None:
+    raise SystemExit(0)
+
+
+def _log(line: str) -> None:
+    sys.stderr.write(f"vgpukit: {line}\n")
+    sys.stderr.flush()
+
+
+@k8s.command("resources")
+@replicas_option
+@json_option
+@click.pass_obj
+def resources(app: App, replicas: int) -> None:
+    """Show the resources and devices the device plugin would advertise now."""
+    inv = _poller(app, replicas)()
+
+    def doc() -> dict[str, Any]:
+        return {
+            "resources": {
+                name: [
+                    {
+                        "id": d.id,
+                        "numa": d.numa,
+                        "cdi": d.cdi_name,
+                        "held_by": list(d.held_by),
+                    }
+                    for d in devices
+                ]
+                for name, devices in sorted(inv.resources.items())
+            },
+            "warnings": inv.warnings,
+        }
+
+    def human() -> None:
+        rows = [
+            (name, d.id, d.numa if d.numa is not None else "-", d.cdi_name or "-", "; ".join(d.held_by) or "-")
+            for name, devices in sorted(inv.resources.items())
+            for d in devices
+        ]
+        table(None, ["RESOURCE", "DEVICE", "NUMA", "CDI", "HELD BY"], rows)
+
+    emit(app, "k8s-resources", doc, human)
+
+
+@k8s.command("device-plugin")
+@replicas_option
+@click.option(
+    "--interval",
+    type=AsciiFloat(0.05, 60),
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How often the host and the kubelet socket are checked (ListAndWatch updates follow within it).",
+)
+@click.option(
+    "--allocate",
+    "mode",
+    type=click.Choice(["both", "cdi", "devices"]),
+    default="both",
+    show_default=True,
+    help="What Allocate answers: CDI device names (kubelet >= 1.28 with CDI), device specs/env/mounts "
+    "(older kubelets), or both.",
+)
+@click.pass_obj
+def device_plugin(app: App, replicas: int, interval: float, mode: str) -> None:
+    """Serve the kubelet Device Plugin API v1beta1, one socket and resource per kind of device.
+
+    Runs until SIGTERM/SIGINT; registers with <root>/var/lib/kubelet/device-plugins/kubelet.sock and
+    again whenever the kubelet restarts.
+    """
+    from .plugin import Manager, plugin_dir
+
+    host = app.host
+    host.mkdir(plugin_dir(host))
+    manager = Manager(host, _poller(app, replicas), mode)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    say(f"vgpukit device plugin: {host.display(plugin_dir(host))}, polling every {interval:g}s")
+    manager.run(stop, interval, on_event=_log)
+
+
+@k8s.command("labels")
+@click.option("--write", is_flag=True, help="Write the NFD feature file (default: print the labels).")
+@json_option
+@click.pass_obj
+def labels_cmd(app: App, write: bool) -> None:
+    """Node labels for node-feature-discovery: GPU model, MIG, VF counts, vGPU types.
+
+    --write puts them in <root>/etc/kubernetes/node-feature-discovery/features.d/vgpukit (rewritten
+    only when they change).
+    """
+    from . import labels as lb
+    from .inventory import collect
+
+    host = app.host
+    found = lb.labels(host, app.nvml, collect(host, app.nvml, _options(host, 0)))
+    path = lb.feature_file(host)
+    text = lb.render(found)
+    written = False
+    if write and host.read_doc(path, "feature file", missing_ok=True) != text:
+        host.write_file(path, text)
+        written = not app.dry_run
+
+    def human() -> None:
+        for k, v in found.items():
+            say(f"{lb.NAMESPACE}/{k}={v}")
+        if written:
+            say(f"written: {host.display(path)}")
+
+    data = {"namespace": lb.NAMESPACE, "labels": found, "file": host.display(path), "written": written}
+    emit(app, "k8s-labels", data, human)
+
+
+@k8s.command("node-agent")
+@click.option("--node", "node", type=NAME, envvar="NODE_NAME", required=True, help="This node's name (env NODE_NAME).")
+@click.option(
+    "--config-file",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The fleet file (mounted from a ConfigMap) with the named configs.",
+)
+@click.option("--kubeconfig", metavar="PATH", help="Default: in-cluster service account, else ~/.kube/config.")
+@click.option(
+    "--apply-command",
+    metavar="CMD",
+    default="vgpukit",
+    show_default=True,
+    help="The vgpukit executable that runs 'apply' (with this command's --root/--sim).",
+)
+@click.option("--once", is_flag=True, help="Act on the node's current label once, then exit.")
+@click.pass_obj
+def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, apply_command: str, once: bool) -> None:
+    """Apply the named host config that the node label vgpukit.io/config selects.
+
+    Watches this Node; on a new value runs 'vgpukit apply -f FILE -c NAME --json' and reports
+    vgpukit.io/config.state (pending, success, failed). Changes that would destroy devices in use
+    are refused by apply and reported as failed (the agent drains nothing).
+    """
+    from .agent import Agent, ApplyRunner, api_error, kube_api
+
+    runner = ApplyRunner(apply_command, config_file, root=app.root, sim_dir=app.sim_dir)
+    agent = Agent(kube_api(kubeconfig), node, runner, log=_log)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # a watch blocks in a read: interrupt it
+        signal.signal(sig, _exit)
+    if once:
+        try:
+            agent.reconcile(agent.current_config())
+        except Exception as err:
+            raise api_error(err) from None
+        return
+    agent.run(stop)

@@ -1,0 +1,313 @@
+"""The kubelet Device Plugin API v1beta1 server: one gRPC server per resource, on its own Unix socket.
+
+Life cycle, as the kubelet's device manager expects it (k8s.io/kubelet deviceplugin v1beta1):
+
+1. each resource serves ``DevicePlugin`` on ``<kubelet dir>/device-plugins/vgpukit-<resource>.sock``;
+2. then calls ``Registration.Register`` on ``kubelet.sock`` in the same directory (version
+   ``v1beta1``, the socket's file name, the resource name, ``get_preferred_allocation_available``);
+3. the kubelet dials back: ``GetDevicePluginOptions``, then one long ``ListAndWatch`` stream, which
+   gets the whole device list again whenever a device appears, goes or changes health;
+4. ``GetPreferredAllocation`` at admission, ``Allocate`` before each container starts.
+
+The :class:`Manager` polls the host every ``interval`` seconds (one :func:`inventory.collect`) and
+watches ``kubelet.sock``: when the kubelet restarts it binds a new socket and deletes the plugins'
+sockets, so a new socket identity, or a plugin socket gone, makes every plugin serve anew and
+register again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from ..errors import VgpukitError
+from ..host import Host
+from . import preferred as pref
+from .inventory import Device, Inventory
+from .v1beta1 import api_pb2 as api
+from .v1beta1 import api_pb2_grpc
+
+log = logging.getLogger("vgpukit.k8s")
+
+API_VERSION = "v1beta1"
+HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
+KUBELET_SOCKET = "kubelet.sock"
+MODES = ("both", "cdi", "devices")  # what Allocate answers: CDI names, device specs/env/mounts, or both
+GRPC: Any = api_pb2_grpc  # generated without type annotations (see docs/kubernetes.md)
+
+
+def plugin_dir(host: Host) -> Path:
+    """The kubelet's device plugin directory, under the host root."""
+    return host.path("var", "lib", "kubelet", "device-plugins")
+
+
+def socket_identity(host: Host, path: Path) -> tuple[int, int, int] | None:
+    """(device, inode, change time) of a Unix socket (its address contained by the Host door), None
+    when absent or not a socket: a kubelet that restarts binds a new ``kubelet.sock``, a new identity."""
+    try:
+        st = os.stat(host.socket_address(path))
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_ctime_ns) if stat.S_ISSOCK(st.st_mode) else None
+
+
+def socket_name(resource: str) -> str:
+    """``vgpukit.io/mig-3g.20gb`` -> ``vgpukit-mig-3g.20gb.sock``."""
+    return "vgpukit-" + resource.rpartition("/")[2] + ".sock"
+
+
+@dataclass
+class State:
+    """One resource's devices as the plugin last saw them; ``version`` counts list changes."""
+
+    name: str
+    devices: dict[str, Device] = field(default_factory=dict)
+    allocated: set[str] = field(default_factory=set)  # handed to containers by Allocate (in use by them)
+    version: int = 0
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    stopping: bool = False
+
+    def health(self, dev: Device) -> str:
+        return UNHEALTHY if dev.held_by and dev.id not in self.allocated else HEALTHY
+
+    def listing(self) -> list[tuple[str, str, int | None]]:
+        return [(d.id, self.health(d), d.numa) for d in sorted(self.devices.values(), key=lambda d: d.id)]
+
+    def update(self, devices: list[Device]) -> bool:
+        """Take a fresh device list; True (and waiters woken) when what ListAndWatch shows changed."""
+        with self.cond:
+            before = self.listing()
+            self.devices = {d.id: d for d in devices}
+            if self.listing() == before:
+                return False
+            self.version += 1
+            self.cond.notify_all()
+            return True
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+
+
+def _response(listing: list[tuple[str, str, int | None]]) -> api.ListAndWatchResponse:
+    return api.ListAndWatchResponse(
+        devices=[
+            api.Device(ID=i, health=h, topology=api.TopologyInfo(nodes=[api.NUMANode(ID=n)]) if n is not None else None)
+            for i, h, n in listing
+        ]
+    )
+
+
+class Servicer:
+    """The ``DevicePlugin`` service of one resource (registered by name on its gRPC server)."""
+
+    def __init__(self, state: State, inventory: Callable[[], Inventory], mode: str) -> None:
+        self.state = state
+        self.inventory = inventory
+        self.mode = mode
+
+    def GetDevicePluginOptions(self, request: api.Empty, context: grpc.ServicerContext) -> api.DevicePluginOptions:
+        return api.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+
+    def ListAndWatch(self, request: api.Empty, context: grpc.ServicerContext) -> Iterator[api.ListAndWatchResponse]:
+        state, seen = self.state, [-1]
+        while context.is_active():
+            with state.cond:
+                state.cond.wait_for(lambda: state.version != seen[0] or state.stopping, timeout=1.0)
+                if state.stopping:
+                    return
+                if state.version == seen[0]:
+                    continue
+                seen[0], listing = state.version, state.listing()
+            yield _response(listing)
+
+    def Allocate(self, request: api.AllocateRequest, context: grpc.ServicerContext) -> api.AllocateResponse:
+        out = api.AllocateResponse()
+        with self.state.cond:
+            known = dict(self.state.devices)
+        for creq in request.container_requests:
+            unknown = [i for i in creq.devices_ids if i not in known]
+            if unknown:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"{self.state.name}: no device {', '.join(unknown)[:200]}")
+            out.container_responses.append(self.container(known[i] for i in creq.devices_ids))
+            with self.state.cond:
+                self.state.allocated.update(creq.devices_ids)
+        return out
+
+    def container(self, devices: Iterator[Device]) -> api.ContainerAllocateResponse:
+        resp = api.ContainerAllocateResponse()
+        nodes: dict[str, str] = {}
+        visible: list[str] = []
+        for dev in devices:
+            if dev.cdi_name and self.mode != "devices":
+                resp.cdi_devices.append(api.CDIDevice(name=dev.cdi_name))
+            if dev.cdi_name and self.mode == "cdi":
+                continue
+            for n in dev.nodes:
+                nodes.setdefault(n, "rw")
+            for kv in dev.env:
+                key, _, value = kv.partition("=")
+                if key == "NVIDIA_VISIBLE_DEVICES":
+                    visible.append(value)
+                else:
+                    resp.envs[key] = value
+            for m in dev.mounts:
+                mount = api.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+                resp.mounts.append(mount)
+        if visible:
+            resp.envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(dict.fromkeys(visible))
+        for path, perms in nodes.items():
+            resp.devices.append(api.DeviceSpec(container_path=path, host_path=path, permissions=perms))
+        return resp
+
+    def GetPreferredAllocation(
+        self, request: api.PreferredAllocationRequest, context: grpc.ServicerContext
+    ) -> api.PreferredAllocationResponse:
+        with self.state.cond:
+            devices = list(self.state.devices.values())
+        dist = pref.Distances(devices, self.inventory().pci)
+        out = api.PreferredAllocationResponse()
+        for creq in request.container_requests:
+            ids = pref.preferred(creq.available_deviceIDs, creq.must_include_deviceIDs, creq.allocation_size, dist)
+            out.container_responses.append(api.ContainerPreferredAllocationResponse(deviceIDs=ids))
+        return out
+
+    def PreStartContainer(
+        self, request: api.PreStartContainerRequest, context: grpc.ServicerContext
+    ) -> api.PreStartContainerResponse:
+        return api.PreStartContainerResponse()
+
+
+class ResourcePlugin:
+    """One resource: its state, its gRPC server on its socket, its registration with the kubelet."""
+
+    def __init__(self, host: Host, name: str, inventory: Callable[[], Inventory], mode: str) -> None:
+        self.host = host
+        self.state = State(name)
+        self.servicer = Servicer(self.state, inventory, mode)
+        self.socket = plugin_dir(host) / socket_name(name)
+        self.server: grpc.Server | None = None
+        self.registered_with: tuple[int, int, int] | None = None  # kubelet.sock identity at registration
+
+    def serve(self) -> None:
+        self.close()
+        self.host.mkdir(self.socket.parent)
+        self.host.remove(self.socket)  # a stale socket from an earlier run
+        self.state.stopping = False
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="vgpukit-dp"))
+        GRPC.add_DevicePluginServicer_to_server(self.servicer, server)
+        try:
+            server.add_insecure_port("unix://" + self.host.socket_address(self.socket))
+        except RuntimeError as err:  # grpc's "failed to bind": reported, tried again at the next poll
+            server.stop(None)
+            raise OSError(f"cannot serve on {self.host.display(self.socket)}") from err
+        server.start()
+        self.server = server
+        self.registered_with = None
+
+    def register(self, kubelet: tuple[int, int, int]) -> None:
+        path = self.host.socket_address(plugin_dir(self.host) / KUBELET_SOCKET)
+        with grpc.insecure_channel("unix://" + path) as channel:
+            GRPC.RegistrationStub(channel).Register(
+                api.RegisterRequest(
+                    version=API_VERSION,
+                    endpoint=self.socket.name,
+                    resource_name=self.state.name,
+                    options=api.DevicePluginOptions(get_preferred_allocation_available=True),
+                ),
+                timeout=5.0,
+            )
+        self.registered_with = kubelet
+        log.info("registered %s with the kubelet", self.state.name)
+
+    def socket_gone(self) -> bool:
+        return socket_identity(self.host, self.socket) is None
+
+    def close(self) -> None:
+        self.state.stop()
+        if self.server is not None:
+            self.server.stop(grace=0.5).wait()
+            self.server = None
+
+
+class Manager:
+    """Every resource's plugin, kept in step with the host and the kubelet."""
+
+    def __init__(self, host: Host, collect: Callable[[], Inventory], mode: str = "both") -> None:
+        self.host = host
+        self.collect = collect
+        self.mode = mode
+        self.plugins: dict[str, ResourcePlugin] = {}
+        self.last = Inventory()
+        self.lock = threading.Lock()
+
+    def inventory(self) -> Inventory:
+        with self.lock:
+            return self.last
+
+    def poll(self) -> list[str]:
+        """Read the host, update every plugin's list, (re)serve and (re)register; the events, for logs."""
+        events: list[str] = []
+        inv = self.collect()
+        with self.lock:
+            self.last = inv
+        for name in sorted(set(inv.resources) | set(self.plugins)):
+            plugin = self.plugins.get(name)
+            if plugin is None:
+                plugin = self.plugins[name] = ResourcePlugin(self.host, name, self.inventory, self.mode)
+                events.append(self._serve(plugin, f"serving {name}"))
+            if plugin.state.update(inv.resources.get(name, [])):
+                events.append(f"{name}: {len(plugin.state.devices)} devices")
+        kubelet = socket_identity(self.host, plugin_dir(self.host) / KUBELET_SOCKET)
+        for name, plugin in sorted(self.plugins.items()):
+            if plugin.socket_gone():  # the kubelet restarted and cleared the directory (or serving failed)
+                events.append(self._serve(plugin, f"serving {name} again"))
+            if kubelet is not None and plugin.server is not None and plugin.registered_with != kubelet:
+                try:
+                    plugin.register(kubelet)
+                    events.append(f"registered {name}")
+                except (grpc.RpcError, VgpukitError) as err:
+                    events.append(f"{name}: registration failed: {_rpc_error(err)}")
+        return events
+
+    def _serve(self, plugin: ResourcePlugin, done: str) -> str:
+        try:
+            plugin.serve()
+        except (OSError, VgpukitError) as err:
+            return f"{plugin.state.name}: {err}"
+        return done
+
+    def run(self, stop: threading.Event, interval: float, on_event: Callable[[str], None] = log.info) -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    events = self.poll()
+                except VgpukitError as err:  # a bad QoS config, a host read that failed: keep serving
+                    events = [f"reading the host failed (devices unchanged): {err}"]
+                for event in events:
+                    on_event(event)
+                stop.wait(interval)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for plugin in self.plugins.values():
+            plugin.close()
+            self.host.remove(plugin.socket)
+
+
+def _rpc_error(err: Exception) -> str:
+    if isinstance(err, grpc.RpcError):
+        code, details = getattr(err, "code", lambda: None)(), getattr(err, "details", lambda: "")()
+        return f"{code.name if code else 'error'}: {details}"[:200]
+    return str(err)
