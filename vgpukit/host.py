@@ -32,7 +32,7 @@ from typing import TypeVar
 
 from .errors import InvalidInput, NotFound, OutsideRoot, from_oserror
 from .host_layout import SysfsLayout
-from .hostio import Change, KernelPort, ProgramResult, RealKernel, _real_path, fsync_dir, run_program
+from .hostio import Change, KernelPort, ProgramResult, RealKernel, _real_path, follow_link, fsync_dir, run_program
 from .inputs import MAX_DOC_BYTES, check_component
 
 log = logging.getLogger("vgpukit.host")
@@ -149,23 +149,23 @@ class Host(SysfsLayout):
     def is_dir(self, path: Path | str) -> bool:
         return os.path.isdir(path)
 
-    def _real_dir(self, directory: str) -> str:
+    def _real_dir(self, directory: str, depth: int = 0) -> str:  # depth: links followed to get here
         """Where ``directory`` really is, refused outside the root. Resolved component by component
         from the root and remembered for the command: an lstat per new component, a readlink only
-        where one is a symlink, and no open (a read command opens each file once)."""
+        where one is a symlink (its target resolved the same way), and no open."""
         real = self._real_dirs.get(directory)
         if real is not None:
             return real
         if directory == self._root_text:
             real = self._real_root
-        elif not directory.startswith(self._root_text + "/"):
+        elif depth > 40 or not directory.startswith(self._root_text + "/"):  # a link loop, or outside
             real = _real_path(directory)
         else:
             parent, name = os.path.split(directory)
-            real = os.path.join(self._real_dir(parent), name)
+            real = os.path.join(self._real_dir(parent, depth), name)
             try:
                 if stat.S_ISLNK(os.lstat(real).st_mode):
-                    real = os.path.realpath(real)
+                    real = follow_link(real, self._real_root, self._root_text, lambda d: self._real_dir(d, depth + 1))
             except OSError:
                 pass  # missing: opening it will say so
         if not self._inside(real):
