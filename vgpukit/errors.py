@@ -84,6 +84,12 @@ class Busy(VgpukitError):
     kind = "busy"
 
 
+class InUse(Busy):
+    """Refused: the change would destroy or move a device that a VM or process uses."""
+
+    kind = "in-use"
+
+
 class Conflict(VgpukitError):
     """The request contradicts the host's current state (exists already, wrong mode...)."""
 

@@ -6,8 +6,7 @@ environment root. Every change to the host goes through :meth:`Host._change`, wh
 
 * refuses targets that escape the root (``..``, absolute parts, symlinks pointing outside),
 * confines reads, listings, socket addresses and link resolution to the root (docs/safety.md),
-* reads documents (configs, definitions, records, templates) with :meth:`Host.read_doc`: regular
-  files only, size-capped, contained,
+* reads documents (configs, definitions, records, templates) with :meth:`Host.read_doc` (regular),
 * records instead of acting when the host is in dry-run mode, and logs each change at debug level,
 * turns ``OSError`` into the typed errors of :mod:`vgpukit.errors`, carrying path and errno.
 
@@ -27,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from . import hostio
 from .errors import InvalidInput, NotFound, OutsideRoot, from_oserror
 from .host_layout import SysfsLayout
-from .hostio import Change, KernelPort, ProgramResult, RealKernel, _real_path, fsync_dir, map_regular, run_program
+from .hostio import Change, KernelPort, ProgramResult, RealKernel, _real_path, follow_link, fsync_dir, run_program
 from .inputs import MAX_DOC_BYTES, check_component
 
 log = logging.getLogger("vgpukit.host")
@@ -146,23 +146,23 @@ class Host(SysfsLayout):
     def is_dir(self, path: Path | str) -> bool:
         return os.path.isdir(path)
 
-    def _real_dir(self, directory: str) -> str:
+    def _real_dir(self, directory: str, depth: int = 0) -> str:  # depth: links followed to get here
         """Where ``directory`` really is, refused outside the root. Resolved component by component
         from the root and remembered for the command: an lstat per new component, a readlink only
-        where one is a symlink, and no open (a read command opens each file once)."""
+        where one is a symlink (its target resolved the same way), and no open."""
         real = self._real_dirs.get(directory)
         if real is not None:
             return real
         if directory == self._root_text:
             real = self._real_root
-        elif not directory.startswith(self._root_text + "/"):
+        elif depth > 40 or not directory.startswith(self._root_text + "/"):  # a link loop, or outside
             real = _real_path(directory)
         else:
             parent, name = os.path.split(directory)
-            real = os.path.join(self._real_dir(parent), name)
+            real = os.path.join(self._real_dir(parent, depth), name)
             try:
                 if stat.S_ISLNK(os.lstat(real).st_mode):
-                    real = os.path.realpath(real)
+                    real = follow_link(real, self._real_root, self._root_text, lambda d: self._real_dir(d, depth + 1))
             except OSError:
                 pass  # missing: opening it will say so
         if not self._inside(real):
@@ -258,7 +258,7 @@ class Host(SysfsLayout):
     def map_opt(self, path: Path | str) -> mmap.mmap | None:
         """A regular file mapped read-only, searched in place (pci.ids); None if absent or empty. Contained."""
         try:
-            return map_regular(self._open_contained(path, _READ_FLAGS))
+            return hostio.map_regular(self._open_contained(path, _READ_FLAGS))
         except FileNotFoundError:
             return None
         except OSError as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import mmap
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -119,3 +120,14 @@ def run_program(
     out = proc.stdout[:MAX_PROGRAM_OUTPUT].decode(errors="replace")
     err = proc.stderr[:MAX_PROGRAM_OUTPUT].decode(errors="replace")
     return ProgramResult(proc.returncode if proc.returncode >= 0 else None, out, err)
+
+
+def follow_link(link: str, real_root: str, root_text: str, resolve: Callable[[str], str]) -> str:
+    """A symlink's real target: its text joined to its (real) directory, then resolved by ``resolve``
+    as a path under ``root_text`` (component by component, remembered: no realpath from ``/``);
+    ``os.path.realpath`` when it leaves the root or has ".." after a name that may itself be a link."""
+    text = os.readlink(link)
+    target = os.path.normpath(os.path.join(os.path.dirname(link), text))
+    if not target.startswith(real_root + "/") or ".." in text.lstrip("./").split("/"):
+        return os.path.realpath(link)
+    return resolve(root_text + target[len(real_root) :])

@@ -245,12 +245,21 @@ def read_device(host: Host, bdf: str, names: PciNames | None = None) -> PciDevic
 
 def vf_address(pf: str, offset: int, stride: int, n: int) -> str:
     """VF ``n``'s address: the PF's routing ID + offset + stride * n (PCIe SR-IOV, section 9.3.3.9)."""
+    return vf_addresses(pf, offset, stride, [n])[0]
+
+
+def vf_addresses(pf: str, offset: int, stride: int, ns: list[int]) -> list[str]:
+    """:func:`vf_address` of each VF index in ``ns`` (the PF's address parsed once)."""
     m = BDF_RE.match(pf)
     if not m:
         raise InvalidInput(f"invalid PCI address {pf!r}", value=pf)
     dom, bus, dev, fn = (int(g, 16) for g in m.groups())
-    rid = (bus << 8 | dev << 3 | fn) + offset + stride * n
-    return f"{dom:04x}:{rid >> 8 & 0xFF:02x}:{rid >> 3 & 0x1F:02x}.{rid & 7}"
+    first = (bus << 8 | dev << 3 | fn) + offset
+    out = []
+    for n in ns:
+        rid = first + stride * n
+        out.append(f"{dom:04x}:{rid >> 8 & 0xFF:02x}:{rid >> 3 & 0x1F:02x}.{rid & 7}")
+    return out
 
 
 def _virtfns(
@@ -261,7 +270,7 @@ def _virtfns(
     needs reading unless the PF does not show them."""
     ns = sorted(int(n[len(VIRTFN) :]) for n in entries if n.startswith(VIRTFN) and n[len(VIRTFN) :].isdigit())
     if offset is not None and stride is not None and offset > 0:
-        return [vf_address(pf, offset, stride, n) for n in ns]
+        return vf_addresses(pf, offset, stride, ns)
     return [b for n in ns if (b := host.link_name(f"{base}{VIRTFN}{n}"))]
 
 
@@ -279,7 +288,8 @@ def rdma_devices(host: Host, bdf: str) -> list[str]:
 
 
 def list_bdfs(host: Host) -> list[str]:
-    return sorted((n for n in host.listdir(host.pci_devices()) if BDF_RE.match(n)), key=bdf_sort_key)
+    # canonical names (lower-case, fixed width) sort as text in address order: no key to compute
+    return sorted(n for n in host.listdir(host.pci_devices()) if BDF_RE.match(n))
 
 
 class Scan:

@@ -25,6 +25,15 @@ mig-configs:
         "2g.10gb": 1
         "1g.5gb": 2
 """
+HOST_CONFIG = """version: vgpukit.host/v1
+configs:
+  vms:
+    sriov:
+      - device: nic0
+        vfs: 2
+        driver: vfio-pci
+    mig: balanced
+"""
 
 
 class Session:
@@ -92,6 +101,15 @@ def host_session(run: Session, tmp: Path) -> None:
     run(sim, "mig", "service", "-f", str(cfg))
     run(sim, "mig", "destroy", "gpu0", "--all")
     run(sim, "mig", "disable", "gpu0", "--no-reset")
+    host_cfg = tmp / "host.yaml"
+    host_cfg.write_text(HOST_CONFIG + MIG_CONFIG.replace("version: v1\n", ""))
+    run(sim, "diff", "-f", str(host_cfg), "-c", "vms")
+    run(sim, "apply", "-f", str(host_cfg), "-c", "vms", "--dry-run")
+    run(sim, "assert", "-f", str(host_cfg), "-c", "vms", ok=(1,))
+    run(sim, "apply", "-f", str(host_cfg), "-c", "vms")
+    run(sim, "assert", "-f", str(host_cfg), "-c", "vms")
+    run(sim, "export", "-c", "vms")
+    run(sim, "apply", "-f", str(host_cfg), "-c", "nosuch", ok=(3,))
     run(None, "sim", "profiles")
     run(None, "sim", "init", str(tmp / "fresh"), "--profile", "qemu-guest")
     hold = run(sim, "sim", "hold", "gpu2")

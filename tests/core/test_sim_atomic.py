@@ -7,7 +7,6 @@ the after-state of that write, and ``sriov enable`` must then converge.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -21,6 +20,7 @@ from click.testing import Result
 
 from tests.conftest import sim_host
 from vgpukit.sim.build import init_sim
+from vgpukit.sim.state import KernelState
 
 PF = "0000:00:02.0"
 VFS = 256
@@ -79,8 +79,8 @@ def check_consistent(sim: Path) -> int:
             assert os.path.realpath(Path(target) / "iommu_group") == str(groups_dir / g)
             members[name] = g
     assert set(members) == set(bus)
-    state = json.loads((sim / ".vgpukit-sim" / "kernel.json").read_text())
-    assert state["next_group"] > max(int(g) for g in members.values())
+    state = KernelState.load(sim)  # kernel.json with the changes logged since (kernel.jsonl)
+    assert state.next_group > max(int(g) for g in members.values())
     for drv in os.listdir(sys_ / "bus/pci/drivers"):
         for name, target in _links(sys_ / "bus/pci/drivers" / drv).items():
             assert os.path.realpath(Path(target) / "driver") == str(sys_ / "bus/pci/drivers" / drv), name

@@ -26,10 +26,11 @@ from vgpukit.cli.main import main
 
 PROFILE = Path(__file__).with_name("fuzz-host.yaml")
 OK_CODES = {0, 2, 3, 4, 5}
-# lock files are created by readers too (flock needs a file) and carry no state; kernel.json is the
-# simulated kernel's memory (its IOMMU group counter moves on like a real kernel's, even when an
-# instance is created and removed again)
+# lock files are created by readers too (flock needs a file) and carry no state; kernel.json and the
+# changes logged since (kernel.jsonl) are the simulated kernel's memory (its IOMMU group counter moves
+# on like a real kernel's, even when an instance is created and removed again)
 VOLATILE = {".vgpukit-sim/lock", ".vgpukit-sim/nvml.lock", "run/vgpukit/lock", ".vgpukit-sim/kernel.json"}
+VOLATILE |= {".vgpukit-sim/kernel.jsonl"}
 
 Snapshot = dict[str, object]
 

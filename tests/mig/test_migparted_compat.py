@@ -76,7 +76,10 @@ class Host:
         self.gpus = mp.host_gpus(self.sim)
 
     def restore(self) -> None:
-        """MIG state lives in the simulated driver's file and the nvidia-caps nodes."""
+        """MIG state lives in the simulated driver's files (nvml.json and the change lines logged
+        since, nvml.<gen>.jsonl) and the nvidia-caps nodes."""
+        for log in (self.sim / ".vgpukit-sim").glob("nvml.*.jsonl"):
+            log.unlink()
         for rel in (".vgpukit-sim/nvml.json", "proc/driver/nvidia-caps/mig-minors"):
             if (self.pristine / rel).exists():
                 shutil.copy2(self.pristine / rel, self.sim / rel)

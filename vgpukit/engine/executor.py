@@ -64,7 +64,6 @@ def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[st
         done: list[str] = []
 
         def run(step: Step) -> None:
-            env.seen.clear()
             for inv in _as_list(step.inverse(env)):
                 book.add(inv.to_dict())
                 undo.append(inv)
@@ -123,12 +122,14 @@ def refresh(env: Env) -> list[str]:
 def _undo(env: Env, undo: list[Step]) -> tuple[int, list[str]]:
     count, failures = 0, []
     for inv in reversed(undo):
+        env.seen.clear()  # each inverse reads the state it puts back
         try:
             inv.apply(env)
             count += 1
         except VgpukitError as exc:  # keep undoing the rest; say what stays behind
             log.warning("undo failed: %s: %s", inv.describe(), exc)
             failures.append(f"{inv.describe()}: {exc}")
+    env.seen.clear()
     return count, failures
 
 

@@ -32,9 +32,16 @@ class PutFile(Step):
         return f"remove {self.path}" if self.text is None else f"write {self.path}"
 
     def inverse(self, env: Env) -> Step:
-        target = env.host.path(*_rel(self.path))
-        old = env.host.read_raw_opt(target)
+        old = env.seen[f"file:{self.path}"] = env.host.read_raw_opt(env.host.path(*_rel(self.path)))
         return PutFile(self.path, old, self.mode)
+
+    def _now(self, env: Env) -> str | None:
+        """The file's content: as the inverse just read it or apply wrote it (``env.seen``), else read now."""
+        key = f"file:{self.path}"
+        if key not in env.seen:
+            env.seen[key] = env.host.read_raw_opt(env.host.path(*_rel(self.path)))
+        now = env.seen[key]
+        return now if isinstance(now, str) else None
 
     def apply(self, env: Env) -> None:
         target = env.host.path(*_rel(self.path))
@@ -46,9 +53,10 @@ class PutFile(Step):
                     env.host.remove(target.parent / name)
         if self.text is None:
             env.host.remove(target)
-        elif env.host.read_raw_opt(target) != self.text:
+        elif self._now(env) != self.text:
             env.host.write_file(target, self.text, self.mode)
+        env.seen[f"file:{self.path}"] = self.text  # what is there now (write_file raises when it is not)
 
     def verify(self, env: Env) -> None:
-        if env.host.read_raw_opt(env.host.path(*_rel(self.path))) != self.text:
+        if self._now(env) != self.text:
             raise VerifyFailed(f"{self.path} does not read back as written", path=self.path)

@@ -45,9 +45,9 @@ def nvml_of(env: Env) -> Nvml:
 
 # ----------------------------------------------------------------------------- live lookups
 def gpu_index(nvml: Nvml, bdf: str) -> int:
-    for g in nvml.gpus():
-        if g.bdf == bdf:
-            return g.index
+    index = nvml.index_of(bdf)
+    if index is not None:
+        return index
     raise NotFound(f"{bdf} is not an NVIDIA GPU that NVML reports", device=bdf)
 
 

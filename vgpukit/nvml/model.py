@@ -102,6 +102,11 @@ class NvmlProcess:
 class Nvml(Protocol):
     def gpus(self) -> list[NvmlGpu]: ...
 
+    def index_of(self, bdf: str) -> int | None:
+        """The NVML index of the GPU at PCI address ``bdf`` (None: not an NVIDIA GPU NVML reports).
+        NVML numbers its devices once, when initialised: the facade looks them up once."""
+        ...
+
     def mig_mode(self, gpu: int) -> tuple[bool, bool]:
         """(current, pending); raises NvmlNotSupported on a GPU that is not MIG-capable."""
         ...

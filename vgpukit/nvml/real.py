@@ -73,6 +73,7 @@ class RealNvml:
         """``pynvml`` is the module (or a pynvml-shaped one), already initialised."""
         self.n = Mapped(pynvml)
         self._open = True
+        self._index: dict[str, int] | None = None  # bdf -> NVML index, looked up once
 
     @classmethod
     def try_open(cls, module: Any = None) -> RealNvml | None:
@@ -130,6 +131,11 @@ class RealNvml:
                 )
             )
         return out
+
+    def index_of(self, bdf: str) -> int | None:
+        if self._index is None:
+            self._index = {g.bdf: g.index for g in self.gpus()}
+        return self._index.get(bdf)
 
     def mig_mode(self, gpu: int) -> tuple[bool, bool]:
         cur, pend = self._call(f"MIG mode of GPU {gpu}", self.n.nvmlDeviceGetMigMode, self._h(gpu))

@@ -39,6 +39,7 @@ from .sim_state import (
     _LINK,
     STATE_DIR,
     STATE_FILE,
+    Store,
     _check_fault,
     _find_gi,
     _fits,
@@ -104,18 +105,21 @@ class SimNvml:
         crash = os.environ.get(CRASH_ENV, "")
         self.crash_at = int(crash) if crash.isascii() and crash.isdigit() else 0
         self.changes = 0
+        self.store = Store(self.sim_dir)
+        self._index: dict[str, int] | None = None  # bdf -> NVML index, looked up once (fixed at sim init)
+        self.caps: tuple[set[int], tuple[int, int]] | None = None  # the minors in /dev/nvidia-caps, and its stamp
 
     def close(self) -> None:
         """Nothing to release: every call opens and closes the state file."""
 
     def _read(self) -> Any:
-        return _locked(self.sim_dir, write=False)
+        return self.store.locked(write=False)
 
-    def _write(self) -> Any:
+    def _write(self, gpu: int) -> Any:
         self.changes += 1
         if self.crash_at and self.changes >= self.crash_at:
             os.kill(os.getpid(), signal.SIGKILL)
-        return _locked(self.sim_dir, write=True)
+        return self.store.locked(write=True, gpu=gpu)
 
     # ------------------------------------------------------------------ devices and mode
     def gpus(self) -> list[NvmlGpu]:
@@ -139,6 +143,11 @@ class SimNvml:
                 )
         return out
 
+    def index_of(self, bdf: str) -> int | None:
+        if self._index is None:
+            self._index = {g.bdf: g.index for g in self.gpus()}
+        return self._index.get(bdf)
+
     def mig_mode(self, gpu: int) -> tuple[bool, bool]:
         with self._read() as state:
             g = _gpu(state, gpu)
@@ -146,7 +155,7 @@ class SimNvml:
             return bool(g["mig_current"]), bool(g["mig_pending"])
 
     def set_mig_mode(self, gpu: int, enabled: bool) -> bool:
-        with self._write() as state:
+        with self._write(gpu) as state:
             g = _gpu(state, gpu)
             m = _model(g)
             _check_fault(state, "SetMigMode", gpu)
@@ -161,7 +170,7 @@ class SimNvml:
             return True
 
     def reset_gpu(self, gpu: int) -> None:
-        with self._write() as state:
+        with self._write(gpu) as state:
             g = _gpu(state, gpu)
             _check_fault(state, "ResetGpu", gpu)
             if g["clients"]:
@@ -200,7 +209,7 @@ class SimNvml:
             return [_gi_record(gi) for gi in sorted(g["gis"], key=lambda x: x["id"])]
 
     def create_gpu_instance(self, gpu: int, profile_id: int, start: int | None = None) -> GpuInstance:
-        with self._write() as state:
+        with self._write(gpu) as state:
             g = _gpu(state, gpu)
             m = _mig_on(g)
             p = _gi_profile(m, g, profile_id)
@@ -222,7 +231,7 @@ class SimNvml:
             return _gi_record(gi)
 
     def destroy_gpu_instance(self, gpu: int, gi_id: int) -> None:
-        with self._write() as state:
+        with self._write(gpu) as state:
             g = _gpu(state, gpu)
             _mig_on(g)
             gi = _find_gi(g, gi_id)
@@ -247,7 +256,7 @@ class SimNvml:
             return tables.ci_profiles(self._gi_profile(g, _find_gi(g, gi_id)))
 
     def create_compute_instance(self, gpu: int, gi_id: int, profile: int, start: int | None = None) -> ComputeInstance:
-        with self._write() as state:
+        with self._write(gpu) as state:
             g = _gpu(state, gpu)
             _mig_on(g)
             gi = _find_gi(g, gi_id)
@@ -275,7 +284,7 @@ class SimNvml:
             return ComputeInstance(ci_id, gi_id, profile, cp.slices, start, mig_uuid)
 
     def destroy_compute_instance(self, gpu: int, gi_id: int, ci_id: int) -> None:
-        with self._write() as state:
+        with self._write(gpu) as state:
             g = _gpu(state, gpu)
             _mig_on(g)
             gi = _find_gi(g, gi_id)
@@ -324,7 +333,8 @@ class SimNvml:
             want.add(gi_minor(gpu, gi["id"]))
             want |= {ci_minor(gpu, gi["id"], c["id"]) for c in gi["cis"]}
         mine = range(gi_minor(gpu, 0), gi_minor(gpu + 1, 0))
-        have = {m for n in host.listdir(caps) if n[10:].isdigit() and ((m := int(n[10:])) in mine or m in (1, 2))}
+        minors = self._caps_now(caps)
+        have = {m for m in minors if m in mine or m in (1, 2)}
         from ..sim.tree import NULL_DEVICE, char_devices
 
         for minor in sorted(want - have):
@@ -333,8 +343,29 @@ class SimNvml:
                 os.mknod(caps / f"nvidia-cap{minor}", 0o020400, NULL_DEVICE)
             else:
                 host.write_file(caps / f"nvidia-cap{minor}", "", mode=0o400)  # plain file: sim nodes carry no numbers
+            minors.add(minor)
         for minor in sorted(have - want):
             host.remove(caps / f"nvidia-cap{minor}")
+            minors.discard(minor)
+        if want != have:
+            self.caps = (minors, _dir_stamp(caps))
+
+    def _caps_now(self, caps: Path) -> set[int]:
+        """The minors present in ``caps``: listed once, then kept, unless the directory changed since."""
+        now = _dir_stamp(caps)
+        if self.caps is None or self.caps[1] != now:
+            names = self.host.listdir(caps)
+            self.caps = ({int(n[10:]) for n in names if n.startswith("nvidia-cap") and n[10:].isdigit()}, now)
+        return self.caps[0]
+
+
+def _dir_stamp(d: Path) -> tuple[int, int]:
+    """A directory's inode and mtime: both change when an entry is added or removed (or it is replaced)."""
+    try:
+        st = os.stat(d)
+    except FileNotFoundError:
+        return (0, 0)
+    return (st.st_ino, st.st_mtime_ns)
 
 
 # ----------------------------------------------------------------------------- simulated host controls

@@ -10,8 +10,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import NotFound
-from ..sim.state import corrupt, read_state
+from ..errors import InvalidInput, NotFound
+from ..inputs import load_json
+from ..sim.state import MAX_STATE_BYTES, corrupt, read_state, read_state_bytes
 from . import table as tables
 from .errors import INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, nvml_error
 from .model import ComputeInstance, GiProfile, GpuInstance
@@ -27,29 +28,120 @@ def _paths(sim_dir: Path) -> tuple[Path, Path]:
     return base / STATE_FILE, base / LOCK_FILE
 
 
-@contextmanager
-def _locked(sim_dir: Path, write: bool) -> Iterator[dict[str, Any]]:
-    state_path, lock_path = _paths(sim_dir)
-    if not state_path.exists():
-        raise NotFound(f"{sim_dir} has no simulated NVML driver", path=str(state_path))
-    with open(lock_path, "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
-        try:
-            state: dict[str, Any] = read_state(Path(sim_dir), state_path)
-            if not _shape_ok(state, _STATE):
-                raise corrupt(Path(sim_dir), state_path)
+COMPACT_BYTES = 64 * 1024  # the change lines are folded into nvml.json past this and its own size
+
+
+class Store:
+    """``nvml.json`` of one simulated host, held for the life of a :class:`~vgpukit.nvml.sim.SimNvml`.
+
+    It is read again only when the stamp (inode, size, mtime) of its files shows another process
+    wrote since. A call on one GPU saves that GPU (and the fault counters it went through) as a line
+    appended to ``nvml.<gen>.jsonl``, not the whole state; past :data:`COMPACT_BYTES` the lines are
+    folded into a new ``nvml.json`` of the next generation (one atomic rename: the old lines are
+    then ignored, and removed)."""
+
+    def __init__(self, sim_dir: Path) -> None:
+        self.sim_dir = Path(sim_dir)
+        self.state: dict[str, Any] | None = None
+        self.stamp: tuple[object, ...] | None = None
+
+    @contextmanager
+    def locked(self, write: bool, gpu: int | None = None) -> Iterator[dict[str, Any]]:
+        """The state under the driver's lock; a ``write`` saves it after: GPU ``gpu`` only, when given."""
+        state_path, lock_path = _paths(self.sim_dir)
+        if not state_path.exists():
+            raise NotFound(f"{self.sim_dir} has no simulated NVML driver", path=str(state_path))
+        with open(lock_path, "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
             try:
-                yield state
-            except BaseException:
-                # a failed call changes nothing, except the fault counters it went through
-                if write and state.pop("_faults_touched", False):
-                    _save(state_path, state)
-                raise
-            state.pop("_faults_touched", None)
-            if write:
-                _save(state_path, state)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+                state = self._current(state_path)
+                try:
+                    yield state
+                except BaseException:
+                    # a failed call changes nothing, except the fault counters it went through
+                    if write and state.pop("_faults_touched", False):
+                        self._save(state_path, state, [{"set": "faults", "to": state["faults"]}])
+                    self.state = None  # the failed call may have changed it; read it again next time
+                    raise
+                faults = state.pop("_faults_touched", False)
+                if write:
+                    lines = None
+                    if gpu is not None:
+                        lines = [{"gpu": gpu, "to": state["gpus"][gpu]}]
+                        lines += [{"set": "faults", "to": state["faults"]}] if faults else []
+                    self._save(state_path, state, lines)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _log(self, state_path: Path, state: dict[str, Any]) -> Path:
+        return state_path.with_name(f"nvml.{state.get('gen', 0)}.jsonl")
+
+    def _current(self, state_path: Path) -> dict[str, Any]:
+        if self.state is None or self._stamp(state_path) != self.stamp:
+            state: dict[str, Any] = read_state(self.sim_dir, state_path)
+            log = self._log(state_path, state) if isinstance(state, dict) else None
+            if log is not None and log.exists():
+                for line in read_state_bytes(self.sim_dir, log).splitlines():
+                    if not _replay(state, line):
+                        raise corrupt(self.sim_dir, log)
+            if not _shape_ok(state, _STATE):
+                raise corrupt(self.sim_dir, state_path)
+            self.state = state
+            self.stamp = self._stamp(state_path)
+        return self.state
+
+    def _stamp(self, state_path: Path) -> tuple[object, ...]:
+        base = _stamp(state_path)
+        gen = self.state.get("gen", 0) if self.state is not None else None
+        return (base, gen, _stamp(state_path.with_name(f"nvml.{gen}.jsonl")) if gen is not None else None)
+
+    def _save(self, state_path: Path, state: dict[str, Any], lines: list[dict[str, Any]] | None) -> None:
+        log = self._log(state_path, state)
+        data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in lines or []).encode()
+        size = log.stat().st_size if log.exists() else 0
+        base = state_path.stat().st_size
+        if lines is None or size + len(data) > max(COMPACT_BYTES, base):
+            state["gen"] = int(state.get("gen", 0)) + 1
+            _save(state_path, state)  # the next generation: the old lines no longer apply
+            log.unlink(missing_ok=True)
+        else:
+            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+        self.stamp = self._stamp(state_path)
+
+
+def _replay(state: dict[str, Any], line: bytes) -> bool:
+    """Apply one change line to ``state``; False when it is not one (the shape is checked after)."""
+    try:
+        rec = load_json(line, "nvml change line", max_bytes=MAX_STATE_BYTES)
+    except InvalidInput:
+        return False
+    if not isinstance(rec, dict) or "to" not in rec:
+        return False
+    gpus = state.get("gpus")
+    if rec.get("set") == "faults":
+        state["faults"] = rec["to"]
+    elif type(rec.get("gpu")) is int and isinstance(gpus, list) and 0 <= rec["gpu"] < len(gpus):
+        gpus[rec["gpu"]] = rec["to"]
+    else:
+        return False
+    return True
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _locked(sim_dir: Path, write: bool) -> Any:
+    """One call's state, read for it (the host controls at the bottom of :mod:`vgpukit.nvml.sim`)."""
+    return Store(sim_dir).locked(write)
 
 
 # The state file's shape (types of the keys the driver logic reads), checked at every load so a

@@ -7,9 +7,15 @@ file operations, so each one first records what it is about to change in an *und
 
 * line 1, written and fsync'd before the first change: which write is in flight (path, value);
 * then, before every change to a path, one line with that path's state *before* the change
-  (absent, a file with its content and mode, a symlink with its target, a directory).
+  (absent, a file with its content and mode, a symlink with its target, a directory), or for a
+  file only appended to, its size (``kernel.jsonl``: the undo cuts it back, whatever its length).
 
-The reaction commits by deleting the log (after ``kernel.json`` is saved, which is logged too).
+A directory the reaction creates is logged once, as absent: what the reaction then puts inside it
+needs no line of its own (undoing "absent" removes the directory with its contents), so creating a
+device costs its files' writes, not a log line each.
+
+The reaction commits by deleting the log (after its changes to ``kernel.json`` are saved, which is
+logged too).
 Whoever opens the sim host next (:class:`~vgpukit.sim.kernel.SimKernel`) finds a leftover log and
 puts every logged path back, newest first, which leaves the tree and ``kernel.json`` exactly as they
 were before the interrupted write. Each undo step is an idempotent "ensure this path is X", so an
@@ -29,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 LOG = "inflight.jsonl"
-KINDS = ("absent", "file", "link", "dir")
+KINDS = ("absent", "file", "link", "dir", "size")
 
 
 def _snapshot(path: str) -> dict[str, Any]:
@@ -42,28 +48,58 @@ def _snapshot(path: str) -> dict[str, Any]:
     if stat.S_ISDIR(st.st_mode):
         return {"kind": "dir"}
     mode = stat.S_IMODE(st.st_mode)
-    hidden = not os.access(path, os.R_OK)  # a write-only attribute (create, remove, bind) when not root
-    if hidden:
-        os.chmod(path, mode | 0o400)
     try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
-            return {"kind": "file", "data": fh.read(), "mode": mode}
-    finally:
-        if hidden:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except PermissionError:  # a write-only attribute (create, remove, bind) when not root
+        os.chmod(path, mode | 0o400)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        finally:
             os.chmod(path, mode)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return {"kind": "file", "data": b"".join(chunks).decode("utf-8", "surrogateescape"), "mode": mode}
 
 
 def _clear(path: str) -> None:
-    """Remove whatever is at ``path`` (a directory only when empty: newer entries were undone first)."""
+    """Remove whatever is at ``path``; a directory with what is inside it (it was absent when logged,
+    so all of that came later; links are removed, never followed)."""
     if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
         os.unlink(path)
     elif os.path.isdir(path):
+        for top, dirs, files in os.walk(path, topdown=False):
+            links = [d for d in dirs if os.path.islink(os.path.join(top, d))]
+            for name in files + links:
+                os.unlink(os.path.join(top, name))
+            for name in dirs:
+                if name not in links:
+                    os.rmdir(os.path.join(top, name))
         os.rmdir(path)
+
+
+def _truncate(path: str, size: int) -> None:
+    """Cut the regular file at ``path`` back to ``size`` bytes (never through a link)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:  # absent, or a link planted there
+        return
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode) and os.fstat(fd).st_size > size:
+            os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
 
 
 def _restore(path: str, rec: dict[str, Any]) -> None:
     kind = rec["kind"]
-    if kind == "absent":
+    if kind == "size":
+        if type(rec.get("size")) is int:
+            _truncate(path, rec["size"])
+    elif kind == "absent":
         _clear(path)
     elif kind == "dir":
         if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
@@ -91,9 +127,24 @@ class Journal:
         self.path = meta / LOG
         self.what = what
         self.fd: int | None = None
+        self.fresh: set[str] = set()  # directories this reaction created (logged as absent)
 
-    def before(self, path: str) -> None:
-        """Record ``path``'s current state; call before changing it."""
+    def is_fresh(self, path: str) -> bool:
+        """Whether ``path`` lies in a directory this reaction created (its undo removes it whole)."""
+        if not self.fresh:
+            return False
+        d = os.path.dirname(path)
+        while len(d) > len(self.root):
+            if d in self.fresh:
+                return True
+            d = os.path.dirname(d)
+        return False
+
+    def created_dir(self, path: str) -> None:
+        """``path`` was absent (logged) and is now a directory this reaction made."""
+        self.fresh.add(path)
+
+    def _open(self) -> int:
         if self.fd is None:
             self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
             os.write(self.fd, (json.dumps(self.what) + "\n").encode())
@@ -103,9 +154,27 @@ class Journal:
                 os.fsync(dfd)
             finally:
                 os.close(dfd)
-        rec = _snapshot(path)
+        return self.fd
+
+    def before(self, path: str) -> None:
+        """Record ``path``'s current state; call before changing it."""
+        if self.is_fresh(path):
+            return
+        self._record(path, _snapshot(path))
+
+    def before_append(self, path: str) -> None:
+        """Record ``path``'s length (or absence); call before appending to it."""
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            self._record(path, {"kind": "absent"})
+            return
+        self._record(path, {"kind": "size", "size": st.st_size} if stat.S_ISREG(st.st_mode) else _snapshot(path))
+
+    def _record(self, path: str, rec: dict[str, Any]) -> None:
+        fd = self._open()
         rec["path"] = path[len(self.root) + 1 :]  # the tree hands in real paths inside the root
-        os.write(self.fd, (json.dumps(rec) + "\n").encode("utf-8", "surrogateescape"))
+        os.write(fd, (json.dumps(rec) + "\n").encode("utf-8", "surrogateescape"))
 
     def commit(self) -> None:
         if self.fd is not None:

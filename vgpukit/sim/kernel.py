@@ -9,21 +9,27 @@ read-only one, else the value is stored. Reactions live in the modules of :data:
 A reaction is atomic, as in the kernel: its changes go through a :class:`~vgpukit.sim.journal.Journal`
 (an undo log), committed when the reaction is done; a reaction that fails is undone at once, one cut
 short by a killed process is undone by whoever opens the sim host next (:func:`recover`).
+
+A write costs what it changes: the kernel state stays loaded for the life of the :class:`SimKernel`
+(read again only when its files' stamp shows another process changed them), and a reaction that
+changes it appends what it changed to ``kernel.jsonl``, folded into ``kernel.json`` once the lines
+outweigh it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import importlib
-import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from .journal import LOG, Journal, undo
-from .state import KernelState, corrupt, locked, sim_meta_dir
+from .state import CHANGES, KERNEL, KernelState, corrupt, locked, sim_meta_dir, stamp
 from .tree import SimTree, is_writable
 
 log = logging.getLogger(__name__)
@@ -75,6 +81,7 @@ def load_reactions() -> list[Reaction]:
 
 
 CRASH_ENV = "VGPUKIT_SIM_CRASH_AT_WRITE"
+COMPACT_BYTES = 64 * 1024  # kernel.jsonl is folded into kernel.json past this and kernel.json's own size
 
 
 def recover(root: Path) -> str | None:
@@ -90,12 +97,16 @@ def recover(root: Path) -> str | None:
 class SimKernel:
     def __init__(self, root: Path) -> None:
         self.root = Path(os.path.realpath(root))
-        self.reactions = load_reactions()
+        self._reactions: list[Reaction] | None = None  # imported at the first write: a read needs none
         # Crash testing: the process kills itself (SIGKILL) just before its Nth control-file write,
         # as a power cut or kill -9 between two writes would on a real host.
         crash = os.environ.get(CRASH_ENV, "")
         self.crash_at = int(crash) if crash.isascii() and crash.isdigit() else 0
         self.writes = 0
+        self.state: KernelState | None = None  # as loaded or last saved by this process
+        self.stamp: tuple[object, ...] = ()  # the state files' stamp when it was
+        self.lock_fd: int | None = None
+        self.real_dirs: set[str] = set()
         if (sim_meta_dir(self.root) / LOG).exists():
             with locked(self.root):
                 recover(self.root)
@@ -106,12 +117,14 @@ class SimKernel:
             import signal
 
             os.kill(os.getpid(), signal.SIGKILL)
-        tree = SimTree(self.root)  # one per write: it remembers resolved directories
+        # one per write, sharing what the kernel's earlier writes found to be real directories (as a
+        # command's Host does; forgotten when a reaction is undone)
+        tree = SimTree(self.root, resolved=True, real_dirs=self.real_dirs)
         real = Path(tree.inside(path, follow=False))
-        with locked(self.root):
-            recover(self.root)
-            state = KernelState.load(self.root)
-            before = json.dumps(vars(state))
+        with self._locked():
+            if recover(self.root) is not None:
+                self.real_dirs.clear()
+            state = self._current()
             tree.journal = Journal(
                 self.root, sim_meta_dir(self.root), {"path": os.path.relpath(real, self.root), "value": data}
             )
@@ -119,13 +132,64 @@ class SimKernel:
             w = Write(tree, state, real, data)
             try:
                 self._react(w)
-                if json.dumps(vars(state)) != before:
-                    journal.before(str(sim_meta_dir(self.root) / "kernel.json"))
-                    state.save(self.root)
+                if state.changes:
+                    self._save(state, journal)
             except BaseException:
+                self.state = None  # it may hold what the failed reaction changed
+                self.real_dirs.clear()  # and the undo removes the directories it made
                 journal.rollback()
                 raise
             journal.commit()
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """:func:`locked`, on a lock file opened once for the life of this kernel."""
+        if self.lock_fd is None:
+            with locked(self.root):  # creates the directory and the file when missing
+                pass
+            self.lock_fd = os.open(sim_meta_dir(self.root) / "lock", os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+
+    def _current(self) -> KernelState:
+        """The kernel state: the one held, unless another process changed the files since."""
+        now = stamp(self.root)
+        if self.state is None or now != self.stamp:
+            self.state = KernelState.load(self.root)
+            self.stamp = now
+        return self.state
+
+    def _save(self, state: KernelState, journal: Journal) -> None:
+        """Persist the reaction's noted changes: appended to kernel.jsonl, or everything to kernel.json
+        when the lines would outweigh it (logged either way, so an interrupted save is undone too)."""
+        meta = sim_meta_dir(self.root)
+        lines = state.take_changes()
+        base, log_now = self.stamp[0], self.stamp[1]
+        base_size = base[1] if isinstance(base, tuple) else 0
+        log_size = log_now[1] if isinstance(log_now, tuple) else 0
+        if log_size + len(lines) > max(COMPACT_BYTES, base_size):
+            journal.before(str(meta / KERNEL))
+            journal.before(str(meta / CHANGES))
+            state.save(self.root)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(meta / CHANGES)
+        else:
+            journal.before_append(str(meta / CHANGES))
+            fd = os.open(meta / CHANGES, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            try:
+                os.write(fd, lines)
+            finally:
+                os.close(fd)
+        self.stamp = stamp(self.root)
+
+    @property
+    def reactions(self) -> list[Reaction]:
+        if self._reactions is None:
+            self._reactions = load_reactions()
+        return self._reactions
 
     def _react(self, w: Write) -> None:
         for reaction in self.reactions:
@@ -134,7 +198,7 @@ class SimKernel:
                     reaction.handle(w)
                 except (KeyError, TypeError, AttributeError, ValueError, IndexError, ArithmeticError) as exc:
                     # the simulator's own data is broken (kernel.json, a hand-edited tree): undone, one line
-                    raise corrupt(self.root, sim_meta_dir(self.root) / "kernel.json") from exc
+                    raise corrupt(self.root, sim_meta_dir(self.root) / KERNEL) from exc
                 return
         real = w.path
         if not real.exists():

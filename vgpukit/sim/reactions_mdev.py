@@ -19,7 +19,7 @@ from typing import Any
 
 from .holders import holders_of
 from .kernel import Reaction, Write, fail
-from .tree import WO, SimTree
+from .tree import WO, SimTree, read_attr
 
 UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
@@ -31,11 +31,11 @@ def mdev_bus(w: Write) -> Path:
 def _parent_of_types(types_dir: Path, w: Write) -> str | None:
     """The mdev_bus name of a parent directory, found through /sys/class/mdev_bus links."""
     cls = w.root / "sys" / "class" / "mdev_bus"
-    real = os.path.realpath(types_dir.parent)
-    if os.path.realpath(cls / types_dir.parent.name) == real:
+    real = w.tree.resolve(types_dir.parent)
+    if w.tree.resolve(cls / types_dir.parent.name) == real:
         return types_dir.parent.name  # the usual case: a parent is registered under its device name
     for name in os.listdir(cls) if cls.is_dir() else []:
-        if os.path.realpath(cls / name) == real:
+        if w.tree.resolve(cls / name) == real:
             return name
     return None
 
@@ -50,17 +50,17 @@ def instances(parent_dir: Path) -> list[tuple[str, str]]:
 
 
 def counts(parent_dir: Path, pool: dict[str, Any]) -> dict[str, int]:
-    """The parent's instance count per type, kept in the pool (listed from the tree once if absent)."""
-    if "counts" not in pool:
-        pool["counts"] = {}
-        for _, t in instances(parent_dir):
-            pool["counts"][t] = pool["counts"].get(t, 0) + 1
-    out: dict[str, int] = pool["counts"]
+    """The parent's instance count per type, kept in the pool (listed from the tree if absent)."""
+    if "counts" in pool:
+        return dict(pool["counts"])
+    out: dict[str, int] = {}
+    for _, t in instances(parent_dir):
+        out[t] = out.get(t, 0) + 1
     return out
 
 
 def refresh_available(tree: SimTree, parent_dir: Path, pool: dict[str, Any]) -> None:
-    present = counts(parent_dir, pool)
+    present = pool["counts"]
     used = sum(pool["types"][t]["cost"] * n for t, n in present.items() if t in pool["types"])
     free = pool["pool"] - used
     kinds = {t for t, n in present.items() if n}
@@ -78,7 +78,7 @@ def refresh_available(tree: SimTree, parent_dir: Path, pool: dict[str, Any]) -> 
 
 def _read_int(path: Path) -> int | None:
     try:
-        return int(path.read_text())
+        return int(read_attr(path))
     except (OSError, ValueError):
         return None
 
@@ -101,12 +101,12 @@ def create(w: Write) -> None:
         raise fail(errno.ENODEV)
     if os.path.lexists(mdev_bus(w) / "devices" / uid):
         raise fail(errno.EEXIST)
-    if int((type_dir / "available_instances").read_text()) < 1:
+    if int(read_attr(type_dir / "available_instances")) < 1:
         raise fail(errno.ENOSPC)
     d = parent_dir / uid
     if os.path.lexists(d):
         raise fail(errno.EEXIST)
-    counts(parent_dir, pool)
+    present = counts(parent_dir, pool)
     w.tree.mkdir(d)
     w.tree.write_attr(d / "remove", "", WO)
     w.tree.link(d / "mdev_type", type_dir)
@@ -117,13 +117,13 @@ def create(w: Write) -> None:
     w.tree.mkdir(drivers)
     w.tree.link(d / "driver", drivers)
     w.tree.link(drivers / uid, d)
-    group = w.state.next_group
-    w.state.next_group += 1
+    group = w.state.take_group()
     w.tree.join_group(uid, d, group)
     w.tree.make_devnode(w.tree.devnode("vfio", str(group)), 243, group)
     for rel, value in (pool["types"][type_id].get("attrs") or {}).items():
         w.tree.write_attr(d / rel, value)
-    pool["counts"][type_id] = pool["counts"].get(type_id, 0) + 1
+    present[type_id] = present.get(type_id, 0) + 1
+    w.state.set_counts(parent, present)
     refresh_available(w.tree, parent_dir, pool)
 
 
@@ -147,12 +147,13 @@ def remove(w: Write) -> None:
     parent = _parent_of_types(type_dir.parent, w)
     pool = w.state.mdev_pools[parent or ""]
     parent_dir = type_dir.parent.parent
-    counts(parent_dir, pool)
+    present = counts(parent_dir, pool)
     for p in (type_dir / "devices" / uid, mdev_bus(w) / "devices" / uid, mdev_bus(w) / "drivers" / "vfio_mdev" / uid):
         w.tree.unlink(p)
     w.tree.leave_group(uid, d)
     w.tree.remove_tree(d)
-    pool["counts"][type_dir.name] = max(0, pool["counts"].get(type_dir.name, 0) - 1)
+    present[type_dir.name] = max(0, present.get(type_dir.name, 0) - 1)
+    w.state.set_counts(parent or "", present)
     refresh_available(w.tree, parent_dir, pool)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .kernel import Reaction, Write, fail
+from .tree import read_attr
 
 # The kernel's device names (pci_name(): "%04x:%02x:%02x.%d"); the simulator's own, not the toolkit's.
 BDF_RE = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([01][0-9a-f])\.([0-7])$")
@@ -36,7 +37,7 @@ def _driver_file(name: str) -> Callable[[Write], bool]:
 
 
 def _read(path: Path) -> str:
-    return path.read_text().strip()
+    return read_attr(path)
 
 
 def _override(w: Write, bdf: str) -> str | None:
@@ -135,8 +136,7 @@ def sriov_numvfs(w: Write) -> None:
     autoprobe = _read(pf_dir / "sriov_drivers_autoprobe") == "1" and _read(w.tree.bus_pci / "drivers_autoprobe") == "1"
     for n in range(want):
         vf = virtfn_name(pf, offset, stride, n)
-        group = w.state.next_group
-        w.state.next_group += 1
+        group = w.state.take_group()
         vf_dir = w.tree.add_pci_device(pf_dir.parent, vf, spec, None if numa < 0 else numa, cpus, group)
         w.tree.link(vf_dir / "physfn", pf_dir)
         w.tree.link(pf_dir / f"virtfn{n}", vf_dir)
@@ -206,10 +206,10 @@ def new_id(w: Write) -> None:
     except ValueError:
         raise fail(errno.EINVAL) from None
     driver = w.path.parent.name
-    entries = w.state.driver_ids.setdefault(driver, [])
+    entries = w.state.driver_ids.get(driver, [])
     if ids in entries:
         raise fail(errno.EEXIST)
-    entries.insert(0, ids)
+    w.state.set_driver_ids(driver, [ids, *entries])
     for bdf in w.tree.all_bdfs():
         if not w.tree.bound_driver(bdf) and _ids(w, bdf)[0] == ids and _override(w, bdf) in (None, driver):
             w.tree.bind(bdf, driver, w.state.rdma_for(bdf, driver))
@@ -224,7 +224,9 @@ def remove_id(w: Write) -> None:
     entries = w.state.driver_ids.get(w.path.parent.name, [])
     if ids not in entries:
         raise fail(errno.ENODEV)
-    entries.remove(ids)
+    rest = list(entries)
+    rest.remove(ids)
+    w.state.set_driver_ids(w.path.parent.name, rest)
 
 
 def _bus_file(name: str) -> Callable[[Write], bool]:

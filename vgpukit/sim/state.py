@@ -8,7 +8,7 @@ import json
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ _POOL = {
     "pool": int,
     "homogeneous": bool,
     "types": {"*": {"name": str, "cost": int, "max_instances?": int, "attrs?": dict}},
+    "counts?": {"*": int},
 }
 
 
@@ -68,6 +69,14 @@ def corrupt(root: Path, path: Path, what: str = "corrupt") -> InvalidInput:
 def read_state(root: Path, path: Path) -> Any:
     """A JSON state file of the simulated host in ``root``: a regular file inside it, parsed with
     the size and nesting limits of every document; anything else is :func:`corrupt`."""
+    data = read_state_bytes(root, path)
+    try:
+        return load_json(data, str(path), max_bytes=MAX_STATE_BYTES)
+    except InvalidInput:
+        raise corrupt(root, path) from None
+
+
+def read_state_bytes(root: Path, path: Path) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
     except FileNotFoundError:
@@ -78,13 +87,9 @@ def read_state(root: Path, path: Path) -> Any:
         st = os.fstat(fd)
         if not real.startswith(base + "/") or not stat.S_ISREG(st.st_mode) or st.st_size > MAX_STATE_BYTES:
             raise corrupt(root, path, "not a regular file inside the simulated host")
-        data = os.read(fd, st.st_size + 1)
+        return os.read(fd, st.st_size + 1)
     finally:
         os.close(fd)
-    try:
-        return load_json(data, str(path), max_bytes=MAX_STATE_BYTES)
-    except InvalidInput:
-        raise corrupt(root, path) from None
 
 
 @contextlib.contextmanager
@@ -100,8 +105,16 @@ def locked(root: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+KERNEL = "kernel.json"
+CHANGES = "kernel.jsonl"  # what reactions changed since kernel.json was written: one {"set", "to"} a line
+DATA = ("profile", "next_group", "driver_ids", "vf_models", "mdev_pools", "vf_specs", "rdma")
+
+
 @dataclass
 class KernelState:
+    """The kernel's own facts. Reactions change them only through the methods below, which note each
+    change, so a reaction saves what it changed (a line appended to ``kernel.jsonl``), not the state."""
+
     profile: str
     next_group: int = 0
     driver_ids: dict[str, list[str]] = field(default_factory=dict)  # driver -> ["vvvv:dddd" | "class:cccc"]
@@ -109,6 +122,7 @@ class KernelState:
     mdev_pools: dict[str, dict[str, Any]] = field(default_factory=dict)  # parent -> pool, types
     vf_specs: dict[str, dict[str, Any]] = field(default_factory=dict)  # PF bdf -> PF model sriov info
     rdma: dict[str, dict[str, str]] = field(default_factory=dict)  # bdf -> {name: mlx5_0, driver: mlx5_core}
+    changes: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False, compare=False)
 
     def rdma_for(self, bdf: str, driver: str) -> str | None:
         """The RDMA device (``infiniband/<name>``) the driver creates when it binds ``bdf``."""
@@ -123,19 +137,64 @@ class KernelState:
                     return driver
         return None
 
+    # ------------------------------------------------------------------ changes (noted)
+    def _noted(self, keys: tuple[str, ...], value: Any) -> None:
+        self.changes.pop(keys, None)  # the last value of a key, in the order last set
+        self.changes[keys] = value
+
+    def take_group(self) -> int:
+        """A new IOMMU group number."""
+        group = self.next_group
+        self.next_group += 1
+        self._noted(("next_group",), self.next_group)
+        return group
+
+    def set_counts(self, parent: str, counts: dict[str, int]) -> None:
+        """The instance count per type of mdev parent ``parent``."""
+        self.mdev_pools[parent]["counts"] = counts
+        self._noted(("mdev_pools", parent, "counts"), counts)
+
+    def set_driver_ids(self, driver: str, entries: list[str]) -> None:
+        self.driver_ids[driver] = entries
+        self._noted(("driver_ids", driver), entries)
+
+    def take_changes(self) -> bytes:
+        """The noted changes as lines for ``kernel.jsonl`` (empty: nothing changed); forgets them."""
+        out = "".join(
+            json.dumps({"set": list(k), "to": v}, separators=(",", ":")) + "\n" for k, v in self.changes.items()
+        )
+        self.changes = {}
+        return out.encode()
+
+    # ------------------------------------------------------------------ files
+    def data(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in DATA}
+
     def save(self, root: Path) -> None:
-        path = sim_meta_dir(root) / "kernel.json"
+        """Write the whole state to kernel.json (no change lines left to replay: the caller drops them)."""
+        path = sim_meta_dir(root) / KERNEL
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(vars(self), separators=(",", ":")))  # the C encoder: no indent
+        tmp.write_text(json.dumps(self.data(), separators=(",", ":")))  # the C encoder: no indent
         tmp.replace(path)
 
     @classmethod
     def load(cls, root: Path) -> KernelState:
-        path = sim_meta_dir(root) / "kernel.json"
+        """kernel.json with the lines of kernel.jsonl replayed on it, checked."""
+        path = sim_meta_dir(root) / KERNEL
         data = read_state(root, path)
         if isinstance(data, dict):
             data.setdefault("rdma", {})  # hosts made before RDMA devices were simulated
-        kinds = {f.name: f.type for f in fields(cls)}
+        log = sim_meta_dir(root) / CHANGES
+        if isinstance(data, dict) and os.path.lexists(log):
+            path = log
+            for n, line in enumerate(read_state_bytes(root, log).splitlines(), 1):
+                try:
+                    rec = load_json(line, f"{log} line {n}", max_bytes=MAX_STATE_BYTES)
+                except InvalidInput:
+                    raise corrupt(root, log) from None
+                if not _replay(data, rec):
+                    raise corrupt(root, log)
+        kinds = set(DATA)
         if (
             not isinstance(data, dict)
             or set(data) != set(kinds)
@@ -149,3 +208,30 @@ class KernelState:
         ):
             raise corrupt(root, path)
         return cls(**data)
+
+
+def _replay(data: dict[str, Any], rec: Any) -> bool:
+    """Apply one change line to ``data``; False when it is not one (the shape is checked after)."""
+    keys = rec.get("set") if isinstance(rec, dict) else None
+    if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys) or "to" not in rec:
+        return False
+    node: Any = data
+    for k in keys[:-1]:
+        node = node.get(k) if isinstance(node, dict) else None
+    if not isinstance(node, dict) or (len(keys) == 1 and keys[0] not in DATA):
+        return False
+    node[keys[-1]] = rec["to"]
+    return True
+
+
+def stamp(root: Path) -> tuple[tuple[int, int, int] | None, ...]:
+    """Identity of the state files now (inode, size, mtime): a state loaded under the same stamp is current."""
+    out: list[tuple[int, int, int] | None] = []
+    for name in (KERNEL, CHANGES):
+        try:
+            st = os.stat(sim_meta_dir(root) / name)
+        except FileNotFoundError:
+            out.append(None)
+            continue
+        out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)

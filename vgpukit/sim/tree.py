@@ -20,6 +20,28 @@ if TYPE_CHECKING:
     from .journal import Journal
 
 RO, RW, WO = 0o444, 0o644, 0o200
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_REWRITE = os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _write_fd(fd: int, data: bytes, mode: int) -> None:
+    try:
+        os.write(fd, data)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def read_attr(path: Path | str) -> str:
+    """An attribute's text, stripped (one open and read; the simulator reads its own tree)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "surrogateescape").strip()
 
 
 def is_writable(path: Path) -> bool:
@@ -50,9 +72,11 @@ class SimTree:
     root: Path
     journal: Journal | None = None
     real_dirs: set[str] = field(default_factory=set, repr=False)
+    resolved: bool = False  # ``root`` is already its real path (the simulated kernel resolves it once)
 
     def __post_init__(self) -> None:
-        self.root = Path(os.path.realpath(self.root))
+        if not self.resolved:
+            self.root = Path(os.path.realpath(self.root))
         self.real_dirs.add(str(self.root))
 
     # ------------------------------------------------------------------ changes
@@ -61,24 +85,34 @@ class SimTree:
         real = self._realpath(str(path)) if follow else os.path.join(self._realpath(str(path.parent)), path.name)
         return self._check(real, path)
 
-    def _realpath(self, path: str) -> str:
-        """``os.path.realpath``, one ``lstat`` per directory not yet known to be real."""
+    def _realpath(self, path: str, depth: int = 0) -> str:
+        """``os.path.realpath``, one ``lstat`` per component not yet known to be a real directory, and
+        a link inside the root followed by its ``readlink`` (not by resolving its target from ``/``)."""
         if path in self.real_dirs:
             return path
         parent, name = os.path.split(path)
-        if not name or name in (".", "..") or parent == path or not parent.startswith(str(self.root)):
+        if not name or name in (".", "..") or parent == path or not parent.startswith(str(self.root)) or depth > 40:
             return os.path.realpath(path)
-        if self._realpath(parent) != parent:
-            return os.path.realpath(path)  # a symlink on the way: the OS resolves it
+        real_parent = self._realpath(parent, depth)
+        if real_parent != parent:
+            return self._realpath(os.path.join(real_parent, name), depth + 1)
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
             return path
         if stat.S_ISLNK(mode):
-            return os.path.realpath(path)
+            target = os.readlink(path)
+            rest = target.lstrip("./") if not target.startswith("/") else ".."
+            if ".." in rest.split("/"):
+                return os.path.realpath(path)  # ".." after a name that may be a link: the OS resolves it
+            return self._realpath(os.path.normpath(os.path.join(parent, target)), depth + 1)
         if stat.S_ISDIR(mode):
             self.real_dirs.add(path)
         return path
+
+    def resolve(self, path: Path) -> str:
+        """``path``'s real path (``os.path.realpath``, with what this tree already resolved)."""
+        return self._realpath(str(path))
 
     def _check(self, real: str, path: Path) -> str:
         if not real.startswith(str(self.root) + os.sep):
@@ -91,9 +125,13 @@ class SimTree:
     def _entry(self, path: Path) -> str:
         """``path``'s real parent (created if missing) + its name, refused unless inside the root."""
         parent = self.inside(path.parent, follow=True)
-        if not os.path.isdir(parent):
+        if parent not in self.real_dirs and not os.path.isdir(parent):
             self.mkdir(path.parent)
         return self._check(os.path.join(parent, path.name), path)
+
+    def _fresh(self, real: str) -> bool:
+        """Whether ``real`` is in a directory this reaction created: nothing there to log or look at first."""
+        return self.journal is not None and self.journal.is_fresh(real)
 
     def _before(self, real: str) -> None:
         if self.journal is not None:
@@ -109,30 +147,53 @@ class SimTree:
         for d in reversed(missing):
             self._before(d)
             os.mkdir(d)
+            self.real_dirs.add(d)
+            if self.journal is not None:
+                self.journal.created_dir(d)
 
     def write_attr(self, path: Path, value: object, mode: int = RO) -> None:
         real = self._entry(path)
+        data = f"{value}\n".encode()
+        if self._fresh(real):
+            try:
+                fd = os.open(real, _CREATE, 0o600)
+            except FileExistsError:
+                pass  # written before in this reaction: the usual way
+            else:
+                _write_fd(fd, data, mode)
+                return
         if os.path.islink(real):
             real = self.inside(path, follow=True)
         self._before(real)
-        if os.path.exists(real):
+        try:
+            fd = os.open(real, _REWRITE)
+        except FileNotFoundError:
+            fd = os.open(real, _CREATE, 0o600)
+        except PermissionError:  # a read-only attribute, when not root
             os.chmod(real, 0o644)
-        with open(real, "w") as fh:
-            fh.write(f"{value}\n")
-        os.chmod(real, mode)
+            fd = os.open(real, _REWRITE)
+        _write_fd(fd, data, mode)
 
     def set_attr(self, path: Path, value: object) -> None:
         """Change an attribute's content, keeping its mode."""
-        mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else RO
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        except FileNotFoundError:
+            mode = RO
         self.write_attr(path, value, mode)
 
     def link(self, path: Path, target: Path) -> None:
         """A relative symlink ``path`` -> ``target`` (as sysfs makes them)."""
         real = self._entry(path)
+        rel = os.path.relpath(target, os.path.dirname(real))
+        if self._fresh(real):
+            with contextlib.suppress(FileExistsError):
+                os.symlink(rel, real)
+                return
         self._before(real)
         if os.path.lexists(real):
             os.unlink(real)
-        os.symlink(os.path.relpath(target, os.path.dirname(real)), real)
+        os.symlink(rel, real)
 
     def unlink(self, path: Path) -> None:
         real = self.inside(path, follow=False)
@@ -188,7 +249,7 @@ class SimTree:
 
     def device_dir(self, bdf: str) -> Path:
         """Real directory of a PCI device (following the bus link)."""
-        return Path(os.path.realpath(self.device_link(bdf)))
+        return Path(self._realpath(str(self.device_link(bdf))))
 
     def driver_dir(self, driver: str) -> Path:
         return self.bus_pci / "drivers" / driver

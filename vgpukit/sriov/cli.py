@@ -119,7 +119,8 @@ def _report(app: App, kind: str, steps: list[Step], pf: PfInfo, extra: dict[str,
     plan = [s.describe() for s in steps]
     data: dict[str, Any] = {"steps": [s.to_dict() for s in steps], **(extra or {})}
     if not app.dry_run:  # the PF as it is now: read again, after the change
-        after = read_pf(app.host, pf.bdf, OpenFiles(app.host), alias=pf.alias, scan=Scan(app.host))
+        scan = Scan(app.host)
+        after = read_pf(app.host, pf.bdf, OpenFiles(app.host), alias=pf.alias, scan=scan, seen=app.env.seen)
         data["pf"] = after.to_dict()
     emit_result(app, kind, plan=plan, data=data)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,8 +81,11 @@ def require_sriov(dev: PciDevice, name: str) -> None:
         raise Unsupported(f"{what} has no SR-IOV capability ({dev.name})", device=dev.bdf)
 
 
-def _read_vf(host: Host, index: int, bdf: str, files: OpenFiles, records: set[str]) -> VfInfo:
-    """What ``sriov list`` shows of a VF: one directory listing, then only what is there."""
+def _read_vf(
+    host: Host, index: int, bdf: str, files: OpenFiles, records: set[str], seen: Mapping[str, object]
+) -> VfInfo:
+    """What ``sriov list`` shows of a VF: one directory listing, then only what is there (its driver
+    not again when ``seen`` has it: what a step's verify() just read, in ``env.seen``)."""
     d = host.pci_device(bdf)
     base = f"{d}/"
     entries = set(host.listdir(d))
@@ -92,7 +96,7 @@ def _read_vf(host: Host, index: int, bdf: str, files: OpenFiles, records: set[st
     return VfInfo(
         index=index,
         bdf=bdf,
-        driver=host.link_name(base + DRIVER) if DRIVER in entries else None,
+        driver=_driver(host, base, bdf, entries, seen),
         driver_override=None if override in (None, "", "(null)") else override,
         iommu_group=iommu_group,
         users=tuple(pci_users(host, bdf, iommu_group, files, entries)),
@@ -100,14 +104,29 @@ def _read_vf(host: Host, index: int, bdf: str, files: OpenFiles, records: set[st
     )
 
 
+def _driver(host: Host, base: str, bdf: str, entries: set[str], seen: Mapping[str, object]) -> str | None:
+    key = f"driver:{bdf}"  # as the sriov steps note it
+    if key in seen:
+        known = seen[key]
+        return known if isinstance(known, str) else None
+    return host.link_name(base + DRIVER) if DRIVER in entries else None
+
+
 def read_pf(
-    host: Host, bdf: str, files: OpenFiles, alias: str | None = None, name: str | None = None, scan: Scan | None = None
+    host: Host,
+    bdf: str,
+    files: OpenFiles,
+    alias: str | None = None,
+    name: str | None = None,
+    scan: Scan | None = None,
+    seen: Mapping[str, object] | None = None,
 ) -> PfInfo:
+    """The PF and its VFs; ``seen``: the ``env.seen`` of the command that just changed them."""
     dev = scan.device(bdf) if scan is not None else read_device(host, bdf)
     require_sriov(dev, name or bdf)
     assert dev.sriov is not None
     records = set(host.listdir(record_path(host, bdf).parent)) if dev.sriov.vfs else set()
-    vfs = [_read_vf(host, i, vf, files, records) for i, vf in enumerate(dev.sriov.vfs)]
+    vfs = [_read_vf(host, i, vf, files, records, seen or {}) for i, vf in enumerate(dev.sriov.vfs)]
     s = dev.sriov
     return PfInfo(
         bdf=bdf,

@@ -37,6 +37,17 @@ def _set_record(env: Env, bdf: str, rec: Record) -> None:
         env.host.write_file(path, rec)
 
 
+def driver_key(bdf: str) -> str:
+    """``env.seen`` key of ``bdf``'s driver as a step's verify() read it after changing it."""
+    return f"driver:{bdf}"
+
+
+def _forget_drivers(env: Env) -> None:
+    """Drop the drivers noted in ``env.seen``: VFs appeared or went away."""
+    for key in [k for k in env.seen if k.startswith("driver:")]:
+        del env.seen[key]
+
+
 @step_kind
 @dataclass(frozen=True)
 class PutBack(Step):
@@ -56,6 +67,7 @@ class PutBack(Step):
     def apply(self, env: Env) -> None:
         if not env.host.exists(env.host.pci_device(self.bdf)):
             return
+        env.seen.pop(driver_key(self.bdf), None)
         binding.put_back(env.host, Remembered(self.bdf, self.driver, self.override, self.probe))
         _set_record(env, self.bdf, self.record)
 
@@ -118,7 +130,7 @@ class BindDriver(Step):
         host.write(host.pci_drivers_probe(), self.bdf)
 
     def verify(self, env: Env) -> None:
-        now = binding.current_driver(env.host, self.bdf)
+        now = env.seen[driver_key(self.bdf)] = binding.current_driver(env.host, self.bdf)
         if now != self.driver:
             raise VerifyFailed(
                 f"{self.bdf} is bound to {now or 'no driver'} after drivers_probe, not {self.driver}",
@@ -151,7 +163,7 @@ class UnbindDriver(Step):
         host.write(host.pci_driver(cur, "unbind"), self.bdf)
 
     def verify(self, env: Env) -> None:
-        now = binding.current_driver(env.host, self.bdf)
+        now = env.seen[driver_key(self.bdf)] = binding.current_driver(env.host, self.bdf)
         if now is not None:
             raise VerifyFailed(f"{self.bdf} is still bound to {now}", device=self.bdf)
 
@@ -175,6 +187,7 @@ class RestoreDriver(Step):
         return _put_back_now(env, self.bdf)
 
     def apply(self, env: Env) -> None:
+        env.seen.pop(driver_key(self.bdf), None)
         binding.put_back(env.host, Remembered(self.bdf, self.driver, self.override, self.probe))
         if self.driver and binding.current_driver(env.host, self.bdf) != self.driver:
             raise VerifyFailed(f"{self.bdf} did not go back to {self.driver}", device=self.bdf, hint="check dmesg")
@@ -231,6 +244,7 @@ class SetNumVfs(Step):
 
     def apply(self, env: Env) -> None:
         host = env.host
+        _forget_drivers(env)
         if self.count == 0:
             _remove_vfs(host, self.pf, self.total)
         else:
@@ -268,6 +282,7 @@ class RestoreVfs(Step):
         host = env.host
         if not host.exists(host.pci_device(self.pf)):
             return
+        _forget_drivers(env)
         cur = host.read_int(host.pci_device(self.pf, "sriov_numvfs"), 0) or 0
         if cur != self.count:
             if cur:

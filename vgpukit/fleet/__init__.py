@@ -1,0 +1,1 @@
+"""Fleets: one declarative host config (``vgpukit apply``), see docs/fleet.md."""

@@ -1,0 +1,198 @@
+"""``vgpukit apply / diff / assert / export / boot-unit``: one declarative host config (docs/fleet.md)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..cli.context import App
+from ..cli.main import dry_run_option, json_option, mutating
+from ..cli.output import emit, emit_result, fail_after_emit, say
+from ..cli.params import NAME
+from ..engine import Step, execute
+from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
+from ..mig import config as migconfig
+from ..pci import Scan
+from . import document, export, plan
+
+FILE_ENV, CONFIG_ENV = "VGPUKIT_HOST_FILE", "VGPUKIT_HOST_CONFIG"
+
+file_option = click.option(
+    "-f",
+    "--file",
+    "path",
+    required=True,
+    envvar=FILE_ENV,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help=f"The vgpukit.host/v1 (or mig-parted v1) file (env {FILE_ENV}).",
+)
+config_option = click.option(
+    "-c", "--config", "name", envvar=CONFIG_ENV, type=NAME, help=f"Config name in the file (env {CONFIG_ENV})."
+)
+
+
+def _mig_planner(app: App, source: str) -> plan.MigPlanner:
+    def mig(entries: list[migconfig.Entry]) -> list[Step]:
+        from ..mig.common_cli import nvml_of
+        from ..mig.migparted import build_plans
+
+        return [s for p in build_plans(Scan(app.host), nvml_of(app), entries, source, True) for s in p.steps]
+
+    return mig
+
+
+def _plan(app: App, path: Path, name: str | None) -> tuple[document.HostConfig, plan.Plan]:
+    text = app.host.read_doc(path, "host config", document.MAX_DOC_BYTES, user_file=True)
+    assert text is not None
+    cfg = document.parse(text, str(path)).select(name)
+    return cfg, plan.plan(app.env, cfg, _mig_planner(app, str(path)))
+
+
+def _head(path: Path, cfg: document.HostConfig) -> dict[str, Any]:
+    return {"file": str(path), "config": cfg.name}
+
+
+@click.command("apply")
+@file_option
+@config_option
+@json_option
+@dry_run_option
+@click.pass_obj
+@mutating
+def apply_cmd(app: App, path: Path, name: str | None) -> None:
+    """Make the host match config NAME of FILE: every area in one plan, rolled back as a whole on failure.
+
+    Devices the config does not mention are left alone. A second run does nothing. Exit codes and
+    --json output: docs/fleet.md.
+    """
+    cfg, todo = _plan(app, path, name)
+    if not app.dry_run:
+        execute(app.env, todo.plain)
+    emit_result(app, "apply", plan=[s.describe() for s in todo.plain], data={**_head(path, cfg), **_rest(todo)})
+
+
+def _rest(todo: plan.Plan) -> dict[str, Any]:
+    doc = todo.to_json()
+    del doc["plan"]
+    return doc
+
+
+@click.command("diff")
+@file_option
+@config_option
+@json_option
+@click.pass_obj
+def diff_cmd(app: App, path: Path, name: str | None) -> None:
+    """Show what 'apply' would change (the plan), changing nothing; exit 0 either way."""
+    cfg, todo = _plan(app, path, name)
+    doc = {**_head(path, cfg), "dry_run": True, "changed": False, **todo.to_json()}
+    emit(app, "diff", doc, lambda: _show(doc["plan"]))
+
+
+def _show(lines: list[str]) -> None:
+    if not lines:
+        say("no differences: the host matches the config", "green")
+    for line in lines:
+        say(f"  - {line}")
+
+
+@click.command("assert")
+@file_option
+@config_option
+@json_option
+@click.pass_obj
+def assert_cmd(app: App, path: Path, name: str | None) -> None:
+    """Exit 0 when the host matches the config, 1 (listing the differences) otherwise."""
+    try:
+        cfg, todo = _plan(app, path, name)
+        diff = [s.describe() for s in todo.plain]
+    except (InvalidInput, NotFound):
+        raise
+    except VgpukitError as exc:  # cannot even be planned from here (in use, unsupported...): no match
+        text = app.host.read_doc(path, "host config", document.MAX_DOC_BYTES, user_file=True)
+        cfg = document.parse(text or "", str(path)).select(name)
+        diff = [f"cannot be applied: {exc}"]
+    doc = {**_head(path, cfg), "matches": not diff, "differences": diff}
+    emit(app, "assert", doc, lambda: say("the host matches the config", "green") if not diff else _show(diff))
+    if diff:
+        fail_after_emit(app, VerifyFailed(f"the host does not match {path}" + (f" -c {cfg.name}" if cfg.name else "")))
+
+
+@click.command("export")
+@click.option("-c", "--config", "name", default="current", show_default=True, type=NAME, help="Config name to write.")
+@json_option
+@click.pass_obj
+def export_cmd(app: App, name: str) -> None:
+    """Print the host as a vgpukit.host/v1 document (SR-IOV, vfio, mdev, vGPU, MIG, QoS); applying it is a no-op."""
+    doc = export.current(app.host, name, lambda: _mig_export(app))
+    text = export.dump(doc)
+    emit(app, "export", {"config": name, "yaml": text, "document": doc}, lambda: click.echo(text, nl=False))
+
+
+def _mig_export(app: App) -> list[dict[str, Any]] | None:
+    """mig-parted's export of this host (vgpukit mig export's own), when it has a MIG-capable GPU."""
+    from ..mig.common_cli import nvml_of
+    from ..mig.migparted import export_entries
+
+    try:
+        nvml = nvml_of(app)
+    except Unsupported:
+        return None
+    if not any(g.mig_capable for g in nvml.gpus()):
+        return None
+    return export_entries(Scan(app.host), nvml)
+
+
+# ----------------------------------------------------------------------------- boot unit
+BOOT_UNIT = """\
+# Generated by: vgpukit boot-unit. Applies the node's host config early at boot (docs/fleet.md).
+[Unit]
+Description=Apply the vgpukit host config ({config})
+Documentation=man:vgpukit(1)
+# after the kernel modules and the devices (GPU drivers, vfio-pci) are there
+After=systemd-modules-load.service systemd-udev-settle.service local-fs.target nvidia-persistenced.service
+Wants=systemd-udev-settle.service
+# before anything that hands the devices out
+Before=libvirtd.service virtqemud.service kubelet.service containerd.service crio.service docker.service
+Before=vgpukit-qos.service nvidia-mig-manager.service
+ConditionPathExists={file}
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+Environment=VGPUKIT_WAIT=300
+ExecStart={exe} apply -f {file}{c}
+
+[Install]
+WantedBy=multi-user.target
+RequiredBy=libvirtd.service kubelet.service
+"""
+
+
+def entry_point() -> str:
+    """The installed ``vgpukit`` command (absolute), else this Python running the package."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) == "vgpukit" and os.path.isfile(argv0):
+        return os.path.abspath(argv0)
+    found = shutil.which("vgpukit")
+    return found or f"{sys.executable} -m vgpukit"
+
+
+@click.command("boot-unit")
+@file_option
+@config_option
+@click.pass_obj
+def boot_unit_cmd(app: App, path: Path, name: str | None) -> None:
+    """Print a systemd unit that runs 'vgpukit apply -f FILE -c NAME' at boot, before libvirt and kubelet."""
+    for part in (str(path), name or ""):
+        if any(c.isspace() or c in "\"'\\%$;" for c in part):
+            raise InvalidInput("the file path and config name of a boot unit must not contain spaces or quotes")
+    file = os.path.abspath(path)
+    c = f" -c {shlex.quote(name)}" if name else ""
+    click.echo(BOOT_UNIT.format(config=name or "the only config", file=file, exe=entry_point(), c=c), nl=False)

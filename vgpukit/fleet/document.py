@@ -1,0 +1,252 @@
+"""The ``vgpukit.host/v1`` document: several named host configs in one YAML file.
+
+The file is checked against ``vgpukit/data/schemas/host.json`` while it is walked as YAML nodes, so
+every error names its line (``FILE:LINE: ...``) and never quotes the file's content. Unknown keys
+are refused. The ``mig-configs`` section is mig-parted's v1 format, read by mig-parted's own reader
+(:func:`vgpukit.mig.config.parse`), so a mig-parted file is also a valid host document.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from ..data import load_json
+from ..errors import InvalidInput, NotFound
+from ..inputs import load_yaml
+from ..mig import config as migconfig
+
+MAX_DOC_BYTES = 1024 * 1024
+SCHEMA = "vgpukit.host/v1"
+SAFE_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,64}\Z", re.ASCII)
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which device(s) an entry is about: ``device`` (alias, PCI address, mdev parent name) or
+    ``match`` (``vendor:device`` in hex, or part of the model name)."""
+
+    device: str | None
+    match: str | None
+    line: int
+
+    def describe(self) -> str:
+        return self.device if self.device is not None else f"match {self.match}"
+
+
+@dataclass(frozen=True)
+class SriovWant:
+    sel: Selector
+    vfs: int
+    driver: str
+
+
+@dataclass(frozen=True)
+class MdevWant:
+    sel: Selector
+    type: str
+    count: int
+    uuids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class VgpuWant:
+    sel: Selector
+    type: str
+    count: int
+
+
+@dataclass
+class HostConfig:
+    """One selected config: what each area should look like (None / empty: the area is left alone)."""
+
+    name: str | None
+    source: str
+    sriov: list[SriovWant] = field(default_factory=list)
+    vfio: list[Selector] = field(default_factory=list)
+    mdev: list[MdevWant] = field(default_factory=list)
+    vgpu: list[VgpuWant] = field(default_factory=list)
+    mig: list[migconfig.Entry] | None = None
+    qos: dict[str, Any] | None = None
+
+
+def _err(source: str, node: yaml.Node, msg: str) -> InvalidInput:
+    return InvalidInput(f"{source}:{node.start_mark.line + 1}: {msg}", path=source)
+
+
+def _value(node: yaml.Node) -> Any:
+    return yaml.safe_load(yaml.serialize(node)) if isinstance(node, yaml.ScalarNode) else None
+
+
+class _Map(dict[str, Any]):
+    """A mapping of the document, with the line it starts on."""
+
+    line = 0
+
+
+def _line(item: Any) -> int:
+    return item.line if isinstance(item, _Map) else 0
+
+
+_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "boolean": (bool,)}
+
+
+class _Walker:
+    """Checks a YAML node tree against the JSON-schema subset host.json uses, with line numbers."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.schema: dict[str, Any] = load_json("schemas/host.json")
+
+    def _deref(self, s: dict[str, Any]) -> dict[str, Any]:
+        while "$ref" in s:
+            s = {**self.schema["$defs"][s["$ref"].rsplit("/", 1)[1]], **{k: v for k, v in s.items() if k != "$ref"}}
+        return s
+
+    def check(self, node: yaml.Node, s: dict[str, Any], what: str) -> Any:
+        s = self._deref(s)
+        if s.get("x-vgpukit-opaque"):
+            if not isinstance(node, yaml.MappingNode):
+                raise _err(self.source, node, f"{what} must be a mapping")
+            return yaml.safe_load(yaml.serialize(node))
+        kind = s.get("type")
+        if kind == "object":
+            return self._object(node, s, what)
+        if kind == "array":
+            if not isinstance(node, yaml.SequenceNode):
+                raise _err(self.source, node, f"{what} must be a list")
+            if len(node.value) > s.get("maxItems", 1 << 30):
+                raise _err(self.source, node, f"{what}: more than {s['maxItems']} items")
+            return [self.check(item, s["items"], f"an item of {what}") for item in node.value]
+        value = _value(node)
+        if "enum" in s:
+            if value not in s["enum"] or isinstance(value, bool):
+                raise _err(self.source, node, f"{what} must be one of {', '.join(map(str, s['enum']))}")
+            return value
+        if kind is not None:
+            ok = _TYPES[kind]
+            if not isinstance(value, ok) or (kind == "integer" and isinstance(value, bool)):
+                raise _err(self.source, node, f"{what} must be a {kind}")
+        if "pattern" in s and not re.search(s["pattern"], value):
+            raise _err(self.source, node, f"{what} is not a valid name ({s.get('description', 'see the schema')})")
+        if "minimum" in s and not s["minimum"] <= value <= s["maximum"]:
+            raise _err(self.source, node, f"{what} must be {s['minimum']}..{s['maximum']}")
+        return value
+
+    def _object(self, node: yaml.Node, s: dict[str, Any], what: str) -> dict[str, Any]:
+        if not isinstance(node, yaml.MappingNode):
+            raise _err(self.source, node, f"{what} must be a mapping")
+        props: dict[str, Any] = s.get("properties", {})
+        extra = s.get("additionalProperties", True)
+        out = _Map()
+        out.line = node.start_mark.line + 1
+        for k, v in node.value:
+            key = _value(k)
+            if not isinstance(key, str):
+                raise _err(self.source, k, f"a key in {what} must be a plain name")
+            if key in out:
+                raise _err(self.source, k, f"duplicate key in {what}")
+            if key in props:
+                out[key] = self.check(v, props[key], key)
+            elif extra is False:
+                raise _err(self.source, k, f"unknown key in {what} (allowed: {', '.join(props)})")
+            else:
+                if "propertyNames" in s:
+                    self.check(k, s["propertyNames"], f"a name in {what}")
+                out[key] = self.check(v, extra, f"config {key}" if SAFE_NAME.match(key) else "a config")
+        if len(out) > s.get("maxProperties", 1 << 30):
+            raise _err(self.source, node, f"{what}: more than {s['maxProperties']} entries")
+        missing = [r for r in s.get("required", []) if r not in out]
+        if missing:
+            raise _err(self.source, node, f"{what} lacks {missing[0]!r}")
+        return out
+
+
+def _mig_configs(source: str, root: yaml.MappingNode) -> dict[str, list[migconfig.Entry]]:
+    """The ``mig-configs`` section, each config read by mig-parted's own entry reader."""
+    out: dict[str, list[migconfig.Entry]] = {}
+    for k, v in root.value:
+        if _value(k) != "mig-configs":
+            continue
+        for nk, nv in v.value:
+            name = _value(nk)
+            if not isinstance(name, str) or not SAFE_NAME.match(name):
+                raise _err(source, nk, "a name under mig-configs must be a plain name (A-Z a-z 0-9 _ . + -)")
+            if name in out:
+                raise _err(source, nk, "duplicate key in mig-configs")
+            out[name] = migconfig.parse_entries(nv, source)
+    return out
+
+
+@dataclass
+class Document:
+    source: str
+    configs: dict[str, dict[str, Any]]
+    mig: dict[str, list[migconfig.Entry]]
+    host_format: bool = True  # version vgpukit.host/v1 (False: a mig-parted v1 file)
+
+    def names(self) -> list[str]:
+        """Selectable configs: those under ``configs``; in a mig-parted file, those under mig-configs."""
+        return list(self.configs) if self.host_format else list(self.mig)
+
+    def select(self, name: str | None) -> HostConfig:
+        names = self.names()
+        shown = [n for n in names if SAFE_NAME.match(n)]
+        if name is None:
+            if len(names) != 1:
+                raise InvalidInput(
+                    f"{self.source} has {len(names)} configs: choose one with -c NAME (or VGPUKIT_HOST_CONFIG)",
+                    hint=", ".join(shown) or None,
+                )
+            name = names[0]
+        if name not in names:
+            raise NotFound(f"no config {name!r} in {self.source}", hint=f"available: {', '.join(shown) or 'none'}")
+        raw = self.configs.get(name)
+        cfg = HostConfig(name, self.source)
+        if raw is None:  # a mig-configs name: a MIG-only config
+            cfg.mig = self.mig[name]
+            return cfg
+        line = _line(raw)
+        for item in raw.get("sriov", []):
+            cfg.sriov.append(SriovWant(self._sel(item, "device"), item["vfs"], item.get("driver", "default")))
+        cfg.vfio = [self._sel(item, "device") for item in raw.get("vfio", [])]
+        for item in raw.get("mdev", []):
+            uuids = tuple(u.lower() for u in item.get("uuids", []))
+            where = self._where(item)
+            if len(uuids) > item["count"] or len(set(uuids)) != len(uuids):
+                raise InvalidInput(f"{where}: uuids must be distinct and at most count ({item['count']})")
+            cfg.mdev.append(MdevWant(self._sel(item, "parent"), item["type"], item["count"], uuids))
+        for item in raw.get("vgpu", []):
+            cfg.vgpu.append(VgpuWant(self._sel(item, "device"), item["type"], item["count"]))
+        if "mig" in raw:
+            if raw["mig"] not in self.mig:
+                raise NotFound(f"{self.source}:{line}: config {name}: mig names no config under mig-configs")
+            cfg.mig = self.mig[raw["mig"]]
+        cfg.qos = raw.get("qos")
+        return cfg
+
+    def _where(self, item: dict[str, Any]) -> str:
+        return f"{self.source}:{_line(item)}"
+
+    def _sel(self, item: dict[str, Any], key: str) -> Selector:
+        if (key in item) == ("match" in item):
+            raise InvalidInput(f"{self._where(item)}: give exactly one of {key!r} or 'match'")
+        return Selector(item.get(key), item.get("match"), _line(item))
+
+
+def parse(text: str, source: str) -> Document:
+    """Check ``text`` (the file's content) and return its configs; any problem is one InvalidInput."""
+    load_yaml(text, source, max_bytes=MAX_DOC_BYTES)  # size, syntax and nesting first: one line, no content
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is None:
+        raise InvalidInput(f"{source}: empty document", path=source)
+    walker = _Walker(source)
+    doc = walker.check(root, walker.schema, "the document")
+    assert isinstance(root, yaml.MappingNode)
+    mig = _mig_configs(source, root)
+    if doc["version"] == "v1" and ("configs" in doc or not mig):
+        raise _err(source, root, "a version v1 (mig-parted) file has mig-configs only; configs needs vgpukit.host/v1")
+    return Document(source, doc.get("configs", {}), mig, doc["version"] == SCHEMA)

@@ -1,0 +1,80 @@
+"""The host as it is, written as a ``vgpukit.host/v1`` document (applying it changes nothing)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from .. import naming
+from ..errors import VgpukitError
+from ..holders import OpenFiles
+from ..host import Host
+from ..mdev import sysfs as mdev_sysfs
+from ..pci import Scan
+from ..sriov.binding import VFIO
+from ..sriov.model import list_pfs
+from ..vgpu import hostview
+from ..vgpu.catalog import short_name
+from ..vgpu.model import VFIO as VENDOR_VFIO
+from .document import SCHEMA
+
+MigExport = Callable[[], list[dict[str, Any]] | None]
+
+
+def current(host: Host, name: str, mig: MigExport | None) -> dict[str, Any]:
+    scan = Scan(host)
+    names = naming.aliases(scan)
+    cfg: dict[str, Any] = {}
+    sriov = []
+    for pf in list_pfs(host, OpenFiles(host), scan):
+        drivers = {v.driver for v in pf.vfs}
+        driver = "vfio-pci" if drivers == {VFIO} else "none" if drivers == {None} else "default"
+        sriov.append({"device": pf.alias or pf.bdf, "vfs": pf.num_vfs, **({"driver": driver} if pf.vfs else {})})
+    if sriov:
+        cfg["sriov"] = sriov
+    vfio = [{"device": names.get(d.bdf, d.bdf)} for d in scan.physical() if d.driver == VFIO]
+    if vfio:
+        cfg["vfio"] = vfio
+    views = hostview.gpus(host, scan)
+    groups: dict[tuple[str, str], list[str]] = {}
+    for inst in mdev_sysfs.instances(host, with_holders=False):
+        groups.setdefault((inst.parent, inst.type_id), []).append(inst.uuid)
+    if groups:
+        cfg["mdev"] = [
+            {"parent": names.get(p, p), "type": t, "count": len(u), "uuids": sorted(u)}
+            for (p, t), u in sorted(groups.items())
+        ]
+    vgpus: dict[tuple[str, str], int] = {}
+    for v in hostview.vgpus(host, [g for g in views if g.interface == VENDOR_VFIO]):
+        if v.interface == VENDOR_VFIO:
+            key = (v.gpu, short_name(v.name) if not v.name.startswith("vGPU type") else v.type_id)
+            vgpus[key] = vgpus.get(key, 0) + 1
+    if vgpus:
+        cfg["vgpu"] = [{"device": names.get(g, g), "type": t, "count": n} for (g, t), n in sorted(vgpus.items())]
+    doc: dict[str, Any] = {"version": SCHEMA, "configs": {name: cfg}}
+    entries = mig() if mig is not None else None
+    if entries:
+        cfg["mig"] = name
+        doc["mig-configs"] = {name: entries}
+    qos = _qos(host)
+    if qos is not None:
+        cfg["qos"] = qos
+    return doc
+
+
+def _qos(host: Host) -> dict[str, Any] | None:
+    from ..qos.config import default_config_path, load_base
+
+    path = default_config_path(host)
+    if not host.exists(path):
+        return None
+    try:
+        return load_base(host, path).to_dict()
+    except VgpukitError:  # a broken qos.yaml is not part of a config to reproduce
+        return None
+
+
+def dump(doc: dict[str, Any]) -> str:
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
