@@ -181,3 +181,42 @@ def test_cli_errors_are_one_line(tmp_path: Path, stand_in: Path) -> None:
     r = invoke(None, *base, "--kubeconfig", str(kubeconfig), "--apply-command", str(stand_in))
     assert r.exit_code == 1 and r.stderr == "vgpukit: error: Kubernetes API: MaxRetryError\n"
     assert not calls(tmp_path)
+
+
+REAL_FLEET = """\
+version: vgpukit.host/v1
+configs:
+  four-vfs:
+    sriov:
+      - {device: nic0, vfs: 4, driver: vfio-pci}
+  two-vfs:
+    sriov:
+      - {device: nic0, vfs: 2, driver: vfio-pci}
+"""
+
+
+def test_the_real_apply_on_a_simulated_node_success_then_refused_while_a_vm_holds_a_vf(
+    api: ApiServer, tmp_path: Path
+) -> None:
+    """No stand-in: the agent runs the installed `vgpukit apply` against a simulated hgx-a100."""
+    sim = make_sim(tmp_path / "h")
+    (tmp_path / "fleet.yaml").write_text(REAL_FLEET)
+    vgpukit = Path(sys.executable).with_name("vgpukit")
+    agent = agent_for(api, tmp_path, vgpukit, sim)
+
+    api.set_labels({CONFIG_LABEL: "four-vfs"})
+    assert agent.reconcile(agent.current_config()) is not None
+    assert api.labels()[STATE_LABEL] == SUCCESS, api.node["metadata"].get("annotations")
+    listed = json.loads(invoke(sim, "--json", "sriov", "list").stdout)
+    nic0 = json.dumps(listed)
+    assert nic0.count('"vfio-pci"') >= 4
+    assert invoke(sim, "assert", "-f", str(tmp_path / "fleet.yaml"), "-c", "four-vfs").exit_code == 0
+
+    # a VM holds the last VF: going down to 2 VFs would destroy it -> refused, nothing changed
+    held = invoke(sim, "sim", "hold", "0000:05:00.5", "--vm", "vm1")
+    assert held.exit_code == 0, held.stderr
+    api.set_labels({CONFIG_LABEL: "two-vfs"})
+    assert agent.reconcile(agent.current_config()) is not None
+    assert api.labels()[STATE_LABEL] == FAILED
+    assert api.node["metadata"]["annotations"][MESSAGE_ANNOTATION].startswith("refused: ")
+    assert invoke(sim, "assert", "-f", str(tmp_path / "fleet.yaml"), "-c", "four-vfs").exit_code == 0
