@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A short tour of vgpukit on built-in simulated hosts (no GPU needed): topology, SR-IOV + vfio,
-# MIG, libvirt XML and CDI, mediated devices and NVIDIA vGPUs.
+# MIG, libvirt XML and CDI, a declarative host config (apply), mediated devices and NVIDIA vGPUs.
 # Usage: bash scripts/demo.sh   (as root on Debian 12; installs what it needs first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,6 +57,29 @@ step vgpukit render domain --name gpuvm --memory 16384 --vcpus 8 --device gpu4 -
 step vgpukit attach test 0000:05:00.4 --config --connect test:///default
 refused 4 vgpukit attach test 0000:05:00.3 --config --connect test:///default
 step vgpukit cdi generate --output -
+
+section "Fleets: one declarative host config, kept current CDI specs, what Kubernetes would see"
+step vgpukit sim init "$SIM/fleet" --profile hgx-a100 --force
+export VGPUKIT_SIM="$SIM/fleet"
+cat > "$SIM/host.yaml" <<'YAML'
+version: vgpukit.host/v1
+configs:
+  vm-and-mig:
+    sriov:
+      - {device: nic0, vfs: 4, driver: vfio-pci}
+    mig: two-halves
+mig-configs:
+  two-halves:
+    - {devices: [0, 1], mig-enabled: true, mig-devices: {"3g.20gb": 2}}
+YAML
+echo "(written: $SIM/host.yaml)"
+step vgpukit cdi enable
+step vgpukit diff -f "$SIM/host.yaml" -c vm-and-mig
+step vgpukit apply -f "$SIM/host.yaml" -c vm-and-mig
+step vgpukit apply -f "$SIM/host.yaml" -c vm-and-mig
+step vgpukit assert -f "$SIM/host.yaml" -c vm-and-mig
+step vgpukit cdi list
+step vgpukit k8s resources
 
 section "Mediated devices (the kernel's mtty sample, as in the real-kernel tests)"
 step vgpukit sim init "$SIM/guest" --profile qemu-guest --force
