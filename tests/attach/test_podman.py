@@ -2,10 +2,9 @@
 
 The simulated host is made with ``--char-devices`` (its nodes are real character devices with
 /dev/null's numbers), spec generation is enabled once, and every later change is followed by the
-engine's refresh. podman 4.3 (Debian 12) reads specs only from /etc/cdi and /var/run/cdi, so each run
-happens in a private mount namespace where the simulated host's /var/run/cdi is bound over the real
-one (and the real /etc/cdi, if any, hidden): nothing outside the test's directory is touched but an
-empty /run/cdi mount point. The container's root filesystem is the host's static busybox.
+engine's refresh. podman 4.3 (Debian 12) reads specs only from /etc/cdi and /var/run/cdi, so for each
+run the simulated host's current specs are copied into /run/cdi under this test's own file names and
+removed afterwards. The container's root filesystem is the host's static busybox.
 
 Needs root, podman and runc (scripts/setup.sh installs them); in CI a missing tool fails the test.
 """
@@ -31,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _need_tools() -> None:
-    missing = [t for t in ("podman", "runc", "busybox", "unshare") if shutil.which(t) is None]
+    missing = [t for t in ("podman", "runc", "busybox") if shutil.which(t) is None]
     why = f"missing {', '.join(missing)} (bash scripts/setup.sh installs podman and runc)" if missing else ""
     if os.geteuid() != 0:
         why = "podman runs as root here"
@@ -56,17 +55,26 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def podman(world: dict[str, Path], sim: Path, device: str, script: str) -> subprocess.CompletedProcess[str]:
-    specs = sim / "var" / "run" / "cdi"
-    os.makedirs("/run/cdi", exist_ok=True)  # the mount point (podman's own dynamic spec directory)
-    hide = "mount -t tmpfs none /etc/cdi && " if os.path.isdir("/etc/cdi") else ""
-    args = " ".join(f"'{a}'" for a in [*PODMAN_OPTS, "--device", device, "--rootfs", str(world["rootfs"])])
-    inner = f"{hide}mount --bind '{specs}' /run/cdi && exec podman {args} /bin/sh -c \"$0\""
-    return subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c", inner, script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """Run ``script`` in a container with ``--device device``, the simulated host's specs in view.
+
+    podman 4.3 reads specs only from /etc/cdi and /var/run/cdi, so the simulated host's current specs
+    are copied into /run/cdi (the dynamic directory, which wins over /etc/cdi for the same device
+    name) under names of this test's own, for this one run, and removed afterwards. (A private mount
+    namespace would touch nothing, but cannot be made where / is not a mount point, as in a chroot.)
+    """
+    live = Path("/run/cdi")
+    live.mkdir(parents=True, exist_ok=True)
+    placed: list[Path] = []
+    try:
+        for spec in sorted((sim / "var" / "run" / "cdi").iterdir()):
+            if spec.suffix in (".yaml", ".json"):
+                placed.append(live / f"vgpukit-test-{os.getpid()}-{spec.name}")
+                shutil.copyfile(spec, placed[-1])
+        cmd = ["podman", *PODMAN_OPTS, "--device", device, "--rootfs", str(world["rootfs"]), "/bin/sh", "-c", script]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    finally:
+        for path in placed:
+            path.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")
