@@ -54,6 +54,25 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"base": base, "rootfs": rootfs}
 
 
+def _root_is_a_mount() -> bool:
+    """False in a chroot whose root directory is not itself a mount point (the fresh-machine check)."""
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == "/" for line in f if len(line.split()) > 4)
+
+
+def _rerooted(top: Path, cmd: list[str]) -> list[str]:
+    """``cmd`` in its own mount namespace whose root is a recursive bind mount of this one.
+
+    runc makes the container's / a slave mount ("mount /, flags: 0x84000: invalid argument" where /
+    is not a mount point, as in a chroot). A new mount namespace that binds / onto a directory and
+    chroots there gives runc a / that is a mount point. The namespace keeps the host's propagation
+    (private on these machines), and its mounts vanish with it.
+    """
+    top.mkdir(exist_ok=True)
+    inner = f"mount --rbind / '{top}' && exec chroot '{top}' \"$@\""
+    return ["unshare", "--mount", "--propagation", "unchanged", "sh", "-c", inner, "sh", *cmd]
+
+
 def podman(world: dict[str, Path], sim: Path, device: str, script: str) -> subprocess.CompletedProcess[str]:
     """Run ``script`` in a container with ``--device device``, the simulated host's specs in view.
 
@@ -71,6 +90,8 @@ def podman(world: dict[str, Path], sim: Path, device: str, script: str) -> subpr
                 placed.append(live / f"vgpukit-test-{os.getpid()}-{spec.name}")
                 shutil.copyfile(spec, placed[-1])
         cmd = ["podman", *PODMAN_OPTS, "--device", device, "--rootfs", str(world["rootfs"]), "/bin/sh", "-c", script]
+        if os.environ.get("VGPUKIT_TEST_PODMAN_REROOT") == "1" or not _root_is_a_mount():
+            cmd = _rerooted(world["base"] / "reroot", cmd)
         return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     finally:
         for path in placed:
