@@ -17,16 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from run import print_table, timed  # benchmarks/cli/run.py, beside this script
+
 PCI_IDS = Path("/usr/share/misc/pci.ids")
-
-
-def timed(cmd: list[str], runs: int) -> list[float]:
-    out = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        out.append(time.perf_counter() - t0)
-    return sorted(out)
 
 
 def in_process(root: Path, runs: int) -> float:
@@ -76,7 +69,7 @@ def main() -> int:
                 lines += [f"pci:v0000{vendor}d0000{raw[1:5].upper()}*", f" ID_MODEL_FROM_DATABASE={raw[7:]}", ""]
         (hwdb / "20-pci-vendor-model.hwdb").write_text("\n".join(lines))
         for label, sim in sims.items():
-            ts = timed([*vg, "--sim", str(sim), "devices"], args.runs)
+            ts = sorted(timed([*vg, "--sim", str(sim), "devices"], args.runs))
             per = in_process(sim, args.runs)
             rows.append(
                 (
@@ -87,10 +80,7 @@ def main() -> int:
                     f"{per * 1000:.2f}",
                 )
             )
-    head = ("names from", "devices median s", "p90 s", "min s", "all names in-process ms")
-    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    for r in [head, *rows]:
-        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)))
+    print_table(("names from", "devices median s", "p90 s", "min s", "all names in-process ms"), rows)
     return 0
 
 

@@ -24,6 +24,12 @@ def timed(cmd: list[str], runs: int) -> list[float]:
     return out
 
 
+def print_table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    for r in [head, *rows]:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=21)
@@ -48,10 +54,7 @@ def main() -> int:
             rows.append(
                 (name, f"{med:.3f}", f"{p90:.3f}", f"{ts[0]:.3f}", "-" if target is None else f"<= {target}", verdict)
             )
-    head = ("command", "median s", "p90 s", "min s", "target", "verdict")
-    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    for r in [head, *rows]:
-        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)))
+    print_table(("command", "median s", "p90 s", "min s", "target", "verdict"), rows)
     return 0 if all(r[-1] != "MISS" for r in rows) else 1
 
 
