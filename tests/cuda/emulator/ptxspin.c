@@ -19,7 +19,7 @@
  *                   = 500) and cuModuleLoadData of text that is not PTX (badimage=, non-zero)
  * With VGPUKIT_TEST_GATE set, it prints "ready" once initialised and waits for a line on stdin. */
 #define _GNU_SOURCE
-#include "emu.h"
+#include "common.h" /* CHECK, now_ms; its prototypes are not called here: every entry is dlsym'd */
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -81,22 +81,6 @@ static void *sym(const char *name)
         exit(4);
     }
     return f;
-}
-
-#define CHECK(call)                                                                                          \
-    do {                                                                                                     \
-        CUresult r_ = (call);                                                                                \
-        if (r_ != CUDA_SUCCESS) {                                                                            \
-            fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #call, r_);                            \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 static int cmp(const void *a, const void *b)
