@@ -38,6 +38,17 @@ LOG = "inflight.jsonl"
 KINDS = ("absent", "file", "link", "dir", "size")
 
 
+def read_fd(fd: int) -> str:
+    """All of an open file's text, then close it."""
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "surrogateescape")
+
+
 def _snapshot(path: str) -> dict[str, Any]:
     try:
         st = os.lstat(path)
@@ -56,13 +67,7 @@ def _snapshot(path: str) -> dict[str, Any]:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         finally:
             os.chmod(path, mode)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    return {"kind": "file", "data": b"".join(chunks).decode("utf-8", "surrogateescape"), "mode": mode}
+    return {"kind": "file", "data": read_fd(fd), "mode": mode}
 
 
 def _clear(path: str) -> None:

@@ -12,12 +12,10 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import InvalidInput
-
-if TYPE_CHECKING:
-    from .journal import Journal
+from .journal import Journal, read_fd
 
 RO, RW, WO = 0o444, 0o644, 0o200
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -34,14 +32,7 @@ def _write_fd(fd: int, data: bytes, mode: int) -> None:
 
 def read_attr(path: Path | str) -> str:
     """An attribute's text, stripped (one open and read; the simulator reads its own tree)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode("utf-8", "surrogateescape").strip()
+    return read_fd(os.open(path, os.O_RDONLY | os.O_CLOEXEC)).strip()
 
 
 def is_writable(path: Path) -> bool:
