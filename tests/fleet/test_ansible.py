@@ -70,18 +70,23 @@ def fleet(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
         "node4": ("qemu-guest", "broken"),
     }
     sims = {name: make_sim(tmp_path / name, profile) for name, (profile, _) in hosts.items()}
-    (tmp_path / "fleet.yaml").write_text(FLEET)
-    vgpukit = Path(sys.executable).with_name("vgpukit")
-    lines = ["all:", "  vars:", f"    fleet_file: {tmp_path / 'fleet.yaml'}", f"    vgpukit_exe: {vgpukit}"]
-    lines += ["    ansible_connection: local", f"    ansible_python_interpreter: {sys.executable}", "  hosts:"]
-    for name, (_, config) in hosts.items():
-        lines += [f"    {name}:", f"      vgpukit_sim: {sims[name]}", f"      vgpukit_config: {config}"]
-    (tmp_path / "inventory.yml").write_text("\n".join(lines) + "\n")
-    (tmp_path / "site.yml").write_text(PLAYBOOK)
+    site(tmp_path, FLEET, {name: (sims[name], config) for name, (_, config) in hosts.items()})
     return tmp_path, sims
 
 
-def play(where: Path, *args: str) -> tuple[dict[str, tuple[int, int]], str]:
+def site(where: Path, fleet: str, hosts: dict[str, tuple[Path, str]]) -> None:
+    """fleet.yaml, an inventory of simulated hosts (name -> (sim dir, config name)) and the playbook."""
+    (where / "fleet.yaml").write_text(fleet)
+    vgpukit = Path(sys.executable).with_name("vgpukit")
+    lines = ["all:", "  vars:", f"    fleet_file: {where / 'fleet.yaml'}", f"    vgpukit_exe: {vgpukit}"]
+    lines += ["    ansible_connection: local", f"    ansible_python_interpreter: {sys.executable}", "  hosts:"]
+    for name, (sim, config) in hosts.items():
+        lines += [f"    {name}:", f"      vgpukit_sim: {sim}", f"      vgpukit_config: {config}"]
+    (where / "inventory.yml").write_text("\n".join(lines) + "\n")
+    (where / "site.yml").write_text(PLAYBOOK)
+
+
+def play(where: Path, *args: str, hosts: int = 4) -> tuple[dict[str, tuple[int, int]], str]:
     """Run the playbook; per host (changed, failed) from the recap, and the output."""
     env = {
         **os.environ,
@@ -97,7 +102,7 @@ def play(where: Path, *args: str) -> tuple[dict[str, tuple[int, int]], str]:
     cmd = [ansible_playbook(), "-i", str(where / "inventory.yml"), str(where / "site.yml"), *args]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
     recap = {m[0]: (int(m[2]), int(m[4])) for m in RECAP.findall(r.stdout)}
-    assert len(recap) == 4, r.stdout + r.stderr
+    assert len(recap) == hosts, r.stdout + r.stderr
     return recap, r.stdout
 
 

@@ -5,9 +5,6 @@ engine, exactly what `vgpukit cdi generate` writes) resolve."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -17,7 +14,7 @@ import pytest
 import yaml
 
 from tests.conftest import invoke, make_sim, sim_host
-from tests.fleet.test_ansible import COLLECTIONS, PLAYBOOK, RECAP, ROOT, ansible_playbook
+from tests.fleet.test_ansible import play, site
 from tests.k8s.kubelet import Kubelet
 from tests.k8s.test_device_plugin import poller
 from vgpukit.k8s.plugin import Manager, plugin_dir
@@ -59,32 +56,8 @@ def fleet() -> Iterator[tuple[Path, dict[str, Path]]]:
         for sim in sims.values():
             r = invoke(sim, "cdi", "enable", "--hook", "/usr/bin/nvidia-cdi-hook")
             assert r.exit_code == 0, r.stderr
-        (where / "fleet.yaml").write_text(FLEET)
-        vgpukit = Path(sys.executable).with_name("vgpukit")
-        lines = ["all:", "  vars:", f"    fleet_file: {where / 'fleet.yaml'}", f"    vgpukit_exe: {vgpukit}"]
-        lines += ["    ansible_connection: local", f"    ansible_python_interpreter: {sys.executable}", "  hosts:"]
-        for name, config in NODES.items():
-            lines += [f"    {name}:", f"      vgpukit_sim: {sims[name]}", f"      vgpukit_config: {config}"]
-        (where / "inventory.yml").write_text("\n".join(lines) + "\n")
-        (where / "site.yml").write_text(PLAYBOOK)
+        site(where, FLEET, {name: (sims[name], config) for name, config in NODES.items()})
         yield where, sims
-
-
-def play(where: Path) -> dict[str, tuple[int, int]]:
-    env = {
-        **os.environ,
-        "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_LOCAL_TEMP": str(where / ".ansible-tmp"),
-        "ANSIBLE_REMOTE_TEMP": str(where / ".ansible-tmp"),
-        "LC_ALL": "C.UTF-8",
-        "PYTHONPATH": str(ROOT),
-    }
-    cmd = [ansible_playbook(), "-i", str(where / "inventory.yml"), str(where / "site.yml")]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
-    recap = {m[0]: (int(m[2]), int(m[4])) for m in RECAP.findall(r.stdout)}
-    assert set(recap) == set(NODES), r.stdout + r.stderr
-    return recap
 
 
 def spec_names(sim: Path) -> set[str]:
@@ -99,8 +72,8 @@ def test_one_fleet_file_ansible_then_device_plugins_advertise_and_allocate_cdi_n
     fleet: tuple[Path, dict[str, Path]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     where, sims = fleet
-    assert play(where) == {"node1": (1, 0), "node2": (1, 0)}
-    assert play(where) == {"node1": (0, 0), "node2": (0, 0)}  # the second run changes nothing
+    assert play(where, hosts=2)[0] == {"node1": (1, 0), "node2": (1, 0)}
+    assert play(where, hosts=2)[0] == {"node1": (0, 0), "node2": (0, 0)}  # the second run changes nothing
 
     report = []
     for name, sim in sims.items():
