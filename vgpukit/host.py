@@ -29,7 +29,7 @@ from typing import TypeVar
 from . import hostio
 from .errors import InvalidInput, NotFound, OutsideRoot, from_oserror
 from .host_layout import SysfsLayout
-from .hostio import Change, KernelPort, ProgramResult, RealKernel, _real_path, follow_link, fsync_dir, run_program
+from .hostio import Change, KernelPort, ProgramResult, RealKernel, _real_path, follow_link, run_program
 from .inputs import MAX_DOC_BYTES, check_component
 
 log = logging.getLogger("vgpukit.host")
@@ -61,6 +61,7 @@ class Host(SysfsLayout):
         self._real_root = os.path.realpath(self.root)
         self._confined = self._real_root != "/"  # with root /, every path is inside
         self._real_dirs: dict[str, str] = {}  # directory -> where it really is (inside the root)
+        self._plain: set[str] = set()  # files found not to be links, in directories inside the root
 
     # ----------------------------------------------------------------- locations
     def path(self, *parts: str) -> Path:
@@ -185,7 +186,9 @@ class Host(SysfsLayout):
         except OutsideRoot:
             raise self._outside(path) from None
         try:
-            return os.open(target, flags | os.O_NOFOLLOW)
+            fd = os.open(target, flags | os.O_NOFOLLOW)
+            self._plain.add(whole)  # not a link, in a directory inside: a write needs no stat
+            return fd
         except OSError as exc:  # a symlink: ELOOP, or ENOTDIR when a directory was asked for
             if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
                 raise
@@ -322,11 +325,11 @@ class Host(SysfsLayout):
         try:
             if not self._confined:
                 return sorted(os.listdir(path))
-            fd = self._open_contained(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                return sorted(os.listdir(fd))
-            finally:
-                os.close(fd)
+            try:  # its real path (each component checked, links followed inside the root), listed by name
+                real = self._real_dir(os.path.abspath(path))
+            except OutsideRoot:
+                raise self._outside(path) from None
+            return sorted(os.listdir(real))
         except FileNotFoundError:
             return []
         except OSError as exc:
@@ -376,11 +379,16 @@ class Host(SysfsLayout):
     # ----------------------------------------------------------------- changes
     def _change(self, change: Change, target: Path, apply: Callable[[], None]) -> None:
         """The single gate every change passes through."""
-        parent = os.path.dirname(os.path.abspath(target))
-        try:
-            is_link = stat.S_ISLNK(os.lstat(target).st_mode)
-        except OSError:
-            is_link = False
+        whole = os.path.abspath(target)
+        parent = os.path.dirname(whole)
+        is_link = False
+        if whole not in self._plain:
+            try:
+                is_link = stat.S_ISLNK(os.lstat(whole).st_mode)
+                if not is_link and change.action == "write":
+                    self._plain.add(whole)  # a control file, checked once: written again without a stat
+            except OSError:
+                pass
         try:
             outside = self._confined and bool(self._real_dir(parent)) and is_link and not self.contains(target)
         except OutsideRoot:
@@ -412,30 +420,8 @@ class Host(SysfsLayout):
         self._change(Change("write", str(path), value), path, lambda: self.kernel.write(path, value))
 
     def write_file(self, path: Path, text: str, mode: int = 0o644) -> None:
-        """Create or replace a regular file atomically (config, state, specs)."""
-
-        def apply() -> None:
-            import tempfile  # only commands that write files pay for it
-
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-            try:
-                try:
-                    data = memoryview(text.encode())
-                    while data:
-                        data = data[os.write(fd, data) :]
-                    os.fchmod(fd, mode)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.replace(tmp, path)
-                fsync_dir(path.parent)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
-
-        self._change(Change("write-file", str(path)), path, apply)
+        """Create or replace a regular file atomically and durably (config, state, records, specs)."""
+        self._change(Change("write-file", str(path)), path, lambda: hostio.write_atomic(path, text, mode))
 
     def remove(self, path: Path, missing_ok: bool = True) -> None:
         if not os.path.lexists(path):

@@ -53,6 +53,37 @@ def map_regular(fd: int) -> mmap.mmap | None:
         os.close(fd)
 
 
+def write_atomic(path: Path, text: str, mode: int) -> None:
+    """Create or replace the regular file ``path`` atomically and durably: a temporary ``.NAME.xxxx``
+    beside it (created exclusively, never through a link), written, chmod'ed and fsync'd, renamed over
+    ``path``, then the directory fsync'd. The directory is made only when it is missing."""
+    tag = os.urandom(6).hex()
+    tmp = path.parent / f".{path.name}.{tag}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(tmp, flags, 0o600)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, flags, 0o600)
+    try:
+        try:
+            data = memoryview(text.encode())
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(path.parent)
+
+
 def fsync_dir(path: Path) -> None:
     """Make a rename or unlink in ``path`` durable."""
     try:

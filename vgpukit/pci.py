@@ -211,7 +211,7 @@ def read_device(host: Host, bdf: str, names: PciNames | None = None) -> PciDevic
             autoprobe=attr(SRIOV_AUTOPROBE, "1") == "1",
             offset=(offset := number(SRIOV_OFFSET, 10)),
             stride=(stride := number(SRIOV_STRIDE, 10)),
-            vfs=tuple(_virtfns(host, bdf, base, entries, offset, stride)),
+            vfs=tuple(virtfns_listed(host, bdf, base, entries, offset, stride)),
         )
     override = attr(DRIVER_OVERRIDE)
     return PciDevice(
@@ -262,7 +262,7 @@ def vf_addresses(pf: str, offset: int, stride: int, ns: list[int]) -> list[str]:
     return out
 
 
-def _virtfns(
+def virtfns_listed(
     host: Host, pf: str, base: str, entries: set[str] | list[str], offset: int | None, stride: int | None
 ) -> list[str]:
     """The VFs of ``pf`` whose ``virtfnN`` link is present, in index order. Where each link leads is
@@ -279,7 +279,7 @@ def virtfns(host: Host, pf: str) -> list[str]:
     d = host.pci_device(pf)
     offset = host.read_int(d / SRIOV_OFFSET, None, 10)
     stride = host.read_int(d / SRIOV_STRIDE, None, 10)
-    return _virtfns(host, pf, f"{d}/", host.listdir(d), offset, stride)
+    return virtfns_listed(host, pf, f"{d}/", host.listdir(d), offset, stride)
 
 
 def rdma_devices(host: Host, bdf: str) -> list[str]:

@@ -102,9 +102,11 @@ def emit_result(
         say("dry run, nothing changed. Plan:", "bold")
         for step in plan:
             say(f"  - {step}")
-    else:
+    elif is_tty():
         for step in plan:
             say(f"done: {step}", "green")
+    else:  # a pipe: every line in one write
+        sys.stdout.write("".join(f"done: {step}\n" for step in plan))
     if human is not None:
         human()
 

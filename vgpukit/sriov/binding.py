@@ -40,8 +40,12 @@ def current_driver(host: Host, bdf: str) -> str | None:
 
 
 def current_override(host: Host, bdf: str) -> str | None:
-    value = host.read_opt(host.pci_device(bdf, "driver_override"))
-    return None if value in (None, "", "(null)") else value
+    return override_value(host.read_opt(host.pci_device(bdf, "driver_override")))
+
+
+def override_value(text: str | None) -> str | None:
+    """``driver_override`` as read (None: absent) -> the override, or None when there is none."""
+    return None if text in (None, "", "(null)") else text
 
 
 def record_path(host: Host, bdf: str) -> Path:
@@ -50,11 +54,13 @@ def record_path(host: Host, bdf: str) -> Path:
 
 def remembered(host: Host, bdf: str) -> Remembered | None:
     """The bind record of ``bdf``; a record that cannot be read is refused (exit 2), never guessed."""
-    path = record_path(host, bdf)
-    text = host.read_raw_opt(path)
-    if text is None:
-        return None
-    where = host.display(path)
+    text = host.read_raw_opt(record_path(host, bdf))
+    return None if text is None else parse_record(host, bdf, text)
+
+
+def parse_record(host: Host, bdf: str, text: str) -> Remembered:
+    """The bind record ``text`` of ``bdf`` (as read or written); refused (exit 2) when it is not one."""
+    where = host.display(record_path(host, bdf))
     doc = load_json(text, where)
     if not isinstance(doc, dict) or set(doc) - {"bdf", "driver", "override", "probe"}:
         raise InvalidInput(f"{where}: not a bind record", path=where, hint=_CORRUPT_HINT)
@@ -78,8 +84,11 @@ def remembered_lenient(host: Host, bdf: str) -> Remembered | None:
         return None
 
 
-def remember(host: Host, rec: Remembered) -> None:
-    host.write_file(record_path(host, rec.bdf), json.dumps(asdict(rec), indent=1) + "\n")
+def remember(host: Host, rec: Remembered) -> str:
+    """Write the bind record of ``rec.bdf``; its text."""
+    text = json.dumps(asdict(rec), indent=1) + "\n"
+    host.write_file(record_path(host, rec.bdf), text)
+    return text
 
 
 def forget(host: Host, bdf: str) -> None:

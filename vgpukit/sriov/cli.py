@@ -115,12 +115,14 @@ def list_cmd(app: App, pf: str | None, libvirt_uri: str | None) -> None:
     emit(app, "sriov-list", {"pfs": [p.to_dict() for p in pfs]}, lambda: _show_pfs(pfs))
 
 
-def _report(app: App, kind: str, steps: list[Step], pf: PfInfo, extra: dict[str, Any] | None = None) -> None:
+def _report(
+    app: App, kind: str, steps: list[Step], pf: PfInfo, scan: Scan, extra: dict[str, Any] | None = None
+) -> None:
     plan = [s.describe() for s in steps]
     data: dict[str, Any] = {"steps": [s.to_dict() for s in steps], **(extra or {})}
-    if not app.dry_run:  # the PF as it is now: read again, after the change
-        scan = Scan(app.host)
-        after = read_pf(app.host, pf.bdf, OpenFiles(app.host), alias=pf.alias, scan=scan, seen=app.env.seen)
+    if not app.dry_run:  # the PF as it is now: what the steps read and wrote, the rest read afresh
+        before = scan.device(pf.bdf)
+        after = read_pf(app.host, pf.bdf, OpenFiles(app.host), alias=pf.alias, seen=app.env.seen, before=before)
         data["pf"] = after.to_dict()
     emit_result(app, kind, plan=plan, data=data)
 
@@ -160,10 +162,11 @@ def enable(
     libvirt_uri: str | None,
 ) -> None:
     """Have exactly --vfs VFs on PF, bound as --driver says (idempotent)."""
-    (info,) = _with_libvirt(app, [_pf(app, pf, OpenFiles(app.host), Scan(app.host))], libvirt_uri)
+    scan = Scan(app.host)
+    (info,) = _with_libvirt(app, [_pf(app, pf, OpenFiles(app.host), scan)], libvirt_uri)
     steps = ops.plan_enable(app.host, info, count, driver, no_autoprobe, force, timeout)
     execute(app.env, steps)
-    _report(app, "sriov-enable", steps, info, {"requested": {"vfs": count, "driver": driver}})
+    _report(app, "sriov-enable", steps, info, scan, {"requested": {"vfs": count, "driver": driver}})
 
 
 @sriov.command("disable")
@@ -176,10 +179,11 @@ def enable(
 @mutating
 def disable(app: App, pf: str, force: bool, libvirt_uri: str | None) -> None:
     """Remove every VF of PF (refused while one is in use, unless --force)."""
-    (info,) = _with_libvirt(app, [_pf(app, pf, OpenFiles(app.host), Scan(app.host))], libvirt_uri)
+    scan = Scan(app.host)
+    (info,) = _with_libvirt(app, [_pf(app, pf, OpenFiles(app.host), scan)], libvirt_uri)
     steps = ops.plan_disable(app.host, info, force)
     execute(app.env, steps)
-    _report(app, "sriov-disable", steps, info)
+    _report(app, "sriov-disable", steps, info, scan)
 
 
 # ----------------------------------------------------------------------------- bind / unbind

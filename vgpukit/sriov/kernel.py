@@ -7,7 +7,7 @@ import time
 
 from ..errors import Busy, InvalidInput, NotFound, VerifyFailed, VgpukitError
 from ..host import Host
-from ..pci import virtfns
+from ..host_layout import VIRTFN
 
 POLL_SECONDS = 0.05
 
@@ -46,16 +46,19 @@ def numvfs_write(host: Host, pf: str, count: int, total: int) -> None:
         raise
 
 
-def wait_for_vfs(host: Host, pf: str, count: int, timeout: float) -> list[str]:
-    """Poll until the PF shows ``count`` VFs (creation is asynchronous on some drivers)."""
+def wait_for_vfs(host: Host, pf: str, count: int, timeout: float) -> None:
+    """Poll until the PF shows ``count`` VFs (creation is asynchronous on some drivers): its
+    ``virtfnN`` links, one listing per poll. The kernel adds a VF (its directory and attributes)
+    before it links it from the PF (``pci_iov_add_virtfn``), so a link is a VF that is there."""
     deadline = time.monotonic() + timeout
+    d = host.pci_device(pf)
     while True:
-        vfs = virtfns(host, pf)
-        if len(vfs) == count and all(host.exists(host.pci_device(v, "vendor")) for v in vfs):
-            return vfs
+        have = sum(1 for n in host.listdir(d) if n.startswith(VIRTFN) and n[len(VIRTFN) :].isdigit())
+        if have == count:
+            return
         if time.monotonic() >= deadline:
             raise VerifyFailed(
-                f"{pf}: {len(vfs)} of {count} VFs appeared within {timeout:g} s",
+                f"{pf}: {have} of {count} VFs appeared within {timeout:g} s",
                 device=pf,
                 hint="the PF driver may still be creating them; retry with a longer --timeout",
             )

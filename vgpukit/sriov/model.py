@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import Unsupported
@@ -11,8 +11,8 @@ from ..holders import OpenFiles
 from ..host import Host
 from ..host_layout import DRIVER, DRIVER_OVERRIDE, IOMMU_GROUP
 from ..naming import aliases
-from ..pci import PciDevice, Scan, read_device
-from .binding import record_path, remembered
+from ..pci import PciDevice, Scan, read_device, virtfns_listed
+from .binding import parse_record, record_path, remembered
 from .usage import User, pci_users
 
 
@@ -90,8 +90,16 @@ def _read_vf(
     base = f"{d}/"
     entries = set(host.listdir(d))
     group = host.link_name(base + IOMMU_GROUP) if IOMMU_GROUP in entries else None
-    override = host.read_opt(base + DRIVER_OVERRIDE) if DRIVER_OVERRIDE in entries else None
-    rec = remembered(host, bdf) if f"{bdf}.json" in records else None
+    if f"override:{bdf}" in seen:  # as a step read or wrote it (the sriov steps' key)
+        known = seen[f"override:{bdf}"]
+        override = known if isinstance(known, str) else None
+    else:
+        override = host.read_opt(base + DRIVER_OVERRIDE) if DRIVER_OVERRIDE in entries else None
+    if f"record:{bdf}" in seen:  # the record as a step read or wrote it: its text, or None
+        text = seen[f"record:{bdf}"]
+        rec = parse_record(host, bdf, text) if isinstance(text, str) else None
+    else:
+        rec = remembered(host, bdf) if f"{bdf}.json" in records else None
     iommu_group = int(group) if group and group.isdigit() else None
     return VfInfo(
         index=index,
@@ -120,13 +128,20 @@ def read_pf(
     name: str | None = None,
     scan: Scan | None = None,
     seen: Mapping[str, object] | None = None,
+    before: PciDevice | None = None,
 ) -> PfInfo:
-    """The PF and its VFs; ``seen``: the ``env.seen`` of the command that just changed them."""
-    dev = scan.device(bdf) if scan is not None else read_device(host, bdf)
+    """The PF and its VFs. After a change: ``seen``, the ``env.seen`` of the command that made it, and
+    ``before``, the PF as the command read it first (what the change did not touch is not read again:
+    its VFs are listed afresh, where they are is known from its offset and stride)."""
+    seen = seen or {}
+    if before is not None and before.sriov is not None:
+        dev = _after(host, before, seen)
+    else:
+        dev = scan.device(bdf) if scan is not None else read_device(host, bdf)
     require_sriov(dev, name or bdf)
     assert dev.sriov is not None
     records = set(host.listdir(record_path(host, bdf).parent)) if dev.sriov.vfs else set()
-    vfs = [_read_vf(host, i, vf, files, records, seen or {}) for i, vf in enumerate(dev.sriov.vfs)]
+    vfs = [_read_vf(host, i, vf, files, records, seen) for i, vf in enumerate(dev.sriov.vfs)]
     s = dev.sriov
     return PfInfo(
         bdf=bdf,
@@ -142,6 +157,16 @@ def read_pf(
         stride=s.stride,
         vfs=tuple(vfs),
     )
+
+
+def _after(host: Host, before: PciDevice, seen: Mapping[str, object]) -> PciDevice:
+    """``before`` with its VFs as the PF lists them now and its autoprobe as the command left it."""
+    s = before.sriov
+    assert s is not None
+    base = f"{host.pci_device(before.bdf)}/"
+    vfs = tuple(virtfns_listed(host, before.bdf, base, host.listdir(base), s.offset, s.stride))
+    autoprobe = seen.get(f"autoprobe-now:{before.bdf}", s.autoprobe)  # as a SetAutoprobe step left it
+    return replace(before, sriov=replace(s, num_vfs=len(vfs), vfs=vfs, autoprobe=bool(autoprobe)))
 
 
 def list_pfs(host: Host, files: OpenFiles, scan: Scan) -> list[PfInfo]:

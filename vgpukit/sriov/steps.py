@@ -29,6 +29,7 @@ def _record(env: Env, bdf: str) -> Record:
 
 def _set_record(env: Env, bdf: str, rec: Record) -> None:
     path = binding.record_path(env.host, bdf)
+    env.seen.pop(record_key(bdf), None)
     if env.host.read_raw_opt(path) == rec:
         return
     if rec is None:
@@ -42,10 +43,28 @@ def driver_key(bdf: str) -> str:
     return f"driver:{bdf}"
 
 
+def override_key(bdf: str) -> str:
+    """``env.seen`` key of ``bdf``'s driver_override as a step read or wrote it."""
+    return f"override:{bdf}"
+
+
+def record_key(bdf: str) -> str:
+    """``env.seen`` key of ``bdf``'s bind record (its text, or None) as a step read or wrote it."""
+    return f"record:{bdf}"
+
+
+_DEVICE_KEYS = ("driver:", "override:", "record:")
+
+
 def _forget_drivers(env: Env) -> None:
-    """Drop the drivers noted in ``env.seen``: VFs appeared or went away."""
-    for key in [k for k in env.seen if k.startswith("driver:")]:
+    """Drop what ``env.seen`` says about devices: VFs appeared or went away."""
+    for key in [k for k in env.seen if k.startswith(_DEVICE_KEYS)]:
         del env.seen[key]
+
+
+def _forget_device(env: Env, bdf: str) -> None:
+    for key in (driver_key(bdf), override_key(bdf), record_key(bdf)):
+        env.seen.pop(key, None)
 
 
 @step_kind
@@ -67,7 +86,7 @@ class PutBack(Step):
     def apply(self, env: Env) -> None:
         if not env.host.exists(env.host.pci_device(self.bdf)):
             return
-        env.seen.pop(driver_key(self.bdf), None)
+        _forget_device(env, self.bdf)
         binding.put_back(env.host, Remembered(self.bdf, self.driver, self.override, self.probe))
         _set_record(env, self.bdf, self.record)
 
@@ -76,15 +95,21 @@ def _put_back_now(env: Env, bdf: str) -> PutBack:
     """The inverse of any change to ``bdf``'s driver: where it is now, and its record as it is now.
     What it read is left in ``env.seen`` for the step's apply (one read of each per device)."""
     host = env.host
+    override = host.read_opt(host.pci_device(bdf, DRIVER_OVERRIDE))
     back = PutBack(
         bdf,
         binding.current_driver(host, bdf),
-        binding.current_override(host, bdf),
+        binding.override_value(override),
         False,
         _record(env, bdf),
     )
     env.seen[bdf] = back
+    env.seen[present_key(bdf)] = override is not None  # the device's directory is there
     return back
+
+
+def present_key(bdf: str) -> str:
+    return f"present:{bdf}"
 
 
 def _now(env: Env, bdf: str) -> PutBack:
@@ -114,20 +139,27 @@ class BindDriver(Step):
         host = env.host
         now = _now(env, self.bdf)
         cur, override = now.driver, now.override
-        if cur is None and not host.exists(host.pci_device(self.bdf)):
+        if cur is None and not env.seen.get(present_key(self.bdf)) and not host.exists(host.pci_device(self.bdf)):
             raise VerifyFailed(f"{self.bdf} does not exist", device=self.bdf)
+        env.seen[override_key(self.bdf)], env.seen[record_key(self.bdf)] = override, now.record
         if cur == self.driver:
             if now.record is None and self.driver == VFIO and self.probe_on_restore:
-                binding.remember(host, Remembered(self.bdf, None, None, probe=True))  # repair a lost record
+                self._remember(env, Remembered(self.bdf, None, None, probe=True))  # repair a lost record
             return
-        binding.require_driver(host, self.driver)
+        if not env.seen.get(f"loaded:{self.driver}"):  # checked once per command
+            binding.require_driver(host, self.driver)
+            env.seen[f"loaded:{self.driver}"] = True
         if now.record is None:
-            binding.remember(host, Remembered(self.bdf, cur, override, probe=self.probe_on_restore and cur is None))
+            self._remember(env, Remembered(self.bdf, cur, override, probe=self.probe_on_restore and cur is None))
         if override != self.driver:
             host.write(host.pci_device(self.bdf, DRIVER_OVERRIDE), self.driver)
+            env.seen[override_key(self.bdf)] = self.driver  # as the kernel took it
         if cur:
             host.write(host.pci_driver(cur, "unbind"), self.bdf)
         host.write(host.pci_drivers_probe(), self.bdf)
+
+    def _remember(self, env: Env, rec: Remembered) -> None:
+        env.seen[record_key(self.bdf)] = binding.remember(env.host, rec)
 
     def verify(self, env: Env) -> None:
         now = env.seen[driver_key(self.bdf)] = binding.current_driver(env.host, self.bdf)
@@ -156,6 +188,7 @@ class UnbindDriver(Step):
         host = env.host
         now = _now(env, self.bdf)
         cur, override = now.driver, now.override
+        _forget_device(env, self.bdf)
         if cur is None:
             return
         if now.record is None:
@@ -187,7 +220,7 @@ class RestoreDriver(Step):
         return _put_back_now(env, self.bdf)
 
     def apply(self, env: Env) -> None:
-        env.seen.pop(driver_key(self.bdf), None)
+        _forget_device(env, self.bdf)
         binding.put_back(env.host, Remembered(self.bdf, self.driver, self.override, self.probe))
         if self.driver and binding.current_driver(env.host, self.bdf) != self.driver:
             raise VerifyFailed(f"{self.bdf} did not go back to {self.driver}", device=self.bdf, hint="check dmesg")
@@ -206,13 +239,22 @@ class SetAutoprobe(Step):
         return f"set sriov_drivers_autoprobe of {self.pf} to {int(self.value)}{self.why}"
 
     def inverse(self, env: Env) -> Step:
-        cur = env.host.read_int(env.host.pci_device(self.pf, "sriov_drivers_autoprobe"), 1)
-        return SetAutoprobe(self.pf, bool(cur), " (as it was)")
+        cur = env.host.read_int(env.host.pci_device(self.pf, "sriov_drivers_autoprobe"), None)
+        env.seen[f"autoprobe:{self.pf}"] = cur  # for apply
+        return SetAutoprobe(self.pf, bool(1 if cur is None else cur), " (as it was)")
 
     def apply(self, env: Env) -> None:
         path = env.host.pci_device(self.pf, "sriov_drivers_autoprobe")
-        if env.host.read_int(path, None) != int(self.value):
+        key = f"autoprobe:{self.pf}"
+        cur = env.seen.pop(key) if key in env.seen else env.host.read_int(path, None)
+        if cur != int(self.value):
             env.host.write(path, str(int(self.value)))
+        env.seen[autoprobe_key(self.pf)] = self.value  # as it is now, for the command's report
+
+
+def autoprobe_key(pf: str) -> str:
+    """``env.seen`` key of the PF's sriov_drivers_autoprobe as a step left it."""
+    return f"autoprobe-now:{pf}"
 
 
 @step_kind

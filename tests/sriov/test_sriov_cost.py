@@ -1,0 +1,84 @@
+"""What ``sriov enable --driver vfio-pci`` reads, counted through the host door (never timed).
+
+Each VF's sysfs attributes and bind record are read at most once per command, except a read-back
+of what a write changed, to verify it (the driver link after drivers_probe); what the command wrote
+itself (driver_override, the bind record) is known, not read back. Each VF's links: at most 3 reads.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.sriov.test_sriov_sim import NIC0
+from vgpukit.engine import Env, execute
+from vgpukit.holders import OpenFiles
+from vgpukit.host import Host
+from vgpukit.pci import Scan
+from vgpukit.sim.kernel import SimKernel
+from vgpukit.sriov import ops
+from vgpukit.sriov.model import read_pf
+from vgpukit.sriov.steps import BindDriver
+
+
+@dataclass
+class CountingHost(Host):
+    """The host door, counting what it reads per path (a subclass of the door, not a patch of open)."""
+
+    reads: Counter[str] = field(default_factory=Counter)
+    links: Counter[str] = field(default_factory=Counter)
+    rereads: list[str] = field(default_factory=list)
+    written: set[str] = field(default_factory=set)
+    vfs: set[str] = field(default_factory=set)
+
+    def _note(self, path: Path | str) -> None:
+        shown = self.display(path)
+        self.reads[shown] += 1
+        if self.reads[shown] > 1 and shown not in self.written:
+            self.rereads.append(shown)
+        self.written.discard(shown)  # one read-back per write
+
+    def _read_bytes(self, path: Path | str, limit: int) -> bytes:
+        self._note(path)
+        return super()._read_bytes(path, limit)
+
+    def readlink(self, path: Path | str) -> str | None:
+        self._note(path)
+        self.links[self.display(path)] += 1
+        return super().readlink(path)
+
+    def write(self, path: Path, value: str) -> None:
+        self.written.add(self.display(path))
+        if value in self.vfs:  # drivers_probe / unbind: the device's driver link is what changes
+            self.written.add(self.display(self.pci_device(value, "driver")))
+        super().write(path, value)
+
+    def write_file(self, path: Path, text: str, mode: int = 0o644) -> None:
+        self.written.add(self.display(path))
+        super().write_file(path, text, mode)
+
+
+def test_enable_to_vfio_reads_each_attribute_once(sim_dir: Path) -> None:
+    host = CountingHost(sim_dir, kernel=SimKernel(sim_dir))
+    env = Env(host, command="test")
+    scan = Scan(host)
+    pf = read_pf(host, NIC0, OpenFiles(host), scan=scan)
+    steps = ops.plan_enable(host, pf, 16, "vfio-pci", no_autoprobe=False, force=False, timeout=5)
+    host.vfs = {s.bdf for s in steps if isinstance(s, BindDriver)}
+    execute(env, steps)
+    # the command's report: the PF as it is now, from what the steps read and wrote
+    after = read_pf(host, NIC0, OpenFiles(host), scan=Scan(host), seen=env.seen, before=scan.device(NIC0))
+    assert after.num_vfs == 16 and {v.driver for v in after.vfs} == {"vfio-pci"}
+    assert {v.driver_override for v in after.vfs} == {"vfio-pci"}
+    assert {v.original_driver for v in after.vfs} == {None}
+    # (the PF's sriov_numvfs and autoprobe: read by the plan, then by the steps' inverses)
+    vf_rereads = [p for p in host.rereads if any(v in p for v in host.vfs)]
+    assert len(host.vfs) == 16
+    assert vf_rereads == [], f"read again without a write in between: {sorted(set(vf_rereads))[:8]}"
+    # stricter: what the command wrote itself (override, record) is not read back but known
+    again = {p: n for p, n in host.reads.items() if any(v in p for v in host.vfs) and n > 1}
+    assert all(p.endswith("/driver") and n == 2 for p, n in again.items()), sorted(again.items())[:4]
+    for vf in after.vfs:
+        per_vf = sum(n for p, n in host.links.items() if vf.bdf in p)
+        assert per_vf <= 3, (vf.bdf, {p: n for p, n in host.links.items() if vf.bdf in p})
