@@ -62,6 +62,7 @@ class Host(SysfsLayout):
         self._confined = self._real_root != "/"  # with root /, every path is inside
         self._real_dirs: dict[str, str] = {}  # directory -> where it really is (inside the root)
         self._plain: set[str] = set()  # files found not to be links, in directories inside the root
+        self._temps = hostio.TempNames()  # names of the temporaries write_file renames into place
 
     # ----------------------------------------------------------------- locations
     def path(self, *parts: str) -> Path:
@@ -170,6 +171,18 @@ class Host(SysfsLayout):
             raise self._outside(directory)
         self._real_dirs[directory] = real
         return real
+
+    def place(self, link: Path, beside: Path) -> None:
+        """Take the link ``link`` (``/sys/bus/pci/devices/<vf>``) to lead to the real directory of its name
+        beside where ``beside`` (its PF) leads, if there is one (not read; else read when used)."""
+        if not self._confined or os.path.abspath(link) in self._real_dirs:
+            return
+        real = os.path.join(os.path.dirname(self._real_dir(os.path.abspath(beside))), os.path.basename(link))
+        try:
+            if stat.S_ISDIR(os.lstat(real).st_mode) and self._inside(real):
+                self._real_dirs[os.path.abspath(link)] = real
+        except OSError:
+            pass
 
     def _open_contained(self, path: Path | str, flags: int) -> int:
         """Open ``path`` for reading, refusing it when it resolves outside the root.
@@ -421,7 +434,7 @@ class Host(SysfsLayout):
 
     def write_file(self, path: Path, text: str, mode: int = 0o644) -> None:
         """Create or replace a regular file atomically and durably (config, state, records, specs)."""
-        self._change(Change("write-file", str(path)), path, lambda: hostio.write_atomic(path, text, mode))
+        self._change(Change("write-file", str(path)), path, lambda: hostio.write_atomic(path, text, mode, self._temps))
 
     def remove(self, path: Path, missing_ok: bool = True) -> None:
         if not os.path.lexists(path):

@@ -53,17 +53,36 @@ def map_regular(fd: int) -> mmap.mmap | None:
         os.close(fd)
 
 
-def write_atomic(path: Path, text: str, mode: int) -> None:
+class TempNames:
+    """Names of one command's temporaries: a random tag drawn once, then a counter."""
+
+    def __init__(self) -> None:
+        self.tag = ""
+        self.n = 0
+
+    def __call__(self, path: Path) -> Path:
+        if not self.tag:
+            self.tag = os.urandom(5).hex()
+        self.n += 1
+        return path.parent / f".{path.name}.{self.tag}{self.n:x}"
+
+
+def write_atomic(path: Path, text: str, mode: int, names: TempNames) -> None:
     """Create or replace the regular file ``path`` atomically and durably: a temporary ``.NAME.xxxx``
     beside it (created exclusively, never through a link), written, chmod'ed and fsync'd, renamed over
     ``path``, then the directory fsync'd. The directory is made only when it is missing."""
-    tag = os.urandom(6).hex()
-    tmp = path.parent / f".{path.name}.{tag}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(tmp, flags, 0o600)
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    for attempt in range(100):
+        tmp = names(path)
+        try:
+            fd = os.open(tmp, flags, 0o600)
+            break
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            if attempt == 99:
+                raise
+    else:
         fd = os.open(tmp, flags, 0o600)
     try:
         try:

@@ -63,7 +63,9 @@ def plan_enable(
         offset, stride = pf.offset or 1, pf.stride or 1
         expected = [vf_address(pf.bdf, offset, stride, n) for n in range(count)]
         if driver == VFIO:
-            steps += [BindDriver(expected[n], VFIO, pf.autoprobe, f"VF {n} ({expected[n]})") for n in range(count)]
+            steps += [
+                BindDriver(expected[n], VFIO, pf.autoprobe, f"VF {n} ({expected[n]})", pf.bdf) for n in range(count)
+            ]
         if create_autoprobe != want_autoprobe:
             steps.append(SetAutoprobe(pf.bdf, want_autoprobe, " (as it was)"))
         return steps
@@ -71,7 +73,7 @@ def plan_enable(
     if no_autoprobe and pf.autoprobe:
         steps.append(SetAutoprobe(pf.bdf, False))
     if driver == VFIO:
-        steps += [BindDriver(v.bdf, VFIO, False, f"VF {v.index} ({v.bdf})") for v in pf.vfs if v.driver != VFIO]
+        steps += [BindDriver(v.bdf, VFIO, False, f"VF {v.index} ({v.bdf})", pf.bdf) for v in pf.vfs if v.driver != VFIO]
         # an idempotent re-run repairs lost records of VFs it put on vfio-pci
         steps += [
             BindDriver(v.bdf, VFIO, True, f"VF {v.index} ({v.bdf}): remember its original driver")

@@ -128,11 +128,14 @@ class BindDriver(Step):
     driver: str
     probe_on_restore: bool = False
     note: str = ""
+    pf: str = ""  # a VF's PF: its directory is looked for beside the PF's
 
     def describe(self) -> str:
         return f"bind {self.note or self.bdf} to {self.driver}"
 
     def inverse(self, env: Env) -> Step:
+        if self.pf:
+            env.host.place(env.host.pci_device(self.bdf), env.host.pci_device(self.pf))
         return _put_back_now(env, self.bdf)
 
     def apply(self, env: Env) -> None:
