@@ -203,6 +203,8 @@ class Host(SysfsLayout):
             self._plain.add(whole)  # not a link, in a directory inside: a write needs no stat
             return fd
         except OSError as exc:  # a symlink: ELOOP, or ENOTDIR when a directory was asked for
+            if exc.errno == errno.ENOENT:
+                self._plain.add(whole)  # absent, so not a link: creating it needs no stat
             if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
                 raise
         if flags & os.O_DIRECTORY:
@@ -219,21 +221,10 @@ class Host(SysfsLayout):
         return fd
 
     def _read_bytes(self, path: Path | str, limit: int) -> bytes:
-        fd = self._open_contained(path, _READ_FLAGS)
-        try:
-            chunks: list[bytes] = []
-            size = 0
-            while size <= limit:
-                chunk = os.read(fd, 65536)
-                chunks.append(chunk)
-                size += len(chunk)
-                if len(chunk) < 65536:  # a short read is the end (sysfs attributes come whole)
-                    break
-        finally:
-            os.close(fd)
-        if size > limit:
+        data = hostio.read_capped(self._open_contained(path, _READ_FLAGS), limit)
+        if len(data) > limit:
             raise InvalidInput(f"{self.display(path)}: larger than {limit} bytes", path=self.display(path))
-        return b"".join(chunks)
+        return data
 
     def _attr(self, path: Path | str) -> str:
         return self._read_bytes(path, MAX_ATTR_BYTES).decode(errors="replace").strip()
@@ -369,11 +360,19 @@ class Host(SysfsLayout):
         return (os.major(st.st_rdev), os.minor(st.st_rdev)) if stat.S_ISCHR(st.st_mode) else None
 
     def resolve(self, path: Path) -> Path:
-        """Canonical path, which must stay inside the root."""
-        real = _real_path(path)
-        if self._confined and not self._inside(real):
-            raise self._outside(path)
-        return Path(real)
+        """Canonical path, which must stay inside the root (under a root: resolved component by
+        component, each directory once per command, shared with reads and writes)."""
+        if not self._confined:
+            return Path(_real_path(path))
+        try:
+            return Path(self._real_dir(os.path.abspath(path)))
+        except OutsideRoot:
+            raise self._outside(path) from None
+
+    def device_path(self, link: Path) -> str | None:
+        """Text naming where a device link leads (``../../devices/pci0000:00/...``): its target, or
+        under a root its real path below the root (:meth:`resolve`, shared with the device's reads)."""
+        return self.readlink(link) if not self._confined else "/" + os.path.relpath(self.resolve(link), self._real_root)
 
     def socket_address(self, path: Path) -> str:
         """The address to bind or connect a Unix socket at ``path``: its directory must resolve

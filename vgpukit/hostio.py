@@ -44,6 +44,23 @@ def _real_path(path: Path | str) -> str:
         os.close(fd)
 
 
+def read_capped(fd: int, limit: int) -> bytes:
+    """What the open file ``fd`` holds, up to a little over ``limit`` bytes (the caller refuses more);
+    closes ``fd``. A short read is the end: sysfs attributes come whole, in one read."""
+    try:
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, 65536)
+            chunks.append(chunk)
+            size += len(chunk)
+            if len(chunk) < 65536:
+                break
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 def map_regular(fd: int) -> mmap.mmap | None:
     """The open file ``fd`` mapped read-only when it is a non-empty regular file, else None; closes ``fd``."""
     try:

@@ -165,7 +165,7 @@ def _chain(host: Host, dev_link: Path) -> tuple[str, tuple[str, ...]]:
     The link's own target names the hierarchy (``../../../devices/pci0000:00/0000:00:01.0/<bdf>``),
     so one readlink does; a tree without such links (a copied root) is resolved instead.
     """
-    target = host.readlink(dev_link)
+    target = host.device_path(dev_link)
     parts = target.split("/") if target else []
     if not any(HOST_BRIDGE_RE.match(p) for p in parts):
         parts = list(host.resolve(dev_link).parts)
