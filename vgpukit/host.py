@@ -360,19 +360,18 @@ class Host(SysfsLayout):
         return (os.major(st.st_rdev), os.minor(st.st_rdev)) if stat.S_ISCHR(st.st_mode) else None
 
     def resolve(self, path: Path) -> Path:
-        """Canonical path, which must stay inside the root (under a root: resolved component by
-        component, each directory once per command, shared with reads and writes)."""
-        if not self._confined:
-            return Path(_real_path(path))
-        try:
-            return Path(self._real_dir(os.path.abspath(path)))
-        except OutsideRoot:
-            raise self._outside(path) from None
+        """Canonical path, which must stay inside the root."""
+        real = _real_path(path)
+        if self._confined and not self._inside(real):
+            raise self._outside(path)
+        return Path(real)
 
     def device_path(self, link: Path) -> str | None:
         """Text naming where a device link leads (``../../devices/pci0000:00/...``): its target, or
-        under a root its real path below the root (:meth:`resolve`, shared with the device's reads)."""
-        return self.readlink(link) if not self._confined else "/" + os.path.relpath(self.resolve(link), self._real_root)
+        under a root its real path below the root, as the reads of the device's files resolve it."""
+        if not self._confined:
+            return self.readlink(link)
+        return "/" + os.path.relpath(self._real_dir(os.path.abspath(link)), self._real_root)  # refused outside
 
     def socket_address(self, path: Path) -> str:
         """The address to bind or connect a Unix socket at ``path``: its directory must resolve
