@@ -19,7 +19,7 @@ from ..inputs import check_component
 from ..pci import Scan, read_device
 from . import binding, ops
 from .model import PfInfo, list_pfs, read_pf
-from .steps import BindDriver, RestoreDriver, UnbindDriver
+from .steps import BindDriver, RestoreDriver, UnbindDriver, planned
 from .usage import User, libvirt_users, pci_users
 
 
@@ -165,6 +165,7 @@ def enable(
     scan = Scan(app.host)
     (info,) = _with_libvirt(app, [_pf(app, pf, OpenFiles(app.host), scan)], libvirt_uri)
     steps = ops.plan_enable(app.host, info, count, driver, no_autoprobe, force, timeout)
+    planned(app.env, info.bdf, info.num_vfs, info.autoprobe)
     execute(app.env, steps)
     _report(app, "sriov-enable", steps, info, scan, {"requested": {"vfs": count, "driver": driver}})
 
@@ -182,6 +183,7 @@ def disable(app: App, pf: str, force: bool, libvirt_uri: str | None) -> None:
     scan = Scan(app.host)
     (info,) = _with_libvirt(app, [_pf(app, pf, OpenFiles(app.host), scan)], libvirt_uri)
     steps = ops.plan_disable(app.host, info, force)
+    planned(app.env, info.bdf, info.num_vfs, info.autoprobe)
     execute(app.env, steps)
     _report(app, "sriov-disable", steps, info, scan)
 

@@ -165,7 +165,7 @@ def _after(host: Host, before: PciDevice, seen: Mapping[str, object]) -> PciDevi
     assert s is not None
     base = f"{host.pci_device(before.bdf)}/"
     vfs = tuple(virtfns_listed(host, before.bdf, base, host.listdir(base), s.offset, s.stride))
-    autoprobe = seen.get(f"autoprobe-now:{before.bdf}", s.autoprobe)  # as a SetAutoprobe step left it
+    autoprobe = seen.get(f"autoprobe:{before.bdf}", s.autoprobe)  # as the sriov steps left it
     return replace(before, sriov=replace(s, num_vfs=len(vfs), vfs=vfs, autoprobe=bool(autoprobe)))
 
 

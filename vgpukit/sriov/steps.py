@@ -241,23 +241,39 @@ class SetAutoprobe(Step):
     def describe(self) -> str:
         return f"set sriov_drivers_autoprobe of {self.pf} to {int(self.value)}{self.why}"
 
+    def _now(self, env: Env) -> int | None:
+        """The PF's autoprobe as the command knows it (planned, or as a step left it), else read."""
+        key = autoprobe_key(self.pf)
+        if key not in env.seen:
+            env.seen[key] = env.host.read_int(env.host.pci_device(self.pf, "sriov_drivers_autoprobe"), None)
+        cur = env.seen[key]
+        return cur if isinstance(cur, int) else None
+
     def inverse(self, env: Env) -> Step:
-        cur = env.host.read_int(env.host.pci_device(self.pf, "sriov_drivers_autoprobe"), None)
-        env.seen[f"autoprobe:{self.pf}"] = cur  # for apply
+        cur = self._now(env)
         return SetAutoprobe(self.pf, bool(1 if cur is None else cur), " (as it was)")
 
     def apply(self, env: Env) -> None:
-        path = env.host.pci_device(self.pf, "sriov_drivers_autoprobe")
-        key = f"autoprobe:{self.pf}"
-        cur = env.seen.pop(key) if key in env.seen else env.host.read_int(path, None)
-        if cur != int(self.value):
-            env.host.write(path, str(int(self.value)))
-        env.seen[autoprobe_key(self.pf)] = self.value  # as it is now, for the command's report
+        if self._now(env) != int(self.value):
+            env.host.write(env.host.pci_device(self.pf, "sriov_drivers_autoprobe"), str(int(self.value)))
+        env.seen[autoprobe_key(self.pf)] = int(self.value)  # as it is now (for later steps and the report)
 
 
 def autoprobe_key(pf: str) -> str:
-    """``env.seen`` key of the PF's sriov_drivers_autoprobe as a step left it."""
-    return f"autoprobe-now:{pf}"
+    """``env.seen`` key of the PF's sriov_drivers_autoprobe (0/1) as the command knows it."""
+    return f"autoprobe:{pf}"
+
+
+def numvfs_key(pf: str) -> str:
+    """``env.seen`` key of the PF's sriov_numvfs as the command knows it."""
+    return f"numvfs:{pf}"
+
+
+def planned(env: Env, pf: str, num_vfs: int, autoprobe: bool) -> None:
+    """What the plan read of ``pf`` under the host lock, for the steps to start from instead of
+    reading it again (nothing changed it since: the lock is held from before planning)."""
+    env.seen[numvfs_key(pf)] = num_vfs
+    env.seen[autoprobe_key(pf)] = int(autoprobe)
 
 
 @step_kind
@@ -280,7 +296,8 @@ class SetNumVfs(Step):
 
     def inverse(self, env: Env) -> Step:
         host = env.host
-        cur = host.read_int(host.pci_device(self.pf, "sriov_numvfs"), 0) or 0
+        known = env.seen.get(numvfs_key(self.pf))
+        cur = known if isinstance(known, int) else host.read_int(host.pci_device(self.pf, "sriov_numvfs"), 0) or 0
         vfs = virtfns(host, self.pf) if cur else []
         drivers = tuple(
             (v, binding.current_driver(host, v), binding.current_override(host, v), _record(env, v)) for v in vfs
@@ -290,11 +307,13 @@ class SetNumVfs(Step):
     def apply(self, env: Env) -> None:
         host = env.host
         _forget_drivers(env)
+        env.seen.pop(numvfs_key(self.pf), None)
         if self.count == 0:
             _remove_vfs(host, self.pf, self.total)
         else:
             numvfs_write(host, self.pf, self.count, self.total)
         wait_for_vfs(host, self.pf, self.count, self.timeout)
+        env.seen[numvfs_key(self.pf)] = self.count  # the kernel shows them all
 
 
 def _remove_vfs(host: Host, pf: str, total: int) -> None:
