@@ -63,19 +63,32 @@ def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[st
         undo: list[Step] = []
         done: list[str] = []
 
-        def run(step: Step) -> None:
-            for inv in _as_list(step.inverse(env)):
-                book.add(inv.to_dict())
-                undo.append(inv)
+        ahead: list[list[Step]] = []  # inverses of the next steps of a batch, journaled already
+
+        def journal(group: Sequence[Step]) -> list[list[Step]]:
+            inverses = [_as_list(step.inverse(env)) for step in group]
+            book.add_all([inv.to_dict() for invs in inverses for inv in invs])
+            return inverses
+
+        def run(step: Step, rest: Sequence[Step]) -> None:
+            if ahead:
+                invs = ahead.pop(0)
+            else:  # a batch (steps in a row with the step's batch key): journaled at once, one fsync
+                n = 1
+                while step.batch() and n <= len(rest) and rest[n - 1].batch() == step.batch():
+                    n += 1
+                invs, *later = journal([step, *rest[: n - 1]])
+                ahead.extend(later)
+            undo.extend(invs)
             step.apply(env)
             step.verify(env)
             done.append(step.describe())
 
         try:
-            for step in steps:
-                run(step)
+            for i, step in enumerate(steps):
+                run(step, steps[i + 1 :])
             for step in derived_steps(env) if derived else []:
-                run(step)
+                run(step, ())
         except VgpukitError as exc:
             _, failures = _undo(env, undo)
             book.close()

@@ -47,20 +47,26 @@ class Journal:
         except OSError as exc:
             raise from_oserror(exc, path=self.shown, action="creating the journal") from exc
         head = {"schema": "vgpukit.journal/v1", "command": command, "pid": os.getpid(), "started": time.time()}
-        self._append(head)
+        self._append([head])
         fsync_dir(self.path.parent)
 
-    def _append(self, doc: dict[str, Any]) -> None:
-        line = json.dumps(doc, separators=(",", ":"), default=str) + "\n"
+    def _append(self, docs: list[dict[str, Any]]) -> None:
+        data = memoryview("".join(json.dumps(d, separators=(",", ":"), default=str) + "\n" for d in docs).encode())
         try:
-            os.write(self.fd, line.encode())
+            while data:
+                data = data[os.write(self.fd, data) :]
             os.fsync(self.fd)
         except OSError as exc:
             raise from_oserror(exc, path=self.shown, action="writing the journal") from exc
 
     def add(self, entry: dict[str, Any]) -> None:
-        self._append(entry)
-        self.count += 1
+        self.add_all([entry])
+
+    def add_all(self, entries: list[dict[str, Any]]) -> None:
+        """Journal ``entries`` (one line each) durably: one write, one fsync."""
+        if entries:
+            self._append(entries)
+            self.count += len(entries)
 
     def close(self) -> None:
         """The command is over (done or rolled back): nothing is left to put back."""

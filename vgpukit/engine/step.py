@@ -35,6 +35,12 @@ class Step:
         """The step(s) that put back what this step is about to change (read now, before apply)."""
         return None
 
+    def batch(self) -> str:
+        """A key shared by steps that may be journaled together: in a row, they act on distinct things
+        and none changes what another's inverse reads, so all their inverses are read and journaled
+        (one fsync) before the first of them applies. "" (the default): journaled on its own."""
+        return ""
+
     def apply(self, env: Env) -> None:
         raise NotImplementedError
 

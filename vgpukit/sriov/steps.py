@@ -133,6 +133,9 @@ class BindDriver(Step):
     def describe(self) -> str:
         return f"bind {self.note or self.bdf} to {self.driver}"
 
+    def batch(self) -> str:
+        return "bind-driver"  # a plan binds each device once; one device's move leaves the others be
+
     def inverse(self, env: Env) -> Step:
         if self.pf:
             env.host.place(env.host.pci_device(self.bdf), env.host.pci_device(self.pf))
