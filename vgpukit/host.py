@@ -185,11 +185,11 @@ class Host(SysfsLayout):
             pass
 
     def _open_contained(self, path: Path | str, flags: int) -> int:
-        """Open ``path`` for reading, refusing it when it resolves outside the root.
+        """Open the file ``path`` for reading, refusing it when it resolves outside the root.
 
-        Cheap in the common case: each directory is resolved once per command (one readlink), and
-        its entries are opened under the resolved directory with ``O_NOFOLLOW``; an entry that is
-        itself a symlink (a sysfs device link) is resolved and checked on its own."""
+        Cheap in the common case: each directory is resolved once per command, and its files are
+        opened under the resolved directory with ``O_NOFOLLOW``; a file that is itself a symlink is
+        opened, then checked on its own (the real path of its fd)."""
         if not self._confined:
             return os.open(path, flags)
         whole = os.path.abspath(path)
@@ -202,16 +202,11 @@ class Host(SysfsLayout):
             fd = os.open(target, flags | os.O_NOFOLLOW)
             self._plain.add(whole)  # not a link, in a directory inside: a write needs no stat
             return fd
-        except OSError as exc:  # a symlink: ELOOP, or ENOTDIR when a directory was asked for
+        except OSError as exc:  # a symlink: ELOOP
             if exc.errno == errno.ENOENT:
                 self._plain.add(whole)  # absent, so not a link: creating it needs no stat
             if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
                 raise
-        if flags & os.O_DIRECTORY:
-            try:
-                return os.open(self._real_dir(whole), flags)
-            except OutsideRoot:
-                raise self._outside(path) from None
         fd = os.open(target, flags)
         try:
             self._check_fd(fd, path)
