@@ -57,7 +57,7 @@ def probe(w: Write, bdf: str) -> None:
         return
     override = _override(w, bdf)
     if override is not None:
-        driver: str | None = override if w.tree.driver_dir(override).is_dir() else None
+        driver: str | None = override if w.tree.is_dir(w.tree.driver_dir(override)) else None
     else:
         driver = w.state.match_driver(*_ids(w, bdf))
     if driver:
@@ -134,9 +134,17 @@ def sriov_numvfs(w: Write) -> None:
     numa = int(_read(pf_dir / "numa_node"))
     cpus = _read(pf_dir / "local_cpulist") if (pf_dir / "local_cpulist").exists() else None
     autoprobe = _read(pf_dir / "sriov_drivers_autoprobe") == "1" and _read(w.tree.bus_pci / "drivers_autoprobe") == "1"
-    for n in range(want):
-        vf = virtfn_name(pf, offset, stride, n)
-        group = w.state.take_group()
+    vfs = [virtfn_name(pf, offset, stride, n) for n in range(want)]  # all or none: ERANGE before any change
+    groups = [w.state.take_group() for _ in vfs]
+    tree = w.tree
+    group_dirs = [tree.group_dir(g) for g in groups]
+    tree.expect_new(
+        [pf_dir.parent / vf for vf in vfs]
+        + [tree.device_link(vf) for vf in vfs]
+        + group_dirs
+        + [pf_dir / f"virtfn{n}" for n in range(want)]
+    )
+    for n, (vf, group) in enumerate(zip(vfs, groups, strict=True)):
         vf_dir = w.tree.add_pci_device(pf_dir.parent, vf, spec, None if numa < 0 else numa, cpus, group)
         w.tree.link(vf_dir / "physfn", pf_dir)
         w.tree.link(pf_dir / f"virtfn{n}", vf_dir)
@@ -162,7 +170,8 @@ def driver_override(w: Write) -> None:
 # ----------------------------------------------------------------------------- binding
 def _device_arg(w: Write) -> str:
     bdf = w.value
-    if not BDF_RE.match(bdf) or not os.path.lexists(w.tree.device_link(bdf)):
+    link = w.tree.device_link(bdf) if BDF_RE.match(bdf) else None
+    if link is None or (w.tree.resolve(link) == str(link) and not os.path.lexists(link)):  # a bus entry is a link
         raise fail(errno.ENODEV)
     return bdf
 
