@@ -35,23 +35,10 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from .files import read_fd
+
 LOG = "inflight.jsonl"
 KINDS = ("absent", "file", "link", "dir", "size")
-
-
-CHUNK = 65536
-
-
-def read_fd(fd: int) -> str:
-    """All of an open file's text, then close it (a short read of a regular file is its end: one
-    ``read`` for an attribute)."""
-    try:
-        chunks = [os.read(fd, CHUNK)]
-        while len(chunks[-1]) == CHUNK:
-            chunks.append(os.read(fd, CHUNK))
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode("utf-8", "surrogateescape")
 
 
 def _snapshot(path: str) -> dict[str, Any]:
@@ -138,11 +125,12 @@ class Journal:
         self.what = what
         self.fd: int | None = None
         self.fresh: set[str] = set()  # directories this reaction created (logged as absent)
-        self.logged: set[str] = set()  # paths logged as absent (:meth:`absent`)
+        self.logged: set[str] = set()  # paths whose state before the reaction is logged
+        self.sealed = False  # the reaction made its last change unlogged (SimTree.store): none may follow
 
     def is_fresh(self, path: str) -> bool:
-        """Whether ``path`` was logged absent or lies in a directory this reaction created (its undo
-        removes it whole): a change to it needs no line of its own."""
+        """Whether ``path``'s state before the reaction is logged, or it lies in a directory this
+        reaction created (its undo removes it whole): a change to it needs no line of its own."""
         if path in self.logged:
             return True
         if not self.fresh:
@@ -160,6 +148,8 @@ class Journal:
 
     def _append(self, lines: str) -> None:
         """Append record lines; the first append creates the log and puts the header before them."""
+        if self.sealed:
+            raise RuntimeError("simulated kernel: a change after the reaction's last, unlogged one")
         if self.fd is None:
             self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
             lines = json.dumps(self.what) + "\n" + lines
@@ -172,7 +162,16 @@ class Journal:
             return None
         rec = _snapshot(path)
         self._record(path, rec)
+        self.logged.add(path)  # its state before the reaction is logged: later changes need no line
         return rec
+
+    def before_all(self, paths: list[str]) -> None:
+        """:meth:`before` for each of ``paths``, in one append."""
+        paths = [p for p in paths if not self.is_fresh(p)]
+        lines = [json.dumps({**_snapshot(p), "path": p[len(self.root) + 1 :]}) for p in paths]
+        if lines:
+            self._append("\n".join(lines) + "\n")
+        self.logged.update(paths)
 
     def absent(self, paths: list[str]) -> None:
         """Record ``paths`` as absent, in one append: the caller knows none of them exists (it listed

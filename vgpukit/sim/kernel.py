@@ -219,4 +219,4 @@ class SimKernel:
             raise fail(errno.ENOENT) from None
         if not mode & 0o222:
             raise fail(errno.EACCES)
-        w.tree.set_attr(w.path, w.value)
+        w.tree.store(w.path, w.value)

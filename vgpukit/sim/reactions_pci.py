@@ -13,8 +13,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from .files import read_attr
 from .kernel import Reaction, Write, fail
-from .tree import read_attr
 
 # The kernel's device names (pci_name(): "%04x:%02x:%02x.%d"); the simulator's own, not the toolkit's.
 BDF_RE = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([01][0-9a-f])\.([0-7])$")
@@ -156,15 +156,15 @@ def sriov_numvfs(w: Write) -> None:
 def _bool_attr(w: Write) -> None:
     value = w.value.lower()
     if value in ("1", "y", "yes", "on", "true"):
-        w.tree.set_attr(w.path, 1)
+        w.tree.store(w.path, 1)
     elif value in ("0", "n", "no", "off", "false"):
-        w.tree.set_attr(w.path, 0)
+        w.tree.store(w.path, 0)
     else:
         raise fail(errno.EINVAL)
 
 
 def driver_override(w: Write) -> None:
-    w.tree.set_attr(w.path, w.value or "(null)")
+    w.tree.store(w.path, w.value or "(null)")
 
 
 # ----------------------------------------------------------------------------- binding

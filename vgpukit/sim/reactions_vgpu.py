@@ -169,7 +169,7 @@ def set_params(w: Write) -> None:
     """``nvidia/vgpu_params`` of an mdev instance or a VF vGPU: plain text, settable before VM start."""
     if not w.path.exists():
         raise fail(errno.ENOENT)
-    w.tree.set_attr(w.path, w.value)
+    w.tree.store(w.path, w.value)
 
 
 REACTIONS = [

@@ -16,34 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInput
-from .journal import Journal, read_fd
+from .files import process_umask, write_fd
+from .journal import Journal
 
 RO, RW, WO = 0o444, 0o644, 0o200
+STORE = "store.tmp"  # in the simulator's directory: an attribute's next content, before its rename
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _REWRITE = os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _write_fd(fd: int, data: bytes, mode: int | None) -> None:
-    """Write ``data`` to a new or truncated file and close it; ``mode``: what to ``fchmod`` it to
-    (None: it already has the right one)."""
-    try:
-        os.write(fd, data)
-        if mode is not None:
-            os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
-
-
-def process_umask() -> int:
-    """This process's umask (set and put back: the only way to read it)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def read_attr(path: Path | str) -> str:
-    """An attribute's text, stripped (one open and read; the simulator reads its own tree)."""
-    return read_fd(os.open(path, os.O_RDONLY | os.O_CLOEXEC)).strip()
 
 
 NULL_DEVICE = os.makedev(1, 3)  # what every node of a --char-devices host is (/dev/null's numbers)
@@ -162,7 +141,7 @@ class SimTree:
             return False
         if self.umask is None:
             self.umask = process_umask()
-        _write_fd(fd, data, mode if mode & self.umask else None)
+        write_fd(fd, data, mode if mode & self.umask else None)
         return True
 
     def mkdir(self, path: Path) -> None:
@@ -215,13 +194,40 @@ class SimTree:
             mode = old if mode is None else mode
             old = None
         if mode is None or mode == old:
-            _write_fd(fd, data, None)
+            write_fd(fd, data, None)
         else:
-            _write_fd(fd, data, mode)
+            write_fd(fd, data, mode)
 
     def set_attr(self, path: Path, value: object) -> None:
         """Change an attribute's content, keeping its mode."""
         self.write_attr(path, value, None)
+
+    def store(self, path: Path, value: object) -> None:
+        """:meth:`set_attr` as a reaction's one and only change: the new content, in a file made in
+        the simulator's directory, replaces the old in one ``rename`` (a killed process leaves the
+        before or the after state), so nothing is logged; no change may follow (the journal refuses)."""
+        journal = self.journal
+        real = self.inside(path, follow=False)
+        try:
+            st = os.lstat(real) if journal is not None and journal.fd is None else None
+        except FileNotFoundError:
+            st = None
+        if journal is None or st is None or not stat.S_ISREG(st.st_mode):
+            self.set_attr(path, value)  # no journal (the builder), changes logged already, or no file
+            return
+        tmp = str(journal.path.with_name(STORE))
+        with contextlib.suppress(FileNotFoundError):
+            if not self._create(tmp, f"{value}\n".encode(), stat.S_IMODE(st.st_mode)):
+                os.unlink(tmp)  # left by a killed process
+                self._create(tmp, f"{value}\n".encode(), stat.S_IMODE(st.st_mode))
+        try:
+            os.rename(tmp, real)
+        except OSError:  # another file system, or the simulator's directory gone
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            self.set_attr(path, value)
+            return
+        journal.sealed = True
 
     def link(self, path: Path, target: Path) -> None:
         """A relative symlink ``path`` -> ``target`` (as sysfs makes them)."""
@@ -271,18 +277,18 @@ class SimTree:
         of /dev/null (1:3), so that a container engine can create them in a container (docs/cdi.md).
         """
         real = self._entry(path)
-        if self._fresh(real) or self.journal is None:
-            if os.path.lexists(real):
-                return
-        elif (self.journal.before(real) or {})["kind"] != "absent":
+        if self.journal is None and os.path.lexists(real):
+            return
+        if self.journal is not None and not self._fresh(real) and (self._before(real) or {})["kind"] != "absent":
             return  # there already (logged, unchanged)
         if self.char_nodes is None:
             self.char_nodes = char_devices(self.root)
-        if self.char_nodes:
+        if not self.char_nodes:  # made only if absent (a fresh path may be there)
+            self._create(real, f"simulated character device {major}:{minor}\n".encode(), RW)
+            return
+        with contextlib.suppress(FileExistsError):
             os.mknod(real, stat.S_IFCHR | 0o666, NULL_DEVICE)
             os.chmod(real, 0o666)
-        else:
-            self._create(real, f"simulated character device {major}:{minor}\n".encode(), RW)
 
     @property
     def sys(self) -> Path:
@@ -383,13 +389,15 @@ class SimTree:
     def bind(self, bdf: str, driver: str, rdma: str | None = None) -> None:
         """Bind; ``rdma``: the RDMA device this driver registers for it (``infiniband/mlx5_0``)."""
         d = self.device_dir(bdf)
+        group = os.path.basename(os.readlink(d / "iommu_group")) if driver == "vfio-pci" else None
+        node = None if group is None else self.devnode("vfio", group)
+        self.log_before([d / "driver", self.driver_dir(driver) / bdf] + ([] if node is None else [node]))
         self.link(d / "driver", self.driver_dir(driver))
         self.link(self.driver_dir(driver) / bdf, d)
         if rdma is not None:
             self.write_attr(d / "infiniband" / rdma / "node_type", "1: CA")
-        if driver == "vfio-pci":
-            group = os.path.basename(os.readlink(d / "iommu_group"))
-            self.make_devnode(self.devnode("vfio", group), 243, int(group))
+        if node is not None:
+            self.make_devnode(node, 243, int(str(group)))
 
     def unbind(self, bdf: str) -> None:
         drv = self.bound_driver(bdf)
@@ -405,6 +413,11 @@ class SimTree:
             members = (self.group_dir(int(group)) / "devices").iterdir()
             if not any(self.bound_driver(m.name) == "vfio-pci" for m in members):
                 self.unlink(self.devnode("vfio", group))
+
+    def log_before(self, paths: list[Path]) -> None:
+        """Log the state of the entries at ``paths`` (parents resolved) before changing them, in one append."""
+        if self.journal is not None:
+            self.journal.before_all([self.inside(p, follow=False) for p in paths])
 
     def expect_new(self, paths: list[Path]) -> None:
         """Log, in one append, the paths of ``paths`` that do not exist (each directory listed once):
