@@ -101,3 +101,25 @@ def test_vf_creation_and_binding_leave_the_kernels_entries_with_their_modes(tmp_
     assert set(before) - set(after) == set()
     changed = {k: v for k, v in after.items() if before.get(k) != v}
     assert changed == EXPECTED
+
+
+def test_files_closed_together_never_close_a_descriptor_they_do_not_hold(tmp_path: Path) -> None:
+    from vgpukit.sim.files import HeldOpen
+
+    held, mine, others = HeldOpen(), [], []
+    for i in range(12):
+        mine.append(os.open(tmp_path / f"f{i}", os.O_WRONLY | os.O_CREAT, 0o644))
+        if i in (3, 4, 9):  # someone else's, between ours
+            others.append(os.open(tmp_path / f"g{i}", os.O_WRONLY | os.O_CREAT, 0o644))
+    for fd in mine:
+        held.hold(fd)
+    held.close_all()
+    try:
+        for fd in others:
+            os.fstat(fd)  # still open
+        for fd in mine:
+            with pytest.raises(OSError):
+                os.fstat(fd)
+    finally:
+        for fd in others:
+            os.close(fd)

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from .files import read_attr
+from .files import HeldOpen, read_attr
 from .kernel import Reaction, Write, fail
 
 # The kernel's device names (pci_name(): "%04x:%02x:%02x.%d"); the simulator's own, not the toolkit's.
@@ -144,12 +144,17 @@ def sriov_numvfs(w: Write) -> None:
         + group_dirs
         + [pf_dir / f"virtfn{n}" for n in range(want)]
     )
-    for n, (vf, group) in enumerate(zip(vfs, groups, strict=True)):
-        vf_dir = w.tree.add_pci_device(pf_dir.parent, vf, spec, None if numa < 0 else numa, cpus, group)
-        w.tree.link(vf_dir / "physfn", pf_dir)
-        w.tree.link(pf_dir / f"virtfn{n}", vf_dir)
-        if autoprobe:
-            probe(w, vf)
+    held = tree.held = HeldOpen()  # the VFs' new files are closed together, a few dozen at a time
+    try:
+        for n, (vf, group) in enumerate(zip(vfs, groups, strict=True)):
+            vf_dir = tree.add_pci_device(pf_dir.parent, vf, spec, None if numa < 0 else numa, cpus, group)
+            tree.link(vf_dir / "physfn", pf_dir)
+            tree.link(pf_dir / f"virtfn{n}", vf_dir)
+            if autoprobe:
+                probe(w, vf)
+    finally:
+        tree.held = None
+        held.close_all()
     w.tree.set_attr(pf_dir / "sriov_numvfs", want)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInput
-from .files import process_umask, write_fd
+from .files import HeldOpen, process_umask, write_fd
 from .journal import Journal
 
 RO, RW, WO = 0o444, 0o644, 0o200
@@ -53,6 +53,7 @@ class SimTree:
     umask: int | None = None  # the process's, read at the first file created (the kernel keeps it)
     char_nodes: bool | None = None  # :func:`char_devices`, looked up at the first device node
     links: dict[str, str] = field(default_factory=dict, repr=False)  # link -> real path, for this tree's life
+    held: HeldOpen | None = field(default=None, repr=False)  # set: new files are closed by it, together
 
     def __post_init__(self) -> None:
         if not self.resolved:
@@ -141,7 +142,7 @@ class SimTree:
             return False
         if self.umask is None:
             self.umask = process_umask()
-        write_fd(fd, data, mode if mode & self.umask else None)
+        write_fd(fd, data, mode if mode & self.umask else None, self.held)
         return True
 
     def mkdir(self, path: Path) -> None:
@@ -193,10 +194,7 @@ class SimTree:
             fd = os.open(real, _REWRITE)
             mode = old if mode is None else mode
             old = None
-        if mode is None or mode == old:
-            write_fd(fd, data, None)
-        else:
-            write_fd(fd, data, mode)
+        write_fd(fd, data, None if mode is None or mode == old else mode)
 
     def set_attr(self, path: Path, value: object) -> None:
         """Change an attribute's content, keeping its mode."""
