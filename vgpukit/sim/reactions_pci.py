@@ -20,12 +20,18 @@ from .kernel import Reaction, Write, fail
 BDF_RE = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([01][0-9a-f])\.([0-7])$")
 
 
-def _is_pci_dir(path: Path) -> bool:
-    return bool(BDF_RE.match(path.name)) and (path / "vendor").exists()
+def _is_pci_dir(path: Path, w: Write | None = None) -> bool:
+    """A PCI function's directory: named by its address, with a ``vendor`` (not looked at again when
+    this write reached the directory through its ``bus/pci/devices`` link)."""
+    if not BDF_RE.match(path.name):
+        return False
+    if w is not None and w.tree.links.get(str(w.tree.device_link(path.name))) == str(path):
+        return True
+    return (path / "vendor").exists()
 
 
 def _attr(name: str) -> Callable[[Write], bool]:
-    return lambda w: w.path.name == name and _is_pci_dir(w.path.parent)
+    return lambda w: w.path.name == name and _is_pci_dir(w.path.parent, w)
 
 
 def _driver_file(name: str) -> Callable[[Write], bool]:

@@ -97,7 +97,7 @@ def refresh(w: Write, cat: Board, pf_dir: Path) -> None:
 
 
 def _numvfs_match(w: Write) -> bool:
-    return w.path.name == "sriov_numvfs" and _is_pci_dir(w.path.parent) and _vf_catalog(w, w.path.parent) is not None
+    return w.path.name == "sriov_numvfs" and _is_pci_dir(w.path.parent, w) and _vf_catalog(w, w.path.parent) is not None
 
 
 def numvfs(w: Write) -> None:
