@@ -123,3 +123,30 @@ def test_files_closed_together_never_close_a_descriptor_they_do_not_hold(tmp_pat
     finally:
         for fd in others:
             os.close(fd)
+
+
+def test_an_attribute_stored_by_rename_leaves_no_temporary_file_even_after_a_killed_store(tmp_path: Path) -> None:
+    sim = tmp_path / "host"
+    init_sim(sim, "hgx-a100")
+    override = Path(os.path.realpath(sim / "sys/bus/pci/devices" / PF / "driver_override"))
+    stale = sim / ".vgpukit-sim" / "store.tmp"
+    stale.write_text("left by a process killed before its rename\n")
+    SimKernel(sim).write(sim / "sys/bus/pci/devices" / PF / "driver_override", "vfio-pci")
+    assert override.read_text() == "vfio-pci\n"
+    assert stat.S_IMODE(override.stat().st_mode) == 0o644
+    assert not stale.exists()
+    assert not any(n.startswith(".") for n in os.listdir(override.parent))  # nothing added beside it
+
+
+def test_no_change_may_follow_an_unlogged_store(tmp_path: Path) -> None:
+    from vgpukit.sim.journal import Journal
+    from vgpukit.sim.tree import SimTree
+
+    sim = tmp_path / "host"
+    init_sim(sim, "hgx-a100")
+    pf_dir = Path(os.path.realpath(sim / "sys/bus/pci/devices" / PF))
+    tree = SimTree(sim, Journal(sim, sim / ".vgpukit-sim", {"path": "x", "value": "1"}))
+    tree.store(pf_dir / "driver_override", "vfio-pci")
+    with pytest.raises(RuntimeError):
+        tree.write_attr(pf_dir / "enable", 0, 0o644)
+    assert (pf_dir / "enable").read_text() == "1\n"
