@@ -2,7 +2,9 @@
 
 Each step reads what it needs just before acting and journals an idempotent inverse:
 ``RestoreVfs`` (ensure a PF has N VFs with these bindings and records) and ``PutBack`` (ensure a
-device is on this driver / override, and its bind record is as it was).
+device is on this driver / override, and its bind record is as it was). What a step read or wrote
+is noted in ``env.seen`` (keys below) so nothing is read twice in a command: not by later steps, not
+by the command's report (:func:`vgpukit.sriov.model.read_pf` with ``seen``).
 """
 
 from __future__ import annotations
