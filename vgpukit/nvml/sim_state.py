@@ -24,8 +24,7 @@ LOCK_FILE = "nvml.lock"
 
 
 # ----------------------------------------------------------------------------- state file
-COMPACT_BYTES = 16 * 1024  # the change lines are folded into nvml.json past this and COMPACT_FACTOR times its size
-COMPACT_FACTOR = 4
+COMPACT_FACTOR = 2  # the change lines are folded into nvml.json past this many times its size
 
 
 class Store:
@@ -36,8 +35,8 @@ class Store:
     fault counters it went through) as a line appended to ``nvml.<gen>.jsonl``, not the whole state;
     past :data:`COMPACT_FACTOR` times the size of ``nvml.json`` the lines are folded into a new
     ``nvml.json`` of the next generation (one atomic rename: the old lines are then ignored, and
-    removed). Folding in proportion to the state keeps a call's share of it independent of the
-    number of GPUs."""
+    removed). Folding in proportion to the state (not past a fixed size) keeps a call's share of the
+    rewrites independent of the number of GPUs."""
 
     def __init__(self, sim_dir: Path) -> None:
         self.sim_dir = Path(sim_dir)
@@ -118,7 +117,7 @@ class Store:
         log = self._log(gen)
         data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in lines or []).encode()
         size = log_stamp[1] if log_stamp is not None else 0
-        if lines is None or size + len(data) > max(COMPACT_BYTES, COMPACT_FACTOR * base[1]):
+        if lines is None or size + len(data) > COMPACT_FACTOR * base[1]:
             state["gen"] = gen + 1
             self.stamp = (_save(self.path, state), gen + 1, None)
             log.unlink(missing_ok=True)  # the next generation: the old lines no longer apply
