@@ -108,7 +108,8 @@ class SimNvml:
         self.changes = 0
         self.store = Store(self.sim_dir)
         self._index: dict[str, int] | None = None  # bdf -> NVML index, looked up once (fixed at sim init)
-        self.caps: tuple[dict[int, set[int]], tuple[int, int]] | None = None  # /dev/nvidia-caps by GPU, its stamp
+        # /dev/nvidia-caps by GPU, with the directory's stamp and the driver state it was listed under
+        self.caps: tuple[dict[int, set[int]], tuple[int, int], dict[str, Any]] | None = None
         self.busy: tuple[dict[str, Any], set[int]] | None = None  # the state read, its GPUs with instances
         self.minors_ok = False  # mig-minors found or written
         self.char: bool | None = None  # the host makes real device nodes (sim init --char-devices)
@@ -340,7 +341,7 @@ class SimNvml:
         for gi in g["gis"]:
             want.add(gi_minor(gpu, gi["id"]))
             want |= {ci_minor(gpu, gi["id"], c["id"]) for c in gi["cis"]}
-        by_gpu = self._caps_now(caps)
+        by_gpu = self._caps_now(caps, state)
         from ..sim.tree import NULL_DEVICE
 
         mine, config = by_gpu.setdefault(gpu, set()), by_gpu.setdefault(-1, set())
@@ -356,7 +357,7 @@ class SimNvml:
             host.remove(caps / f"nvidia-cap{minor}")
             (mine if minor_gpu(minor) == gpu else config).discard(minor)
         if want != have:
-            self.caps = (by_gpu, _dir_stamp(caps))
+            self.caps = (by_gpu, _dir_stamp(caps), state)
 
     def _any_instances(self, state: dict[str, Any], gpu: int) -> bool:
         """Whether any GPU has a GPU instance (the config and monitor nodes exist then): the GPUs
@@ -377,17 +378,18 @@ class SimNvml:
             self.char = char_devices(self.host.root)  # fixed at sim init
         return self.char
 
-    def _caps_now(self, caps: Path) -> dict[int, set[int]]:
-        """The minors present in ``caps`` by GPU (-1: config and monitor): listed once, then kept,
-        unless the directory changed since."""
+    def _caps_now(self, caps: Path, state: dict[str, Any]) -> dict[int, set[int]]:
+        """The minors present in ``caps`` by GPU (-1: config and monitor): listed once, then kept
+        while the driver state read is the same (another process that changes the nodes saves the
+        state: :class:`Store` reads it again) and the directory's stamp too."""
         now = _dir_stamp(caps)
-        if self.caps is None or self.caps[1] != now:
+        if self.caps is None or self.caps[1] != now or self.caps[2] is not state:
             by_gpu: dict[int, set[int]] = {}
             for name in self.host.listdir(caps):
                 if name.startswith("nvidia-cap") and name[10:].isdigit():
                     minor = int(name[10:])
                     by_gpu.setdefault(minor_gpu(minor), set()).add(minor)
-            self.caps = (by_gpu, now)
+            self.caps = (by_gpu, now, state)
         return self.caps[0]
 
 
