@@ -41,6 +41,7 @@ from .sim_state import (
     STATE_FILE,
     Store,
     _check_fault,
+    _dir_stamp,
     _find_gi,
     _fits,
     _gi_id,
@@ -391,15 +392,6 @@ class SimNvml:
                     by_gpu.setdefault(minor_gpu(minor), set()).add(minor)
             self.caps = (by_gpu, now, state)
         return self.caps[0]
-
-
-def _dir_stamp(d: Path) -> tuple[int, int]:
-    """A directory's inode and mtime: both change when an entry is added or removed (or it is replaced)."""
-    try:
-        st = os.stat(d)
-    except FileNotFoundError:
-        return (0, 0)
-    return (st.st_ino, st.st_mtime_ns)
 
 
 # ----------------------------------------------------------------------------- simulated host controls

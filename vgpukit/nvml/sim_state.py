@@ -157,6 +157,15 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+def _dir_stamp(d: Path) -> tuple[int, int]:
+    """A directory's inode and mtime: both change when an entry is added or removed (or it is replaced)."""
+    try:
+        st = os.stat(d)
+    except FileNotFoundError:
+        return (0, 0)
+    return (st.st_ino, st.st_mtime_ns)
+
+
 def _locked(sim_dir: Path, write: bool) -> Any:
     """One call's state, read for it (the host controls at the bottom of :mod:`vgpukit.nvml.sim`)."""
     return Store(sim_dir).locked(write)  # the store's lock file is closed when it is dropped
