@@ -16,10 +16,12 @@ upstream port is a downstream port. Relationships use ``nvidia-smi topo -m`` voc
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .nvml.model import NvLink
 from .pci import PciDevice
+
+if TYPE_CHECKING:
+    from .nvml.model import NvLink
 
 RANK = {"X": 0, "PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
 

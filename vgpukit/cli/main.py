@@ -24,7 +24,7 @@ from .params import AsciiFloat
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# name -> (module, attribute, one-line help). Listed commands whose module is not installed are hidden.
+# name -> (module, attribute, one-line help): the top-level commands, imported when run (LazyGroup).
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "topo": ("vgpukit.cli.topo_cmd", "topo", "Show the PCIe topology (tree, --matrix)."),
     "devices": ("vgpukit.cli.topo_cmd", "devices", "List PCI devices, flat and filterable."),
@@ -61,11 +61,23 @@ def _available(module: str) -> bool:
 
 
 class LazyGroup(click.Group):
+    """A group whose listed commands are imported only when one is run (or asked for help): ``lazy``
+    maps a name to (module, attribute, one-line help); an empty help is taken from the command itself
+    when a listing needs it. Listed commands whose module is not installed are hidden. Commands added
+    the usual way (``@group.command``) live beside them."""
+
+    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str, str]] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy or {}
+
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [name for name, (mod, _, _) in COMMANDS.items() if _available(mod)]
+        names = [name for name, (mod, _, _) in self.lazy.items() if _available(mod)]
+        return sorted({*names, *self.commands}) if self.commands else names
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        entry = COMMANDS.get(cmd_name)
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        entry = self.lazy.get(cmd_name)
         if entry is None or not _available(entry[0]):
             return None
         module = importlib.import_module(entry[0])
@@ -74,13 +86,21 @@ class LazyGroup(click.Group):
         return cmd
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        rows = []
+        for name in self.list_commands(ctx):
+            text = self.lazy[name][2] if name in self.lazy else ""
+            if not text:
+                cmd = self.get_command(ctx, name)
+                if cmd is None or cmd.hidden:
+                    continue
+                text = cmd.get_short_help_str(formatter.width - 6 - max(len(n) for n in self.list_commands(ctx)))
+            rows.append((name, text))
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--root", metavar="DIR", help="Host root directory (default /; env VGPUKIT_ROOT).")
 @click.option("--sim", "sim", metavar="DIR", help="Act on the simulated host in DIR (env VGPUKIT_SIM).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (also accepted after the command).")

@@ -5,19 +5,23 @@ from __future__ import annotations
 import click
 
 from ..cli.context import App
-from ..cli.main import dry_run_option, json_option, mutating
+from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
 from ..cli.output import emit, fail_after_emit, say
 from ..cli.params import GPU_DEVICE, AsciiInt
 from ..errors import Busy, InvalidInput, Unsupported
 from ..pci import Scan
-from . import engine, view
+from . import view
 from .common_cli import aliases, label_of, named, nvml_of, resolve_gpu, run_plans
-from .config_cli import apply_cmd, assert_cmd, export_cmd, service_cmd
 from .steps import SetMode
 from .view_cli import show_profiles, show_status
 
+# the mig-parted commands (and the YAML, hooks and config code behind them) load only when used
+_CONFIG_COMMANDS = {
+    name: ("vgpukit.mig.config_cli", f"{name}_cmd", "") for name in ("apply", "assert", "export", "service")
+}
 
-@click.group()
+
+@click.group(cls=LazyGroup, lazy=_CONFIG_COMMANDS)
 def mig() -> None:
     """MIG: status, profiles, destroy, disable, and mig-parted configs (apply/assert/export).
 
@@ -87,6 +91,7 @@ def partition(
     Existing instances that match are kept; MIG mode is enabled if needed. Run it twice: the second
     run does nothing. --dry-run prints the placements and exits non-zero when the request cannot fit.
     """
+    from . import engine  # the planner loads with the commands that plan (status does not)
     from .spec import parse_request
 
     nvml = nvml_of(app)
@@ -150,6 +155,8 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
 @mutating
 def disable(app: App, gpu: str, reset: bool | None) -> None:
     """Turn MIG mode off (the GPU must have no GPU instances left)."""
+    from . import engine  # the planner loads with the commands that plan (status does not)
+
     nvml = nvml_of(app)
     scan = Scan(app.host)
     g = resolve_gpu(app, gpu, scan)
@@ -166,9 +173,3 @@ def disable(app: App, gpu: str, reset: bool | None) -> None:
     pending = any(isinstance(s, SetMode) and s.pending_ok and not s.then_reset for s in plan.steps)
     if not app.dry_run and not app.json and pending:
         say(f"MIG stays on until {gpu} is reset: vgpukit mig disable {gpu} --reset (or reboot)")
-
-
-mig.add_command(apply_cmd)
-mig.add_command(assert_cmd)
-mig.add_command(export_cmd)
-mig.add_command(service_cmd)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import naming
 from ..cli.context import App
@@ -11,9 +11,12 @@ from ..engine import execute
 from ..errors import VgpukitError
 from ..nvml import Nvml, NvmlGpu
 from ..pci import Scan
-from . import engine, steps, view
+from . import steps, view
 from .steps import CreateGi
 from .view_cli import show_status
+
+if TYPE_CHECKING:
+    from . import engine
 
 
 def nvml_of(app: App) -> Nvml:

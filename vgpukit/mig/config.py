@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput, NotFound
 from ..inputs import load_yaml
+
+if TYPE_CHECKING:  # yaml is imported where a document is parsed: read-only commands never load it
+    import yaml
 
 TOP_KEYS = ("version", "mig-configs")
 ENTRY_KEYS = ("devices", "device-filter", "mig-enabled", "mig-devices")
@@ -155,6 +156,8 @@ def _err(source: str, node: yaml.Node, msg: str) -> InvalidInput:
 
 
 def _mapping(source: str, node: yaml.Node, what: str, allowed: tuple[str, ...] | None) -> dict[str, yaml.Node]:
+    import yaml
+
     if not isinstance(node, yaml.MappingNode):
         raise _err(source, node, f"{what} must be a mapping")
     out: dict[str, yaml.Node] = {}
@@ -171,6 +174,8 @@ def _mapping(source: str, node: yaml.Node, what: str, allowed: tuple[str, ...] |
 
 
 def _scalar(node: yaml.Node) -> Any:
+    import yaml
+
     if not isinstance(node, yaml.ScalarNode):
         return None
     try:
@@ -210,6 +215,8 @@ def parse_device_id(text: str) -> DeviceId:
 def _filters(source: str, node: yaml.Node) -> list[DeviceId] | None:
     """A string or a list of strings, as mig-parted reads them; an item mig-parted could not read
     (a model name, an unquoted number, ``20B010DE`` without 0x) would match nothing there: refused."""
+    import yaml
+
     items = node.value if isinstance(node, yaml.SequenceNode) else [node]
     if isinstance(node, yaml.ScalarNode) and _scalar(node) == "":
         return None  # mig-parted: an empty filter string means no filter
@@ -231,6 +238,8 @@ def _filters(source: str, node: yaml.Node) -> list[DeviceId] | None:
 
 
 def _indices(source: str, node: yaml.Node) -> list[int] | None:
+    import yaml
+
     if isinstance(node, yaml.ScalarNode):
         if _scalar(node) == "all":
             return None
@@ -248,6 +257,8 @@ def _indices(source: str, node: yaml.Node) -> list[int] | None:
 
 def parse(text: str, source: str = "config") -> dict[str, list[Entry]]:
     """A whole mig-parted v1 file: config name -> its entries, in file order."""
+    import yaml
+
     load_yaml(text, source, max_bytes=MAX_CONFIG_BYTES)  # size, syntax, nesting: one line, no content
     root = yaml.compose(text, Loader=yaml.SafeLoader)
     if root is None:
@@ -273,6 +284,8 @@ def parse_node(root: yaml.Node, source: str) -> dict[str, list[Entry]]:
 
 def parse_entries(node: yaml.Node, source: str) -> list[Entry]:
     """One config: a non-empty list of device entries."""
+    import yaml
+
     if not isinstance(node, yaml.SequenceNode):
         raise _err(source, node, "each config under mig-configs must be a list of device entries")
     if not node.value:
@@ -281,6 +294,8 @@ def parse_entries(node: yaml.Node, source: str) -> list[Entry]:
 
 
 def _entry(source: str, node: yaml.Node) -> Entry:
+    import yaml
+
     keys = _mapping(source, node, "a device entry", ENTRY_KEYS)
     for required in ("devices", "mig-enabled"):
         if required not in keys:
@@ -331,4 +346,6 @@ def select(configs: dict[str, list[Entry]], name: str | None, source: str) -> tu
 
 
 def dump(name: str, entries: list[dict[str, Any]]) -> str:
+    import yaml
+
     return yaml.safe_dump({"version": "v1", "mig-configs": {name: entries}}, sort_keys=False)

@@ -28,12 +28,14 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
-
-import yaml
+from typing import TYPE_CHECKING
 
 from ..errors import VgpukitError
 from ..inputs import load_yaml
 from .config import _err, _mapping, _scalar
+
+if TYPE_CHECKING:  # yaml is imported where a document is parsed: read-only commands never load it
+    import yaml
 
 
 class HookFailed(VgpukitError):
@@ -91,6 +93,8 @@ def _run_one(source: str, name: str, h: Hook, env: dict[str, str], show_output: 
 
 
 def _text(source: str, node: yaml.Node, what: str) -> str:
+    import yaml
+
     value = _scalar(node)
     if not isinstance(value, (str, int, float)) or isinstance(value, bool) or "\0" in str(value):
         raise _err(source, node, f"{what} must be a string")
@@ -98,6 +102,8 @@ def _text(source: str, node: yaml.Node, what: str) -> str:
 
 
 def parse(text: str, source: str = "hooks") -> Hooks:
+    import yaml
+
     load_yaml(text, source, max_bytes=MAX_HOOKS_BYTES)
     root = yaml.compose(text, Loader=yaml.SafeLoader)
     if root is None:
@@ -118,6 +124,8 @@ def parse(text: str, source: str = "hooks") -> Hooks:
 
 
 def _hook(source: str, node: yaml.Node) -> Hook:
+    import yaml
+
     keys = _mapping(source, node, "a hook", HOOK_KEYS)
     if "command" not in keys:
         raise _err(source, node, "a hook lacks 'command'")
