@@ -5,14 +5,15 @@ The real kernel applies a write to ``sriov_numvfs`` (hundreds of VF functions), 
 file operations, so each one first records what it is about to change in an *undo log*,
 ``.vgpukit-sim/inflight.jsonl``:
 
-* line 1, written and fsync'd before the first change: which write is in flight (path, value);
+* line 1, written with the first record: which write is in flight (path, value);
 * then, before every change to a path, one line with that path's state *before* the change
   (absent, a file with its content and mode, a symlink with its target, a directory), or for a
   file only appended to, its size (``kernel.jsonl``: the undo cuts it back, whatever its length).
 
 A directory the reaction creates is logged once, as absent: what the reaction then puts inside it
 needs no line of its own (undoing "absent" removes the directory with its contents), so creating a
-device costs its files' writes, not a log line each.
+device costs its files' writes, not a log line each; a reaction creating many such paths it knows
+absent logs them in one ``write(2)`` (:meth:`Journal.absent`).
 
 The reaction commits by deleting the log (after its changes to ``kernel.json`` are saved, which is
 logged too).
@@ -22,8 +23,8 @@ were before the interrupted write. Each undo step is an idempotent "ensure this 
 undo that is itself killed is simply run again. A reaction that raises is undone the same way at once.
 
 Records are plain ``write(2)`` appends: they outlive the death of the process (the page cache keeps
-them), which is what the simulator models; only the header is fsync'd. Power loss is out of scope
-(the simulated tree itself is never fsync'd).
+them), which is what the simulator models. Power loss is out of scope (the simulated tree itself is
+never fsync'd), so neither is the log.
 """
 
 from __future__ import annotations
@@ -34,19 +35,10 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from .files import read_fd
+
 LOG = "inflight.jsonl"
 KINDS = ("absent", "file", "link", "dir", "size")
-
-
-def read_fd(fd: int) -> str:
-    """All of an open file's text, then close it."""
-    try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode("utf-8", "surrogateescape")
 
 
 def _snapshot(path: str) -> dict[str, Any]:
@@ -133,9 +125,14 @@ class Journal:
         self.what = what
         self.fd: int | None = None
         self.fresh: set[str] = set()  # directories this reaction created (logged as absent)
+        self.logged: set[str] = set()  # paths whose state before the reaction is logged
+        self.sealed = False  # the reaction made its last change unlogged (SimTree.store): none may follow
 
     def is_fresh(self, path: str) -> bool:
-        """Whether ``path`` lies in a directory this reaction created (its undo removes it whole)."""
+        """Whether ``path``'s state before the reaction is logged, or it lies in a directory this
+        reaction created (its undo removes it whole): a change to it needs no line of its own."""
+        if path in self.logged:
+            return True
         if not self.fresh:
             return False
         d = os.path.dirname(path)
@@ -149,23 +146,41 @@ class Journal:
         """``path`` was absent (logged) and is now a directory this reaction made."""
         self.fresh.add(path)
 
-    def _open(self) -> int:
+    def _append(self, lines: str) -> None:
+        """Append record lines; the first append creates the log and puts the header before them."""
+        if self.sealed:
+            raise RuntimeError("simulated kernel: a change after the reaction's last, unlogged one")
         if self.fd is None:
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-            os.write(self.fd, (json.dumps(self.what) + "\n").encode())
-            os.fsync(self.fd)
-            dfd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        return self.fd
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            lines = json.dumps(self.what) + "\n" + lines
+        os.write(self.fd, lines.encode("utf-8", "surrogateescape"))
 
-    def before(self, path: str) -> None:
-        """Record ``path``'s current state; call before changing it."""
+    def before(self, path: str) -> dict[str, Any] | None:
+        """Record ``path``'s current state; call before changing it. Returns what was recorded (None:
+        nothing, ``path`` lies in a directory this reaction created)."""
         if self.is_fresh(path):
-            return
-        self._record(path, _snapshot(path))
+            return None
+        rec = _snapshot(path)
+        self._record(path, rec)
+        self.logged.add(path)  # its state before the reaction is logged: later changes need no line
+        return rec
+
+    def before_all(self, paths: list[str]) -> None:
+        """:meth:`before` for each of ``paths``, in one append."""
+        paths = [p for p in paths if not self.is_fresh(p)]
+        lines = [json.dumps({**_snapshot(p), "path": p[len(self.root) + 1 :]}) for p in paths]
+        if lines:
+            self._append("\n".join(lines) + "\n")
+        self.logged.update(paths)
+
+    def absent(self, paths: list[str]) -> None:
+        """Record ``paths`` as absent, in one append: the caller knows none of them exists (it listed
+        their directories under the simulator's lock) and creates them next."""
+        paths = [p for p in paths if not self.is_fresh(p)]
+        lines = [json.dumps({"kind": "absent", "path": p[len(self.root) + 1 :]}) for p in paths]
+        if lines:
+            self._append("\n".join(lines) + "\n")
+        self.logged.update(paths)
 
     def before_append(self, path: str) -> None:
         """Record ``path``'s length (or absence); call before appending to it."""
@@ -177,9 +192,8 @@ class Journal:
         self._record(path, {"kind": "size", "size": st.st_size} if stat.S_ISREG(st.st_mode) else _snapshot(path))
 
     def _record(self, path: str, rec: dict[str, Any]) -> None:
-        fd = self._open()
         rec["path"] = path[len(self.root) + 1 :]  # the tree hands in real paths inside the root
-        os.write(fd, (json.dumps(rec) + "\n").encode("utf-8", "surrogateescape"))
+        self._append(json.dumps(rec) + "\n")
 
     def commit(self) -> None:
         if self.fd is not None:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from .journal import LOG, Journal, undo
 from .state import CHANGES, KERNEL, KernelState, corrupt, locked, sim_meta_dir, stamp
-from .tree import SimTree, is_writable
+from .tree import SimTree
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +46,16 @@ class Write:
     """One control-file write as a reaction sees it."""
 
     tree: SimTree
-    state: KernelState
+    load: Callable[[], KernelState]  # the kernel state, loaded (or checked current) at its first use
     path: Path  # real path of the file inside the sim root
     data: str  # as written (may end in a newline)
+    loaded: KernelState | None = None
+
+    @property
+    def state(self) -> KernelState:
+        if self.loaded is None:
+            self.loaded = self.load()
+        return self.loaded
 
     @property
     def value(self) -> str:
@@ -107,6 +114,8 @@ class SimKernel:
         self.stamp: tuple[object, ...] = ()  # the state files' stamp when it was
         self.lock_fd: int | None = None
         self.real_dirs: set[str] = set()
+        self.umask: int | None = None  # the process's, read at the first file a reaction creates
+        self.char_nodes: bool | None = None  # whether device nodes are real ones (sim init --char-devices)
         if (sim_meta_dir(self.root) / LOG).exists():
             with locked(self.root):
                 recover(self.root)
@@ -119,26 +128,27 @@ class SimKernel:
             os.kill(os.getpid(), signal.SIGKILL)
         # one per write, sharing what the kernel's earlier writes found to be real directories (as a
         # command's Host does; forgotten when a reaction is undone)
-        tree = SimTree(self.root, resolved=True, real_dirs=self.real_dirs)
+        tree = SimTree(self.root, resolved=True, real_dirs=self.real_dirs, umask=self.umask, char_nodes=self.char_nodes)
         real = Path(tree.inside(path, follow=False))
         with self._locked():
             if recover(self.root) is not None:
                 self.real_dirs.clear()
-            state = self._current()
             tree.journal = Journal(
                 self.root, sim_meta_dir(self.root), {"path": os.path.relpath(real, self.root), "value": data}
             )
             journal = tree.journal
-            w = Write(tree, state, real, data)
+            w = Write(tree, self._current, real, data)
             try:
                 self._react(w)
-                if state.changes:
-                    self._save(state, journal)
+                if w.loaded is not None and w.loaded.changes:
+                    self._save(w.loaded, journal)
             except BaseException:
                 self.state = None  # it may hold what the failed reaction changed
                 self.real_dirs.clear()  # and the undo removes the directories it made
                 journal.rollback()
                 raise
+            finally:
+                self.umask, self.char_nodes = tree.umask, tree.char_nodes  # learnt once per kernel
             journal.commit()
 
     @contextlib.contextmanager
@@ -181,8 +191,11 @@ class SimKernel:
             fd = os.open(meta / CHANGES, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
             try:
                 os.write(fd, lines)
+                st = os.fstat(fd)
             finally:
                 os.close(fd)
+            self.stamp = (base, (st.st_ino, st.st_size, st.st_mtime_ns))  # kernel.json is as it was
+            return
         self.stamp = stamp(self.root)
 
     @property
@@ -200,9 +213,10 @@ class SimKernel:
                     # the simulator's own data is broken (kernel.json, a hand-edited tree): undone, one line
                     raise corrupt(self.root, sim_meta_dir(self.root) / KERNEL) from exc
                 return
-        real = w.path
-        if not real.exists():
-            raise fail(errno.ENOENT)
-        if not is_writable(real):
+        try:
+            mode = w.path.stat().st_mode
+        except FileNotFoundError:
+            raise fail(errno.ENOENT) from None
+        if not mode & 0o222:
             raise fail(errno.EACCES)
-        w.tree.set_attr(real, w.value)
+        w.tree.store(w.path, w.value)

@@ -17,9 +17,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from .files import read_attr
 from .holders import holders_of
 from .kernel import Reaction, Write, fail
-from .tree import WO, SimTree, read_attr
+from .tree import WO, SimTree
 
 UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 

@@ -13,19 +13,25 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from .files import HeldOpen, read_attr
 from .kernel import Reaction, Write, fail
-from .tree import read_attr
 
 # The kernel's device names (pci_name(): "%04x:%02x:%02x.%d"); the simulator's own, not the toolkit's.
 BDF_RE = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([01][0-9a-f])\.([0-7])$")
 
 
-def _is_pci_dir(path: Path) -> bool:
-    return bool(BDF_RE.match(path.name)) and (path / "vendor").exists()
+def _is_pci_dir(path: Path, w: Write | None = None) -> bool:
+    """A PCI function's directory: named by its address, with a ``vendor`` (not looked at again when
+    this write reached the directory through its ``bus/pci/devices`` link)."""
+    if not BDF_RE.match(path.name):
+        return False
+    if w is not None and w.tree.links.get(str(w.tree.device_link(path.name))) == str(path):
+        return True
+    return (path / "vendor").exists()
 
 
 def _attr(name: str) -> Callable[[Write], bool]:
-    return lambda w: w.path.name == name and _is_pci_dir(w.path.parent)
+    return lambda w: w.path.name == name and _is_pci_dir(w.path.parent, w)
 
 
 def _driver_file(name: str) -> Callable[[Write], bool]:
@@ -57,7 +63,7 @@ def probe(w: Write, bdf: str) -> None:
         return
     override = _override(w, bdf)
     if override is not None:
-        driver: str | None = override if w.tree.driver_dir(override).is_dir() else None
+        driver: str | None = override if w.tree.is_dir(w.tree.driver_dir(override)) else None
     else:
         driver = w.state.match_driver(*_ids(w, bdf))
     if driver:
@@ -134,35 +140,49 @@ def sriov_numvfs(w: Write) -> None:
     numa = int(_read(pf_dir / "numa_node"))
     cpus = _read(pf_dir / "local_cpulist") if (pf_dir / "local_cpulist").exists() else None
     autoprobe = _read(pf_dir / "sriov_drivers_autoprobe") == "1" and _read(w.tree.bus_pci / "drivers_autoprobe") == "1"
-    for n in range(want):
-        vf = virtfn_name(pf, offset, stride, n)
-        group = w.state.take_group()
-        vf_dir = w.tree.add_pci_device(pf_dir.parent, vf, spec, None if numa < 0 else numa, cpus, group)
-        w.tree.link(vf_dir / "physfn", pf_dir)
-        w.tree.link(pf_dir / f"virtfn{n}", vf_dir)
-        if autoprobe:
-            probe(w, vf)
+    vfs = [virtfn_name(pf, offset, stride, n) for n in range(want)]  # all or none: ERANGE before any change
+    groups = [w.state.take_group() for _ in vfs]
+    tree = w.tree
+    group_dirs = [tree.group_dir(g) for g in groups]
+    tree.expect_new(
+        [pf_dir.parent / vf for vf in vfs]
+        + [tree.device_link(vf) for vf in vfs]
+        + group_dirs
+        + [pf_dir / f"virtfn{n}" for n in range(want)]
+    )
+    held = tree.held = HeldOpen()  # the VFs' new files are closed together, a few dozen at a time
+    try:
+        for n, (vf, group) in enumerate(zip(vfs, groups, strict=True)):
+            vf_dir = tree.add_pci_device(pf_dir.parent, vf, spec, None if numa < 0 else numa, cpus, group)
+            tree.link(vf_dir / "physfn", pf_dir)
+            tree.link(pf_dir / f"virtfn{n}", vf_dir)
+            if autoprobe:
+                probe(w, vf)
+    finally:
+        tree.held = None
+        held.close_all()
     w.tree.set_attr(pf_dir / "sriov_numvfs", want)
 
 
 def _bool_attr(w: Write) -> None:
     value = w.value.lower()
     if value in ("1", "y", "yes", "on", "true"):
-        w.tree.set_attr(w.path, 1)
+        w.tree.store(w.path, 1)
     elif value in ("0", "n", "no", "off", "false"):
-        w.tree.set_attr(w.path, 0)
+        w.tree.store(w.path, 0)
     else:
         raise fail(errno.EINVAL)
 
 
 def driver_override(w: Write) -> None:
-    w.tree.set_attr(w.path, w.value or "(null)")
+    w.tree.store(w.path, w.value or "(null)")
 
 
 # ----------------------------------------------------------------------------- binding
 def _device_arg(w: Write) -> str:
     bdf = w.value
-    if not BDF_RE.match(bdf) or not os.path.lexists(w.tree.device_link(bdf)):
+    link = w.tree.device_link(bdf) if BDF_RE.match(bdf) else None
+    if link is None or (w.tree.resolve(link) == str(link) and not os.path.lexists(link)):  # a bus entry is a link
         raise fail(errno.ENODEV)
     return bdf
 

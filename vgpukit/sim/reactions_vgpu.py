@@ -97,7 +97,7 @@ def refresh(w: Write, cat: Board, pf_dir: Path) -> None:
 
 
 def _numvfs_match(w: Write) -> bool:
-    return w.path.name == "sriov_numvfs" and _is_pci_dir(w.path.parent) and _vf_catalog(w, w.path.parent) is not None
+    return w.path.name == "sriov_numvfs" and _is_pci_dir(w.path.parent, w) and _vf_catalog(w, w.path.parent) is not None
 
 
 def numvfs(w: Write) -> None:
@@ -169,7 +169,7 @@ def set_params(w: Write) -> None:
     """``nvidia/vgpu_params`` of an mdev instance or a VF vGPU: plain text, settable before VM start."""
     if not w.path.exists():
         raise fail(errno.ENOENT)
-    w.tree.set_attr(w.path, w.value)
+    w.tree.store(w.path, w.value)
 
 
 REACTIONS = [
