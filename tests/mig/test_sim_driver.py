@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -109,6 +110,27 @@ def test_caps_nodes_follow_instances(hgx: Path) -> None:
     n.destroy_compute_instance(1, gi.id, ci.id)
     n.destroy_gpu_instance(1, gi.id)
     assert list(caps.iterdir()) == []
+
+
+def test_config_and_monitor_nodes_stay_while_any_gpu_has_an_instance(hgx: Path) -> None:
+    """The driver keeps nvidia-cap1/2 while some GPU has an instance, whichever process made it; a
+    change by another process is seen even when the directory's mtime did not move (file times
+    advance by clock ticks of a few ms: two changes in one tick leave the same mtime)."""
+    caps = hgx / "dev" / "nvidia-caps"
+    enable_now(hgx, 0)
+    enable_now(hgx, 1)
+    n, other = SimNvml(hgx), SimNvml(hgx)
+    gi0 = n.create_gpu_instance(0, 19)
+    gi1 = other.create_gpu_instance(1, 19)
+    n.destroy_gpu_instance(1, gi1.id)  # GPU 0 still has one
+    assert sorted(p.name for p in caps.iterdir()) == ["nvidia-cap1", f"nvidia-cap{3 + 9 * gi0.id}", "nvidia-cap2"]
+    tick = os.stat(caps).st_mtime_ns
+    other.destroy_gpu_instance(0, gi0.id)
+    os.utime(caps, ns=(tick, tick))  # in the same tick
+    assert list(caps.iterdir()) == []
+    gi1 = n.create_gpu_instance(1, 19)
+    now = sorted(p.name for p in caps.iterdir())
+    assert now == sorted(["nvidia-cap1", "nvidia-cap2", f"nvidia-cap{138 + 9 * gi1.id}"])
 
 
 def _create_one(args: tuple[str, int]) -> int:

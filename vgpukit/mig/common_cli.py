@@ -74,11 +74,12 @@ def report_plans(
     gpus = {p.gpu.index: p.gpu for p in plans}
     now = nvml.gpus()  # once: their MIG mode as it is after the change
     docs = named(scan, [view.gpu_status(nvml, now[i]) for i in sorted(gpus)])
+    created = {s for s in todo if isinstance(s, CreateGi)}  # a set: looked up, not searched for in todo
     placements = [
         {"gpu": p.gpu.index, "profile": s.profile, "start": s.start, "size": s.size}
         for p in plans
         for s in p.steps
-        if isinstance(s, CreateGi) and s in todo
+        if isinstance(s, CreateGi) and s in created
     ]
     emit_result(
         app,

@@ -41,6 +41,7 @@ from .sim_state import (
     STATE_FILE,
     Store,
     _check_fault,
+    _dir_stamp,
     _find_gi,
     _fits,
     _gi_id,
@@ -58,6 +59,7 @@ from .sim_state import (
     ci_minor,
     gi_minor,
     mig_minors_text,
+    minor_gpu,
 )
 
 _MIG_NS = uuidlib.UUID("6b1f8f0e-3c52-4a35-9d0b-6d4b1f0c7a11")
@@ -107,10 +109,15 @@ class SimNvml:
         self.changes = 0
         self.store = Store(self.sim_dir)
         self._index: dict[str, int] | None = None  # bdf -> NVML index, looked up once (fixed at sim init)
-        self.caps: tuple[set[int], tuple[int, int]] | None = None  # the minors in /dev/nvidia-caps, and its stamp
+        # /dev/nvidia-caps by GPU, with the directory's stamp and the driver state it was listed under
+        self.caps: tuple[dict[int, set[int]], tuple[int, int], dict[str, Any]] | None = None
+        self.busy: tuple[dict[str, Any], set[int]] | None = None  # the state read, its GPUs with instances
+        self.minors_ok = False  # mig-minors found or written
+        self.char: bool | None = None  # the host makes real device nodes (sim init --char-devices)
 
     def close(self) -> None:
-        """Nothing to release: every call opens and closes the state file."""
+        """Release the driver's lock file (a later call opens it again)."""
+        self.store.close()
 
     def _read(self) -> Any:
         return self.store.locked(write=False)
@@ -321,51 +328,70 @@ class SimNvml:
     # ------------------------------------------------------------------ device nodes
     def _sync_caps(self, state: dict[str, Any], gpu: int) -> None:
         """Make /dev/nvidia-caps and mig-minors reflect GPU ``gpu``'s GPU/compute instances (the
-        driver's job). Only that GPU's minors (and config/monitor) are looked at: a call changes one GPU."""
+        driver's job). Only that GPU's minors (and config/monitor) are looked at: a call changes one
+        GPU, and costs the same however many GPUs the host has."""
         host = self.host
-        minors_file = host.proc("driver", "nvidia-caps", "mig-minors")
-        if not minors_file.exists():
-            host.write_file(minors_file, mig_minors_text(len(state["gpus"])))
+        if not self.minors_ok:  # written once, at the first instance (the minors of every GPU)
+            minors_file = host.proc("driver", "nvidia-caps", "mig-minors")
+            if not minors_file.exists():
+                host.write_file(minors_file, mig_minors_text(len(state["gpus"])))
+            self.minors_ok = True
         caps = host.dev("nvidia-caps")
         g = state["gpus"][gpu]
-        want: set[int] = {1, 2} if any(other["gis"] for other in state["gpus"]) else set()
+        want: set[int] = {1, 2} if self._any_instances(state, gpu) else set()
         for gi in g["gis"]:
             want.add(gi_minor(gpu, gi["id"]))
             want |= {ci_minor(gpu, gi["id"], c["id"]) for c in gi["cis"]}
-        mine = range(gi_minor(gpu, 0), gi_minor(gpu + 1, 0))
-        minors = self._caps_now(caps)
-        have = {m for m in minors if m in mine or m in (1, 2)}
-        from ..sim.tree import NULL_DEVICE, char_devices
+        by_gpu = self._caps_now(caps, state)
+        from ..sim.tree import NULL_DEVICE
 
+        mine, config = by_gpu.setdefault(gpu, set()), by_gpu.setdefault(-1, set())
+        have = mine | (config & {1, 2})
         for minor in sorted(want - have):
-            if char_devices(host.root):  # sim init --char-devices: a real node, /dev/null's numbers
+            if self._char_devices():  # sim init --char-devices: a real node, /dev/null's numbers
                 host.mkdir(caps)
                 os.mknod(caps / f"nvidia-cap{minor}", 0o020400, NULL_DEVICE)
             else:
                 host.write_file(caps / f"nvidia-cap{minor}", "", mode=0o400)  # plain file: sim nodes carry no numbers
-            minors.add(minor)
+            (mine if minor_gpu(minor) == gpu else config).add(minor)
         for minor in sorted(have - want):
             host.remove(caps / f"nvidia-cap{minor}")
-            minors.discard(minor)
+            (mine if minor_gpu(minor) == gpu else config).discard(minor)
         if want != have:
-            self.caps = (minors, _dir_stamp(caps))
+            self.caps = (by_gpu, _dir_stamp(caps), state)
 
-    def _caps_now(self, caps: Path) -> set[int]:
-        """The minors present in ``caps``: listed once, then kept, unless the directory changed since."""
+    def _any_instances(self, state: dict[str, Any], gpu: int) -> bool:
+        """Whether any GPU has a GPU instance (the config and monitor nodes exist then): the GPUs
+        that have one, found once per state read and kept as calls change GPU ``gpu``."""
+        if self.busy is None or self.busy[0] is not state:
+            self.busy = (state, {i for i, g in enumerate(state["gpus"]) if g["gis"]})
+        busy = self.busy[1]
+        if state["gpus"][gpu]["gis"]:
+            busy.add(gpu)
+        else:
+            busy.discard(gpu)
+        return bool(busy)
+
+    def _char_devices(self) -> bool:
+        if self.char is None:
+            from ..sim.tree import char_devices
+
+            self.char = char_devices(self.host.root)  # fixed at sim init
+        return self.char
+
+    def _caps_now(self, caps: Path, state: dict[str, Any]) -> dict[int, set[int]]:
+        """The minors present in ``caps`` by GPU (-1: config and monitor): listed once, then kept
+        while the driver state read is the same (another process that changes the nodes saves the
+        state: :class:`Store` reads it again) and the directory's stamp too."""
         now = _dir_stamp(caps)
-        if self.caps is None or self.caps[1] != now:
-            names = self.host.listdir(caps)
-            self.caps = ({int(n[10:]) for n in names if n.startswith("nvidia-cap") and n[10:].isdigit()}, now)
+        if self.caps is None or self.caps[1] != now or self.caps[2] is not state:
+            by_gpu: dict[int, set[int]] = {}
+            for name in self.host.listdir(caps):
+                if name.startswith("nvidia-cap") and name[10:].isdigit():
+                    minor = int(name[10:])
+                    by_gpu.setdefault(minor_gpu(minor), set()).add(minor)
+            self.caps = (by_gpu, now, state)
         return self.caps[0]
-
-
-def _dir_stamp(d: Path) -> tuple[int, int]:
-    """A directory's inode and mtime: both change when an entry is added or removed (or it is replaced)."""
-    try:
-        st = os.stat(d)
-    except FileNotFoundError:
-        return (0, 0)
-    return (st.st_ino, st.st_mtime_ns)
 
 
 # ----------------------------------------------------------------------------- simulated host controls

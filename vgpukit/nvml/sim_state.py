@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,94 +24,111 @@ LOCK_FILE = "nvml.lock"
 
 
 # ----------------------------------------------------------------------------- state file
-def _paths(sim_dir: Path) -> tuple[Path, Path]:
-    base = Path(sim_dir) / STATE_DIR
-    return base / STATE_FILE, base / LOCK_FILE
-
-
-COMPACT_BYTES = 64 * 1024  # the change lines are folded into nvml.json past this and its own size
+COMPACT_FACTOR = 2  # the change lines are folded into nvml.json past this many times its size
 
 
 class Store:
     """``nvml.json`` of one simulated host, held for the life of a :class:`~vgpukit.nvml.sim.SimNvml`.
 
     It is read again only when the stamp (inode, size, mtime) of its files shows another process
-    wrote since. A call on one GPU saves that GPU (and the fault counters it went through) as a line
-    appended to ``nvml.<gen>.jsonl``, not the whole state; past :data:`COMPACT_BYTES` the lines are
-    folded into a new ``nvml.json`` of the next generation (one atomic rename: the old lines are
-    then ignored, and removed)."""
+    wrote since: a call costs the lock and two ``stat``. A call on one GPU saves that GPU (and the
+    fault counters it went through) as a line appended to ``nvml.<gen>.jsonl``, not the whole state;
+    past :data:`COMPACT_FACTOR` times the size of ``nvml.json`` the lines are folded into a new
+    ``nvml.json`` of the next generation (one atomic rename: the old lines are then ignored, and
+    removed). Folding in proportion to the state (not past a fixed size) keeps a call's share of the
+    rewrites independent of the number of GPUs."""
 
     def __init__(self, sim_dir: Path) -> None:
         self.sim_dir = Path(sim_dir)
+        self.path = self.sim_dir / STATE_DIR / STATE_FILE
         self.state: dict[str, Any] | None = None
-        self.stamp: tuple[object, ...] | None = None
+        # the stamps of nvml.json and of nvml.<gen>.jsonl when self.state was read or last saved
+        self.stamp: tuple[tuple[int, int, int], int, tuple[int, int, int] | None] | None = None
+        self.lock_fd: int | None = None  # nvml.lock, opened once for the life of this store
+        self.closer: weakref.finalize[..., Any] | None = None
 
     @contextmanager
     def locked(self, write: bool, gpu: int | None = None) -> Iterator[dict[str, Any]]:
         """The state under the driver's lock; a ``write`` saves it after: GPU ``gpu`` only, when given."""
-        state_path, lock_path = _paths(self.sim_dir)
-        if not state_path.exists():
-            raise NotFound(f"{self.sim_dir} has no simulated NVML driver", path=str(state_path))
-        with open(lock_path, "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
+        if self.lock_fd is None:
+            if not self.path.exists():
+                raise NotFound(f"{self.sim_dir} has no simulated NVML driver", path=str(self.path))
+            flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+            self.lock_fd = os.open(self.path.with_name(LOCK_FILE), flags, 0o644)
+            self.closer = weakref.finalize(self, os.close, self.lock_fd)  # a dropped store releases it
+        fcntl.flock(self.lock_fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
+        try:
+            state = self._current()
             try:
-                state = self._current(state_path)
-                try:
-                    yield state
-                except BaseException:
-                    # a failed call changes nothing, except the fault counters it went through
-                    if write and state.pop("_faults_touched", False):
-                        self._save(state_path, state, [{"set": "faults", "to": state["faults"]}])
-                    self.state = None  # the failed call may have changed it; read it again next time
-                    raise
-                faults = state.pop("_faults_touched", False)
-                if write:
-                    lines = None
-                    if gpu is not None:
-                        lines = [{"gpu": gpu, "to": state["gpus"][gpu]}]
-                        lines += [{"set": "faults", "to": state["faults"]}] if faults else []
-                    self._save(state_path, state, lines)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+                yield state
+            except BaseException:
+                # a failed call changes nothing, except the fault counters it went through
+                if write and state.pop("_faults_touched", False):
+                    self._save(state, [{"set": "faults", "to": state["faults"]}])
+                self.state = None  # the failed call may have changed it; read it again next time
+                raise
+            faults = state.pop("_faults_touched", False)
+            if write:
+                lines = None
+                if gpu is not None:
+                    lines = [{"gpu": gpu, "to": state["gpus"][gpu]}]
+                    lines += [{"set": "faults", "to": state["faults"]}] if faults else []
+                self._save(state, lines)
+        finally:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
 
-    def _log(self, state_path: Path, state: dict[str, Any]) -> Path:
-        return state_path.with_name(f"nvml.{state.get('gen', 0)}.jsonl")
+    def _log(self, gen: int) -> Path:
+        return self.path.with_name(f"nvml.{gen}.jsonl")
 
-    def _current(self, state_path: Path) -> dict[str, Any]:
-        if self.state is None or self._stamp(state_path) != self.stamp:
-            state: dict[str, Any] = read_state(self.sim_dir, state_path)
-            log = self._log(state_path, state) if isinstance(state, dict) else None
-            if log is not None and log.exists():
-                for line in read_state_bytes(self.sim_dir, log).splitlines():
-                    if not _replay(state, line):
-                        raise corrupt(self.sim_dir, log)
-            if not _shape_ok(state, _STATE):
-                raise corrupt(self.sim_dir, state_path)
-            self.state = state
-            self.stamp = self._stamp(state_path)
-        return self.state
+    def close(self) -> None:
+        """Release the lock file (opened again by the next call)."""
+        if self.closer is not None:
+            self.closer()  # os.close, once
+        self.lock_fd = self.closer = None
 
-    def _stamp(self, state_path: Path) -> tuple[object, ...]:
-        base = _stamp(state_path)
-        gen = self.state.get("gen", 0) if self.state is not None else None
-        return (base, gen, _stamp(state_path.with_name(f"nvml.{gen}.jsonl")) if gen is not None else None)
+    def _current(self) -> dict[str, Any]:
+        base = _stamp(self.path)
+        if base is None:
+            raise NotFound(f"{self.sim_dir} has no simulated NVML driver", path=str(self.path))
+        held = self.stamp
+        if self.state is not None and held is not None and held[0] == base and _stamp(self._log(held[1])) == held[2]:
+            return self.state
+        state = read_state(self.sim_dir, self.path)
+        gen = state.get("gen", 0) if isinstance(state, dict) else None
+        log = self._log(gen) if type(gen) is int else None
+        log_stamp = _stamp(log) if log is not None else None
+        if log is not None and log_stamp is not None:
+            for line in read_state_bytes(self.sim_dir, log).splitlines():
+                if not _replay(state, line):
+                    raise corrupt(self.sim_dir, log)
+        if log is None or not _shape_ok(state, _STATE):
+            raise corrupt(self.sim_dir, self.path)
+        assert isinstance(gen, int)
+        loaded: dict[str, Any] = state
+        self.state, self.stamp = loaded, (base, gen, log_stamp)
+        return loaded
 
-    def _save(self, state_path: Path, state: dict[str, Any], lines: list[dict[str, Any]] | None) -> None:
-        log = self._log(state_path, state)
+    def _save(self, state: dict[str, Any], lines: list[dict[str, Any]] | None) -> None:
+        """Append ``lines`` to the log of the state's generation, or (``None``, or the log past its
+        share) write the whole state as the next generation. The caller holds the lock, and
+        :meth:`_current` has just stamped the files."""
+        assert self.stamp is not None
+        base, gen, log_stamp = self.stamp
+        log = self._log(gen)
         data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in lines or []).encode()
-        size = log.stat().st_size if log.exists() else 0
-        base = state_path.stat().st_size
-        if lines is None or size + len(data) > max(COMPACT_BYTES, base):
-            state["gen"] = int(state.get("gen", 0)) + 1
-            _save(state_path, state)  # the next generation: the old lines no longer apply
-            log.unlink(missing_ok=True)
-        else:
-            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-            try:
-                os.write(fd, data)
-            finally:
-                os.close(fd)
-        self.stamp = self._stamp(state_path)
+        size = log_stamp[1] if log_stamp is not None else 0
+        if lines is None or size + len(data) > COMPACT_FACTOR * base[1]:
+            state["gen"] = gen + 1
+            self.stamp = (_save(self.path, state), gen + 1, None)
+            log.unlink(missing_ok=True)  # the next generation: the old lines no longer apply
+            return
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, data)
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        self.stamp = (base, gen, (st.st_ino, st.st_size, st.st_mtime_ns))
 
 
 def _replay(state: dict[str, Any], line: bytes) -> bool:
@@ -139,9 +157,18 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+def _dir_stamp(d: Path) -> tuple[int, int]:
+    """A directory's inode and mtime: both change when an entry is added or removed (or it is replaced)."""
+    try:
+        st = os.stat(d)
+    except FileNotFoundError:
+        return (0, 0)
+    return (st.st_ino, st.st_mtime_ns)
+
+
 def _locked(sim_dir: Path, write: bool) -> Any:
     """One call's state, read for it (the host controls at the bottom of :mod:`vgpukit.nvml.sim`)."""
-    return Store(sim_dir).locked(write)
+    return Store(sim_dir).locked(write)  # the store's lock file is closed when it is dropped
 
 
 # The state file's shape (types of the keys the driver logic reads), checked at every load so a
@@ -162,10 +189,19 @@ def _shape_ok(value: Any, spec: Any) -> bool:
     return isinstance(value, spec) and (spec is bool or not isinstance(value, bool))
 
 
-def _save(state_path: Path, state: dict[str, Any]) -> None:
+def _save(state_path: Path, state: dict[str, Any]) -> tuple[int, int, int]:
+    """Write the whole state (a new file renamed over the old); its stamp."""
     tmp = state_path.with_name(f".{STATE_FILE}.{os.getpid()}")
-    tmp.write_text(json.dumps(state, separators=(",", ":")))  # C encoder: ~10x faster than indent=
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        data = memoryview(json.dumps(state, separators=(",", ":")).encode())  # C encoder: ~10x faster than indent=
+        while data:
+            data = data[os.write(fd, data) :]
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
     os.replace(tmp, state_path)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 # ----------------------------------------------------------------------------- driver logic
@@ -270,6 +306,11 @@ def _names(clients: list[dict[str, Any]]) -> str:
 
 def gi_minor(gpu: int, gi: int) -> int:
     return 3 + 135 * gpu + 9 * gi
+
+
+def minor_gpu(minor: int) -> int:
+    """The GPU whose GPU/compute instance a minor belongs to; -1 for the config and monitor minors."""
+    return (minor - 3) // 135 if minor >= 3 else -1
 
 
 def ci_minor(gpu: int, gi: int, ci: int) -> int:
