@@ -63,6 +63,18 @@ def test_help_imports_nothing_heavy() -> None:
 # Layering (nothing below the front ends imports them, no import cycles): tests/core/test_import_graph.py
 
 
+# what only the commands that change things need: planners, steps, mig-parted and mdevctl-define code
+CHANGE_MODULES = (
+    "vgpukit.mig.engine",
+    "vgpukit.mig.config_cli",
+    "vgpukit.sriov.ops",
+    "vgpukit.sriov.steps",
+    "vgpukit.mdev.ops",
+    "vgpukit.mdev.change_cli",
+    "vgpukit.vgpu.ops",
+)
+
+
 def test_read_only_commands_import_nothing_heavy(tmp_path: Path) -> None:
     """The read-only commands whose start-up the benchmark times load neither the heavy libraries (YAML is
     parsed only where a document is read) nor the simulator's reactions (a read makes no write to react
@@ -80,7 +92,7 @@ def test_read_only_commands_import_nothing_heavy(tmp_path: Path) -> None:
             f"heavy = {sorted(heavy)!r}\n"
             "loaded = [m for m in sys.modules if m.split('.')[0] in heavy or m.startswith('vgpukit.sim.reactions')]\n"
             # a read-only command does not load the planners and mig-parted code its group's other commands use
-            "loaded += [m for m in ('vgpukit.mig.engine', 'vgpukit.mig.config_cli') if m in sys.modules]\n"
+            f"loaded += [m for m in {CHANGE_MODULES!r} if m in sys.modules]\n"
             "print(sorted(loaded), file=sys.stderr)\n"
         )
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)

@@ -86,16 +86,15 @@ class LazyGroup(click.Group):
         return cmd
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = []
+        shown: list[tuple[str, str | click.Command]] = []  # a listed help text, or the command to ask
         for name in self.list_commands(ctx):
             text = self.lazy[name][2] if name in self.lazy else ""
-            if not text:
-                cmd = self.get_command(ctx, name)
-                if cmd is None or cmd.hidden:
-                    continue
-                text = cmd.get_short_help_str(formatter.width - 6 - max(len(n) for n in self.list_commands(ctx)))
-            rows.append((name, text))
-        if rows:
+            cmd = None if text else self.get_command(ctx, name)
+            if text or (cmd is not None and not cmd.hidden):
+                shown.append((name, text or cmd))  # type: ignore[arg-type]
+        if shown:
+            limit = formatter.width - 6 - max(len(name) for name, _ in shown)  # as click's own listing
+            rows = [(n, t if isinstance(t, str) else t.get_short_help_str(limit)) for n, t in shown]
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
 

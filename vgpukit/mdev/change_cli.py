@@ -221,6 +221,3 @@ def _show(app: App, outcomes: list[ops.StartOutcome], parent: str | None, new: s
 def start_parent_cmd(app: App, parent: str) -> None:
     """mdevctl's udev hook: start PARENT's auto definitions (= start --all --parent PARENT)."""
     _show(app, ops.start_all(app.env, parent), parent)
-
-
-COMMANDS = [define_cmd, undefine_cmd, modify_cmd, start_cmd, start_parent_cmd]

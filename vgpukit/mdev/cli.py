@@ -9,16 +9,28 @@ import click
 
 from .. import __version__
 from ..cli.context import App
-from ..cli.main import dry_run_option, json_option, mutating
+from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
 from ..cli.output import emit, say, table
 from ..cli.params import NAME, PARENT_DEVICE, AsciiInt
 from ..errors import InvalidInput
-from . import change_cli, listing, mdevctl, ops, sysfs
+from . import listing, mdevctl, sysfs
 from .args_cli import MDEVCTL, mdevctl_output, one_uuid, parent_option, report, resolve_parent, uuid_option
 from .placement import PACK, SPREAD
 
+# mdevctl's define/undefine/modify/start (and the change machinery behind them) load only when used
+_CHANGE_COMMANDS = {
+    name: ("vgpukit.mdev.change_cli", attr, "")
+    for name, attr in (
+        ("define", "define_cmd"),
+        ("undefine", "undefine_cmd"),
+        ("modify", "modify_cmd"),
+        ("start", "start_cmd"),
+        ("start-parent-mdevs", "start_parent_cmd"),
+    )
+}
 
-@click.group()
+
+@click.group(cls=LazyGroup, lazy=_CHANGE_COMMANDS)
 @click.option(
     "--mdevctl",
     "mdevctl_mode",
@@ -189,6 +201,8 @@ def create_cmd(
     auto: bool,
 ) -> None:
     """Create instances: 'create PARENT TYPE' or 'create --type TYPE --count N' (parents chosen)."""
+    from . import ops  # the change machinery loads with the commands that change things
+
     if len(args) > 2 or (len(args) == 2 and type_opt):
         raise InvalidInput("usage: vgpukit mdev create [PARENT] TYPE  (or PARENT --type TYPE)")
     parent_arg = args[0] if (len(args) == 2 or (len(args) == 1 and type_opt)) else None
@@ -231,6 +245,8 @@ def create_cmd(
 @mutating
 def remove_cmd(app: App, uuids: tuple[str, ...]) -> None:
     """Remove active instances (refused while a VM holds one; persistent definitions stay)."""
+    from . import ops  # the change machinery loads with the commands that change things
+
     steps = ops.remove(app.env, list(uuids))
     report(app, "mdev-remove", steps, {"removed": [s.split()[1] for s in steps]})
 
@@ -244,12 +260,10 @@ def remove_cmd(app: App, uuids: tuple[str, ...]) -> None:
 @mutating
 def stop_cmd(app: App, uid: str | None, uuid_opt: str | None) -> None:
     """Stop (remove) one active instance, mdevctl's name for 'remove'; its definition stays."""
+    from . import ops  # the change machinery loads with the commands that change things
+
     uid = one_uuid(uid, uuid_opt)
     if not uid:
         raise InvalidInput("which instance? give UUID or -u UUID")
     steps = ops.remove(app.env, [uid])
     report(app, "mdev-remove", steps, {"removed": [s.split()[1] for s in steps]})
-
-
-for _command in change_cli.COMMANDS:
-    mdev.add_command(_command)

@@ -18,6 +18,7 @@ from ..host import Host
 from ..inputs import has_control, load_json
 
 VFIO = "vfio-pci"
+DRIVER_MODES = ("default", VFIO, "none")  # what `sriov enable --driver` accepts
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -11,16 +11,16 @@ from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say, table
 from ..cli.params import DEVICE, NAME, AsciiFloat, AsciiInt
-from ..engine import Step, execute
-from ..engine.files import PutFile
 from ..errors import InvalidInput
 from ..holders import OpenFiles
 from ..inputs import check_component
 from ..pci import Scan, read_device
-from . import binding, ops
+from . import binding
 from .model import PfInfo, list_pfs, read_pf
-from .steps import BindDriver, RestoreDriver, UnbindDriver, planned
 from .usage import User, libvirt_users, pci_users
+
+if TYPE_CHECKING:
+    from ..engine import Step
 
 
 def _bdf(app: App, name: str, scan: Scan) -> str:
@@ -132,7 +132,7 @@ def _report(
 @click.option("--vfs", "count", type=AsciiInt(0, 65535), required=True, help="Number of VFs wanted.")
 @click.option(
     "--driver",
-    type=click.Choice(ops.DRIVER_MODES),
+    type=click.Choice(binding.DRIVER_MODES),
     default="default",
     show_default=True,
     help="Where the VFs go: the kernel's default driver, vfio-pci, or none (left unbound).",
@@ -162,6 +162,10 @@ def enable(
     libvirt_uri: str | None,
 ) -> None:
     """Have exactly --vfs VFs on PF, bound as --driver says (idempotent)."""
+    from ..engine import execute  # the change machinery loads with the commands that change things
+    from . import ops
+    from .steps import planned
+
     scan = Scan(app.host)
     (info,) = _with_libvirt(app, [_pf(app, pf, OpenFiles(app.host), scan)], libvirt_uri)
     steps = ops.plan_enable(app.host, info, count, driver, no_autoprobe, force, timeout)
@@ -180,6 +184,10 @@ def enable(
 @mutating
 def disable(app: App, pf: str, force: bool, libvirt_uri: str | None) -> None:
     """Remove every VF of PF (refused while one is in use, unless --force)."""
+    from ..engine import execute
+    from . import ops
+    from .steps import planned
+
     scan = Scan(app.host)
     (info,) = _with_libvirt(app, [_pf(app, pf, OpenFiles(app.host), scan)], libvirt_uri)
     steps = ops.plan_disable(app.host, info, force)
@@ -234,6 +242,10 @@ def _refuse_if_in_use(app: App, bdf: str, force: bool, what: str) -> None:
 @mutating
 def bind(app: App, device: str, driver: str | None, restore: bool, force: bool) -> None:
     """Bind DEVICE to --driver (driver_override + unbind + drivers_probe), or --restore its original driver."""
+    from ..engine import execute
+    from ..engine.files import PutFile
+    from .steps import BindDriver, RestoreDriver
+
     if bool(driver) == restore:
         raise InvalidInput("give exactly one of --driver NAME or --restore")
     host = app.host
@@ -276,6 +288,9 @@ def bind(app: App, device: str, driver: str | None, restore: bool, force: bool) 
 @mutating
 def unbind(app: App, device: str, force: bool) -> None:
     """Unbind DEVICE from its driver (remembered, so 'bind DEVICE --restore' brings it back)."""
+    from ..engine import execute
+    from .steps import UnbindDriver
+
     host = app.host
     bdf = _bdf(app, device, Scan(host))
     cur = binding.current_driver(host, bdf)

@@ -12,11 +12,9 @@ from ..errors import Busy, InvalidInput
 from ..host import Host
 from ..pci import vf_address
 from . import binding
-from .binding import VFIO, Remembered
+from .binding import DRIVER_MODES, VFIO, Remembered
 from .model import PfInfo, VfInfo
 from .steps import BindDriver, SetAutoprobe, SetNumVfs, UnbindDriver
-
-DRIVER_MODES = ("default", VFIO, "none")
 
 
 def in_use_error(pf: PfInfo, vfs: list[VfInfo], what: str) -> Busy:

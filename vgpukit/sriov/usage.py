@@ -20,8 +20,6 @@ from ..errors import VgpukitError
 from ..holders import OpenFiles
 from ..host import Host
 from ..host_layout import VFIO_DEV
-from ..libvirt.connection import connect
-from ..libvirt.domain import assignments
 from ..naming import MDEV_UUID_RE
 from ..pci import BDF_RE
 
@@ -75,6 +73,9 @@ def libvirt_users(host: Host, uri: str) -> dict[str, list[User]]:
     ``<hostdev type='pci'>`` or ``<interface type='hostdev'>``, or names as ``<hostdev type='mdev'>``
     an mdev whose parent it is. Empty when libvirt-python is not installed or ``uri`` not reachable.
     """
+    from ..libvirt.connection import connect  # only when a libvirt URI is given
+    from ..libvirt.domain import assignments
+
     try:
         lv = connect(uri)
     except VgpukitError:

@@ -10,7 +10,7 @@ from ..cli.output import emit, emit_result, say, table
 from ..cli.params import DEVICE, NAME, AsciiInt
 from ..errors import InvalidInput, NotFound
 from ..pci import Scan
-from . import hostview, ops
+from . import hostview
 from .model import GpuView
 
 
@@ -112,6 +112,8 @@ def list_cmd(app: App) -> None:
 @mutating
 def create_cmd(app: App, gpu: str, type_name: str, count: int) -> None:
     """Create vGPUs of one type on GPU."""
+    from . import ops  # the change machinery loads with the commands that change things
+
     if count < 1:
         raise InvalidInput(f"--count must be at least 1, not {count}", value=count)
     scan = Scan(app.host)
@@ -133,5 +135,7 @@ def create_cmd(app: App, gpu: str, type_name: str, count: int) -> None:
 @mutating
 def remove_cmd(app: App, ids: tuple[str, ...]) -> None:
     """Remove vGPUs by ID (mdev UUID or VF address), refused while a VM uses one."""
+    from . import ops  # the change machinery loads with the commands that change things
+
     steps = ops.remove(app.env, hostview.gpus(app.host, Scan(app.host)), list(ids))
     emit_result(app, "vgpu-remove", plan=steps, data={"removed": list(ids)})
