@@ -161,25 +161,23 @@ class Journal:
         if self.is_fresh(path):
             return None
         rec = _snapshot(path)
-        self._record(path, rec)
-        self.logged.add(path)  # its state before the reaction is logged: later changes need no line
+        self._log_states([path], [rec])
         return rec
 
     def before_all(self, paths: list[str]) -> None:
         """:meth:`before` for each of ``paths``, in one append."""
         paths = [p for p in paths if not self.is_fresh(p)]
-        lines = [json.dumps({**_snapshot(p), "path": p[len(self.root) + 1 :]}) for p in paths]
-        if lines:
-            self._append("\n".join(lines) + "\n")
-        self.logged.update(paths)
+        self._log_states(paths, [_snapshot(p) for p in paths])
 
     def absent(self, paths: list[str]) -> None:
         """Record ``paths`` as absent, in one append: the caller knows none of them exists (it listed
         their directories under the simulator's lock) and creates them next."""
         paths = [p for p in paths if not self.is_fresh(p)]
-        lines = [json.dumps({"kind": "absent", "path": p[len(self.root) + 1 :]}) for p in paths]
-        if lines:
-            self._append("\n".join(lines) + "\n")
+        self._log_states(paths, [{"kind": "absent"}] * len(paths))
+
+    def _log_states(self, paths: list[str], recs: list[dict[str, Any]]) -> None:
+        """Log the states before the reaction of ``paths`` (one append); later changes need no line."""
+        self._record(list(zip(paths, recs, strict=True)))
         self.logged.update(paths)
 
     def before_append(self, path: str) -> None:
@@ -187,13 +185,14 @@ class Journal:
         try:
             st = os.lstat(path)
         except FileNotFoundError:
-            self._record(path, {"kind": "absent"})
+            self._record([(path, {"kind": "absent"})])
             return
-        self._record(path, {"kind": "size", "size": st.st_size} if stat.S_ISREG(st.st_mode) else _snapshot(path))
+        self._record([(path, {"kind": "size", "size": st.st_size} if stat.S_ISREG(st.st_mode) else _snapshot(path))])
 
-    def _record(self, path: str, rec: dict[str, Any]) -> None:
-        rec["path"] = path[len(self.root) + 1 :]  # the tree hands in real paths inside the root
-        self._append(json.dumps(rec) + "\n")
+    def _record(self, records: list[tuple[str, dict[str, Any]]]) -> None:
+        """Append one line per (real path, state), in one write; nothing when there are none."""
+        if records:  # the tree hands in real paths inside the root; lines name them relative to it
+            self._append("".join(json.dumps({**rec, "path": p[len(self.root) + 1 :]}) + "\n" for p, rec in records))
 
     def commit(self) -> None:
         if self.fd is not None:
