@@ -173,19 +173,20 @@ class SimTree:
         """Write an attribute's content; ``mode`` None keeps an existing file's (a new one gets RO)."""
         real = self._entry(path)
         data = f"{value}\n".encode()
-        if self._fresh(real) and self._create(real, data, RO if mode is None else mode):
+        new_mode = RO if mode is None else mode  # a file this write creates
+        if self._fresh(real) and self._create(real, data, new_mode):
             return  # else written before in this reaction: the usual way
         was = self._before(real)
         if (was["kind"] == "link") if was is not None else os.path.islink(real):
             real = self.inside(path, follow=True)
             was = self._before(real)
-        if was is not None and was["kind"] == "absent" and self._create(real, data, RO if mode is None else mode):
+        if was is not None and was["kind"] == "absent" and self._create(real, data, new_mode):
             return
         old = was.get("mode") if was is not None else None
         try:
             fd = os.open(real, _REWRITE)
         except FileNotFoundError:
-            if self._create(real, data, RO if mode is None else mode):
+            if self._create(real, data, new_mode):
                 return
             fd = os.open(real, _REWRITE)
         except PermissionError:  # a read-only attribute, when not root
@@ -214,10 +215,11 @@ class SimTree:
             self.set_attr(path, value)  # no journal (the builder), changes logged already, or no file
             return
         tmp = str(journal.path.with_name(STORE))
+        data, mode = f"{value}\n".encode(), stat.S_IMODE(st.st_mode)
         with contextlib.suppress(FileNotFoundError):
-            if not self._create(tmp, f"{value}\n".encode(), stat.S_IMODE(st.st_mode)):
+            if not self._create(tmp, data, mode):
                 os.unlink(tmp)  # left by a killed process
-                self._create(tmp, f"{value}\n".encode(), stat.S_IMODE(st.st_mode))
+                self._create(tmp, data, mode)
         try:
             os.rename(tmp, real)
         except OSError:  # another file system, or the simulator's directory gone
