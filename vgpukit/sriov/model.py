@@ -15,6 +15,47 @@ from ..pci import PciDevice, Scan, read_device, virtfns_listed
 from .binding import parse_record, record_path, remembered
 from .usage import User, pci_users
 
+# ``env.seen`` keys: what the sriov steps read or wrote in this command, so that neither a later step
+# nor the report (read_pf with ``seen``) reads it again.
+
+
+def driver_key(bdf: str) -> str:
+    """``bdf``'s driver as a step's verify() read it after changing it."""
+    return f"driver:{bdf}"
+
+
+def override_key(bdf: str) -> str:
+    """``bdf``'s driver_override as a step read or wrote it."""
+    return f"override:{bdf}"
+
+
+def record_key(bdf: str) -> str:
+    """``bdf``'s bind record (its text, or None) as a step read or wrote it."""
+    return f"record:{bdf}"
+
+
+DEVICE_KEYS = (driver_key(""), override_key(""), record_key(""))  # dropped when VFs come or go
+
+
+def present_key(bdf: str) -> str:
+    """Whether ``bdf``'s directory was there when its step's inverse read it."""
+    return f"present:{bdf}"
+
+
+def autoprobe_key(pf: str) -> str:
+    """The PF's sriov_drivers_autoprobe (0/1) as the command knows it."""
+    return f"autoprobe:{pf}"
+
+
+def numvfs_key(pf: str) -> str:
+    """The PF's sriov_numvfs as the command knows it."""
+    return f"numvfs:{pf}"
+
+
+def loaded_key(driver: str) -> str:
+    """That ``driver`` was found loaded (checked once per command)."""
+    return f"loaded:{driver}"
+
 
 @dataclass(frozen=True)
 class VfInfo:
@@ -90,13 +131,13 @@ def _read_vf(
     base = f"{d}/"
     entries = set(host.listdir(d))
     group = host.link_name(base + IOMMU_GROUP) if IOMMU_GROUP in entries else None
-    if f"override:{bdf}" in seen:  # as a step read or wrote it (the sriov steps' key)
-        known = seen[f"override:{bdf}"]
+    if override_key(bdf) in seen:  # as a step read or wrote it
+        known = seen[override_key(bdf)]
         override = known if isinstance(known, str) else None
     else:
         override = host.read_opt(base + DRIVER_OVERRIDE) if DRIVER_OVERRIDE in entries else None
-    if f"record:{bdf}" in seen:  # the record as a step read or wrote it: its text, or None
-        text = seen[f"record:{bdf}"]
+    if record_key(bdf) in seen:  # the record as a step read or wrote it: its text, or None
+        text = seen[record_key(bdf)]
         rec = parse_record(host, bdf, text) if isinstance(text, str) else None
     else:
         rec = remembered(host, bdf) if f"{bdf}.json" in records else None
@@ -113,7 +154,7 @@ def _read_vf(
 
 
 def _driver(host: Host, base: str, bdf: str, entries: set[str], seen: Mapping[str, object]) -> str | None:
-    key = f"driver:{bdf}"  # as the sriov steps note it
+    key = driver_key(bdf)  # as the sriov steps note it
     if key in seen:
         known = seen[key]
         return known if isinstance(known, str) else None
@@ -165,7 +206,7 @@ def _after(host: Host, before: PciDevice, seen: Mapping[str, object]) -> PciDevi
     assert s is not None
     base = f"{host.pci_device(before.bdf)}/"
     vfs = tuple(virtfns_listed(host, before.bdf, base, host.listdir(base), s.offset, s.stride))
-    autoprobe = seen.get(f"autoprobe:{before.bdf}", s.autoprobe)  # as the sriov steps left it
+    autoprobe = seen.get(autoprobe_key(before.bdf), s.autoprobe)  # as the sriov steps left it
     return replace(before, sriov=replace(s, num_vfs=len(vfs), vfs=vfs, autoprobe=bool(autoprobe)))
 
 

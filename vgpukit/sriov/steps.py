@@ -3,8 +3,9 @@
 Each step reads what it needs just before acting and journals an idempotent inverse:
 ``RestoreVfs`` (ensure a PF has N VFs with these bindings and records) and ``PutBack`` (ensure a
 device is on this driver / override, and its bind record is as it was). What a step read or wrote
-is noted in ``env.seen`` (keys below) so nothing is read twice in a command: not by later steps, not
-by the command's report (:func:`vgpukit.sriov.model.read_pf` with ``seen``).
+is noted in ``env.seen`` (the keys are in :mod:`vgpukit.sriov.model`) so nothing is read twice in a
+command: not by later steps, not by the command's report (:func:`vgpukit.sriov.model.read_pf` with
+``seen``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,16 @@ from ..pci import virtfns
 from . import binding
 from .binding import VFIO, Remembered
 from .kernel import numvfs_write, wait_for_vfs
+from .model import (
+    DEVICE_KEYS,
+    autoprobe_key,
+    driver_key,
+    loaded_key,
+    numvfs_key,
+    override_key,
+    present_key,
+    record_key,
+)
 
 # A bind record as data: the record file's exact text; None: no record.
 Record = str | None
@@ -40,27 +51,9 @@ def _set_record(env: Env, bdf: str, rec: Record) -> None:
         env.host.write_file(path, rec)
 
 
-def driver_key(bdf: str) -> str:
-    """``env.seen`` key of ``bdf``'s driver as a step's verify() read it after changing it."""
-    return f"driver:{bdf}"
-
-
-def override_key(bdf: str) -> str:
-    """``env.seen`` key of ``bdf``'s driver_override as a step read or wrote it."""
-    return f"override:{bdf}"
-
-
-def record_key(bdf: str) -> str:
-    """``env.seen`` key of ``bdf``'s bind record (its text, or None) as a step read or wrote it."""
-    return f"record:{bdf}"
-
-
-_DEVICE_KEYS = ("driver:", "override:", "record:")
-
-
 def _forget_drivers(env: Env) -> None:
     """Drop what ``env.seen`` says about devices: VFs appeared or went away."""
-    for key in [k for k in env.seen if k.startswith(_DEVICE_KEYS)]:
+    for key in [k for k in env.seen if k.startswith(DEVICE_KEYS)]:
         del env.seen[key]
 
 
@@ -110,10 +103,6 @@ def _put_back_now(env: Env, bdf: str) -> PutBack:
     return back
 
 
-def present_key(bdf: str) -> str:
-    return f"present:{bdf}"
-
-
 def _now(env: Env, bdf: str) -> PutBack:
     """Driver, override and record of ``bdf`` as the inverse just read them (or read now)."""
     seen = env.seen.get(bdf)
@@ -154,9 +143,9 @@ class BindDriver(Step):
             if now.record is None and self.driver == VFIO and self.probe_on_restore:
                 self._remember(env, Remembered(self.bdf, None, None, probe=True))  # repair a lost record
             return
-        if not env.seen.get(f"loaded:{self.driver}"):  # checked once per command
+        if not env.seen.get(loaded_key(self.driver)):  # checked once per command
             binding.require_driver(host, self.driver)
-            env.seen[f"loaded:{self.driver}"] = True
+            env.seen[loaded_key(self.driver)] = True
         if now.record is None:
             self._remember(env, Remembered(self.bdf, cur, override, probe=self.probe_on_restore and cur is None))
         if override != self.driver:
@@ -262,16 +251,6 @@ class SetAutoprobe(Step):
         if self._now(env) != int(self.value):
             env.host.write(env.host.pci_device(self.pf, "sriov_drivers_autoprobe"), str(int(self.value)))
         env.seen[autoprobe_key(self.pf)] = int(self.value)  # as it is now (for later steps and the report)
-
-
-def autoprobe_key(pf: str) -> str:
-    """``env.seen`` key of the PF's sriov_drivers_autoprobe (0/1) as the command knows it."""
-    return f"autoprobe:{pf}"
-
-
-def numvfs_key(pf: str) -> str:
-    """``env.seen`` key of the PF's sriov_numvfs as the command knows it."""
-    return f"numvfs:{pf}"
 
 
 def planned(env: Env, pf: str, num_vfs: int, autoprobe: bool) -> None:
