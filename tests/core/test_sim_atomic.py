@@ -137,7 +137,7 @@ def test_a_log_left_behind_is_undone_on_open_even_with_a_torn_last_line(tmp_path
     sim = tmp_path / "host"
     init_sim(sim, "qemu-guest")
     pf_dir = Path(os.path.realpath(sim / "sys/bus/pci/devices" / PF))
-    before = {p: (p.is_symlink(), p.read_text() if p.is_file() else None) for p in sorted(sim.rglob("*"))}
+    before = {p: (p.is_symlink(), p.read_bytes() if p.is_file() else None) for p in sorted(sim.rglob("*"))}
     journal = Journal(sim, sim / ".vgpukit-sim", {"path": "sys/x", "value": "1"})
     tree = SimTree(sim, journal)
     tree.write_attr(pf_dir / "sriov_numvfs", 2)
@@ -149,7 +149,7 @@ def test_a_log_left_behind_is_undone_on_open_even_with_a_torn_last_line(tmp_path
     os.write(journal.fd, b'{"kind": "absent", "pa')  # the process died while writing a record
     os.close(journal.fd)
     SimKernel(sim)  # the next command opens the sim host
-    after = {p: (p.is_symlink(), p.read_text() if p.is_file() else None) for p in sorted(sim.rglob("*"))}
+    after = {p: (p.is_symlink(), p.read_bytes() if p.is_file() else None) for p in sorted(sim.rglob("*"))}
     after.pop(sim / ".vgpukit-sim" / "lock", None)
     before.pop(sim / ".vgpukit-sim" / "lock", None)
     assert after == before

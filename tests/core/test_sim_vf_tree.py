@@ -21,12 +21,22 @@ PF_DIR = "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:02.0/0000:05:
 UP = "../../../../../.."  # from a VF directory to the root of sys/
 
 
+def _config() -> str:
+    """A ConnectX-6 VF's configuration space: 15b3:101c, class 020000, header type 0, subsystem 15b3:0007."""
+    data = bytearray(256)
+    data[0:4] = bytes.fromhex("b3151c10")
+    data[0x09:0x0C] = bytes.fromhex("000002")
+    data[0x2C:0x30] = bytes.fromhex("b3150700")
+    return bytes(data).decode("utf-8", "replace")
+
+
 def _vf(bdf: str, group: int, override: str, bound: bool) -> dict[str, tuple[str, ...]]:
     d = f"{PF_DIR.rsplit('/', 1)[0]}/{bdf}"
     target = f"../../../{d[4:]}"
     out: dict[str, tuple[str, ...]] = {
         d: ("dir",),
         f"{d}/class": ("file", "0o444", "0x020000\n"),
+        f"{d}/config": ("file", "0o444", _config()),
         f"{d}/device": ("file", "0o444", "0x101c\n"),
         f"{d}/driver_override": ("file", "0o644", override),
         f"{d}/enable": ("file", "0o644", "1\n"),

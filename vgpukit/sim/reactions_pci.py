@@ -57,8 +57,24 @@ def _ids(w: Write, bdf: str) -> tuple[str, str]:
     return ids, _read(d / "class")
 
 
+def header_type(w: Write, bdf: str) -> int:
+    """The function's configuration-space header type (byte 0x0e, without the multi-function bit)."""
+    try:
+        data = (w.tree.device_dir(bdf) / "config").read_bytes()
+    except FileNotFoundError:  # a host simulated before config was
+        return 0
+    return data[0x0E] & 0x7F if len(data) > 0x0E else 0
+
+
+def probe_refuses(w: Write, bdf: str, driver: str) -> bool:
+    """The driver's probe turns the device down (the kernel logs "probe of ... failed with error -22"):
+    vfio-pci takes normal endpoints only (header type 0), never a bridge."""
+    return driver == "vfio-pci" and header_type(w, bdf) != 0
+
+
 def probe(w: Write, bdf: str) -> None:
-    """What the driver core does for an unbound device: override first, else the match table."""
+    """What the driver core does for an unbound device: override first, else the match table. A
+    probe that fails leaves the device unbound; the write that asked for it succeeds (seen)."""
     if w.tree.bound_driver(bdf):
         return
     override = _override(w, bdf)
@@ -66,7 +82,7 @@ def probe(w: Write, bdf: str) -> None:
         driver: str | None = override if w.tree.is_dir(w.tree.driver_dir(override)) else None
     else:
         driver = w.state.match_driver(*_ids(w, bdf))
-    if driver:
+    if driver and not probe_refuses(w, bdf, driver):
         w.tree.bind(bdf, driver, w.state.rdma_for(bdf, driver))
 
 
@@ -210,6 +226,8 @@ def bind(w: Write) -> None:
         raise fail(errno.ENODEV)
     if w.tree.bound_driver(bdf):
         raise fail(errno.EBUSY)
+    if probe_refuses(w, bdf, driver):
+        raise fail(errno.EINVAL)  # the probe's own error, returned by bind (seen)
     w.tree.bind(bdf, driver, w.state.rdma_for(bdf, driver))
 
 
@@ -232,6 +250,8 @@ def new_id(w: Write) -> None:
     w.state.set_driver_ids(driver, [ids, *entries])
     for bdf in w.tree.all_bdfs():
         if not w.tree.bound_driver(bdf) and _ids(w, bdf)[0] == ids and _override(w, bdf) in (None, driver):
+            if probe_refuses(w, bdf, driver):
+                continue
             w.tree.bind(bdf, driver, w.state.rdma_for(bdf, driver))
 
 

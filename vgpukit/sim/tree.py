@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInput
+from .config_space import config_space
 from .files import HeldOpen, process_umask, write_fd
 from .journal import Journal
 
@@ -328,6 +329,7 @@ class SimTree:
         self.write_attr(d / "subsystem_vendor", f"0x{sub[0]}")
         self.write_attr(d / "subsystem_device", f"0x{sub[1]}")
         self.write_attr(d / "class", spec["class"])
+        self._create(self._entry(d / "config"), config_space(spec), RO)  # binary; in a new directory
         self.write_attr(d / "numa_node", -1 if numa is None else numa)
         if cpulist is not None:
             self.write_attr(d / "local_cpulist", cpulist)
