@@ -12,6 +12,7 @@ from .inputs import check_component
 # of mdev parents (sysfs-bus-vfio-mdev); the directories they live in are Host methods below.
 DRIVER = "driver"  # link to the bound driver
 DRIVER_OVERRIDE = "driver_override"
+CONFIG = "config"  # the function's PCI configuration space (binary; 64 bytes readable without root)
 BOOT_VGA = "boot_vga"  # on a VGA controller: 1 on the device the firmware set up as the console
 IOMMU_GROUP = "iommu_group"  # link to /sys/kernel/iommu_groups/<n>
 PHYSFN = "physfn"  # on a VF: link to its PF

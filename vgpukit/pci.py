@@ -17,6 +17,7 @@ from .errors import InvalidInput, NotFound
 from .host import Host
 from .host_layout import (
     BOOT_VGA,
+    CONFIG,
     DRIVER,
     DRIVER_OVERRIDE,
     INFINIBAND,
@@ -77,6 +78,19 @@ def kind_of(class_code: int, vendor: int, boot_vga: bool = False) -> str:
     if base == 0x06 and sub in (0x04, 0x09):
         return "bridge"
     return "other"
+
+
+HEADER_TYPE_OFFSET = 0x0E  # the configuration-space byte naming the header layout (bit 7: multi-function)
+HEADER_NORMAL = 0  # a normal endpoint; 1: a PCI-to-PCI bridge, 2: a CardBus bridge
+
+
+def header_type(host: Host, bdf: str) -> int | None:
+    """The function's configuration-space header type (0 endpoint, 1 PCI bridge, 2 CardBus bridge),
+    from its ``config`` file; None when that cannot be read (read on demand: not part of a :class:`Scan`)."""
+    data = host.read_bytes_opt(host.pci_device(bdf, CONFIG), HEADER_TYPE_OFFSET + 1)
+    if data is None or len(data) <= HEADER_TYPE_OFFSET:
+        return None
+    return data[HEADER_TYPE_OFFSET] & 0x7F
 
 
 @dataclass(frozen=True)

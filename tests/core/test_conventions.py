@@ -67,7 +67,7 @@ def test_help_imports_nothing_heavy() -> None:
 CHANGE_MODULES = (
     "vgpukit.mig.engine",
     "vgpukit.mig.config_cli",
-    "vgpukit.sriov.ops",
+    "vgpukit.sriov.planner",
     "vgpukit.sriov.steps",
     "vgpukit.mdev.ops",
     "vgpukit.mdev.change_cli",

@@ -18,7 +18,7 @@ from vgpukit.holders import OpenFiles
 from vgpukit.host import Host
 from vgpukit.pci import Scan
 from vgpukit.sim.kernel import SimKernel
-from vgpukit.sriov import ops
+from vgpukit.sriov import planner
 from vgpukit.sriov.model import read_pf
 from vgpukit.sriov.steps import BindDriver, planned
 
@@ -64,8 +64,9 @@ def test_enable_to_vfio_reads_each_attribute_once(sim_dir: Path) -> None:
     host = CountingHost(sim_dir, kernel=SimKernel(sim_dir))
     env = Env(host, command="test")
     scan = Scan(host)
-    pf = read_pf(host, NIC0, OpenFiles(host), scan=scan)
-    steps = ops.plan_enable(host, pf, 16, "vfio-pci", no_autoprobe=False, force=False, timeout=5)
+    facts = planner.Facts(host, scan)
+    pf = facts.pf(NIC0)
+    steps = planner.plan(facts, planner.EnableRequest(NIC0, 16, "vfio-pci", timeout=5))
     host.vfs = {s.bdf for s in steps if isinstance(s, BindDriver)}
     planned(env, pf.bdf, pf.num_vfs, pf.autoprobe)  # as `sriov enable` does: what the plan read
     execute(env, steps)

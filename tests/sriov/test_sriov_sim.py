@@ -12,12 +12,10 @@ import pytest
 from tests.conftest import Run, as_json, sim_host
 from vgpukit.engine import Env, execute
 from vgpukit.errors import HostIOError
-from vgpukit.holders import OpenFiles
 from vgpukit.host import Host
 from vgpukit.pci import virtfns
 from vgpukit.sim.kernel import SimKernel
-from vgpukit.sriov import ops
-from vgpukit.sriov.model import read_pf
+from vgpukit.sriov import planner
 
 NIC0 = "0000:05:00.0"
 
@@ -84,8 +82,7 @@ def test_sixteen_vfs_to_vfio_then_disable_leaves_nothing_stale(sim_dir: Path, ru
 def test_partial_failure_while_binding_16_vfs_rolls_everything_back(sim_dir: Path) -> None:
     before = state(sim_dir)
     host = Host(sim_dir, kernel=FailingKernel(sim_dir, "drivers_probe", nth=9))
-    pf = read_pf(host, NIC0, OpenFiles(host))
-    steps = ops.plan_enable(host, pf, 16, "vfio-pci", no_autoprobe=False, force=False, timeout=5)
+    steps = planner.plan(planner.Facts(host), planner.EnableRequest(NIC0, 16, "vfio-pci", timeout=5))
     with pytest.raises(HostIOError) as info:
         execute(Env(host), steps)
     assert "EIO" in str(info.value) and "rolled back" in str(info.value)
@@ -96,8 +93,7 @@ def test_failure_while_changing_the_count_restores_the_old_vfs(sim_dir: Path, ru
     assert run_cli(sim_dir, "sriov", "enable", "nic0", "--vfs", "4", "--driver", "vfio-pci").exit_code == 0
     before = state(sim_dir)
     host = Host(sim_dir, kernel=FailingKernel(sim_dir, "drivers_probe", nth=3))
-    pf = read_pf(host, NIC0, OpenFiles(host))
-    steps = ops.plan_enable(host, pf, 8, "vfio-pci", no_autoprobe=False, force=False, timeout=5)
+    steps = planner.plan(planner.Facts(host), planner.EnableRequest(NIC0, 8, "vfio-pci", timeout=5))
     with pytest.raises(HostIOError, match="rolled back"):
         execute(Env(host), steps)
     assert state(sim_dir) == before

@@ -45,6 +45,12 @@ class SriovWant:
 
 
 @dataclass(frozen=True)
+class VfioWant:
+    sel: Selector
+    force: bool = False  # move it even when it is the console or in use (as ``bind --force``)
+
+
+@dataclass(frozen=True)
 class MdevWant:
     sel: Selector
     type: str
@@ -66,7 +72,7 @@ class HostConfig:
     name: str | None
     source: str
     sriov: list[SriovWant] = field(default_factory=list)
-    vfio: list[Selector] = field(default_factory=list)
+    vfio: list[VfioWant] = field(default_factory=list)
     mdev: list[MdevWant] = field(default_factory=list)
     vgpu: list[VgpuWant] = field(default_factory=list)
     mig: list[migconfig.Entry] | None = None
@@ -212,7 +218,7 @@ class Document:
         line = _line(raw)
         for item in raw.get("sriov", []):
             cfg.sriov.append(SriovWant(self._sel(item, "device"), item["vfs"], item.get("driver", "default")))
-        cfg.vfio = [self._sel(item, "device") for item in raw.get("vfio", [])]
+        cfg.vfio = [VfioWant(self._sel(item, "device"), item.get("force", False)) for item in raw.get("vfio", [])]
         for item in raw.get("mdev", []):
             uuids = tuple(u.lower() for u in item.get("uuids", []))
             where = self._where(item)

@@ -1,9 +1,9 @@
 """The whole difference between a host and a host config, as one list of engine steps.
 
-Every area is planned from the host as it is, by the area's own planners and steps (SR-IOV:
-:func:`vgpukit.sriov.ops.plan_enable`; MIG: mig-parted's planner, handed in by the front end);
-every refusal (in use, no capacity, unknown type) is raised here, before the first change. The
-steps come out in a dependency-safe order:
+Every area is planned from the host as it is, by the area's own planners and steps (SR-IOV and
+vfio-pci: :mod:`vgpukit.sriov.planner`, the rules of ``sriov enable`` and ``bind``; MIG: mig-parted's
+planner, handed in by the front end); every refusal (in use, no capacity, unknown type) is raised
+here, before the first change. The steps come out in a dependency-safe order:
 
 1. removals (mdev instances, vGPU types cleared) -- they free VFs and capacity;
 2. SR-IOV VF counts and drivers -- VFs exist before anything is put on them;
@@ -31,10 +31,7 @@ from ..mdev.placement import plan as place
 from ..mdev.steps import CreateMdev, RemoveMdev
 from ..mig import config as migconfig
 from ..pci import PciDevice, Scan, vf_address
-from ..sriov import binding, ops
-from ..sriov.model import read_pf
-from ..sriov.steps import BindDriver
-from ..sriov.usage import pci_users
+from ..sriov import planner
 from ..vgpu import hostview
 from ..vgpu.catalog import for_device, short_name
 from ..vgpu.model import MDEV, GpuView
@@ -44,6 +41,7 @@ from .document import HostConfig, Selector, VgpuWant
 
 AREAS = ("sriov", "bind", "mdev", "vgpu", "mig", "qos")
 IDS_RE = re.compile(r"([0-9a-fA-F]{4}):([0-9a-fA-F]{4})\Z")
+FORCE_KEY = "set force: true on the vfio entry"  # how a host config overrides what --force overrides
 MigPlanner = Callable[[list[migconfig.Entry]], list[Step]]
 
 
@@ -84,10 +82,20 @@ class _Ctx:
         self.cfg = cfg
         self.scan = Scan(env.host)
         self.files = OpenFiles(env.host)
+        self.facts = planner.Facts(env.host, self.scan, self.files)
         self.future_vfs: dict[str, list[str]] = {}  # PF -> its VFs once the SR-IOV steps ran
 
     def where(self, sel: Selector) -> str:
         return f"{self.cfg.source}:{sel.line}"
+
+    def planned(self, sel: Selector, req: planner.Request) -> list[Step]:
+        """The area planner's steps for one entry; a refusal names the entry's place in the file."""
+        try:
+            return planner.plan(self.facts, req)
+        except VgpukitError as err:
+            raise type(err)(
+                f"{self.where(sel)}: {err.message}", device=err.device, value=err.value, hint=err.hint
+            ) from None
 
     def pci(self, sel: Selector, what: str) -> list[str]:
         """The physical functions ``sel`` names; a name that is not there is NotFound, a match may be empty."""
@@ -148,11 +156,13 @@ def _sriov(ctx: _Ctx) -> list[Step]:
     ctx.unique("sriov", [(b, w.sel) for b, w in pairs])
     steps: list[Step] = []
     for bdf, w in pairs:
-        pf = read_pf(ctx.host, bdf, ctx.files, name=w.sel.describe(), scan=ctx.scan)
+        pf = ctx.facts.pf(bdf, name=w.sel.describe())
+        req: planner.Request
         if w.vfs == 0:
-            steps += ops.plan_disable(ctx.host, pf, force=False)
+            req = planner.DisableRequest(bdf, force_how=None)
         else:
-            steps += ops.plan_enable(ctx.host, pf, w.vfs, w.driver, False, False, 10.0)
+            req = planner.EnableRequest(bdf, w.vfs, w.driver, force_how=None)
+        steps += ctx.planned(w.sel, req)
         if w.vfs != pf.num_vfs:
             off, stride = pf.offset or 1, pf.stride or 1
             ctx.future_vfs[bdf] = [vf_address(bdf, off, stride, n) for n in range(w.vfs)]
@@ -160,24 +170,12 @@ def _sriov(ctx: _Ctx) -> list[Step]:
 
 
 def _vfio(ctx: _Ctx) -> list[Step]:
-    pairs = [(bdf, sel) for sel in ctx.cfg.vfio for bdf in ctx.pci(sel, "device")]
-    ctx.unique("vfio", pairs)
+    wants = [(want, ctx.pci(want.sel, "device")) for want in ctx.cfg.vfio]
+    ctx.unique("vfio", [(bdf, want.sel) for want, bdfs in wants for bdf in bdfs])
     steps: list[Step] = []
-    for bdf, _sel in pairs:
-        cur = binding.current_driver(ctx.host, bdf)
-        if cur == binding.VFIO:
-            continue
-        binding.require_driver(ctx.host, binding.VFIO)
-        dev = ctx.scan.device(bdf)
-        users = pci_users(ctx.host, bdf, dev.iommu_group, ctx.files)
-        if users:
-            raise InUse(
-                f"binding {bdf} to vfio-pci would take it from {cur}: it is in use "
-                f"({'; '.join(u.describe() for u in users)})",
-                device=bdf,
-                hint="stop its users first; nothing was changed",
-            )
-        steps.append(BindDriver(bdf, binding.VFIO, note=f"{bdf} (now on {cur or 'no driver'})"))
+    for want, bdfs in wants:
+        req = planner.VfioRequest(tuple(bdfs), want.sel.match, want.force, FORCE_KEY)
+        steps += ctx.planned(want.sel, req)
     return steps
 
 

@@ -13,14 +13,14 @@ from ..cli.output import emit, emit_result, say, table
 from ..cli.params import DEVICE, NAME, AsciiFloat, AsciiInt
 from ..errors import InvalidInput
 from ..holders import OpenFiles
-from ..inputs import check_component
 from ..pci import Scan, read_device
 from . import binding
 from .model import PfInfo, list_pfs, read_pf
-from .usage import User, libvirt_users, pci_users
+from .usage import libvirt_users
 
 if TYPE_CHECKING:
     from ..engine import Step
+    from .planner import Facts
 
 
 def _bdf(app: App, name: str, scan: Scan) -> str:
@@ -115,13 +115,31 @@ def list_cmd(app: App, pf: str | None, libvirt_uri: str | None) -> None:
     emit(app, "sriov-list", {"pfs": [p.to_dict() for p in pfs]}, lambda: _show_pfs(pfs))
 
 
+def _planned_pf(app: App, name: str, libvirt_uri: str | None) -> tuple[Facts, PfInfo]:
+    """What the planner reads (one per command), and the PF ``name`` names as it read it."""
+    from .planner import Facts
+
+    scan = Scan(app.host)
+    facts = Facts(app.host, scan, libvirt_uri=libvirt_uri)
+    bdf = _bdf(app, name, scan)
+    dev = scan.device(bdf)
+    alias = naming.aliases(scan).get(bdf) if dev.sriov is not None and not dev.is_vf else None
+    return facts, facts.pf(bdf, alias=alias, name=name)
+
+
 def _report(
-    app: App, kind: str, steps: list[Step], pf: PfInfo, scan: Scan, extra: dict[str, Any] | None = None
+    app: App, kind: str, facts: Facts, pf: PfInfo, steps: list[Step], extra: dict[str, Any] | None = None
 ) -> None:
+    """Execute the planned ``steps`` and report the PF: what the steps read and wrote, the rest read afresh."""
+    from ..engine import execute  # the change machinery loads with the commands that change things
+    from .steps import planned
+
+    planned(app.env, pf.bdf, pf.num_vfs, pf.autoprobe)
+    execute(app.env, steps)
     plan = [s.describe() for s in steps]
     data: dict[str, Any] = {"steps": [s.to_dict() for s in steps], **(extra or {})}
-    if not app.dry_run:  # the PF as it is now: what the steps read and wrote, the rest read afresh
-        before = scan.device(pf.bdf)
+    if not app.dry_run:
+        before = facts.scan.device(pf.bdf)
         after = read_pf(app.host, pf.bdf, OpenFiles(app.host), alias=pf.alias, seen=app.env.seen, before=before)
         data["pf"] = after.to_dict()
     emit_result(app, kind, plan=plan, data=data)
@@ -162,16 +180,11 @@ def enable(
     libvirt_uri: str | None,
 ) -> None:
     """Have exactly --vfs VFs on PF, bound as --driver says (idempotent)."""
-    from ..engine import execute  # the change machinery loads with the commands that change things
-    from . import ops
-    from .steps import planned
+    from . import planner
 
-    scan = Scan(app.host)
-    (info,) = _with_libvirt(app, [_pf(app, pf, OpenFiles(app.host), scan)], libvirt_uri)
-    steps = ops.plan_enable(app.host, info, count, driver, no_autoprobe, force, timeout)
-    planned(app.env, info.bdf, info.num_vfs, info.autoprobe)
-    execute(app.env, steps)
-    _report(app, "sriov-enable", steps, info, scan, {"requested": {"vfs": count, "driver": driver}})
+    facts, info = _planned_pf(app, pf, libvirt_uri)
+    req = planner.EnableRequest(info.bdf, count, driver, no_autoprobe, force, timeout)
+    _report(app, "sriov-enable", facts, info, planner.plan(facts, req), {"requested": {"vfs": count, "driver": driver}})
 
 
 @sriov.command("disable")
@@ -184,16 +197,10 @@ def enable(
 @mutating
 def disable(app: App, pf: str, force: bool, libvirt_uri: str | None) -> None:
     """Remove every VF of PF (refused while one is in use, unless --force)."""
-    from ..engine import execute
-    from . import ops
-    from .steps import planned
+    from . import planner
 
-    scan = Scan(app.host)
-    (info,) = _with_libvirt(app, [_pf(app, pf, OpenFiles(app.host), scan)], libvirt_uri)
-    steps = ops.plan_disable(app.host, info, force)
-    planned(app.env, info.bdf, info.num_vfs, info.autoprobe)
-    execute(app.env, steps)
-    _report(app, "sriov-disable", steps, info, scan)
+    facts, info = _planned_pf(app, pf, libvirt_uri)
+    _report(app, "sriov-disable", facts, info, planner.plan(facts, planner.DisableRequest(info.bdf, force)))
 
 
 # ----------------------------------------------------------------------------- bind / unbind
@@ -207,26 +214,6 @@ def _device_doc(app: App, bdf: str) -> dict[str, Any]:
         "iommu_group": dev.iommu_group,
         "remembered": None if rec is None else {"driver": rec.driver, "override": rec.override, "probe": rec.probe},
     }
-
-
-def _refuse_if_in_use(app: App, bdf: str, force: bool, what: str) -> None:
-    """Busy (exit 4) unless ``--force``: the device is the console display (``boot_vga``), or in use."""
-    from ..errors import Busy
-
-    dev = read_device(app.host, bdf)
-    if dev.boot_vga and not force:
-        raise Busy(
-            f"{what} {bdf}: it is the console display device (boot_vga); moving it takes the console away",
-            device=bdf,
-            hint="pass --force if the console is not needed",
-        )
-    users: list[User] = pci_users(app.host, bdf, dev.iommu_group, OpenFiles(app.host))
-    if users and not force:
-        raise Busy(
-            f"{what} {bdf}: it is in use ({'; '.join(u.describe() for u in users)})",
-            device=bdf,
-            hint="stop its users first, or pass --force",
-        )
 
 
 @click.command()
@@ -244,32 +231,14 @@ def bind(app: App, device: str, driver: str | None, restore: bool, force: bool) 
     """Bind DEVICE to --driver (driver_override + unbind + drivers_probe), or --restore its original driver."""
     from ..engine import execute
     from ..engine.files import PutFile
-    from .steps import BindDriver, RestoreDriver
+    from . import planner
 
     if bool(driver) == restore:
         raise InvalidInput("give exactly one of --driver NAME or --restore")
-    host = app.host
-    bdf = _bdf(app, device, Scan(host))
-    cur = binding.current_driver(host, bdf)
-    warnings: list[str] = []
-    steps: list[Step] = []
-    if driver:
-        check_component(driver, "driver name")
-        binding.require_driver(host, driver)
-        if cur != driver:
-            _refuse_if_in_use(app, bdf, force, f"cannot move {device}")
-            steps.append(BindDriver(bdf, driver, note=f"{bdf} (now on {cur or 'no driver'})"))
-        if driver == binding.VFIO:
-            warnings = binding.group_warnings(host, bdf)
-    else:
-        known = binding.remembered(host, bdf)
-        rec = known or binding.Remembered(bdf, None, None, probe=True)
-        same = binding.satisfied(rec, cur, binding.current_override(host, bdf))
-        if same and known is not None:
-            steps.append(PutFile(host.display(binding.record_path(host, bdf)), None, what="bind record"))
-        elif not same:
-            _refuse_if_in_use(app, bdf, force, f"cannot move {device}")
-            steps.append(RestoreDriver(bdf, rec.driver, rec.override, rec.probe))
+    facts = planner.Facts(app.host)
+    bdf = _bdf(app, device, facts.scan)
+    steps = planner.plan(facts, planner.BindRequest(bdf, driver, restore, force, name=device))
+    warnings = binding.group_warnings(app.host, bdf) if driver == binding.VFIO else []
     execute(app.env, steps)
     for w in warnings:
         click.echo(f"vgpukit: warning: {w}", err=True)
@@ -289,13 +258,10 @@ def bind(app: App, device: str, driver: str | None, restore: bool, force: bool) 
 def unbind(app: App, device: str, force: bool) -> None:
     """Unbind DEVICE from its driver (remembered, so 'bind DEVICE --restore' brings it back)."""
     from ..engine import execute
-    from .steps import UnbindDriver
+    from . import planner
 
-    host = app.host
-    bdf = _bdf(app, device, Scan(host))
-    cur = binding.current_driver(host, bdf)
-    steps: list[Step] = [UnbindDriver(bdf, f"{bdf} from {cur}")] if cur else []
-    if steps:
-        _refuse_if_in_use(app, bdf, force, f"cannot unbind {device}")
+    facts = planner.Facts(app.host)
+    bdf = _bdf(app, device, facts.scan)
+    steps = planner.plan(facts, planner.UnbindRequest(bdf, force, name=device))
     execute(app.env, steps)
     emit_result(app, "unbind", plan=[s.describe() for s in steps], data={"device": _device_doc(app, bdf)})
