@@ -512,6 +512,8 @@ class RealKernel:
             str(assets.initrd),
             "-append",
             "console=ttyS0 quiet intel_iommu=on panic=-1",
+            "-device",  # a PCIe root port (a PCI-to-PCI bridge, header type 1) on pcieport, nothing behind it
+            "pcie-root-port,id=rp0,bus=pcie.0,chassis=1,addr=0x1c",
             "-device",
             "nvme-subsys,id=subsys0",
             "-device",
