@@ -130,3 +130,76 @@ def test_the_checks_can_fail() -> None:
     assert is_front_end("vgpukit.mig.cli") and is_front_end("vgpukit.mig.config_cli")
     assert is_front_end("vgpukit.cli.output") and is_front_end("vgpukit.cli.topo_cmd")
     assert not is_front_end("vgpukit.mig.view") and not is_front_end("vgpukit.client")
+
+
+# ----------------------------------------------------------------------------- planners and front ends
+FRONT_END_PACKAGES = ("vgpukit.fleet", "vgpukit.k8s")  # apply (and what runs it) and the Kubernetes agents
+
+
+def is_door(mod: str) -> bool:
+    """A front end in the wide sense: a command module, or the apply / Kubernetes packages."""
+    return is_front_end(mod) or mod.startswith(tuple(p + "." for p in FRONT_END_PACKAGES)) or mod in FRONT_END_PACKAGES
+
+
+def door_of(mod: str) -> str:
+    """Which front end ``mod`` belongs to: the CLI core, fleet and k8s are one each, a command module is its own."""
+    for pkg in ("vgpukit.cli", *FRONT_END_PACKAGES):
+        if mod == pkg or mod.startswith(pkg + "."):
+            return pkg
+    return mod
+
+
+def planners(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(m for m in graph if m.startswith("vgpukit.") and m.endswith(".planner"))
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for dep in graph.get(todo.pop(), ()):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+def test_planners_import_no_front_end() -> None:
+    """A planner is below every door (vgpukit/*/planner.py): nothing it imports, directly or not, is a
+    command module, apply's fleet package or the Kubernetes package."""
+    graph = import_graph()
+    found = planners(graph)
+    assert "vgpukit.sriov.planner" in found and "vgpukit.mig.planner" in found
+    bad = sorted(f"{p} -> {d}" for p in found for d in reachable(graph, p) if is_door(d))
+    assert not bad, "planners reaching front ends:\n" + "\n".join(bad)
+
+
+def private_imports() -> set[str]:
+    """``from <front end> import _name`` in another front end."""
+    paths = {module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+    out: set[str] = set()
+    for mod, path in paths.items():
+        if not is_door(mod):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = _resolve(mod, path.name == "__init__.py", node.level, node.module)
+            for alias in node.names:
+                target = f"{base}.{alias.name}" if f"{base}.{alias.name}" in paths else base
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private and is_door(target) and door_of(target) != door_of(mod):
+                    out.add(f"{mod} imports {alias.name} from {target}")
+    return out
+
+
+def test_no_front_end_imports_another_front_ends_private_names() -> None:
+    bad = sorted(private_imports())
+    assert not bad, "front ends sharing private names (move the rule into the area's planner):\n" + "\n".join(bad)
+
+
+def test_the_door_checks_can_fail() -> None:
+    assert is_door("vgpukit.fleet.plan") and is_door("vgpukit.k8s.agent") and is_door("vgpukit.sriov.cli")
+    assert not is_door("vgpukit.sriov.planner") and door_of("vgpukit.fleet.plan") == door_of("vgpukit.fleet.cli")
+    g = {"vgpukit.x.planner": {"vgpukit.x.model"}, "vgpukit.x.model": {"vgpukit.fleet.plan"}}
+    assert reachable(g, "vgpukit.x.planner") == {"vgpukit.x.model", "vgpukit.fleet.plan"}
