@@ -168,10 +168,11 @@ class StartOutcome:
         return self.status in ("failed", "conflict")
 
 
-def start(env: Env, d: Definition, force: bool = False) -> StartOutcome:
+def start(env: Env, d: Definition, force: bool = False, keep_going: bool = False) -> StartOutcome:
     """Create the instance of one definition (and set its attrs) unless it is already active.
 
     Each definition is its own change: a failure (or a failing attribute) leaves no instance behind.
+    A call-out's veto is a refusal (raised), unless ``keep_going`` (``start --all``: that device fails).
     """
     host = env.host
     out = StartOutcome(d.uuid, d.parent, d.type_id, "started")
@@ -188,10 +189,18 @@ def start(env: Env, d: Definition, force: bool = False) -> StartOutcome:
     if host.dry_run:
         out.status = "would-start"
         return out
-    todo = planner.start(planner.read(host, definitions=False), d, force)
+    try:
+        todo = planner.start(planner.read(host, definitions=False), d, force)
+    except VgpukitError as err:  # a refusal (no such type, no room): the command's answer
+        if not keep_going:
+            raise
+        out.status, out.message = "failed", str(err)
+        return out
     try:
         execute(env, todo.steps)
     except VgpukitError as err:
+        if isinstance(err, callouts.CalloutRefused) and not keep_going:
+            raise
         out.status, out.message = "failed", str(err)
     return out
 
@@ -219,7 +228,7 @@ def start_all(env: Env, parent: str | None = None) -> list[StartOutcome]:
     defs, bad = mdevctl.read_all(env.host)
     for b in bad:
         log.warning("skipping %s: %s", b.path, b.reason)
-    return [start(env, d) for d in defs if d.auto and (parent is None or d.parent == parent)]
+    return [start(env, d, keep_going=True) for d in defs if d.auto and (parent is None or d.parent == parent)]
 
 
 def start_one(env: Env, uid: str, force: bool = False) -> StartOutcome:

@@ -211,6 +211,11 @@ def remove(facts: Facts, uids: list[str], force: bool = False) -> MdevPlan:
 def start(facts: Facts, d: Definition, force: bool = False) -> MdevPlan:
     """Create the instance of one definition and set its attributes (nothing when already active
     as defined; the caller says what an absent parent or an active conflict means)."""
+    room = facts.parent(d.parent).type(d.type_id)
+    if room is None:
+        type_of(facts, d.parent, d.type_id)
+    else:
+        plan([(d.parent, room.available)], d.type_id, 1)  # the one "do not fit" refusal
     change: list[Step] = [CreateMdev(d.parent, d.type_id, d.uuid, check_capacity=False)]
     change += [SetMdevAttr(d.uuid, attr, value) for attr, value in d.attrs]
     return MdevPlan(wrapped(facts, "start", [d], change, force), [d])
