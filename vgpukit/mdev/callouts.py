@@ -179,10 +179,10 @@ class Callout:
         raise CalloutRefused(text, value=self.device.uuid, hint="nothing was changed")
 
     def post(self, ok: bool) -> None:
+        if self.script is None:
+            self.versioned()  # asked as in pre (state none)
         self.state = "success" if ok else "failure"
         stdin = config_json(self.device)
-        if self.script is None:
-            self.versioned()
         if self.script is not None:
             if self.supports is None or not self._refuses("post"):
                 res = self._run(self.script, "post", self.action, stdin)
