@@ -121,3 +121,17 @@ def same(answers: list[Answer]) -> Answer:
         assert (a.code, a.kind, a.shape) == (first.code, first.kind, first.shape), f"{a} differs from {first}"
     assert first.code != 0, first
     return first
+
+
+def every_door(
+    sim: Path, tmp: Path, area_argv: tuple[str, ...], config: str, shim_argv: tuple[str, ...] | None = None
+) -> Answer:
+    """One request through the area command, the config doors and (when it takes it) the shim: the
+    same refusal everywhere, and the host exactly as before. The first answer."""
+    before = snapshot(sim)
+    answers = [area(sim, *area_argv), *config_doors(sim, config, tmp)]
+    if shim_argv is not None:
+        answers.append(shim(sim, *shim_argv))
+    first = same(answers)
+    assert snapshot(sim) == before, "a refusal changed the host"
+    return first

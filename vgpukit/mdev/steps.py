@@ -116,13 +116,28 @@ def drop_definition(path: str, uid: str) -> PutFile:
     return PutFile(path, None, what=f"undefine {uid} (remove {path})")
 
 
-def _callout_key(action: str, uid: str) -> str:
-    return f"mdev-callout:{action}:{uid}"
+@dataclass(frozen=True)
+class _DeviceCallout(Step):
+    """What both call-out steps say of their device (mdevctl's ``-a ACTION -u -p -t`` and its config)."""
+
+    action: str
+    uuid: str
+    parent: str
+    type_id: str
+    start: str = "manual"
+    attrs: tuple[tuple[str, str], ...] = ()
+
+    def device(self) -> Definition:
+        return Definition(self.uuid, self.parent, self.type_id, self.start, self.attrs)
+
+    def key(self) -> str:
+        """Where the command keeps what ``pre`` found (the script that claimed the device) for ``post``."""
+        return f"mdev-callout:{self.action}:{self.uuid}"
 
 
 @step_kind
 @dataclass(frozen=True)
-class CalloutPre(Step):
+class CalloutPre(_DeviceCallout):
     """mdevctl's ``pre`` call-out for ``action`` of one device, before any change of the plan: a veto
     refuses the whole plan (with ``force``: logged, the plan goes on). Its inverse tells the scripts
     the action failed (``post`` with state ``failure``, and the notifiers): what a rollback, or the
@@ -130,16 +145,7 @@ class CalloutPre(Step):
 
     kind: ClassVar[str] = "mdev-callout-pre"
     stage: ClassVar[str] = BEFORE
-    action: str
-    uuid: str
-    parent: str
-    type_id: str
-    start: str = "manual"
-    attrs: tuple[tuple[str, str], ...] = ()
     force: bool = False
-
-    def device(self) -> Definition:
-        return Definition(self.uuid, self.parent, self.type_id, self.start, self.attrs)
 
     def describe(self) -> str:
         return f"ask the call-out scripts before {self.action} of {self.uuid}"
@@ -152,45 +158,38 @@ class CalloutPre(Step):
         try:
             c.pre(self.force)
         except CalloutRefused:
-            env.handles[_callout_key(self.action, self.uuid)] = VETOED
+            env.handles[self.key()] = VETOED
             c.notify()  # the notifiers hear of the veto (state none); the vetoing script gets no post
             raise
-        env.handles[_callout_key(self.action, self.uuid)] = c
+        env.handles[self.key()] = c
 
 
 @step_kind
 @dataclass(frozen=True)
-class CalloutPost(Step):
+class CalloutPost(_DeviceCallout):
     """mdevctl's ``post`` call-out (state ``success`` / ``failure``) to the script that answered ``pre``
     (or, in a new process, the first that claims the device now), then every notifier."""
 
     kind: ClassVar[str] = "mdev-callout-post"
     stage: ClassVar[str] = AFTER
-    action: str
-    uuid: str
-    parent: str
-    type_id: str
-    start: str = "manual"
-    attrs: tuple[tuple[str, str], ...] = ()
     ok: bool = True
 
     def describe(self) -> str:
         return f"tell the call-out scripts that {self.action} of {self.uuid} {'succeeded' if self.ok else 'failed'}"
 
     def apply(self, env: Env) -> None:
-        asked = env.handles.pop(_callout_key(self.action, self.uuid), None)
+        asked = env.handles.pop(self.key(), None)
         if asked == VETOED:
             return
         if not isinstance(asked, Callout):
-            d = Definition(self.uuid, self.parent, self.type_id, self.start, self.attrs)
-            asked = Callout(env.host, d, self.action)
+            asked = Callout(env.host, self.device(), self.action)
         asked.post(self.ok)
         asked.notify()
 
 
 def callout_steps(action: str, devices: list[Definition], force: bool = False) -> tuple[list[Step], list[Step]]:
     """The ``pre`` steps (before any change) and ``post`` steps (after the commit) of ``action`` on
-    ``devices``; an empty pair when no script is installed (the planners' facts say)."""
+    ``devices`` (the planner adds them when a script is installed)."""
     pre: list[Step] = [CalloutPre(action, d.uuid, d.parent, d.type_id, d.start, tuple(d.attrs), force) for d in devices]
     post: list[Step] = [CalloutPost(action, d.uuid, d.parent, d.type_id, d.start, tuple(d.attrs)) for d in devices]
     return pre, post
