@@ -130,3 +130,29 @@ def test_the_checks_can_fail() -> None:
     assert is_front_end("vgpukit.mig.cli") and is_front_end("vgpukit.mig.config_cli")
     assert is_front_end("vgpukit.cli.output") and is_front_end("vgpukit.cli.topo_cmd")
     assert not is_front_end("vgpukit.mig.view") and not is_front_end("vgpukit.client")
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for dep in graph.get(todo.pop(), ()):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+def test_planners_reach_no_front_end_fleet_or_k8s() -> None:
+    """A planner (``vgpukit/<area>/planner.py``) serves every door: it imports, even indirectly, no
+    front end and nothing of the doors that compose planners (fleet, k8s)."""
+    graph = import_graph()
+    planners = [m for m in graph if m.endswith(".planner")]
+    assert {"vgpukit.mdev.planner", "vgpukit.vgpu.planner"} <= set(planners)
+    bad = [
+        f"{p} -> {dep}"
+        for p in planners
+        for dep in sorted(reachable(graph, p))
+        if is_front_end(dep) or dep.split(".")[1:2] in (["fleet"], ["k8s"])
+    ]
+    assert not bad, "planners reaching front ends:\n" + "\n".join(bad)
