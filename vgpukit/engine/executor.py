@@ -10,7 +10,7 @@ from ..errors import VgpukitError
 from . import journal as jr
 from .env import Env
 from .lock import host_lock
-from .step import AFTER, BEFORE, CHANGE, Step, from_dict
+from .step import AFTER, BEFORE, STAGES, Step, from_dict
 
 log = logging.getLogger("vgpukit.engine")
 
@@ -127,7 +127,7 @@ def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[st
 
 def staged(steps: Sequence[Step]) -> list[Step]:
     """``steps`` in the order the executor runs them: BEFORE, CHANGE, AFTER (plan order within each)."""
-    return [s for stage in (BEFORE, CHANGE, AFTER) for s in steps if s.stage == stage]
+    return [s for stage in STAGES for s in steps if s.stage == stage]
 
 
 def derived_steps(env: Env) -> list[Step]:

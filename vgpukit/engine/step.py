@@ -25,6 +25,7 @@ _KINDS: dict[str, type[Step]] = {}
 # there changes nothing: mdevctl's ``pre`` call-outs); CHANGE steps in plan order; AFTER steps once the
 # change is committed (journal closed), their failures only logged (``post`` call-outs, notifiers).
 BEFORE, CHANGE, AFTER = "before", "change", "after"
+STAGES = (BEFORE, CHANGE, AFTER)
 S = TypeVar("S", bound="type[Step]")
 
 

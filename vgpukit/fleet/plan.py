@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 
 from .. import naming
 from ..engine import Env, Step
-from ..engine.executor import staged
 from ..engine.files import PutFile
+from ..engine.step import STAGES
 from ..errors import Busy, InUse, InvalidInput, Unsupported, VgpukitError
 from ..holders import OpenFiles
 from ..mdev import planner as mdev_planner
@@ -53,18 +53,21 @@ class Plan:
         self.steps += [(area, s) for s in steps]
 
     @property
+    def ordered(self) -> list[tuple[str, Step]]:
+        """(area, step) in the order the executor runs them (call-outs' ``pre`` first, ``post`` last)."""
+        return [(a, s) for stage in STAGES for a, s in self.steps if s.stage == stage]
+
+    @property
     def plain(self) -> list[Step]:
-        """The steps in the order the executor runs them (call-outs' ``pre`` first, ``post`` last)."""
-        return staged([s for _, s in self.steps])
+        return [s for _, s in self.ordered]
 
     def to_json(self) -> dict[str, Any]:
         counts = dict.fromkeys(AREAS, 0)
         for area, _ in self.steps:
             counts[area] += 1
-        area_of = {id(s): a for a, s in self.steps}
         return {
             "plan": [s.describe() for s in self.plain],
-            "steps": [{"area": area_of[id(s)], **s.to_dict()} for s in self.plain],
+            "steps": [{"area": a, **s.to_dict()} for a, s in self.ordered],
             "areas": counts,
         }
 
