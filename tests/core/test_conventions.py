@@ -72,6 +72,8 @@ CHANGE_MODULES = (
     "vgpukit.mdev.ops",
     "vgpukit.mdev.change_cli",
     "vgpukit.vgpu.ops",
+    "vgpukit.mdev.planner",
+    "vgpukit.vgpu.planner",
 )
 
 

@@ -10,7 +10,7 @@ from ..errors import VgpukitError
 from . import journal as jr
 from .env import Env
 from .lock import host_lock
-from .step import Step, from_dict
+from .step import AFTER, BEFORE, STAGES, Step, from_dict
 
 log = logging.getLogger("vgpukit.engine")
 
@@ -54,14 +54,18 @@ def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[st
     them: :data:`DERIVED`) are brought up to date in the same journaled run, so a failure there rolls
     the whole change back and a crash is repaired as one change.
     """
+    steps = staged(steps)
     if env.host.dry_run:
         return [s.describe() for s in steps]
     if not steps:
         return []
+    after = [s for s in steps if s.stage == AFTER]
+    steps = steps[: len(steps) - len(after)]
     with session(env):
         book = jr.Journal(env.host, env.command)
         undo: list[Step] = []
         done: list[str] = []
+        changed = 0  # CHANGE steps done (BEFORE steps change nothing on the host)
 
         ahead: list[list[Step]] = []  # inverses of the next steps of a batch, journaled already
 
@@ -71,6 +75,7 @@ def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[st
             return inverses
 
         def run(step: Step, rest: Sequence[Step]) -> None:
+            nonlocal changed
             if ahead:
                 invs = ahead.pop(0)
             else:  # a batch (steps in a row with the step's batch key): journaled at once, one fsync
@@ -83,6 +88,7 @@ def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[st
             step.apply(env)
             step.verify(env)
             done.append(step.describe())
+            changed += step.stage != BEFORE
 
         try:
             for i, step in enumerate(steps):
@@ -92,7 +98,7 @@ def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[st
         except VgpukitError as exc:
             _, failures = _undo(env, undo)
             book.close()
-            n = len(done)
+            n = changed
             note = f"rolled back the {n} step{'s' if n != 1 else ''} done" if n else "nothing was changed"
             if failures:
                 note += "; could NOT undo: " + "; ".join(failures)
@@ -110,7 +116,18 @@ def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[st
             book.close()
             raise
         book.close()
+        for step in after:  # committed: what runs now cannot undo it (a failure is only said)
+            try:
+                step.apply(env)
+                done.append(step.describe())
+            except VgpukitError as exc:
+                log.warning("%s: %s", step.describe(), exc)
         return done
+
+
+def staged(steps: Sequence[Step]) -> list[Step]:
+    """``steps`` in the order the executor runs them: BEFORE, CHANGE, AFTER (plan order within each)."""
+    return [s for stage in STAGES for s in steps if s.stage == stage]
 
 
 def derived_steps(env: Env) -> list[Step]:

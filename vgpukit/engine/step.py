@@ -20,6 +20,12 @@ from ..errors import InvalidInput
 from .env import Env
 
 _KINDS: dict[str, type[Step]] = {}
+
+# When the executor runs a step (``Step.stage``): BEFORE steps run first, before any change (a refusal
+# there changes nothing: mdevctl's ``pre`` call-outs); CHANGE steps in plan order; AFTER steps once the
+# change is committed (journal closed), their failures only logged (``post`` call-outs, notifiers).
+BEFORE, CHANGE, AFTER = "before", "change", "after"
+STAGES = (BEFORE, CHANGE, AFTER)
 S = TypeVar("S", bound="type[Step]")
 
 
@@ -27,6 +33,7 @@ class Step:
     """Base class: subclasses are frozen dataclasses whose fields are JSON values."""
 
     kind: ClassVar[str] = ""
+    stage: ClassVar[str] = CHANGE
 
     def describe(self) -> str:
         raise NotImplementedError

@@ -17,32 +17,30 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import naming
 from ..engine import Env, Step
 from ..engine.files import PutFile
-from ..errors import Busy, Conflict, InUse, InvalidInput, NotFound, Unsupported, VgpukitError
-from ..holders import OpenFiles, group_holders
+from ..engine.step import STAGES
+from ..errors import Busy, InUse, InvalidInput, Unsupported, VgpukitError
+from ..holders import OpenFiles
+from ..mdev import planner as mdev_planner
 from ..mdev import sysfs as mdev_sysfs
-from ..mdev.model import MdevInstance, new_uuid
-from ..mdev.placement import candidates
-from ..mdev.placement import plan as place
-from ..mdev.steps import CreateMdev, RemoveMdev
 from ..mig import config as migconfig
 from ..pci import PciDevice, Scan, vf_address
 from ..sriov import planner
 from ..vgpu import hostview
-from ..vgpu.catalog import for_device, short_name
+from ..vgpu import planner as vgpu_planner
+from ..vgpu.catalog import short_name
 from ..vgpu.model import MDEV, GpuView
-from ..vgpu.ops import find_type
-from ..vgpu.steps import SetVgpuType
 from .document import HostConfig, Selector, VgpuWant
 
 AREAS = ("sriov", "bind", "mdev", "vgpu", "mig", "qos")
 IDS_RE = re.compile(r"([0-9a-fA-F]{4}):([0-9a-fA-F]{4})\Z")
 FORCE_KEY = "set force: true on the vfio entry"  # how a host config overrides what --force overrides
 MigPlanner = Callable[[list[migconfig.Entry]], list[Step]]
+T = TypeVar("T")
 
 
 @dataclass
@@ -53,16 +51,21 @@ class Plan:
         self.steps += [(area, s) for s in steps]
 
     @property
+    def ordered(self) -> list[tuple[str, Step]]:
+        """(area, step) in the order the executor runs them (call-outs' ``pre`` first, ``post`` last)."""
+        return [(a, s) for stage in STAGES for a, s in self.steps if s.stage == stage]
+
+    @property
     def plain(self) -> list[Step]:
-        return [s for _, s in self.steps]
+        return [s for _, s in self.ordered]
 
     def to_json(self) -> dict[str, Any]:
         counts = dict.fromkeys(AREAS, 0)
         for area, _ in self.steps:
             counts[area] += 1
         return {
-            "plan": [s.describe() for _, s in self.steps],
-            "steps": [{"area": a, **s.to_dict()} for a, s in self.steps],
+            "plan": [s.describe() for s in self.plain],
+            "steps": [{"area": a, **s.to_dict()} for a, s in self.ordered],
             "areas": counts,
         }
 
@@ -84,18 +87,29 @@ class _Ctx:
         self.files = OpenFiles(env.host)
         self.facts = planner.Facts(env.host, self.scan, self.files)
         self.future_vfs: dict[str, list[str]] = {}  # PF -> its VFs once the SR-IOV steps ran
+        self._mdev: mdev_planner.Facts | None = None
+
+    def mdev_facts(self) -> mdev_planner.Facts:
+        """The mdev planner's facts of this host (read once per plan)."""
+        if self._mdev is None:
+            self._mdev = mdev_planner.read(self.host, definitions=False)
+        return self._mdev
+
+    def located(self, sel: Selector, planned: Callable[[], T]) -> T:
+        """``planned()``; a refusal names where in the document the entry is."""
+        try:
+            return planned()
+        except VgpukitError as err:
+            raise type(err)(
+                f"{self.where(sel)}: {err.message}", device=err.device, value=err.value, hint=err.hint
+            ) from None
 
     def where(self, sel: Selector) -> str:
         return f"{self.cfg.source}:{sel.line}"
 
     def planned(self, sel: Selector, req: planner.Request) -> list[Step]:
         """The area planner's steps for one entry; a refusal names the entry's place in the file."""
-        try:
-            return planner.plan(self.facts, req)
-        except VgpukitError as err:
-            raise type(err)(
-                f"{self.where(sel)}: {err.message}", device=err.device, value=err.value, hint=err.hint
-            ) from None
+        return self.located(sel, lambda: planner.plan(self.facts, req))
 
     def pci(self, sel: Selector, what: str) -> list[str]:
         """The physical functions ``sel`` names; a name that is not there is NotFound, a match may be empty."""
@@ -181,13 +195,14 @@ def _vfio(ctx: _Ctx) -> list[Step]:
 
 # ----------------------------------------------------------------------------- mdev
 def _parents(ctx: _Ctx, sel: Selector, names: list[str]) -> list[str]:
+    """The mdev parents ``sel`` names (a name that is none: the mdev planner's "no mdev parent")."""
     if sel.device is not None:
         if sel.device in names:
             return [sel.device]
+        if naming.form_of(sel.device) == "word":
+            return [sel.device]  # not a device name: the planner says there is no such parent
         t = ctx.resolve(sel)
-        if t.bdf in names:
-            return [t.bdf]
-        raise NotFound(f"{ctx.where(sel)}: {sel.device} is not an mdev parent", device=t.bdf)
+        return [t.bdf or sel.device]
     assert sel.match is not None
     out = []
     for name in names:
@@ -199,76 +214,22 @@ def _parents(ctx: _Ctx, sel: Selector, names: list[str]) -> list[str]:
     return out
 
 
-def _keep(
-    have: list[MdevInstance], pinned: tuple[str, ...], count: int, taken: set[str]
-) -> tuple[list[MdevInstance], list[str]]:
-    """Which instances stay (pinned, then in use, then by UUID) and which pinned UUIDs are missing.
-    ``taken``: every UUID the config pins on these parents (one pinned as another type is not kept)."""
-    mine = {i.uuid: i for i in have}
-    kept = [mine[u] for u in pinned if u in mine]
-    rest = sorted((i for i in have if i.uuid not in taken), key=lambda i: (not i.in_use, i.uuid))
-    kept += rest[: max(0, count - len(pinned))]
-    return kept, [u for u in pinned if u not in mine]
-
-
-def _converge_parent(
-    ctx: _Ctx, parents: list[str], wants: dict[str, tuple[int, tuple[str, ...]]], active: list[MdevInstance]
-) -> tuple[list[Step], list[Step]]:
-    """Exactly ``wants[type] = (count, pinned uuids)`` instances on ``parents`` (other types removed)."""
-    on = [i for i in active if i.parent in parents]
-    elsewhere = {i.uuid: i for i in active if i.parent not in parents}
-    removals: list[Step] = []
-    adds: list[Step] = []
-    gone: list[MdevInstance] = []
-    todo: list[tuple[str, list[str]]] = []
-    taken = {u for _, pinned in wants.values() for u in pinned}
-    for type_id, (count, pinned) in wants.items():
-        for u in pinned:
-            if u in elsewhere:
-                raise Conflict(f"mdev {u} exists already on {elsewhere[u].parent}", value=u)
-        have = [i for i in on if i.type_id == type_id]
-        kept, missing = _keep(have, pinned, count, taken)
-        gone += [i for i in have if i not in kept]
-        todo.append((type_id, missing + [new_uuid() for _ in range(count - len(kept) - len(missing))]))
-    gone += [i for i in on if i.type_id not in wants]
-    objs = [mdev_sysfs.read_parent(ctx.host, p) for p in parents] if any(u for _, u in todo) else []
-    for type_id, uuids in todo:
-        if not uuids:
-            continue
-        # removals free capacity the kernel shares between types in ways only it knows: a parent losing
-        # instances is not checked here (each creation checks, and a failure rolls the whole run back)
-        freeing = {i.parent for i in gone}
-        cands = [(p, 1 << 20 if p in freeing else a) for p, a in candidates(objs, type_id)]
-        slots = [s.parent for s in place(cands, type_id, len(uuids)) for _ in range(s.count)]
-        adds += [CreateMdev(p, type_id, u, check_capacity=True) for p, u in zip(slots, uuids, strict=True)]
-    busy = [i for i in gone if i.in_use]
-    if busy:
-        who = ", ".join(h.describe() for h in busy[0].holders)
-        raise InUse(
-            f"the config would remove mdev {busy[0].uuid} ({busy[0].type_id} on {busy[0].parent}), in use by {who}",
-            value=busy[0].uuid,
-            hint="stop or detach the VM first; nothing was changed",
-        )
-    removals += [RemoveMdev(i.uuid, i.parent, i.type_id) for i in sorted(gone, key=lambda i: i.uuid)]
-    return removals, adds
-
-
 def _mdev(ctx: _Ctx) -> tuple[list[Step], list[Step]]:
     if not ctx.cfg.mdev:
         return [], []
     names = mdev_sysfs.parent_names(ctx.host)
-    groups: dict[str, dict[str, tuple[int, tuple[str, ...]]]] = {}
+    groups: dict[str, tuple[Selector, mdev_planner.Wants]] = {}
     seen: list[tuple[str, Selector]] = []
     for w in ctx.cfg.mdev:
         for p in _parents(ctx, w.sel, names):
             seen.append((f"{p} {w.type}", w.sel))
-            groups.setdefault(p, {})[w.type] = (w.count, w.uuids)
+            groups.setdefault(p, (w.sel, {}))[1][w.type] = (w.count, w.uuids)
     ctx.unique("mdev", seen)
-    active = mdev_sysfs.instances(ctx.host)
+    facts = ctx.mdev_facts()
     rm: list[Step] = []
     add: list[Step] = []
-    for parent, wants in groups.items():
-        r, a = _converge_parent(ctx, [parent], wants, active)
+    for parent, (sel, wants) in groups.items():
+        r, a = ctx.located(sel, lambda: mdev_planner.converge(facts, [parent], wants))  # noqa: B023
         rm += r
         add += a
     return rm, add
@@ -297,74 +258,15 @@ def _vgpu(ctx: _Ctx) -> tuple[list[Step], list[Step]]:
     add: list[Step] = []
     for bdf, wants in groups.items():
         gpu = views[bdf]
+        facts = vgpu_planner.read(ctx.host, gpu, ctx.scan.device(bdf).ids)
+        pairs = [(w.type, w.count) for w in wants]
         if gpu.interface == MDEV and bdf not in ctx.future_vfs:
-            types = hostview.types(ctx.host, gpu)
-            want: dict[str, tuple[int, tuple[str, ...]]] = {
-                find_type(types, gpu, w.type).type_id: (w.count, ()) for w in wants
-            }
-            r, a = _converge_parent(ctx, list(gpu.parents), want, mdev_sysfs.instances(ctx.host))
+            r, a = vgpu_planner.converge_mdev(facts, ctx.mdev_facts(), pairs)
         else:
-            r, a = _vgpu_vfs(ctx, gpu, wants)
+            r, a = vgpu_planner.converge_vfs(facts, pairs, ctx.future_vfs.get(bdf))
         rm += r
         add += a
     return rm, add
-
-
-def _vgpu_vfs(ctx: _Ctx, gpu: GpuView, wants: list[VgpuWant]) -> tuple[list[Step], list[Step]]:
-    """vGPUs on VFs (vendor VFIO): each VF carries one type; VFs the SR-IOV steps create count too."""
-    vfs = ctx.future_vfs.get(gpu.bdf)
-    fresh = vfs is not None
-    if vfs is None:
-        if gpu.interface is None:
-            raise Unsupported(
-                f"{gpu.alias or gpu.bdf} ({gpu.name}) offers no vGPU types",
-                device=gpu.bdf,
-                hint="is the vGPU host driver loaded, and are its VFs enabled (sriov section)?",
-            )
-        vfs = list(gpu.vfs)
-    cat = for_device(ctx.scan.device(gpu.bdf).ids)
-    want: dict[str, tuple[int, str]] = {}
-    for w in wants:
-        spec = cat.by_name(w.type) if cat else None
-        if spec is None and cat and w.type.isdigit():
-            spec = cat.by_id(int(w.type))
-        if spec is not None and cat is not None:
-            want[str(spec.id)] = (w.count, cat.full_name(spec))
-        else:
-            t = find_type(hostview.types(ctx.host, gpu), gpu, w.type)
-            want[t.type_id] = (w.count, t.name)
-    cur = {v: ("0" if fresh else str(hostview.current_type(ctx.host, v))) for v in vfs}
-    clear: list[str] = []
-    for tid in {t for t in cur.values() if t != "0"}:
-        have = [v for v in vfs if cur[v] == tid]
-        clear += have[want.get(tid, (0, ""))[0] :]
-    _refuse_held(ctx, clear)
-    free = [v for v in vfs if cur[v] == "0" or v in clear]
-    sets: list[Step] = []
-    for tid, (count, name) in want.items():
-        need = count - sum(1 for v in vfs if cur[v] == tid and v not in clear)
-        if need > len(free):
-            raise InvalidInput(
-                f"{gpu.alias or gpu.bdf}: {count} x {short_name(name)} need {need} more free VFs, "
-                f"{len(free)} would be free",
-                device=gpu.bdf,
-            )
-        sets += [SetVgpuType(v, tid, name, check_creatable=True) for v in free[: max(0, need)]]
-        free = free[max(0, need) :]
-    return [SetVgpuType(v, "0") for v in clear], sets
-
-
-def _refuse_held(ctx: _Ctx, vfs: list[str]) -> None:
-    groups = {v: ctx.scan.device(v).iommu_group for v in vfs}
-    held = group_holders(ctx.host, {g for g in groups.values() if g is not None})
-    for v, g in groups.items():
-        users = held.get(g, []) if g is not None else []
-        if users:
-            raise InUse(
-                f"the config would clear the vGPU of {v}, in use by {', '.join(h.describe() for h in users)}",
-                device=v,
-                hint="stop or detach the VM first; nothing was changed",
-            )
 
 
 # ----------------------------------------------------------------------------- QoS

@@ -64,6 +64,11 @@ def type_option(help_text: str) -> Callable[[F], F]:
     return click.option("-t", "--type", "type_id", metavar="TYPE", type=NAME, help=help_text)
 
 
+force_option = click.option(
+    "--force", is_flag=True, help="Go on when a call-out script vetoes (as mdevctl's --force: the veto is logged)."
+)
+
+
 def jsonfile_option(help_text: str) -> Callable[[F], F]:
     return click.option("--jsonfile", metavar="FILE", type=click.Path(dir_okay=False), help=help_text)
 

@@ -1,19 +1,25 @@
-"""mdevctl's call-out and notifier scripts, run around vgpukit's mdev changes the way mdevctl 1.2 runs them.
+"""mdevctl's call-out and notifier scripts, run around vgpukit's mdev changes the way mdevctl 1.4 runs them.
 
-Scripts live in ``/etc/mdevctl.d/scripts.d/callouts/`` and ``.../notifiers/`` (under the host root).
-Each is run as ``SCRIPT -t TYPE -e EVENT -a ACTION -s STATE -u UUID -p PARENT`` with the device's
-configuration (mdevctl's JSON, compact) on stdin:
+Scripts live in ``/usr/lib/mdevctl/scripts.d/`` and ``/etc/mdevctl.d/scripts.d/`` (``callouts/`` and
+``notifiers/``, under the host root; the ``/usr/lib`` directory is asked first). Each is run as
+``SCRIPT -t TYPE -e EVENT -a ACTION -s STATE -u UUID -p PARENT`` with the device's configuration
+(mdevctl's JSON, compact) on stdin:
 
-* ``pre`` (state ``none``) before the change: the first call-out script that does not answer 2
-  ("not my device type") is *the* script of this change; a non-zero answer vetoes the change
-  (nothing is done, exit 1);
+* *versioned* scripts first: each call-out script is asked ``-e get -a capabilities`` with
+  :data:`PROVIDES` on stdin; the first that answers 0 with ``{"supports": {"version": N, "actions":
+  [...], "events": [...]}}`` is *the* script of this device (the others are not asked); an event or
+  action it does not list is refused (a ``pre`` one: a veto);
+* otherwise ``pre`` (state ``none``) before the change: the first call-out script that does not answer
+  2 ("not my device type") is *the* script of this change; a non-zero answer vetoes the change
+  (nothing is done, exit 1), unless ``--force`` (then it is only logged);
 * ``post`` (state ``success``/``failure``) after it, to the same script (or, when none claimed the
   device in ``pre``, the first that claims it now); its answer is ignored;
 * ``notify`` to every notifier script after that (or after a veto, state ``none``); answers ignored;
 * ``get`` / action ``attributes`` (no stdin) when defining an active device, and when listing an
   active device that has no definition: the script prints the device's attributes as a JSON array.
 
-Differences from mdevctl 1.2 (docs/mdev.md): scripts run in name order (mdevctl: directory order),
+The changes run them as engine steps (:class:`~vgpukit.mdev.steps.CalloutPre`, ``CalloutPost``):
+docs/mdev.md. Differences from mdevctl (docs/mdev.md): scripts run in name order within a directory,
 each has a time limit (:data:`TIMEOUT`), and a dry run runs none.
 """
 
@@ -21,12 +27,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
-from ..engine import Env, session
 from ..errors import VgpukitError
 from ..host import Host
 from ..hostio import ProgramResult
@@ -35,11 +39,15 @@ from .mdevctl import parse_attrs
 from .model import Definition
 
 log = logging.getLogger("vgpukit.mdev")
-T = TypeVar("T")
 
-SCRIPTS = ("mdevctl.d", "scripts.d")
+# Where the scripts are, in the order they are asked (mdevctl 1.4: the packaged directory first).
+SCRIPT_DIRS = (("usr", "lib", "mdevctl", "scripts.d"), ("etc", "mdevctl.d", "scripts.d"))
 TIMEOUT = 120.0  # seconds one script may run (mdevctl waits forever)
 NOT_MINE = 2  # "this script does not handle the device type"
+ACTIONS = ("start", "stop", "define", "undefine", "modify", "attributes", "capabilities")
+EVENTS = ("pre", "post", "notify", "get")
+# What vgpukit tells a script it can do (the stdin of the ``get`` / ``capabilities`` question).
+PROVIDES = {"provides": {"version": 2, "actions": list(ACTIONS), "events": list(EVENTS)}}
 
 
 class CalloutRefused(VgpukitError):
@@ -54,8 +62,13 @@ def config_json(d: Definition) -> str:
 
 
 def _scripts(host: Host, kind: str) -> list[Path]:
-    base = host.etc(*SCRIPTS, kind)
-    return [base / name for name in host.listdir(base)]
+    """Every script of ``kind`` (callouts | notifiers): the /usr/lib directory's, then /etc's, each in
+    name order (a name in both directories is two scripts: the /usr/lib one is asked first)."""
+    out: list[Path] = []
+    for where in SCRIPT_DIRS:
+        base = host.path(*where, kind)
+        out += [base / name for name in host.listdir(base)]
+    return out
 
 
 def active(host: Host) -> bool:
@@ -70,51 +83,110 @@ def _say_stderr(host: Host, script: Path, res: ProgramResult) -> None:
         log.warning("%s: %s", script.name, clean)
 
 
+def _ran(res: ProgramResult) -> bool:
+    """Whether the script ran to an answer (not: could not run it, or a signal ended it)."""
+    return res.rc is not None or res.error.startswith("timed out")
+
+
+def _supports(text: str) -> dict[str, Any] | None:
+    """A versioned script's answer to ``capabilities``: its ``supports`` object, else None."""
+    try:
+        doc = json.loads(text.strip().rstrip("\0"))
+    except ValueError:
+        return None
+    sup = doc.get("supports") if isinstance(doc, dict) else None
+    if not isinstance(sup, dict) or not isinstance(sup.get("version"), int):
+        return None
+    if not all(isinstance(sup.get(k), list) for k in ("actions", "events")):
+        return None
+    return sup
+
+
 @dataclass
 class Callout:
     """The scripts' view of one change to one device (mdevctl's per-command call-out state)."""
 
     host: Host
     device: Definition
-    action: str  # start | stop | define | undefine | modify
+    action: str  # start | stop | define | undefine | modify | attributes
     state: str = "none"
     script: Path | None = field(default=None)
+    supports: dict[str, Any] | None = field(default=None)  # a versioned script's capabilities
 
     def _run(self, script: Path, event: str, action: str, stdin: str | None) -> ProgramResult:
         d = self.device
         args = ["-t", d.type_id, "-e", event, "-a", action, "-s", self.state, "-u", d.uuid, "-p", d.parent]
         return self.host.run_program(script, args, stdin, TIMEOUT)
 
+    def versioned(self) -> bool:
+        """Ask every call-out script ``capabilities``; the first that answers with a version claims
+        the device (mdevctl 1.4). Whether one did."""
+        stdin = json.dumps(PROVIDES, separators=(",", ":"))
+        for script in _scripts(self.host, "callouts"):
+            res = self._run(script, "get", "capabilities", stdin)
+            if not _ran(res) or res.rc == NOT_MINE:
+                continue
+            sup = _supports(res.stdout) if res.rc == 0 else None
+            if sup is not None:
+                self.script, self.supports = script, sup
+                return True
+        return False
+
+    def _refuses(self, event: str) -> str:
+        """Why the versioned script of this device does not take ``event`` of this action ('' when it does)."""
+        sup = self.supports or {}
+        if self.action not in sup.get("actions", []):
+            return f"it does not support action {self.action}"
+        if event not in sup.get("events", []):
+            return f"it does not support event {event}"
+        return ""
+
     def _claim(self, event: str, action: str, stdin: str | None) -> tuple[Path, ProgramResult] | None:
         """The first call-out script that handles this device (answers other than 2)."""
         for script in _scripts(self.host, "callouts"):
             res = self._run(script, event, action, stdin)
-            if res.rc is None and not res.error.startswith("timed out"):
+            if not _ran(res):
                 continue  # could not run it (not executable, a directory) or a signal ended it
             if res.rc != NOT_MINE:
                 return script, res
         return None
 
-    def pre(self) -> None:
-        found = self._claim("pre", self.action, config_json(self.device))
-        if found is None:
+    def pre(self, force: bool = False) -> None:
+        """The ``pre`` event; CalloutRefused on a veto (with ``force``: logged, and the change goes on)."""
+        stdin = config_json(self.device)
+        why = ""
+        if self.script is None and self.versioned():
+            assert self.script is not None
+        if self.script is not None:
+            why = self._refuses("pre")
+            if not why:
+                res = self._run(self.script, "pre", self.action, stdin)
+                _say_stderr(self.host, self.script, res)
+                why = "" if res.rc == 0 else f"return code {res.rc}" if res.rc is not None else res.error
+        else:
+            found = self._claim("pre", self.action, stdin)
+            if found is None:
+                return
+            self.script, res = found
+            _say_stderr(self.host, self.script, res)
+            why = "" if res.rc == 0 else f"return code {res.rc}" if res.rc is not None else res.error
+        if not why:
             return
-        self.script, res = found
-        _say_stderr(self.host, self.script, res)
-        if res.rc != 0:
-            why = f"return code {res.rc}" if res.rc is not None else res.error
-            raise CalloutRefused(
-                f"callout script {self.host.display(self.script)} refused to {self.action} {self.device.uuid} ({why})",
-                value=self.device.uuid,
-                hint="nothing was changed",
-            )
+        text = f"callout script {self.host.display(self.script)} refused to {self.action} {self.device.uuid} ({why})"
+        if force:
+            log.warning("forcing %s of %s despite the call-out: %s", self.action, self.device.uuid, text)
+            return
+        raise CalloutRefused(text, value=self.device.uuid, hint="nothing was changed")
 
     def post(self, ok: bool) -> None:
+        if self.script is None:
+            self.versioned()  # asked as in pre (state none)
         self.state = "success" if ok else "failure"
         stdin = config_json(self.device)
         if self.script is not None:
-            res = self._run(self.script, "post", self.action, stdin)
-            _say_stderr(self.host, self.script, res)
+            if self.supports is None or not self._refuses("post"):
+                res = self._run(self.script, "post", self.action, stdin)
+                _say_stderr(self.host, self.script, res)
             return
         found = self._claim("post", self.action, stdin)
         if found is not None:
@@ -129,45 +201,19 @@ class Callout:
                 log.debug("notifier %s: %s", script.name, res.error or f"return code {res.rc}")
 
 
-def guarded(env: Env, action: str, devices: Sequence[Definition], body: Callable[[], T]) -> T:
-    """``body()`` (the change) with mdevctl's ``pre`` / ``post`` / ``notify`` scripts around it, for
-    every device it changes, all under the host lock. A veto by any ``pre`` script stops everything
-    before the first change (the devices already asked get ``post`` with ``failure``)."""
-    if not devices or not active(env.host):
-        return body()
-    with session(env):
-        calls = [Callout(env.host, d, action) for d in devices]
-        asked: list[Callout] = []
-        for c in calls:
-            try:
-                c.pre()
-            except CalloutRefused:
-                for other in asked:
-                    other.post(False)
-                    other.notify()
-                c.notify()
-                raise
-            asked.append(c)
-        try:
-            result = body()
-        except BaseException:
-            for c in calls:
-                c.post(False)
-                c.notify()
-            raise
-        for c in calls:
-            c.post(True)
-            c.notify()
-        return result
-
-
 def get_attributes(host: Host, d: Definition, strict: bool) -> list[tuple[str, str]] | None:
     """The attributes a call-out script reports for active device ``d`` (``get`` event), None when no
     script handles it. A script failure raises when ``strict`` (define), else gives None (list)."""
     if not active(host):
         return None
     c = Callout(host, d, "attributes")
-    found = c._claim("get", "attributes", None)
+    if c.versioned():
+        assert c.script is not None
+        if c._refuses("get"):
+            return None
+        found: tuple[Path, ProgramResult] | None = (c.script, c._run(c.script, "get", "attributes", None))
+    else:
+        found = c._claim("get", "attributes", None)
     if found is None:
         return None
     script, res = found
@@ -176,7 +222,7 @@ def get_attributes(host: Host, d: Definition, strict: bool) -> list[tuple[str, s
         if res.rc != 0:
             _say_stderr(host, script, res)
             raise VgpukitError(f"callout script {shown} failed to get the attributes of {d.uuid}")
-        text = res.stdout.strip()
+        text = res.stdout.strip().rstrip("\0")
         if not text:
             return None
         doc = load_json("[]" if text == "[{}]" else text, f"attributes from {shown}")

@@ -12,6 +12,7 @@ from ..errors import Conflict, InvalidInput
 from . import mdevctl, ops
 from .args_cli import (
     definition_parent,
+    force_option,
     jsonfile_option,
     mdevctl_output,
     one_uuid,
@@ -33,6 +34,7 @@ auto_option = click.option("-a", "--auto", is_flag=True, help="Start it when its
 @type_option("Type of the new definition.")
 @auto_option
 @jsonfile_option("Type, start mode and attributes from FILE in mdevctl's format (with --parent).")
+@force_option
 @json_option
 @dry_run_option
 @click.pass_obj
@@ -45,6 +47,7 @@ def define_cmd(
     type_id: str | None,
     auto: bool,
     jsonfile: str | None,
+    force: bool,
 ) -> None:
     """Make an active instance persistent ('define UUID') or write a new definition ('-p P -t T')."""
     uid = one_uuid(uid, uuid_opt)
@@ -54,11 +57,11 @@ def define_cmd(
             raise InvalidInput("--jsonfile holds the type and start mode: it excludes --type and --auto")
         if where is None:
             raise InvalidInput("--jsonfile needs --parent")
-        steps, d = ops.define_from_json(app.env, where, uid, read_jsonfile(app, jsonfile), jsonfile)
+        steps, d = ops.define_from_json(app.env, where, uid, read_jsonfile(app, jsonfile), jsonfile, force)
     elif where and type_id:
-        steps, d = ops.define_new(app.env, where, type_id, uid, auto)
+        steps, d = ops.define_new(app.env, where, type_id, uid, auto, force)
     elif uid and not type_id:
-        steps, d = ops.define_active(app.env, uid, auto, parent=where)
+        steps, d = ops.define_active(app.env, uid, auto, parent=where, force=force)
     elif type_id:
         raise InvalidInput("--type needs --parent")
     else:
@@ -77,16 +80,17 @@ def define_cmd(
 @click.argument("uid", required=False, metavar="[UUID]", type=NAME)
 @uuid_option("The definition to delete (mdevctl's -u).")
 @parent_option("Only its definition on PARENT (default: on every parent).")
+@force_option
 @json_option
 @dry_run_option
 @click.pass_obj
 @mutating
-def undefine_cmd(app: App, uid: str | None, uuid_opt: str | None, parent: str | None) -> None:
+def undefine_cmd(app: App, uid: str | None, uuid_opt: str | None, parent: str | None, force: bool) -> None:
     """Delete a persistent definition (an active instance keeps running)."""
     uid = one_uuid(uid, uuid_opt)
     if not uid:
         raise InvalidInput("which definition? give UUID or -u UUID")
-    steps = ops.undefine(app.env, uid, definition_parent(app, parent) if parent else None)
+    steps = ops.undefine(app.env, uid, definition_parent(app, parent) if parent else None, force)
     report(app, "mdev-undefine", steps, {"uuid": uid.lower()})
 
 
@@ -101,6 +105,7 @@ def undefine_cmd(app: App, uid: str | None, uuid_opt: str | None, parent: str | 
 @click.option("-i", "--index", type=AsciiInt(0, 1 << 31), metavar="N", help="Attribute position (from 0).")
 @auto_option
 @click.option("-m", "--manual", is_flag=True, help="Start it only when asked (start=manual).")
+@force_option
 @json_option
 @dry_run_option
 @click.pass_obj
@@ -117,6 +122,7 @@ def modify_cmd(
     index: int | None,
     auto: bool,
     manual: bool,
+    force: bool,
 ) -> None:
     """Change a definition: type, start mode, attributes (a running instance is unaffected until restarted)."""
     uid = one_uuid(uid, uuid_opt)
@@ -126,7 +132,7 @@ def modify_cmd(
         raise InvalidInput("--auto and --manual exclude each other")
     start = "auto" if auto else "manual" if manual else None
     m = ops.Modification(type_id, start, addattr, value, delattr, index)
-    steps, d = ops.modify(app.env, uid, definition_parent(app, parent) if parent else None, m)
+    steps, d = ops.modify(app.env, uid, definition_parent(app, parent) if parent else None, m, force)
     report(app, "mdev-define", steps, {"definition": d.to_dict(), "path": mdevctl.path_of(app.host, d)})
 
 
@@ -137,6 +143,7 @@ def modify_cmd(
 @type_option("Type of a transient device (with --parent).")
 @jsonfile_option("A transient device's type and attributes from FILE in mdevctl's format (with --parent).")
 @click.option("--all", "all_", is_flag=True, help="Start every auto definition whose parent is present.")
+@force_option
 @json_option
 @dry_run_option
 @click.pass_obj
@@ -149,6 +156,7 @@ def start_cmd(
     type_id: str | None,
     jsonfile: str | None,
     all_: bool,
+    force: bool,
 ) -> None:
     """Start defined devices (one UUID, or --all auto ones: the boot service), or a transient device
     ('-p PARENT -t TYPE [-u UUID]', mdevctl's start)."""
@@ -165,19 +173,19 @@ def start_cmd(
         if where is None:
             raise InvalidInput("--jsonfile needs --parent")
         d = mdevctl.parse(where, uid or new_uuid(), read_jsonfile(app, jsonfile), where=jsonfile)
-        _show(app, [ops.start_transient(app.env, d)], None, None if uid else d.uuid)
+        _show(app, [ops.start_transient(app.env, d, force)], None, None if uid else d.uuid)
         return
     defined = ops.find_one(app.host, uid, where) if uid else None
     if defined is not None:
         if type_id and type_id != defined.type_id:
             raise Conflict(f"{defined.uuid} is defined as {defined.type_id} on {defined.parent}", value=uid)
-        outcome = ops.start(app.env, defined)
+        outcome = ops.start(app.env, defined, force)
     elif where and type_id:
-        outcome = ops.start_transient(app.env, Definition(uid or new_uuid(), where, type_id))
+        outcome = ops.start_transient(app.env, Definition(uid or new_uuid(), where, type_id), force)
     elif type_id:
         raise InvalidInput("--type needs --parent")
     elif uid:
-        outcome = ops.start_one(app.env, uid)  # says why: no definition, or not a valid one
+        outcome = ops.start_one(app.env, uid, force)  # says why: no definition, or not a valid one
     else:
         raise InvalidInput("usage: vgpukit mdev start UUID | start -p PARENT -t TYPE [-u UUID] | start --all [-p P]")
     _show(app, [outcome], None, None if uid else outcome.uuid)

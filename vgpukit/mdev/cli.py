@@ -14,7 +14,16 @@ from ..cli.output import emit, say, table
 from ..cli.params import NAME, PARENT_DEVICE, AsciiInt
 from ..errors import InvalidInput
 from . import listing, mdevctl, sysfs
-from .args_cli import MDEVCTL, mdevctl_output, one_uuid, parent_option, report, resolve_parent, uuid_option
+from .args_cli import (
+    MDEVCTL,
+    force_option,
+    mdevctl_output,
+    one_uuid,
+    parent_option,
+    report,
+    resolve_parent,
+    uuid_option,
+)
 from .placement import PACK, SPREAD
 
 # mdevctl's define/undefine/modify/start (and the change machinery behind them) load only when used
@@ -254,16 +263,17 @@ def remove_cmd(app: App, uuids: tuple[str, ...]) -> None:
 @mdev.command("stop")
 @click.argument("uid", required=False, metavar="[UUID]", type=NAME)
 @uuid_option("The instance to stop (mdevctl's -u).")
+@force_option
 @json_option
 @dry_run_option
 @click.pass_obj
 @mutating
-def stop_cmd(app: App, uid: str | None, uuid_opt: str | None) -> None:
+def stop_cmd(app: App, uid: str | None, uuid_opt: str | None, force: bool) -> None:
     """Stop (remove) one active instance, mdevctl's name for 'remove'; its definition stays."""
     from . import ops  # the change machinery loads with the commands that change things
 
     uid = one_uuid(uid, uuid_opt)
     if not uid:
         raise InvalidInput("which instance? give UUID or -u UUID")
-    steps = ops.remove(app.env, [uid])
+    steps = ops.remove(app.env, [uid], force)
     report(app, "mdev-remove", steps, {"removed": [s.split()[1] for s in steps]})

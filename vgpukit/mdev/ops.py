@@ -1,6 +1,6 @@
-"""Mutating mdev operations: plan, apply, verify, roll back.
+"""Mutating mdev operations: read the facts, ask :mod:`vgpukit.mdev.planner`, execute, report.
 
-Every operation validates its input and computes its plan before the first write; multi-instance
+Every operation's plan (call-out steps included) is computed before the first write; multi-instance
 creation is all-or-nothing (a failure half-way removes what this call created).
 """
 
@@ -10,13 +10,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine import Env, Step, execute
-from ..errors import Busy, Conflict, InvalidInput, NotFound, VgpukitError
+from ..engine import Env, execute
+from ..engine.files import PutFile
+from ..errors import Conflict, InvalidInput, NotFound, VgpukitError
 from ..host import Host
-from . import callouts, mdevctl, sysfs
-from .model import Definition, check_attr_name, check_parent_name, check_type_id, check_uuid, new_uuid
-from .placement import PACK, Slot, candidates, plan
-from .steps import CreateMdev, RemoveMdev, SetMdevAttr, drop_definition, put_definition
+from . import callouts, mdevctl, planner, sysfs
+from .model import Definition, check_attr_name, check_uuid, new_uuid
+from .placement import PACK, Slot
+from .steps import RemoveMdev
 
 log = logging.getLogger("vgpukit.mdev")
 
@@ -55,101 +56,30 @@ def create(
     auto: bool = False,
     parents: list[str] | None = None,
 ) -> CreateResult:
-    """Create ``count`` instances of ``type_id`` (on ``parent``, or on parents chosen by ``strategy``).
-
-    ``parents`` restricts automatic placement to those mdev parents (used by ``vgpu create``).
-    """
+    """Create ``count`` instances of ``type_id`` (on ``parent``, or on parents chosen by ``strategy``;
+    ``parents`` restricts the choice, as ``vgpu create`` does): :func:`planner.create`, executed."""
     host = env.host
-    check_type_id(type_id)
-    if count < 1:
-        raise InvalidInput(f"--count must be at least 1, not {count}", value=count)
-    if uid is not None and count > 1:
-        raise InvalidInput("--uuid names one instance; it cannot be combined with --count > 1")
-    if auto and not define:
-        raise InvalidInput("--auto needs --define (it is the start mode of the persistent definition)")
-    if uid is not None:
-        uid = check_uuid(uid)
-    known = sysfs.parents(host)
-    if parent is not None:
-        if parent not in {p.name for p in known}:
-            raise NotFound(f"no mdev parent {parent}", device=parent, hint="see: vgpukit mdev types")
-        known = [p for p in known if p.name == parent]
-    elif parents is not None:
-        known = [p for p in known if p.name in parents]
-    result = CreateResult()
-    if uid is not None:
-        existing = sysfs.find_instance(host, uid)
-        if existing is not None:
-            if existing.type_id == type_id and (parent is None or existing.parent == parent):
-                result.instances.append(Created(uid, existing.parent, type_id))
-                if define:
-                    _define_quietly(env, Definition(uid, existing.parent, type_id, _start_of(auto)), result)
-                return result  # already there: nothing to create
-            raise Conflict(
-                f"an mdev with UUID {uid} already exists ({existing.type_id} on {existing.parent})",
-                value=uid,
-                hint="pick another --uuid or omit it",
-            )
-        defined = mdevctl.find(host, uid)
-        if defined is not None and (defined.type_id != type_id or (parent and defined.parent != parent)):
-            raise Conflict(
-                f"UUID {uid} is defined as {defined.type_id} on {defined.parent}",
-                value=uid,
-                hint="use 'vgpukit mdev start' for it, or undefine it first",
-            )
-    slots = plan(candidates(known, type_id, numa), type_id, count, strategy)
-    todo = [(s.parent, uid or new_uuid()) for s in slots for _ in range(s.count)]
-    steps: list[Step] = [CreateMdev(p, type_id, u) for p, u in todo]
-    if define:
-        for p, u in todo:
-            d = Definition(u, p, type_id, _start_of(auto))
-            steps.append(put_definition(mdevctl.path_of(host, d), d))
-    result.plan = [s.describe() for s in steps]
-    result.instances = [Created(u, p, type_id) for p, u in todo]
-    devices = [Definition(u, p, type_id, _start_of(auto)) for p, u in todo]
-
-    def body() -> object:  # mdevctl's scripts see a start, then (--define) a define, of each device
-        if define:
-            return callouts.guarded(env, "define", devices, lambda: execute(env, steps))
-        return execute(env, steps)
-
-    callouts.guarded(env, "start", devices, body)
-    if define and not host.dry_run:
-        result.definitions = [mdevctl.path_of(host, Definition(u, p, type_id)) for p, u in todo]
+    req = planner.Create(
+        type_id, count, parent, tuple(parents) if parents is not None else None, uid, strategy, numa, define, auto
+    )
+    todo = planner.create(planner.read(host), req)
+    execute(env, todo.steps)
+    result = CreateResult(todo.describe(), [Created(d.uuid, d.parent, d.type_id) for d in todo.instances])
+    if not host.dry_run:
+        result.definitions = [mdevctl.path_of(host, d) for d in todo.definitions]
     return result
 
 
-def _define_quietly(env: Env, d: Definition, result: CreateResult) -> None:
-    if mdevctl.find(env.host, d.uuid) != d:
-        step = put_definition(mdevctl.path_of(env.host, d), d)
-        result.plan.append(step.describe())
-        callouts.guarded(env, "define", [d], lambda: execute(env, [step]))
-        if not env.host.dry_run:
-            result.definitions.append(mdevctl.path_of(env.host, d))
-
-
-def remove(env: Env, uids: list[str]) -> list[str]:
+def remove(env: Env, uids: list[str], force: bool = False) -> list[str]:
     """Remove active instances (their definitions stay). All are checked before the first removal."""
-    host = env.host
-    wanted = list(dict.fromkeys(check_uuid(u) for u in uids))
-    active = {i.uuid: i for i in sysfs.instances(host)}
-    missing = [u for u in wanted if u not in active]
-    if missing:
-        raise NotFound(f"no active mdev {', '.join(missing)}", value=missing[0], hint="see: vgpukit mdev list")
-    for u in wanted:
-        inst = active[u]
-        if inst.in_use:
-            users = ", ".join(h.describe() for h in inst.holders)
-            raise Busy(
-                f"mdev {u} is in use by {users}", value=u, hint="stop or detach the VM first; nothing was removed"
-            )
-    steps: list[Step] = [RemoveMdev(u, active[u].parent, active[u].type_id) for u in wanted]
-    devices = [Definition(u, active[u].parent, active[u].type_id) for u in wanted]  # as mdevctl reads sysfs
-    callouts.guarded(env, "stop", devices, lambda: execute(env, steps))
-    return [s.describe() for s in steps]
+    todo = planner.remove(planner.read(env.host, definitions=False), uids, force)
+    execute(env, todo.steps)
+    return [s.describe() for s in todo.steps if isinstance(s, RemoveMdev)]
 
 
-def define_active(env: Env, uid: str, auto: bool, parent: str | None = None) -> tuple[list[str], Definition]:
+def define_active(
+    env: Env, uid: str, auto: bool, parent: str | None = None, force: bool = False
+) -> tuple[list[str], Definition]:
     """Make an active instance persistent (or change its start mode); with ``parent``, define it on
     that parent with the instance's type (mdevctl's ``define -u U -p P``). A call-out script that
     handles the type supplies its attributes (``get`` event)."""
@@ -166,16 +96,20 @@ def define_active(env: Env, uid: str, auto: bool, parent: str | None = None) -> 
     if mdevctl.find(host, uid) is None:
         attrs = callouts.get_attributes(host, Definition(uid, inst.parent, inst.type_id), strict=True)
         d = Definition(d.uuid, d.parent, d.type_id, d.start, tuple(attrs or ()))
-    return _put(env, d)
+    return _put(env, d, force)
 
 
-def define_new(env: Env, parent: str, type_id: str, uid: str | None, auto: bool) -> tuple[list[str], Definition]:
+def define_new(
+    env: Env, parent: str, type_id: str, uid: str | None, auto: bool, force: bool = False
+) -> tuple[list[str], Definition]:
     uid = check_uuid(uid) if uid else new_uuid()
     check_type(env.host, parent, type_id)
-    return _put(env, Definition(uid, parent, type_id, _start_of(auto)))
+    return _put(env, Definition(uid, parent, type_id, _start_of(auto)), force)
 
 
-def define_from_json(env: Env, parent: str, uid: str | None, text: str, where: str) -> tuple[list[str], Definition]:
+def define_from_json(
+    env: Env, parent: str, uid: str | None, text: str, where: str, force: bool = False
+) -> tuple[list[str], Definition]:
     """``define --jsonfile``: type, start mode and attributes from a file in mdevctl's format; an
     existing definition of the UUID is never overwritten."""
     d = mdevctl.parse(parent, check_uuid(uid) if uid else new_uuid(), text, where=where)
@@ -187,50 +121,29 @@ def define_from_json(env: Env, parent: str, uid: str | None, text: str, where: s
             value=d.uuid,
             hint="undefine it first, or change it with 'vgpukit mdev modify'",
         )
-    return _put(env, d)
+    return _put(env, d, force)
 
 
 def check_type(host: Host, parent: str, type_id: str) -> None:
     """``type_id`` must be one of ``parent``'s types when the parent is present (else only well-formed)."""
-    check_type_id(type_id)
-    if host.exists(host.mdev_parent(parent)):
-        if sysfs.read_parent(host, parent).type(type_id) is None:
-            raise NotFound(f"parent {parent} has no mdev type {type_id}", device=parent, hint="see: vgpukit mdev types")
-    else:
-        check_parent_name(parent)
+    planner.check_type(planner.read(host, definitions=False), parent, type_id)
 
 
-def _put(env: Env, d: Definition) -> tuple[list[str], Definition]:
-    host = env.host
-    old = mdevctl.find(host, d.uuid)
-    if old is not None and (old.parent, old.type_id) != (d.parent, d.type_id):
-        raise Conflict(
-            f"UUID {d.uuid} is already defined as {old.type_id} on {old.parent}",
-            value=d.uuid,
-            hint="undefine it first",
-        )
-    if old is not None and old.start == d.start:
-        return [], old
-    if old is not None:
-        d = Definition(d.uuid, d.parent, d.type_id, d.start, old.attrs)
-    step = put_definition(mdevctl.path_of(host, d), d, "define" if old is None else "change start mode of")
-    callouts.guarded(env, "define", [d], lambda: execute(env, [step]))
-    return [step.describe()], d
+def _put(env: Env, d: Definition, force: bool) -> tuple[list[str], Definition]:
+    todo, d = planner.put(planner.read(env.host), d, force)
+    execute(env, todo.steps)
+    return [s.describe() for s in todo.steps if isinstance(s, PutFile)], d
 
 
-def undefine(env: Env, uid: str, parent: str | None = None) -> list[str]:
+def undefine(env: Env, uid: str, parent: str | None = None, force: bool = False) -> list[str]:
     """Delete every definition file of ``uid`` (on ``parent`` only, when given; whatever the case of
     its name; a bad file too)."""
     host = env.host
     uid = check_uuid(uid)
-    paths = [p for p in mdevctl.files_of(host, uid) if parent in (None, p.parent.name)]
-    if not paths:
-        on = f" on {parent}" if parent else ""
-        raise NotFound(f"no persistent definition for {uid}{on}", value=uid, hint="see: vgpukit mdev list --defined")
-    steps: list[Step] = [drop_definition(host.display(p), uid) for p in paths]
-    devices = mdevctl.matching(host, uid, parent)
-    callouts.guarded(env, "undefine", devices, lambda: execute(env, steps))
-    return [s.describe() for s in steps]
+    paths = [host.display(p) for p in mdevctl.files_of(host, uid) if parent in (None, p.parent.name)]
+    todo = planner.undefine(planner.read(host), uid, paths, parent, force)
+    execute(env, todo.steps)
+    return [s.describe() for s in todo.steps if isinstance(s, PutFile)]
 
 
 @dataclass
@@ -255,10 +168,11 @@ class StartOutcome:
         return self.status in ("failed", "conflict")
 
 
-def start(env: Env, d: Definition) -> StartOutcome:
+def start(env: Env, d: Definition, force: bool = False, keep_going: bool = False) -> StartOutcome:
     """Create the instance of one definition (and set its attrs) unless it is already active.
 
     Each definition is its own change: a failure (or a failing attribute) leaves no instance behind.
+    A call-out's veto is a refusal (raised), unless ``keep_going`` (``start --all``: that device fails).
     """
     host = env.host
     out = StartOutcome(d.uuid, d.parent, d.type_id, "started")
@@ -275,21 +189,26 @@ def start(env: Env, d: Definition) -> StartOutcome:
     if host.dry_run:
         out.status = "would-start"
         return out
-    steps: list[Step] = [CreateMdev(d.parent, d.type_id, d.uuid, check_capacity=False)]
-    steps += [SetMdevAttr(d.uuid, attr, value) for attr, value in d.attrs]
     try:
-        callouts.guarded(env, "start", [d], lambda: execute(env, steps))
+        todo = planner.start(planner.read(host, definitions=False), d, force)
+    except VgpukitError as err:  # a refusal (no such type, no room): the command's answer
+        if not keep_going:
+            raise
+        out.status, out.message = "failed", str(err)
+        return out
+    try:
+        execute(env, todo.steps)
     except VgpukitError as err:
+        if isinstance(err, callouts.CalloutRefused) and not keep_going:
+            raise
         out.status, out.message = "failed", str(err)
     return out
 
 
-def start_transient(env: Env, d: Definition) -> StartOutcome:
+def start_transient(env: Env, d: Definition, force: bool = False) -> StartOutcome:
     """Start a device that has no definition (mdevctl's ``start -p P -t T`` / ``--jsonfile``)."""
-    if not env.host.exists(env.host.mdev_parent(d.parent)):
-        raise NotFound(f"no mdev parent {d.parent}", device=d.parent, hint="see: vgpukit mdev types")
-    check_type(env.host, d.parent, d.type_id)
-    return start(env, d)
+    planner.type_of(planner.read(env.host, definitions=False), d.parent, d.type_id)
+    return start(env, d, force)
 
 
 def find_one(host: Host, uid: str, parent: str | None) -> Definition | None:
@@ -309,10 +228,10 @@ def start_all(env: Env, parent: str | None = None) -> list[StartOutcome]:
     defs, bad = mdevctl.read_all(env.host)
     for b in bad:
         log.warning("skipping %s: %s", b.path, b.reason)
-    return [start(env, d) for d in defs if d.auto and (parent is None or d.parent == parent)]
+    return [start(env, d, keep_going=True) for d in defs if d.auto and (parent is None or d.parent == parent)]
 
 
-def start_one(env: Env, uid: str) -> StartOutcome:
+def start_one(env: Env, uid: str, force: bool = False) -> StartOutcome:
     uid = check_uuid(uid)
     d = mdevctl.find(env.host, uid)
     bad = mdevctl.bad_file_of(env.host, uid) if d is None else None
@@ -322,7 +241,7 @@ def start_one(env: Env, uid: str) -> StartOutcome:
         )
     if d is None:
         raise NotFound(f"no persistent definition for {uid}", value=uid, hint="see: vgpukit mdev list --defined")
-    return start(env, d)
+    return start(env, d, force)
 
 
 def slots_text(slots: list[Slot]) -> str:
@@ -341,7 +260,9 @@ class Modification:
     index: int | None = None
 
 
-def modify(env: Env, uid: str, parent: str | None, m: Modification) -> tuple[list[str], Definition]:
+def modify(
+    env: Env, uid: str, parent: str | None, m: Modification, force: bool = False
+) -> tuple[list[str], Definition]:
     """Change a definition (type, start mode, one attribute added or deleted); an active instance is
     left as it is (the change applies at its next start)."""
     host = env.host
@@ -365,15 +286,10 @@ def modify(env: Env, uid: str, parent: str | None, m: Modification) -> tuple[lis
             raise _bad_index(m.index, n)
         if attrs:
             del attrs[-1 if m.index is None else m.index]
-    type_id = m.type_id or d.type_id
-    if m.type_id:
-        check_type(host, d.parent, type_id)
-    new = Definition(d.uuid, d.parent, type_id, m.start or d.start, tuple(attrs))
-    if new == d:
-        return [], d
-    step = put_definition(mdevctl.path_of(host, new), new, "modify")
-    callouts.guarded(env, "modify", [new], lambda: execute(env, [step]))
-    return [step.describe()], new
+    new = Definition(d.uuid, d.parent, m.type_id or d.type_id, m.start or d.start, tuple(attrs))
+    todo = planner.modified(planner.read(host), d, new, force)
+    execute(env, todo.steps)
+    return [s.describe() for s in todo.steps if isinstance(s, PutFile)], new
 
 
 def _bad_index(index: int, n: int) -> InvalidInput:

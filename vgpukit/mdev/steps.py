@@ -1,5 +1,6 @@
-"""Mediated-device changes as engine steps: instances (create / remove / attributes) and
-persistent definitions (mdevctl files, through :class:`~vgpukit.engine.files.PutFile`)."""
+"""Mediated-device changes as engine steps: instances (create / remove / attributes), persistent
+definitions (mdevctl files, through :class:`~vgpukit.engine.files.PutFile`) and mdevctl's call-out
+scripts (:class:`CalloutPre` before any change, :class:`CalloutPost` once it is committed)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ from typing import ClassVar
 
 from ..engine import Env, Step, step_kind
 from ..engine.files import PutFile
+from ..engine.step import AFTER, BEFORE
 from ..errors import Conflict, NoCapacity, VerifyFailed
 from ..host_layout import MDEV_TYPE
 from . import mdevctl, sysfs
+from .callouts import Callout, CalloutRefused
 from .model import Definition
+
+VETOED = "vetoed"
 
 
 def _present(env: Env, uid: str) -> bool:
@@ -109,3 +114,82 @@ def put_definition(path: str, d: Definition, verb: str = "define") -> PutFile:
 
 def drop_definition(path: str, uid: str) -> PutFile:
     return PutFile(path, None, what=f"undefine {uid} (remove {path})")
+
+
+@dataclass(frozen=True)
+class _DeviceCallout(Step):
+    """What both call-out steps say of their device (mdevctl's ``-a ACTION -u -p -t`` and its config)."""
+
+    action: str
+    uuid: str
+    parent: str
+    type_id: str
+    start: str = "manual"
+    attrs: tuple[tuple[str, str], ...] = ()
+
+    def device(self) -> Definition:
+        return Definition(self.uuid, self.parent, self.type_id, self.start, self.attrs)
+
+    def key(self) -> str:
+        """Where the command keeps what ``pre`` found (the script that claimed the device) for ``post``."""
+        return f"mdev-callout:{self.action}:{self.uuid}"
+
+
+@step_kind
+@dataclass(frozen=True)
+class CalloutPre(_DeviceCallout):
+    """mdevctl's ``pre`` call-out for ``action`` of one device, before any change of the plan: a veto
+    refuses the whole plan (with ``force``: logged, the plan goes on). Its inverse tells the scripts
+    the action failed (``post`` with state ``failure``, and the notifiers): what a rollback, or the
+    recovery of a command killed before it committed, says."""
+
+    kind: ClassVar[str] = "mdev-callout-pre"
+    stage: ClassVar[str] = BEFORE
+    force: bool = False
+
+    def describe(self) -> str:
+        return f"ask the call-out scripts before {self.action} of {self.uuid}"
+
+    def inverse(self, env: Env) -> Step:
+        return CalloutPost(self.action, self.uuid, self.parent, self.type_id, self.start, self.attrs, ok=False)
+
+    def apply(self, env: Env) -> None:
+        c = Callout(env.host, self.device(), self.action)
+        try:
+            c.pre(self.force)
+        except CalloutRefused:
+            env.handles[self.key()] = VETOED
+            c.notify()  # the notifiers hear of the veto (state none); the vetoing script gets no post
+            raise
+        env.handles[self.key()] = c
+
+
+@step_kind
+@dataclass(frozen=True)
+class CalloutPost(_DeviceCallout):
+    """mdevctl's ``post`` call-out (state ``success`` / ``failure``) to the script that answered ``pre``
+    (or, in a new process, the first that claims the device now), then every notifier."""
+
+    kind: ClassVar[str] = "mdev-callout-post"
+    stage: ClassVar[str] = AFTER
+    ok: bool = True
+
+    def describe(self) -> str:
+        return f"tell the call-out scripts that {self.action} of {self.uuid} {'succeeded' if self.ok else 'failed'}"
+
+    def apply(self, env: Env) -> None:
+        asked = env.handles.pop(self.key(), None)
+        if asked == VETOED:
+            return
+        if not isinstance(asked, Callout):
+            asked = Callout(env.host, self.device(), self.action)
+        asked.post(self.ok)
+        asked.notify()
+
+
+def callout_steps(action: str, devices: list[Definition], force: bool = False) -> tuple[list[Step], list[Step]]:
+    """The ``pre`` steps (before any change) and ``post`` steps (after the commit) of ``action`` on
+    ``devices`` (the planner adds them when a script is installed)."""
+    pre: list[Step] = [CalloutPre(action, d.uuid, d.parent, d.type_id, d.start, tuple(d.attrs), force) for d in devices]
+    post: list[Step] = [CalloutPost(action, d.uuid, d.parent, d.type_id, d.start, tuple(d.attrs)) for d in devices]
+    return pre, post

@@ -1,0 +1,314 @@
+"""The one mdev planner: typed requests in, engine steps (or a typed refusal, raised) out.
+
+Every host rule of mediated devices lives here, for every door (``vgpukit mdev``, the mdevctl shim,
+``vgpukit vgpu`` on legacy GPUs, ``vgpukit apply``): unknown parent or type, capacity (placement:
+:mod:`vgpukit.mdev.placement`), instances in use, pinned and existing UUIDs, and mdevctl's call-out
+scripts, whose ``pre`` / ``post`` steps are part of every plan that changes a device. The planner reads
+nothing itself: :func:`read` gathers the :class:`Facts` it plans from. It never executes, prints or
+parses command lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..engine import Step
+from ..errors import Conflict, InUse, InvalidInput, NotFound
+from ..host import Host
+from ..naming import unknown
+from . import callouts, mdevctl, sysfs
+from .model import Definition, MdevInstance, MdevParent, check_parent_name, check_type_id, check_uuid, new_uuid
+from .placement import PACK, candidates, plan
+from .steps import CreateMdev, RemoveMdev, SetMdevAttr, callout_steps, drop_definition, put_definition
+
+Wants = dict[str, tuple[int, tuple[str, ...]]]  # type -> (count, pinned UUIDs)
+BIG = 1 << 20  # "room enough": a parent losing instances in the same plan (the kernel re-checks)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the planner needs to know of the host, read once."""
+
+    parents: tuple[MdevParent, ...]
+    instances: tuple[MdevInstance, ...]
+    definitions: tuple[Definition, ...] = ()
+    files: dict[tuple[str, str], str] = field(default_factory=dict)  # (uuid, parent) -> its file
+    callouts: bool = False  # whether any call-out or notifier script is installed
+
+    def parent(self, name: str) -> MdevParent:
+        """Parent ``name``; the one 'not on this host' refusal (exit 3) otherwise."""
+        found = next((p for p in self.parents if p.name == name), None)
+        if found is None:
+            raise unknown("mdev parent", name, hint="see: vgpukit mdev types")
+        return found
+
+    def instance(self, uid: str) -> MdevInstance | None:
+        return next((i for i in self.instances if i.uuid == uid), None)
+
+    def defined(self, uid: str) -> Definition | None:
+        return next((d for d in self.definitions if d.uuid == uid), None)
+
+    def path(self, d: Definition) -> str:
+        """Where ``d``'s mdevctl file is (its existing one, whatever the case of its name) or goes."""
+        return self.files.get((d.uuid, d.parent)) or f"/etc/mdevctl.d/{d.parent}/{d.uuid}"
+
+
+def read(host: Host, definitions: bool = True) -> Facts:
+    """The facts of ``host`` the planner plans from."""
+    defs = mdevctl.read_all(host)[0] if definitions else []
+    files: dict[tuple[str, str], str] = {}
+    for d in defs:
+        for p in mdevctl.files_of(host, d.uuid):
+            files[(d.uuid, p.parent.name)] = host.display(p)
+    return Facts(tuple(sysfs.parents(host)), tuple(sysfs.instances(host)), tuple(defs), files, callouts.active(host))
+
+
+@dataclass
+class MdevPlan:
+    """Steps to execute, and what they make (for the front end's report)."""
+
+    steps: list[Step] = field(default_factory=list)
+    instances: list[Definition] = field(default_factory=list)
+    definitions: list[Definition] = field(default_factory=list)  # definitions written
+
+    def describe(self) -> list[str]:
+        from ..engine.executor import staged
+
+        return [s.describe() for s in staged(self.steps)]
+
+
+# ----------------------------------------------------------------------------- the rules
+def type_of(facts: Facts, parent: str, type_id: str) -> None:
+    """``type_id`` must be one of ``parent``'s types (parent present)."""
+    check_type_id(type_id)
+    if facts.parent(parent).type(type_id) is None:
+        raise NotFound(f"parent {parent} has no mdev type {type_id}", device=parent, hint="see: vgpukit mdev types")
+
+
+def check_type(facts: Facts, parent: str, type_id: str) -> None:
+    """As :func:`type_of` when the parent is present; an absent parent only needs a well-formed name
+    (a definition for a parent that appears later)."""
+    if any(p.name == parent for p in facts.parents):
+        type_of(facts, parent, type_id)
+    else:
+        check_type_id(type_id)
+        check_parent_name(parent)
+
+
+def in_use(inst: MdevInstance) -> InUse:
+    """The one refusal for an mdev in use that a plan would remove."""
+    who = ", ".join(h.describe() for h in inst.holders)
+    return InUse(
+        f"mdev {inst.uuid} ({inst.type_id} on {inst.parent}) is in use by {who}",
+        value=inst.uuid,
+        hint="stop or detach the VM first; nothing was changed",
+    )
+
+
+def _callouts(facts: Facts, action: str, devices: list[Definition], force: bool) -> tuple[list[Step], list[Step]]:
+    return callout_steps(action, devices, force) if facts.callouts and devices else ([], [])
+
+
+def wrapped(
+    facts: Facts, action: str, devices: list[Definition], change: list[Step], force: bool = False
+) -> list[Step]:
+    """``change`` with the call-out steps of ``action`` on ``devices`` around it."""
+    if not change:
+        return []
+    pre, post = _callouts(facts, action, devices, force)
+    return pre + change + post
+
+
+# ----------------------------------------------------------------------------- create
+@dataclass(frozen=True)
+class Create:
+    """N new instances of one type: on ``parent``, or on parents chosen by ``strategy`` (among
+    ``among``, on NUMA node ``numa``); ``uuid`` names the one instance; ``define`` also writes
+    definitions (start ``auto`` with ``auto``)."""
+
+    type_id: str
+    count: int = 1
+    parent: str | None = None
+    among: tuple[str, ...] | None = None
+    uuid: str | None = None
+    strategy: str = PACK
+    numa: int | None = None
+    define: bool = False
+    auto: bool = False
+
+
+def create(facts: Facts, req: Create) -> MdevPlan:
+    check_type_id(req.type_id)
+    if req.count < 1:
+        raise InvalidInput(f"--count must be at least 1, not {req.count}", value=req.count)
+    if req.uuid is not None and req.count > 1:
+        raise InvalidInput("--uuid names one instance; it cannot be combined with --count > 1")
+    if req.auto and not req.define:
+        raise InvalidInput("--auto needs --define (it is the start mode of the persistent definition)")
+    start = "auto" if req.auto else "manual"
+    known = list(facts.parents)
+    if req.parent is not None:
+        known = [facts.parent(req.parent)]
+        type_of(facts, req.parent, req.type_id)
+    elif req.among is not None:
+        known = [p for p in known if p.name in req.among]
+    uid = check_uuid(req.uuid) if req.uuid is not None else None
+    out = MdevPlan()
+    if uid is not None:
+        existing = facts.instance(uid)
+        if existing is not None:
+            if existing.type_id == req.type_id and req.parent in (None, existing.parent):
+                d = Definition(uid, existing.parent, req.type_id, start)
+                out.instances.append(d)
+                if req.define and facts.defined(uid) != d:  # already there: only the definition
+                    out.steps = wrapped(facts, "define", [d], [put_definition(facts.path(d), d)])
+                    out.definitions.append(d)
+                return out
+            raise Conflict(
+                f"an mdev with UUID {uid} already exists ({existing.type_id} on {existing.parent})",
+                value=uid,
+                hint="pick another --uuid or omit it",
+            )
+        old = facts.defined(uid)
+        if old is not None and (old.type_id != req.type_id or (req.parent and old.parent != req.parent)):
+            raise Conflict(
+                f"UUID {uid} is defined as {old.type_id} on {old.parent}",
+                value=uid,
+                hint="use 'vgpukit mdev start' for it, or undefine it first",
+            )
+    slots = plan(candidates(known, req.type_id, req.numa), req.type_id, req.count, req.strategy)
+    made = [Definition(uid or new_uuid(), s.parent, req.type_id, start) for s in slots for _ in range(s.count)]
+    change: list[Step] = [CreateMdev(d.parent, d.type_id, d.uuid) for d in made]
+    if req.define:
+        change += [put_definition(facts.path(d), d) for d in made]
+        out.definitions = made
+    # mdevctl's scripts see a start, then (--define) a define, of each device: pre start, pre define,
+    # the change, post define, post start
+    pre, post = _callouts(facts, "start", made, False)
+    dpre, dpost = _callouts(facts, "define", made, False) if req.define else ([], [])
+    out.steps = pre + dpre + change + dpost + post
+    out.instances = made
+    return out
+
+
+# ----------------------------------------------------------------------------- remove / stop
+def remove(facts: Facts, uids: list[str], force: bool = False) -> MdevPlan:
+    """Remove active instances (their definitions stay); every one is checked before any is removed."""
+    wanted = list(dict.fromkeys(check_uuid(u) for u in uids))
+    active = {i.uuid: i for i in facts.instances}
+    missing = [u for u in wanted if u not in active]
+    if missing:
+        raise NotFound(f"no active mdev {', '.join(missing)}", value=missing[0], hint="see: vgpukit mdev list")
+    for u in wanted:
+        if active[u].in_use:
+            raise in_use(active[u])
+    devices = [Definition(u, active[u].parent, active[u].type_id) for u in wanted]  # as mdevctl reads sysfs
+    change: list[Step] = [RemoveMdev(d.uuid, d.parent, d.type_id) for d in devices]
+    return MdevPlan(wrapped(facts, "stop", devices, change, force))
+
+
+# ----------------------------------------------------------------------------- start (a definition)
+def start(facts: Facts, d: Definition, force: bool = False) -> MdevPlan:
+    """Create the instance of one definition and set its attributes (nothing when already active
+    as defined; the caller says what an absent parent or an active conflict means)."""
+    room = facts.parent(d.parent).type(d.type_id)
+    if room is None:
+        type_of(facts, d.parent, d.type_id)
+    else:
+        plan([(d.parent, room.available)], d.type_id, 1)  # the one "do not fit" refusal
+    change: list[Step] = [CreateMdev(d.parent, d.type_id, d.uuid, check_capacity=False)]
+    change += [SetMdevAttr(d.uuid, attr, value) for attr, value in d.attrs]
+    return MdevPlan(wrapped(facts, "start", [d], change, force), [d])
+
+
+# ----------------------------------------------------------------------------- definitions
+def put(facts: Facts, d: Definition, force: bool = False) -> tuple[MdevPlan, Definition]:
+    """Write definition ``d`` (new, or a change of an existing one's start mode)."""
+    old = facts.defined(d.uuid)
+    if old is not None and (old.parent, old.type_id) != (d.parent, d.type_id):
+        raise Conflict(
+            f"UUID {d.uuid} is already defined as {old.type_id} on {old.parent}",
+            value=d.uuid,
+            hint="undefine it first",
+        )
+    if old is not None and old.start == d.start:
+        return MdevPlan(), old
+    if old is not None:
+        d = Definition(d.uuid, d.parent, d.type_id, d.start, old.attrs)
+    step = put_definition(facts.path(d), d, "define" if old is None else "change start mode of")
+    return MdevPlan(wrapped(facts, "define", [d], [step], force), definitions=[d]), d
+
+
+def modified(facts: Facts, old: Definition, new: Definition, force: bool = False) -> MdevPlan:
+    """Rewrite definition ``old`` as ``new`` (mdevctl's ``modify``); nothing when they are equal."""
+    if new == old:
+        return MdevPlan()
+    if new.type_id != old.type_id:
+        check_type(facts, new.parent, new.type_id)
+    step = put_definition(facts.path(new), new, "modify")
+    return MdevPlan(wrapped(facts, "modify", [new], [step], force), definitions=[new])
+
+
+def undefine(facts: Facts, uid: str, paths: list[str], parent: str | None, force: bool = False) -> MdevPlan:
+    """Delete every definition file of ``uid`` (``paths``: as the host shows them)."""
+    if not paths:
+        on = f" on {parent}" if parent else ""
+        raise NotFound(f"no persistent definition for {uid}{on}", value=uid, hint="see: vgpukit mdev list --defined")
+    devices = [d for d in facts.definitions if d.uuid == uid and parent in (None, d.parent)]
+    change: list[Step] = [drop_definition(p, uid) for p in paths]
+    return MdevPlan(wrapped(facts, "undefine", devices, change, force))
+
+
+# ----------------------------------------------------------------------------- converge (apply)
+def _keep(
+    have: list[MdevInstance], pinned: tuple[str, ...], count: int, taken: set[str]
+) -> tuple[list[MdevInstance], list[str]]:
+    """Which instances stay (pinned, then in use, then by UUID) and which pinned UUIDs are missing.
+    ``taken``: every UUID the request pins on these parents (one pinned as another type is not kept)."""
+    mine = {i.uuid: i for i in have}
+    kept = [mine[u] for u in pinned if u in mine]
+    rest = sorted((i for i in have if i.uuid not in taken), key=lambda i: (not i.in_use, i.uuid))
+    kept += rest[: max(0, count - len(pinned))]
+    return kept, [u for u in pinned if u not in mine]
+
+
+def converge(facts: Facts, parents: list[str], wants: Wants) -> tuple[list[Step], list[Step]]:
+    """Exactly ``wants[type] = (count, pinned uuids)`` instances on ``parents`` (other types removed):
+    the removal steps and the creation steps (each with their call-outs)."""
+    objs = [facts.parent(p) for p in parents]
+    on = [i for i in facts.instances if i.parent in parents]
+    elsewhere = {i.uuid: i for i in facts.instances if i.parent not in parents}
+    gone: list[MdevInstance] = []
+    todo: list[tuple[str, list[str]]] = []
+    taken = {u for _, pinned in wants.values() for u in pinned}
+    for type_id, (count, pinned) in wants.items():
+        if len(parents) == 1:
+            type_of(facts, parents[0], type_id)
+        else:
+            candidates(objs, type_id)  # "no mdev parent offers type T" when none does
+        for u in pinned:
+            if u in elsewhere:
+                raise Conflict(f"mdev {u} exists already on {elsewhere[u].parent}", value=u)
+        have = [i for i in on if i.type_id == type_id]
+        kept, missing = _keep(have, pinned, count, taken)
+        gone += [i for i in have if i not in kept]
+        todo.append((type_id, missing + [new_uuid() for _ in range(count - len(kept) - len(missing))]))
+    gone += [i for i in on if i.type_id not in wants]
+    made: list[Definition] = []
+    for type_id, uuids in todo:
+        if not uuids:
+            continue
+        # removals free capacity the kernel shares between types in ways only it knows: a parent losing
+        # instances is not checked here (each creation checks, and a failure rolls the whole run back)
+        freeing = {i.parent for i in gone}
+        cands = [(p, BIG if p in freeing else a) for p, a in candidates(objs, type_id)]
+        slots = [s.parent for s in plan(cands, type_id, len(uuids)) for _ in range(s.count)]
+        made += [Definition(u, p, type_id) for p, u in zip(slots, uuids, strict=True)]
+    busy = [i for i in gone if i.in_use]
+    if busy:
+        raise in_use(busy[0])
+    gone.sort(key=lambda i: i.uuid)
+    stopped = [Definition(i.uuid, i.parent, i.type_id) for i in gone]
+    removals = wrapped(facts, "stop", stopped, [RemoveMdev(d.uuid, d.parent, d.type_id) for d in stopped])
+    adds = wrapped(facts, "start", made, [CreateMdev(d.parent, d.type_id, d.uuid) for d in made])
+    return removals, adds
