@@ -204,3 +204,31 @@ def test_the_door_checks_can_fail() -> None:
     assert not is_door("vgpukit.sriov.planner") and door_of("vgpukit.fleet.plan") == door_of("vgpukit.fleet.cli")
     g = {"vgpukit.x.planner": {"vgpukit.x.model"}, "vgpukit.x.model": {"vgpukit.fleet.plan"}}
     assert reachable(g, "vgpukit.x.planner") == {"vgpukit.x.model", "vgpukit.fleet.plan"}
+
+
+def seen_fillers() -> set[str]:
+    """Front-end code that fills a command's step cache (``env.seen``): a store into it, or a call
+    that does (``planned(env, ...)``, ``SriovSeen.of(...)``)."""
+    out: set[str] = set()
+    for path in sorted(PKG.rglob("*.py")):
+        mod = module_name(path)
+        if not is_door(mod):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+                if isinstance(node.value, ast.Attribute) and node.value.attr == "seen":
+                    out.add(f"{mod}:{node.lineno} stores into .seen")
+            elif isinstance(node, ast.Call):
+                f = node.func
+                name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+                owner = f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else ""
+                if name == "planned" or (owner == "SriovSeen" and name == "of"):
+                    out.add(f"{mod}:{node.lineno} calls {name}")
+    return out
+
+
+def test_no_front_end_fills_the_steps_cache() -> None:
+    """What the steps read or wrote is the steps' own (sriov: ``SriovSeen``); what the plan read travels
+    in the steps (``was``): a front end only reads it for its report."""
+    bad = sorted(seen_fillers())
+    assert not bad, "front ends filling env.seen:\n" + "\n".join(bad)

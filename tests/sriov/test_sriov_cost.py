@@ -19,8 +19,8 @@ from vgpukit.host import Host
 from vgpukit.pci import Scan
 from vgpukit.sim.kernel import SimKernel
 from vgpukit.sriov import planner
-from vgpukit.sriov.model import read_pf
-from vgpukit.sriov.steps import BindDriver, planned
+from vgpukit.sriov.model import SriovSeen, read_pf
+from vgpukit.sriov.steps import BindDriver
 
 
 @dataclass
@@ -65,13 +65,13 @@ def test_enable_to_vfio_reads_each_attribute_once(sim_dir: Path) -> None:
     env = Env(host, command="test")
     scan = Scan(host)
     facts = planner.Facts(host, scan)
-    pf = facts.pf(NIC0)
     steps = planner.plan(facts, planner.EnableRequest(NIC0, 16, "vfio-pci", timeout=5))
     host.vfs = {s.bdf for s in steps if isinstance(s, BindDriver)}
-    planned(env, pf.bdf, pf.num_vfs, pf.autoprobe)  # as `sriov enable` does: what the plan read
     execute(env, steps)
     # the command's report: the PF as it is now, from what the steps read and wrote
-    after = read_pf(host, NIC0, OpenFiles(host), scan=Scan(host), seen=env.seen, before=scan.device(NIC0))
+    after = read_pf(
+        host, NIC0, OpenFiles(host), scan=Scan(host), seen=SriovSeen.find(env.seen), before=scan.device(NIC0)
+    )
     assert after.num_vfs == 16 and {v.driver for v in after.vfs} == {"vfio-pci"}
     assert {v.driver_override for v in after.vfs} == {"vfio-pci"}
     assert {v.original_driver for v in after.vfs} == {None}

@@ -107,7 +107,7 @@ class _Ctx:
     def where(self, sel: Selector) -> str:
         return f"{self.cfg.source}:{sel.line}"
 
-    def planned(self, sel: Selector, req: planner.Request) -> list[Step]:
+    def plan_entry(self, sel: Selector, req: planner.Request) -> list[Step]:
         """The area planner's steps for one entry; a refusal names the entry's place in the file."""
         return self.located(sel, lambda: planner.plan(self.facts, req))
 
@@ -176,7 +176,7 @@ def _sriov(ctx: _Ctx) -> list[Step]:
             req = planner.DisableRequest(bdf, force_how=None)
         else:
             req = planner.EnableRequest(bdf, w.vfs, w.driver, force_how=None)
-        steps += ctx.planned(w.sel, req)
+        steps += ctx.plan_entry(w.sel, req)
         if w.vfs != pf.num_vfs:
             off, stride = pf.offset or 1, pf.stride or 1
             ctx.future_vfs[bdf] = [vf_address(bdf, off, stride, n) for n in range(w.vfs)]
@@ -189,7 +189,7 @@ def _vfio(ctx: _Ctx) -> list[Step]:
     steps: list[Step] = []
     for want, bdfs in wants:
         req = planner.VfioRequest(tuple(bdfs), want.sel.match, want.force, FORCE_KEY)
-        steps += ctx.planned(want.sel, req)
+        steps += ctx.plan_entry(want.sel, req)
     return steps
 
 

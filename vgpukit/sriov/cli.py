@@ -15,7 +15,7 @@ from ..errors import InvalidInput
 from ..holders import OpenFiles
 from ..pci import Scan, read_device
 from . import binding
-from .model import PfInfo, list_pfs, read_pf
+from .model import PfInfo, SriovSeen, list_pfs, read_pf
 from .usage import libvirt_users
 
 if TYPE_CHECKING:
@@ -132,15 +132,14 @@ def _report(
 ) -> None:
     """Execute the planned ``steps`` and report the PF: what the steps read and wrote, the rest read afresh."""
     from ..engine import execute  # the change machinery loads with the commands that change things
-    from .steps import planned
 
-    planned(app.env, pf.bdf, pf.num_vfs, pf.autoprobe)
     execute(app.env, steps)
     plan = [s.describe() for s in steps]
     data: dict[str, Any] = {"steps": [s.to_dict() for s in steps], **(extra or {})}
     if not app.dry_run:
         before = facts.scan.device(pf.bdf)
-        after = read_pf(app.host, pf.bdf, OpenFiles(app.host), alias=pf.alias, seen=app.env.seen, before=before)
+        seen = SriovSeen.find(app.env.seen)  # what the steps read and wrote
+        after = read_pf(app.host, pf.bdf, OpenFiles(app.host), alias=pf.alias, seen=seen, before=before)
         data["pf"] = after.to_dict()
     emit_result(app, kind, plan=plan, data=data)
 

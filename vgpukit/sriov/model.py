@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -15,46 +15,48 @@ from ..pci import PciDevice, Scan, read_device, virtfns_listed
 from .binding import parse_record, record_path, remembered
 from .usage import User, pci_users
 
-# ``env.seen`` keys: what the sriov steps read or wrote in this command, so that neither a later step
-# nor the report (read_pf with ``seen``) reads it again.
+SEEN_KEY = "sriov"  # where a command's :class:`SriovSeen` lives in ``env.seen``
 
 
-def driver_key(bdf: str) -> str:
-    """``bdf``'s driver as a step's verify() read it after changing it."""
-    return f"driver:{bdf}"
+@dataclass
+class SriovSeen:
+    """What the sriov steps of one command read or wrote, so that neither a later step nor the report
+    (:func:`read_pf` with ``seen``) reads it again. Owned by the steps: each fills what it read or
+    wrote (none reads it from a front end); it lives in ``env.seen`` under :data:`SEEN_KEY`, which the
+    engine clears before each inverse, so undo and recovery start from nothing known."""
 
+    drivers: dict[str, str | None] = field(default_factory=dict)  # a device's driver as a verify() read it
+    overrides: dict[str, str | None] = field(default_factory=dict)  # driver_override as read or written
+    records: dict[str, str | None] = field(default_factory=dict)  # bind record text (None: none)
+    present: dict[str, bool] = field(default_factory=dict)  # the device's directory, as an inverse saw it
+    autoprobe: dict[str, int | None] = field(default_factory=dict)  # a PF's sriov_drivers_autoprobe
+    numvfs: dict[str, int] = field(default_factory=dict)  # a PF's sriov_numvfs
+    loaded: set[str] = field(default_factory=set)  # drivers found loaded (checked once per command)
+    inverses: dict[str, object] = field(default_factory=dict)  # bdf -> the put-back step its inverse read
 
-def override_key(bdf: str) -> str:
-    """``bdf``'s driver_override as a step read or wrote it."""
-    return f"override:{bdf}"
+    @classmethod
+    def of(cls, seen: MutableMapping[str, object]) -> SriovSeen:
+        """The command's snapshot in ``seen`` (``env.seen``), made empty the first time."""
+        mine = seen.get(SEEN_KEY)
+        if not isinstance(mine, SriovSeen):
+            mine = seen[SEEN_KEY] = cls()
+        return mine
 
+    @staticmethod
+    def find(seen: Mapping[str, object]) -> SriovSeen | None:
+        """The command's snapshot, if its steps made one (for a report: nothing is created)."""
+        mine = seen.get(SEEN_KEY)
+        return mine if isinstance(mine, SriovSeen) else None
 
-def record_key(bdf: str) -> str:
-    """``bdf``'s bind record (its text, or None) as a step read or wrote it."""
-    return f"record:{bdf}"
+    def forget_devices(self) -> None:
+        """VFs appeared or went away: what is known of devices' drivers, overrides and records is stale."""
+        self.drivers.clear()
+        self.overrides.clear()
+        self.records.clear()
 
-
-DEVICE_KEYS = (driver_key(""), override_key(""), record_key(""))  # dropped when VFs come or go
-
-
-def present_key(bdf: str) -> str:
-    """Whether ``bdf``'s directory was there when its step's inverse read it."""
-    return f"present:{bdf}"
-
-
-def autoprobe_key(pf: str) -> str:
-    """The PF's sriov_drivers_autoprobe (0/1) as the command knows it."""
-    return f"autoprobe:{pf}"
-
-
-def numvfs_key(pf: str) -> str:
-    """The PF's sriov_numvfs as the command knows it."""
-    return f"numvfs:{pf}"
-
-
-def loaded_key(driver: str) -> str:
-    """That ``driver`` was found loaded (checked once per command)."""
-    return f"loaded:{driver}"
+    def forget_device(self, bdf: str) -> None:
+        for known in (self.drivers, self.overrides, self.records):
+            known.pop(bdf, None)
 
 
 @dataclass(frozen=True)
@@ -122,43 +124,36 @@ def require_sriov(dev: PciDevice, name: str) -> None:
         raise Unsupported(f"{what} has no SR-IOV capability ({dev.name})", device=dev.bdf)
 
 
-def _read_vf(
-    host: Host, index: int, bdf: str, files: OpenFiles, records: set[str], seen: Mapping[str, object]
-) -> VfInfo:
-    """What ``sriov list`` shows of a VF: one directory listing, then only what is there (its driver
-    not again when ``seen`` has it: what a step's verify() just read, in ``env.seen``)."""
+def _read_vf(host: Host, index: int, bdf: str, files: OpenFiles, records: set[str], seen: SriovSeen | None) -> VfInfo:
+    """What ``sriov list`` shows of a VF: one directory listing, then only what is there (not what
+    ``seen`` has: what the command's steps just read or wrote)."""
     d = host.pci_device(bdf)
     base = f"{d}/"
     entries = set(host.listdir(d))
     group = host.link_name(base + IOMMU_GROUP) if IOMMU_GROUP in entries else None
-    if override_key(bdf) in seen:  # as a step read or wrote it
-        known = seen[override_key(bdf)]
-        override = known if isinstance(known, str) else None
+    if seen is not None and bdf in seen.overrides:  # as a step read or wrote it
+        override = seen.overrides[bdf]
     else:
         override = host.read_opt(base + DRIVER_OVERRIDE) if DRIVER_OVERRIDE in entries else None
-    if record_key(bdf) in seen:  # the record as a step read or wrote it: its text, or None
-        text = seen[record_key(bdf)]
-        rec = parse_record(host, bdf, text) if isinstance(text, str) else None
+    if seen is not None and bdf in seen.records:  # the record as a step read or wrote it: its text, or None
+        text = seen.records[bdf]
+        rec = parse_record(host, bdf, text) if text is not None else None
     else:
         rec = remembered(host, bdf) if f"{bdf}.json" in records else None
     iommu_group = int(group) if group and group.isdigit() else None
+    if seen is not None and bdf in seen.drivers:  # as a step's verify() read it
+        driver = seen.drivers[bdf]
+    else:
+        driver = host.link_name(base + DRIVER) if DRIVER in entries else None
     return VfInfo(
         index=index,
         bdf=bdf,
-        driver=_driver(host, base, bdf, entries, seen),
+        driver=driver,
         driver_override=None if override in (None, "", "(null)") else override,
         iommu_group=iommu_group,
         users=tuple(pci_users(host, bdf, iommu_group, files, entries)),
         original_driver=rec.driver if rec else None,
     )
-
-
-def _driver(host: Host, base: str, bdf: str, entries: set[str], seen: Mapping[str, object]) -> str | None:
-    key = driver_key(bdf)  # as the sriov steps note it
-    if key in seen:
-        known = seen[key]
-        return known if isinstance(known, str) else None
-    return host.link_name(base + DRIVER) if DRIVER in entries else None
 
 
 def read_pf(
@@ -168,13 +163,12 @@ def read_pf(
     alias: str | None = None,
     name: str | None = None,
     scan: Scan | None = None,
-    seen: Mapping[str, object] | None = None,
+    seen: SriovSeen | None = None,
     before: PciDevice | None = None,
 ) -> PfInfo:
-    """The PF and its VFs. After a change: ``seen``, the ``env.seen`` of the command that made it, and
+    """The PF and its VFs. After a change: ``seen``, what the command's steps read and wrote, and
     ``before``, the PF as the command read it first (what the change did not touch is not read again:
     its VFs are listed afresh, where they are is known from its offset and stride)."""
-    seen = seen or {}
     if before is not None and before.sriov is not None:
         dev = _after(host, before, seen)
     else:
@@ -200,13 +194,14 @@ def read_pf(
     )
 
 
-def _after(host: Host, before: PciDevice, seen: Mapping[str, object]) -> PciDevice:
+def _after(host: Host, before: PciDevice, seen: SriovSeen | None) -> PciDevice:
     """``before`` with its VFs as the PF lists them now and its autoprobe as the command left it."""
     s = before.sriov
     assert s is not None
     base = f"{host.pci_device(before.bdf)}/"
     vfs = tuple(virtfns_listed(host, before.bdf, base, host.listdir(base), s.offset, s.stride))
-    autoprobe = seen.get(autoprobe_key(before.bdf), s.autoprobe)  # as the sriov steps left it
+    known = seen.autoprobe.get(before.bdf) if seen is not None else None  # as the sriov steps left it
+    autoprobe = s.autoprobe if known is None else known
     return replace(before, sriov=replace(s, num_vfs=len(vfs), vfs=vfs, autoprobe=bool(autoprobe)))
 
 

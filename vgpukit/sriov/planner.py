@@ -246,11 +246,12 @@ def plan_enable(facts: Facts, req: EnableRequest) -> list[Step]:
             raise in_use_error(pf, busy, what, req.force_how)
         why = " (the kernel changes the count only through 0)"
         steps.append(SetNumVfs(pf.bdf, 0, pf.total_vfs, req.timeout, why, was=pf.num_vfs))
+    # each step carries what it starts from, as read here under the host lock (not read again)
     if recreate and create_autoprobe != pf.autoprobe:
         why = " while the VFs are created" if want_autoprobe else ""
-        steps.append(SetAutoprobe(pf.bdf, create_autoprobe, why))
+        steps.append(SetAutoprobe(pf.bdf, create_autoprobe, why, was=pf.autoprobe))
     if recreate:
-        steps.append(SetNumVfs(pf.bdf, count, pf.total_vfs, req.timeout))
+        steps.append(SetNumVfs(pf.bdf, count, pf.total_vfs, req.timeout, was=0))
         offset, stride = pf.offset or 1, pf.stride or 1
         expected = [vf_address(pf.bdf, offset, stride, n) for n in range(count)]
         if driver == VFIO:
@@ -258,11 +259,11 @@ def plan_enable(facts: Facts, req: EnableRequest) -> list[Step]:
                 BindDriver(expected[n], VFIO, pf.autoprobe, f"VF {n} ({expected[n]})", pf.bdf) for n in range(count)
             ]
         if create_autoprobe != want_autoprobe:
-            steps.append(SetAutoprobe(pf.bdf, want_autoprobe, " (as it was)"))
+            steps.append(SetAutoprobe(pf.bdf, want_autoprobe, " (as it was)", was=create_autoprobe))
         return steps
     # Same count: only the bindings (and a persistent autoprobe change) may differ.
     if req.no_autoprobe and pf.autoprobe:
-        steps.append(SetAutoprobe(pf.bdf, False))
+        steps.append(SetAutoprobe(pf.bdf, False, was=True))
     if driver == VFIO:
         steps += [BindDriver(v.bdf, VFIO, False, f"VF {v.index} ({v.bdf})", pf.bdf) for v in pf.vfs if v.driver != VFIO]
         # an idempotent re-run repairs lost records of VFs it put on vfio-pci

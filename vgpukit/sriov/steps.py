@@ -3,9 +3,10 @@
 Each step reads what it needs just before acting and journals an idempotent inverse:
 ``RestoreVfs`` (ensure a PF has N VFs with these bindings and records) and ``PutBack`` (ensure a
 device is on this driver / override, and its bind record is as it was). What a step read or wrote
-is noted in ``env.seen`` (the keys are in :mod:`vgpukit.sriov.model`) so nothing is read twice in a
-command: not by later steps, not by the command's report (:func:`vgpukit.sriov.model.read_pf` with
-``seen``).
+is noted in the command's :class:`vgpukit.sriov.model.SriovSeen` (in ``env.seen``) so nothing is
+read twice in a command: not by later steps, not by the command's report
+(:func:`vgpukit.sriov.model.read_pf` with ``seen``). What the plan read under the host lock (a PF's
+VF count and autoprobe) the steps carry (``was``), so they start from it instead of reading again.
 """
 
 from __future__ import annotations
@@ -21,16 +22,7 @@ from ..pci import virtfns
 from . import binding
 from .binding import VFIO, Remembered
 from .kernel import numvfs_write, wait_for_vfs
-from .model import (
-    DEVICE_KEYS,
-    autoprobe_key,
-    driver_key,
-    loaded_key,
-    numvfs_key,
-    override_key,
-    present_key,
-    record_key,
-)
+from .model import SriovSeen
 
 # A bind record as data: the record file's exact text; None: no record.
 Record = str | None
@@ -40,26 +32,19 @@ def _record(env: Env, bdf: str) -> Record:
     return env.host.read_raw_opt(binding.record_path(env.host, bdf))
 
 
+def _seen(env: Env) -> SriovSeen:
+    return SriovSeen.of(env.seen)
+
+
 def _set_record(env: Env, bdf: str, rec: Record) -> None:
     path = binding.record_path(env.host, bdf)
-    env.seen.pop(record_key(bdf), None)
+    _seen(env).records.pop(bdf, None)
     if env.host.read_raw_opt(path) == rec:
         return
     if rec is None:
         env.host.remove(path)
     else:
         env.host.write_file(path, rec)
-
-
-def _forget_drivers(env: Env) -> None:
-    """Drop what ``env.seen`` says about devices: VFs appeared or went away."""
-    for key in [k for k in env.seen if k.startswith(DEVICE_KEYS)]:
-        del env.seen[key]
-
-
-def _forget_device(env: Env, bdf: str) -> None:
-    for key in (driver_key(bdf), override_key(bdf), record_key(bdf)):
-        env.seen.pop(key, None)
 
 
 @step_kind
@@ -81,14 +66,15 @@ class PutBack(Step):
     def apply(self, env: Env) -> None:
         if not env.host.exists(env.host.pci_device(self.bdf)):
             return
-        _forget_device(env, self.bdf)
+        _seen(env).forget_device(self.bdf)
         binding.put_back(env.host, Remembered(self.bdf, self.driver, self.override, self.probe))
         _set_record(env, self.bdf, self.record)
 
 
 def _put_back_now(env: Env, bdf: str) -> PutBack:
     """The inverse of any change to ``bdf``'s driver: where it is now, and its record as it is now.
-    What it read is left in ``env.seen`` for the step's apply (one read of each per device)."""
+    What it read is left in the command's :class:`SriovSeen` for the step's apply (one read of each
+    per device)."""
     host = env.host
     override = host.read_opt(host.pci_device(bdf, DRIVER_OVERRIDE))
     back = PutBack(
@@ -98,15 +84,16 @@ def _put_back_now(env: Env, bdf: str) -> PutBack:
         False,
         _record(env, bdf),
     )
-    env.seen[bdf] = back
-    env.seen[present_key(bdf)] = override is not None  # the device's directory is there
+    seen = _seen(env)
+    seen.inverses[bdf] = back
+    seen.present[bdf] = override is not None  # the device's directory is there
     return back
 
 
 def _now(env: Env, bdf: str) -> PutBack:
     """Driver, override and record of ``bdf`` as the inverse just read them (or read now)."""
-    seen = env.seen.get(bdf)
-    return seen if isinstance(seen, PutBack) else _put_back_now(env, bdf)
+    known = _seen(env).inverses.get(bdf)
+    return known if isinstance(known, PutBack) else _put_back_now(env, bdf)
 
 
 @step_kind
@@ -134,32 +121,33 @@ class BindDriver(Step):
 
     def apply(self, env: Env) -> None:
         host = env.host
+        seen = _seen(env)
         now = _now(env, self.bdf)
         cur, override = now.driver, now.override
-        if cur is None and not env.seen.get(present_key(self.bdf)) and not host.exists(host.pci_device(self.bdf)):
+        if cur is None and not seen.present.get(self.bdf) and not host.exists(host.pci_device(self.bdf)):
             raise VerifyFailed(f"{self.bdf} does not exist", device=self.bdf)
-        env.seen[override_key(self.bdf)], env.seen[record_key(self.bdf)] = override, now.record
+        seen.overrides[self.bdf], seen.records[self.bdf] = override, now.record
         if cur == self.driver:
             if now.record is None and self.driver == VFIO and self.probe_on_restore:
                 self._remember(env, Remembered(self.bdf, None, None, probe=True))  # repair a lost record
             return
-        if not env.seen.get(loaded_key(self.driver)):  # checked once per command
+        if self.driver not in seen.loaded:  # checked once per command
             binding.require_driver(host, self.driver)
-            env.seen[loaded_key(self.driver)] = True
+            seen.loaded.add(self.driver)
         if now.record is None:
             self._remember(env, Remembered(self.bdf, cur, override, probe=self.probe_on_restore and cur is None))
         if override != self.driver:
             host.write(host.pci_device(self.bdf, DRIVER_OVERRIDE), self.driver)
-            env.seen[override_key(self.bdf)] = self.driver  # as the kernel took it
+            seen.overrides[self.bdf] = self.driver  # as the kernel took it
         if cur:
             host.write(host.pci_driver(cur, "unbind"), self.bdf)
         host.write(host.pci_drivers_probe(), self.bdf)
 
     def _remember(self, env: Env, rec: Remembered) -> None:
-        env.seen[record_key(self.bdf)] = binding.remember(env.host, rec)
+        _seen(env).records[self.bdf] = binding.remember(env.host, rec)
 
     def verify(self, env: Env) -> None:
-        now = env.seen[driver_key(self.bdf)] = binding.current_driver(env.host, self.bdf)
+        now = _seen(env).drivers[self.bdf] = binding.current_driver(env.host, self.bdf)
         if now != self.driver:
             raise VerifyFailed(
                 f"{self.bdf} is bound to {now or 'no driver'} after drivers_probe, not {self.driver}",
@@ -185,7 +173,7 @@ class UnbindDriver(Step):
         host = env.host
         now = _now(env, self.bdf)
         cur, override = now.driver, now.override
-        _forget_device(env, self.bdf)
+        _seen(env).forget_device(self.bdf)
         if cur is None:
             return
         if now.record is None:
@@ -193,7 +181,7 @@ class UnbindDriver(Step):
         host.write(host.pci_driver(cur, "unbind"), self.bdf)
 
     def verify(self, env: Env) -> None:
-        now = env.seen[driver_key(self.bdf)] = binding.current_driver(env.host, self.bdf)
+        now = _seen(env).drivers[self.bdf] = binding.current_driver(env.host, self.bdf)
         if now is not None:
             raise VerifyFailed(f"{self.bdf} is still bound to {now}", device=self.bdf)
 
@@ -217,7 +205,7 @@ class RestoreDriver(Step):
         return _put_back_now(env, self.bdf)
 
     def apply(self, env: Env) -> None:
-        _forget_device(env, self.bdf)
+        _seen(env).forget_device(self.bdf)
         binding.put_back(env.host, Remembered(self.bdf, self.driver, self.override, self.probe))
         if self.driver and binding.current_driver(env.host, self.bdf) != self.driver:
             raise VerifyFailed(f"{self.bdf} did not go back to {self.driver}", device=self.bdf, hint="check dmesg")
@@ -231,17 +219,18 @@ class SetAutoprobe(Step):
     pf: str
     value: bool
     why: str = ""
+    was: bool | None = None  # the PF's autoprobe as the plan read it under the host lock (None: read it)
 
     def describe(self) -> str:
         return f"set sriov_drivers_autoprobe of {self.pf} to {int(self.value)}{self.why}"
 
     def _now(self, env: Env) -> int | None:
-        """The PF's autoprobe as the command knows it (planned, or as a step left it), else read."""
-        key = autoprobe_key(self.pf)
-        if key not in env.seen:
-            env.seen[key] = env.host.read_int(env.host.pci_device(self.pf, "sriov_drivers_autoprobe"), None)
-        cur = env.seen[key]
-        return cur if isinstance(cur, int) else None
+        """The PF's autoprobe as the command knows it (as a step left it, or as planned), else read."""
+        known = _seen(env).autoprobe
+        if self.pf not in known:
+            path = env.host.pci_device(self.pf, "sriov_drivers_autoprobe")
+            known[self.pf] = int(self.was) if self.was is not None else env.host.read_int(path, None)
+        return known[self.pf]
 
     def inverse(self, env: Env) -> Step:
         cur = self._now(env)
@@ -250,14 +239,7 @@ class SetAutoprobe(Step):
     def apply(self, env: Env) -> None:
         if self._now(env) != int(self.value):
             env.host.write(env.host.pci_device(self.pf, "sriov_drivers_autoprobe"), str(int(self.value)))
-        env.seen[autoprobe_key(self.pf)] = int(self.value)  # as it is now (for later steps and the report)
-
-
-def planned(env: Env, pf: str, num_vfs: int, autoprobe: bool) -> None:
-    """What the plan read of ``pf`` under the host lock, for the steps to start from instead of
-    reading it again (nothing changed it since: the lock is held from before planning)."""
-    env.seen[numvfs_key(pf)] = num_vfs
-    env.seen[autoprobe_key(pf)] = int(autoprobe)
+        _seen(env).autoprobe[self.pf] = int(self.value)  # as it is now (for later steps and the report)
 
 
 @step_kind
@@ -271,7 +253,7 @@ class SetNumVfs(Step):
     total: int
     timeout: float = 10.0
     why: str = ""
-    was: int = 0  # the count when planned (for the description only)
+    was: int = 0  # the count this step starts from, as planned under the host lock
 
     def describe(self) -> str:
         if self.count == 0:
@@ -280,8 +262,7 @@ class SetNumVfs(Step):
 
     def inverse(self, env: Env) -> Step:
         host = env.host
-        known = env.seen.get(numvfs_key(self.pf))
-        cur = known if isinstance(known, int) else host.read_int(host.pci_device(self.pf, "sriov_numvfs"), 0) or 0
+        cur = _seen(env).numvfs.get(self.pf, self.was)  # as a step left it, else as planned
         vfs = virtfns(host, self.pf) if cur else []
         drivers = tuple(
             (v, binding.current_driver(host, v), binding.current_override(host, v), _record(env, v)) for v in vfs
@@ -290,14 +271,15 @@ class SetNumVfs(Step):
 
     def apply(self, env: Env) -> None:
         host = env.host
-        _forget_drivers(env)
-        env.seen.pop(numvfs_key(self.pf), None)
+        seen = _seen(env)
+        seen.forget_devices()
+        seen.numvfs.pop(self.pf, None)
         if self.count == 0:
             _remove_vfs(host, self.pf, self.total)
         else:
             numvfs_write(host, self.pf, self.count, self.total)
         wait_for_vfs(host, self.pf, self.count, self.timeout)
-        env.seen[numvfs_key(self.pf)] = self.count  # the kernel shows them all
+        seen.numvfs[self.pf] = self.count  # the kernel shows them all
 
 
 def _remove_vfs(host: Host, pf: str, total: int) -> None:
@@ -330,7 +312,7 @@ class RestoreVfs(Step):
         host = env.host
         if not host.exists(host.pci_device(self.pf)):
             return
-        _forget_drivers(env)
+        _seen(env).forget_devices()
         cur = host.read_int(host.pci_device(self.pf, "sriov_numvfs"), 0) or 0
         if cur != self.count:
             if cur:
