@@ -69,7 +69,7 @@ def read(host: Host, definitions: bool = True) -> Facts:
     for d in defs:
         for p in mdevctl.files_of(host, d.uuid):
             files[(d.uuid, p.parent.name)] = host.display(p)
-    return Facts(tuple(sysfs.parents(host)), tuple(sysfs.instances(host)), tuple(defs), files, callouts.active(host))
+    return Facts(tuple(sysfs.parents(host)), tuple(sysfs.instances(host)), tuple(defs), files, callouts.installed(host))
 
 
 @dataclass
