@@ -128,3 +128,13 @@ def test_plans_show_the_callout_steps_and_a_dry_run_runs_none(qemu_sim: Path, ru
         assert plan[0].startswith("ask the call-out scripts before start of "), (args, plan)
         assert plan[-1].startswith("tell the call-out scripts that start of "), (args, plan)
     assert _log(log) == [] and active(qemu_sim) == []
+
+
+def test_vgpu_create_on_mdev_honours_a_veto(tmp_path: Path, run_cli: Run) -> None:
+    from tests.conftest import make_sim
+
+    sim = make_sim(tmp_path / "t4", "t4-mdev")
+    _script(sim, LIB, "10-veto", tmp_path / "log", VETO)
+    r = run_cli(sim, "vgpu", "create", "gpu0", "--type", "T4-4Q", "--count", "2", "--json")
+    assert r.exit_code == 1 and json.loads(r.stdout)["error"] == "callout-refused"
+    assert active(sim) == []  # nothing created
