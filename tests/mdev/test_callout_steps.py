@@ -110,3 +110,31 @@ def test_recovery_after_a_kill_before_the_commit_tells_the_scripts_it_failed(
     assert active(qemu_sim) == [] and not jr.pending(host)
     assert any("that start of" in line and "failed" in line for line in lines)
     assert [e for e in _log(log) if "capabilities" not in e] == ["50-log mtty-1 post start failure"]
+
+
+def test_plans_show_the_callout_steps_and_a_dry_run_runs_none(qemu_sim: Path, run_cli: Run, tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    _script(qemu_sim, ETC, "50-log", log, '[ "$6" = capabilities ] && exit 2\nexit 0')
+    doc = tmp_path / "host.yaml"
+    doc.write_text(
+        "version: vgpukit.host/v1\nconfigs:\n  a:\n    mdev:\n      - {parent: mtty, type: mtty-1, count: 1}\n"
+    )
+    for args in (
+        ["diff", "-f", str(doc)],
+        ["apply", "-f", str(doc), "--dry-run"],
+        ["mdev", "create", "mtty", "mtty-1", "--dry-run"],
+    ):
+        plan = json.loads(ok(run_cli(qemu_sim, *args, "--json")))["plan"]
+        assert plan[0].startswith("ask the call-out scripts before start of "), (args, plan)
+        assert plan[-1].startswith("tell the call-out scripts that start of "), (args, plan)
+    assert _log(log) == [] and active(qemu_sim) == []
+
+
+def test_vgpu_create_on_mdev_honours_a_veto(tmp_path: Path, run_cli: Run) -> None:
+    from tests.conftest import make_sim
+
+    sim = make_sim(tmp_path / "t4", "t4-mdev")
+    _script(sim, LIB, "10-veto", tmp_path / "log", VETO)
+    r = run_cli(sim, "vgpu", "create", "gpu0", "--type", "T4-4Q", "--count", "2", "--json")
+    assert r.exit_code == 1 and json.loads(r.stdout)["error"] == "callout-refused"
+    assert active(sim) == []  # nothing created

@@ -71,9 +71,14 @@ def _scripts(host: Host, kind: str) -> list[Path]:
     return out
 
 
+def installed(host: Host) -> bool:
+    """Whether any call-out or notifier script is installed (else plans have no call-out steps)."""
+    return bool(_scripts(host, "callouts") or _scripts(host, "notifiers"))
+
+
 def active(host: Host) -> bool:
-    """Whether any call-out or notifier script is installed (else nothing is run at all)."""
-    return not host.dry_run and bool(_scripts(host, "callouts") or _scripts(host, "notifiers"))
+    """Whether scripts are to be run now (installed, and not a dry run)."""
+    return not host.dry_run and installed(host)
 
 
 def _say_stderr(host: Host, script: Path, res: ProgramResult) -> None:

@@ -12,11 +12,11 @@ from typing import Any
 
 from ..engine import Env, execute
 from ..engine.files import PutFile
-from ..errors import Conflict, InvalidInput, NotFound, VgpukitError
+from ..errors import InvalidInput, NotFound, VgpukitError
 from ..host import Host
-from . import callouts, mdevctl, planner, sysfs
-from .model import Definition, check_attr_name, check_uuid, new_uuid
-from .placement import PACK, Slot
+from . import callouts, mdevctl, planner
+from .model import Definition, check_uuid, new_uuid
+from .placement import PACK
 from .steps import RemoveMdev
 
 log = logging.getLogger("vgpukit.mdev")
@@ -84,27 +84,22 @@ def define_active(
     that parent with the instance's type (mdevctl's ``define -u U -p P``). A call-out script that
     handles the type supplies its attributes (``get`` event)."""
     host = env.host
-    uid = check_uuid(uid)
-    inst = sysfs.find_instance(host, uid)
-    if inst is None:
-        if parent is not None:
-            raise InvalidInput(f"mdev {uid} is not active: give its --type too")
-        raise NotFound(
-            f"no active mdev {uid}", value=uid, hint="to define a new one: vgpukit mdev define --parent P --type T"
-        )
-    d = Definition(uid, parent or inst.parent, inst.type_id, _start_of(auto))
-    if mdevctl.find(host, uid) is None:
-        attrs = callouts.get_attributes(host, Definition(uid, inst.parent, inst.type_id), strict=True)
+    facts = planner.read(host)
+    inst = planner.active_one(facts, uid, parent)
+    d = Definition(inst.uuid, parent or inst.parent, inst.type_id, _start_of(auto))
+    if facts.defined(inst.uuid) is None:
+        attrs = callouts.get_attributes(host, Definition(inst.uuid, inst.parent, inst.type_id), strict=True)
         d = Definition(d.uuid, d.parent, d.type_id, d.start, tuple(attrs or ()))
-    return _put(env, d, force)
+    return _put(env, facts, d, force)
 
 
 def define_new(
     env: Env, parent: str, type_id: str, uid: str | None, auto: bool, force: bool = False
 ) -> tuple[list[str], Definition]:
-    uid = check_uuid(uid) if uid else new_uuid()
-    check_type(env.host, parent, type_id)
-    return _put(env, Definition(uid, parent, type_id, _start_of(auto)), force)
+    facts = planner.read(env.host)
+    d = Definition(check_uuid(uid) if uid else new_uuid(), parent, type_id, _start_of(auto))
+    planner.check_type(facts, parent, type_id)
+    return _put(env, facts, d, force)
 
 
 def define_from_json(
@@ -113,15 +108,9 @@ def define_from_json(
     """``define --jsonfile``: type, start mode and attributes from a file in mdevctl's format; an
     existing definition of the UUID is never overwritten."""
     d = mdevctl.parse(parent, check_uuid(uid) if uid else new_uuid(), text, where=where)
-    check_type(env.host, parent, d.type_id)
-    old = mdevctl.find(env.host, d.uuid)
-    if old is not None:
-        raise Conflict(
-            f"UUID {d.uuid} is already defined ({old.type_id} on {old.parent}); not overwriting it",
-            value=d.uuid,
-            hint="undefine it first, or change it with 'vgpukit mdev modify'",
-        )
-    return _put(env, d, force)
+    facts = planner.read(env.host)
+    planner.check_type(facts, parent, d.type_id)
+    return _put(env, facts, d, force, overwrite=False)
 
 
 def check_type(host: Host, parent: str, type_id: str) -> None:
@@ -129,8 +118,10 @@ def check_type(host: Host, parent: str, type_id: str) -> None:
     planner.check_type(planner.read(host, definitions=False), parent, type_id)
 
 
-def _put(env: Env, d: Definition, force: bool) -> tuple[list[str], Definition]:
-    todo, d = planner.put(planner.read(env.host), d, force)
+def _put(
+    env: Env, facts: planner.Facts, d: Definition, force: bool, overwrite: bool = True
+) -> tuple[list[str], Definition]:
+    todo, d = planner.put(facts, d, force, overwrite)
     execute(env, todo.steps)
     return [s.describe() for s in todo.steps if isinstance(s, PutFile)], d
 
@@ -172,32 +163,25 @@ def start(env: Env, d: Definition, force: bool = False, keep_going: bool = False
     """Create the instance of one definition (and set its attrs) unless it is already active.
 
     Each definition is its own change: a failure (or a failing attribute) leaves no instance behind.
-    A call-out's veto is a refusal (raised), unless ``keep_going`` (``start --all``: that device fails).
+    A refusal (no such type, no room, a call-out's veto) is raised, unless ``keep_going`` (``start
+    --all``: that device fails, the others go on).
     """
-    host = env.host
     out = StartOutcome(d.uuid, d.parent, d.type_id, "started")
-    active = sysfs.find_instance(host, d.uuid)
-    if active is not None:
-        if (active.parent, active.type_id) == (d.parent, d.type_id):
-            out.status = "active"
-        else:
-            out.status, out.message = "conflict", f"UUID is active as {active.type_id} on {active.parent}"
-        return out
-    if not host.exists(host.mdev_parent(d.parent)):
-        out.status, out.message = "parent-absent", "parent not present; started when it appears (udev rule)"
-        return out
-    if host.dry_run:
-        out.status = "would-start"
-        return out
     try:
-        todo = planner.start(planner.read(host, definitions=False), d, force)
-    except VgpukitError as err:  # a refusal (no such type, no room): the command's answer
+        todo = planner.start(planner.read(env.host, definitions=False), d, force)
+    except VgpukitError as err:
         if not keep_going:
             raise
         out.status, out.message = "failed", str(err)
         return out
+    out.status, out.message = todo.status, todo.message
+    if todo.status != "started":
+        return out
+    if env.host.dry_run:
+        out.status = "would-start"
+        return out
     try:
-        execute(env, todo.steps)
+        execute(env, todo.plan.steps)
     except VgpukitError as err:
         if isinstance(err, callouts.CalloutRefused) and not keep_going:
             raise
@@ -213,14 +197,7 @@ def start_transient(env: Env, d: Definition, force: bool = False) -> StartOutcom
 
 def find_one(host: Host, uid: str, parent: str | None) -> Definition | None:
     """The one definition of ``uid`` (on ``parent``); refused when several parents define it."""
-    defs = mdevctl.matching(host, uid, parent)
-    if len(defs) > 1:
-        raise InvalidInput(
-            f"{check_uuid(uid)} is defined on several parents ({', '.join(d.parent for d in defs)})",
-            value=uid,
-            hint="give --parent",
-        )
-    return defs[0] if defs else None
+    return planner.one_definition(planner.read(host), uid, parent)
 
 
 def start_all(env: Env, parent: str | None = None) -> list[StartOutcome]:
@@ -244,53 +221,13 @@ def start_one(env: Env, uid: str, force: bool = False) -> StartOutcome:
     return start(env, d, force)
 
 
-def slots_text(slots: list[Slot]) -> str:
-    return ", ".join(f"{s.count} on {s.parent}" for s in slots)
-
-
-@dataclass(frozen=True)
-class Modification:
-    """What ``modify`` changes in a definition (mdevctl 1.2's ``modify`` options)."""
-
-    type_id: str | None = None
-    start: str | None = None  # auto | manual | None (unchanged)
-    addattr: str | None = None
-    value: str | None = None
-    delattr: bool = False
-    index: int | None = None
+Modification = planner.Modification
 
 
 def modify(
     env: Env, uid: str, parent: str | None, m: Modification, force: bool = False
 ) -> tuple[list[str], Definition]:
-    """Change a definition (type, start mode, one attribute added or deleted); an active instance is
-    left as it is (the change applies at its next start)."""
-    host = env.host
-    d = find_one(host, uid, parent)
-    if d is None:
-        on = f" on {parent}" if parent else ""
-        raise NotFound(f"mdev {check_uuid(uid)} is not defined{on}", value=uid, hint="see: vgpukit mdev list --defined")
-    if m.addattr is not None and m.delattr:
-        raise InvalidInput("--addattr and --delattr exclude each other")
-    attrs = list(d.attrs)
-    n = len(attrs)
-    if m.addattr is not None:
-        if m.value is None:
-            raise InvalidInput("--addattr needs --value")
-        item = (check_attr_name(m.addattr), mdevctl.attr_value(m.value))
-        if m.index is not None and m.index > n:
-            raise _bad_index(m.index, n)
-        attrs.insert(n if m.index is None else m.index, item)
-    elif m.delattr:
-        if m.index is not None and m.index >= n:
-            raise _bad_index(m.index, n)
-        if attrs:
-            del attrs[-1 if m.index is None else m.index]
-    new = Definition(d.uuid, d.parent, m.type_id or d.type_id, m.start or d.start, tuple(attrs))
-    todo = planner.modified(planner.read(host), d, new, force)
+    """Change a definition (type, start mode, one attribute added or deleted): :func:`planner.modify`."""
+    todo, new = planner.modify(planner.read(env.host), uid, parent, m, force)
     execute(env, todo.steps)
     return [s.describe() for s in todo.steps if isinstance(s, PutFile)], new
-
-
-def _bad_index(index: int, n: int) -> InvalidInput:
-    return InvalidInput(f"attribute index {index} is invalid: the definition has {n} attributes", value=index)

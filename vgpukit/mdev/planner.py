@@ -17,7 +17,16 @@ from ..errors import Conflict, InUse, InvalidInput, NotFound
 from ..host import Host
 from ..naming import unknown
 from . import callouts, mdevctl, sysfs
-from .model import Definition, MdevInstance, MdevParent, check_parent_name, check_type_id, check_uuid, new_uuid
+from .model import (
+    Definition,
+    MdevInstance,
+    MdevParent,
+    check_attr_name,
+    check_parent_name,
+    check_type_id,
+    check_uuid,
+    new_uuid,
+)
 from .placement import PACK, candidates, plan
 from .steps import CreateMdev, RemoveMdev, SetMdevAttr, callout_steps, drop_definition, put_definition
 
@@ -60,7 +69,7 @@ def read(host: Host, definitions: bool = True) -> Facts:
     for d in defs:
         for p in mdevctl.files_of(host, d.uuid):
             files[(d.uuid, p.parent.name)] = host.display(p)
-    return Facts(tuple(sysfs.parents(host)), tuple(sysfs.instances(host)), tuple(defs), files, callouts.active(host))
+    return Facts(tuple(sysfs.parents(host)), tuple(sysfs.instances(host)), tuple(defs), files, callouts.installed(host))
 
 
 @dataclass
@@ -208,9 +217,26 @@ def remove(facts: Facts, uids: list[str], force: bool = False) -> MdevPlan:
 
 
 # ----------------------------------------------------------------------------- start (a definition)
-def start(facts: Facts, d: Definition, force: bool = False) -> MdevPlan:
-    """Create the instance of one definition and set its attributes (nothing when already active
-    as defined; the caller says what an absent parent or an active conflict means)."""
+@dataclass
+class Start:
+    """What starting one definition comes to: ``status`` started (with ``plan``), active (nothing to
+    do), conflict (the UUID runs as another device) or parent-absent (started when it appears)."""
+
+    status: str
+    message: str = ""
+    plan: MdevPlan = field(default_factory=MdevPlan)
+
+
+def start(facts: Facts, d: Definition, force: bool = False) -> Start:
+    """Create the instance of one definition and set its attributes; refused (raised) when its type
+    is not the parent's or does not fit."""
+    active = facts.instance(d.uuid)
+    if active is not None:
+        if (active.parent, active.type_id) == (d.parent, d.type_id):
+            return Start("active")
+        return Start("conflict", f"UUID is active as {active.type_id} on {active.parent}")
+    if not any(p.name == d.parent for p in facts.parents):
+        return Start("parent-absent", "parent not present; started when it appears (udev rule)")
     room = facts.parent(d.parent).type(d.type_id)
     if room is None:
         type_of(facts, d.parent, d.type_id)
@@ -218,13 +244,45 @@ def start(facts: Facts, d: Definition, force: bool = False) -> MdevPlan:
         plan([(d.parent, room.available)], d.type_id, 1)  # the one "do not fit" refusal
     change: list[Step] = [CreateMdev(d.parent, d.type_id, d.uuid, check_capacity=False)]
     change += [SetMdevAttr(d.uuid, attr, value) for attr, value in d.attrs]
-    return MdevPlan(wrapped(facts, "start", [d], change, force), [d])
+    return Start("started", plan=MdevPlan(wrapped(facts, "start", [d], change, force), [d]))
 
 
 # ----------------------------------------------------------------------------- definitions
-def put(facts: Facts, d: Definition, force: bool = False) -> tuple[MdevPlan, Definition]:
-    """Write definition ``d`` (new, or a change of an existing one's start mode)."""
+def one_definition(facts: Facts, uid: str, parent: str | None) -> Definition | None:
+    """The one definition of ``uid`` (on ``parent``); refused when several parents define it."""
+    want = check_uuid(uid)
+    defs = [d for d in facts.definitions if d.uuid == want and parent in (None, d.parent)]
+    if len(defs) > 1:
+        raise InvalidInput(
+            f"{want} is defined on several parents ({', '.join(d.parent for d in defs)})",
+            value=uid,
+            hint="give --parent",
+        )
+    return defs[0] if defs else None
+
+
+def active_one(facts: Facts, uid: str, parent: str | None) -> MdevInstance:
+    """The active instance ``define UUID`` makes persistent (``parent``: mdevctl's ``-u U -p P``)."""
+    inst = facts.instance(check_uuid(uid))
+    if inst is None:
+        if parent is not None:
+            raise InvalidInput(f"mdev {uid} is not active: give its --type too")
+        raise NotFound(
+            f"no active mdev {uid}", value=uid, hint="to define a new one: vgpukit mdev define --parent P --type T"
+        )
+    return inst
+
+
+def put(facts: Facts, d: Definition, force: bool = False, overwrite: bool = True) -> tuple[MdevPlan, Definition]:
+    """Write definition ``d`` (new, or a change of an existing one's start mode); ``overwrite=False``
+    (``define --jsonfile``) refuses any existing definition of the UUID."""
     old = facts.defined(d.uuid)
+    if old is not None and not overwrite:
+        raise Conflict(
+            f"UUID {d.uuid} is already defined ({old.type_id} on {old.parent}); not overwriting it",
+            value=d.uuid,
+            hint="undefine it first, or change it with 'vgpukit mdev modify'",
+        )
     if old is not None and (old.parent, old.type_id) != (d.parent, d.type_id):
         raise Conflict(
             f"UUID {d.uuid} is already defined as {old.type_id} on {old.parent}",
@@ -239,14 +297,54 @@ def put(facts: Facts, d: Definition, force: bool = False) -> tuple[MdevPlan, Def
     return MdevPlan(wrapped(facts, "define", [d], [step], force), definitions=[d]), d
 
 
-def modified(facts: Facts, old: Definition, new: Definition, force: bool = False) -> MdevPlan:
-    """Rewrite definition ``old`` as ``new`` (mdevctl's ``modify``); nothing when they are equal."""
-    if new == old:
-        return MdevPlan()
-    if new.type_id != old.type_id:
+@dataclass(frozen=True)
+class Modification:
+    """What ``modify`` changes in a definition (mdevctl's ``modify`` options)."""
+
+    type_id: str | None = None
+    start: str | None = None  # auto | manual | None (unchanged)
+    addattr: str | None = None
+    value: str | None = None
+    delattr: bool = False
+    index: int | None = None
+
+
+def _bad_index(index: int, n: int) -> InvalidInput:
+    return InvalidInput(f"attribute index {index} is invalid: the definition has {n} attributes", value=index)
+
+
+def modify(
+    facts: Facts, uid: str, parent: str | None, m: Modification, force: bool = False
+) -> tuple[MdevPlan, Definition]:
+    """Change a definition (type, start mode, one attribute added or deleted); nothing when nothing
+    changes. An active instance is left as it is (the change applies at its next start)."""
+    d = one_definition(facts, uid, parent)
+    if d is None:
+        on = f" on {parent}" if parent else ""
+        raise NotFound(f"mdev {check_uuid(uid)} is not defined{on}", value=uid, hint="see: vgpukit mdev list --defined")
+    if m.addattr is not None and m.delattr:
+        raise InvalidInput("--addattr and --delattr exclude each other")
+    attrs = list(d.attrs)
+    n = len(attrs)
+    if m.addattr is not None:
+        if m.value is None:
+            raise InvalidInput("--addattr needs --value")
+        item = (check_attr_name(m.addattr), mdevctl.attr_value(m.value))
+        if m.index is not None and m.index > n:
+            raise _bad_index(m.index, n)
+        attrs.insert(n if m.index is None else m.index, item)
+    elif m.delattr:
+        if m.index is not None and m.index >= n:
+            raise _bad_index(m.index, n)
+        if attrs:
+            del attrs[-1 if m.index is None else m.index]
+    new = Definition(d.uuid, d.parent, m.type_id or d.type_id, m.start or d.start, tuple(attrs))
+    if new == d:
+        return MdevPlan(), d
+    if new.type_id != d.type_id:
         check_type(facts, new.parent, new.type_id)
     step = put_definition(facts.path(new), new, "modify")
-    return MdevPlan(wrapped(facts, "modify", [new], [step], force), definitions=[new])
+    return MdevPlan(wrapped(facts, "modify", [new], [step], force), definitions=[new]), new
 
 
 def undefine(facts: Facts, uid: str, paths: list[str], parent: str | None, force: bool = False) -> MdevPlan:
