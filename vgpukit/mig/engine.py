@@ -127,6 +127,9 @@ def plan_gpu(nvml: Nvml, req: GpuRequest, allow_reset: bool, skip_reset: bool = 
             wants_to_place += moved_wants
             occupants = occ2
     if placed is None:
+        never = planner.never_fits(profiles, [w.profile for w in req.gis])
+        if never is not None:
+            raise planner.NeverFits(f"{label}: {never}", device=gpu.bdf)
         reason = planner.why_not(profiles, occupants, [w.profile for w in wants_to_place])
         hint = None if req.exact or not stay else "--replace destroys idle instances the request does not list"
         raise NoCapacity(f"{label}: cannot place the request: {reason}", device=gpu.bdf, hint=hint)
