@@ -228,3 +228,16 @@ def test_a_request_that_does_not_fit_next_to_existing_instances_stays_busy(host:
     assert invoke(host, "partition", "gpu0", "--mig", "4g.20gb", "--reset").exit_code == 0
     r = invoke(host, "partition", "gpu0", "--mig", "7g.40gb")  # fits an empty A100, not next to the 4g.20gb
     assert r.exit_code == 4 and "can never fit" not in r.stderr and "cannot place" in r.stderr
+
+
+def test_status_names_compute_instance_profiles_as_gpu_instance_ones(host: Path) -> None:
+    """A CI's ``profile`` is NVML's integer (kept: a v1 field never changes type); ``profile_name`` is
+    the MIG device name on both levels, as the GI's ``profile`` and mig-parted's configs spell it."""
+    r = invoke(host, "partition", "gpu0", "--mig", "3g.20gb", "--ci", "2c.3g.20gb,1c.3g.20gb", "--reset")
+    assert r.exit_code == 0
+    doc = as_json(invoke(host, "mig", "status", "gpu0", "--json"))
+    gi = doc["gpus"][0]["gpu_instances"][0]
+    assert gi["profile"] == gi["profile_name"] == "3g.20gb" and isinstance(gi["profile_id"], int)
+    cis = sorted(gi["compute_instances"], key=lambda c: c["slices"])
+    assert [c["profile_name"] for c in cis] == ["1c.3g.20gb", "2c.3g.20gb"]
+    assert all(isinstance(c["profile"], int) for c in cis)
