@@ -1,4 +1,9 @@
-"""Plan MIG changes on one or more GPUs.
+"""One GPU's MIG layout change, planned (was ``mig/engine.py``: renamed, the change engine is
+:mod:`vgpukit.engine`).
+
+The MIG planners, bottom up: :mod:`vgpukit.mig.planner` places GPU instances (pure search);
+this module turns one GPU's wanted layout into steps; :mod:`vgpukit.mig.migparted` is the planner
+front ends call for a mig-parted config (``mig apply``/``assert``, ``vgpukit apply``).
 
 :func:`plan_gpu` turns a desired state (:class:`GpuRequest`) and what the driver reports into an
 ordered list of steps (:mod:`vgpukit.mig.steps`, one engine step per action), raising before anything
