@@ -15,6 +15,7 @@ Devices (and areas) the config does not mention are left alone.
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,7 @@ from ..engine.files import PutFile
 from ..errors import Busy, Conflict, InUse, InvalidInput, NotFound, Unsupported, VgpukitError
 from ..holders import OpenFiles, group_holders
 from ..mdev import sysfs as mdev_sysfs
-from ..mdev.model import MdevInstance, new_uuid
+from ..mdev.model import MdevInstance
 from ..mdev.placement import candidates
 from ..mdev.placement import plan as place
 from ..mdev.steps import CreateMdev, RemoveMdev
@@ -141,6 +142,22 @@ def _plan(ctx: _Ctx) -> Plan:
     return out
 
 
+_UUID_SPACE = uuid.UUID("6f1c5a0e-7d2b-4c1e-9a53-0b8f2d4e6a71")  # vgpukit's, for planned mdev UUIDs
+
+
+def planned_uuids(parents: list[str], type_id: str, n: int, taken: set[str]) -> list[str]:
+    """``n`` UUIDs for new mdevs of ``type_id`` on ``parents``, derived from them (the k-th one of that
+    type there, skipping UUIDs in use), so ``diff`` shows the ones ``apply`` then creates."""
+    out: list[str] = []
+    k = 0
+    while len(out) < n:
+        u = str(uuid.uuid5(_UUID_SPACE, f"{','.join(sorted(parents))}/{type_id}/{k}"))
+        if u not in taken:
+            out.append(u)
+        k += 1
+    return out
+
+
 def _mig(ctx: _Ctx, out: Plan) -> list[Step]:
     """The selected mig-configs config, by the MIG config planner (loaded only when there is one)."""
     if ctx.cfg.mig is None:
@@ -242,7 +259,8 @@ def _converge_parent(
         have = [i for i in on if i.type_id == type_id]
         kept, missing = _keep(have, pinned, count, taken)
         gone += [i for i in have if i not in kept]
-        todo.append((type_id, missing + [new_uuid() for _ in range(count - len(kept) - len(missing))]))
+        new = planned_uuids(parents, type_id, count - len(kept) - len(missing), {i.uuid for i in active} | taken)
+        todo.append((type_id, missing + new))
     gone += [i for i in on if i.type_id not in wants]
     objs = [mdev_sysfs.read_parent(ctx.host, p) for p in parents] if any(u for _, u in todo) else []
     for type_id, uuids in todo:
