@@ -209,3 +209,20 @@ def test_any_config_document_is_accepted_with_warnings_or_refused_in_one_line(
     else:
         assert r.exit_code in (2, 3), (r.exit_code, r.stderr)  # 3: no config "a" in the file
         assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("vgpukit: error: "), r.stderr
+
+
+def test_a_host_document_with_mig_configs_warns_about_every_config_and_refuses_the_selected_one(
+    host: Path, tmp_path: Path
+) -> None:
+    text = "version: vgpukit.host/v1\nconfigs:\n  one:\n    mig: half\n" + TWO.split("\n", 1)[1].replace(
+        "small", "half"
+    )
+    path = write(tmp_path, text)
+    r = invoke(host, "diff", "-f", str(path), "-c", "one", "--json")
+    assert r.exit_code == 0 and as_json(r)["warnings"] == [
+        f"{path}:13: config big: mig-devices: a count over 64 can never fit a GPU"
+    ]
+    r = invoke(host, "diff", "-f", str(path), "-c", "one", "--strict")
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1
+    r = invoke(host, "diff", "-f", str(write(tmp_path, text.replace("mig: half", "mig: big"), "b.yaml")))
+    assert r.exit_code == 2 and "can never fit" in r.stderr
