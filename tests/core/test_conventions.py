@@ -65,7 +65,7 @@ def test_help_imports_nothing_heavy() -> None:
 
 # what only the commands that change things need: planners, steps, mig-parted and mdevctl-define code
 CHANGE_MODULES = (
-    "vgpukit.mig.engine",
+    "vgpukit.mig.layout",
     "vgpukit.mig.config_cli",
     "vgpukit.sriov.planner",
     "vgpukit.sriov.steps",

@@ -250,3 +250,16 @@ def test_cdi_specs_follow_the_mig_layout_in_the_same_run(tmp_path: Path, host_fi
     spec = (sim / "etc" / "cdi" / "vgpukit-mig.yaml").read_text()
     assert spec.count("name: MIG-") == 6  # gpu0 and gpu1: 3g.20gb + 2 x 1g.5gb each
     assert as_json(invoke(sim, "apply", "-f", str(host_file), "-c", "a100-vms", "--json"))["plan"] == []
+
+
+def test_diff_shows_the_mdev_uuids_apply_then_creates(tmp_path: Path) -> None:
+    """The UUIDs of new mdevs are planned from the host as it is (parent, type, which one), not drawn
+    at random: diff, a second diff and apply name the same ones."""
+    sim = make_sim(tmp_path / "g", "qemu-guest")
+    path = tmp_path / "host.yaml"
+    path.write_text(HOST)
+    first = as_json(invoke(sim, "diff", "-f", str(path), "-c", "guest", "--json"))["plan"]
+    again = as_json(invoke(sim, "diff", "-f", str(path), "-c", "guest", "--json"))["plan"]
+    made = as_json(invoke(sim, "apply", "-f", str(path), "-c", "guest", "--json"))["plan"]
+    creates = [line for line in first if line.startswith("create mtty")]
+    assert len(creates) == 3 and first == again == made

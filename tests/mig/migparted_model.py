@@ -11,6 +11,7 @@ simulated GPU of the same model.
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,7 +85,13 @@ class Spec:
 
 def parse(text: str) -> dict[str, list[Spec]]:
     """mig-parted's parser: the configs, or Invalid."""
-    data = yaml.safe_load(text) if text.strip() else None
+    try:
+        data = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError:  # go-yaml (libyaml's rules) takes tabs between flow tokens: JSON with tabs
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise Invalid("syntax") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -120,6 +127,8 @@ def _specs(items: Any) -> list[Spec]:
         if df is not None and not (isinstance(filters, list) and all(isinstance(f, str) for f in filters)):
             raise Invalid("device-filter")
         filters = [f for f in (filters or []) if not (isinstance(df, str) and f == "")]
+        if e["mig-enabled"] is None:  # JSON null into a Go bool: no error, false
+            e = {**e, "mig-enabled": False}
         if type(e["mig-enabled"]) is not bool:
             raise Invalid("mig-enabled")
         devs = e.get("mig-devices")

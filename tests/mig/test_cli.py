@@ -88,7 +88,7 @@ def test_dry_run_reports_fit_and_changes_nothing(host: Path) -> None:
     ]
     assert SimNvml(host).mig_mode(1) == (False, False)
     r = invoke(host, "partition", "gpu1", "--mig", "3g.20gb=2,1g.5gb", "--reset", "--dry-run")
-    assert r.exit_code == 4 and "memory slots" in r.stderr
+    assert r.exit_code == 2 and "can never fit" in r.stderr and "memory slots" in r.stderr
 
 
 def test_bad_input(host: Path) -> None:
@@ -214,3 +214,30 @@ def test_a30_four_slots_and_media_engines(sim_factory: Callable[..., Path]) -> N
     assert r.exit_code == 4 and "media engines" in r.stderr
     r = invoke(sim, "mig", "status", "0")
     assert "memory slots  0 1 2 3\n" in r.stdout and "A A . B" in r.stdout
+
+
+def test_a_request_that_never_fits_an_empty_gpu_is_invalid_input(host: Path) -> None:
+    """7g.40gb + 1g.5gb need 8 compute slices and 9 memory slots of an A100's 7 and 8: no layout of
+    an empty GPU holds them, so it is bad input (exit 2), not a busy GPU (exit 4)."""
+    r = invoke(host, "partition", "gpu0", "--mig", "7g.40gb,1g.5gb", "--dry-run")
+    assert r.exit_code == 2 and "can never fit" in r.stderr and "8 of 7 compute slices" in r.stderr
+    assert SimNvml(host).mig_mode(0) == (False, False)
+
+
+def test_a_request_that_does_not_fit_next_to_existing_instances_stays_busy(host: Path) -> None:
+    assert invoke(host, "partition", "gpu0", "--mig", "4g.20gb", "--reset").exit_code == 0
+    r = invoke(host, "partition", "gpu0", "--mig", "7g.40gb")  # fits an empty A100, not next to the 4g.20gb
+    assert r.exit_code == 4 and "can never fit" not in r.stderr and "cannot place" in r.stderr
+
+
+def test_status_names_compute_instance_profiles_as_gpu_instance_ones(host: Path) -> None:
+    """A CI's ``profile`` is NVML's integer (kept: a v1 field never changes type); ``profile_name`` is
+    the MIG device name on both levels, as the GI's ``profile`` and mig-parted's configs spell it."""
+    r = invoke(host, "partition", "gpu0", "--mig", "3g.20gb", "--ci", "2c.3g.20gb,1c.3g.20gb", "--reset")
+    assert r.exit_code == 0
+    doc = as_json(invoke(host, "mig", "status", "gpu0", "--json"))
+    gi = doc["gpus"][0]["gpu_instances"][0]
+    assert gi["profile"] == gi["profile_name"] == "3g.20gb" and isinstance(gi["profile_id"], int)
+    cis = sorted(gi["compute_instances"], key=lambda c: c["slices"])
+    assert [c["profile_name"] for c in cis] == ["1c.3g.20gb", "2c.3g.20gb"]
+    assert all(isinstance(c["profile"], int) for c in cis)

@@ -90,17 +90,24 @@ def test_device_filter_forms(filt: str, want: list[config.DeviceId] | None) -> N
 
 @pytest.mark.parametrize(
     "filt",
-    [
-        '"A100-SXM4-40GB"',
-        '"20B010DE"',
-        "0x20B010DE",
-        '["0x20B010DE", "MODEL"]',
-        '"0x20B010DE:0x1:0x2"',
-        '"0x1FFFFFFFF"',
-    ],
+    ['"A100-SXM4-40GB"', '"20B010DE"', '["0x20B010DE", "MODEL"]', '"0x20B010DE:0x1:0x2"', '"0x1FFFFFFFF"'],
 )
-def test_unknown_filter_forms_refuse_the_file_with_their_line(filt: str) -> None:
+def test_unknown_filter_forms_match_nothing_with_a_note_naming_the_line(filt: str) -> None:
+    """mig-parted reads such an item as an id no GPU has (it ignores the parse error): the file is
+    accepted, the item matches nothing, and vgpukit says so (a note: a warning, refused by --strict)."""
     text = doc(f"  c:\n    - devices: all\n      mig-enabled: false\n      device-filter: {filt}\n")
+    parsed = config.parse_file(text, "c.yaml")
+    (entry,) = parsed.configs["c"]
+    assert not entry.selects(0, config.DeviceId(0x20B1, 0x10DE))  # an A100 80GB: no filter item is it
+    assert entry.selects(0, config.DeviceId(0x20B0, 0x10DE)) is ("0x20B010DE" in filt and "MODEL" in filt)
+    assert [str(n).split(": ", 2)[:2] for n in parsed.notes] == [["c.yaml:6", "config c"]]
+    assert "device-filter: not a PCI id mig-parted can read" in str(parsed.notes[0])
+    with pytest.raises(InvalidInput, match=r"^c\.yaml:6: config c: device-filter: not a PCI id"):
+        config.screen(parsed.notes, "c", strict=True)
+
+
+def test_an_unquoted_number_as_filter_is_refused_as_mig_parted_refuses_it() -> None:
+    text = doc("  c:\n    - devices: all\n      mig-enabled: false\n      device-filter: 0x20B010DE\n")
     with pytest.raises(InvalidInput, match=r"^c\.yaml:6: device-filter"):
         config.parse(text, "c.yaml")
 

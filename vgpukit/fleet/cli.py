@@ -15,9 +15,8 @@ from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, fail_after_emit, say
 from ..cli.params import NAME
-from ..engine import Step, execute
+from ..engine import execute
 from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
-from ..mig import config as migconfig
 from ..pci import Scan
 from . import document, export, plan
 
@@ -37,44 +36,55 @@ config_option = click.option(
 )
 
 
-def _mig_planner(app: App, source: str) -> plan.MigPlanner:
-    def mig(entries: list[migconfig.Entry]) -> list[Step]:
-        from ..mig.common_cli import nvml_of
-        from ..mig.migparted import build_plans
+strict_option = click.option(
+    "--strict",
+    is_flag=True,
+    envvar=["VGPUKIT_STRICT"],
+    help="Refuse (exit 2) what mig-parted accepts silently in a mig-configs section and vgpukit otherwise "
+    "warns about (docs/mig.md, leniency). Env: VGPUKIT_STRICT.",
+)
 
-        return [s for p in build_plans(Scan(app.host), nvml_of(app), entries, source, True) for s in p.steps]
 
-    return mig
+def _plan(app: App, path: Path, name: str | None, strict: bool) -> tuple[document.HostConfig, plan.Plan]:
+    cfg = _select(app, path, name, strict)
+    todo = plan.plan(app.env, cfg)
+    for w in todo.warnings:
+        sys.stderr.write(f"vgpukit: warning: {w}\n")
+    return cfg, todo
 
 
-def _plan(app: App, path: Path, name: str | None) -> tuple[document.HostConfig, plan.Plan]:
+def _select(app: App, path: Path, name: str | None, strict: bool) -> document.HostConfig:
+    """The selected config; the file's warnings shown once on stderr (--strict: refused)."""
     text = app.host.read_doc(path, "host config", document.MAX_DOC_BYTES, user_file=True)
     assert text is not None
-    cfg = document.parse(text, str(path)).select(name)
-    return cfg, plan.plan(app.env, cfg, _mig_planner(app, str(path)))
+    cfg = document.parse(text, str(path)).select(name, strict)
+    for w in cfg.warnings:
+        sys.stderr.write(f"vgpukit: warning: {w}\n")
+    return cfg
 
 
-def _head(path: Path, cfg: document.HostConfig) -> dict[str, Any]:
-    return {"file": str(path), "config": cfg.name}
+def _head(path: Path, cfg: document.HostConfig, todo: plan.Plan | None = None) -> dict[str, Any]:
+    return {"file": str(path), "config": cfg.name, "warnings": cfg.warnings + (todo.warnings if todo else [])}
 
 
 @click.command("apply")
 @file_option
 @config_option
+@strict_option
 @json_option
 @dry_run_option
 @click.pass_obj
 @mutating
-def apply_cmd(app: App, path: Path, name: str | None) -> None:
+def apply_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
     """Make the host match config NAME of FILE: every area in one plan, rolled back as a whole on failure.
 
     Devices the config does not mention are left alone. A second run does nothing. Exit codes and
     --json output: docs/fleet.md.
     """
-    cfg, todo = _plan(app, path, name)
+    cfg, todo = _plan(app, path, name, strict)
     if not app.dry_run:
         execute(app.env, todo.plain)
-    emit_result(app, "apply", plan=[s.describe() for s in todo.plain], data={**_head(path, cfg), **_rest(todo)})
+    emit_result(app, "apply", plan=[s.describe() for s in todo.plain], data={**_head(path, cfg, todo), **_rest(todo)})
 
 
 def _rest(todo: plan.Plan) -> dict[str, Any]:
@@ -86,12 +96,13 @@ def _rest(todo: plan.Plan) -> dict[str, Any]:
 @click.command("diff")
 @file_option
 @config_option
+@strict_option
 @json_option
 @click.pass_obj
-def diff_cmd(app: App, path: Path, name: str | None) -> None:
+def diff_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
     """Show what 'apply' would change (the plan), changing nothing; exit 0 either way."""
-    cfg, todo = _plan(app, path, name)
-    doc = {**_head(path, cfg), "dry_run": True, "changed": False, **todo.to_json()}
+    cfg, todo = _plan(app, path, name, strict)
+    doc = {**_head(path, cfg, todo), "dry_run": True, "changed": False, **todo.to_json()}
     emit(app, "diff", doc, lambda: _show(doc["plan"]))
 
 
@@ -105,20 +116,23 @@ def _show(lines: list[str]) -> None:
 @click.command("assert")
 @file_option
 @config_option
+@strict_option
 @json_option
 @click.pass_obj
-def assert_cmd(app: App, path: Path, name: str | None) -> None:
+def assert_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
     """Exit 0 when the host matches the config, 1 (listing the differences) otherwise."""
+    cfg = _select(app, path, name, strict)
+    todo: plan.Plan | None = None
     try:
-        cfg, todo = _plan(app, path, name)
+        todo = plan.plan(app.env, cfg)
+        for w in todo.warnings:
+            sys.stderr.write(f"vgpukit: warning: {w}\n")
         diff = [s.describe() for s in todo.plain]
     except (InvalidInput, NotFound):
         raise
     except VgpukitError as exc:  # cannot even be planned from here (in use, unsupported...): no match
-        text = app.host.read_doc(path, "host config", document.MAX_DOC_BYTES, user_file=True)
-        cfg = document.parse(text or "", str(path)).select(name)
         diff = [f"cannot be applied: {exc}"]
-    doc = {**_head(path, cfg), "matches": not diff, "differences": diff}
+    doc = {**_head(path, cfg, todo), "matches": not diff, "differences": diff}
     emit(app, "assert", doc, lambda: say("the host matches the config", "green") if not diff else _show(diff))
     if diff:
         fail_after_emit(app, VerifyFailed(f"the host does not match {path}" + (f" -c {cfg.name}" if cfg.name else "")))

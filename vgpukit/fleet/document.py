@@ -77,6 +77,9 @@ class HostConfig:
     vgpu: list[VgpuWant] = field(default_factory=list)
     mig: list[migconfig.Entry] | None = None
     qos: dict[str, Any] | None = None
+    mig_name: str | None = None  # the mig-configs name ``mig`` selects
+    warnings: list[str] = field(default_factory=list)  # what mig-parted accepts silently (docs/mig.md)
+    strict: bool = False  # such warnings refuse instead (--strict)
 
 
 def _err(source: str, node: yaml.Node, msg: str) -> InvalidInput:
@@ -171,8 +174,8 @@ class _Walker:
         return out
 
 
-def _mig_configs(source: str, root: yaml.MappingNode) -> dict[str, list[migconfig.Entry]]:
-    """The ``mig-configs`` section, each config read by mig-parted's own entry reader."""
+def _mig_configs(source: str, root: yaml.MappingNode, notes: list[migconfig.Note]) -> dict[str, list[migconfig.Entry]]:
+    """The ``mig-configs`` section of a host document, each config read by mig-parted's own entry reader."""
     out: dict[str, list[migconfig.Entry]] = {}
     for k, v in root.value:
         if _value(k) != "mig-configs":
@@ -183,7 +186,7 @@ def _mig_configs(source: str, root: yaml.MappingNode) -> dict[str, list[migconfi
                 raise _err(source, nk, "a name under mig-configs must be a plain name (A-Z a-z 0-9 _ . + -)")
             if name in out:
                 raise _err(source, nk, "duplicate key in mig-configs")
-            out[name] = migconfig.parse_entries(nv, source)
+            out[name] = migconfig.parse_entries(nv, source, notes, name)
     return out
 
 
@@ -193,12 +196,22 @@ class Document:
     configs: dict[str, dict[str, Any]]
     mig: dict[str, list[migconfig.Entry]]
     host_format: bool = True  # version vgpukit.host/v1 (False: a mig-parted v1 file)
+    notes: list[migconfig.Note] = field(default_factory=list)  # mig-parted's leniencies, said out loud
 
     def names(self) -> list[str]:
         """Selectable configs: those under ``configs``; in a mig-parted file, those under mig-configs."""
         return list(self.configs) if self.host_format else list(self.mig)
 
-    def select(self, name: str | None) -> HostConfig:
+    def select(self, name: str | None, strict: bool = False) -> HostConfig:
+        """Config ``name`` with the file's warnings (InvalidInput for one under ``strict``, or for one that
+        refuses the mig-configs config it selects)."""
+        cfg = self._select(name)
+        cfg.strict = strict
+        if cfg.mig is not None or self.notes:
+            cfg.warnings = migconfig.screen(self.notes, cfg.mig_name, strict)
+        return cfg
+
+    def _select(self, name: str | None) -> HostConfig:
         names = self.names()
         shown = [n for n in names if SAFE_NAME.match(n)]
         if name is None:
@@ -213,7 +226,7 @@ class Document:
         raw = self.configs.get(name)
         cfg = HostConfig(name, self.source)
         if raw is None:  # a mig-configs name: a MIG-only config
-            cfg.mig = self.mig[name]
+            cfg.mig, cfg.mig_name = self.mig[name], name
             return cfg
         line = _line(raw)
         for item in raw.get("sriov", []):
@@ -230,7 +243,7 @@ class Document:
         if "mig" in raw:
             if raw["mig"] not in self.mig:
                 raise NotFound(f"{self.source}:{line}: config {name}: mig names no config under mig-configs")
-            cfg.mig = self.mig[raw["mig"]]
+            cfg.mig, cfg.mig_name = self.mig[raw["mig"]], raw["mig"]
         cfg.qos = raw.get("qos")
         return cfg
 
@@ -245,6 +258,7 @@ class Document:
 
 def parse(text: str, source: str) -> Document:
     """Check ``text`` (the file's content) and return its configs; any problem is one InvalidInput."""
+    text = migconfig.yaml_text(text)  # a JSON file indented with tabs, as mig-parted reads it
     load_yaml(text, source, max_bytes=MAX_DOC_BYTES)  # size, syntax and nesting first: one line, no content
     root = yaml.compose(text, Loader=yaml.SafeLoader)
     if root is None:
@@ -252,7 +266,13 @@ def parse(text: str, source: str) -> Document:
     walker = _Walker(source)
     doc = walker.check(root, walker.schema, "the document")
     assert isinstance(root, yaml.MappingNode)
-    mig = _mig_configs(source, root)
-    if doc["version"] == "v1" and ("configs" in doc or not mig):
-        raise _err(source, root, "a version v1 (mig-parted) file has mig-configs only; configs needs vgpukit.host/v1")
-    return Document(source, doc.get("configs", {}), mig, doc["version"] == SCHEMA)
+    notes: list[migconfig.Note] = []
+    if doc["version"] == "v1":  # a mig-parted file: read by mig-parted's reader, with its leniencies
+        if "configs" in doc or "mig-configs" not in doc:
+            raise _err(
+                source, root, "a version v1 (mig-parted) file has mig-configs only; configs needs vgpukit.host/v1"
+            )
+        mig = migconfig.parse_node(root, source, notes)
+    else:
+        mig = _mig_configs(source, root, notes)
+    return Document(source, doc.get("configs", {}), mig, doc["version"] == SCHEMA, notes)

@@ -1,9 +1,10 @@
 """The whole difference between a host and a host config, as one list of engine steps.
 
 Every area is planned from the host as it is, by the area's own planners and steps (SR-IOV and
-vfio-pci: :mod:`vgpukit.sriov.planner`, the rules of ``sriov enable`` and ``bind``; MIG: mig-parted's
-planner, handed in by the front end); every refusal (in use, no capacity, unknown type) is raised
-here, before the first change. The steps come out in a dependency-safe order:
+vfio-pci: :mod:`vgpukit.sriov.planner`, the rules of ``sriov enable`` and ``bind``; mdev and vGPU:
+:mod:`vgpukit.mdev.planner`, :mod:`vgpukit.vgpu.planner`; MIG: :func:`vgpukit.mig.migparted.plan_config`);
+every refusal (in use, no capacity, unknown type) is raised here, before the first change. The
+steps come out in a dependency-safe order:
 
 1. removals (mdev instances, vGPU types cleared) -- they free VFs and capacity;
 2. SR-IOV VF counts and drivers -- VFs exist before anything is put on them;
@@ -27,7 +28,6 @@ from ..errors import Busy, InUse, InvalidInput, Unsupported, VgpukitError
 from ..holders import OpenFiles
 from ..mdev import planner as mdev_planner
 from ..mdev import sysfs as mdev_sysfs
-from ..mig import config as migconfig
 from ..pci import PciDevice, Scan, vf_address
 from ..sriov import planner
 from ..vgpu import hostview
@@ -39,13 +39,13 @@ from .document import HostConfig, Selector, VgpuWant
 AREAS = ("sriov", "bind", "mdev", "vgpu", "mig", "qos")
 IDS_RE = re.compile(r"([0-9a-fA-F]{4}):([0-9a-fA-F]{4})\Z")
 FORCE_KEY = "set force: true on the vfio entry"  # how a host config overrides what --force overrides
-MigPlanner = Callable[[list[migconfig.Entry]], list[Step]]
 T = TypeVar("T")
 
 
 @dataclass
 class Plan:
     steps: list[tuple[str, Step]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the MIG planner's, about this host
 
     def add(self, area: str, steps: list[Step]) -> None:
         self.steps += [(area, s) for s in steps]
@@ -95,10 +95,10 @@ class _Ctx:
             self._mdev = mdev_planner.read(self.host, definitions=False)
         return self._mdev
 
-    def located(self, sel: Selector, planned: Callable[[], T]) -> T:
-        """``planned()``; a refusal names where in the document the entry is."""
+    def located(self, sel: Selector, make: Callable[[], T]) -> T:
+        """``make()``; a refusal names where in the document the entry is."""
         try:
-            return planned()
+            return make()
         except VgpukitError as err:
             raise type(err)(
                 f"{self.where(sel)}: {err.message}", device=err.device, value=err.value, hint=err.hint
@@ -137,23 +137,23 @@ class _Ctx:
             seen[key] = sel
 
 
-def plan(env: Env, cfg: HostConfig, mig: MigPlanner | None) -> Plan:
+def plan(env: Env, cfg: HostConfig) -> Plan:
     """The steps that make the host match ``cfg``; raises (nothing changed) when it cannot."""
     try:
-        return _plan(_Ctx(env, cfg), mig)
+        return _plan(_Ctx(env, cfg))
     except InUse:
         raise
     except Busy as err:  # planners raise Busy for devices in use; the lock is taken before planning
         raise InUse(err.message, path=err.path, device=err.device, value=err.value, hint=err.hint) from err
 
 
-def _plan(ctx: _Ctx, mig: MigPlanner | None) -> Plan:
+def _plan(ctx: _Ctx) -> Plan:
     out = Plan()
     sriov = _sriov(ctx)
     bind = _vfio(ctx)
     mdev_rm, mdev_add = _mdev(ctx)
     vgpu_rm, vgpu_add = _vgpu(ctx)
-    mig_steps = mig(ctx.cfg.mig) if ctx.cfg.mig is not None and mig is not None else []
+    mig_steps = _mig(ctx, out)
     out.add("mdev", mdev_rm)
     out.add("vgpu", vgpu_rm)
     out.add("sriov", sriov)
@@ -163,6 +163,19 @@ def _plan(ctx: _Ctx, mig: MigPlanner | None) -> Plan:
     out.add("vgpu", vgpu_add)
     out.add("qos", _qos(ctx))
     return out
+
+
+def _mig(ctx: _Ctx, out: Plan) -> list[Step]:
+    """The selected mig-configs config, by the MIG config planner (loaded only when there is one)."""
+    if ctx.cfg.mig is None:
+        return []
+    from ..mig import migparted
+    from ..mig.steps import nvml_of
+
+    req = migparted.MigRequest(ctx.cfg.mig, ctx.cfg.source, ctx.cfg.mig_name, strict=ctx.cfg.strict)
+    found = migparted.plan_config(nvml_of(ctx.env), ctx.scan, req)
+    out.warnings += found.warnings
+    return list(found.steps)
 
 
 def _sriov(ctx: _Ctx) -> list[Step]:

@@ -162,3 +162,19 @@ class Definition:
             "start": self.start,
             "attrs": [{k: v} for k, v in self.attrs],
         }
+
+
+_UUID_SPACE = _uuid.UUID("6f1c5a0e-7d2b-4c1e-9a53-0b8f2d4e6a71")  # vgpukit's, for planned mdev UUIDs
+
+
+def planned_uuids(parents: list[str], type_id: str, n: int, taken: set[str]) -> list[str]:
+    """``n`` UUIDs for new mdevs of ``type_id`` on ``parents``, derived from them (the k-th one of that
+    type there, skipping UUIDs in use), so ``diff`` shows the ones ``apply`` then creates."""
+    out: list[str] = []
+    k = 0
+    while len(out) < n:
+        u = str(_uuid.uuid5(_UUID_SPACE, f"{','.join(sorted(parents))}/{type_id}/{k}"))
+        if u not in taken:
+            out.append(u)
+        k += 1
+    return out

@@ -26,6 +26,7 @@ from .model import (
     check_type_id,
     check_uuid,
     new_uuid,
+    planned_uuids,
 )
 from .placement import PACK, candidates, plan
 from .steps import CreateMdev, RemoveMdev, SetMdevAttr, callout_steps, drop_definition, put_definition
@@ -390,7 +391,10 @@ def converge(facts: Facts, parents: list[str], wants: Wants) -> tuple[list[Step]
         have = [i for i in on if i.type_id == type_id]
         kept, missing = _keep(have, pinned, count, taken)
         gone += [i for i in have if i not in kept]
-        todo.append((type_id, missing + [new_uuid() for _ in range(count - len(kept) - len(missing))]))
+        new = planned_uuids(
+            parents, type_id, count - len(kept) - len(missing), {i.uuid for i in facts.instances} | taken
+        )
+        todo.append((type_id, missing + new))
     gone += [i for i in on if i.type_id not in wants]
     made: list[Definition] = []
     for type_id, uuids in todo:

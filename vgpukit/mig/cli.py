@@ -91,7 +91,7 @@ def partition(
     Existing instances that match are kept; MIG mode is enabled if needed. Run it twice: the second
     run does nothing. --dry-run prints the placements and exits non-zero when the request cannot fit.
     """
-    from . import engine  # the planner loads with the commands that plan (status does not)
+    from . import layout  # the planner loads with the commands that plan (status does not)
     from .spec import parse_request
 
     nvml = nvml_of(app)
@@ -103,12 +103,12 @@ def partition(
     if not wants:
         raise InvalidInput("--mig lists no GPU instance")
     try:
-        plan = engine.plan_gpu(
+        plan = layout.plan_gpu(
             nvml,
-            engine.GpuRequest(g, True, wants, exact=replace, label=label_of(scan, g)),
+            layout.GpuRequest(g, True, wants, exact=replace, label=label_of(scan, g)),
             allow_reset=reset is not False,
         )
-    except engine.ResetRequired as exc:
+    except layout.ResetRequired as exc:
         words = ["vgpukit", "partition", gpu, *(f"--mig {m}" for m in mig_specs), *(f"--ci {c}" for c in ci_specs)]
         exc.hint = f"nothing was changed; to reset the GPU as part of it: {' '.join(words)}"
         raise
@@ -155,20 +155,20 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
 @mutating
 def disable(app: App, gpu: str, reset: bool | None) -> None:
     """Turn MIG mode off (the GPU must have no GPU instances left)."""
-    from . import engine  # the planner loads with the commands that plan (status does not)
+    from . import layout  # the planner loads with the commands that plan (status does not)
 
     nvml = nvml_of(app)
     scan = Scan(app.host)
     g = resolve_gpu(app, gpu, scan)
     try:
-        plan = engine.plan_gpu(
-            nvml, engine.GpuRequest(g, False, label=label_of(scan, g)), allow_reset=reset is not False
+        plan = layout.plan_gpu(
+            nvml, layout.GpuRequest(g, False, label=label_of(scan, g)), allow_reset=reset is not False
         )
-    except (engine.ResetRequired, engine.ResetBlocked):
+    except (layout.ResetRequired, layout.ResetBlocked):
         if reset:
             raise
         # without --reset, disabling is accepted and takes effect at the next reset (like nvidia-smi)
-        plan = engine.GpuPlan(g, [SetMode(g.bdf, label_of(scan, g), False, pending_ok=True)], [])
+        plan = layout.GpuPlan(g, [SetMode(g.bdf, label_of(scan, g), False, pending_ok=True)], [])
     run_plans(app, "mig-disable", [plan], scan=scan)
     pending = any(isinstance(s, SetMode) and s.pending_ok and not s.then_reset for s in plan.steps)
     if not app.dry_run and not app.json and pending:

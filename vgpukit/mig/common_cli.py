@@ -16,7 +16,7 @@ from .steps import CreateGi
 from .view_cli import show_status
 
 if TYPE_CHECKING:
-    from . import engine
+    from . import layout
 
 
 def nvml_of(app: App) -> Nvml:
@@ -51,7 +51,7 @@ def named(scan: Scan, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run_plans(
-    app: App, kind: str, plans: list[engine.GpuPlan], extra: dict[str, Any] | None = None, *, scan: Scan
+    app: App, kind: str, plans: list[layout.GpuPlan], extra: dict[str, Any] | None = None, *, scan: Scan
 ) -> None:
     """Apply (unless dry run) and report; show the resulting MIG devices of the GPUs touched."""
     todo = [s for p in plans for s in p.steps]
@@ -63,7 +63,7 @@ def run_plans(
 def report_plans(
     app: App,
     kind: str,
-    plans: list[engine.GpuPlan],
+    plans: list[layout.GpuPlan],
     todo: list[steps.MigStep],
     extra: dict[str, Any] | None = None,
     *,

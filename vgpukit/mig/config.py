@@ -11,23 +11,33 @@
           mig-enabled: true
           mig-devices: {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2, "1c.3g.20gb": 3}
 
-The rules are mig-parted's (``api/spec/v1``, ``pkg/types``, go-nvlib's MIG profile grammar); where
-mig-parted would silently match nothing (a model name or malformed id in ``device-filter``) the file
-is refused with its line instead. docs/mig.md has the table of every rule.
+The rules are mig-parted's (``api/spec/v1``, ``pkg/types``, go-nvlib's MIG profile grammar): what
+its reader refuses (in any config of the file: it reads them all) is refused with its line, exit 2.
+What it accepts silently although it cannot mean what it says (a ``device-filter`` it cannot read, an
+index no GPU has, a duplicate key, an empty ``mig-enabled``, a count no GPU holds in a config that is
+not applied) is accepted as mig-parted reads it and said out loud: a :class:`Note` per problem,
+naming the config and line (``--strict`` refuses them). A JSON file is read as mig-parted's YAML
+reader reads it (tabs between tokens included). docs/mig.md has the table of every rule.
 
-Public entry points (also used by ``vgpukit apply`` host documents): :func:`parse` (a whole file),
-:func:`parse_node` (a composed YAML node holding ``version``/``mig-configs``), :func:`parse_entries`
-(one config's list of entries) and :func:`select` (a config by name).
+Public entry points (also used by ``vgpukit apply`` host documents): :func:`parse_file` (a whole
+file: configs and notes), :func:`parse` (its configs), :func:`parse_node` (a composed YAML node holding
+``version``/``mig-configs``), :func:`parse_entries` (one config's list of entries), :func:`select` (a
+config by name) and :func:`screen` (the notes a command shows, or refuses).
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput, NotFound
 from ..inputs import load_yaml
+from .grammar import DeviceId, MigName, parse_device_id, parse_mig_name
+
+__all__ = ["DeviceId", "Entry", "MigFile", "MigName", "Note", "parse_device_id", "parse_mig_name"]
 
 if TYPE_CHECKING:  # yaml is imported where a document is parsed: read-only commands never load it
     import yaml
@@ -38,89 +48,42 @@ MAX_CONFIG_BYTES = 1024 * 1024
 MAX_INDEX = 255  # NVML device indices
 MAX_COUNT = 64  # MIG devices of one profile on one GPU (7 GIs x 7 CIs at most)
 SAFE_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,64}\Z", re.ASCII)  # file content shown in messages only when plain
-_ATTR = re.compile(r"[A-Za-z.][A-Za-z0-9.]*\Z", re.ASCII)
-_GO_INT = re.compile(r"[+-]?[0-9]+\Z", re.ASCII)
+GO_INT_MAX = (1 << 63) - 1  # Go's int: what mig-parted's reader takes for an index or a count
 
 
 @dataclass(frozen=True)
-class DeviceId:
-    """A ``device-filter`` item: PCI device and vendor, optionally the subsystem device and vendor."""
+class Note:
+    """Something mig-parted's reader accepts that vgpukit says out loud: a warning, refused under --strict."""
 
-    device: int
-    vendor: int
-    subsystem: tuple[int, int] | None = None  # (subsystem device, subsystem vendor)
-
-    def matches(self, hw: DeviceId) -> bool:
-        """mig-parted's rule: device and vendor equal; the subsystem too when the filter names one."""
-        if (self.device, self.vendor) != (hw.device, hw.vendor):
-            return False
-        return self.subsystem is None or self.subsystem == (hw.subsystem or (0, 0))
+    source: str
+    line: int
+    text: str
+    config: str | None = None  # the named config it is in (None: the file as a whole)
+    refuses_selected: bool = False  # exit 2 when its config is the one applied (mig-parted fails there too)
 
     def __str__(self) -> str:
-        text = f"0x{self.device:04X}{self.vendor:04X}"
-        if self.subsystem is not None:
-            text += f":0x{self.subsystem[0]:04X}{self.subsystem[1]:04X}"
-        return text
-
-    @property
-    def primary(self) -> DeviceId:
-        return DeviceId(self.device, self.vendor)
+        where = f"{self.source}:{self.line}"
+        if self.config is not None:
+            where += f": config {self.config}" if SAFE_NAME.match(self.config) else ": a config"
+        return f"{where}: {self.text}"
 
 
-@dataclass(frozen=True)
-class MigName:
-    """A MIG device name as go-nvlib parses it: ``[<c>c.]<g>g.<gb>gb[+attr,...|-attr,...]``."""
-
-    c: int
-    g: int
-    gb: int
-    attrs: tuple[str, ...] = ()
-    neg: tuple[str, ...] = ()
-
-    def __str__(self) -> str:
-        suffix = ("+" + ",".join(self.attrs)) if self.attrs else ""
-        suffix = ("-" + ",".join(self.neg)) if self.neg else suffix
-        base = f"{self.g}g.{self.gb}gb" if self.c == self.g else f"{self.c}c.{self.g}g.{self.gb}gb"
-        return base + suffix
-
-    def gi_matches(self, gi_profile_name: str) -> bool:
-        """Whether a GPU-instance profile of the device (``3g.20gb``, ``1g.5gb+me``) is this name's GI."""
-        try:
-            p = parse_mig_name(gi_profile_name)
-        except ValueError:
-            return False
-        return (p.g, p.gb, p.attrs, p.neg) == (self.g, self.gb, self.attrs, self.neg)
+@dataclass
+class MigFile:
+    configs: dict[str, list[Entry]]
+    notes: list[Note] = field(default_factory=list)
 
 
-def _field(text: str, suffix: str) -> int:
-    if text.strip() != text or not text.endswith(suffix) or not _GO_INT.match(text[: -len(suffix)]):
-        raise ValueError(f"expected a number followed by {suffix!r}")
-    return int(text[: -len(suffix)])
+@dataclass
+class _Reader:
+    """Where the reader is (file, config) and the notes it took so far."""
 
+    source: str
+    notes: list[Note] = field(default_factory=list)
+    config: str | None = None
 
-def parse_mig_name(name: str) -> MigName:
-    """go-nvlib's grammar (case-sensitive; ``1c.1g.5gb`` is ``1g.5gb``); ValueError when malformed."""
-    if not name:
-        raise ValueError("empty profile name")
-    plus, minus = name.split("+", 1), name.split("-", 1)
-    if len(plus) == 2 and len(minus) == 2:
-        raise ValueError("both '+' and '-' attributes")
-    parts = plus if len(plus) == 2 else minus
-    fields = parts[0].split(".", 2)
-    if len(fields) == 3:
-        c, g, gb = _field(fields[0], "c"), _field(fields[1], "g"), _field(fields[2], "gb")
-    elif len(fields) == 2:
-        g, gb = _field(fields[0], "g"), _field(fields[1], "gb")
-        c = g
-    else:
-        raise ValueError("expected <g>g.<gb>gb or <c>c.<g>g.<gb>gb")
-    attrs: tuple[str, ...] = ()
-    if len(parts) == 2:
-        items = parts[1].split(",")
-        if len(set(items)) != len(items) or any(not _ATTR.match(a) or a.endswith(".") for a in items):
-            raise ValueError("malformed attribute list")
-        attrs = tuple(sorted(items))
-    return MigName(c, g, gb, attrs if parts is plus else (), attrs if parts is minus and len(minus) == 2 else ())
+    def note(self, node: yaml.Node, text: str, refuses_selected: bool = False) -> None:
+        self.notes.append(Note(self.source, node.start_mark.line + 1, text, self.config, refuses_selected))
 
 
 @dataclass
@@ -155,9 +118,12 @@ def _err(source: str, node: yaml.Node, msg: str) -> InvalidInput:
     return InvalidInput(f"{source}:{node.start_mark.line + 1}: {msg}", path=source)
 
 
-def _mapping(source: str, node: yaml.Node, what: str, allowed: tuple[str, ...] | None) -> dict[str, yaml.Node]:
+def _mapping(r: _Reader | str, node: yaml.Node, what: str, allowed: tuple[str, ...] | None) -> dict[str, yaml.Node]:
+    """A mapping's keys and values; a duplicate key counts as mig-parted's reader takes it: the last one,
+    with a note (given a bare source name instead of a reader, a duplicate is refused)."""
     import yaml
 
+    source = r if isinstance(r, str) else r.source
     if not isinstance(node, yaml.MappingNode):
         raise _err(source, node, f"{what} must be a mapping")
     out: dict[str, yaml.Node] = {}
@@ -167,10 +133,21 @@ def _mapping(source: str, node: yaml.Node, what: str, allowed: tuple[str, ...] |
         key = str(k.value)
         if allowed is not None and key not in allowed:
             raise _err(source, k, f"unknown key in {what} (allowed: {', '.join(allowed)})")
-        if key in out:
+        if key in out and isinstance(r, str):
             raise _err(source, k, f"duplicate key in {what}")
+        if key in out and not isinstance(r, str):
+            r.note(k, f"duplicate key in {what}: the last one counts (as in mig-parted), the earlier is ignored")
         out[key] = v
     return out
+
+
+def _go_int(value: Any) -> int | None:
+    """A number mig-parted's reader takes as a Go int (YAML goes through JSON: 2.0 is 2), else None."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+        value = int(value)
+    if type(value) is not int or not -GO_INT_MAX - 1 <= value <= GO_INT_MAX:
+        return None
+    return value
 
 
 def _scalar(node: yaml.Node) -> Any:
@@ -184,125 +161,133 @@ def _scalar(node: yaml.Node) -> Any:
         return None  # a scalar the resolver cannot build (e.g. a timestamp out of range)
 
 
-def _go_uint32(text: str) -> int:
-    """Go's ``strconv.ParseUint(s, 0, 32)``: 0x/0o/0b prefixes, a leading 0 is octal, else decimal."""
-    low = text[:2].lower()
-    base, body = {"0x": (16, text[2:]), "0o": (8, text[2:]), "0b": (2, text[2:])}.get(low, (10, text))
-    if base == 10 and len(text) > 1 and text[0] == "0":
-        base, body = 8, text[1:]
-    digits = "0123456789abcdef"[:base]
-    if not body or any(ch not in digits for ch in body.lower()) or not body.isascii():
-        raise ValueError(text)
-    value = int(body, base)
-    if value > 0xFFFFFFFF:
-        raise ValueError(text)
-    return value
-
-
-def parse_device_id(text: str) -> DeviceId:
-    """``0x20B010DE`` or ``0x20B010DE:0x134F10DE`` (subsystem device+vendor); ValueError otherwise."""
-    parts = text.split(":")
-    if len(parts) > 2:
-        raise ValueError(text)
-    raw = _go_uint32(parts[0])
-    sub = None
-    if len(parts) == 2:
-        s = _go_uint32(parts[1])
-        sub = (s >> 16, s & 0xFFFF)
-    return DeviceId(raw >> 16, raw & 0xFFFF, sub)
-
-
-def _filters(source: str, node: yaml.Node) -> list[DeviceId] | None:
-    """A string or a list of strings, as mig-parted reads them; an item mig-parted could not read
-    (a model name, an unquoted number, ``20B010DE`` without 0x) would match nothing there: refused."""
+def _filters(r: _Reader, node: yaml.Node) -> list[DeviceId] | None:
+    """A string or a list of strings, as mig-parted reads them (None: no filter). An item mig-parted
+    cannot read as a PCI id (a model name, ``20B010DE`` without 0x, a third ``:`` part) matches no GPU
+    there: the same here, with a note. A non-string item (an unquoted number) fails its reader: refused."""
     import yaml
 
     items = node.value if isinstance(node, yaml.SequenceNode) else [node]
-    if isinstance(node, yaml.ScalarNode) and _scalar(node) == "":
-        return None  # mig-parted: an empty filter string means no filter
+    if isinstance(node, yaml.ScalarNode) and _scalar(node) in ("", None):
+        return None  # mig-parted: an empty (or null) filter string means no filter
+    if not items:
+        return None  # an empty list: no filter either
     out = []
     for item in items:
         value = _scalar(item)
         if not isinstance(value, str):
-            raise _err(source, item, 'device-filter: each item must be a quoted string like "0x20B010DE"')
+            raise _err(r.source, item, 'device-filter: each item must be a quoted string like "0x20B010DE"')
         try:
             out.append(parse_device_id(value))
         except ValueError:
-            raise _err(
-                source,
+            r.note(
                 item,
-                'device-filter: not a PCI id mig-parted can match (write "0x<device><vendor>", e.g. "0x20B010DE",'
-                ' optionally ":0x<subsystem device><subsystem vendor>"; a model name matches nothing there)',
-            ) from None
-    return out or None
+                "device-filter: not a PCI id mig-parted can read, so it matches no GPU (there and here; write"
+                ' "0x<device><vendor>" like "0x20B010DE", optionally ":0x<subsystem device><subsystem vendor>")',
+            )
+    return out  # every item unreadable: an empty list, which matches no GPU
 
 
-def _indices(source: str, node: yaml.Node) -> list[int] | None:
+def _indices(r: _Reader, node: yaml.Node) -> list[int] | None:
+    """``all`` (None) or a list of integers; one no GPU can have (negative, over 255) matches none, as in
+    mig-parted (a note says so)."""
     import yaml
 
     if isinstance(node, yaml.ScalarNode):
         if _scalar(node) == "all":
             return None
-        raise _err(source, node, 'devices must be "all" or a list of NVML indices like [0, 1]')
+        raise _err(r.source, node, 'devices must be "all" or a list of NVML indices like [0, 1]')
     if not isinstance(node, yaml.SequenceNode):
-        raise _err(source, node, 'devices must be "all" or a list of NVML indices like [0, 1]')
+        raise _err(r.source, node, 'devices must be "all" or a list of NVML indices like [0, 1]')
     out = []
     for item in node.value:
-        value = _scalar(item)
-        if type(value) is not int or not 0 <= value <= MAX_INDEX:
-            raise _err(source, item, f"devices: each item must be an NVML index 0..{MAX_INDEX}")
+        value = _go_int(_scalar(item))
+        if value is None:
+            raise _err(r.source, item, f"devices: each item must be an NVML index 0..{MAX_INDEX}")
+        if not 0 <= value <= MAX_INDEX:
+            r.note(item, f"devices: an index outside 0..{MAX_INDEX} matches no GPU (there is no such NVML index)")
         out.append(value)
     return out
 
 
-def parse(text: str, source: str = "config") -> dict[str, list[Entry]]:
-    """A whole mig-parted v1 file: config name -> its entries, in file order."""
+def yaml_text(text: str) -> str:
+    """``text`` as PyYAML can read it. mig-parted's YAML reader (libyaml's rules) takes tabs between
+    tokens inside ``{...}`` and ``[...]``, so a JSON file indented with tabs is a config there; PyYAML
+    refuses any tab before a token. A text that is JSON has tabs only between tokens (JSON strings
+    cannot hold a raw tab), so for JSON they become spaces: same meaning, same line numbers."""
+    if "\t" not in text or not text.lstrip().startswith(("{", "[")):
+        return text
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return text  # not JSON: PyYAML's own error says where
+    return text.replace("\t", " ")
+
+
+def parse_file(text: str, source: str = "config") -> MigFile:
+    """A whole mig-parted v1 file (YAML or JSON): its configs in file order, and its notes."""
     import yaml
 
+    text = yaml_text(text)
     load_yaml(text, source, max_bytes=MAX_CONFIG_BYTES)  # size, syntax, nesting: one line, no content
     root = yaml.compose(text, Loader=yaml.SafeLoader)
     if root is None:
         raise InvalidInput(f"{source}: empty config", path=source)
-    return parse_node(root, source)
+    notes: list[Note] = []
+    return MigFile(parse_node(root, source, notes), notes)
 
 
-def parse_node(root: yaml.Node, source: str) -> dict[str, list[Entry]]:
+def parse(text: str, source: str = "config") -> dict[str, list[Entry]]:
+    """A whole mig-parted v1 file: config name -> its entries, in file order (notes: :func:`parse_file`)."""
+    return parse_file(text, source).configs
+
+
+def parse_node(root: yaml.Node, source: str, notes: list[Note] | None = None) -> dict[str, list[Entry]]:
     """The mapping holding ``version: v1`` and ``mig-configs`` (composed YAML, for its line numbers)."""
-    top = _mapping(source, root, "the config", TOP_KEYS)
+    r = _Reader(source, notes if notes is not None else [])
+    top = _mapping(r, root, "the config", TOP_KEYS)
     if "version" not in top or _scalar(top["version"]) != "v1":
         raise _err(source, top.get("version", root), "version must be v1")
     if "mig-configs" not in top:
         raise _err(source, root, "missing mig-configs")
     configs: dict[str, list[Entry]] = {}
-    items = _mapping(source, top["mig-configs"], "mig-configs", None)
+    r.config = None
+    items = _mapping(r, top["mig-configs"], "mig-configs", None)
     if not items:
         raise _err(source, top["mig-configs"], "mig-configs needs at least one config")
     for name, node in items.items():
-        configs[name] = parse_entries(node, source)
+        configs[name] = parse_entries(node, source, r.notes, name)
     return configs
 
 
-def parse_entries(node: yaml.Node, source: str) -> list[Entry]:
-    """One config: a non-empty list of device entries."""
+def parse_entries(
+    node: yaml.Node, source: str, notes: list[Note] | None = None, config: str | None = None
+) -> list[Entry]:
+    """One config (named ``config``): a non-empty list of device entries; its notes go to ``notes``."""
     import yaml
 
     if not isinstance(node, yaml.SequenceNode):
         raise _err(source, node, "each config under mig-configs must be a list of device entries")
     if not node.value:
         raise _err(source, node, "a config needs at least one device entry")
-    return [_entry(source, item) for item in node.value]
+    r = _Reader(source, notes if notes is not None else [], config)
+    return [_entry(r, item) for item in node.value]
 
 
-def _entry(source: str, node: yaml.Node) -> Entry:
+def _entry(r: _Reader, node: yaml.Node) -> Entry:
     import yaml
 
-    keys = _mapping(source, node, "a device entry", ENTRY_KEYS)
+    source = r.source
+    keys = _mapping(r, node, "a device entry", ENTRY_KEYS)
     for required in ("devices", "mig-enabled"):
         if required not in keys:
             raise _err(source, node, f"a device entry lacks {required!r}")
-    devices = _indices(source, keys["devices"])
-    filt = _filters(source, keys["device-filter"]) if "device-filter" in keys else None
+    devices = _indices(r, keys["devices"])
+    filt = _filters(r, keys["device-filter"]) if "device-filter" in keys else None
     enabled = _scalar(keys["mig-enabled"])
+    if enabled is None and isinstance(keys["mig-enabled"], yaml.ScalarNode):
+        r.note(keys["mig-enabled"], "mig-enabled is empty: read as false, as mig-parted reads it")
+        enabled = False
     if not isinstance(enabled, bool):
         raise _err(source, keys["mig-enabled"], "mig-enabled must be true or false")
     mig_devices: dict[str, int] = {}
@@ -312,7 +297,7 @@ def _entry(source: str, node: yaml.Node) -> Entry:
     if enabled and not given:
         raise _err(source, node, "mig-devices is required when mig-enabled is true ({} for none)")
     if given:
-        counts = _mapping(source, keys["mig-devices"], "mig-devices", None)
+        counts = _mapping(r, keys["mig-devices"], "mig-devices", None)
         for prof, count_node in counts.items():
             try:
                 name = str(parse_mig_name(prof))
@@ -320,9 +305,11 @@ def _entry(source: str, node: yaml.Node) -> Entry:
                 raise _err(
                     source, count_node, "mig-devices: a key must be a MIG device name like 3g.20gb or 1c.3g.20gb"
                 ) from None
-            count = _scalar(count_node)
-            if type(count) is not int or not 0 <= count <= MAX_COUNT:
+            count = _go_int(_scalar(count_node))
+            if count is None or count < 0:
                 raise _err(source, count_node, f"mig-devices: a count must be an integer 0..{MAX_COUNT}")
+            if count > MAX_COUNT:
+                r.note(count_node, f"mig-devices: a count over {MAX_COUNT} can never fit a GPU", refuses_selected=True)
             if count:
                 mig_devices[name] = mig_devices.get(name, 0) + count
         if counts and not mig_devices:
@@ -343,6 +330,18 @@ def select(configs: dict[str, list[Entry]], name: str | None, source: str) -> tu
         names = [n for n in configs if SAFE_NAME.match(n)]  # names from the file, shown only when plain
         raise NotFound(f"no config {name!r} in {source}", hint=f"available: {', '.join(names) or 'none'}")
     return name, configs[name]
+
+
+def screen(notes: Sequence[Note], selected: str | None, strict: bool) -> list[str]:
+    """The warning lines a command applying config ``selected`` shows (every note of the file). Raises
+    InvalidInput for a note that refuses the selected config, and under ``strict`` for any note."""
+    for n in notes:
+        if n.refuses_selected and n.config == selected:
+            raise InvalidInput(str(n))
+    if strict and notes:
+        more = f" (and {len(notes) - 1} more)" if len(notes) > 1 else ""
+        raise InvalidInput(f"{notes[0]}{more}", hint="refused under --strict; without it this is a warning")
+    return [str(n) for n in notes]
 
 
 def dump(name: str, entries: list[dict[str, Any]]) -> str:

@@ -23,22 +23,11 @@ from ..engine.files import PutFile
 from ..entrypoint import entry_point
 from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
 from ..pci import Scan
-from . import config, engine, hooks, migparted, service
+from . import config, hooks, layout, migparted, service
 from .common_cli import nvml_of, report_plans
 from .config import select
-from .migparted import build_plans as _build_plans
 
 STDIN = "<stdin>"
-
-
-def _pick(configs: dict[str, list[config.Entry]], name: str | None, source: str) -> list[config.Entry]:
-    """Kept for callers of the old name: the entries of the selected config."""
-    return select(configs, name, source)[1]
-
-
-def build_plans(scan: Scan, nvml: Any, entries: list[config.Entry], source: str, reset: bool) -> list[engine.GpuPlan]:
-    """Kept for callers of the old name: :func:`vgpukit.mig.migparted.build_plans`."""
-    return _build_plans(scan, nvml, entries, source, reset)
 
 
 def _env(*names: str) -> list[str]:
@@ -73,16 +62,41 @@ mode_only_option = click.option(
 )
 
 
-def _load(app: App, path: Path | None, name: str | None) -> tuple[str, str, list[config.Entry]]:
-    """(source, selected name, its entries)."""
+strict_option = click.option(
+    "--strict",
+    is_flag=True,
+    envvar=["VGPUKIT_MIG_STRICT"],
+    help="Refuse (exit 2) what mig-parted accepts silently and vgpukit otherwise warns about "
+    "(docs/mig.md, leniency). Env: VGPUKIT_MIG_STRICT.",
+)
+
+
+def warn(app: App, warnings: list[str]) -> None:
+    """One line on stderr per warning (also under --json, where the document lists them too)."""
+    for w in warnings:
+        sys.stderr.write(f"vgpukit: warning: {w}\n")
+
+
+def _load(
+    app: App, path: Path | None, name: str | None, strict: bool = False
+) -> tuple[str, str, list[config.Entry], list[str]]:
+    """(source, selected name, its entries, the warnings about the file); --strict refuses a warning."""
     if path is None:
         raise InvalidInput(
             "no config file: give -f FILE", hint="or set VGPUKIT_MIG_CONFIG_FILE (mig-parted: MIG_PARTED_CONFIG_FILE)"
         )
     source = STDIN if str(path) == "-" else str(path)
     text = _read_stdin() if source == STDIN else _read(app, path, "mig-parted config", config.MAX_CONFIG_BYTES)
-    chosen, entries = select(config.parse(text, source), name, source)
-    return source, chosen, entries
+    parsed = config.parse_file(text, source)
+    chosen, entries = select(parsed.configs, name, source)
+    return source, chosen, entries, config.screen(parsed.notes, chosen, strict)
+
+
+def _host_warnings(app: App, source: str, chosen: str, entries: list[config.Entry], strict: bool) -> list[str]:
+    """The warnings about this host (indices no GPU has), after the file's."""
+    found = migparted.host_notes(nvml_of(app).gpus(), entries, source, chosen)
+    migparted.strict(found, strict)
+    return found
 
 
 @click.command("apply")
@@ -98,6 +112,7 @@ def _load(app: App, path: Path | None, name: str | None) -> tuple[str, str, list
     "Env: VGPUKIT_MIG_HOOKS_FILE, MIG_PARTED_HOOKS_FILE.",
 )
 @mode_only_option
+@strict_option
 @click.option(
     "-s",
     "--skip-reset",
@@ -121,11 +136,15 @@ def apply_cmd(
     name: str | None,
     hooks_path: Path | None,
     mode_only: bool,
+    strict: bool,
     skip_reset: bool,
     reset: bool | None,
 ) -> None:
     """Apply a mig-parted v1 config; instances that already match are kept (a second run does nothing)."""
-    source, chosen, entries = _load(app, path, name)
+    source, chosen, entries, warnings = _load(app, path, name, strict)
+    warnings += _host_warnings(app, source, chosen, entries, strict)
+    warn(app, warnings)
+    head = {"config": chosen, "warnings": warnings}
     hk = hooks.Hooks()
     if hooks_path is not None:
         hk = hooks.parse(_read(app, hooks_path, "hooks file", hooks.MAX_HOOKS_BYTES), str(hooks_path))
@@ -134,12 +153,12 @@ def apply_cmd(
     opts: dict[str, Any] = {"mode_only": mode_only, "skip_reset": skip_reset}
     allow = reset is not False
 
-    def plan() -> list[engine.GpuPlan]:
+    def plan() -> list[layout.GpuPlan]:
         return migparted.build_plans(scan, nvml, entries, source, allow, **opts)
 
     if app.dry_run:
         dry = plan()
-        report_plans(app, "mig-apply", dry, [s for p in dry for s in p.steps], {"config": chosen}, scan=scan)
+        report_plans(app, "mig-apply", dry, [s for p in dry for s in p.steps], head, scan=scan)
         return
     try:  # bad input fails before any hook runs; busy/capacity may change once the hooks ran
         plan()
@@ -150,7 +169,7 @@ def apply_cmd(
     env = hooks.environment(_abs(source), chosen, str(hooks_path or ""), skip_reset, mode_only, _host_env(app))
     show = app.debug
     done: list[Any] = []
-    plans: list[engine.GpuPlan] = []
+    plans: list[layout.GpuPlan] = []
     phased = bool(hk.by_name.get("post-apply-mode") or hk.by_name.get("pre-apply-config"))
     hk.run("apply-start", env, show)
     try:
@@ -180,10 +199,10 @@ def apply_cmd(
             plans = plan()
         except VgpukitError:
             plans = []
-    report_plans(app, "mig-apply", plans, done, {"config": chosen}, scan=scan)
+    report_plans(app, "mig-apply", plans, done, head, scan=scan)
 
 
-def _phase(app: App, plan: Any, mode_phase: bool) -> tuple[list[engine.GpuPlan], list[Any]]:
+def _phase(app: App, plan: Any, mode_phase: bool) -> tuple[list[layout.GpuPlan], list[Any]]:
     """Plan under the host lock (after the hooks ran) and apply: the mode phase only, or everything."""
     with session(app.env) as recovered:
         for line in recovered:
@@ -211,14 +230,20 @@ def _abs(source: str) -> str:
 @file_option
 @config_option
 @mode_only_option
+@strict_option
 @click.option(
     "-a", "--valid-config", is_flag=True, help="Only check that the file is valid and holds the selected config."
 )
 @json_option
 @click.pass_obj
-def assert_cmd(app: App, path: Path | None, name: str | None, mode_only: bool, valid_config: bool) -> None:
+def assert_cmd(
+    app: App, path: Path | None, name: str | None, mode_only: bool, strict: bool, valid_config: bool
+) -> None:
     """Exit 0 when the GPUs match the config, 1 (listing the differences) otherwise."""
-    source, chosen, entries = _load(app, path, name)
+    source, chosen, entries, warnings = _load(app, path, name, strict)
+    if not valid_config:
+        warnings += _host_warnings(app, source, chosen, entries, strict)
+    warn(app, warnings)
     diff = (
         []
         if valid_config
@@ -228,7 +253,7 @@ def assert_cmd(app: App, path: Path | None, name: str | None, mode_only: bool, v
     emit(
         app,
         "mig-assert",
-        {"config": chosen, "matches": not diff, "differences": diff},
+        {"config": chosen, "matches": not diff, "differences": diff, "warnings": warnings},
         lambda: say(what if not diff else "differences:\n  " + "\n  ".join(diff)),
     )
     if diff:
@@ -267,21 +292,25 @@ def export_cmd(app: App, name: str, fmt: str) -> None:
 @config_option
 @click.option("-k", "--hooks-file", "hooks_path", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--install", is_flag=True, help=f"Write {service.UNIT} (and nvidia-gpu-reset.target when missing).")
+@strict_option
 @json_option
 @dry_run_option
 @click.pass_obj
-def service_cmd(app: App, path: Path | None, name: str | None, hooks_path: Path | None, install: bool) -> None:
+def service_cmd(
+    app: App, path: Path | None, name: str | None, hooks_path: Path | None, install: bool, strict: bool
+) -> None:
     """Print (or --install) a systemd unit that re-applies the selected config at boot, before the
     services that use the GPUs. Enable it with: systemctl enable vgpukit-mig.service"""
     if path is None or str(path) == "-":
         raise InvalidInput("the boot unit needs a config file: give -f FILE (not stdin)")
-    source, chosen, _ = _load(app, path, name)
+    source, chosen, _, warnings = _load(app, path, name, strict)
+    warn(app, warnings)
     text = service.unit_text(_abs(source), chosen, _abs(str(hooks_path)) if hooks_path else None, entry_point())
     if not install:
         emit(
             app,
             "mig-service",
-            {"unit": service.UNIT, "text": text, "installed": False},
+            {"unit": service.UNIT, "text": text, "installed": False, "warnings": warnings},
             lambda: click.echo(text, nl=False),
         )
         return
@@ -294,7 +323,7 @@ def service_cmd(app: App, path: Path | None, name: str | None, hooks_path: Path 
     emit(
         app,
         "mig-service",
-        {"unit": service.UNIT, "text": text, "installed": not app.dry_run},
+        {"unit": service.UNIT, "text": text, "installed": not app.dry_run, "warnings": warnings},
         lambda: say(("would write " if app.dry_run else "wrote ") + ", ".join(s.path for s in steps)),
     )
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from ..errors import Busy, NotFound
 from ..nvml import Nvml, NvmlGpu
-from . import engine
+from . import layout
 
 
 def plan_destroy(
     nvml: Nvml, gpu: NvmlGpu, gi_ids: list[int] | None, force: bool, label: str
-) -> tuple[engine.GpuPlan, list[str]]:
+) -> tuple[layout.GpuPlan, list[str]]:
     current, _ = nvml.mig_mode(gpu.index)
     existing = nvml.gpu_instances(gpu.index) if current else []
     if gi_ids is None:
@@ -25,11 +25,11 @@ def plan_destroy(
     busy = {p.gi_id for p in nvml.processes(gpu.index) if p.gi_id is not None}
     skipped = []
     if force:
-        skipped = [engine._gi_label(g, by_id) for g in victims if g.id in busy]
+        skipped = [layout._gi_label(g, by_id) for g in victims if g.id in busy]
         victims = [g for g in victims if g.id not in busy]
     try:
-        steps = engine.destroy_steps(nvml, gpu, victims, busy, by_id, label)
+        steps = layout.destroy_steps(nvml, gpu, victims, busy, by_id, label)
     except Busy as exc:
         exc.hint = "--force destroys the idle ones and skips these"
         raise
-    return engine.GpuPlan(gpu, steps, []), skipped
+    return layout.GpuPlan(gpu, steps, []), skipped

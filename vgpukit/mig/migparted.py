@@ -7,8 +7,15 @@ error. A MIG-capable GPU selected by several entries ends as the last one says (
 them in order); entries that disagree on ``mig-enabled`` make mig-parted fail half-way, so a full
 apply refuses them up front (``--mode-only``: the last one wins, as in mig-parted).
 
-Public: :func:`device_ids`, :func:`walk`, :func:`build_plans` (parse -> selected config -> plan
-steps; ``vgpukit apply`` host documents call it), :func:`split_phases`, :func:`assert_config`,
+The MIG config planner every front end calls: :func:`plan_config` takes a typed
+:class:`MigRequest` (the selected config's entries and how to apply them) and the GPUs (through
+the NVML facade, read only) and returns a :class:`MigPlan` (steps per GPU and the warnings about
+this host) or raises a typed refusal (InvalidInput, NeverFits, NoCapacity, Busy, ResetRequired,
+Unsupported). It never executes, prints or parses argv; ``mig apply`` and ``vgpukit apply`` run
+its steps on the change engine.
+
+Public: :class:`MigRequest`, :class:`MigPlan`, :func:`plan_config`, :func:`host_notes`,
+:func:`device_ids`, :func:`walk`, :func:`build_plans`, :func:`split_phases`, :func:`assert_config`,
 :func:`export_entries`.
 """
 
@@ -22,10 +29,66 @@ from .. import naming
 from ..errors import InvalidInput, Unsupported, VgpukitError
 from ..nvml import GiProfile, Nvml, NvmlGpu
 from ..pci import Scan
-from . import engine
-from .config import DeviceId, Entry, MigName, parse_device_id
+from . import layout
+from .config import MAX_INDEX, SAFE_NAME, DeviceId, Entry, MigName, parse_device_id
 from .spec import WantGi, ci_allowed, ci_layout_fits
 from .steps import MigStep, Reset, SetMode
+
+
+@dataclass(frozen=True)
+class MigRequest:
+    """The selected config of a mig-parted file and how to apply it."""
+
+    entries: Sequence[Entry]
+    source: str  # the file, as messages name it
+    config: str | None = None  # the selected config's name
+    allow_reset: bool = True
+    mode_only: bool = False
+    skip_reset: bool = False
+    strict: bool = False  # a warning about this host refuses (exit 2) instead
+
+
+@dataclass
+class MigPlan:
+    plans: list[layout.GpuPlan]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def steps(self) -> list[MigStep]:
+        return [s for p in self.plans for s in p.steps]
+
+
+def plan_config(nvml: Nvml, scan: Scan | None, req: MigRequest) -> MigPlan:
+    """The steps that make the GPUs as ``req`` says, with the warnings about this host; raises before
+    anything is touched when it cannot be done."""
+    warnings = host_notes(nvml.gpus(), req.entries, req.source, req.config)
+    strict(warnings, req.strict)
+    plans = build_plans(
+        scan, nvml, req.entries, req.source, req.allow_reset, mode_only=req.mode_only, skip_reset=req.skip_reset
+    )
+    return MigPlan(plans, warnings)
+
+
+def strict(warnings: Sequence[str], refuse: bool) -> None:
+    """Under --strict a warning is the refusal it would be without mig-parted's leniency (exit 2)."""
+    if refuse and warnings:
+        more = f" (and {len(warnings) - 1} more)" if len(warnings) > 1 else ""
+        raise InvalidInput(f"{warnings[0]}{more}", hint="refused under --strict; without it this is a warning")
+
+
+def host_notes(gpus: Sequence[NvmlGpu], entries: Sequence[Entry], source: str, config: str | None) -> list[str]:
+    """What the selected config says that no GPU here can be: an index past the last GPU (mig-parted
+    skips it silently; the entry may be meant for a larger host)."""
+    have = {g.index for g in gpus}
+    name = f": config {config}" if config is not None and SAFE_NAME.match(config) else ""
+    out = []
+    for e in entries:
+        for i in sorted({i for i in e.devices or () if 0 <= i <= MAX_INDEX and i not in have}):
+            out.append(
+                f"{source}:{e.line}{name}: devices: index {i} names no GPU here ({len(have)} GPUs): "
+                "the entry skips it, as mig-parted does"
+            )
+    return out
 
 
 def _names(scan: Scan | None) -> dict[str, str]:
@@ -150,7 +213,7 @@ def build_plans(
     *,
     mode_only: bool = False,
     skip_reset: bool = False,
-) -> list[engine.GpuPlan]:
+) -> list[layout.GpuPlan]:
     """The steps that make the GPUs as the selected config says; raises before anything is touched
     when it cannot be done (bad profile, no capacity, busy instances, a reset not allowed)."""
     gpus = nvml.gpus()
@@ -173,22 +236,22 @@ def build_plans(
         if mode_only:
             if (current, pending) == (entry.mig_enabled, entry.mig_enabled):
                 continue
-            req = engine.GpuRequest(gpu, entry.mig_enabled, [], exact=not entry.mig_enabled, label=label)
+            req = layout.GpuRequest(gpu, entry.mig_enabled, [], exact=not entry.mig_enabled, label=label)
         else:
             gis = wants(nvml.gi_profiles(gpu.index), entry, label, source) if entry.mig_enabled else []
-            req = engine.GpuRequest(gpu, entry.mig_enabled, gis, exact=True, label=label)
-        if skip_reset and not mode_only and current != entry.mig_enabled and engine.needs_reset(gpu):
-            raise engine.ResetRequired(
+            req = layout.GpuRequest(gpu, entry.mig_enabled, gis, exact=True, label=label)
+        if skip_reset and not mode_only and current != entry.mig_enabled and layout.needs_reset(gpu):
+            raise layout.ResetRequired(
                 f"{label}: the MIG mode change needs a GPU reset and --skip-reset was given",
                 device=gpu.bdf,
                 hint="apply --mode-only --skip-reset, reset the GPU, then apply again",
             )
-        plan = engine.plan_gpu(nvml, req, allow_reset=reset, skip_reset=skip_reset)
+        plan = layout.plan_gpu(nvml, req, allow_reset=reset, skip_reset=skip_reset)
         plans.append(plan)
     return plans
 
 
-def split_phases(plans: Sequence[engine.GpuPlan]) -> tuple[list[MigStep], list[MigStep]]:
+def split_phases(plans: Sequence[layout.GpuPlan]) -> tuple[list[MigStep], list[MigStep]]:
     """mig-parted's two phases: the mode (with the instances a mode change destroys first), then the
     MIG devices. Per GPU, the steps up to its last mode step are the mode phase."""
     mode: list[MigStep] = []

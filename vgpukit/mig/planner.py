@@ -10,7 +10,8 @@ all complete layouts picks the one that
 3. then puts single-slot instances high and larger ones low (deterministic tie-break).
 
 When nothing fits it raises :class:`NoCapacity` saying why: which limit is exceeded, or which memory
-slots are taken by what.
+slots are taken by what; a request no layout of the *empty* GPU holds is :class:`NeverFits` (bad input,
+exit 2), whatever the GPU holds now.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import NoCapacity
+from ..errors import InvalidInput, NoCapacity
 from ..nvml import GiProfile
 
 
@@ -129,6 +130,25 @@ def search(
     if best is None:
         return None
     return sorted(best[1], key=lambda c: c.start)
+
+
+class NeverFits(InvalidInput):
+    """The request fits no layout of the GPU even with every instance gone: invalid input, not busy."""
+
+
+def never_fits(profiles: Sequence[GiProfile], request: Sequence[GiProfile]) -> str | None:
+    """Why ``request`` fits no layout of the empty GPU (its totals over the GPU's), or None when it fits one."""
+    if not request or search(profiles, [], request) is not None:
+        return None
+    names = ", ".join(p.name for p in sorted(request, key=lambda p: (-p.size, p.name)))
+    slices = max((p.slices for p in profiles), default=0)
+    need_slices = sum(p.slices for p in request)
+    slots = memory_slots(profiles)
+    need_slots = sum(p.size for p in request)
+    totals = f"{need_slices} of {slices} compute slices, {need_slots} of {slots} memory slots"
+    if need_slices <= slices and need_slots <= slots:
+        return f"{names} can never fit, even on the empty GPU: {why_not(profiles, [], request)} ({totals})"
+    return f"{names} can never fit, even on the empty GPU: {totals}"
 
 
 def plan(profiles: Sequence[GiProfile], occupants: Sequence[Occupant], request: Sequence[GiProfile]) -> list[Placement]:

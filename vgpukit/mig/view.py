@@ -35,14 +35,23 @@ def gpu_status(nvml: Nvml, gpu: NvmlGpu) -> dict[str, Any]:
         p = by_id.get(gi.profile_id)
         for s in range(gi.start, gi.start + gi.size):
             owner[s] = gi.id
+        name = p.name if p else str(gi.profile_id)
         doc["gpu_instances"].append(
             {
                 "id": gi.id,
-                "profile": p.name if p else str(gi.profile_id),
+                "profile": name,
+                "profile_name": name,
                 "profile_id": gi.profile_id,
                 "placement": {"start": gi.start, "size": gi.size},
                 "compute_instances": [
-                    {"id": c.id, "profile": c.profile, "slices": c.slices, "start": c.start, "uuid": c.uuid}
+                    {
+                        "id": c.id,
+                        "profile": c.profile,  # NVML's CI profile enum: v1 keeps its type (docs/mig.md)
+                        "profile_name": name if p is None or c.slices == p.slices else f"{c.slices}c.{name}",
+                        "slices": c.slices,
+                        "start": c.start,
+                        "uuid": c.uuid,
+                    }
                     for c in gi.compute_instances
                 ],
                 "processes": [{"pid": pr.pid, "name": pr.name} for pr in procs if pr.gi_id == gi.id],

@@ -1,4 +1,9 @@
-"""Plan MIG changes on one or more GPUs.
+"""One GPU's MIG layout change, planned (was ``mig/engine.py``: renamed, the change engine is
+:mod:`vgpukit.engine`).
+
+The MIG planners, bottom up: :mod:`vgpukit.mig.planner` places GPU instances (pure search);
+this module turns one GPU's wanted layout into steps; :mod:`vgpukit.mig.migparted` is the planner
+front ends call for a mig-parted config (``mig apply``/``assert``, ``vgpukit apply``).
 
 :func:`plan_gpu` turns a desired state (:class:`GpuRequest`) and what the driver reports into an
 ordered list of steps (:mod:`vgpukit.mig.steps`, one engine step per action), raising before anything
@@ -127,6 +132,9 @@ def plan_gpu(nvml: Nvml, req: GpuRequest, allow_reset: bool, skip_reset: bool = 
             wants_to_place += moved_wants
             occupants = occ2
     if placed is None:
+        never = planner.never_fits(profiles, [w.profile for w in req.gis])
+        if never is not None:
+            raise planner.NeverFits(f"{label}: {never}", device=gpu.bdf)
         reason = planner.why_not(profiles, occupants, [w.profile for w in wants_to_place])
         hint = None if req.exact or not stay else "--replace destroys idle instances the request does not list"
         raise NoCapacity(f"{label}: cannot place the request: {reason}", device=gpu.bdf, hint=hint)
