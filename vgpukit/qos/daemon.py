@@ -29,7 +29,7 @@ from ..libvirt.connection import Session
 from . import demand as demand_proto
 from .backends import Backend, backend_for
 from .config import Overlay, load_base
-from .control import ControlServer
+from .control import ControlServer, daemon_lock
 from .model import POLICIES, QosConfig, Tenant, check_key
 from .runtime import GpuRuntime, Observer
 from .safety import Guardian, load_managed, save_managed, thaw_all
@@ -339,6 +339,10 @@ class Daemon:
         return r, old
 
     def run(self, ready: Callable[[], None] | None = None) -> None:
+        with daemon_lock(self.host):  # a second daemon refuses before it touches anything
+            self._run(ready)
+
+    def _run(self, ready: Callable[[], None] | None) -> None:
         thawed = thaw_all(self.host, load_managed(self.host))  # a previous daemon may have died
         if thawed:
             log.warning("thawed %d target(s) left by a previous daemon", len(thawed))
