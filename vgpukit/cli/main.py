@@ -240,6 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # an unexpected bug: one line, traceback only with --debug
         if debug:
             raise
+        from ..extras import missing
+
+        extra = missing(exc) if isinstance(exc, ModuleNotFoundError) else None
+        if extra is not None:  # an optional dependency (an extra) is not installed: exit 5 naming it
+            _report(extra, as_json)
+            return extra.exit_code
         sys.stderr.write(f"vgpukit: internal error: {type(exc).__name__}: {exc} (rerun with --debug)\n")
         return 1
     return rc if isinstance(rc, int) else 0
