@@ -20,6 +20,7 @@ from .. import __version__
 from ..errors import EXIT_INVALID, InvalidInput, VgpukitError
 from ..inputs import has_control
 from .context import App
+from .globalopts import hoist
 from .params import AsciiFloat
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -211,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     as_json = "--json" in args
     try:
         _check_args(args)
+        args = hoist(cli, args)  # the global options are accepted after the command too
         # standalone_mode=False: click returns ctx.exit(N)'s code instead of raising
         rc = cli.main(args=args, prog_name="vgpukit", standalone_mode=False)
     except VgpukitError as err:
