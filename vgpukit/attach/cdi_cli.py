@@ -133,8 +133,10 @@ def enable(app: App, directory: str, classes: tuple[str, ...], hook: str | None,
     steps: list[Any] = []
     if old != settings.to_text():
         steps.append(PutFile(path, settings.to_text(), 0o644, f"keep CDI specs in {settings.dir} current ({path})"))
-    if before is not None and before.dir != settings.dir:  # moved: what vgpukit wrote in the old place goes
-        steps += f.file_steps(f.plan_files(host, f"{before.dir}/{f.SPEC_STEM}.yaml", [c.Spec(k) for k in CLASSES]))
+    if before is not None:  # moved: what vgpukit wrote in the old place goes; narrowed: the dropped classes'
+        moved = before.dir != settings.dir
+        gone = [c.Spec(k) for k in CLASSES if moved or (k in before.classes and k not in settings.classes)]
+        steps += f.file_steps(f.plan_files(host, f"{before.dir}/{f.SPEC_STEM}.yaml", gone))
     if app.dry_run:
         done = [s.describe() for s in steps + f.file_steps(plans)]
     else:
