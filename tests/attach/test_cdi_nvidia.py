@@ -180,3 +180,14 @@ def test_narrowing_the_classes_removes_the_dropped_specs(sim_dir: Path, run_cli:
     assert listing["stale"] == [] and not any(d["name"].startswith("vgpukit.io/mig=") for d in listing["devices"])
     again = as_json(run_cli(sim_dir, "cdi", "enable", "--class", "gpu", "--json"))
     assert again["plan"] == [] and again["changed"] is False
+
+
+def test_generate_output_reports_the_path_it_writes(sim_dir: Path, run_cli: Run) -> None:
+    """Under --sim an --output path is inside the simulated host: the report names that file."""
+    res = run_cli(sim_dir, "cdi", "generate", "--output", "/srv/specs/out.yaml")
+    assert res.exit_code == 0, res.stderr
+    written = sim_dir / "srv/specs/out-gpu.yaml"
+    assert written.is_file() and f"done: write {written} (" in res.stdout
+    res = run_cli(sim_dir, "cdi", "generate", "--output", "/srv/specs/out.yaml", "--class", "vf", "--json")
+    files = as_json(res)["files"]
+    assert [f["path"] for f in files] == [str(sim_dir / "srv/specs/out-vf.yaml")]
