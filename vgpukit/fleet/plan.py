@@ -375,7 +375,7 @@ def _qos(ctx: _Ctx) -> list[Step]:
         return []
     import yaml
 
-    from ..qos.config import default_config_path, load_base
+    from ..qos.config import Overlay, default_config_path, load_base
     from ..qos.model import QosConfig
 
     try:
@@ -383,7 +383,10 @@ def _qos(ctx: _Ctx) -> list[Step]:
     except VgpukitError as err:
         raise InvalidInput(f"{ctx.cfg.source}: config {ctx.cfg.name}: qos: {err}") from None
     path = default_config_path(ctx.host)
-    if load_base(ctx.host, path).to_dict() == want.to_dict():
+    base = load_base(ctx.host, path)
+    # the host matches when its YAML, or what the daemon runs (the YAML + run-time changes, which
+    # 'export' writes), is the config; apply manages the YAML and leaves the run-time changes alone
+    if want.to_dict() in (base.to_dict(), Overlay.load(ctx.host).apply(base)[0].to_dict()):
         return []
     text = yaml.safe_dump(want.to_dict(), sort_keys=False)
     shown = ctx.host.display(path)
