@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from ..errors import InvalidInput
 from ..host import Host
 from ..inputs import load_yaml
+from ..words import plural
 from .cdi import ALL, NVML_CLASSES, Spec, collect
 from .cdi_settings import DIRS, SPEC_STEM, Settings, check_abs, load_settings, settings_path
 
@@ -59,7 +60,7 @@ class FilePlan:
         if self.action == "remove":
             return f"remove {where} (no {self.spec.kind} devices left)"
         n = len([d for d in self.spec.devices if d.name != ALL])
-        return f"write {where} ({self.spec.kind}, {n} device{'s' if n != 1 else ''})"
+        return f"write {where} ({self.spec.kind}, {plural(n, 'device')})"
 
 
 def _ours(current: str, kind: str) -> bool:

@@ -86,6 +86,19 @@ class LazyGroup(click.Group):
         assert isinstance(cmd, click.Command)
         return cmd
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click's, with its "Did you mean" over the listed commands (click's own sees only ``commands``)."""
+        name = args[0]
+        if not ctx.resilient_parsing and not name.startswith("-") and self.get_command(ctx, name) is None:
+            from difflib import get_close_matches
+
+            close = get_close_matches(name, self.list_commands(ctx))
+            hint = f" Did you mean {close[0]!r}?" if len(close) == 1 else f" (Possible commands: {', '.join(close)})"
+            ctx.fail(f"No such command {name!r}." + (hint if close else ""))
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         shown: list[tuple[str, str | click.Command]] = []  # a listed help text, or the command to ask
         for name in self.list_commands(ctx):

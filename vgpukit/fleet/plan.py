@@ -85,9 +85,15 @@ class _Ctx:
         self.scan = Scan(env.host)
         self.files = OpenFiles(env.host)
         self.future_vfs: dict[str, list[str]] = {}  # PF -> its VFs once the SR-IOV steps ran
+        self.line = cfg.line  # the entry being planned: an error without a place is put there
 
     def where(self, sel: Selector) -> str:
-        return f"{self.cfg.source}:{sel.line}"
+        return f"{self.cfg.source}:{sel.line}: config {self.cfg.name}"
+
+    def at(self, sel: Selector) -> Selector:
+        """Plan ``sel``'s entry now: errors the area's planner raises name its line."""
+        self.line = sel.line or self.cfg.line
+        return sel
 
     def pci(self, sel: Selector, what: str) -> list[str]:
         """The physical functions ``sel`` names; a name that is not there is NotFound, a match may be empty."""
@@ -111,18 +117,23 @@ class _Ctx:
         for key, sel in pairs:
             if key in seen:
                 lines = f"{seen[key].line} and {sel.line}"
-                raise InvalidInput(f"{self.cfg.source}: {area}: {key} is selected by the entries at lines {lines}")
+                raise InvalidInput(f"{self.where(sel)}: {area}: {key} is selected by the entries at lines {lines}")
             seen[key] = sel
 
 
 def plan(env: Env, cfg: HostConfig, mig: MigPlanner | None) -> Plan:
-    """The steps that make the host match ``cfg``; raises (nothing changed) when it cannot."""
+    """The steps that make the host match ``cfg``; raises (nothing changed) when it cannot. Every error
+    names the file, the line of the entry it is about (else of the config) and the config."""
+    ctx = _Ctx(env, cfg)
     try:
-        return _plan(_Ctx(env, cfg), mig)
-    except InUse:
+        return _plan(ctx, mig)
+    except VgpukitError as err:
+        if not err.message.startswith(f"{cfg.source}:"):  # an area planner's own words: say where
+            err.message = f"{cfg.source}:{ctx.line}: config {cfg.name}: {err.message}"
+            err.args = (err.message,)
+        if isinstance(err, Busy) and not isinstance(err, InUse):  # planners raise Busy for devices in use
+            raise InUse(err.message, path=err.path, device=err.device, value=err.value, hint=err.hint) from err
         raise
-    except Busy as err:  # planners raise Busy for devices in use; the lock is taken before planning
-        raise InUse(err.message, path=err.path, device=err.device, value=err.value, hint=err.hint) from err
 
 
 def _plan(ctx: _Ctx, mig: MigPlanner | None) -> Plan:
@@ -148,6 +159,7 @@ def _sriov(ctx: _Ctx) -> list[Step]:
     ctx.unique("sriov", [(b, w.sel) for b, w in pairs])
     steps: list[Step] = []
     for bdf, w in pairs:
+        ctx.at(w.sel)
         pf = read_pf(ctx.host, bdf, ctx.files, name=w.sel.describe(), scan=ctx.scan)
         if w.vfs == 0:
             steps += ops.plan_disable(ctx.host, pf, force=False)
@@ -163,7 +175,8 @@ def _vfio(ctx: _Ctx) -> list[Step]:
     pairs = [(bdf, sel) for sel in ctx.cfg.vfio for bdf in ctx.pci(sel, "device")]
     ctx.unique("vfio", pairs)
     steps: list[Step] = []
-    for bdf, _sel in pairs:
+    for bdf, sel in pairs:
+        ctx.at(sel)
         cur = binding.current_driver(ctx.host, bdf)
         if cur == binding.VFIO:
             continue
@@ -261,8 +274,10 @@ def _mdev(ctx: _Ctx) -> tuple[list[Step], list[Step]]:
     names = mdev_sysfs.parent_names(ctx.host)
     groups: dict[str, dict[str, tuple[int, tuple[str, ...]]]] = {}
     seen: list[tuple[str, Selector]] = []
+    first: dict[str, Selector] = {}  # parent -> the entry naming it first
     for w in ctx.cfg.mdev:
-        for p in _parents(ctx, w.sel, names):
+        for p in _parents(ctx, ctx.at(w.sel), names):
+            first.setdefault(p, w.sel)
             seen.append((f"{p} {w.type}", w.sel))
             groups.setdefault(p, {})[w.type] = (w.count, w.uuids)
     ctx.unique("mdev", seen)
@@ -270,6 +285,7 @@ def _mdev(ctx: _Ctx) -> tuple[list[Step], list[Step]]:
     rm: list[Step] = []
     add: list[Step] = []
     for parent, wants in groups.items():
+        ctx.at(first[parent])
         r, a = _converge_parent(ctx, [parent], wants, active)
         rm += r
         add += a
@@ -291,13 +307,14 @@ def _vgpu(ctx: _Ctx) -> tuple[list[Step], list[Step]]:
     groups: dict[str, list[VgpuWant]] = {}
     seen: list[tuple[str, Selector]] = []
     for w in ctx.cfg.vgpu:
-        for bdf in _gpu_of(ctx, views, w.sel):
+        for bdf in _gpu_of(ctx, views, ctx.at(w.sel)):
             groups.setdefault(bdf, []).append(w)
             seen.append((f"{bdf} {short_name(w.type)}", w.sel))
     ctx.unique("vgpu", seen)
     rm: list[Step] = []
     add: list[Step] = []
     for bdf, wants in groups.items():
+        ctx.at(wants[0].sel)
         gpu = views[bdf]
         if gpu.interface == MDEV and bdf not in ctx.future_vfs:
             types = hostview.types(ctx.host, gpu)
@@ -381,7 +398,7 @@ def _qos(ctx: _Ctx) -> list[Step]:
     try:
         want = QosConfig.from_dict(ctx.cfg.qos)
     except VgpukitError as err:
-        raise InvalidInput(f"{ctx.cfg.source}: config {ctx.cfg.name}: qos: {err}") from None
+        raise InvalidInput(f"{ctx.cfg.source}:{ctx.cfg.line}: config {ctx.cfg.name}: qos: {err}") from None
     path = default_config_path(ctx.host)
     base = load_base(ctx.host, path)
     # the host matches when its YAML, or what the daemon runs (the YAML + run-time changes, which

@@ -129,7 +129,13 @@ def _report(
 
 @sriov.command("enable")
 @click.argument("pf", type=DEVICE)
-@click.option("--vfs", "count", type=AsciiInt(0, 65535), required=True, help="Number of VFs wanted.")
+@click.option(  # 0 and -1 refused alike: at least 1, and 'sriov disable' removes them all
+    "--vfs",
+    "count",
+    type=AsciiInt(1, 65535, below="use 'vgpukit sriov disable' to remove all VFs"),
+    required=True,
+    help="Number of VFs wanted.",
+)
 @click.option(
     "--driver",
     type=click.Choice(binding.DRIVER_MODES),
@@ -213,17 +219,19 @@ def _refuse_if_in_use(app: App, bdf: str, force: bool, what: str) -> None:
     """Busy (exit 4) unless ``--force``: the device is the console display (``boot_vga``), or in use."""
     from ..errors import Busy
 
+    verb, _, name = what.rpartition(" ")  # "cannot move 11:00.0": the address once; "gpu0 (0000:...)"
+    what = f"{verb} {bdf}" if naming.form_of(name) == "bdf" else f"{what} ({bdf})"
     dev = read_device(app.host, bdf)
     if dev.boot_vga and not force:
         raise Busy(
-            f"{what} {bdf}: it is the console display device (boot_vga); moving it takes the console away",
+            f"{what}: it is the console display device (boot_vga); moving it takes the console away",
             device=bdf,
             hint="pass --force if the console is not needed",
         )
     users: list[User] = pci_users(app.host, bdf, dev.iommu_group, OpenFiles(app.host))
     if users and not force:
         raise Busy(
-            f"{what} {bdf}: it is in use ({'; '.join(u.describe() for u in users)})",
+            f"{what}: it is in use ({'; '.join(u.describe() for u in users)})",
             device=bdf,
             hint="stop its users first, or pass --force",
         )
