@@ -14,25 +14,32 @@ from types import ModuleType
 
 from .errors import Unsupported
 
-# top-level module -> (the distribution providing it, the extra, what else it needs)
+# package -> (the distribution providing it, the extra, what else it needs)
 MODULES: dict[str, tuple[str, str, str]] = {
     "libvirt": ("libvirt-python", "libvirt", "needs apt-get install libvirt-dev pkg-config"),
     "grpc": ("grpcio", "k8s", ""),
-    "google": ("protobuf", "k8s", ""),
+    "google.protobuf": ("protobuf", "k8s", ""),
+    "google": ("protobuf", "k8s", ""),  # the namespace itself missing: no google.* at all
     "kubernetes": ("kubernetes", "k8s", ""),
 }
 
 
+def _package(module: str) -> str | None:
+    """The entry of MODULES ``module`` belongs to (the longest that is it or a parent of it)."""
+    found = [m for m in MODULES if module == m or module.startswith(m + ".")]
+    return max(found, key=len) if found else None
+
+
 def message(module: str) -> str:
     """``libvirt-python is not installed: pip install 'vgpukit[libvirt]' (needs ...)``."""
-    dist, extra, note = MODULES[module.partition(".")[0]]
+    dist, extra, note = MODULES[_package(module) or module]
     return f"{dist} is not installed: pip install 'vgpukit[{extra}]'" + (f" ({note})" if note else "")
 
 
 def missing(exc: ImportError) -> Unsupported | None:
     """The refusal for a failed import of an extra's module; None when the module is no extra's."""
-    top = (exc.name or "").partition(".")[0]
-    return Unsupported(message(top)) if top in MODULES else None
+    package = _package(exc.name or "")
+    return Unsupported(message(package)) if package else None
 
 
 def require(module: str) -> ModuleType:
