@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Union
 
 from .errors import InvalidInput, NotFound
 from .pci import BDF_RE, SHORT_BDF_RE, Scan
+from .words import plural, span
 
 if TYPE_CHECKING:
     from .host import Host
@@ -62,6 +63,15 @@ FORMS = {  # how each kind can be named, for error messages
     MDEV: "an mdev UUID",
     MIG: "a MIG device UUID (MIG-...)",
     PARENT: "an mdev parent name (see: vgpukit mdev types)",
+}
+
+
+_FORM_WORDS = {  # a form, in words (a plain word, or invalid text, needs none: the forms taken follow)
+    "alias": "a device alias",
+    "bdf": "a PCI address",
+    "gpu-uuid": "a GPU UUID",
+    "mig-uuid": "a MIG device UUID",
+    "mdev-uuid": "an mdev UUID",
 }
 
 
@@ -179,7 +189,8 @@ def resolve(
     if form == "index" and GPU in accept:
         gpus = _gpus(nvml, text)
         if int(text) >= len(gpus):
-            raise unknown("GPU with NVML index", text, f"NVML reports {len(gpus)} GPU(s), 0..{len(gpus) - 1}")
+            reports = f"NVML reports {plural(len(gpus), 'GPU')}, {span('', 0, len(gpus) - 1)}"
+            raise unknown("GPU with NVML index", text, reports)
         by_index = gpus[int(text)]
         return Target(name, GPU, bdf=by_index.bdf, uuid=by_index.uuid, nvml_index=by_index.index)
     if form in ("alias", "bdf", "gpu-uuid") and accept & {PCI, GPU, PARENT}:
@@ -199,8 +210,8 @@ def resolve(
     why = ""
     if form == "index":
         why = f" (a GPU is gpu{text}; NVML indices name GPUs only in the mig commands)"
-    elif form != "invalid":
-        why = f" (a {form.replace('-', ' ')} does not fit here)"
+    elif form in _FORM_WORDS:  # well-formed, but a kind of name this command does not take
+        why = f" ({_FORM_WORDS[form]}, which this command does not take)"
     raise unnamable(name, accept, why)
 
 
@@ -233,8 +244,9 @@ def _pci(scan: Scan, name: str, text: str, form: str, nvml: NvmlSource) -> tuple
             return by_alias[low], None
         kind = low.rstrip("0123456789")
         n = sum(1 for a in by_alias if a.rstrip("0123456789") == kind)
-        what = {"gpu": "GPUs", "nic": "NICs", "nvme": "NVMe controllers"}[kind]
-        raise unknown("", low, f"it has {n} {what} ({kind}0..{kind}{n - 1})" if n else f"it has no {what}")
+        what = {"gpu": "GPU", "nic": "NIC", "nvme": "NVMe controller"}[kind]
+        has = f"it has {plural(n, what)} ({span(kind, 0, n - 1)})" if n else f"it has no {what}s"
+        raise unknown("", low, has)
     for g in _gpus(nvml, text):
         if g.uuid.lower() == low:
             return g.bdf, g.uuid

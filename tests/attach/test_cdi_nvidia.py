@@ -161,3 +161,33 @@ def test_enable_dry_run_and_bad_input(sim_dir: Path, run_cli: Run) -> None:
     assert not (sim_dir / "etc/cdi/vgpukit-gpu.yaml").exists() and (sim_dir / "var/run/cdi/vgpukit-gpu.yaml").exists()
     again = as_json(run_cli(sim_dir, "cdi", "enable", "--class", "gpu", "--dir", "/var/run/cdi", "--json"))
     assert again["plan"] == [] and again["changed"] is False
+
+
+def test_narrowing_the_classes_removes_the_dropped_specs(sim_dir: Path, run_cli: Run) -> None:
+    """``cdi enable --class ...`` with fewer classes: the dropped classes' specs go in the same journaled
+    run (they would list devices nobody keeps current any more); a spec vgpukit did not write stays."""
+    assert run_cli(sim_dir, "cdi", "enable", "--class", "gpu", "--class", "mig").exit_code == 0
+    assert run_cli(sim_dir, "partition", "gpu0", "--mig", "3g.20gb").exit_code == 0
+    mig = sim_dir / "etc/cdi/vgpukit-mig.yaml"
+    assert mig.exists()
+    dry = as_json(run_cli(sim_dir, "--dry-run", "cdi", "enable", "--class", "gpu", "--json"))
+    assert any(p.startswith("remove /etc/cdi/vgpukit-mig.yaml") for p in dry["plan"]) and mig.exists()
+    res = run_cli(sim_dir, "cdi", "enable", "--class", "gpu", "--json")
+    assert res.exit_code == 0, res.stderr
+    assert not mig.exists() and (sim_dir / "etc/cdi/vgpukit-gpu.yaml").exists()
+    assert run_cli(sim_dir, "mig", "destroy", "0", "--all").exit_code == 0
+    listing = as_json(run_cli(sim_dir, "cdi", "list", "--json"))
+    assert listing["stale"] == [] and not any(d["name"].startswith("vgpukit.io/mig=") for d in listing["devices"])
+    again = as_json(run_cli(sim_dir, "cdi", "enable", "--class", "gpu", "--json"))
+    assert again["plan"] == [] and again["changed"] is False
+
+
+def test_generate_output_reports_the_path_it_writes(sim_dir: Path, run_cli: Run) -> None:
+    """Under --sim an --output path is inside the simulated host: the report names that file."""
+    res = run_cli(sim_dir, "cdi", "generate", "--output", "/srv/specs/out.yaml")
+    assert res.exit_code == 0, res.stderr
+    written = sim_dir / "srv/specs/out-gpu.yaml"
+    assert written.is_file() and f"done: write {written} (" in res.stdout
+    res = run_cli(sim_dir, "cdi", "generate", "--output", "/srv/specs/out.yaml", "--class", "vf", "--json")
+    files = as_json(res)["files"]
+    assert [f["path"] for f in files] == [str(sim_dir / "srv/specs/out-vf.yaml")]

@@ -52,12 +52,12 @@ def test_gpus_by_nvml_index_only_where_a_gpu_is_meant(sim_dir: Path) -> None:
     ("name", "exc", "text"),
     [
         ("gpu8", NotFound, "no gpu8 on this host: it has 8 GPUs (gpu0..gpu7)"),
-        ("nvme3", NotFound, "no nvme3 on this host: it has 1 NVMe controllers"),
+        ("nvme3", NotFound, "no nvme3 on this host: it has 1 NVMe controller (nvme0)"),
         ("0000:99:00.0", NotFound, "no PCI device 0000:99:00.0 on this host"),
         ("GPU-00000000-0000-0000-0000-000000000000", NotFound, "no GPU with UUID"),
         ("../../etc", InvalidInput, "cannot name a device by"),
         ("3b:0", InvalidInput, "cannot name a device by"),
-        ("MIG-00000000-0000-0000-0000-000000000000", InvalidInput, "does not fit here"),
+        ("MIG-00000000-0000-0000-0000-000000000000", InvalidInput, "(a MIG device UUID, which this command does not"),
     ],
 )
 def test_unknown_names_fail_one_way(sim_dir: Path, name: str, exc: type[Exception], text: str) -> None:

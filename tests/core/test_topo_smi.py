@@ -144,3 +144,11 @@ def test_nic_leaves_the_legend_with_its_rdma_driver(sim_dir: Path, run_cli: Run)
     assert run_cli(sim_dir, "bind", "nic1", "--restore").exit_code == 0
     doc = as_json(run_cli(sim_dir, "--json", "topo", "--matrix"))
     assert doc["nics"]["NIC1"]["rdma"] == "mlx5_1"
+
+
+def test_matrix_and_rdma_together_print_both(sim_dir: Path, run_cli: Run) -> None:
+    """--matrix --rdma honours both: the matrix, a blank line, then the RDMA table (was: --matrix ignored)."""
+    matrix = run_cli(sim_dir, "topo", "--matrix").stdout
+    rdma = run_cli(sim_dir, "topo", "--rdma").stdout
+    both = run_cli(sim_dir, "topo", "--matrix", "--rdma")
+    assert both.exit_code == 0 and both.stdout == matrix + "\n" + rdma

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE_MODULE = ROOT / "contrib/ansible/ansible_collections/vgpukit/host/plugins/modules/vgpukit_apply.py"
 VGPUKIT = str(Path(sys.executable).with_name("vgpukit"))
 CONFIG = "door"  # the config name every row's host config uses
-LOCATION = re.compile(r"^\S+:\d+: ")  # apply names the entry a refusal is about: FILE:LINE:
+LOCATION = re.compile(r"^\S+:\d+: (config \S+: )?")  # apply names the entry a refusal is about: FILE:LINE: config NAME:
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "contrib/ansible/ansible_collections/vgpukit/host/plugins/modules/vgpukit_apply.py"
 VGPUKIT = str(Path(sys.executable).with_name("vgpukit"))
 UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-WHERE_RE = re.compile(r"^\S+:\d+: ")  # "FILE:LINE: " that apply puts before a refusal of an entry
+WHERE_RE = re.compile(r"^\S+:\d+: (config \S+: )?")  # "FILE:LINE: " that apply puts before a refusal of an entry
 
 
 @dataclass(frozen=True)

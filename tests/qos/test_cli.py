@@ -174,3 +174,34 @@ def test_tenant_changes_refresh_the_gpu_share_spec(tmp_path: Path, spawn) -> Non
         assert not spec.exists()
     finally:
         d.stop()
+
+
+def test_tenant_add_warns_when_the_cuda_library_is_missing(tmp_path: Path, spawn) -> None:  # type: ignore[no-untyped-def]
+    """gpu-share enabled, --memory given, libvgpukit-cuda.so absent: no spec can carry the tenant and no
+    cap is enforced; tenant add says so in one warning line (and a warnings field under --json)."""
+    from tests.conftest import make_sim
+
+    sim = make_sim(tmp_path / "host")
+    d = DaemonProc(sim, sim=True).start()
+    try:
+        assert invoke(sim, "cdi", "enable", "--class", "gpu-share").exit_code == 0
+        p, q = spawn("sleep 60"), spawn("sleep 60")
+        args = ["--class", "online", "--share", "40", "--memory", "4GiB", "--pid"]
+        r = invoke(sim, "qos", "tenant", "add", "gpu1", "t1", *args, str(p.pid))
+        assert r.exit_code == 0, r.stderr
+        lines = r.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("vgpukit: warning: "), r.stderr
+        assert "/usr/lib/vgpukit/libvgpukit-cuda.so is missing" in lines[0] and "t1" in lines[0]
+        r = invoke(sim, "qos", "tenant", "add", "gpu1", "t2", *args, str(q.pid), "--json")
+        doc = json.loads(r.stdout)
+        assert r.exit_code == 0 and len(doc["warnings"]) == 1 and "libvgpukit-cuda.so is missing" in doc["warnings"][0]
+        assert not (sim / "etc/cdi/vgpukit-gpu-share.yaml").exists()
+        # with the library in place: no warning
+        lib = sim / "usr/lib/vgpukit/libvgpukit-cuda.so"
+        lib.parent.mkdir(parents=True)
+        lib.write_text("library\n")
+        assert invoke(sim, "qos", "tenant", "rm", "gpu1", "t2").exit_code == 0
+        r = invoke(sim, "qos", "tenant", "add", "gpu1", "t2", *args, str(q.pid), "--json")
+        assert r.exit_code == 0 and json.loads(r.stdout)["warnings"] == [] and r.stderr == ""
+    finally:
+        d.stop()

@@ -27,8 +27,13 @@ def cdi() -> None:
 
 def _files(host: Any, plans: list[Any]) -> list[dict[str, Any]]:
     return [
-        {"path": p.path, "kind": p.spec.kind, "action": p.action, "devices": [d.name for d in p.spec.devices]}
-        for p in plans
+        {
+            "path": p.shown or p.path,
+            "kind": p.spec.kind,
+            "action": p.action,
+            "devices": [d.name for d in p.spec.devices],
+        }
+        for p in plans  # shown: where an --output file is on this machine
     ]
 
 
@@ -72,6 +77,7 @@ def generate(app: App, output: str | None, classes: tuple[str, ...]) -> None:
         else:
             sys.stdout.write("---\n".join(s.render("yaml") for s in specs if s.devices))
         return
+    given = output
     if output is None:
         output = f"{settings.dir if settings else f.DIRS[0]}/{f.SPEC_STEM}.yaml"
     else:
@@ -79,7 +85,8 @@ def generate(app: App, output: str | None, classes: tuple[str, ...]) -> None:
         if not output.startswith("/"):
             raise InvalidInput(f"--output {output}: give an absolute path (or '-')", value=output)
         f.check_abs(output, "--output")
-    plans = f.plan_files(host, output, specs)
+    # an --output the user named is reported where it is written (under --sim/--root: inside that root)
+    plans = f.plan_files(host, output, specs, real_paths=given is not None and str(host.root) != "/")
     done = _execute(app, f.file_steps(plans))
     emit_result(app, "cdi", plan=done, data={"files": _files(host, plans), "warnings": warnings},
                 human=lambda: _human(plans))  # fmt: skip
@@ -133,8 +140,10 @@ def enable(app: App, directory: str, classes: tuple[str, ...], hook: str | None,
     steps: list[Any] = []
     if old != settings.to_text():
         steps.append(PutFile(path, settings.to_text(), 0o644, f"keep CDI specs in {settings.dir} current ({path})"))
-    if before is not None and before.dir != settings.dir:  # moved: what vgpukit wrote in the old place goes
-        steps += f.file_steps(f.plan_files(host, f"{before.dir}/{f.SPEC_STEM}.yaml", [c.Spec(k) for k in CLASSES]))
+    if before is not None:  # moved: what vgpukit wrote in the old place goes; narrowed: the dropped classes'
+        moved = before.dir != settings.dir
+        gone = [c.Spec(k) for k in CLASSES if moved or (k in before.classes and k not in settings.classes)]
+        steps += f.file_steps(f.plan_files(host, f"{before.dir}/{f.SPEC_STEM}.yaml", gone))
     if app.dry_run:
         done = [s.describe() for s in steps + f.file_steps(plans)]
     else:

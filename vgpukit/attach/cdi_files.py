@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from ..errors import InvalidInput
 from ..host import Host
 from ..inputs import load_yaml
+from ..words import plural
 from .cdi import ALL, NVML_CLASSES, Spec, collect
 from .cdi_settings import DIRS, SPEC_STEM, Settings, check_abs, load_settings, settings_path
 
@@ -52,12 +53,14 @@ class FilePlan:
     action: str  # write | remove | keep
     spec: Spec
     text: str | None
+    shown: str = ""  # the path as reported, when not ``path`` (cdi generate --output under --sim/--root)
 
     def describe(self) -> str:
+        where = self.shown or self.path
         if self.action == "remove":
-            return f"remove {self.path} (no {self.spec.kind} devices left)"
+            return f"remove {where} (no {self.spec.kind} devices left)"
         n = len([d for d in self.spec.devices if d.name != ALL])
-        return f"write {self.path} ({self.spec.kind}, {n} device{'s' if n != 1 else ''})"
+        return f"write {where} ({self.spec.kind}, {plural(n, 'device')})"
 
 
 def _ours(current: str, kind: str) -> bool:
@@ -68,19 +71,22 @@ def _ours(current: str, kind: str) -> bool:
     return isinstance(doc, dict) and doc.get("kind") == kind
 
 
-def plan_files(host: Host, output: str, specs: list[Spec]) -> list[FilePlan]:
-    """What to write: changed specs; our specs of now-empty classes are removed."""
+def plan_files(host: Host, output: str, specs: list[Spec], *, real_paths: bool = False) -> list[FilePlan]:
+    """What to write: changed specs; our specs of now-empty classes are removed. ``real_paths``: report
+    each file where it is on this machine (under the host root) rather than as the host sees it."""
     fmt = output_format(output)
     plans = []
     for spec in specs:
         path = spec_path(output, spec.cls)
-        current = host.read_doc(host.path(*Path(path).parts[1:]), "CDI spec", missing_ok=True)
+        file = host.path(*Path(path).parts[1:])
+        shown = str(file) if real_paths else ""
+        current = host.read_doc(file, "CDI spec", missing_ok=True)
         if not spec.devices:
             ours = current is not None and _ours(current, spec.kind)
-            plans.append(FilePlan(path, "remove" if ours else "keep", spec, None))
+            plans.append(FilePlan(path, "remove" if ours else "keep", spec, None, shown))
         else:
             text = spec.render(fmt)
-            plans.append(FilePlan(path, "keep" if current == text else "write", spec, text))
+            plans.append(FilePlan(path, "keep" if current == text else "write", spec, text, shown))
     return plans
 
 

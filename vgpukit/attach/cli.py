@@ -10,7 +10,7 @@ import click
 from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say
-from ..cli.params import NAME, VM_DEVICE, AsciiInt
+from ..cli.params import NAME, VM_DEVICE, AsciiInt, Size
 from ..libvirt.connection import DEFAULT_URI
 from ..naming import needs_nvml
 
@@ -66,7 +66,12 @@ def render_hostdev(app: App, device: str, mac: str | None, vlan: int | None, man
 @render.command("domain")
 @click.option("--name", required=True, help="Domain name.", type=NAME)
 @click.option(
-    "--memory", "memory", type=AsciiInt(1, 1 << 24), required=True, metavar="MIB", help="Guest memory in MiB."
+    "--memory",
+    "memory",
+    type=Size(1, 1 << 24, unit="MiB"),
+    required=True,
+    metavar="SIZE",
+    help="Guest memory: 8G, 512M (as qos --memory takes); a plain number is MiB.",
 )
 @click.option("--vcpus", type=AsciiInt(1, 4096), required=True, help="Number of vCPUs.")
 @click.option(

@@ -20,6 +20,7 @@ from .. import __version__
 from ..errors import EXIT_INVALID, InvalidInput, VgpukitError
 from ..inputs import has_control
 from .context import App
+from .globalopts import hoist
 from .params import AsciiFloat
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -84,6 +85,19 @@ class LazyGroup(click.Group):
         cmd = getattr(module, entry[1])
         assert isinstance(cmd, click.Command)
         return cmd
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click's, with its "Did you mean" over the listed commands (click's own sees only ``commands``)."""
+        name = args[0]
+        if not ctx.resilient_parsing and not name.startswith("-") and self.get_command(ctx, name) is None:
+            from difflib import get_close_matches
+
+            close = get_close_matches(name, self.list_commands(ctx))
+            hint = f" Did you mean {close[0]!r}?" if len(close) == 1 else f" (Possible commands: {', '.join(close)})"
+            ctx.fail(f"No such command {name!r}." + (hint if close else ""))
+        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         shown: list[tuple[str, str | click.Command]] = []  # a listed help text, or the command to ask
@@ -211,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     as_json = "--json" in args
     try:
         _check_args(args)
+        args = hoist(cli, args)  # the global options are accepted after the command too
         # standalone_mode=False: click returns ctx.exit(N)'s code instead of raising
         rc = cli.main(args=args, prog_name="vgpukit", standalone_mode=False)
     except VgpukitError as err:
@@ -240,6 +255,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # an unexpected bug: one line, traceback only with --debug
         if debug:
             raise
+        from ..extras import missing
+
+        extra = missing(exc) if isinstance(exc, ModuleNotFoundError) else None
+        if extra is not None:  # an optional dependency (an extra) is not installed: exit 5 naming it
+            _report(extra, as_json)
+            return extra.exit_code
         sys.stderr.write(f"vgpukit: internal error: {type(exc).__name__}: {exc} (rerun with --debug)\n")
         return 1
     return rc if isinstance(rc, int) else 0

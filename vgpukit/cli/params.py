@@ -4,12 +4,12 @@ A refusal is a usage error: one line, exit 2."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import click
 
 from ..errors import InvalidInput
-from ..inputs import check_text, parse_float, parse_int, parse_size
+from ..inputs import check_range, check_text, parse_float, parse_int, parse_size
 
 if TYPE_CHECKING:
     _Base = click.ParamType[Any]
@@ -22,16 +22,20 @@ def _what(param: click.Parameter | None, ctx: click.Context | None) -> str:
 
 
 class AsciiInt(_Base):
+    """ASCII digits within [lo, hi]; ``below``: what to say to a value under ``lo`` (the way to ask for
+    less, as ``sriov disable`` for no VFs)."""
+
     name = "integer"
 
-    def __init__(self, lo: int | None = None, hi: int | None = None) -> None:
-        self.lo, self.hi = lo, hi
+    def __init__(self, lo: int | None = None, hi: int | None = None, below: str = "") -> None:
+        self.lo, self.hi, self.below = lo, hi, below
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         try:
             return parse_int(value, _what(param, ctx), lo=self.lo, hi=self.hi)
         except InvalidInput as err:
-            self.fail(err.message, param, ctx)
+            low = self.below and isinstance(err.value, int) and self.lo is not None and err.value < self.lo
+            self.fail(f"{err.message} ({self.below})" if low else err.message, param, ctx)
 
 
 class AsciiFloat(_Base):
@@ -48,16 +52,25 @@ class AsciiFloat(_Base):
 
 
 class Size(_Base):
-    """A byte count: digits with an optional K/M/G/T (KiB, MiB, GiB, TiB) suffix."""
+    """A byte count: digits with an optional K/M/G/T (KiB, MiB, GiB, TiB) suffix. With ``unit="MiB"``
+    the value is in MiB (``lo``/``hi`` too) and plain digits mean MiB: ``8G``, ``8192M``, ``8192``."""
 
     name = "size"
+    UNITS: ClassVar[dict[str, int]] = {"B": 0, "MiB": 20}
 
-    def __init__(self, lo: int = 1, hi: int = 1 << 50) -> None:
-        self.lo, self.hi = lo, hi
+    def __init__(self, lo: int = 1, hi: int = 1 << 50, unit: str = "B") -> None:
+        self.lo, self.hi, self.unit = lo, hi, unit
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        what = _what(param, ctx)
+        shift = self.UNITS[self.unit]
         try:
-            return parse_size(value, _what(param, ctx), lo=self.lo, hi=self.hi)
+            if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+                return check_range(int(value.strip()), what, lo=self.lo, hi=self.hi)  # plain digits: the unit
+            size = parse_size(value, what)
+            if size & ((1 << shift) - 1):
+                raise InvalidInput(f"{what} must be a whole number of {self.unit} (such as 512M or 8G)")
+            return check_range(size >> shift, what, lo=self.lo, hi=self.hi)
         except InvalidInput as err:
             self.fail(err.message, param, ctx)
 

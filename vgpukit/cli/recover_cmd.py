@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..words import plural
 from .context import App
 from .main import json_option
 from .output import emit, say
@@ -27,7 +28,7 @@ def recover(app: App, discard: bool) -> None:
         lines = [f"discarded the journal of {found.command}"] if found else []
     elif app.dry_run:
         found = journal.pending(app.host)
-        lines = [] if found is None else [f"would put back {len(found.entries)} change(s) of {found.command}"]
+        lines = [] if found is None else [f"would put back {plural(len(found.entries), 'change')} of {found.command}"]
     else:
         with session(app.env) as lines:
             pass

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import InvalidInput, NotFound
+from ..words import plural
 from .context import App, check_sim_dir
 from .main import json_option
 from .output import emit, say, table
@@ -61,8 +62,8 @@ def init(app: App, directory: Path, profile: str, force: bool, char_devices: boo
         "sim-init",
         info,
         lambda: say(
-            f"simulated host '{info['profile']}' ready in {info['root']}: {info['devices']} PCI devices, "
-            f"{info['gpus']} GPUs.\nTry: vgpukit --sim {info['root']} topo",
+            f"simulated host '{info['profile']}' ready in {info['root']}: {plural(info['devices'], 'PCI device')}, "
+            f"{plural(info['gpus'], 'GPU')}.\nTry: vgpukit --sim {info['root']} topo",
             "green",
         ),
     )

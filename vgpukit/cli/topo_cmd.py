@@ -123,16 +123,16 @@ def _render_tree(roots: list[topology.Node], names: dict[str, str], gpus: dict[s
         walk(root, 1)
 
 
-def _matrix(app: App, scan: pci.Scan, names: dict[str, str], rdma: bool) -> None:
+def _matrix(app: App, scan: pci.Scan, names: dict[str, str], matrix: bool, rdma: bool) -> None:
     from .topo_matrix import matrix_doc, rdma_rows, smi_text
 
     data = matrix_doc(app, scan, names)
 
-    def human() -> None:
+    def human() -> None:  # both options: the matrix, a blank line, the RDMA table
+        if matrix:
+            print(smi_text(data), end="\n" if rdma else "")
         if rdma:
             table(None, ["GPU", "BDF", "NICS BEHIND A SHARED PCIE SWITCH (GPUDIRECT RDMA)"], rdma_rows(data))
-        else:
-            print(smi_text(data), end="")
 
     emit(app, "topo-matrix", data, human)
 
@@ -150,7 +150,7 @@ def topo(app: App, matrix: bool, rdma: bool, show_vfs: bool) -> None:
     scan = pci.Scan(app.host)
     names = aliases(scan)
     if matrix or rdma:
-        _matrix(app, scan, names, rdma)
+        _matrix(app, scan, names, matrix, rdma)
         return
     # VFs are read only when they are shown one by one; the tree summarises them from their PF
     devices = scan.devices() if show_vfs or app.json else scan.physical()

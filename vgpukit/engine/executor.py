@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from ..errors import VgpukitError
+from ..words import plural
 from . import journal as jr
 from .env import Env
 from .lock import host_lock
@@ -99,7 +100,7 @@ def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[st
             _, failures = _undo(env, undo)
             book.close()
             n = changed
-            note = f"rolled back the {n} step{'s' if n != 1 else ''} done" if n else "nothing was changed"
+            note = f"rolled back the {plural(n, 'step')} done" if n else "nothing was changed"
             if failures:
                 note += "; could NOT undo: " + "; ".join(failures)
             raise type(exc)(

@@ -18,6 +18,7 @@ from ..data import load_json
 from ..errors import InvalidInput, NotFound
 from ..inputs import load_yaml
 from ..mig import config as migconfig
+from ..words import article
 
 MAX_DOC_BYTES = 1024 * 1024
 SCHEMA = "vgpukit.host/v1"
@@ -80,6 +81,7 @@ class HostConfig:
     mig_name: str | None = None  # the mig-configs name ``mig`` selects
     warnings: list[str] = field(default_factory=list)  # what mig-parted accepts silently (docs/mig.md)
     strict: bool = False  # such warnings refuse instead (--strict)
+    line: int = 0  # where the config starts in the file: errors about the config as a whole name it
 
 
 def _err(source: str, node: yaml.Node, msg: str) -> InvalidInput:
@@ -109,6 +111,10 @@ class _Walker:
     def __init__(self, source: str) -> None:
         self.source = source
         self.schema: dict[str, Any] = load_json("schemas/host.json")
+        self.config: str | None = None  # the config being checked: its errors name it
+
+    def _err(self, node: yaml.Node, msg: str) -> InvalidInput:
+        return _err(self.source, node, f"config {self.config}: {msg}" if self.config else msg)
 
     def _deref(self, s: dict[str, Any]) -> dict[str, Any]:
         while "$ref" in s:
@@ -119,35 +125,35 @@ class _Walker:
         s = self._deref(s)
         if s.get("x-vgpukit-opaque"):
             if not isinstance(node, yaml.MappingNode):
-                raise _err(self.source, node, f"{what} must be a mapping")
+                raise self._err(node, f"{what} must be a mapping")
             return yaml.safe_load(yaml.serialize(node))
         kind = s.get("type")
         if kind == "object":
             return self._object(node, s, what)
         if kind == "array":
             if not isinstance(node, yaml.SequenceNode):
-                raise _err(self.source, node, f"{what} must be a list")
+                raise self._err(node, f"{what} must be a list")
             if len(node.value) > s.get("maxItems", 1 << 30):
-                raise _err(self.source, node, f"{what}: more than {s['maxItems']} items")
+                raise self._err(node, f"{what}: more than {s['maxItems']} items")
             return [self.check(item, s["items"], f"an item of {what}") for item in node.value]
         value = _value(node)
         if "enum" in s:
             if value not in s["enum"] or isinstance(value, bool):
-                raise _err(self.source, node, f"{what} must be one of {', '.join(map(str, s['enum']))}")
+                raise self._err(node, f"{what} must be one of {', '.join(map(str, s['enum']))}")
             return value
         if kind is not None:
             ok = _TYPES[kind]
             if not isinstance(value, ok) or (kind == "integer" and isinstance(value, bool)):
-                raise _err(self.source, node, f"{what} must be a {kind}")
+                raise self._err(node, f"{what} must be {article(kind)}")
         if "pattern" in s and not re.search(s["pattern"], value):
-            raise _err(self.source, node, f"{what} is not a valid name ({s.get('description', 'see the schema')})")
+            raise self._err(node, f"{what} is not a valid name ({s.get('description', 'see the schema')})")
         if "minimum" in s and not s["minimum"] <= value <= s["maximum"]:
-            raise _err(self.source, node, f"{what} must be {s['minimum']}..{s['maximum']}")
+            raise self._err(node, f"{what} must be {s['minimum']}..{s['maximum']}")
         return value
 
     def _object(self, node: yaml.Node, s: dict[str, Any], what: str) -> dict[str, Any]:
         if not isinstance(node, yaml.MappingNode):
-            raise _err(self.source, node, f"{what} must be a mapping")
+            raise self._err(node, f"{what} must be a mapping")
         props: dict[str, Any] = s.get("properties", {})
         extra = s.get("additionalProperties", True)
         out = _Map()
@@ -155,27 +161,41 @@ class _Walker:
         for k, v in node.value:
             key = _value(k)
             if not isinstance(key, str):
-                raise _err(self.source, k, f"a key in {what} must be a plain name")
+                raise self._err(k, f"a key in {what} must be a plain name")
             if key in out:
-                raise _err(self.source, k, f"duplicate key in {what}")
+                raise self._err(k, f"duplicate key in {what}")
             if key in props:
                 out[key] = self.check(v, props[key], key)
             elif extra is False:
-                raise _err(self.source, k, f"unknown key in {what} (allowed: {', '.join(props)})")
+                raise self._err(k, f"unknown key in {what} (allowed: {', '.join(props)})")
             else:
                 if "propertyNames" in s:
                     self.check(k, s["propertyNames"], f"a name in {what}")
-                out[key] = self.check(v, extra, f"config {key}" if SAFE_NAME.match(key) else "a config")
+                named = SAFE_NAME.match(key) is not None
+                outer, self.config = self.config, key if named else None
+                out[key] = self.check(v, extra, "the config" if named else "a config")
+                self.config = outer
         if len(out) > s.get("maxProperties", 1 << 30):
-            raise _err(self.source, node, f"{what}: more than {s['maxProperties']} entries")
+            raise self._err(node, f"{what}: more than {s['maxProperties']} entries")
         missing = [r for r in s.get("required", []) if r not in out]
         if missing:
-            raise _err(self.source, node, f"{what} lacks {missing[0]!r}")
+            raise self._err(node, f"{what} lacks {missing[0]!r}")
         return out
 
 
-def _mig_configs(source: str, root: yaml.MappingNode, notes: list[migconfig.Note]) -> dict[str, list[migconfig.Entry]]:
-    """The ``mig-configs`` section of a host document, each config read by mig-parted's own entry reader."""
+def _mig_lines(root: yaml.MappingNode) -> dict[str, int]:
+    """Where each config under ``mig-configs`` starts (1-based lines)."""
+    for k, v in root.value:
+        if _value(k) == "mig-configs" and isinstance(v, yaml.MappingNode):
+            return {str(_value(nk)): nk.start_mark.line + 1 for nk, _ in v.value}
+    return {}
+
+
+def _mig_configs(
+    source: str, root: yaml.MappingNode, notes: list[migconfig.Note], lines: dict[str, int]
+) -> dict[str, list[migconfig.Entry]]:
+    """The ``mig-configs`` section of a host document, each config read by mig-parted's own entry reader
+    (``lines``: where each starts)."""
     out: dict[str, list[migconfig.Entry]] = {}
     for k, v in root.value:
         if _value(k) != "mig-configs":
@@ -187,6 +207,7 @@ def _mig_configs(source: str, root: yaml.MappingNode, notes: list[migconfig.Note
             if name in out:
                 raise _err(source, nk, "duplicate key in mig-configs")
             out[name] = migconfig.parse_entries(nv, source, notes, name)
+            lines[name] = nk.start_mark.line + 1
     return out
 
 
@@ -197,6 +218,7 @@ class Document:
     mig: dict[str, list[migconfig.Entry]]
     host_format: bool = True  # version vgpukit.host/v1 (False: a mig-parted v1 file)
     notes: list[migconfig.Note] = field(default_factory=list)  # mig-parted's leniencies, said out loud
+    mig_lines: dict[str, int] = field(default_factory=dict)  # a mig-configs name -> its line
 
     def names(self) -> list[str]:
         """Selectable configs: those under ``configs``; in a mig-parted file, those under mig-configs."""
@@ -226,20 +248,21 @@ class Document:
         raw = self.configs.get(name)
         cfg = HostConfig(name, self.source)
         if raw is None:  # a mig-configs name: a MIG-only config
-            cfg.mig, cfg.mig_name = self.mig[name], name
+            cfg.mig, cfg.mig_name, cfg.line = self.mig[name], name, self.mig_lines.get(name, 0)
             return cfg
-        line = _line(raw)
+        line = cfg.line = _line(raw)
         for item in raw.get("sriov", []):
-            cfg.sriov.append(SriovWant(self._sel(item, "device"), item["vfs"], item.get("driver", "default")))
-        cfg.vfio = [VfioWant(self._sel(item, "device"), item.get("force", False)) for item in raw.get("vfio", [])]
+            cfg.sriov.append(SriovWant(self._sel(item, "device", name), item["vfs"], item.get("driver", "default")))
+        cfg.vfio = [VfioWant(self._sel(item, "device", name), item.get("force", False)) for item in raw.get("vfio", [])]
         for item in raw.get("mdev", []):
             uuids = tuple(u.lower() for u in item.get("uuids", []))
             where = self._where(item)
             if len(uuids) > item["count"] or len(set(uuids)) != len(uuids):
-                raise InvalidInput(f"{where}: uuids must be distinct and at most count ({item['count']})")
-            cfg.mdev.append(MdevWant(self._sel(item, "parent"), item["type"], item["count"], uuids))
+                most = item["count"]
+                raise InvalidInput(f"{where}: config {name}: uuids must be distinct and at most count ({most})")
+            cfg.mdev.append(MdevWant(self._sel(item, "parent", name), item["type"], item["count"], uuids))
         for item in raw.get("vgpu", []):
-            cfg.vgpu.append(VgpuWant(self._sel(item, "device"), item["type"], item["count"]))
+            cfg.vgpu.append(VgpuWant(self._sel(item, "device", name), item["type"], item["count"]))
         if "mig" in raw:
             if raw["mig"] not in self.mig:
                 raise NotFound(f"{self.source}:{line}: config {name}: mig names no config under mig-configs")
@@ -250,9 +273,9 @@ class Document:
     def _where(self, item: dict[str, Any]) -> str:
         return f"{self.source}:{_line(item)}"
 
-    def _sel(self, item: dict[str, Any], key: str) -> Selector:
+    def _sel(self, item: dict[str, Any], key: str, config: str) -> Selector:
         if (key in item) == ("match" in item):
-            raise InvalidInput(f"{self._where(item)}: give exactly one of {key!r} or 'match'")
+            raise InvalidInput(f"{self._where(item)}: config {config}: give exactly one of {key!r} or 'match'")
         return Selector(item.get(key), item.get("match"), _line(item))
 
 
@@ -267,12 +290,14 @@ def parse(text: str, source: str) -> Document:
     doc = walker.check(root, walker.schema, "the document")
     assert isinstance(root, yaml.MappingNode)
     notes: list[migconfig.Note] = []
+    lines: dict[str, int] = {}
     if doc["version"] == "v1":  # a mig-parted file: read by mig-parted's reader, with its leniencies
         if "configs" in doc or "mig-configs" not in doc:
             raise _err(
                 source, root, "a version v1 (mig-parted) file has mig-configs only; configs needs vgpukit.host/v1"
             )
         mig = migconfig.parse_node(root, source, notes)
+        lines = _mig_lines(root)
     else:
-        mig = _mig_configs(source, root, notes)
-    return Document(source, doc.get("configs", {}), mig, doc["version"] == SCHEMA, notes)
+        mig = _mig_configs(source, root, notes, lines)
+    return Document(source, doc.get("configs", {}), mig, doc["version"] == SCHEMA, notes, lines)

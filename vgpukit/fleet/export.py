@@ -65,15 +65,20 @@ def current(host: Host, name: str, mig: MigExport | None) -> dict[str, Any]:
 
 
 def _qos(host: Host) -> dict[str, Any] | None:
-    from ..qos.config import default_config_path, load_base
+    """The QoS configuration the daemon runs: ``/etc/vgpukit/qos.yaml`` with the run-time changes
+    (``qos set``, ``qos tenant add|rm``, kept in /run) on top, as ``k8s resources`` and the gpu-share
+    CDI spec see it (docs/fleet.md: applying it elsewhere makes them permanent there)."""
+    from ..qos.config import Overlay, default_config_path, load_base
 
     path = default_config_path(host)
-    if not host.exists(path):
+    overlay = Overlay.load(host)
+    if not host.exists(path) and not overlay.gpus and not overlay.tenants:
         return None
     try:
-        return load_base(host, path).to_dict()
+        cfg, _skipped = overlay.apply(load_base(host, path))  # what no longer fits, the daemon skips too
     except VgpukitError:  # a broken qos.yaml is not part of a config to reproduce
         return None
+    return cfg.to_dict()
 
 
 def dump(doc: dict[str, Any]) -> str:

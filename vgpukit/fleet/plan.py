@@ -88,6 +88,7 @@ class _Ctx:
         self.facts = planner.Facts(env.host, self.scan, self.files)
         self.future_vfs: dict[str, list[str]] = {}  # PF -> its VFs once the SR-IOV steps ran
         self._mdev: mdev_planner.Facts | None = None
+        self.line = cfg.line  # the entry being planned: an error without a place is put there
 
     def mdev_facts(self) -> mdev_planner.Facts:
         """The mdev planner's facts of this host (read once per plan)."""
@@ -105,7 +106,12 @@ class _Ctx:
             ) from None
 
     def where(self, sel: Selector) -> str:
-        return f"{self.cfg.source}:{sel.line}"
+        return f"{self.cfg.source}:{sel.line}: config {self.cfg.name}"
+
+    def at(self, sel: Selector) -> Selector:
+        """Plan ``sel``'s entry now: errors the area's planner raises name its line."""
+        self.line = sel.line or self.cfg.line
+        return sel
 
     def plan_entry(self, sel: Selector, req: planner.Request) -> list[Step]:
         """The area planner's steps for one entry; a refusal names the entry's place in the file."""
@@ -133,18 +139,23 @@ class _Ctx:
         for key, sel in pairs:
             if key in seen:
                 lines = f"{seen[key].line} and {sel.line}"
-                raise InvalidInput(f"{self.cfg.source}: {area}: {key} is selected by the entries at lines {lines}")
+                raise InvalidInput(f"{self.where(sel)}: {area}: {key} is selected by the entries at lines {lines}")
             seen[key] = sel
 
 
 def plan(env: Env, cfg: HostConfig) -> Plan:
-    """The steps that make the host match ``cfg``; raises (nothing changed) when it cannot."""
+    """The steps that make the host match ``cfg``; raises (nothing changed) when it cannot. Every error
+    names the file, the line of the entry it is about (else of the config) and the config."""
+    ctx = _Ctx(env, cfg)
     try:
-        return _plan(_Ctx(env, cfg))
-    except InUse:
+        return _plan(ctx)
+    except VgpukitError as err:
+        if not err.message.startswith(f"{cfg.source}:"):  # an area planner's own words: say where
+            err.message = f"{cfg.source}:{ctx.line}: config {cfg.name}: {err.message}"
+            err.args = (err.message,)
+        if isinstance(err, Busy) and not isinstance(err, InUse):  # planners raise Busy for devices in use
+            raise InUse(err.message, path=err.path, device=err.device, value=err.value, hint=err.hint) from err
         raise
-    except Busy as err:  # planners raise Busy for devices in use; the lock is taken before planning
-        raise InUse(err.message, path=err.path, device=err.device, value=err.value, hint=err.hint) from err
 
 
 def _plan(ctx: _Ctx) -> Plan:
@@ -183,6 +194,7 @@ def _sriov(ctx: _Ctx) -> list[Step]:
     ctx.unique("sriov", [(b, w.sel) for b, w in pairs])
     steps: list[Step] = []
     for bdf, w in pairs:
+        ctx.at(w.sel)
         pf = ctx.facts.pf(bdf, name=w.sel.describe())
         req: planner.Request
         if w.vfs == 0:
@@ -201,6 +213,7 @@ def _vfio(ctx: _Ctx) -> list[Step]:
     ctx.unique("vfio", [(bdf, want.sel) for want, bdfs in wants for bdf in bdfs])
     steps: list[Step] = []
     for want, bdfs in wants:
+        ctx.at(want.sel)
         req = planner.VfioRequest(tuple(bdfs), want.sel.match, want.force, FORCE_KEY)
         steps += ctx.plan_entry(want.sel, req)
     return steps
@@ -234,7 +247,7 @@ def _mdev(ctx: _Ctx) -> tuple[list[Step], list[Step]]:
     groups: dict[str, tuple[Selector, mdev_planner.Wants]] = {}
     seen: list[tuple[str, Selector]] = []
     for w in ctx.cfg.mdev:
-        for p in _parents(ctx, w.sel, names):
+        for p in _parents(ctx, ctx.at(w.sel), names):
             seen.append((f"{p} {w.type}", w.sel))
             groups.setdefault(p, (w.sel, {}))[1][w.type] = (w.count, w.uuids)
     ctx.unique("mdev", seen)
@@ -242,6 +255,7 @@ def _mdev(ctx: _Ctx) -> tuple[list[Step], list[Step]]:
     rm: list[Step] = []
     add: list[Step] = []
     for parent, (sel, wants) in groups.items():
+        ctx.at(sel)
         r, a = ctx.located(sel, lambda: mdev_planner.converge(facts, [parent], wants))  # noqa: B023
         rm += r
         add += a
@@ -263,13 +277,14 @@ def _vgpu(ctx: _Ctx) -> tuple[list[Step], list[Step]]:
     groups: dict[str, list[VgpuWant]] = {}
     seen: list[tuple[str, Selector]] = []
     for w in ctx.cfg.vgpu:
-        for bdf in _gpu_of(ctx, views, w.sel):
+        for bdf in _gpu_of(ctx, views, ctx.at(w.sel)):
             groups.setdefault(bdf, []).append(w)
             seen.append((f"{bdf} {short_name(w.type)}", w.sel))
     ctx.unique("vgpu", seen)
     rm: list[Step] = []
     add: list[Step] = []
     for bdf, wants in groups.items():
+        ctx.at(wants[0].sel)
         gpu = views[bdf]
         facts = vgpu_planner.read(ctx.host, gpu, ctx.scan.device(bdf).ids)
         pairs = [(w.type, w.count) for w in wants]
@@ -288,15 +303,18 @@ def _qos(ctx: _Ctx) -> list[Step]:
         return []
     import yaml
 
-    from ..qos.config import default_config_path, load_base
+    from ..qos.config import Overlay, default_config_path, load_base
     from ..qos.model import QosConfig
 
     try:
         want = QosConfig.from_dict(ctx.cfg.qos)
     except VgpukitError as err:
-        raise InvalidInput(f"{ctx.cfg.source}: config {ctx.cfg.name}: qos: {err}") from None
+        raise InvalidInput(f"{ctx.cfg.source}:{ctx.cfg.line}: config {ctx.cfg.name}: qos: {err}") from None
     path = default_config_path(ctx.host)
-    if load_base(ctx.host, path).to_dict() == want.to_dict():
+    base = load_base(ctx.host, path)
+    # the host matches when its YAML, or what the daemon runs (the YAML + run-time changes, which
+    # 'export' writes), is the config; apply manages the YAML and leaves the run-time changes alone
+    if want.to_dict() in (base.to_dict(), Overlay.load(ctx.host).apply(base)[0].to_dict()):
         return []
     text = yaml.safe_dump(want.to_dict(), sort_keys=False)
     shown = ctx.host.display(path)

@@ -31,6 +31,7 @@ import grpc
 
 from ..errors import VgpukitError
 from ..host import Host
+from ..words import plural
 from . import preferred as pref
 from .inventory import Device, Inventory
 from .v1beta1 import api_pb2 as api
@@ -267,7 +268,7 @@ class Manager:
                 plugin = self.plugins[name] = ResourcePlugin(self.host, name, self.inventory, self.mode)
                 events.append(self._serve(plugin, f"serving {name}"))
             if plugin.state.update(inv.resources.get(name, [])):
-                events.append(f"{name}: {len(plugin.state.devices)} devices")
+                events.append(f"{name}: {plural(len(plugin.state.devices), 'device')}")
         kubelet = socket_identity(self.host, plugin_dir(self.host) / KUBELET_SOCKET)
         for name, plugin in sorted(self.plugins.items()):
             if plugin.socket_gone():  # the kubelet restarted and cleared the directory (or serving failed)

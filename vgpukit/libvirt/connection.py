@@ -13,21 +13,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import Conflict, HostIOError, InvalidInput, NotFound, Unsupported, VgpukitError
+from ..extras import message, require
 
 DEFAULT_URI = "qemu:///system"
 AFFECT_LIVE = 1
 AFFECT_CONFIG = 2
 STATE_PAUSED = 3  # VIR_DOMAIN_PAUSED
-INSTALL_HINT = (
-    "libvirt-python is not installed: pip install 'vgpukit[libvirt]' (needs apt-get install libvirt-dev pkg-config)"
-)
+INSTALL_HINT = message("libvirt")
 
 
 def import_libvirt() -> Any:
-    try:
-        import libvirt
-    except ImportError as exc:
-        raise Unsupported(INSTALL_HINT) from exc
+    libvirt = require("libvirt")
     libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
     return libvirt
 

@@ -16,6 +16,7 @@ from typing import ClassVar
 from ..engine import Env, Step, step_kind
 from ..errors import Conflict, NotFound, Unsupported, VerifyFailed
 from ..nvml import ComputeInstance, GpuInstance, Nvml
+from ..words import slots
 from .spec import ci_enum
 
 
@@ -140,7 +141,7 @@ class DestroyGi(MigStep):
 
     def text(self) -> str:
         gi = f"GI {self.gi_id}" if self.gi_id >= 0 else "the GI"
-        return f"destroy {gi} ({self.profile}) at slots {self.start}-{self.start + self.size - 1}"
+        return f"destroy {gi} ({self.profile}) at {slots(self.start, self.size)}"
 
     def apply(self, env: Env) -> None:
         nvml = nvml_of(env)
@@ -245,8 +246,7 @@ class CreateGi(MigStep):
     kind: ClassVar[str] = "mig-create-gi"
 
     def text(self) -> str:
-        span = f"{self.start}-{self.start + self.size - 1}" if self.size > 1 else str(self.start)
-        return f"create GPU instance {self.profile} at slots {span}"
+        return f"create GPU instance {self.profile} at {slots(self.start, self.size)}"
 
     def apply(self, env: Env) -> None:
         nvml = nvml_of(env)

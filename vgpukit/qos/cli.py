@@ -15,7 +15,7 @@ from ..cli.context import App
 from ..cli.main import dry_run_option, json_option
 from ..cli.output import emit, emit_result, say, table
 from ..cli.params import NAME, AsciiFloat, AsciiInt, Size
-from ..errors import InvalidInput
+from ..errors import InvalidInput, VgpukitError
 from . import control
 from .model import CLASSES, DEMANDS, MAX_INFLIGHT, MAX_INFLIGHT_MS, MAX_PID, POLICIES, Tenant
 
@@ -146,7 +146,31 @@ def tenant_add(
         app.host, {"op": "tenant-add", "gpu": gpu, "name": name, "tenant": t.to_dict(), "dry_run": app.dry_run}
     )
     plan = [*reply["plan"], *_refresh(app)]
-    emit_result(app, "qos-tenant", plan=plan, data={"gpu": gpu, "name": name, "tenant": reply["tenant"]})
+    asked = [o for o, v in (("--memory", memory), ("--inflight", inflight), ("--inflight-ms", inflight_ms)) if v]
+    warnings = _cuda_warnings(app, name, asked)
+    for w in warnings:
+        sys.stderr.write(f"vgpukit: warning: {w}\n")
+    data = {"gpu": gpu, "name": name, "tenant": reply["tenant"], "warnings": warnings}
+    emit_result(app, "qos-tenant", plan=plan, data=data)
+
+
+def _cuda_warnings(app: App, name: str, given: list[str]) -> list[str]:
+    """What the tenant asked of the CUDA interception library that cannot happen because the library is
+    missing: its caps (``given``: --memory...) and, with the gpu-share CDI class enabled, its spec."""
+    from ..attach.cdi_settings import DEFAULT_CUDA_LIBRARY, load_settings
+    from ..attach.nvidia import host_path
+
+    try:
+        settings = load_settings(app.host)
+    except VgpukitError:  # a broken settings file: the refresh above said so
+        settings = None
+    shared = settings is not None and "gpu-share" in settings.classes
+    library = settings.cuda_library if settings is not None else DEFAULT_CUDA_LIBRARY
+    if not (given or shared) or app.host.is_file(host_path(app.host, library)):
+        return []
+    lost = [f"its {'/'.join(given)} cap is not enforced"] if given else []
+    lost += ["no gpu-share CDI spec can carry it"] if shared else []
+    return [f"tenant {name}: {library} is missing (see docs/cuda.md): {' and '.join(lost)}"]
 
 
 @tenant.command("rm")

@@ -26,10 +26,11 @@ from ..cuda import region as cuda_region
 from ..errors import Conflict, InvalidInput, NotFound, VgpukitError
 from ..host import Host
 from ..libvirt.connection import Session
+from ..words import plural
 from . import demand as demand_proto
 from .backends import Backend, backend_for
 from .config import Overlay, load_base
-from .control import ControlServer
+from .control import ControlServer, daemon_lock
 from .model import POLICIES, QosConfig, Tenant, check_key
 from .runtime import GpuRuntime, Observer
 from .safety import Guardian, load_managed, save_managed, thaw_all
@@ -158,7 +159,7 @@ class Daemon:
             self.apply_config(self.effective())
             self.reloads += 1
             self.reload_error = None
-            log.info("configuration reloaded: %d GPU(s)", len(self.gpus))
+            log.info("configuration reloaded: %s", plural(len(self.gpus), "GPU"))
             return None
         self.reloads_refused += 1
         self.reload_error = {"message": why, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -339,6 +340,10 @@ class Daemon:
         return r, old
 
     def run(self, ready: Callable[[], None] | None = None) -> None:
+        with daemon_lock(self.host):  # a second daemon refuses before it touches anything
+            self._run(ready)
+
+    def _run(self, ready: Callable[[], None] | None) -> None:
         thawed = thaw_all(self.host, load_managed(self.host))  # a previous daemon may have died
         if thawed:
             log.warning("thawed %d target(s) left by a previous daemon", len(thawed))
@@ -349,7 +354,7 @@ class Daemon:
         try:
             self.apply_config(self.effective())
             sd_notify("READY=1\nSTATUS=scheduling")
-            log.info("qos daemon ready (pid %d): %d GPU(s)", os.getpid(), len(self.gpus))
+            log.info("qos daemon ready (pid %d): %s", os.getpid(), plural(len(self.gpus), "GPU"))
             if ready:
                 ready()
             self._loop(guardian, wake_r, dsock, ctrl)

@@ -146,7 +146,13 @@ def _report(
 
 @sriov.command("enable")
 @click.argument("pf", type=DEVICE)
-@click.option("--vfs", "count", type=AsciiInt(0, 65535), required=True, help="Number of VFs wanted.")
+@click.option(  # 0 and -1 refused alike: at least 1, and 'sriov disable' removes them all
+    "--vfs",
+    "count",
+    type=AsciiInt(1, 65535, below="use 'vgpukit sriov disable' to remove all VFs"),
+    required=True,
+    help="Number of VFs wanted.",
+)
 @click.option(
     "--driver",
     type=click.Choice(binding.DRIVER_MODES),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .. import naming
 from ..engine import Step
 from ..engine.files import PutFile
 from ..errors import InUse, InvalidInput, Unsupported
@@ -149,7 +150,8 @@ class Facts:
 
 # ----------------------------------------------------------------------------- the rules
 def _label(bdf: str, name: str) -> str:
-    return f"{name} {bdf}" if name and name != bdf else bdf
+    """``gpu0 (0000:3b:00.0)`` for an alias; an address (short or long) is said once, in full."""
+    return f"{name} ({bdf})" if name and name != bdf and naming.form_of(name) != "bdf" else bdf
 
 
 def _hint(advice: str | None, force_how: str | None) -> str | None:

@@ -19,6 +19,7 @@ from ..errors import VerifyFailed
 from ..host import Host
 from ..host_layout import DRIVER_OVERRIDE
 from ..pci import virtfns
+from ..words import plural
 from . import binding
 from .binding import VFIO, Remembered
 from .kernel import numvfs_write, wait_for_vfs
@@ -163,8 +164,8 @@ class UnbindDriver(Step):
     bdf: str
     note: str = ""
 
-    def describe(self) -> str:
-        return f"unbind {self.note or self.bdf} from its driver"
+    def describe(self) -> str:  # the note names the driver: "0000:05:00.0 from mlx5_core"
+        return f"unbind {self.note}" if self.note else f"unbind {self.bdf} from its driver"
 
     def inverse(self, env: Env) -> Step:
         return _put_back_now(env, self.bdf)
@@ -257,8 +258,8 @@ class SetNumVfs(Step):
 
     def describe(self) -> str:
         if self.count == 0:
-            return f"destroy the {self.was} VFs of {self.pf} (sriov_numvfs {self.was} -> 0){self.why}"
-        return f"create {self.count} VFs on {self.pf} (sriov_numvfs 0 -> {self.count}) and wait for them"
+            return f"destroy the {plural(self.was, 'VF')} of {self.pf} (sriov_numvfs {self.was} -> 0){self.why}"
+        return f"create {plural(self.count, 'VF')} on {self.pf} (sriov_numvfs 0 -> {self.count}) and wait for them"
 
     def inverse(self, env: Env) -> Step:
         host = env.host

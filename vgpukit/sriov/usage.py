@@ -71,10 +71,13 @@ def libvirt_users(host: Host, uri: str) -> dict[str, list[User]]:
 
     A function is assigned when a domain's live or inactive definition names it as
     ``<hostdev type='pci'>`` or ``<interface type='hostdev'>``, or names as ``<hostdev type='mdev'>``
-    an mdev whose parent it is. Empty when libvirt-python is not installed or ``uri`` not reachable.
+    an mdev whose parent it is. Empty when ``uri`` is not reachable; without libvirt-python, exit 5
+    naming the extra (asked for a check it cannot make, it says so).
     """
-    from ..libvirt.connection import connect  # only when a libvirt URI is given
+    from ..libvirt.connection import connect, import_libvirt  # only when a libvirt URI is given
     from ..libvirt.domain import assignments
+
+    import_libvirt()
 
     try:
         lv = connect(uri)

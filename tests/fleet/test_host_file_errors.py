@@ -1,0 +1,83 @@
+"""Every error about a host config names FILE:LINE and the config (apply and diff alike)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import invoke, make_sim
+
+DOC = """\
+version: vgpukit.host/v1
+configs:
+  absent:
+    sriov:
+      - device: nic9
+        vfs: 2
+  word:
+    vfio:
+      - device: foo
+  noparent:
+    mdev:
+      - parent: gpu0
+        type: nosuch
+        count: 1
+  share:
+    qos:
+      gpus:
+        gpu0:
+          tenants:
+            t: {class: online, share: 500, pids: [1]}
+  toomany:
+    sriov:
+      - device: nic0
+        vfs: 5000
+  nomig:
+    mig: nosuch
+  novgpu:
+    vgpu:
+      - device: gpu0
+        type: A100-4C
+        count: 1
+  twice:
+    vfio:
+      - device: gpu0
+      - device: gpu0
+"""
+
+# the line of the entry the error is about (the config's first line when it is about the config)
+LINES = {"absent": 5, "word": 9, "noparent": 12, "share": 16, "toomany": 23, "nomig": 26, "novgpu": 29,
+         "twice": 35}  # fmt: skip
+
+# the document's types are checked as a whole, before any config is planned
+TYPED = "version: vgpukit.host/v1\nconfigs:\n  ok: {}\n  typed:\n    sriov:\n      - device: nic0\n        vfs: x\n"
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("hf")
+    doc = base / "host.yaml"
+    doc.write_text(DOC)
+    (base / "typed.yaml").write_text(TYPED)
+    return make_sim(base / "host", "hgx-a100"), doc
+
+
+@pytest.mark.parametrize("command", ["apply", "diff"])
+@pytest.mark.parametrize("config", sorted(LINES))
+def test_every_error_names_file_line_and_config(setup: tuple[Path, Path], command: str, config: str) -> None:
+    sim, doc = setup
+    r = invoke(sim, command, "-f", str(doc), "-c", config)
+    assert r.exit_code in (2, 3, 4, 5), r.stderr
+    assert r.stderr.count("\n") == 1
+    assert re.match(rf"vgpukit: error: {re.escape(str(doc))}:{LINES[config]}: config {config}: ", r.stderr), r.stderr
+
+
+@pytest.mark.parametrize("command", ["apply", "diff"])
+def test_a_type_error_names_the_config_it_is_in(setup: tuple[Path, Path], command: str) -> None:
+    sim, doc = setup
+    typed = doc.parent / "typed.yaml"
+    r = invoke(sim, command, "-f", str(typed), "-c", "ok")
+    assert r.exit_code == 2
+    assert r.stderr == f"vgpukit: error: {typed}:7: config typed: vfs must be an integer\n"

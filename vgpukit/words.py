@@ -1,0 +1,28 @@
+"""English for messages, in one place: a count with its noun, an article, a range of names or numbers.
+
+``plural(1, "NIC")`` is ``1 NIC``, ``plural(4, "NIC")`` ``4 NICs``, ``plural(2, "NVMe controller")``
+``2 NVMe controllers``; ``article("integer")`` is ``an integer``; ``span("nic", 0, 0)`` is ``nic0``
+and ``span("nic", 0, 3)`` ``nic0..nic3``; ``slots(2, 1)`` is ``slot 2``, ``slots(2, 2)`` ``slots 2-3``.
+"""
+
+from __future__ import annotations
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """``n`` and the noun in the number ``n`` takes (``nouns``: the plural when it is not noun + s)."""
+    return f"{n} {noun if n == 1 else nouns or noun + 's'}"
+
+
+def article(word: str) -> str:
+    """``word`` with a or an (by its first letter: right for the words vgpukit's messages use)."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+
+
+def span(prefix: str, first: int, last: int, sep: str = "..") -> str:
+    """``nic0`` or ``nic0..nic3``."""
+    return f"{prefix}{first}" if first == last else f"{prefix}{first}{sep}{prefix}{last}"
+
+
+def slots(start: int, size: int) -> str:
+    """``slot 2`` or ``slots 2-3`` (MIG placement slots)."""
+    return f"slot {start}" if size <= 1 else f"slots {start}-{start + size - 1}"
