@@ -24,15 +24,17 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from ..engine import Env, session
 from ..errors import VgpukitError
 from ..host import Host
 from ..hostio import ProgramResult
 from ..inputs import load_json
 from .mdevctl import parse_attrs
 from .model import Definition
+
+if TYPE_CHECKING:
+    from ..engine import Env
 
 log = logging.getLogger("vgpukit.mdev")
 T = TypeVar("T")
@@ -135,6 +137,8 @@ def guarded(env: Env, action: str, devices: Sequence[Definition], body: Callable
     before the first change (the devices already asked get ``post`` with ``failure``)."""
     if not devices or not active(env.host):
         return body()
+    from ..engine import session  # the listings read call-outs too: they load no change machinery
+
     with session(env):
         calls = [Callout(env.host, d, action) for d in devices]
         asked: list[Callout] = []

@@ -106,7 +106,6 @@ def list_cmd(
         found = listing.entries(host, defined, uuid_opt, parent)
         click.echo(listing.list_json(found, uuid_opt) if dumpjson else listing.list_text(found, defined, verbose))
         return
-    from .domains import lookup
     from .model import check_uuid
 
     want = check_uuid(uuid_opt) if uuid_opt else None
@@ -115,7 +114,12 @@ def list_cmd(
         return want in (None, uid) and parent in (None, par)
 
     insts = [i for i in sysfs.instances(host) if wanted(i.uuid, i.parent)]
-    assigned, used_uri = lookup(uri) if uri != "none" and not app.is_sim else ({}, None)
+    assigned: dict[str, list[dict[str, Any]]] = {}
+    used_uri: str | None = None
+    if uri != "none" and not app.is_sim:
+        from .domains import lookup  # libvirt's modules load only when it is asked
+
+        assigned, used_uri = lookup(uri)
     all_defs, bad = mdevctl.read_all(host)
     defs = [d for d in all_defs if wanted(d.uuid, d.parent)]
     by_uuid = {d.uuid: d for d in defs}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..host import Host
-from . import callouts, mdevctl, sysfs
+from . import mdevctl, sysfs
 from .model import Definition, MdevParent, check_uuid
 
 
@@ -52,6 +52,8 @@ def entries(host: Host, defined: bool, uid: str | None = None, parent: str | Non
             if own is not None:  # as mdevctl: the definition's type, start mode and attributes
                 found.append(Entry(own, True, True))
                 continue
+            from . import callouts  # only for an active device without a definition
+
             bare = Definition(i.uuid, i.parent, i.type_id)
             attrs = callouts.get_attributes(host, bare, strict=False) or []
             found.append(Entry(Definition(i.uuid, i.parent, i.type_id, attrs=tuple(attrs)), True, False))

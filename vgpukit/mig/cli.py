@@ -12,7 +12,6 @@ from ..errors import Busy, InvalidInput, Unsupported
 from ..pci import Scan
 from . import view
 from .common_cli import aliases, label_of, named, nvml_of, resolve_gpu, run_plans
-from .steps import SetMode
 from .view_cli import show_profiles, show_status
 
 # the mig-parted commands (and the YAML, hooks and config code behind them) load only when used
@@ -156,6 +155,7 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
 def disable(app: App, gpu: str, reset: bool | None) -> None:
     """Turn MIG mode off (the GPU must have no GPU instances left)."""
     from . import engine  # the planner loads with the commands that plan (status does not)
+    from .steps import SetMode
 
     nvml = nvml_of(app)
     scan = Scan(app.host)

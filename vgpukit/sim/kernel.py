@@ -27,10 +27,13 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .journal import LOG, Journal, undo
 from .state import CHANGES, KERNEL, KernelState, corrupt, locked, sim_meta_dir, stamp
-from .tree import SimTree
+
+if TYPE_CHECKING:
+    from .tree import SimTree
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +131,8 @@ class SimKernel:
             os.kill(os.getpid(), signal.SIGKILL)
         # one per write, sharing what the kernel's earlier writes found to be real directories (as a
         # command's Host does; forgotten when a reaction is undone)
+        from .tree import SimTree  # a command that only reads loads none of the write machinery
+
         tree = SimTree(self.root, resolved=True, real_dirs=self.real_dirs, umask=self.umask, char_nodes=self.char_nodes)
         real = Path(tree.inside(path, follow=False))
         with self._locked():
