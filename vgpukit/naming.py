@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
 from .errors import InvalidInput, NotFound
-from .pci import BDF_RE, SHORT_BDF_RE, Scan
+from .host_layout import BDF_RE, SHORT_BDF_RE
+from .pci import Scan
 
 if TYPE_CHECKING:
     from .host import Host

@@ -16,6 +16,7 @@ from .data.pci_names import PciNames
 from .errors import InvalidInput, NotFound
 from .host import Host
 from .host_layout import (
+    BDF_RE,
     BOOT_VGA,
     DRIVER,
     DRIVER_OVERRIDE,
@@ -23,6 +24,7 @@ from .host_layout import (
     IOMMU_GROUP,
     MDEV_TYPES,
     PHYSFN,
+    SHORT_BDF_RE,
     SRIOV_AUTOPROBE,
     SRIOV_NUMVFS,
     SRIOV_OFFSET,
@@ -32,8 +34,6 @@ from .host_layout import (
     VIRTFN,
 )
 
-BDF_RE = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])\Z", re.ASCII)
-SHORT_BDF_RE = re.compile(r"^([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])\Z", re.ASCII)
 HOST_BRIDGE_RE = re.compile(r"^pci([0-9a-f]{4}):([0-9a-f]{2})\Z", re.ASCII)
 
 
