@@ -65,8 +65,10 @@ class App:
         """What the change engine acts on: this command's host, NVML (opened on demand), lock settings."""
         if self._env is None:
             from ..engine import Env
+            from .progress import progress_for
 
             self._env = Env(self.host, lambda: self.nvml, command=self.command, wait=self.wait)
+            self._env.progress = progress_for(self)
         return self._env
 
     @property

@@ -29,7 +29,7 @@ def session(env: Env) -> Iterator[list[str]]:
         finally:
             env.locked -= 1
         return
-    with host_lock(env.host, env.command, env.wait):
+    with host_lock(env.host, env.command, env.wait, env.progress):
         env.locked = 1
         try:
             yield recover(env)
@@ -83,14 +83,18 @@ def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[st
             step.apply(env)
             step.verify(env)
             done.append(step.describe())
+            if env.progress is not None and len(done) <= len(steps):
+                env.progress.advance(done[-1])
 
+        if env.progress is not None:
+            env.progress.begin("applying", len(steps))
         try:
             for i, step in enumerate(steps):
                 run(step, steps[i + 1 :])
             for step in derived_steps(env) if derived else []:
                 run(step, ())
         except VgpukitError as exc:
-            _, failures = _undo(env, undo)
+            _, failures = _undo(env, undo, "rolling back")
             book.close()
             n = len(done)
             note = f"rolled back the {n} step{'s' if n != 1 else ''} done" if n else "nothing was changed"
@@ -106,9 +110,12 @@ def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[st
             ) from exc
         except BaseException:
             # KeyboardInterrupt / SystemExit: put back now, as a crash would be on the next command
-            _undo(env, undo)
+            _undo(env, undo, "rolling back")
             book.close()
             raise
+        finally:
+            if env.progress is not None:
+                env.progress.end()
         book.close()
         return done
 
@@ -132,8 +139,10 @@ def refresh(env: Env) -> list[str]:
         return execute(env, derived_steps(env), derived=False)
 
 
-def _undo(env: Env, undo: list[Step]) -> tuple[int, list[str]]:
+def _undo(env: Env, undo: list[Step], what: str) -> tuple[int, list[str]]:
     count, failures = 0, []
+    if env.progress is not None and undo:
+        env.progress.begin(what, len(undo))
     for inv in reversed(undo):
         env.seen.clear()  # each inverse reads the state it puts back
         try:
@@ -142,6 +151,10 @@ def _undo(env: Env, undo: list[Step]) -> tuple[int, list[str]]:
         except VgpukitError as exc:  # keep undoing the rest; say what stays behind
             log.warning("undo failed: %s: %s", inv.describe(), exc)
             failures.append(f"{inv.describe()}: {exc}")
+        if env.progress is not None:
+            env.progress.advance(inv.describe())
+    if env.progress is not None and undo:
+        env.progress.end()
     env.seen.clear()
     return count, failures
 
@@ -161,7 +174,7 @@ def recover(env: Env) -> list[str]:
     lines = [f"recovering an interrupted change by {who} ({found.command or 'unknown command'})"]
     env.recovering = True
     try:
-        _, failures = _undo(env, steps)
+        _, failures = _undo(env, steps, "recovering")
     finally:
         env.recovering = False
     if failures:
