@@ -97,3 +97,53 @@ def test_units_run_the_installed_entry_point(tmp_path: Path) -> None:
     assert execs["vgpukit-qos.service"].startswith(f"ExecStart={os.path.abspath(sys.executable)} -m vgpukit qos ")
     r = _run("--root", str(tmp_path / "b"), "units", "install", "--exec", "/opt/my vgpukit")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "absolute path" in r.stderr
+
+
+def _variables_read() -> set[str]:
+    """Every environment variable the code reads: os.environ/getenv with a literal or a module constant,
+    click's envvar= (walking the whole command tree), and the --root/--sim variables (context._given)."""
+    import re
+
+    import click
+
+    from vgpukit.cli.main import cli
+
+    found: set[str] = set()
+    for path in (ROOT / "vgpukit").rglob("*.py"):
+        text = path.read_text()
+        consts = dict(re.findall(r'^([A-Z_]+) = "([A-Z_][A-Z0-9_]*)"$', text, re.M))
+        consts.update(re.findall(r'^([A-Z_]+), [A-Z_]+ = "([A-Z_0-9]+)", "[A-Z_0-9]+"$', text, re.M))
+        consts.update(re.findall(r'^[A-Z_]+, ([A-Z_]+) = "[A-Z_0-9]+", "([A-Z_0-9]+)"$', text, re.M))
+        for arg in re.findall(r"(?:environ\.get|getenv|environ\[)\(?\s*([\"']?[A-Za-z_][A-Za-z0-9_]*)", text):
+            if arg[0] in "\"'":
+                found.add(arg[1:])
+            elif arg in consts:
+                found.add(consts[arg])
+        found.update(re.findall(r'_given\([^)]*"([A-Z_]+)"\)', text))
+        found.update(re.findall(r'envvar="([A-Z_][A-Z0-9_]*)"', text))
+
+    def walk(cmd: click.Command, ctx: click.Context) -> None:
+        for p in cmd.params:
+            if isinstance(p, click.Option) and p.envvar:
+                found.update([p.envvar] if isinstance(p.envvar, str) else p.envvar)
+        if isinstance(cmd, click.Group):
+            for name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, name)
+                if sub is not None:
+                    walk(sub, click.Context(sub, info_name=name, parent=ctx))
+
+    walk(cli, click.Context(cli, info_name="vgpukit"))
+    found.discard("env")  # the parameter of context._given, whose callers are counted above
+    return found
+
+
+def test_man_page_environment_lists_every_variable_read() -> None:
+    from vgpukit.cli.manpage import ENVIRONMENT
+
+    documented = {name.strip() for names in ENVIRONMENT for name in names.split(",")}
+    read = _variables_read()
+    assert {"VGPUKIT_ROOT", "VGPUKIT_SIM", "VGPUKIT_WAIT", "MIG_PARTED_CONFIG_FILE", "NODE_NAME"} <= read
+    assert read - documented == set(), "add these to vgpukit/cli/manpage.py ENVIRONMENT"
+    assert documented - read - {"_VGPUKIT_COMPLETE"} == set(), "documented but never read"
+    page = (ROOT / "docs" / "man" / "vgpukit.1").read_text()
+    assert ".SH EXAMPLES" in page and ".SH SEE ALSO" in page and "VGPUKIT_SIM_CRASH_AT_WRITE" in page
