@@ -12,7 +12,6 @@ import sys
 
 import click
 
-
 # Every environment variable vgpukit reads, and what for (tests/core/test_cli_extras.py compares this with
 # the code: a variable read without an entry here fails).
 ENVIRONMENT: dict[str, str] = {
@@ -30,27 +29,32 @@ ENVIRONMENT: dict[str, str] = {
     "MIG_PARTED_CONFIG_LABEL": "config name written by mig export (as -l)",
     "NODE_NAME": "this node's name for the Kubernetes node agent (as --node)",
     "NOTIFY_SOCKET, WATCHDOG_USEC": "set by systemd: the QoS daemon reports readiness and keeps the watchdog fed",
-    "VGPUKIT_SIM_CRASH_AT_WRITE": "testing: a command on a simulated host kills itself before its Nth control-file write",
+    "VGPUKIT_SIM_CRASH_AT_WRITE": "testing: a command on a sim host kills itself before its Nth control-file write",
     "VGPUKIT_SIM_CRASH_AT_NVML_CALL": "testing: the simulated NVIDIA driver kills the command before its Nth change",
     "_VGPUKIT_COMPLETE": "set by the completion script of vgpukit completion",
 }
 
 EXAMPLES = [
     ("List the PCI devices and their capabilities", "vgpukit devices"),
-    ("Try everything on a simulated host first", "vgpukit sim init /tmp/h \\-\\-profile hgx\\-a100\n"
-     "vgpukit \\-\\-sim /tmp/h topo"),
-    ("Create 8 VFs on a NIC and hand them to vfio\\-pci", "vgpukit sriov enable nic0 \\-\\-vfs 8 \\-\\-driver vfio\\-pci"),
-    ("Carve a GPU into MIG slices, showing the plan first",
-     "vgpukit \\-\\-dry\\-run partition gpu0 \\-\\-mig 3g.20gb \\-\\-mig 1g.5gb=2\n"
-     "vgpukit partition gpu0 \\-\\-mig 3g.20gb \\-\\-mig 1g.5gb=2"),
-    ("Create two mediated devices of a type and keep them across reboots",
-     "vgpukit mdev create 0000:3b:00.0 nvidia\\-222 \\-\\-count 2 \\-\\-define"),
-    ("Use vgpukit where scripts call mdevctl", "mdevctl() { vgpukit mdev \\-\\-mdevctl \"$@\"; }"),
-    ("Make the host match a declarative config, as a script would", "vgpukit \\-\\-json apply \\-f host.yaml"),
+    (
+        "Try everything on a simulated host first",
+        "vgpukit sim init /tmp/h --profile hgx-a100\nvgpukit --sim /tmp/h topo",
+    ),  # noqa: E501
+    ("Create 8 VFs on a NIC and hand them to vfio-pci", "vgpukit sriov enable nic0 --vfs 8 --driver vfio-pci"),
+    (
+        "Carve a GPU into MIG slices, showing the plan first",
+        "vgpukit --dry-run partition gpu0 --mig 3g.20gb --mig 1g.5gb=2\n"
+        "vgpukit partition gpu0 --mig 3g.20gb --mig 1g.5gb=2",
+    ),
+    (
+        "Create two mediated devices of a type and keep them across reboots",
+        "vgpukit mdev create 0000:3b:00.0 nvidia-222 --count 2 --define",
+    ),
+    ("Use vgpukit where scripts call mdevctl", 'mdevctl() { vgpukit mdev --mdevctl "$@"; }'),
+    ("Make the host match a declarative config, as a script would", "vgpukit --json apply -f host.yaml"),
     ("Install shell completion for bash", "vgpukit completion bash > /etc/bash_completion.d/vgpukit"),
-]  # fmt: skip
-
-SEE_ALSO = "\\fBmdevctl\\fR(8), \\fBlsmdev\\fR(8), \\fBnvidia\\-smi\\fR(1), \\fBvirsh\\fR(1), \\fBlspci\\fR(8), \\fBsystemd.unit\\fR(5)"
+]
+SEE_ALSO = ("mdevctl(8)", "lsmdev(8)", "nvidia-smi(1)", "virsh(1)", "lspci(8)", "systemd.unit(5)")
 
 
 def _esc(text: str) -> str:
@@ -118,9 +122,9 @@ def render() -> str:
         ".TP\n/etc/mdevctl.d/\npersistent mdev definitions (mdevctl's format)",
         ".TP\n/etc/vgpukit/\nconfiguration (qos.yaml, template overrides)",
         ".SH EXAMPLES",
-        *(f".PP\n{what}:\n.PP\n.nf\n.RS\n{cmd}\n.RE\n.fi" for what, cmd in EXAMPLES),
+        *(f".PP\n{_esc(what)}:\n.PP\n.nf\n.RS\n{_esc(cmd)}\n.RE\n.fi" for what, cmd in EXAMPLES),
         ".SH SEE ALSO",
-        SEE_ALSO,
+        ",\n".join("\\fB{}\\fR({}".format(*_esc(ref).split("(")) for ref in SEE_ALSO),
     ]
     return "\n".join(out) + "\n"
 
