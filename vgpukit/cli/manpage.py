@@ -39,7 +39,7 @@ EXAMPLES = [
     (
         "Try everything on a simulated host first",
         "vgpukit sim init /tmp/h --profile hgx-a100\nvgpukit --sim /tmp/h topo",
-    ),  # noqa: E501
+    ),
     ("Create 8 VFs on a NIC and hand them to vfio-pci", "vgpukit sriov enable nic0 --vfs 8 --driver vfio-pci"),
     (
         "Carve a GPU into MIG slices, showing the plan first",
