@@ -132,7 +132,7 @@ def _variables_read() -> set[str]:
                 if sub is not None:
                     walk(sub, click.Context(sub, info_name=name, parent=ctx))
 
-    walk(cli, click.Context(cli, info_name="vgpukit"))
+    walk(cli, cli.make_context("vgpukit", [], resilient_parsing=True))  # with its settings (-h): click caches them
     found.discard("env")  # the parameter of context._given, whose callers are counted above
     return found
 

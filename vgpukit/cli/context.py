@@ -68,7 +68,7 @@ class App:
             from .progress import progress_for
 
             self._env = Env(self.host, lambda: self.nvml, command=self.command, wait=self.wait)
-            self._env.progress = progress_for(self)
+            self._env.progress = progress_for(self.json)
         return self._env
 
     @property

@@ -24,6 +24,9 @@ def _what(param: click.Parameter | None, ctx: click.Context | None) -> str:
 class AsciiInt(_Base):
     name = "integer"
 
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return "N"  # the metavar style (CONTRIBUTING.md): what the value is, never click's type name
+
     def __init__(self, lo: int | None = None, hi: int | None = None) -> None:
         self.lo, self.hi = lo, hi
 

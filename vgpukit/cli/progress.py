@@ -13,8 +13,6 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .context import App
-
 
 def waiting_line(holder: str, seconds: float) -> str:
     return f"vgpukit: waiting for {holder}, up to {seconds:g} s\n"
@@ -84,8 +82,8 @@ class TerminalProgress(Notices):
             super().waiting(holder, seconds)
 
 
-def progress_for(app: App) -> Notices:
-    """The observer for this command: a progress line on a terminal, else only the lock notice."""
-    if not app.json and sys.stderr.isatty():
+def progress_for(as_json: bool) -> Notices:
+    """The observer for a command: a progress line on a terminal (without --json), else only the lock notice."""
+    if not as_json and sys.stderr.isatty():
         return TerminalProgress()
     return Notices()

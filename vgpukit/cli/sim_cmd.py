@@ -8,12 +8,12 @@ import click
 
 from ..errors import InvalidInput, NotFound
 from .context import App, check_sim_dir
-from .main import json_option
+from .main import LazyGroup, json_option
 from .output import emit, say, table
 from .params import NAME, VM_DEVICE, AsciiInt
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def sim() -> None:
     """Simulated hosts: a fake sysfs tree whose kernel reacts to writes, plus a simulated NVML.
 
@@ -41,8 +41,15 @@ def profiles(app: App) -> None:
 
 
 @sim.command("init")
-@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--profile", "profile", default="hgx-a100", show_default=True, help="Built-in profile or a YAML path.")
+@click.argument("directory", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--profile",
+    "profile",
+    metavar="PROFILE",
+    default="hgx-a100",
+    show_default=True,
+    help="Built-in profile or a YAML path.",
+)
 @click.option("--force", is_flag=True, help="Replace an existing simulated host in DIRECTORY.")
 @click.option(
     "--char-devices",

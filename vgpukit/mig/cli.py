@@ -74,8 +74,8 @@ def profiles(app: App, gpu: str) -> None:
 @click.option(
     "--reset/--no-reset",
     default=None,
-    help="Reset the GPU when the MIG mode change needs it (Ampere). Default: reset only when NVML shows no "
-    "process on the GPU, like nvidia-smi -mig 1; --no-reset refuses instead.",
+    help="Reset the GPU when the MIG mode change needs it (Ampere; default: only when NVML shows no "
+    "process on the GPU, like nvidia-smi -mig 1); --no-reset refuses instead.",
 )
 @click.option("--replace", is_flag=True, help="Also destroy idle GPU instances the request does not list.")
 @json_option
@@ -145,8 +145,8 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
 @click.option(
     "--reset/--no-reset",
     default=None,
-    help="Reset the GPU so the change applies now (Ampere). Default: reset when no process holds the GPU, "
-    "else leave the change pending until the next reset; --no-reset always leaves it pending.",
+    help="Reset the GPU so the change applies now (Ampere; default: when no process holds the GPU, "
+    "else the change stays pending until the next reset); --no-reset always leaves it pending.",
 )
 @json_option
 @dry_run_option

@@ -8,7 +8,7 @@ import click
 
 from .. import naming
 from ..cli.context import App
-from ..cli.main import dry_run_option, json_option, mutating
+from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say, table
 from ..cli.params import DEVICE, NAME, AsciiFloat, AsciiInt
 from ..errors import InvalidInput
@@ -84,7 +84,7 @@ def _show_pfs(pfs: list[PfInfo]) -> None:
         table(None, ["VF", "OF", "DRIVER", "IOMMU", "IN USE"], rows)
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def sriov() -> None:
     """SR-IOV virtual functions: list, enable, disable.
 
@@ -144,6 +144,7 @@ def _report(
     type=AsciiFloat(0.001, 3600),
     default=10.0,
     show_default=True,
+    metavar="SECONDS",
     help="Seconds to wait for the VFs to appear.",
 )
 @libvirt_option
