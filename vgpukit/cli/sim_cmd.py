@@ -10,7 +10,7 @@ from ..errors import InvalidInput, NotFound
 from .context import App, check_sim_dir
 from .main import LazyGroup, json_option
 from .output import emit, say, table
-from .params import NAME, VM_DEVICE, AsciiInt
+from .params import NAME, VM_DEVICE, AsciiInt, SimProfile
 
 
 @click.group(cls=LazyGroup)
@@ -46,6 +46,7 @@ def profiles(app: App) -> None:
     "--profile",
     "profile",
     metavar="PROFILE",
+    type=SimProfile(),
     default="hgx-a100",
     show_default=True,
     help="Built-in profile or a YAML path.",

@@ -11,7 +11,7 @@ from .. import __version__
 from ..cli.context import App
 from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
 from ..cli.output import emit, say, table
-from ..cli.params import NAME, PARENT_DEVICE, AsciiInt
+from ..cli.params import MDEV_DEVICE, NAME, PARENT_DEVICE, AsciiInt, MdevCreateArgs
 from ..errors import InvalidInput
 from . import listing, mdevctl, sysfs
 from .args_cli import MDEVCTL, mdevctl_output, one_uuid, parent_option, report, resolve_parent, uuid_option
@@ -178,7 +178,7 @@ def _domains(doms: list[dict[str, Any]]) -> list[str]:
 
 
 @mdev.command("create")
-@click.argument("args", nargs=-1, metavar="[PARENT] [TYPE]", type=NAME)
+@click.argument("args", nargs=-1, metavar="[PARENT] [TYPE]", type=MdevCreateArgs())
 @click.option("--type", "type_opt", metavar="TYPE", type=NAME, help="Type id (e.g. mtty-2, nvidia-232).")
 @click.option("--uuid", "uid", metavar="UUID", type=NAME, help="UUID of the instance (only with --count 1).")
 @click.option("--count", type=AsciiInt(1, 1024), default=1, show_default=True, help="How many instances.")
@@ -242,7 +242,7 @@ def create_cmd(
 
 
 @mdev.command("remove")
-@click.argument("uuids", nargs=-1, required=True, metavar="UUID...", type=NAME)
+@click.argument("uuids", nargs=-1, required=True, metavar="UUID...", type=MDEV_DEVICE)
 @json_option
 @dry_run_option
 @click.pass_obj
@@ -256,7 +256,7 @@ def remove_cmd(app: App, uuids: tuple[str, ...]) -> None:
 
 
 @mdev.command("stop")
-@click.argument("uid", required=False, metavar="[UUID]", type=NAME)
+@click.argument("uid", required=False, metavar="[UUID]", type=MDEV_DEVICE)
 @uuid_option("The instance to stop (mdevctl's -u).")
 @json_option
 @dry_run_option

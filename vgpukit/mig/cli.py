@@ -7,7 +7,7 @@ import click
 from ..cli.context import App
 from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
 from ..cli.output import emit, fail_after_emit, say
-from ..cli.params import GPU_DEVICE, AsciiInt
+from ..cli.params import GPU_DEVICE, AsciiInt, MigProfiles
 from ..errors import Busy, InvalidInput, Unsupported
 from ..pci import Scan
 from . import view
@@ -61,6 +61,7 @@ def profiles(app: App, gpu: str) -> None:
     "mig_specs",
     multiple=True,
     required=True,
+    type=MigProfiles(),
     metavar="PROFILE[=N][,...]",
     help="GPU instances wanted, e.g. 3g.20gb,1g.5gb=2 (repeatable).",
 )

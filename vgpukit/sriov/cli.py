@@ -10,7 +10,7 @@ from .. import naming
 from ..cli.context import App
 from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say, table
-from ..cli.params import DEVICE, NAME, AsciiFloat, AsciiInt
+from ..cli.params import DEVICE, NAME, PF_DEVICE, AsciiFloat, AsciiInt
 from ..errors import InvalidInput
 from ..holders import OpenFiles
 from ..inputs import check_component
@@ -102,7 +102,7 @@ libvirt_option = click.option(
 
 
 @sriov.command("list")
-@click.argument("pf", required=False, type=DEVICE)
+@click.argument("pf", required=False, type=PF_DEVICE)
 @libvirt_option
 @json_option
 @click.pass_obj
@@ -128,7 +128,7 @@ def _report(
 
 
 @sriov.command("enable")
-@click.argument("pf", type=DEVICE)
+@click.argument("pf", type=PF_DEVICE)
 @click.option("--vfs", "count", type=AsciiInt(0, 65535), required=True, help="Number of VFs wanted.")
 @click.option(
     "--driver",
@@ -176,7 +176,7 @@ def enable(
 
 
 @sriov.command("disable")
-@click.argument("pf", type=DEVICE)
+@click.argument("pf", type=PF_DEVICE)
 @click.option("--force", is_flag=True, help="Disable even when VFs are in use.")
 @libvirt_option
 @json_option
