@@ -22,7 +22,6 @@ import mmap
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -46,17 +45,21 @@ def check_name(name: str, what: str = "name") -> str:
     return check_component(name, what)
 
 
-@dataclass
 class Host(SysfsLayout):
-    """Root-aware access to the host's files. Construct one per command; never a global."""
+    """Root-aware access to the host's files. Construct one per command; never a global.
+    (A plain class: every command creates one, and a dataclass costs start-up time to define.)"""
 
-    root: Path = field(default_factory=lambda: Path("/"))
-    kernel: KernelPort = field(default_factory=RealKernel)
-    dry_run: bool = False
-    changes: list[Change] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.root = Path(os.path.abspath(self.root))
+    def __init__(
+        self,
+        root: Path = Path("/"),
+        kernel: KernelPort | None = None,
+        dry_run: bool = False,
+        changes: list[Change] | None = None,
+    ) -> None:
+        self.kernel: KernelPort = kernel if kernel is not None else RealKernel()
+        self.dry_run = dry_run
+        self.changes: list[Change] = [] if changes is None else changes
+        self.root = Path(os.path.abspath(root))
         self._root_text = str(self.root).rstrip("/")
         self._real_root = os.path.realpath(self.root)
         self._confined = self._real_root != "/"  # with root /, every path is inside

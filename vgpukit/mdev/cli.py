@@ -15,7 +15,7 @@ from ..cli.params import MDEV_DEVICE, NAME, PARENT_DEVICE, AsciiInt, MdevCreateA
 from ..errors import InvalidInput
 from . import listing, mdevctl, sysfs
 from .args_cli import MDEVCTL, mdevctl_output, one_uuid, parent_option, report, resolve_parent, uuid_option
-from .placement import PACK, SPREAD
+from .model import PACK, SPREAD
 
 # mdevctl's define/undefine/modify/start (and the change machinery behind them) load only when used
 _CHANGE_COMMANDS = {

@@ -10,6 +10,8 @@ from typing import Any
 from ..errors import InvalidInput
 from ..holders import Holder
 
+PACK, SPREAD = "pack", "spread"  # placement strategies of 'mdev create' (mdev.placement)
+
 # Whole-string matches (re.fullmatch): a "$" anchor would let a trailing newline through.
 TYPE_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}")
 PARENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}")

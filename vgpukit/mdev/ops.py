@@ -14,8 +14,8 @@ from ..engine import Env, Step, execute
 from ..errors import Busy, Conflict, InvalidInput, NotFound, VgpukitError
 from ..host import Host
 from . import callouts, mdevctl, sysfs
-from .model import Definition, check_attr_name, check_parent_name, check_type_id, check_uuid, new_uuid
-from .placement import PACK, Slot, candidates, plan
+from .model import PACK, Definition, check_attr_name, check_parent_name, check_type_id, check_uuid, new_uuid
+from .placement import Slot, candidates, plan
 from .steps import CreateMdev, RemoveMdev, SetMdevAttr, drop_definition, put_definition
 
 log = logging.getLogger("vgpukit.mdev")

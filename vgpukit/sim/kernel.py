@@ -25,10 +25,10 @@ import importlib
 import logging
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..records import Record
 from .journal import LOG, Journal, undo
 from .state import CHANGES, KERNEL, KernelState, corrupt, locked, sim_meta_dir, stamp
 
@@ -44,15 +44,18 @@ REACTION_MODULES = (
 )
 
 
-@dataclass
 class Write:
-    """One control-file write as a reaction sees it."""
+    """One control-file write as a reaction sees it (a plain class: a command that only reads the
+    simulated host creates none, and a dataclass would cost its start-up ~1 ms to define)."""
 
-    tree: SimTree
-    load: Callable[[], KernelState]  # the kernel state, loaded (or checked current) at its first use
-    path: Path  # real path of the file inside the sim root
-    data: str  # as written (may end in a newline)
-    loaded: KernelState | None = None
+    __slots__ = ("data", "load", "loaded", "path", "tree")
+
+    def __init__(self, tree: SimTree, load: Callable[[], KernelState], path: Path, data: str) -> None:
+        self.tree = tree
+        self.load = load  # the kernel state, loaded (or checked current) at its first use
+        self.path = path  # real path of the file inside the sim root
+        self.data = data  # as written (may end in a newline)
+        self.loaded: KernelState | None = None
 
     @property
     def state(self) -> KernelState:
@@ -72,11 +75,14 @@ class Write:
         return self.path.relative_to(self.tree.root).parts
 
 
-@dataclass(frozen=True)
-class Reaction:
+class Reaction(Record):
+    __slots__ = ("name", "matches", "handle")  # noqa: RUF023 (field order)
     name: str
     matches: Callable[[Write], bool]
     handle: Callable[[Write], None]
+
+    def __init__(self, name: str, matches: Callable[[Write], bool], handle: Callable[[Write], None]) -> None:
+        self._init(name=name, matches=matches, handle=handle)
 
 
 def fail(code: int) -> OSError:

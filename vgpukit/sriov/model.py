@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import Unsupported
@@ -207,7 +207,7 @@ def _after(host: Host, before: PciDevice, seen: Mapping[str, object]) -> PciDevi
     base = f"{host.pci_device(before.bdf)}/"
     vfs = tuple(virtfns_listed(host, before.bdf, base, host.listdir(base), s.offset, s.stride))
     autoprobe = seen.get(autoprobe_key(before.bdf), s.autoprobe)  # as the sriov steps left it
-    return replace(before, sriov=replace(s, num_vfs=len(vfs), vfs=vfs, autoprobe=bool(autoprobe)))
+    return before.replace(sriov=s.replace(num_vfs=len(vfs), vfs=vfs, autoprobe=bool(autoprobe)))
 
 
 def list_pfs(host: Host, files: OpenFiles, scan: Scan) -> list[PfInfo]:
