@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 import uuid as _uuid
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import InvalidInput
 from ..holders import Holder
+from ..records import Record
 
 PACK, SPREAD = "pack", "spread"  # placement strategies of 'mdev create' (mdev.placement)
 
@@ -84,8 +84,8 @@ def check_attr_name(text: str) -> str:
     return text
 
 
-@dataclass(frozen=True)
-class MdevType:
+class MdevType(Record):
+    __slots__ = ("parent", "type_id", "name", "description", "device_api", "available")  # noqa: RUF023 (field order)
     parent: str
     type_id: str
     name: str | None
@@ -93,16 +93,37 @@ class MdevType:
     device_api: str | None
     available: int
 
+    def __init__(
+        self,
+        parent: str,
+        type_id: str,
+        name: str | None,
+        description: str | None,
+        device_api: str | None,
+        available: int,
+    ) -> None:
+        self._init(
+            parent=parent,
+            type_id=type_id,
+            name=name,
+            description=description,
+            device_api=device_api,
+            available=available,
+        )
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.as_dict()
 
 
-@dataclass(frozen=True)
-class MdevParent:
+class MdevParent(Record):
+    __slots__ = ("name", "is_pci", "numa_node", "types")  # noqa: RUF023 (field order)
     name: str  # mdev_bus name: a BDF or e.g. "mtty"
     is_pci: bool
     numa_node: int | None
     types: tuple[MdevType, ...]
+
+    def __init__(self, name: str, is_pci: bool, numa_node: int | None, types: tuple[MdevType, ...]) -> None:
+        self._init(name=name, is_pci=is_pci, numa_node=numa_node, types=types)
 
     def type(self, type_id: str) -> MdevType | None:
         return next((t for t in self.types if t.type_id == type_id), None)
@@ -116,13 +137,18 @@ class MdevParent:
         }
 
 
-@dataclass(frozen=True)
-class MdevInstance:
+class MdevInstance(Record):
+    __slots__ = ("uuid", "parent", "type_id", "iommu_group", "holders")  # noqa: RUF023 (field order)
     uuid: str
     parent: str
     type_id: str
     iommu_group: int | None
-    holders: tuple[Holder, ...] = ()
+    holders: tuple[Holder, ...]
+
+    def __init__(
+        self, uuid: str, parent: str, type_id: str, iommu_group: int | None, holders: tuple[Holder, ...] = ()
+    ) -> None:
+        self._init(uuid=uuid, parent=parent, type_id=type_id, iommu_group=iommu_group, holders=holders)
 
     @property
     def in_use(self) -> bool:
@@ -135,19 +161,24 @@ class MdevInstance:
             "type": self.type_id,
             "iommu_group": self.iommu_group,
             "in_use": self.in_use,
-            "used_by": [asdict(h) for h in self.holders],
+            "used_by": [h.as_dict() for h in self.holders],
         }
 
 
-@dataclass(frozen=True)
-class Definition:
+class Definition(Record):
     """A persistent definition in mdevctl's format (``/etc/mdevctl.d/<parent>/<uuid>``)."""
 
+    __slots__ = ("uuid", "parent", "type_id", "start", "attrs")  # noqa: RUF023 (field order)
     uuid: str
     parent: str
     type_id: str
-    start: str = "manual"  # auto | manual
-    attrs: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    start: str  # auto | manual
+    attrs: tuple[tuple[str, str], ...]
+
+    def __init__(
+        self, uuid: str, parent: str, type_id: str, start: str = "manual", attrs: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        self._init(uuid=uuid, parent=parent, type_id=type_id, start=start, attrs=attrs)
 
     @property
     def auto(self) -> bool:
