@@ -17,7 +17,6 @@ the simulator (``vgpukit.sim``) plugs in a port that plays the kernel's reaction
 from __future__ import annotations
 
 import errno
-import logging
 import mmap
 import os
 import stat
@@ -31,7 +30,12 @@ from .host_layout import SysfsLayout
 from .hostio import Change, KernelPort, ProgramResult, RealKernel, _real_path, follow_link, run_program
 from .inputs import MAX_DOC_BYTES, check_component
 
-log = logging.getLogger("vgpukit.host")
+
+def _debug(msg: str, *args: object) -> None:
+    """Debug logging, loaded when a change or a program run needs it (mdevctl's reads load no logging)."""
+    import logging
+
+    logging.getLogger("vgpukit.host").debug(msg, *args)
 
 
 T = TypeVar("T")
@@ -382,7 +386,7 @@ class Host(SysfsLayout):
         """Run the program at ``path`` (a hook script under the root, e.g. /etc/mdevctl.d/scripts.d),
         refused when it resolves outside the root; VGPUKIT_ROOT tells it which host it acts on."""
         self.check_inside(path)
-        log.debug("run %s %s", self.display(path), " ".join(args))
+        _debug("run %s %s", self.display(path), " ".join(args))
         return run_program([str(path), *args], stdin, {"VGPUKIT_ROOT": str(self.root)}, timeout)
 
     # ----------------------------------------------------------------- changes
@@ -409,10 +413,10 @@ class Host(SysfsLayout):
             )
         shown = Change(change.action, self.display(target), change.value)
         if self.dry_run:
-            log.debug("dry-run: %s", shown.describe())
+            _debug("dry-run: %s", shown.describe())
             self.changes.append(shown)
             return
-        log.debug("%s", shown.describe())
+        _debug("%s", shown.describe())
         try:
             apply()
         except OSError as exc:

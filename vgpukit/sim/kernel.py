@@ -22,7 +22,6 @@ import contextlib
 import errno
 import fcntl
 import importlib
-import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,7 +34,6 @@ from .state import CHANGES, KERNEL, KernelState, corrupt, locked, sim_meta_dir, 
 if TYPE_CHECKING:
     from .tree import SimTree
 
-log = logging.getLogger(__name__)
 
 REACTION_MODULES = (
     "vgpukit.sim.reactions_vgpu",  # first: it claims sriov_numvfs of vGPU-capable PFs before the PCI core
@@ -106,7 +104,9 @@ def recover(root: Path) -> str | None:
     if header is None:
         return None
     what = f"write {header.get('value', '?')!r} to {header.get('path', '?')}"
-    log.warning("simulated kernel: undid the interrupted %s", what)
+    import logging
+
+    logging.getLogger(__name__).warning("simulated kernel: undid the interrupted %s", what)
     return what
 
 
