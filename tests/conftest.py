@@ -43,7 +43,7 @@ def invoke(sim: Path | None, *args: str) -> Result:
     """Run the vgpukit CLI in-process, as the ``vgpukit`` command would (errors mapped to exit codes):
     ``invoke(sim_dir, "topo", "--json")``; ``sim=None`` for no ``--sim``. ``.exit_code``, ``.stdout``
     and ``.stderr`` are what the command produced."""
-    from vgpukit.cli.main import main
+    from vgpukit.cli.entry import main  # the installed command's entry point (mdevctl's fast reads too)
 
     full = (["--sim", str(sim)] if sim is not None else []) + list(args)
     return CliRunner().invoke(_Main(main), full, catch_exceptions=False)

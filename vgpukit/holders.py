@@ -9,17 +9,19 @@ needed to say which VM uses a device.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .errors import VgpukitError
 from .host import Host
+from .records import Record
 
 
-@dataclass(frozen=True)
-class Holder:
+class Holder(Record):
+    __slots__ = ("pid", "comm", "vm")  # noqa: RUF023 (field order)
     pid: int
     comm: str | None
-    vm: str | None = None  # QEMU -name (libvirt domain name) when known
+    vm: str | None  # QEMU -name (libvirt domain name) when known
+
+    def __init__(self, pid: int, comm: str | None, vm: str | None = None) -> None:
+        self._init(pid=pid, comm=comm, vm=vm)
 
     def describe(self) -> str:
         who = self.vm or self.comm or "process"

@@ -17,12 +17,10 @@ the simulator (``vgpukit.sim``) plugs in a port that plays the kernel's reaction
 from __future__ import annotations
 
 import errno
-import logging
 import mmap
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -32,7 +30,12 @@ from .host_layout import SysfsLayout
 from .hostio import Change, KernelPort, ProgramResult, RealKernel, _real_path, follow_link, run_program
 from .inputs import MAX_DOC_BYTES, check_component
 
-log = logging.getLogger("vgpukit.host")
+
+def _debug(msg: str, *args: object) -> None:
+    """Debug logging, loaded when a change or a program run needs it (mdevctl's reads load no logging)."""
+    import logging
+
+    logging.getLogger("vgpukit.host").debug(msg, *args)
 
 
 T = TypeVar("T")
@@ -46,17 +49,21 @@ def check_name(name: str, what: str = "name") -> str:
     return check_component(name, what)
 
 
-@dataclass
 class Host(SysfsLayout):
-    """Root-aware access to the host's files. Construct one per command; never a global."""
+    """Root-aware access to the host's files. Construct one per command; never a global.
+    (A plain class: every command creates one, and a dataclass costs start-up time to define.)"""
 
-    root: Path = field(default_factory=lambda: Path("/"))
-    kernel: KernelPort = field(default_factory=RealKernel)
-    dry_run: bool = False
-    changes: list[Change] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.root = Path(os.path.abspath(self.root))
+    def __init__(
+        self,
+        root: Path = Path("/"),
+        kernel: KernelPort | None = None,
+        dry_run: bool = False,
+        changes: list[Change] | None = None,
+    ) -> None:
+        self.kernel: KernelPort = kernel if kernel is not None else RealKernel()
+        self.dry_run = dry_run
+        self.changes: list[Change] = [] if changes is None else changes
+        self.root = Path(os.path.abspath(root))
         self._root_text = str(self.root).rstrip("/")
         self._real_root = os.path.realpath(self.root)
         self._confined = self._real_root != "/"  # with root /, every path is inside
@@ -379,7 +386,7 @@ class Host(SysfsLayout):
         """Run the program at ``path`` (a hook script under the root, e.g. /etc/mdevctl.d/scripts.d),
         refused when it resolves outside the root; VGPUKIT_ROOT tells it which host it acts on."""
         self.check_inside(path)
-        log.debug("run %s %s", self.display(path), " ".join(args))
+        _debug("run %s %s", self.display(path), " ".join(args))
         return run_program([str(path), *args], stdin, {"VGPUKIT_ROOT": str(self.root)}, timeout)
 
     # ----------------------------------------------------------------- changes
@@ -406,10 +413,10 @@ class Host(SysfsLayout):
             )
         shown = Change(change.action, self.display(target), change.value)
         if self.dry_run:
-            log.debug("dry-run: %s", shown.describe())
+            _debug("dry-run: %s", shown.describe())
             self.changes.append(shown)
             return
-        log.debug("%s", shown.describe())
+        _debug("%s", shown.describe())
         try:
             apply()
         except OSError as exc:

@@ -4,9 +4,14 @@ type / instance, IOMMU group and NUMA node lives (docs/sysfs-abi.md). A mixin of
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .inputs import check_component
+
+# a PCI function's address, as sysfs names it (DDDD:BB:DD.F, lower case), and its short form (BB:DD.F)
+BDF_RE = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])\Z", re.ASCII)
+SHORT_BDF_RE = re.compile(r"^([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])\Z", re.ASCII)
 
 # Attribute and link names of a PCI function in sysfs (see docs/sysfs-abi.md) and
 # of mdev parents (sysfs-bus-vfio-mdev); the directories they live in are Host methods below.

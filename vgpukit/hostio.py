@@ -7,9 +7,10 @@ import mmap
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from .records import Record
 
 
 class KernelPort(Protocol):
@@ -134,13 +135,16 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(Record):
     """One change to the host, as recorded in dry-run mode and in the change log."""
 
+    __slots__ = ("action", "path", "value")
     action: str  # write | write-file | remove | mkdir | symlink
     path: str
-    value: str | None = None
+    value: str | None
+
+    def __init__(self, action: str, path: str, value: str | None = None) -> None:
+        self._init(action=action, path=path, value=value)
 
     def describe(self) -> str:
         if self.action == "write":
@@ -150,15 +154,18 @@ class Change:
         return f"{self.action} {self.path}" + (f" -> {self.value}" if self.value else "")
 
 
-@dataclass(frozen=True)
-class ProgramResult:
+class ProgramResult(Record):
     """What a program run through the host door did: exit code (None when a signal ended it or it
     could not be started or timed out), its output (capped), and why it did not run when it did not."""
 
+    __slots__ = ("rc", "stdout", "stderr", "error")  # noqa: RUF023 (field order)
     rc: int | None
-    stdout: str = ""
-    stderr: str = ""
-    error: str = ""  # "not executable", "timed out after N s"... ("" when it ran to an exit)
+    stdout: str
+    stderr: str
+    error: str  # "not executable", "timed out after N s"... ("" when it ran to an exit)
+
+    def __init__(self, rc: int | None, stdout: str = "", stderr: str = "", error: str = "") -> None:
+        self._init(rc=rc, stdout=stdout, stderr=stderr, error=error)
 
 
 MAX_PROGRAM_OUTPUT = 1024 * 1024

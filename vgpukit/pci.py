@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from .data.pci_names import PciNames
 from .errors import InvalidInput, NotFound
 from .host import Host
 from .host_layout import (
+    BDF_RE,
     BOOT_VGA,
     CONFIG,
     DRIVER,
@@ -24,6 +24,7 @@ from .host_layout import (
     IOMMU_GROUP,
     MDEV_TYPES,
     PHYSFN,
+    SHORT_BDF_RE,
     SRIOV_AUTOPROBE,
     SRIOV_NUMVFS,
     SRIOV_OFFSET,
@@ -32,9 +33,8 @@ from .host_layout import (
     SRIOV_VF_DEVICE,
     VIRTFN,
 )
+from .records import Record
 
-BDF_RE = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])\Z", re.ASCII)
-SHORT_BDF_RE = re.compile(r"^([0-9a-f]{2}):([0-1][0-9a-f])\.([0-7])\Z", re.ASCII)
 HOST_BRIDGE_RE = re.compile(r"^pci([0-9a-f]{4}):([0-9a-f]{2})\Z", re.ASCII)
 
 
@@ -93,12 +93,21 @@ def header_type(host: Host, bdf: str) -> int | None:
     return data[HEADER_TYPE_OFFSET] & 0x7F
 
 
-@dataclass(frozen=True)
-class Link:
-    speed: str | None = None
-    width: int | None = None
-    max_speed: str | None = None
-    max_width: int | None = None
+class Link(Record):
+    __slots__ = ("speed", "width", "max_speed", "max_width")  # noqa: RUF023 (field order)
+    speed: str | None
+    width: int | None
+    max_speed: str | None
+    max_width: int | None
+
+    def __init__(
+        self,
+        speed: str | None = None,
+        width: int | None = None,
+        max_speed: str | None = None,
+        max_width: int | None = None,
+    ) -> None:
+        self._init(speed=speed, width=width, max_speed=max_speed, max_width=max_width)
 
     def describe(self) -> str:
         if not self.speed:
@@ -112,19 +121,43 @@ class Link:
         return text
 
 
-@dataclass(frozen=True)
-class Sriov:
+class Sriov(Record):
+    __slots__ = ("total_vfs", "num_vfs", "vf_device", "autoprobe", "offset", "stride", "vfs")  # noqa: RUF023
     total_vfs: int
     num_vfs: int
     vf_device: str | None
     autoprobe: bool
     offset: int | None
     stride: int | None
-    vfs: tuple[str, ...] = ()
+    vfs: tuple[str, ...]
+
+    def __init__(
+        self,
+        total_vfs: int,
+        num_vfs: int,
+        vf_device: str | None,
+        autoprobe: bool,
+        offset: int | None,
+        stride: int | None,
+        vfs: tuple[str, ...] = (),
+    ) -> None:
+        self._init(
+            total_vfs=total_vfs,
+            num_vfs=num_vfs,
+            vf_device=vf_device,
+            autoprobe=autoprobe,
+            offset=offset,
+            stride=stride,
+            vfs=vfs,
+        )
 
 
-@dataclass(frozen=True)
-class PciDevice:
+class PciDevice(Record):
+    __slots__ = (  # noqa: RUF023 (field order: the JSON documents' key order)
+        "bdf", "vendor", "device", "class_code", "kind", "name", "driver", "numa_node", "iommu_group", "link",
+        "local_cpulist", "parents", "host_bridge", "subsystem", "subsystem_name", "driver_override", "sriov",
+        "physfn", "mdev_types", "boot_vga", "extra",
+    )  # fmt: skip
     bdf: str
     vendor: str  # "10de"
     device: str  # "20b0"
@@ -138,14 +171,62 @@ class PciDevice:
     local_cpulist: str | None
     parents: tuple[str, ...]  # ancestor BDFs from the root port down (nearest last)
     host_bridge: str  # "pci0000:00"
-    subsystem: str | None = None
-    subsystem_name: str | None = None  # the board, where the PCI ID database names it
-    driver_override: str | None = None
-    sriov: Sriov | None = None
-    physfn: str | None = None
-    mdev_types: tuple[str, ...] = ()
-    boot_vga: bool = False  # the firmware's console display device (sysfs boot_vga = 1)
-    extra: dict[str, Any] = field(default_factory=dict)
+    subsystem: str | None
+    subsystem_name: str | None  # the board, where the PCI ID database names it
+    driver_override: str | None
+    sriov: Sriov | None
+    physfn: str | None
+    mdev_types: tuple[str, ...]
+    boot_vga: bool  # the firmware's console display device (sysfs boot_vga = 1)
+    extra: dict[str, Any]
+
+    def __init__(
+        self,
+        bdf: str,
+        vendor: str,
+        device: str,
+        class_code: int,
+        kind: str,
+        name: str,
+        driver: str | None,
+        numa_node: int | None,
+        iommu_group: int | None,
+        link: Link,
+        local_cpulist: str | None,
+        parents: tuple[str, ...],
+        host_bridge: str,
+        subsystem: str | None = None,
+        subsystem_name: str | None = None,
+        driver_override: str | None = None,
+        sriov: Sriov | None = None,
+        physfn: str | None = None,
+        mdev_types: tuple[str, ...] = (),
+        boot_vga: bool = False,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self._init(
+            bdf=bdf,
+            vendor=vendor,
+            device=device,
+            class_code=class_code,
+            kind=kind,
+            name=name,
+            driver=driver,
+            numa_node=numa_node,
+            iommu_group=iommu_group,
+            link=link,
+            local_cpulist=local_cpulist,
+            parents=parents,
+            host_bridge=host_bridge,
+            subsystem=subsystem,
+            subsystem_name=subsystem_name,
+            driver_override=driver_override,
+            sriov=sriov,
+            physfn=physfn,
+            mdev_types=mdev_types,
+            boot_vga=boot_vga,
+            extra={} if extra is None else extra,
+        )
 
     @property
     def ids(self) -> str:
@@ -156,7 +237,7 @@ class PciDevice:
         return self.physfn is not None
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = self.as_dict()
         d["class"] = f"0x{self.class_code:06x}"
         del d["class_code"]
         d["ids"] = self.ids

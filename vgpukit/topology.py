@@ -15,7 +15,6 @@ upstream port is a downstream port. Relationships use ``nvidia-smi topo -m`` voc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .pci import PciDevice
@@ -73,12 +72,17 @@ def relation(a: PciDevice, b: PciDevice, roles: dict[str, str]) -> str:
     return "PIX" if traversed == 1 else "PXB"
 
 
-@dataclass
 class Node:
-    device: PciDevice | None
-    label: str  # host bridge name for roots
-    role: str | None = None
-    children: list[Node] = field(default_factory=list)
+    """One node of the PCIe tree (a plain class: topo builds it on every run, and a dataclass costs
+    start-up time to define)."""
+
+    __slots__ = ("children", "device", "label", "role")
+
+    def __init__(self, device: PciDevice | None, label: str, role: str | None = None) -> None:
+        self.device = device
+        self.label = label  # host bridge name for roots
+        self.role = role
+        self.children: list[Node] = []
 
     def to_dict(self, aliases: dict[str, str]) -> dict[str, Any]:
         if self.device is None:

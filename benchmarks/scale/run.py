@@ -309,10 +309,9 @@ def report(results: list[dict], before: list[dict] | None) -> None:
             checks += [("sriov enable 256 vfio: syscalls outside the simulator", r["syscalls"] - r["sim"], 20000)]
         if r["case"] == "topo" and r["n"] == 1024:
             checks += [("topo on the 1024-VF host: seconds", r["wall"], 0.15)]
-        if r["case"] == "startup" and bare and not r["n"].startswith("python") and r["n"] != "vgpukit --version":
-            checks += [(f"{r['n']} over python -c pass: ms", (r["wall"] - bare["wall"]) * 1e3, 40.0)]
-            if floor:  # vgpukit's own share, over the libraries every command imports (docs/decisions.md)
-                checks += [(f"{r['n']} over click + stdlib used: ms", (r["wall"] - floor["wall"]) * 1e3, 40.0)]
+        # the start-up goal (docs/decisions.md, "Start-up"; benchmarks/cli/run.py measures every profile)
+        if r["case"] == "startup" and click and not r["n"].startswith("python") and r["n"] != "vgpukit --version":
+            checks += [(f"{r['n']} over import click: ms", (r["wall"] - click["wall"]) * 1e3, 60.0)]
     if bare and click:
         print(f"importing click alone costs {(click['wall'] - bare['wall']) * 1e3:.1f} ms over python -c pass")
     if bare and floor:

@@ -97,3 +97,86 @@ def test_units_run_the_installed_entry_point(tmp_path: Path) -> None:
     assert execs["vgpukit-qos.service"].startswith(f"ExecStart={os.path.abspath(sys.executable)} -m vgpukit qos ")
     r = _run("--root", str(tmp_path / "b"), "units", "install", "--exec", "/opt/my vgpukit")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "absolute path" in r.stderr
+
+
+def _variables_read() -> set[str]:
+    """Every environment variable the code reads: os.environ/getenv with a literal or a module constant,
+    click's envvar= (walking the whole command tree), and the --root/--sim variables (context._given)."""
+    import re
+
+    import click
+
+    from vgpukit.cli.main import cli
+
+    found: set[str] = set()
+    for path in (ROOT / "vgpukit").rglob("*.py"):
+        text = path.read_text()
+        consts = dict(re.findall(r'^([A-Z_]+) = "([A-Z_][A-Z0-9_]*)"$', text, re.M))
+        consts.update(re.findall(r'^([A-Z_]+), [A-Z_]+ = "([A-Z_0-9]+)", "[A-Z_0-9]+"$', text, re.M))
+        consts.update(re.findall(r'^[A-Z_]+, ([A-Z_]+) = "[A-Z_0-9]+", "([A-Z_0-9]+)"$', text, re.M))
+        for arg in re.findall(r"(?:environ\.get|getenv|environ\[)\(?\s*([\"']?[A-Za-z_][A-Za-z0-9_]*)", text):
+            if arg[0] in "\"'":
+                found.add(arg[1:])
+            elif arg in consts:
+                found.add(consts[arg])
+        found.update(re.findall(r'_given\([^)]*"([A-Z_]+)"\)', text))
+        found.update(re.findall(r'envvar="([A-Z_][A-Z0-9_]*)"', text))
+
+    def walk(cmd: click.Command, ctx: click.Context) -> None:
+        for p in cmd.params:
+            if isinstance(p, click.Option) and p.envvar:
+                found.update([p.envvar] if isinstance(p.envvar, str) else p.envvar)
+        if isinstance(cmd, click.Group):
+            for name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, name)
+                if sub is not None:
+                    walk(sub, click.Context(sub, info_name=name, parent=ctx))
+
+    walk(cli, cli.make_context("vgpukit", [], resilient_parsing=True))  # with its settings (-h): click caches them
+    found.discard("env")  # the parameter of context._given, whose callers are counted above
+    return found
+
+
+def test_man_page_environment_lists_every_variable_read() -> None:
+    from vgpukit.cli.manpage import ENVIRONMENT
+
+    documented = {name.strip() for names in ENVIRONMENT for name in names.split(",")}
+    read = _variables_read()
+    assert {"VGPUKIT_ROOT", "VGPUKIT_SIM", "VGPUKIT_WAIT", "MIG_PARTED_CONFIG_FILE", "NODE_NAME"} <= read
+    assert read - documented == set(), "add these to vgpukit/cli/manpage.py ENVIRONMENT"
+    assert documented - read - {"_VGPUKIT_COMPLETE"} == set(), "documented but never read"
+    page = (ROOT / "docs" / "man" / "vgpukit.1").read_text()
+    assert ".SH EXAMPLES" in page and ".SH SEE ALSO" in page and "VGPUKIT_SIM_CRASH_AT_WRITE" in page
+
+
+def test_completion_knows_pfs_parents_types_uuids_profiles(tmp_path: Path) -> None:
+    """Each argument completes what it takes, read from the host named earlier on the line (--sim) or
+    by VGPUKIT_SIM; nothing when there is no such host."""
+    from tests.conftest import invoke, make_sim
+
+    hgx = make_sim(tmp_path / "hgx")
+    assert _complete("vgpukit sriov enable ", hgx) == [
+        "nic0", "nic1", "nic2", "nic3", "0000:05:00.0", "0000:25:00.0", "0000:85:00.0", "0000:a5:00.0"
+    ]  # fmt: skip  # SR-IOV capable PFs only: no GPU, no NVMe, no VF
+    profiles = ["1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb", "1g.5gb+me", "1g.10gb"]
+    assert _complete("vgpukit partition gpu0 --mig ", hgx) == profiles
+    assert _complete("vgpukit partition gpu0 --mig 3g.20gb,1g.1", hgx) == ["3g.20gb,1g.10gb"]
+    t4 = make_sim(tmp_path / "t4", "t4-mdev")
+    nowhere = tmp_path / "nothing"
+    assert _complete(f"vgpukit --sim {t4} mdev create ", nowhere) == ["0000:3b:00.0", "0000:d8:00.0"]
+    types = _complete(f"vgpukit --sim {t4} mdev create 0000:3b:00.0 ", nowhere)
+    assert types[:2] == ["nvidia-222", "nvidia-223"] and len(types) == 10
+    assert _complete("vgpukit mdev create gpu1 nvidia-23", t4) == ["nvidia-230", "nvidia-231", "nvidia-232",
+                                                                   "nvidia-233", "nvidia-234"]  # fmt: skip
+    r = invoke(t4, "--json", "mdev", "create", "0000:3b:00.0", "nvidia-222")
+    assert r.exit_code == 0, r.stderr
+    uid = r.stdout.split('"uuid": "', 1)[1][:36]
+    assert _complete("vgpukit mdev remove ", t4) == [uid]
+    assert _complete("vgpukit mdev stop ", t4) == [uid]
+    assert _complete("vgpukit sim init x --profile ", nowhere) == [
+        "h100-vgpu", "hgx-a100", "mixed-a100-t4", "qemu-guest", "t4-mdev"
+    ]  # fmt: skip
+    assert _complete("vgpukit sim init x --profile q", nowhere) == ["qemu-guest"]
+    assert (
+        _complete("vgpukit mdev create ", nowhere) == [] and _complete("vgpukit partition gpu0 --mig ", nowhere) == []
+    )

@@ -21,6 +21,7 @@ ALLOWED = {
     "vgpukit.errors",
     "vgpukit.host",
     "vgpukit.inputs",
+    "vgpukit.records",  # the immutable record base class (no facts, no rules)
     "vgpukit.nvml",
     "vgpukit.nvml.model",  # the facade's records (GiProfile, NvmlGpu, ...)
     "vgpukit.nvml.errors",

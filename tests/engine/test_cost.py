@@ -9,8 +9,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import sim_host
 from vgpukit.engine import Env
@@ -24,11 +24,12 @@ from vgpukit.sim.state import KernelState, sim_meta_dir
 from .helpers import fresh
 
 
-@dataclass
 class CountingHost(Host):
     """A host that counts whole-file reads (a subclass of the door, not a patch of open)."""
 
-    reads: int = 0
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reads = 0
 
     def read_raw_opt(self, path: Path | str) -> str | None:
         self.reads += 1

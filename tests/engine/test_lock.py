@@ -24,7 +24,10 @@ def test_timeout_exits_4_naming_the_holder(tmp_path: Path) -> None:
     finally:
         os.close(fd)
     assert r.returncode == 4, r.stderr
-    assert r.stderr.count("\n") == 1 and r.stderr.startswith("vgpukit: error: ")
+    # the notice at once, then the one error line
+    notice, error = r.stderr.splitlines()
+    assert notice == f"vgpukit: waiting for pid {os.getpid()} (vgpukit partition gpu0 --mig 3g.20gb), up to 0.5 s"
+    assert error.startswith("vgpukit: error: ")
     assert f"pid {os.getpid()}" in r.stderr and "partition gpu0" in r.stderr and "--wait" in r.stderr
     assert waited >= 0.5
     # nothing was changed

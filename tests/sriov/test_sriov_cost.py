@@ -9,8 +9,8 @@ VF's links: at most 3 reads.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.sriov.test_sriov_sim import NIC0
 from vgpukit.engine import Env, execute
@@ -23,15 +23,16 @@ from vgpukit.sriov.model import SriovSeen, read_pf
 from vgpukit.sriov.steps import BindDriver
 
 
-@dataclass
 class CountingHost(Host):
     """The host door, counting what it reads per path (a subclass of the door, not a patch of open)."""
 
-    reads: Counter[str] = field(default_factory=Counter)
-    links: Counter[str] = field(default_factory=Counter)
-    rereads: list[str] = field(default_factory=list)
-    written: set[str] = field(default_factory=set)
-    vfs: set[str] = field(default_factory=set)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reads: Counter[str] = Counter()
+        self.links: Counter[str] = Counter()
+        self.rereads: list[str] = []
+        self.written: set[str] = set()
+        self.vfs: set[str] = set()
 
     def _note(self, path: Path | str) -> None:
         shown = self.display(path)

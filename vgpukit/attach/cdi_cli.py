@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..cli.context import App
-from ..cli.main import dry_run_option, json_option, mutating
+from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, json_doc, print_json, say, table
 from ..errors import InvalidInput
 from ..inputs import check_text
@@ -20,7 +20,7 @@ CLASS_OPTION = click.option(
 )
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def cdi() -> None:
     """Container Device Interface specs (podman/docker/containerd --device vgpukit.io/<class>=<name>)."""
 
@@ -52,8 +52,8 @@ def _warn(warnings: list[str]) -> None:
 @click.option(
     "--output",
     "-o",
-    metavar="PATH",
-    help="Absolute path on the host (default <dir>/vgpukit.yaml, dir from 'cdi enable', else /etc/cdi); one "
+    metavar="FILE",
+    help="Absolute path on the host (default: <dir>/vgpukit.yaml, dir from 'cdi enable', else /etc/cdi); one "
     "file per class is written as <stem>-<class><suffix>, e.g. /etc/cdi/vgpukit-vf.yaml. '-' prints them.",
 )
 @CLASS_OPTION
@@ -110,11 +110,11 @@ def _execute(app: App, steps: list[Any]) -> list[str]:
     help="Spec directory on the host: /etc/cdi (static) or /var/run/cdi (dynamic, wins in the engines).",
 )
 @CLASS_OPTION
-@click.option("--hook", metavar="PATH", help="nvidia-cdi-hook the GPU specs run (default /usr/bin/nvidia-cdi-hook).")
+@click.option("--hook", metavar="FILE", help="nvidia-cdi-hook the GPU specs run (default: /usr/bin/nvidia-cdi-hook).")
 @click.option(
     "--cuda-library",
-    metavar="PATH",
-    help="libvgpukit-cuda.so for gpu-share (default /usr/lib/vgpukit/libvgpukit-cuda.so).",
+    metavar="FILE",
+    help="libvgpukit-cuda.so for gpu-share (default: /usr/lib/vgpukit/libvgpukit-cuda.so).",
 )
 @json_option
 @dry_run_option

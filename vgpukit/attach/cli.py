@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..cli.context import App
-from ..cli.main import dry_run_option, json_option, mutating
+from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say
 from ..cli.params import NAME, VM_DEVICE, AsciiInt, Size
 from ..libvirt.connection import DEFAULT_URI
@@ -21,6 +21,7 @@ connect_option = click.option(
     "--connect",
     "-c",
     "uri",
+    metavar="URI",
     default=DEFAULT_URI,
     show_default=True,
     envvar="VGPUKIT_LIBVIRT_URI",
@@ -38,14 +39,14 @@ def _warn(lines: list[str]) -> None:
         sys.stderr.write(f"vgpukit: warning: {line}\n")
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def render() -> None:
     """Render libvirt XML for devices and VMs (prints it; changes nothing)."""
 
 
 @render.command("hostdev")
 @click.argument("device", type=VM_DEVICE)
-@click.option("--mac", help="MAC address for a NIC VF (<interface type='hostdev'>).")
+@click.option("--mac", metavar="MAC", help="MAC address for a NIC VF (<interface type='hostdev'>).")
 @click.option("--vlan", type=AsciiInt(0, 4094), help="VLAN tag for a NIC VF.")
 @click.option("--managed/--unmanaged", default=None, help="Override managed='yes|no' (default: no for vGPU VFs).")
 @json_option
@@ -77,7 +78,13 @@ def render_hostdev(app: App, device: str, mac: str | None, vlan: int | None, man
 @click.option(
     "--device", "devices", multiple=True, metavar="DEVICE", help="A device to pass through (repeat).", type=NAME
 )
-@click.option("--firmware", type=click.Choice(["auto", "efi", "bios"]), default="auto", show_default=True)
+@click.option(
+    "--firmware",
+    type=click.Choice(["auto", "efi", "bios"]),
+    default="auto",
+    show_default=True,
+    help="UEFI (efi), SeaBIOS (bios), or efi when a device needs it (auto).",
+)
 @click.option("--hugepages", is_flag=True, help="Back guest memory with hugepages.")
 @click.option("--no-pin", is_flag=True, help="Do not pin vCPUs (still place them on the devices' NUMA node).")
 @json_option
@@ -128,7 +135,7 @@ def _print(xml: str) -> None:
 @click.argument("devices", nargs=-1, required=True, type=VM_DEVICE)
 @click.option("--live", is_flag=True, help="Change the running VM.")
 @click.option("--config", is_flag=True, help="Change the persistent definition.")
-@click.option("--mac", help="MAC address when attaching one NIC VF.", type=NAME)
+@click.option("--mac", metavar="MAC", help="MAC address when attaching one NIC VF.", type=NAME)
 @click.option("--vlan", type=AsciiInt(0, 4094), help="VLAN tag when attaching one NIC VF.")
 @connect_option
 @json_option

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from .. import naming
 from ..errors import InvalidInput, NotFound, Unsupported
 from ..host import Host
-from ..host_layout import DRIVER, IOMMU_GROUP, MDEV_TYPE
+from ..host_layout import BDF_RE, DRIVER, IOMMU_GROUP, MDEV_TYPE
 from ..libvirt.domain import Device, HostdevInterface, MdevHostdev, PciAddress, PciHostdev
 from ..naming import NvmlSource
-from ..pci import BDF_RE, Scan, read_device
+from ..pci import Scan, read_device
 
 
 @dataclass(frozen=True)

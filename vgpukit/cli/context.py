@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,21 +17,34 @@ if TYPE_CHECKING:
 SIM_MARKER = ".vgpukit-sim"
 
 
-@dataclass
 class App:
-    """Per-invocation context: where the host is, how to print, whether to act."""
+    """Per-invocation context: where the host is, how to print, whether to act. (A plain class: every
+    command creates one, and a dataclass costs start-up time to define.)"""
 
-    root: Path | None = None
-    sim_dir: Path | None = None
-    json: bool = False
-    dry_run: bool = False
-    debug: bool = False
-    wait: float = 30.0  # seconds a mutating command waits for the host lock (--wait / VGPUKIT_WAIT)
-    command: str = ""  # the command line, recorded in the host lock and the journal
-    _env: Env | None = field(default=None, repr=False)
-    _host: Host | None = field(default=None, repr=False)
-    _nvml: Any = field(default=None, repr=False)
-    _nvml_loaded: bool = field(default=False, repr=False)
+    def __init__(
+        self,
+        root: Path | None = None,
+        sim_dir: Path | None = None,
+        json: bool = False,
+        dry_run: bool = False,
+        debug: bool = False,
+        wait: float = 30.0,
+        command: str = "",
+    ) -> None:
+        self.root = root
+        self.sim_dir = sim_dir
+        self.json = json
+        self.dry_run = dry_run
+        self.debug = debug
+        self.wait = wait  # seconds a mutating command waits for the host lock (--wait / VGPUKIT_WAIT)
+        self.command = command  # the command line, recorded in the host lock and the journal
+        self._env: Env | None = None
+        self._host: Host | None = None
+        self._nvml: Any = None
+        self._nvml_loaded = False
+
+    def __repr__(self) -> str:
+        return f"App(root={self.root!r}, sim_dir={self.sim_dir!r}, json={self.json}, dry_run={self.dry_run})"
 
     @classmethod
     def from_env(cls, root: str | None, sim: str | None, **kw: Any) -> App:
@@ -65,8 +77,10 @@ class App:
         """What the change engine acts on: this command's host, NVML (opened on demand), lock settings."""
         if self._env is None:
             from ..engine import Env
+            from .progress import progress_for
 
             self._env = Env(self.host, lambda: self.nvml, command=self.command, wait=self.wait)
+            self._env.progress = progress_for(self.json)
         return self._env
 
     @property

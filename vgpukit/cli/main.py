@@ -107,14 +107,14 @@ class LazyGroup(click.Group):
             if text or (cmd is not None and not cmd.hidden):
                 shown.append((name, text or cmd))  # type: ignore[arg-type]
         if shown:
-            limit = formatter.width - 6 - max(len(name) for name, _ in shown)  # as click's own listing
-            rows = [(n, t if isinstance(t, str) else t.get_short_help_str(limit)) for n, t in shown]
+            # a command's first sentence whole (wrapped), never cut with "..." (short_help where it is long)
+            rows = [(n, t if isinstance(t, str) else t.get_short_help_str(10**4)) for n, t in shown]
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--root", metavar="DIR", help="Host root directory (default /; env VGPUKIT_ROOT).")
+@click.option("--root", metavar="DIR", help="Host root directory (default: /; env VGPUKIT_ROOT).")
 @click.option("--sim", "sim", metavar="DIR", help="Act on the simulated host in DIR (env VGPUKIT_SIM).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (also accepted after the command).")
 @click.option("--dry-run", is_flag=True, help="Show the plan, change nothing (mutating commands).")

@@ -1,7 +1,9 @@
 """Generate ``vgpukit(1)`` from the commands' own help (roff, man(7) macros).
 
-``python -m vgpukit.cli.manpage > docs/man/vgpukit.1``; a test keeps the shipped page current.
-Install: ``install -m 644 docs/man/vgpukit.1 /usr/local/share/man/man1/``.
+``python -m vgpukit.cli.manpage > docs/man/vgpukit.1``; a test keeps the shipped page current, and
+another that :data:`ENVIRONMENT` names every variable the program reads. The wheel installs the page
+as ``share/man/man1/vgpukit.1`` (pyproject's ``shared-data``); from a checkout:
+``install -m 644 docs/man/vgpukit.1 /usr/local/share/man/man1/``.
 """
 
 from __future__ import annotations
@@ -9,6 +11,52 @@ from __future__ import annotations
 import sys
 
 import click
+
+# Every environment variable vgpukit reads, and what for (tests/core/test_cli_extras.py compares this with
+# the code: a variable read without an entry here fails).
+ENVIRONMENT: dict[str, str] = {
+    "VGPUKIT_ROOT": "host root directory (as --root; an empty value is refused)",
+    "VGPUKIT_SIM": "simulated host directory (as --sim; an empty value is refused)",
+    "VGPUKIT_WAIT": "seconds a mutating command waits for the host lock (as --wait; default 30)",
+    "VGPUKIT_LIBVIRT_URI": "libvirt connection URI (as --connect of attach, detach, render; --libvirt of sriov)",
+    "VGPUKIT_HOST_FILE": "host config document of apply, diff, assert (as --file)",
+    "VGPUKIT_HOST_CONFIG": "config name in the host config document (as --config)",
+    "VGPUKIT_MIG_CONFIG_FILE, MIG_PARTED_CONFIG_FILE": "mig-parted config file of mig apply, assert, service (as -f)",
+    "VGPUKIT_MIG_SELECTED_CONFIG, MIG_PARTED_SELECTED_CONFIG": "config name of mig apply, assert, service (as -c)",
+    "VGPUKIT_MIG_MODE_CHANGE_ONLY, MIG_PARTED_MODE_CHANGE_ONLY": "change or check only the MIG mode (as --mode-only)",
+    "VGPUKIT_MIG_HOOKS_FILE, MIG_PARTED_HOOKS_FILE": "mig-parted hooks file of mig apply and service (as -k)",
+    "VGPUKIT_MIG_SKIP_RESET, MIG_PARTED_SKIP_RESET": "mig apply resets no GPU (as --skip-reset)",
+    "VGPUKIT_MIG_STRICT": "mig apply, assert, service refuse what mig-parted accepts silently (as --strict)",
+    "VGPUKIT_STRICT": "apply, diff, assert refuse what mig-parted accepts silently in mig-configs (as --strict)",
+    "MIG_PARTED_CONFIG_LABEL": "config name written by mig export (as -l)",
+    "NODE_NAME": "this node's name for the Kubernetes node agent (as --node)",
+    "NOTIFY_SOCKET, WATCHDOG_USEC": "set by systemd: the QoS daemon reports readiness and keeps the watchdog fed",
+    "VGPUKIT_SIM_CRASH_AT_WRITE": "testing: a command on a sim host kills itself before its Nth control-file write",
+    "VGPUKIT_SIM_CRASH_AT_NVML_CALL": "testing: the simulated NVIDIA driver kills the command before its Nth change",
+    "_VGPUKIT_COMPLETE": "set by the completion script of vgpukit completion",
+}
+
+EXAMPLES = [
+    ("List the PCI devices and their capabilities", "vgpukit devices"),
+    (
+        "Try everything on a simulated host first",
+        "vgpukit sim init /tmp/h --profile hgx-a100\nvgpukit --sim /tmp/h topo",
+    ),
+    ("Create 8 VFs on a NIC and hand them to vfio-pci", "vgpukit sriov enable nic0 --vfs 8 --driver vfio-pci"),
+    (
+        "Carve a GPU into MIG slices, showing the plan first",
+        "vgpukit --dry-run partition gpu0 --mig 3g.20gb --mig 1g.5gb=2\n"
+        "vgpukit partition gpu0 --mig 3g.20gb --mig 1g.5gb=2",
+    ),
+    (
+        "Create two mediated devices of a type and keep them across reboots",
+        "vgpukit mdev create 0000:3b:00.0 nvidia-222 --count 2 --define",
+    ),
+    ("Use vgpukit where scripts call mdevctl", 'mdevctl() { vgpukit mdev --mdevctl "$@"; }'),
+    ("Make the host match a declarative config, as a script would", "vgpukit --json apply -f host.yaml"),
+    ("Install shell completion for bash", "vgpukit completion bash > /etc/bash_completion.d/vgpukit"),
+]
+SEE_ALSO = ("mdevctl(8)", "lsmdev(8)", "nvidia-smi(1)", "virsh(1)", "lspci(8)", "systemd.unit(5)")
 
 
 def _esc(text: str) -> str:
@@ -69,14 +117,16 @@ def render() -> str:
         "0 success (also: nothing to do); 1 failed; 2 bad input or usage; 3 not found;",
         "4 busy, conflicting, no capacity, or the host lock is held; 5 unsupported.",
         ".SH ENVIRONMENT",
-        ".TP\nVGPUKIT_ROOT\nhost root (as \\-\\-root)",
-        ".TP\nVGPUKIT_SIM\nsimulated host directory (as \\-\\-sim)",
-        ".TP\nVGPUKIT_WAIT\nseconds to wait for the host lock (as \\-\\-wait)",
+        *(f".TP\n{_esc(name)}\n{_esc(what)}" for name, what in ENVIRONMENT.items()),
         ".SH FILES",
         ".TP\n/run/vgpukit/lock, /run/vgpukit/journal\nthe host lock and the intent journal",
         ".TP\n/run/vgpukit/bind/\noriginal drivers of devices vgpukit moved",
         ".TP\n/etc/mdevctl.d/\npersistent mdev definitions (mdevctl's format)",
         ".TP\n/etc/vgpukit/\nconfiguration (qos.yaml, template overrides)",
+        ".SH EXAMPLES",
+        *(f".PP\n{_esc(what)}:\n.PP\n.nf\n.RS\n{_esc(cmd)}\n.RE\n.fi" for what, cmd in EXAMPLES),
+        ".SH SEE ALSO",
+        ",\n".join("\\fB{}\\fR({}".format(*_esc(ref).split("(")) for ref in SEE_ALSO),
     ]
     return "\n".join(out) + "\n"
 

@@ -9,9 +9,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import click
 
 from ..errors import InvalidInput
+from ..host_layout import MDEV_TYPES
 from ..inputs import check_range, check_text, parse_float, parse_int, parse_size
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ..host import Host
+
     _Base = click.ParamType[Any]
 else:
     _Base = click.ParamType  # generic only in newer click
@@ -26,6 +31,9 @@ class AsciiInt(_Base):
     less, as ``sriov disable`` for no VFs)."""
 
     name = "integer"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return "N"  # the metavar style (CONTRIBUTING.md): what the value is, never click's type name
 
     def __init__(self, lo: int | None = None, hi: int | None = None, below: str = "") -> None:
         self.lo, self.hi, self.below = lo, hi, below
@@ -96,7 +104,7 @@ class DeviceName(Name):
     ``nvmeN``, PCI addresses, mdev parents, mdev UUIDs -- whichever ``kinds`` the argument takes."""
 
     def __init__(self, *kinds: str) -> None:
-        self.kinds = frozenset(kinds)  # "pci" | "gpu" | "parent" | "mdev"
+        self.kinds = frozenset(kinds)  # "pci" | "pf" | "gpu" | "parent" | "mdev"
 
     def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
         from click.shell_completion import CompletionItem
@@ -115,20 +123,32 @@ class DeviceName(Name):
         return out
 
 
-def host_names(ctx: click.Context, kinds: frozenset[str]) -> list[str]:
-    """The names of the host (``--root``/``--sim`` or their environment variables), read-only."""
+def completion_host(ctx: click.Context) -> tuple[Host, Path | None]:
+    """The host a completion reads (``--root``/``--sim`` given earlier on the line, or their environment
+    variables) through the host door, read-only, and the simulated host's directory if it is one."""
     from pathlib import Path
 
     from ..host import Host
-    from ..naming import aliases
-    from ..pci import Scan
     from .context import App
 
     top = ctx.find_root().params
     app = App.from_env(top.get("root"), top.get("sim"))
-    host = Host(app.sim_dir or app.root or Path("/"))  # reads only: no simulated kernel is opened
+    return Host(app.sim_dir or app.root or Path("/")), app.sim_dir  # reads only: no simulated kernel is opened
+
+
+def host_names(ctx: click.Context, kinds: frozenset[str]) -> list[str]:
+    """The names of the host (``--root``/``--sim`` or their environment variables), read-only."""
+    from ..naming import aliases
+    from ..pci import Scan
+
+    host, _ = completion_host(ctx)
     scan = Scan(host)
     names: list[str] = []
+    if "pf" in kinds:  # SR-IOV capable physical functions
+        pfs = {d.bdf for d in scan.devices() if d.sriov is not None and d.sriov.total_vfs > 0}
+        named = aliases(scan)
+        names += sorted((a for b, a in named.items() if b in pfs), key=lambda a: (a.rstrip("0123456789"), len(a), a))
+        names += sorted(pfs)
     if kinds & {"pci", "gpu"}:
         named = aliases(scan)
         gpus = "pci" not in kinds
@@ -142,7 +162,83 @@ def host_names(ctx: click.Context, kinds: frozenset[str]) -> list[str]:
     return names
 
 
+def _offer(names: list[str], incomplete: str, prefix: str = "") -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(prefix + n) for n in names if n.startswith(incomplete)]
+
+
+class MdevCreateArgs(Name):
+    """``mdev create [PARENT] [TYPE]``: the host's mdev parents, then that parent's types."""
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        given = list(ctx.params.get(param.name or "") or ())
+        try:
+            if not given:
+                return _offer(host_names(ctx, frozenset({"parent"})), incomplete)
+            if len(given) == 1:
+                return _offer(parent_types(ctx, given[0]), incomplete)
+        except Exception:  # completion is silent
+            pass
+        return []
+
+
+def parent_types(ctx: click.Context, name: str) -> list[str]:
+    """The types of the mdev parent ``name`` (its mdev_bus name, a device name or a PCI address)."""
+    from .. import naming
+
+    host, _ = completion_host(ctx)
+    t = naming.resolve(host, name, frozenset({naming.PARENT}))
+    assert t.parent is not None
+    return host.listdir(host.mdev_parent(t.parent, MDEV_TYPES))
+
+
+class MigProfiles(Name):
+    """``--mig 3g.20gb,1g.5gb=2``: completes the last profile of the list with the GPU's profiles."""
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        head, _, last = incomplete.rpartition(",")
+        try:
+            # the GPU argument; while this option's value is incomplete click leaves it unparsed in ctx.args
+            gpu = ctx.params.get("gpu") or next(iter(ctx.args), "")
+            names = gpu_profiles(ctx, str(gpu))
+        except Exception:  # completion is silent
+            return []
+        return _offer(names, last, head + "," if head else "")
+
+
+def gpu_profiles(ctx: click.Context, gpu: str) -> list[str]:
+    """The MIG profile names of the GPU the command line names (through NVML, simulated on a sim host)."""
+    from .. import naming
+    from ..nvml import open_nvml
+
+    host, sim_dir = completion_host(ctx)
+    nvml = open_nvml(sim_dir)
+    if nvml is None or not gpu:
+        return []
+    try:
+        t = naming.resolve(host, gpu, frozenset({naming.GPU}), nvml=nvml)
+        assert t.nvml_index is not None
+        return [p.name for p in nvml.gi_profiles(t.nvml_index)]
+    finally:
+        nvml.close()
+
+
+class SimProfile(Name):
+    """``sim init --profile``: the built-in profile names (or a YAML file)."""
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        from click.shell_completion import CompletionItem
+
+        from ..sim.build import builtin_profiles
+
+        names = _offer(sorted(builtin_profiles()), incomplete)
+        return names or [CompletionItem(incomplete, type="file")]
+
+
 DEVICE = DeviceName("pci")  # a PCI function
+PF_DEVICE = DeviceName("pf")  # an SR-IOV capable physical function
+MDEV_DEVICE = DeviceName("mdev")  # an mdev instance's UUID
 GPU_DEVICE = DeviceName("gpu")  # a GPU
 PARENT_DEVICE = DeviceName("parent")  # an mdev parent
 VM_DEVICE = DeviceName("pci", "mdev")  # what goes to a VM: a PCI function or an mdev

@@ -9,12 +9,12 @@ import click
 from ..errors import InvalidInput, NotFound
 from ..words import plural
 from .context import App, check_sim_dir
-from .main import json_option
+from .main import LazyGroup, json_option
 from .output import emit, say, table
-from .params import NAME, VM_DEVICE, AsciiInt
+from .params import NAME, VM_DEVICE, AsciiInt, SimProfile
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def sim() -> None:
     """Simulated hosts: a fake sysfs tree whose kernel reacts to writes, plus a simulated NVML.
 
@@ -42,8 +42,16 @@ def profiles(app: App) -> None:
 
 
 @sim.command("init")
-@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--profile", "profile", default="hgx-a100", show_default=True, help="Built-in profile or a YAML path.")
+@click.argument("directory", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--profile",
+    "profile",
+    metavar="PROFILE",
+    type=SimProfile(),
+    default="hgx-a100",
+    show_default=True,
+    help="Built-in profile or a YAML path.",
+)
 @click.option("--force", is_flag=True, help="Replace an existing simulated host in DIRECTORY.")
 @click.option(
     "--char-devices",

@@ -16,7 +16,7 @@ import click
 from ..entrypoint import entry_point
 from ..errors import InvalidInput, NotFound
 from .context import App
-from .main import dry_run_option, json_option, mutating
+from .main import LazyGroup, dry_run_option, json_option, mutating
 from .output import emit, emit_result, say
 
 MARKER = "@VGPUKIT@"
@@ -59,7 +59,7 @@ def render(template: Path, command: str) -> str:
     return template.read_text().replace(MARKER, command)
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def units() -> None:
     """systemd units and udev rules that run this vgpukit (mdev restore, QoS daemon)."""
 
@@ -82,7 +82,7 @@ def list_units(app: App) -> None:
 
 @units.command()
 @click.argument("names", nargs=-1, metavar="[NAME...]")
-@click.option("--exec", "command", metavar="PATH", help="The vgpukit the units run (default: this one).")
+@click.option("--exec", "command", metavar="FILE", help="The vgpukit the units run (default: this one).")
 @json_option
 @dry_run_option
 @click.pass_obj

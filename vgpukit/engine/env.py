@@ -10,6 +10,7 @@ from ..host import Host
 
 if TYPE_CHECKING:
     from ..nvml import Nvml
+    from .progress import Progress
 
 
 @dataclass
@@ -29,6 +30,8 @@ class Env:
     recovering: bool = field(default=False, repr=False)  # replaying an interrupted command's journal
     # Connections a command already has open (e.g. "libvirt:<uri>"), for its steps to use.
     handles: dict[str, object] = field(default_factory=dict, repr=False)
+    # Told about lock waits and each step as it runs (a front end's progress line); None: silent.
+    progress: Progress | None = field(default=None, repr=False)
 
     @property
     def nvml(self) -> Nvml | None:

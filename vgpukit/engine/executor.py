@@ -30,7 +30,7 @@ def session(env: Env) -> Iterator[list[str]]:
         finally:
             env.locked -= 1
         return
-    with host_lock(env.host, env.command, env.wait):
+    with host_lock(env.host, env.command, env.wait, env.progress):
         env.locked = 1
         try:
             yield recover(env)
@@ -90,14 +90,18 @@ def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[st
             step.verify(env)
             done.append(step.describe())
             changed += step.stage != BEFORE
+            if env.progress is not None and len(done) <= len(steps):
+                env.progress.advance(done[-1])
 
+        if env.progress is not None:
+            env.progress.begin("applying", len(steps))
         try:
             for i, step in enumerate(steps):
                 run(step, steps[i + 1 :])
             for step in derived_steps(env) if derived else []:
                 run(step, ())
         except VgpukitError as exc:
-            _, failures = _undo(env, undo)
+            _, failures = _undo(env, undo, "rolling back")
             book.close()
             n = changed
             note = f"rolled back the {plural(n, 'step')} done" if n else "nothing was changed"
@@ -113,9 +117,12 @@ def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[st
             ) from exc
         except BaseException:
             # KeyboardInterrupt / SystemExit: put back now, as a crash would be on the next command
-            _undo(env, undo)
+            _undo(env, undo, "rolling back")
             book.close()
             raise
+        finally:
+            if env.progress is not None:
+                env.progress.end()
         book.close()
         for step in after:  # committed: what runs now cannot undo it (a failure is only said)
             try:
@@ -150,8 +157,10 @@ def refresh(env: Env) -> list[str]:
         return execute(env, derived_steps(env), derived=False)
 
 
-def _undo(env: Env, undo: list[Step]) -> tuple[int, list[str]]:
+def _undo(env: Env, undo: list[Step], what: str) -> tuple[int, list[str]]:
     count, failures = 0, []
+    if env.progress is not None and undo:
+        env.progress.begin(what, len(undo))
     for inv in reversed(undo):
         env.seen.clear()  # each inverse reads the state it puts back
         try:
@@ -160,6 +169,10 @@ def _undo(env: Env, undo: list[Step]) -> tuple[int, list[str]]:
         except VgpukitError as exc:  # keep undoing the rest; say what stays behind
             log.warning("undo failed: %s: %s", inv.describe(), exc)
             failures.append(f"{inv.describe()}: {exc}")
+        if env.progress is not None:
+            env.progress.advance(inv.describe())
+    if env.progress is not None and undo:
+        env.progress.end()
     env.seen.clear()
     return count, failures
 
@@ -179,7 +192,7 @@ def recover(env: Env) -> list[str]:
     lines = [f"recovering an interrupted change by {who} ({found.command or 'unknown command'})"]
     env.recovering = True
     try:
-        _, failures = _undo(env, steps)
+        _, failures = _undo(env, steps, "recovering")
     finally:
         env.recovering = False
     if failures:

@@ -14,11 +14,16 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from ..errors import Busy, from_oserror
 from ..host import Host
 
+if TYPE_CHECKING:
+    from .progress import Progress
+
 POLL = 0.05
+NAME_WAIT = 0.5  # how long a waiter waits for a holder that just locked to write its name
 
 
 def lock_path(host: Host) -> str:
@@ -36,7 +41,8 @@ def holder(host: Host) -> str:
 
 
 @contextmanager
-def host_lock(host: Host, command: str, wait: float) -> Iterator[None]:
+def host_lock(host: Host, command: str, wait: float, progress: Progress | None = None) -> Iterator[None]:
+    """Hold the host lock; wait up to ``wait`` seconds for it, telling ``progress`` at once who holds it."""
     path = host.state_dir("lock")
     host.mkdir(path.parent)
     host.resolve(path.parent)  # refuse a run/vgpukit that leads outside the root
@@ -46,7 +52,9 @@ def host_lock(host: Host, command: str, wait: float) -> Iterator[None]:
     except OSError as exc:
         raise from_oserror(exc, path=shown, action="opening the host lock") from exc
     try:
-        deadline = time.monotonic() + max(wait, 0.0)
+        start = time.monotonic()
+        deadline = start + max(wait, 0.0)
+        told = progress is None or wait <= 0
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -61,6 +69,11 @@ def host_lock(host: Host, command: str, wait: float) -> Iterator[None]:
                     path=shown,
                     hint=f"waited {wait:g} s; wait longer with --wait SECONDS",
                 )
+            if not told:  # at once, or as soon as the holder has written its name (it writes it right after locking)
+                who = holder(host)
+                if who or time.monotonic() - start >= NAME_WAIT:
+                    progress.waiting(who or "another process", wait)  # type: ignore[union-attr]
+                    told = True
             time.sleep(POLL)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n{command}\n".encode(errors="replace"), 0)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..cli.context import App
-from ..cli.main import json_option
+from ..cli.main import LazyGroup, json_option
 from ..cli.output import emit, say, table
 from ..cli.params import NAME, AsciiFloat, AsciiInt
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .inventory import Options, Poller
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def k8s() -> None:
     """Kubernetes: device plugin (kubelet API v1beta1, CDI), NFD node labels, config agent."""
 
@@ -182,7 +182,11 @@ def labels_cmd(app: App, write: bool) -> None:
     required=True,
     help="The fleet file (mounted from a ConfigMap) with the named configs.",
 )
-@click.option("--kubeconfig", metavar="PATH", help="Default: in-cluster service account, else ~/.kube/config.")
+@click.option(
+    "--kubeconfig",
+    metavar="FILE",
+    help="kubeconfig file (default: the in-cluster service account, else ~/.kube/config).",
+)
 @click.option(
     "--apply-command",
     metavar="CMD",

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from ..errors import InvalidInput
-from ..pci import BDF_RE, parse_bdf
+from ..host_layout import BDF_RE
+from ..pci import parse_bdf
 from .xmlbuilder import INT, ONOFF, STR, YESNO, XMLBuilder, XMLChildProperty, XMLProperty, parse_c_uint
 
 MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")

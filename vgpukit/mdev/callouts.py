@@ -29,7 +29,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import VgpukitError
 from ..host import Host
@@ -37,6 +37,9 @@ from ..hostio import ProgramResult
 from ..inputs import load_json
 from .mdevctl import parse_attrs
 from .model import Definition
+
+if TYPE_CHECKING:
+    pass
 
 log = logging.getLogger("vgpukit.mdev")
 

@@ -11,7 +11,7 @@ from .. import __version__
 from ..cli.context import App
 from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
 from ..cli.output import emit, say, table
-from ..cli.params import NAME, PARENT_DEVICE, AsciiInt
+from ..cli.params import MDEV_DEVICE, NAME, PARENT_DEVICE, AsciiInt, MdevCreateArgs
 from ..errors import InvalidInput
 from . import listing, mdevctl, sysfs
 from .args_cli import (
@@ -24,7 +24,7 @@ from .args_cli import (
     resolve_parent,
     uuid_option,
 )
-from .placement import PACK, SPREAD
+from .model import PACK, SPREAD
 
 # mdevctl's define/undefine/modify/start (and the change machinery behind them) load only when used
 _CHANGE_COMMANDS = {
@@ -115,7 +115,6 @@ def list_cmd(
         found = listing.entries(host, defined, uuid_opt, parent)
         click.echo(listing.list_json(found, uuid_opt) if dumpjson else listing.list_text(found, defined, verbose))
         return
-    from .domains import lookup
     from .model import check_uuid
 
     want = check_uuid(uuid_opt) if uuid_opt else None
@@ -124,7 +123,12 @@ def list_cmd(
         return want in (None, uid) and parent in (None, par)
 
     insts = [i for i in sysfs.instances(host) if wanted(i.uuid, i.parent)]
-    assigned, used_uri = lookup(uri) if uri != "none" and not app.is_sim else ({}, None)
+    assigned: dict[str, list[dict[str, Any]]] = {}
+    used_uri: str | None = None
+    if uri != "none" and not app.is_sim:
+        from .domains import lookup  # libvirt's modules load only when it is asked
+
+        assigned, used_uri = lookup(uri)
     all_defs, bad = mdevctl.read_all(host)
     defs = [d for d in all_defs if wanted(d.uuid, d.parent)]
     by_uuid = {d.uuid: d for d in defs}
@@ -183,7 +187,7 @@ def _domains(doms: list[dict[str, Any]]) -> list[str]:
 
 
 @mdev.command("create")
-@click.argument("args", nargs=-1, metavar="[PARENT] [TYPE]", type=NAME)
+@click.argument("args", nargs=-1, metavar="[PARENT] [TYPE]", type=MdevCreateArgs())
 @click.option("--type", "type_opt", metavar="TYPE", type=NAME, help="Type id (e.g. mtty-2, nvidia-232).")
 @click.option("--uuid", "uid", metavar="UUID", type=NAME, help="UUID of the instance (only with --count 1).")
 @click.option("--count", type=AsciiInt(1, 1024), default=1, show_default=True, help="How many instances.")
@@ -247,7 +251,7 @@ def create_cmd(
 
 
 @mdev.command("remove")
-@click.argument("uuids", nargs=-1, required=True, metavar="UUID...", type=NAME)
+@click.argument("uuids", nargs=-1, required=True, metavar="UUID...", type=MDEV_DEVICE)
 @json_option
 @dry_run_option
 @click.pass_obj
@@ -261,7 +265,7 @@ def remove_cmd(app: App, uuids: tuple[str, ...]) -> None:
 
 
 @mdev.command("stop")
-@click.argument("uid", required=False, metavar="[UUID]", type=NAME)
+@click.argument("uid", required=False, metavar="[UUID]", type=MDEV_DEVICE)
 @uuid_option("The instance to stop (mdevctl's -u).")
 @force_option
 @json_option

@@ -17,19 +17,22 @@ The rules taken from mdevctl (docs/mdev.md has the table):
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from ..host import Host
-from . import callouts, mdevctl, sysfs
+from ..records import Record
+from . import mdevctl, sysfs
 from .model import Definition, MdevParent, check_uuid
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(Record):
+    __slots__ = ("device", "active", "defined")  # noqa: RUF023 (field order)
     device: Definition
     active: bool
     defined: bool
+
+    def __init__(self, device: Definition, active: bool, defined: bool) -> None:
+        self._init(device=device, active=active, defined=defined)
 
 
 def entries(host: Host, defined: bool, uid: str | None = None, parent: str | None = None) -> list[Entry]:
@@ -52,6 +55,8 @@ def entries(host: Host, defined: bool, uid: str | None = None, parent: str | Non
             if own is not None:  # as mdevctl: the definition's type, start mode and attributes
                 found.append(Entry(own, True, True))
                 continue
+            from . import callouts  # only for an active device without a definition
+
             bare = Definition(i.uuid, i.parent, i.type_id)
             attrs = callouts.get_attributes(host, bare, strict=False) or []
             found.append(Entry(Definition(i.uuid, i.parent, i.type_id, attrs=tuple(attrs)), True, False))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-import uuid as _uuid
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import InvalidInput
 from ..holders import Holder
+from ..records import Record
+
+PACK, SPREAD = "pack", "spread"  # placement strategies of 'mdev create' (mdev.placement)
 
 # Whole-string matches (re.fullmatch): a "$" anchor would let a trailing newline through.
 TYPE_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}")
@@ -39,25 +40,24 @@ KERNEL_ENTRIES = frozenset(
     }
 )
 START_MODES = ("auto", "manual")
+_UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z", re.ASCII | re.IGNORECASE)
 
 
 def check_uuid(text: str) -> str:
     """The canonical lower-case form of an mdev UUID (36 chars); InvalidInput otherwise."""
     t = text.strip()
-    try:
-        canon = str(_uuid.UUID(t))
-    except ValueError:
-        canon = ""
-    if len(t) != 36 or canon != t.lower():
+    if not _UUID_RE.match(t):  # the 8-4-4-4-12 hex form only (what uuid.UUID's canonical form is)
         raise InvalidInput(
             f"invalid mdev UUID {text!r}: expected 36 characters like 83b8f4f2-509f-382f-3c1e-e6bfe0fa1001",
             value=text,
         )
-    return canon
+    return t.lower()
 
 
 def new_uuid() -> str:
-    return str(_uuid.uuid4())
+    import uuid  # only to make one: a listing does not load it
+
+    return str(uuid.uuid4())
 
 
 def check_type_id(text: str) -> str:
@@ -82,8 +82,8 @@ def check_attr_name(text: str) -> str:
     return text
 
 
-@dataclass(frozen=True)
-class MdevType:
+class MdevType(Record):
+    __slots__ = ("parent", "type_id", "name", "description", "device_api", "available")  # noqa: RUF023 (field order)
     parent: str
     type_id: str
     name: str | None
@@ -91,16 +91,37 @@ class MdevType:
     device_api: str | None
     available: int
 
+    def __init__(
+        self,
+        parent: str,
+        type_id: str,
+        name: str | None,
+        description: str | None,
+        device_api: str | None,
+        available: int,
+    ) -> None:
+        self._init(
+            parent=parent,
+            type_id=type_id,
+            name=name,
+            description=description,
+            device_api=device_api,
+            available=available,
+        )
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.as_dict()
 
 
-@dataclass(frozen=True)
-class MdevParent:
+class MdevParent(Record):
+    __slots__ = ("name", "is_pci", "numa_node", "types")  # noqa: RUF023 (field order)
     name: str  # mdev_bus name: a BDF or e.g. "mtty"
     is_pci: bool
     numa_node: int | None
     types: tuple[MdevType, ...]
+
+    def __init__(self, name: str, is_pci: bool, numa_node: int | None, types: tuple[MdevType, ...]) -> None:
+        self._init(name=name, is_pci=is_pci, numa_node=numa_node, types=types)
 
     def type(self, type_id: str) -> MdevType | None:
         return next((t for t in self.types if t.type_id == type_id), None)
@@ -114,13 +135,18 @@ class MdevParent:
         }
 
 
-@dataclass(frozen=True)
-class MdevInstance:
+class MdevInstance(Record):
+    __slots__ = ("uuid", "parent", "type_id", "iommu_group", "holders")  # noqa: RUF023 (field order)
     uuid: str
     parent: str
     type_id: str
     iommu_group: int | None
-    holders: tuple[Holder, ...] = ()
+    holders: tuple[Holder, ...]
+
+    def __init__(
+        self, uuid: str, parent: str, type_id: str, iommu_group: int | None, holders: tuple[Holder, ...] = ()
+    ) -> None:
+        self._init(uuid=uuid, parent=parent, type_id=type_id, iommu_group=iommu_group, holders=holders)
 
     @property
     def in_use(self) -> bool:
@@ -133,19 +159,24 @@ class MdevInstance:
             "type": self.type_id,
             "iommu_group": self.iommu_group,
             "in_use": self.in_use,
-            "used_by": [asdict(h) for h in self.holders],
+            "used_by": [h.as_dict() for h in self.holders],
         }
 
 
-@dataclass(frozen=True)
-class Definition:
+class Definition(Record):
     """A persistent definition in mdevctl's format (``/etc/mdevctl.d/<parent>/<uuid>``)."""
 
+    __slots__ = ("uuid", "parent", "type_id", "start", "attrs")  # noqa: RUF023 (field order)
     uuid: str
     parent: str
     type_id: str
-    start: str = "manual"  # auto | manual
-    attrs: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    start: str  # auto | manual
+    attrs: tuple[tuple[str, str], ...]
+
+    def __init__(
+        self, uuid: str, parent: str, type_id: str, start: str = "manual", attrs: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        self._init(uuid=uuid, parent=parent, type_id=type_id, start=start, attrs=attrs)
 
     @property
     def auto(self) -> bool:
@@ -164,16 +195,19 @@ class Definition:
         }
 
 
-_UUID_SPACE = _uuid.UUID("6f1c5a0e-7d2b-4c1e-9a53-0b8f2d4e6a71")  # vgpukit's, for planned mdev UUIDs
+_UUID_SPACE = "6f1c5a0e-7d2b-4c1e-9a53-0b8f2d4e6a71"  # vgpukit's namespace for planned mdev UUIDs
 
 
 def planned_uuids(parents: list[str], type_id: str, n: int, taken: set[str]) -> list[str]:
     """``n`` UUIDs for new mdevs of ``type_id`` on ``parents``, derived from them (the k-th one of that
     type there, skipping UUIDs in use), so ``diff`` shows the ones ``apply`` then creates."""
+    import uuid  # planning only: the listings load no uuid module
+
+    space = uuid.UUID(_UUID_SPACE)
     out: list[str] = []
     k = 0
     while len(out) < n:
-        u = str(_uuid.uuid5(_UUID_SPACE, f"{','.join(sorted(parents))}/{type_id}/{k}"))
+        u = str(uuid.uuid5(space, f"{','.join(sorted(parents))}/{type_id}/{k}"))
         if u not in taken:
             out.append(u)
         k += 1

@@ -15,8 +15,7 @@ from ..engine.files import PutFile
 from ..errors import InvalidInput, NotFound, VgpukitError
 from ..host import Host
 from . import callouts, mdevctl, planner
-from .model import Definition, check_uuid, new_uuid
-from .placement import PACK
+from .model import PACK, Definition, check_uuid, new_uuid
 from .steps import RemoveMdev
 
 log = logging.getLogger("vgpukit.mdev")

@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import NoCapacity, NotFound
-from .model import MdevParent
-
-PACK, SPREAD = "pack", "spread"
+from .model import PACK, SPREAD, MdevParent
 
 
 @dataclass(frozen=True)

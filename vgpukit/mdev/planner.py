@@ -18,6 +18,7 @@ from ..host import Host
 from ..naming import unknown
 from . import callouts, mdevctl, sysfs
 from .model import (
+    PACK,
     Definition,
     MdevInstance,
     MdevParent,
@@ -28,7 +29,7 @@ from .model import (
     new_uuid,
     planned_uuids,
 )
-from .placement import PACK, candidates, plan
+from .placement import candidates, plan
 from .steps import CreateMdev, RemoveMdev, SetMdevAttr, callout_steps, drop_definition, put_definition
 
 Wants = dict[str, tuple[int, tuple[str, ...]]]  # type -> (count, pinned UUIDs)

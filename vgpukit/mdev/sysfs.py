@@ -12,8 +12,7 @@ import os
 from ..errors import Busy, Conflict, InvalidInput, NoCapacity, NotFound, VgpukitError
 from ..holders import group_holders
 from ..host import Host
-from ..host_layout import IOMMU_GROUP, MDEV_TYPE, MDEV_TYPES
-from ..pci import BDF_RE
+from ..host_layout import BDF_RE, IOMMU_GROUP, MDEV_TYPE, MDEV_TYPES
 from .model import MdevInstance, MdevParent, MdevType, check_attr_name, check_uuid
 
 

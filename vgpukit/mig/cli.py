@@ -7,12 +7,11 @@ import click
 from ..cli.context import App
 from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
 from ..cli.output import emit, fail_after_emit, say
-from ..cli.params import GPU_DEVICE, AsciiInt
+from ..cli.params import GPU_DEVICE, AsciiInt, MigProfiles
 from ..errors import Busy, InvalidInput, Unsupported
 from ..pci import Scan
 from . import view
 from .common_cli import aliases, label_of, named, nvml_of, resolve_gpu, run_plans
-from .steps import SetMode
 from .view_cli import show_profiles, show_status
 
 # the mig-parted commands (and the YAML, hooks and config code behind them) load only when used
@@ -62,6 +61,7 @@ def profiles(app: App, gpu: str) -> None:
     "mig_specs",
     multiple=True,
     required=True,
+    type=MigProfiles(),
     metavar="PROFILE[=N][,...]",
     help="GPU instances wanted, e.g. 3g.20gb,1g.5gb=2 (repeatable).",
 )
@@ -75,8 +75,8 @@ def profiles(app: App, gpu: str) -> None:
 @click.option(
     "--reset/--no-reset",
     default=None,
-    help="Reset the GPU when the MIG mode change needs it (Ampere). Default: reset only when NVML shows no "
-    "process on the GPU, like nvidia-smi -mig 1; --no-reset refuses instead.",
+    help="Reset the GPU when the MIG mode change needs it (Ampere; default: only when NVML shows no "
+    "process on the GPU, like nvidia-smi -mig 1); --no-reset refuses instead.",
 )
 @click.option("--replace", is_flag=True, help="Also destroy idle GPU instances the request does not list.")
 @json_option
@@ -146,8 +146,8 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
 @click.option(
     "--reset/--no-reset",
     default=None,
-    help="Reset the GPU so the change applies now (Ampere). Default: reset when no process holds the GPU, "
-    "else leave the change pending until the next reset; --no-reset always leaves it pending.",
+    help="Reset the GPU so the change applies now (Ampere; default: when no process holds the GPU, "
+    "else the change stays pending until the next reset); --no-reset always leaves it pending.",
 )
 @json_option
 @dry_run_option
@@ -156,6 +156,7 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
 def disable(app: App, gpu: str, reset: bool | None) -> None:
     """Turn MIG mode off (the GPU must have no GPU instances left)."""
     from . import layout  # the planner loads with the commands that plan (status does not)
+    from .steps import SetMode
 
     nvml = nvml_of(app)
     scan = Scan(app.host)

@@ -7,21 +7,20 @@ from typing import TYPE_CHECKING, Any
 from .. import naming
 from ..cli.context import App
 from ..cli.output import emit_result
-from ..engine import execute
 from ..errors import VgpukitError
 from ..nvml import Nvml, NvmlGpu
 from ..pci import Scan
-from . import steps, view
-from .steps import CreateGi
+from . import view
 from .view_cli import show_status
 
 if TYPE_CHECKING:
-    from . import layout
+    from . import layout, steps
 
 
 def nvml_of(app: App) -> Nvml:
-    """The command's NVML facade (the one its engine steps use); Unsupported where there is none."""
-    return steps.nvml_of(app.env)
+    """The command's NVML facade (the one its engine steps use); Unsupported where there is none.
+    Read from the command's context, not its engine env: a read loads none of the change machinery."""
+    return view.require(app.nvml)
 
 
 def resolve_gpu(app: App, name: str, scan: Scan) -> NvmlGpu:
@@ -54,6 +53,8 @@ def run_plans(
     app: App, kind: str, plans: list[layout.GpuPlan], extra: dict[str, Any] | None = None, *, scan: Scan
 ) -> None:
     """Apply (unless dry run) and report; show the resulting MIG devices of the GPUs touched."""
+    from ..engine import execute
+
     todo = [s for p in plans for s in p.steps]
     if not app.dry_run and todo:
         execute(app.env, todo)
@@ -70,6 +71,8 @@ def report_plans(
     scan: Scan,
 ) -> None:
     """Report steps done (or planned, on a dry run): the steps, the placements, the GPUs touched."""
+    from .steps import CreateGi
+
     nvml = nvml_of(app)
     gpus = {p.gpu.index: p.gpu for p in plans}
     now = nvml.gpus()  # once: their MIG mode as it is after the change

@@ -124,7 +124,7 @@ def _host_warnings(app: App, source: str, chosen: str, entries: list[config.Entr
 @click.option(
     "--reset/--no-reset",
     default=None,
-    help="Reset GPUs whose MIG mode change needs it (Ampere). Default: only GPUs with no process on them; "
+    help="Reset GPUs whose MIG mode change needs it (Ampere; default: only GPUs with no process on them); "
     "--no-reset refuses instead.",
 )
 @json_option
@@ -273,7 +273,15 @@ def assert_cmd(
     help="Config name to write.",
     type=NAME,
 )
-@click.option("-o", "--output-format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@click.option(
+    "-o",
+    "--output-format",
+    "fmt",
+    type=click.Choice(["yaml", "json"]),
+    default="yaml",
+    show_default=True,
+    help="Write the config as YAML or JSON.",
+)
 @json_option
 @click.pass_obj
 def export_cmd(app: App, name: str, fmt: str) -> None:
@@ -290,7 +298,14 @@ def export_cmd(app: App, name: str, fmt: str) -> None:
 @click.command("service")
 @file_option
 @config_option
-@click.option("-k", "--hooks-file", "hooks_path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "-k",
+    "--hooks-file",
+    "hooks_path",
+    metavar="FILE",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="mig-parted hooks file the unit passes to mig apply.",
+)
 @click.option("--install", is_flag=True, help=f"Write {service.UNIT} (and nvidia-gpu-reset.target when missing).")
 @strict_option
 @json_option

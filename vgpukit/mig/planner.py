@@ -18,26 +18,32 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ..errors import InvalidInput, NoCapacity
 from ..nvml import GiProfile
+from ..records import Record
 
 
-@dataclass(frozen=True)
-class Occupant:
+class Occupant(Record):
     """A GPU instance that stays where it is."""
 
+    __slots__ = ("profile_id", "start", "size", "label")  # noqa: RUF023 (field order)
     profile_id: int
     start: int
     size: int
     label: str  # "GI 3 (2g.10gb)"
 
+    def __init__(self, profile_id: int, start: int, size: int, label: str) -> None:
+        self._init(profile_id=profile_id, start=start, size=size, label=label)
 
-@dataclass(frozen=True)
-class Placement:
+
+class Placement(Record):
+    __slots__ = ("profile", "start")
     profile: GiProfile
     start: int
+
+    def __init__(self, profile: GiProfile, start: int) -> None:
+        self._init(profile=profile, start=start)
 
     @property
     def slots(self) -> range:
@@ -52,11 +58,13 @@ def _mask(start: int, size: int) -> int:
     return ((1 << size) - 1) << start
 
 
-@dataclass
 class _State:
-    used: int
-    counts: Counter[int]
-    media: int
+    __slots__ = ("counts", "media", "used")
+
+    def __init__(self, used: int, counts: Counter[int], media: int) -> None:
+        self.used = used
+        self.counts = counts
+        self.media = media
 
 
 def _can_place(p: GiProfile, start: int, st: _State) -> bool:

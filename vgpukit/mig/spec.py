@@ -9,23 +9,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from ..data import load_yaml
 from ..errors import InvalidInput
 from ..inputs import parse_int
 from ..nvml import GiProfile
+from ..records import Record
 
 ITEM_RE = re.compile(r"^\s*(?P<name>[^=\s]+)\s*(?:=\s*(?P<count>\S+))?\s*\Z", re.ASCII)
 MAX_COUNT = 64  # MIG devices of one profile on one GPU: 7 GIs x 7 CIs at most
 CI_RE = re.compile(r"^(?P<c>[0-9]+)c\.(?P<gi>.+)\Z", re.ASCII)
 
 
-@dataclass(frozen=True)
-class WantGi:
+class WantGi(Record):
+    __slots__ = ("profile", "cis", "strict")  # noqa: RUF023 (field order)
     profile: GiProfile
     cis: tuple[int, ...]  # compute-instance slice counts, largest first
-    strict: bool = True  # an existing GI matches only with exactly these CIs (else: any CIs of its own)
+    strict: bool  # an existing GI matches only with exactly these CIs (else: any CIs of its own)
+
+    def __init__(self, profile: GiProfile, cis: tuple[int, ...], strict: bool = True) -> None:
+        self._init(profile=profile, cis=cis, strict=strict)
 
     @property
     def default_cis(self) -> bool:

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..engine import Env, Step, step_kind
-from ..errors import Conflict, NotFound, Unsupported, VerifyFailed
+from ..errors import Conflict, NotFound, VerifyFailed
 from ..nvml import ComputeInstance, GpuInstance, Nvml
 from ..words import slots
 from .spec import ci_enum
+from .view import require
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,7 @@ class MigStep(Step):
 
 
 def nvml_of(env: Env) -> Nvml:
-    nvml = env.nvml
-    if nvml is None:
-        raise Unsupported("no NVIDIA driver here: NVML is not available", hint="install the driver, or use --sim DIR")
-    return nvml
+    return require(env.nvml)
 
 
 # ----------------------------------------------------------------------------- live lookups

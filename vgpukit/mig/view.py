@@ -94,3 +94,10 @@ def profiles_doc(nvml: Nvml, gpu: NvmlGpu) -> dict[str, Any]:
 
 def _ci_names(p: GiProfile) -> list[str]:
     return [p.name if c == p.slices else f"{c}c.{p.name}" for c in sorted(ci_allowed(p))]
+
+
+def require(nvml: Nvml | None) -> Nvml:
+    """The NVML facade, or Unsupported where there is none (no driver loaded)."""
+    if nvml is None:
+        raise Unsupported("no NVIDIA driver here: NVML is not available", hint="install the driver, or use --sim DIR")
+    return nvml

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..records import Record
 
-@dataclass(frozen=True)
-class NvmlGpu:
+
+class NvmlGpu(Record):
+    __slots__ = ("bdf", "index", "mig_capable", "mig_current", "mig_pending", "name", "pci_device_id", "uuid")
     index: int
     bdf: str  # canonical lower-case DDDD:BB:DD.F
     uuid: str  # GPU-...
@@ -15,35 +16,63 @@ class NvmlGpu:
     mig_capable: bool
     mig_current: bool  # current MIG mode
     mig_pending: bool  # pending MIG mode (as NVML reports it: equals current when no change is pending)
-    pci_device_id: int | None = None  # (device << 16) | vendor, as NVML's pciDeviceId (0x20B010DE)
+    pci_device_id: int | None  # (device << 16) | vendor, as NVML's pciDeviceId (0x20B010DE)
+
+    def __init__(
+        self,
+        index: int,
+        bdf: str,
+        uuid: str,
+        name: str,
+        mig_capable: bool,
+        mig_current: bool,
+        mig_pending: bool,
+        pci_device_id: int | None = None,
+    ) -> None:
+        self._init(
+            index=index,
+            bdf=bdf,
+            uuid=uuid,
+            name=name,
+            mig_capable=mig_capable,
+            mig_current=mig_current,
+            mig_pending=mig_pending,
+            pci_device_id=pci_device_id,
+        )
 
     @property
     def mode_change_pending(self) -> bool:
         return self.mig_current != self.mig_pending
 
 
-@dataclass(frozen=True)
-class NvLink:
+class NvLink(Record):
     """One active NVLink of a GPU, as NVML reports it (nvmlDeviceGetNvLinkState = enabled,
     nvmlDeviceGetNvLinkRemotePciInfo_v2, nvmlDeviceGetNvLinkRemoteDeviceType)."""
 
+    __slots__ = ("link", "remote_bdf", "remote_type")
     link: int  # the link's number on its GPU
     remote_bdf: str  # canonical lower-case DDDD:BB:DD.F of the other end (a GPU or an NVSwitch)
     remote_type: str  # "gpu" | "switch" | "ibmnpu" | "unknown"
 
+    def __init__(self, link: int, remote_bdf: str, remote_type: str) -> None:
+        self._init(link=link, remote_bdf=remote_bdf, remote_type=remote_type)
 
-@dataclass(frozen=True)
-class GpuLinks:
+
+class GpuLinks(Record):
     """What ``nvidia-smi topo -m`` asks NVML about one GPU."""
 
+    __slots__ = ("numa_id", "nvlinks")
     nvlinks: tuple[NvLink, ...]  # active links in link order; () for a GPU without NVLink
     numa_id: int | None  # NUMA node of the GPU's own memory (nvmlDeviceGetNumaNodeId); None: none
 
+    def __init__(self, nvlinks: tuple[NvLink, ...], numa_id: int | None) -> None:
+        self._init(nvlinks=nvlinks, numa_id=numa_id)
 
-@dataclass(frozen=True)
-class GiProfile:
+
+class GiProfile(Record):
     """A GPU-instance profile as the device reports it (nvmlGpuInstanceProfileInfo_v2 + placements)."""
 
+    __slots__ = ("enum", "id", "max_count", "media", "memory_mib", "name", "size", "slices", "sms", "starts")
     id: int  # device profile id (create/placement calls take this)
     enum: int  # NVML_GPU_INSTANCE_PROFILE_* it was queried with
     name: str  # "3g.20gb"
@@ -53,11 +82,37 @@ class GiProfile:
     sms: int
     max_count: int
     starts: tuple[int, ...]  # possible placement starts
-    media: bool = False  # "+me": uses the GPU's single media-engine set
+    media: bool  # "+me": uses the GPU's single media-engine set
+
+    def __init__(
+        self,
+        id: int,
+        enum: int,
+        name: str,
+        slices: int,
+        size: int,
+        memory_mib: int,
+        sms: int,
+        max_count: int,
+        starts: tuple[int, ...],
+        media: bool = False,
+    ) -> None:
+        self._init(
+            id=id,
+            enum=enum,
+            name=name,
+            slices=slices,
+            size=size,
+            memory_mib=memory_mib,
+            sms=sms,
+            max_count=max_count,
+            starts=starts,
+            media=media,
+        )
 
 
-@dataclass(frozen=True)
-class CiProfile:
+class CiProfile(Record):
+    __slots__ = ("enum", "full", "max_count", "name", "slices", "starts")
     enum: int  # NVML_COMPUTE_INSTANCE_PROFILE_* (also the nvidia-smi CI profile id)
     name: str  # "1c.3g.20gb" ("3g.20gb" for the full-size one)
     slices: int
@@ -65,9 +120,12 @@ class CiProfile:
     starts: tuple[int, ...]
     full: bool  # the default compute instance of its GPU instance (uses all compute slices)
 
+    def __init__(self, enum: int, name: str, slices: int, max_count: int, starts: tuple[int, ...], full: bool) -> None:
+        self._init(enum=enum, name=name, slices=slices, max_count=max_count, starts=starts, full=full)
 
-@dataclass(frozen=True)
-class ComputeInstance:
+
+class ComputeInstance(Record):
+    __slots__ = ("gi_id", "id", "profile", "slices", "start", "uuid")
     id: int
     gi_id: int
     profile: int  # CI profile enum
@@ -75,24 +133,40 @@ class ComputeInstance:
     start: int
     uuid: str  # MIG-...
 
+    def __init__(self, id: int, gi_id: int, profile: int, slices: int, start: int, uuid: str) -> None:
+        self._init(id=id, gi_id=gi_id, profile=profile, slices=slices, start=start, uuid=uuid)
 
-@dataclass(frozen=True)
-class GpuInstance:
+
+class GpuInstance(Record):
+    __slots__ = ("compute_instances", "id", "profile_id", "size", "start")
     id: int
     profile_id: int
     start: int
     size: int
-    compute_instances: tuple[ComputeInstance, ...] = field(default_factory=tuple)
+    compute_instances: tuple[ComputeInstance, ...]
+
+    def __init__(
+        self,
+        id: int,
+        profile_id: int,
+        start: int,
+        size: int,
+        compute_instances: tuple[ComputeInstance, ...] = (),
+    ) -> None:
+        self._init(id=id, profile_id=profile_id, start=start, size=size, compute_instances=compute_instances)
 
 
-@dataclass(frozen=True)
-class NvmlProcess:
+class NvmlProcess(Record):
     """A process or client holding a GPU (gi_id/ci_id set when it runs inside a MIG device)."""
 
+    __slots__ = ("ci_id", "gi_id", "name", "pid")
     pid: int
     name: str
-    gi_id: int | None = None
-    ci_id: int | None = None
+    gi_id: int | None
+    ci_id: int | None
+
+    def __init__(self, pid: int, name: str, gi_id: int | None = None, ci_id: int | None = None) -> None:
+        self._init(pid=pid, name=name, gi_id=gi_id, ci_id=ci_id)
 
     def describe(self) -> str:
         where = f" in GI {self.gi_id}" if self.gi_id is not None else ""

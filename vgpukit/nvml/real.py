@@ -13,7 +13,6 @@ import logging
 import shutil
 import subprocess
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any, TypeVar
 
 from ..errors import HostIOError, Unsupported
@@ -313,7 +312,7 @@ class RealNvml:
                 )
             )
         most = max((c.slices for c in out), default=0)
-        return [replace(c, full=c.slices == most) for c in out]
+        return [c.replace(full=c.slices == most) for c in out]
 
     def create_compute_instance(self, gpu: int, gi_id: int, profile: int, start: int | None = None) -> ComputeInstance:
         n, gi = self.n, self._gi(gpu, gi_id)

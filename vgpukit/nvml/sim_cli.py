@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from ..cli.context import App
-from ..cli.main import json_option
+from ..cli.main import LazyGroup, json_option
 from ..cli.output import emit, say, table
 from ..cli.params import NAME, AsciiInt
 from ..errors import InvalidInput
@@ -25,14 +25,20 @@ def _dir(app: App) -> Path:
     return app.sim_dir
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def fault() -> None:
     """Injected NVML failures of the simulated driver (each fires once)."""
 
 
 @fault.command("add")
 @click.argument("call", type=click.Choice(simdrv.FAULT_CALLS))
-@click.option("--error", default="UNKNOWN", show_default=True, type=click.Choice(sorted(CODES_BY_NAME)))
+@click.option(
+    "--error",
+    default="UNKNOWN",
+    show_default=True,
+    type=click.Choice(sorted(CODES_BY_NAME)),
+    help="The NVML error the call returns.",
+)
 @click.option(
     "--nth", default=1, show_default=True, type=AsciiInt(1, 1000000), help="Fail the nth matching call from now."
 )
@@ -49,6 +55,7 @@ def fault_add(app: App, call: str, error: str, nth: int, gpu: int | None) -> Non
 @json_option
 @click.pass_obj
 def fault_list(app: App) -> None:
+    """List the injected faults: call, error, nth, calls seen, GPU."""
     faults = simdrv.list_faults(_dir(app))
     rows = [[f["call"], f["error"], f["nth"], f.get("seen", 0), f.get("gpu")] for f in faults]
     emit(app, "sim-faults", {"faults": faults}, lambda: table(None, ["CALL", "ERROR", "NTH", "SEEN", "GPU"], rows))
@@ -57,10 +64,11 @@ def fault_list(app: App) -> None:
 @fault.command("clear")
 @click.pass_obj
 def fault_clear(app: App) -> None:
+    """Remove every injected fault."""
     simdrv.clear_faults(_dir(app))
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def client() -> None:
     """Simulated processes holding a GPU or a MIG device (they block resets and destroys)."""
 
@@ -82,4 +90,5 @@ def client_add(app: App, gpu: int, name: str, gi: int | None, ci: int | None) ->
 @click.argument("pid", type=AsciiInt(1, 4194304))
 @click.pass_obj
 def client_remove(app: App, pid: int) -> None:
+    """Stop the simulated client PID."""
     simdrv.remove_client(_dir(app), pid)

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from ..data import load_yaml
 from ..errors import NotFound
+from ..records import Record
 from .model import CiProfile, GiProfile
 
 
-@dataclass(frozen=True)
-class MigModel:
+class MigModel(Record):
+    __slots__ = (  # noqa: RUF023 (field order)
+        "key", "arch", "memory_slots", "compute_slices", "profiles", "product_names", "pci_device_ids",
+    )  # fmt: skip
     key: str
     arch: str  # ampere | hopper
     memory_slots: int
@@ -20,6 +22,26 @@ class MigModel:
     profiles: tuple[GiProfile, ...]
     product_names: tuple[str, ...]
     pci_device_ids: tuple[int, ...]
+
+    def __init__(
+        self,
+        key: str,
+        arch: str,
+        memory_slots: int,
+        compute_slices: int,
+        profiles: tuple[GiProfile, ...],
+        product_names: tuple[str, ...],
+        pci_device_ids: tuple[int, ...],
+    ) -> None:
+        self._init(
+            key=key,
+            arch=arch,
+            memory_slots=memory_slots,
+            compute_slices=compute_slices,
+            profiles=profiles,
+            product_names=product_names,
+            pci_device_ids=pci_device_ids,
+        )
 
     @property
     def reset_required(self) -> bool:

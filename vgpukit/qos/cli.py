@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from ..cli.context import App
-from ..cli.main import dry_run_option, json_option
+from ..cli.main import LazyGroup, dry_run_option, json_option
 from ..cli.output import emit, emit_result, say, table
 from ..cli.params import NAME, AsciiFloat, AsciiInt, Size
 from ..errors import InvalidInput, VgpukitError
@@ -20,15 +20,17 @@ from . import control
 from .model import CLASSES, DEMANDS, MAX_INFLIGHT, MAX_INFLIGHT_MS, MAX_PID, POLICIES, Tenant
 
 
-@click.group("qos")
+@click.group("qos", cls=LazyGroup)
 def qos() -> None:
     """GPU time-slice QoS: policies, online/offline preemption, per-tenant status."""
 
 
 @qos.command("daemon")
-@click.option("--config", "config_path", metavar="PATH", help="Config file (default /etc/vgpukit/qos.yaml).", type=NAME)
+@click.option(
+    "--config", "config_path", metavar="FILE", help="Config file (default: /etc/vgpukit/qos.yaml).", type=NAME
+)
 @click.option("--metrics-port", type=AsciiInt(1, 65535), metavar="PORT", help="Serve Prometheus metrics on this port.")
-@click.option("--metrics-addr", default="", metavar="ADDR", help="Bind address for metrics (default all).")
+@click.option("--metrics-addr", default="", metavar="ADDR", help="Bind address for metrics (default: all).")
 @click.pass_obj
 def daemon_cmd(app: App, config_path: str | None, metrics_port: int | None, metrics_addr: str) -> None:
     """Run the scheduler in the foreground (systemd Type=notify; SIGHUP reloads the config)."""
@@ -63,7 +65,7 @@ def daemon_cmd(app: App, config_path: str | None, metrics_port: int | None, metr
 @qos.command("set")
 @click.argument("gpu", type=NAME)
 @click.option("--policy", type=click.Choice(POLICIES), help="best-effort, fixed-share or burst-share.")
-@click.option("--slice-ms", type=AsciiInt(1, 1000), help="Time slice in ms (default 10).")
+@click.option("--slice-ms", type=AsciiInt(1, 1000), help="Time slice in ms (default: 10).")
 @json_option
 @dry_run_option
 @click.pass_obj
@@ -77,7 +79,7 @@ def set_cmd(app: App, gpu: str, policy: str | None, slice_ms: int | None) -> Non
     emit_result(app, "qos-set", plan=reply["plan"], data={"gpu": gpu, "settings": reply.get("gpu")})
 
 
-@qos.group("tenant")
+@qos.group("tenant", cls=LazyGroup)
 def tenant() -> None:
     """Add and remove tenants."""
 
@@ -87,7 +89,9 @@ def tenant() -> None:
 @click.argument("name", type=NAME)
 @click.option("--class", "cls", type=click.Choice(CLASSES), required=True, help="online or offline.")
 @click.option("--share", type=AsciiInt(1, 100), required=True, help="Share in percent (1-100).")
-@click.option("--cgroup", metavar="PATH", help="cgroup (v2 or v1 freezer): /sys/fs/cgroup/... or relative.", type=NAME)
+@click.option(
+    "--cgroup", metavar="CGROUP", help="cgroup (v2 or v1 freezer): /sys/fs/cgroup/... or relative.", type=NAME
+)
 @click.option(
     "--pid", "pids", type=AsciiInt(2, MAX_PID), multiple=True, help="Process id (repeat, or several after one --pid)."
 )
@@ -260,7 +264,14 @@ def _human_status(gpus: list[dict[str, Any]], daemon: dict[str, Any]) -> None:
 @qos.command("status")
 @click.argument("gpu", required=False, type=NAME)
 @click.option("--watch", is_flag=True, help="Refresh every --interval seconds until interrupted.")
-@click.option("--interval", type=AsciiFloat(0.1, 60), default=1.0, show_default=True)
+@click.option(
+    "--interval",
+    type=AsciiFloat(0.1, 60),
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Seconds between refreshes with --watch.",
+)
 @json_option
 @click.pass_obj
 def status_cmd(app: App, gpu: str | None, watch: bool, interval: float) -> None:

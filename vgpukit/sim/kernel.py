@@ -22,17 +22,18 @@ import contextlib
 import errno
 import fcntl
 import importlib
-import logging
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from ..records import Record
 from .journal import LOG, Journal, undo
 from .state import CHANGES, KERNEL, KernelState, corrupt, locked, sim_meta_dir, stamp
-from .tree import SimTree
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from .tree import SimTree
+
 
 REACTION_MODULES = (
     "vgpukit.sim.reactions_vgpu",  # first: it claims sriov_numvfs of vGPU-capable PFs before the PCI core
@@ -41,15 +42,18 @@ REACTION_MODULES = (
 )
 
 
-@dataclass
 class Write:
-    """One control-file write as a reaction sees it."""
+    """One control-file write as a reaction sees it (a plain class: a command that only reads the
+    simulated host creates none, and a dataclass would cost its start-up ~1 ms to define)."""
 
-    tree: SimTree
-    load: Callable[[], KernelState]  # the kernel state, loaded (or checked current) at its first use
-    path: Path  # real path of the file inside the sim root
-    data: str  # as written (may end in a newline)
-    loaded: KernelState | None = None
+    __slots__ = ("data", "load", "loaded", "path", "tree")
+
+    def __init__(self, tree: SimTree, load: Callable[[], KernelState], path: Path, data: str) -> None:
+        self.tree = tree
+        self.load = load  # the kernel state, loaded (or checked current) at its first use
+        self.path = path  # real path of the file inside the sim root
+        self.data = data  # as written (may end in a newline)
+        self.loaded: KernelState | None = None
 
     @property
     def state(self) -> KernelState:
@@ -69,11 +73,14 @@ class Write:
         return self.path.relative_to(self.tree.root).parts
 
 
-@dataclass(frozen=True)
-class Reaction:
+class Reaction(Record):
+    __slots__ = ("name", "matches", "handle")  # noqa: RUF023 (field order)
     name: str
     matches: Callable[[Write], bool]
     handle: Callable[[Write], None]
+
+    def __init__(self, name: str, matches: Callable[[Write], bool], handle: Callable[[Write], None]) -> None:
+        self._init(name=name, matches=matches, handle=handle)
 
 
 def fail(code: int) -> OSError:
@@ -97,7 +104,9 @@ def recover(root: Path) -> str | None:
     if header is None:
         return None
     what = f"write {header.get('value', '?')!r} to {header.get('path', '?')}"
-    log.warning("simulated kernel: undid the interrupted %s", what)
+    import logging
+
+    logging.getLogger(__name__).warning("simulated kernel: undid the interrupted %s", what)
     return what
 
 
@@ -128,6 +137,8 @@ class SimKernel:
             os.kill(os.getpid(), signal.SIGKILL)
         # one per write, sharing what the kernel's earlier writes found to be real directories (as a
         # command's Host does; forgotten when a reaction is undone)
+        from .tree import SimTree  # a command that only reads loads none of the write machinery
+
         tree = SimTree(self.root, resolved=True, real_dirs=self.real_dirs, umask=self.umask, char_nodes=self.char_nodes)
         real = Path(tree.inside(path, follow=False))
         with self._locked():

@@ -8,7 +8,6 @@ import json
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -110,19 +109,38 @@ CHANGES = "kernel.jsonl"  # what reactions changed since kernel.json was written
 DATA = ("profile", "next_group", "driver_ids", "vf_models", "mdev_pools", "vf_specs", "rdma")
 
 
-@dataclass
 class KernelState:
     """The kernel's own facts. Reactions change them only through the methods below, which note each
-    change, so a reaction saves what it changed (a line appended to ``kernel.jsonl``), not the state."""
+    change, so a reaction saves what it changed (a line appended to ``kernel.jsonl``), not the state.
+    (A plain class: opening a simulated host to read it loads this module, and a dataclass costs
+    start-up time to define.)"""
 
-    profile: str
-    next_group: int = 0
-    driver_ids: dict[str, list[str]] = field(default_factory=dict)  # driver -> ["vvvv:dddd" | "class:cccc"]
-    vf_models: dict[str, dict[str, Any]] = field(default_factory=dict)  # VF "vvvv:dddd" -> model spec
-    mdev_pools: dict[str, dict[str, Any]] = field(default_factory=dict)  # parent -> pool, types
-    vf_specs: dict[str, dict[str, Any]] = field(default_factory=dict)  # PF bdf -> PF model sriov info
-    rdma: dict[str, dict[str, str]] = field(default_factory=dict)  # bdf -> {name: mlx5_0, driver: mlx5_core}
-    changes: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False, compare=False)
+    def __init__(
+        self,
+        profile: str,
+        next_group: int = 0,
+        driver_ids: dict[str, list[str]] | None = None,
+        vf_models: dict[str, dict[str, Any]] | None = None,
+        mdev_pools: dict[str, dict[str, Any]] | None = None,
+        vf_specs: dict[str, dict[str, Any]] | None = None,
+        rdma: dict[str, dict[str, str]] | None = None,
+    ) -> None:
+        self.profile = profile
+        self.next_group = next_group
+        self.driver_ids = driver_ids if driver_ids is not None else {}  # driver -> ["vvvv:dddd" | "class:cccc"]
+        self.vf_models = vf_models if vf_models is not None else {}  # VF "vvvv:dddd" -> model spec
+        self.mdev_pools = mdev_pools if mdev_pools is not None else {}  # parent -> pool, types
+        self.vf_specs = vf_specs if vf_specs is not None else {}  # PF bdf -> PF model sriov info
+        self.rdma = rdma if rdma is not None else {}  # bdf -> {name: mlx5_0, driver: mlx5_core}
+        self.changes: dict[tuple[str, ...], Any] = {}  # noted, not yet saved
+
+    def _facts(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, k) for k in DATA)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, KernelState) and self._facts() == other._facts()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass was
 
     def rdma_for(self, bdf: str, driver: str) -> str | None:
         """The RDMA device (``infiniband/<name>``) the driver creates when it binds ``bdf``."""

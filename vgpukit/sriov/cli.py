@@ -8,9 +8,9 @@ import click
 
 from .. import naming
 from ..cli.context import App
-from ..cli.main import dry_run_option, json_option, mutating
+from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say, table
-from ..cli.params import DEVICE, NAME, AsciiFloat, AsciiInt
+from ..cli.params import DEVICE, NAME, PF_DEVICE, AsciiFloat, AsciiInt
 from ..errors import InvalidInput
 from ..holders import OpenFiles
 from ..pci import Scan, read_device
@@ -84,7 +84,7 @@ def _show_pfs(pfs: list[PfInfo]) -> None:
         table(None, ["VF", "OF", "DRIVER", "IOMMU", "IN USE"], rows)
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def sriov() -> None:
     """SR-IOV virtual functions: list, enable, disable.
 
@@ -102,7 +102,7 @@ libvirt_option = click.option(
 
 
 @sriov.command("list")
-@click.argument("pf", required=False, type=DEVICE)
+@click.argument("pf", required=False, type=PF_DEVICE)
 @libvirt_option
 @json_option
 @click.pass_obj
@@ -145,7 +145,7 @@ def _report(
 
 
 @sriov.command("enable")
-@click.argument("pf", type=DEVICE)
+@click.argument("pf", type=PF_DEVICE)
 @click.option(  # 0 and -1 refused alike: at least 1, and 'sriov disable' removes them all
     "--vfs",
     "count",
@@ -167,6 +167,7 @@ def _report(
     type=AsciiFloat(0.001, 3600),
     default=10.0,
     show_default=True,
+    metavar="SECONDS",
     help="Seconds to wait for the VFs to appear.",
 )
 @libvirt_option
@@ -193,7 +194,7 @@ def enable(
 
 
 @sriov.command("disable")
-@click.argument("pf", type=DEVICE)
+@click.argument("pf", type=PF_DEVICE)
 @click.option("--force", is_flag=True, help="Disable even when VFs are in use.")
 @libvirt_option
 @json_option

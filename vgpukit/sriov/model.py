@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import Unsupported
@@ -202,7 +202,7 @@ def _after(host: Host, before: PciDevice, seen: SriovSeen | None) -> PciDevice:
     vfs = tuple(virtfns_listed(host, before.bdf, base, host.listdir(base), s.offset, s.stride))
     known = seen.autoprobe.get(before.bdf) if seen is not None else None  # as the sriov steps left it
     autoprobe = s.autoprobe if known is None else known
-    return replace(before, sriov=replace(s, num_vfs=len(vfs), vfs=vfs, autoprobe=bool(autoprobe)))
+    return before.replace(sriov=s.replace(num_vfs=len(vfs), vfs=vfs, autoprobe=bool(autoprobe)))
 
 
 def list_pfs(host: Host, files: OpenFiles, scan: Scan) -> list[PfInfo]:

@@ -19,9 +19,8 @@ from typing import Any
 from ..errors import VgpukitError
 from ..holders import OpenFiles
 from ..host import Host
-from ..host_layout import VFIO_DEV
+from ..host_layout import BDF_RE, VFIO_DEV
 from ..naming import MDEV_UUID_RE
-from ..pci import BDF_RE
 
 
 @dataclass(frozen=True)

@@ -7,19 +7,21 @@ that comes from the host's own reports. The simulator keeps its own tables (vgpu
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
 from ..data import load_yaml
 from ..errors import NotFound
+from ..records import Record
 
 PREFIXES = ("NVIDIA ", "GRID ")
 
 
-@dataclass(frozen=True)
-class TypeSpec:
+class TypeSpec(Record):
+    __slots__ = (  # noqa: RUF023 (field order)
+        "id", "name", "framebuffer_mb", "max_instances", "num_heads", "frl_config", "max_resolution",
+    )  # fmt: skip
     id: int
     name: str  # short name without prefix: "T4-4Q"
     framebuffer_mb: int
@@ -27,6 +29,26 @@ class TypeSpec:
     num_heads: int
     frl_config: int
     max_resolution: str
+
+    def __init__(
+        self,
+        id: int,
+        name: str,
+        framebuffer_mb: int,
+        max_instances: int,
+        num_heads: int,
+        frl_config: int,
+        max_resolution: str,
+    ) -> None:
+        self._init(
+            id=id,
+            name=name,
+            framebuffer_mb=framebuffer_mb,
+            max_instances=max_instances,
+            num_heads=num_heads,
+            frl_config=frl_config,
+            max_resolution=max_resolution,
+        )
 
     def description(self) -> str:
         """The text NVIDIA's driver shows in an mdev type's ``description``."""
@@ -36,8 +58,11 @@ class TypeSpec:
         )
 
 
-@dataclass(frozen=True)
-class Catalog:
+class Catalog(Record):
+    __slots__ = (  # noqa: RUF023 (field order)
+        "key", "gpu", "pci_ids", "vf_pci_ids", "interface", "framebuffer_mb", "homogeneous", "name_prefix",
+        "types",
+    )  # fmt: skip
     key: str  # file name without .yaml
     gpu: str
     pci_ids: tuple[str, ...]
@@ -47,6 +72,30 @@ class Catalog:
     homogeneous: bool
     name_prefix: str
     types: tuple[TypeSpec, ...]
+
+    def __init__(
+        self,
+        key: str,
+        gpu: str,
+        pci_ids: tuple[str, ...],
+        vf_pci_ids: tuple[str, ...],
+        interface: str,
+        framebuffer_mb: int,
+        homogeneous: bool,
+        name_prefix: str,
+        types: tuple[TypeSpec, ...],
+    ) -> None:
+        self._init(
+            key=key,
+            gpu=gpu,
+            pci_ids=pci_ids,
+            vf_pci_ids=vf_pci_ids,
+            interface=interface,
+            framebuffer_mb=framebuffer_mb,
+            homogeneous=homogeneous,
+            name_prefix=name_prefix,
+            types=types,
+        )
 
     def full_name(self, spec: TypeSpec) -> str:
         return f"{self.name_prefix}{spec.name}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..cli.context import App
-from ..cli.main import dry_run_option, json_option, mutating
+from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, say, table
 from ..cli.params import DEVICE, NAME, AsciiInt
 from ..errors import InvalidInput, NotFound
@@ -24,7 +24,7 @@ def _gpu(app: App, views: list[GpuView], name: str, scan: Scan) -> GpuView:
     raise NotFound(f"{name} ({bdf}) is not a physical NVIDIA GPU", device=bdf, hint="name the GPU, not a VF")
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def vgpu() -> None:
     """NVIDIA vGPUs, one interface over the legacy mdev driver and the vGPU 17+ per-VF interface.
 

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict
 
 from ..holders import group_holders
 from ..host import Host
@@ -157,7 +156,7 @@ def vgpus(host: Host, views: list[GpuView]) -> list[Vgpu]:
                     name=t.name or inst.type_id,
                     parent=inst.parent,
                     iommu_group=inst.iommu_group,
-                    used_by=tuple(asdict(h) for h in inst.holders),
+                    used_by=tuple(h.as_dict() for h in inst.holders),
                 )
             )
     rows: list[tuple[GpuView, str, int, int | None]] = []
@@ -181,7 +180,7 @@ def vgpus(host: Host, views: list[GpuView]) -> list[Vgpu]:
                 name=name,
                 vf=vf,
                 iommu_group=group,
-                used_by=tuple(asdict(h) for h in holders.get(group, [])) if group is not None else (),
+                used_by=tuple(h.as_dict() for h in holders.get(group, [])) if group is not None else (),
             )
         )
     return out

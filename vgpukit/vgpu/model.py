@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from ..records import Record
 
 MDEV, VFIO = "mdev", "vfio"
 
 
-@dataclass(frozen=True)
-class VgpuType:
+class VgpuType(Record):
+    __slots__ = (  # noqa: RUF023 (field order)
+        "gpu", "interface", "type_id", "name", "short", "framebuffer_mb", "max_instances", "available",
+        "creatable", "free_vfs", "parents",
+    )  # fmt: skip
     gpu: str  # physical GPU BDF
     interface: str  # mdev | vfio
     type_id: str  # "nvidia-232" (mdev) or "1050" (vfio)
@@ -19,23 +23,62 @@ class VgpuType:
     max_instances: int | None
     available: int | None  # mdev: the kernel's available_instances (summed over the GPU's parents)
     creatable: bool  # vfio: listed in creatable_vgpu_types now; mdev: available > 0
-    free_vfs: int | None = None  # vfio: VFs without a vGPU
-    parents: tuple[str, ...] = ()  # mdev parents offering it (the GPU, or its VFs)
+    free_vfs: int | None  # vfio: VFs without a vGPU
+    parents: tuple[str, ...]  # mdev parents offering it (the GPU, or its VFs)
+
+    def __init__(
+        self,
+        gpu: str,
+        interface: str,
+        type_id: str,
+        name: str,
+        short: str,
+        framebuffer_mb: int | None,
+        max_instances: int | None,
+        available: int | None,
+        creatable: bool,
+        free_vfs: int | None = None,
+        parents: tuple[str, ...] = (),
+    ) -> None:
+        self._init(
+            gpu=gpu,
+            interface=interface,
+            type_id=type_id,
+            name=name,
+            short=short,
+            framebuffer_mb=framebuffer_mb,
+            max_instances=max_instances,
+            available=available,
+            creatable=creatable,
+            free_vfs=free_vfs,
+            parents=parents,
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = self.as_dict()
         d["parents"] = list(self.parents)
         return d
 
 
-@dataclass(frozen=True)
-class GpuView:
+class GpuView(Record):
+    __slots__ = ("bdf", "alias", "name", "interface", "parents", "vfs")  # noqa: RUF023 (field order)
     bdf: str
     alias: str | None
     name: str
     interface: str | None  # None: no vGPU host driver interface found (or VFs not enabled)
-    parents: tuple[str, ...] = ()  # mdev parents (legacy)
-    vfs: tuple[str, ...] = ()  # VFs with nvidia/ (vendor VFIO)
+    parents: tuple[str, ...]  # mdev parents (legacy)
+    vfs: tuple[str, ...]  # VFs with nvidia/ (vendor VFIO)
+
+    def __init__(
+        self,
+        bdf: str,
+        alias: str | None,
+        name: str,
+        interface: str | None,
+        parents: tuple[str, ...] = (),
+        vfs: tuple[str, ...] = (),
+    ) -> None:
+        self._init(bdf=bdf, alias=alias, name=name, interface=interface, parents=parents, vfs=vfs)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -48,20 +91,46 @@ class GpuView:
         }
 
 
-@dataclass(frozen=True)
-class Vgpu:
+class Vgpu(Record):
+    __slots__ = (  # noqa: RUF023 (field order)
+        "id", "gpu", "interface", "type_id", "name", "parent", "vf", "iommu_group", "used_by",
+    )  # fmt: skip
     id: str  # mdev UUID (legacy) or VF BDF (vendor VFIO)
     gpu: str
     interface: str
     type_id: str
     name: str
-    parent: str | None = None  # mdev parent
-    vf: str | None = None
-    iommu_group: int | None = None
-    used_by: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    parent: str | None  # mdev parent
+    vf: str | None
+    iommu_group: int | None
+    used_by: tuple[dict[str, Any], ...]
+
+    def __init__(
+        self,
+        id: str,
+        gpu: str,
+        interface: str,
+        type_id: str,
+        name: str,
+        parent: str | None = None,
+        vf: str | None = None,
+        iommu_group: int | None = None,
+        used_by: tuple[dict[str, Any], ...] = (),
+    ) -> None:
+        self._init(
+            id=id,
+            gpu=gpu,
+            interface=interface,
+            type_id=type_id,
+            name=name,
+            parent=parent,
+            vf=vf,
+            iommu_group=iommu_group,
+            used_by=used_by,
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = self.as_dict()
         d["used_by"] = list(self.used_by)
         d["in_use"] = bool(self.used_by)
         return d

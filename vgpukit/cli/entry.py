@@ -1,0 +1,25 @@
+"""The ``vgpukit`` command's entry point (pyproject ``[project.scripts]``, ``python -m vgpukit``).
+
+mdevctl's read verbs (``vgpukit mdev --mdevctl list|types``, what ``templates/bin/mdevctl`` runs and
+libvirt calls each time ``/etc/mdevctl.d`` changes) are answered without loading click when their
+arguments are the plain forms :mod:`vgpukit.mdev.shim_cli` knows; everything else, and any error,
+goes to the click command line (:func:`vgpukit.cli.main.main`), which repeats the read and reports
+it as usual (docs/decisions.md, "Start-up").
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if "--mdevctl" in args:
+        from ..mdev.shim_cli import fast_read
+
+        rc = fast_read(args)
+        if rc is not None:
+            return rc
+    from .main import main as full
+
+    return full(args)
