@@ -200,7 +200,7 @@ def test_mig_without_minors_file_warns(fake: FakeHost) -> None:
 
 def test_mig_on_simulator(sim_dir: Path, run_cli: Run) -> None:
     """End to end through the simulated NVML driver (needs the facade's MIG calls from the mig work)."""
-    from vgpukit.nvml.sim import SimNvml
+    from vgpukit.sim.nvml import SimNvml
 
     nvml: Any = SimNvml(sim_dir)
     if not hasattr(nvml, "create_gpu_instance"):

@@ -15,8 +15,8 @@ from tests.mig.sim_pynvml import Shim
 from vgpukit import topology
 from vgpukit.nvml import NvLink
 from vgpukit.nvml.real import RealNvml
-from vgpukit.nvml.sim import SimNvml
 from vgpukit.sim.build import builtin_profiles, load_profile
+from vgpukit.sim.nvml import SimNvml
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "topo"
 PUBLISHED = DATA / "hgx-a100-published.yaml"

@@ -163,7 +163,7 @@ def test_no_capacity_reasons_name_the_limit_and_the_slots() -> None:
 
 def test_planned_layouts_are_accepted_by_the_simulated_driver(tmp_path: Path) -> None:
     """The planner's model of the GPU agrees with the driver's: its placements create as planned."""
-    from vgpukit.nvml.sim import SimNvml
+    from vgpukit.sim.nvml import SimNvml
 
     from .mig_helpers import enable_now, make_sim
 

@@ -48,7 +48,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "completion": ("vgpukit.cli.completion_cmd", "completion", "Print the shell completion script (bash, zsh, fish)."),
     "recover": ("vgpukit.cli.recover_cmd", "recover", "Repair what an interrupted vgpukit command left half-done."),
     "k8s": ("vgpukit.k8s.cli", "k8s", "Kubernetes: device plugin, node labels, node config agent."),
-    "sim": ("vgpukit.cli.sim_cmd", "sim", "Create and inspect simulated hosts."),
+    "sim": ("vgpukit.sim.cli", "sim", "Create and inspect simulated hosts."),
     "units": ("vgpukit.cli.units_cmd", "units", "Install the systemd units and udev rules (with this vgpukit's path)."),
 }
 

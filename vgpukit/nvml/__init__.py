@@ -31,7 +31,7 @@ __all__ = [
 
 def open_nvml(sim_dir: Path | None) -> Nvml | None:
     if sim_dir is not None:
-        from .sim import SimNvml
+        from ..sim.nvml import SimNvml
 
         return SimNvml(sim_dir)
     from .real import RealNvml

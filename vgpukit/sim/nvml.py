@@ -23,9 +23,8 @@ from typing import Any
 
 from ..errors import InvalidInput, NotFound
 from ..host import Host
-from ..sim.state import corrupt
-from . import table as tables
-from .errors import (
+from ..nvml import table as tables
+from ..nvml.errors import (
     CODES_BY_NAME,
     IN_USE,
     INSUFFICIENT_RESOURCES,
@@ -34,8 +33,8 @@ from .errors import (
     NOT_SUPPORTED,
     nvml_error,
 )
-from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, GpuLinks, NvLink, NvmlGpu, NvmlProcess
-from .sim_state import (
+from ..nvml.model import CiProfile, ComputeInstance, GiProfile, GpuInstance, GpuLinks, NvLink, NvmlGpu, NvmlProcess
+from .nvml_state import (
     _LINK,
     STATE_DIR,
     STATE_FILE,
@@ -61,6 +60,7 @@ from .sim_state import (
     mig_minors_text,
     minor_gpu,
 )
+from .state import corrupt
 
 _MIG_NS = uuidlib.UUID("6b1f8f0e-3c52-4a35-9d0b-6d4b1f0c7a11")
 FAULT_CALLS = (
@@ -343,7 +343,7 @@ class SimNvml:
             want.add(gi_minor(gpu, gi["id"]))
             want |= {ci_minor(gpu, gi["id"], c["id"]) for c in gi["cis"]}
         by_gpu = self._caps_now(caps, state)
-        from ..sim.tree import NULL_DEVICE
+        from .tree import NULL_DEVICE
 
         mine, config = by_gpu.setdefault(gpu, set()), by_gpu.setdefault(-1, set())
         have = mine | (config & {1, 2})
@@ -374,7 +374,7 @@ class SimNvml:
 
     def _char_devices(self) -> bool:
         if self.char is None:
-            from ..sim.tree import char_devices
+            from .tree import char_devices
 
             self.char = char_devices(self.host.root)  # fixed at sim init
         return self.char

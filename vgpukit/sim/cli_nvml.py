@@ -15,8 +15,8 @@ from ..cli.main import json_option
 from ..cli.output import emit, say, table
 from ..cli.params import NAME, AsciiInt
 from ..errors import InvalidInput
-from . import sim as simdrv
-from .errors import CODES_BY_NAME
+from ..nvml.errors import CODES_BY_NAME
+from . import nvml as simdrv
 
 
 def _dir(app: App) -> Path:
