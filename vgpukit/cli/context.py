@@ -73,9 +73,7 @@ class App:
     def nvml(self) -> Nvml | None:
         """The NVML facade: simulated on a sim host, pynvml otherwise; None where no driver is loaded."""
         if not self._nvml_loaded:
-            from ..nvml import open_nvml
-
-            self._nvml = open_nvml(self.sim_dir)
+            self._nvml = _open_nvml(self.sim_dir)
             self._nvml_loaded = True
         return self._nvml  # type: ignore[no-any-return]
 
@@ -84,6 +82,17 @@ class App:
         if self._nvml is not None:
             self._nvml.close()
         self._nvml, self._nvml_loaded = None, False
+
+
+def _open_nvml(sim_dir: Path | None) -> Nvml | None:
+    """The composition's choice of NVML backend: the simulated driver on a simulated host, else pynvml."""
+    if sim_dir is not None:
+        from ..sim.nvml import SimNvml
+
+        return SimNvml(sim_dir)
+    from ..nvml.real import RealNvml
+
+    return RealNvml.try_open()
 
 
 def _given(option: str | None, name: str, env: str) -> str | None:
