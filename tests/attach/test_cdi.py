@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from tests.conftest import Run
-from vgpukit.attach import cdi
-from vgpukit.attach.mig import mig_slices
+from vgpukit.cdi import spec as cdi
+from vgpukit.cdi.mig import mig_slices
 from vgpukit.host import Host
 from vgpukit.nvml import NvmlGpu
 

@@ -38,7 +38,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "render": ("vgpukit.attach.cli", "render", "Render libvirt XML for devices and VMs."),
     "attach": ("vgpukit.attach.cli", "attach", "Attach devices to a libvirt domain."),
     "detach": ("vgpukit.attach.cli", "detach", "Detach devices from a libvirt domain."),
-    "cdi": ("vgpukit.attach.cdi_cli", "cdi", "Generate CDI specs for containers."),
+    "cdi": ("vgpukit.cdi.cli", "cdi", "Generate CDI specs for containers."),
     "qos": ("vgpukit.qos.cli", "qos", "GPU time-slice QoS daemon and its control commands."),
     "apply": ("vgpukit.fleet.cli", "apply_cmd", "Make the host match a declarative host config (vgpukit.host/v1)."),
     "diff": ("vgpukit.fleet.cli", "diff_cmd", "Show what 'apply' would change."),

@@ -191,7 +191,7 @@ def _load_step_kinds() -> None:
 
 # Modules with ``derived_steps(env) -> list[Step]``: files that describe the host's state and are kept
 # current after every change and every recovery (imported by name, only when a change ran).
-DERIVED = ("vgpukit.attach.cdi_refresh",)
+DERIVED = ("vgpukit.cdi.refresh",)
 
 # Every module that defines step kinds (journal replay rebuilds steps by kind).
 STEP_MODULES = (

@@ -15,7 +15,7 @@ resource (``vgpukit.io/...``)          devices (device plugin ID)               
                                        (``<BDF>-<i>``)                               ``vgpukit.io/gpu=GPU-...``
 =====================================  ===========================================  ==========================
 
-The CDI names and container edits are the ones :mod:`vgpukit.attach.cdi` writes into the specs, so
+The CDI names and container edits are the ones :mod:`vgpukit.cdi.spec` writes into the specs, so
 the names in an ``Allocate`` answer resolve once ``vgpukit cdi generate`` has run. A device is
 *held* when a process outside Kubernetes holds its VFIO group node or VFIO cdev open (a VM's QEMU):
 one ``/proc`` scan of :mod:`vgpukit.holders` answers that, as ``sriov list`` and ``mdev list`` do.
@@ -28,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from ..attach import cdi
-from ..attach.mig import gpu_minor
+from ..cdi import spec as cdi
+from ..cdi.mig import gpu_minor
 from ..errors import VgpukitError
 from ..holders import OpenFiles
 from ..host import Host
@@ -106,9 +106,9 @@ class CdiEntry:
 
 def cdi_entries(host: Host, nvml: Nvml | None, warnings: list[str]) -> dict[str, CdiEntry]:
     """``vgpukit.io/vf=0000:05:00.2`` -> its entry, for every device the CDI collector
-    (:mod:`vgpukit.attach.cdi`, with the host's ``cdi enable`` settings: what ``vgpukit cdi generate``
+    (:mod:`vgpukit.cdi.spec`, with the host's ``cdi enable`` settings: what ``vgpukit cdi generate``
     writes) names; the one place this module reads CDI. ``all`` devices are left out."""
-    from ..attach.cdi_settings import load_settings
+    from ..cdi.settings import load_settings
 
     specs, found = cdi.collect(host, nvml, settings=load_settings(host))
     warnings += found

@@ -12,8 +12,8 @@ from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import emit, emit_result, json_doc, print_json, say, table
 from ..errors import InvalidInput
 from ..inputs import check_text
-from .cdi import NVML_CLASSES
-from .cdi_settings import CLASSES
+from .settings import CLASSES
+from .spec import NVML_CLASSES
 
 CLASS_OPTION = click.option(
     "--class", "classes", multiple=True, type=click.Choice(CLASSES), help="Only these classes (repeat)."
@@ -58,8 +58,8 @@ def _warn(warnings: list[str]) -> None:
 @mutating
 def generate(app: App, output: str | None, classes: tuple[str, ...]) -> None:
     """Write CDI specs for this host's VFIO devices, mdevs, GPUs, MIG devices and QoS tenants."""
-    from . import cdi as c
-    from . import cdi_files as f
+    from . import files as f
+    from . import spec as c
 
     host = app.host
     settings = f.load_settings(host)
@@ -116,8 +116,8 @@ def _execute(app: App, steps: list[Any]) -> list[str]:
 def enable(app: App, directory: str, classes: tuple[str, ...], hook: str | None, cuda_library: str | None) -> None:
     """Keep CDI specs current: every later change to the host rewrites the specs it affects."""
     from ..engine.files import PutFile
-    from . import cdi as c
-    from . import cdi_files as f
+    from . import files as f
+    from . import spec as c
 
     given = (("hook", hook), ("cuda_library", cuda_library))
     kw = {k: f.check_abs(v, f"--{k.replace('_', '-')}") for k, v in given if v}
@@ -153,8 +153,8 @@ def enable(app: App, directory: str, classes: tuple[str, ...], hook: str | None,
 def disable(app: App) -> None:
     """Stop keeping CDI specs current and remove the spec files vgpukit wrote there."""
     from ..engine.files import PutFile
-    from . import cdi as c
-    from . import cdi_files as f
+    from . import files as f
+    from . import spec as c
 
     host = app.host
     settings = f.load_settings(host)
@@ -174,7 +174,7 @@ def disable(app: App) -> None:
 @click.pass_obj
 def list_cmd(app: App) -> None:
     """The CDI device names a container engine sees here (spec files in /etc/cdi and /var/run/cdi)."""
-    from .cdi_list import listing
+    from .listing import listing
 
     doc = listing(app.host, lambda: app.nvml)
 

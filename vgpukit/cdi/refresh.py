@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..errors import VgpukitError
-from .cdi_settings import load_settings
+from .settings import load_settings
 
 if TYPE_CHECKING:
     from ..engine import Env, Step
@@ -24,7 +24,7 @@ def derived_steps(env: Env) -> list[Step]:
         settings = load_settings(env.host)
         if settings is None:
             return []
-        from .cdi_files import derived_plans, file_steps
+        from .files import derived_plans, file_steps
 
         return file_steps(derived_plans(env.host, settings, lambda: env.nvml))
     except VgpukitError as err:

@@ -8,7 +8,7 @@ class          devices (CDI names)                         container edits
 ``vf``         SR-IOV VFs bound to a VFIO driver (BDF)     ``/dev/vfio/vfio``, ``/dev/vfio/<group>``
 ``pci``        other functions bound to VFIO (BDF)         same
 ``mdev``       mediated devices (UUID)                     same, with the mdev's own group
-``gpu``        whole GPUs on the NVIDIA driver             what nvidia-ctk injects (attach/nvidia.py):
+``gpu``        whole GPUs on the NVIDIA driver             what nvidia-ctk injects (cdi/nvidia.py):
                (NVML index ``0`` and ``GPU-<uuid>``)       driver libraries, binaries, ldcache hook,
                                                            control nodes; ``/dev/nvidia<N>``
 ``mig``        MIG devices (``<gpu>:<n>``, ``MIG-<uuid>``) same, with the GI and CI access nodes
@@ -36,9 +36,9 @@ from ..host import Host
 from ..host_layout import IOMMU_GROUP
 from ..pci import Scan
 from . import nvidia
-from .cdi_settings import CLASSES, Settings
 from .mig import gpu_minor, mig_slices
 from .nvidia import Edits
+from .settings import CLASSES, Settings
 
 if TYPE_CHECKING:
     from ..nvml import Nvml

@@ -37,7 +37,7 @@ from typing import Any
 from ..errors import OutsideRoot
 from ..host import Host
 from . import ldcache
-from .cdi_settings import DEFAULT_HOOK
+from .settings import DEFAULT_HOOK
 
 MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "rbind", "rprivate")
 IPC_OPTIONS = (*MOUNT_OPTIONS, "noexec")
