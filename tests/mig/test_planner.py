@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from vgpukit.errors import NoCapacity
-from vgpukit.mig.planner import Occupant, Placement, future_largest, plan, search
+from vgpukit.mig.planner import GiPlacement, Occupant, future_largest, plan, search
 from vgpukit.nvml import GiProfile
 from vgpukit.nvml.table import model
 
@@ -55,7 +55,7 @@ def check_valid(
     profiles: Sequence[GiProfile],
     occupants: Sequence[Occupant],
     request: Sequence[GiProfile],
-    placed: Sequence[Placement],
+    placed: Sequence[GiPlacement],
 ) -> None:
     assert sorted(p.profile.id for p in placed) == sorted(p.id for p in request)
     cells: list[int] = [c for o in occupants for c in range(o.start, o.start + o.size)]

@@ -21,7 +21,7 @@ log = logging.getLogger("vgpukit.vgpu")
 
 
 @dataclass
-class Outcome:
+class VgpuOutcome:
     plan: list[str] = field(default_factory=list)
     created: list[dict[str, Any]] = field(default_factory=list)
 
@@ -51,7 +51,7 @@ def _require_interface(gpu: GpuView) -> str:
     return gpu.interface
 
 
-def create(env: Env, gpu: GpuView, wanted: str, count: int) -> Outcome:
+def create(env: Env, gpu: GpuView, wanted: str, count: int) -> VgpuOutcome:
     host = env.host
     if count < 1:
         raise InvalidInput(f"--count must be at least 1, not {count}", value=count)
@@ -65,11 +65,11 @@ def create(env: Env, gpu: GpuView, wanted: str, count: int) -> Outcome:
                 hint="vGPUs on one GPU share its framebuffer (and, time-sliced, one type); nothing was created",
             )
         res = mdev_ops.create(env, t.type_id, count=count, parents=list(gpu.parents))
-        return Outcome(res.plan, [{"id": c.uuid, "parent": c.parent, "type": t.name} for c in res.instances])
+        return VgpuOutcome(res.plan, [{"id": c.uuid, "parent": c.parent, "type": t.name} for c in res.instances])
     return _create_vfio(env, gpu, t, count)
 
 
-def _create_vfio(env: Env, gpu: GpuView, t: VgpuType, count: int) -> Outcome:
+def _create_vfio(env: Env, gpu: GpuView, t: VgpuType, count: int) -> VgpuOutcome:
     host = env.host
     free = [v for v in gpu.vfs if hostview.current_type(host, v) == 0]
     if len(free) < count:
@@ -82,7 +82,7 @@ def _create_vfio(env: Env, gpu: GpuView, t: VgpuType, count: int) -> Outcome:
         )
     todo = free[:count]
     steps: list[Step] = [SetVgpuType(vf, t.type_id, t.name, check_creatable=True) for vf in todo]
-    out = Outcome(plan=[s.describe() for s in steps])
+    out = VgpuOutcome(plan=[s.describe() for s in steps])
     execute(env, steps)
     out.created = [{"id": vf, "vf": vf, "type": t.name} for vf in todo]
     return out
