@@ -66,11 +66,11 @@ def test_help_imports_nothing_heavy() -> None:
 # what only the commands that change things need: planners, steps, mig-parted and mdevctl-define code
 CHANGE_MODULES = (
     "vgpukit.mig.engine",
-    "vgpukit.mig.config_cli",
+    "vgpukit.mig.cli_config",
     "vgpukit.sriov.ops",
     "vgpukit.sriov.steps",
     "vgpukit.mdev.ops",
-    "vgpukit.mdev.change_cli",
+    "vgpukit.mdev.cli_change",
     "vgpukit.vgpu.ops",
 )
 

@@ -80,7 +80,7 @@ def test_a_link_down_and_bridged_pairs(tmp_path: Path, run_cli: Run) -> None:
 
 
 def test_nics_follow_their_rdma_device_numbers() -> None:
-    from vgpukit.cli.topo_matrix import _natural
+    from vgpukit.cli.cmd_topo_matrix import _natural
 
     assert sorted(["mlx5_10", "mlx5_9", "mlx5_0", "mlx5_bond_0"], key=_natural) == [
         "mlx5_0",

@@ -17,7 +17,7 @@ import yaml
 
 from tests.conftest import invoke, make_sim, sim_host
 from tests.k8s.kubelet import Kubelet
-from vgpukit.cli.context import App
+from vgpukit.clikit.context import App
 from vgpukit.k8s.inventory import Inventory, Options, Poller, collect
 from vgpukit.k8s.plugin import HEALTHY, UNHEALTHY, Manager, plugin_dir
 

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
-from ..cli.output import emit, emit_result, say
-from ..cli.params import NAME, VM_DEVICE, AsciiInt
+from ..clikit.context import App
+from ..clikit.output import emit, emit_result, say
+from ..clikit.params import NAME, VM_DEVICE, AsciiInt
 from ..libvirt.connection import DEFAULT_URI
 from ..naming import needs_nvml
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import click
 
-from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
-from ..cli.output import emit, emit_result, json_doc, print_json, say, table
+from ..clikit.context import App
+from ..clikit.output import emit, emit_result, json_doc, print_json, say, table
 from ..errors import InvalidInput
 from ..inputs import check_text
 from .settings import CLASSES

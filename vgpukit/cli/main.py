@@ -17,17 +17,17 @@ from typing import Any, TypeVar
 import click
 
 from .. import __version__
+from ..clikit.context import App
+from ..clikit.params import AsciiFloat
 from ..errors import EXIT_INVALID, InvalidInput, VgpukitError
 from ..inputs import has_control
-from .context import App
-from .params import AsciiFloat
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 # name -> (module, attribute, one-line help): the top-level commands, imported when run (LazyGroup).
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "topo": ("vgpukit.cli.topo_cmd", "topo", "Show the PCIe topology (tree, --matrix)."),
-    "devices": ("vgpukit.cli.topo_cmd", "devices", "List PCI devices, flat and filterable."),
+    "topo": ("vgpukit.cli.cmd_topo", "topo", "Show the PCIe topology (tree, --matrix)."),
+    "devices": ("vgpukit.cli.cmd_topo", "devices", "List PCI devices, flat and filterable."),
     "sriov": ("vgpukit.sriov.cli", "sriov", "SR-IOV virtual functions: list, enable, disable."),
     "bind": ("vgpukit.sriov.cli", "bind", "Bind a device to a driver (vfio-pci) or restore its driver."),
     "unbind": ("vgpukit.sriov.cli", "unbind", "Unbind a device from its driver."),
@@ -45,11 +45,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "assert": ("vgpukit.fleet.cli", "assert_cmd", "Exit 0 when the host matches a host config, 1 otherwise."),
     "export": ("vgpukit.fleet.cli", "export_cmd", "Print the host as a host config document."),
     "boot-unit": ("vgpukit.fleet.cli", "boot_unit_cmd", "Print a systemd unit applying the host config at boot."),
-    "completion": ("vgpukit.cli.completion_cmd", "completion", "Print the shell completion script (bash, zsh, fish)."),
-    "recover": ("vgpukit.cli.recover_cmd", "recover", "Repair what an interrupted vgpukit command left half-done."),
+    "completion": ("vgpukit.cli.cmd_completion", "completion", "Print the shell completion script (bash, zsh, fish)."),
+    "recover": ("vgpukit.cli.cmd_recover", "recover", "Repair what an interrupted vgpukit command left half-done."),
     "k8s": ("vgpukit.k8s.cli", "k8s", "Kubernetes: device plugin, node labels, node config agent."),
     "sim": ("vgpukit.sim.cli", "sim", "Create and inspect simulated hosts."),
-    "units": ("vgpukit.cli.units_cmd", "units", "Install the systemd units and udev rules (with this vgpukit's path)."),
+    "units": ("vgpukit.cli.cmd_units", "units", "Install the systemd units and udev rules (with this vgpukit's path)."),
 }
 
 
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         where = exc.ctx.command_path if isinstance(exc, click.UsageError) and exc.ctx is not None else ""
         hint = f" (see: {where} --help)" if where else ""
         if as_json:
-            from .output import json_doc, print_json
+            from ..clikit.output import json_doc, print_json
 
             print_json(json_doc("error", {"error": "invalid-input", "message": msg, "exit_code": EXIT_INVALID}))
         sys.stderr.write(f"vgpukit: error: {msg}{hint}\n")
@@ -258,7 +258,7 @@ def _one_line(text: str) -> str:
 
 def _report(err: VgpukitError, as_json: bool) -> None:
     if as_json:
-        from .output import json_doc, print_json
+        from ..clikit.output import json_doc, print_json
 
         print_json(json_doc("error", err.to_dict()))
     sys.stderr.write(f"vgpukit: error: {_one_line(str(err))}\n")

@@ -11,10 +11,10 @@ from typing import Any
 
 import click
 
-from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
-from ..cli.output import emit, emit_result, fail_after_emit, say
-from ..cli.params import NAME
+from ..clikit.context import App
+from ..clikit.output import emit, emit_result, fail_after_emit, say
+from ..clikit.params import NAME
 from ..engine import Step, execute
 from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
 from ..mig import config as migconfig
@@ -39,7 +39,7 @@ config_option = click.option(
 
 def _mig_planner(app: App, source: str) -> plan.MigPlanner:
     def mig(entries: list[migconfig.Entry]) -> list[Step]:
-        from ..mig.common_cli import nvml_of
+        from ..mig.cli_common import nvml_of
         from ..mig.migparted import build_plans
 
         return [s for p in build_plans(Scan(app.host), nvml_of(app), entries, source, True) for s in p.steps]
@@ -137,7 +137,7 @@ def export_cmd(app: App, name: str) -> None:
 
 def _mig_export(app: App) -> list[dict[str, Any]] | None:
     """mig-parted's export of this host (vgpukit mig export's own), when it has a MIG-capable GPU."""
-    from ..mig.common_cli import nvml_of
+    from ..mig.cli_common import nvml_of
     from ..mig.migparted import export_entries
 
     try:

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..cli.context import App
 from ..cli.main import json_option
-from ..cli.output import emit, say, table
-from ..cli.params import NAME, AsciiFloat, AsciiInt
+from ..clikit.context import App
+from ..clikit.output import emit, say, table
+from ..clikit.params import NAME, AsciiFloat, AsciiInt
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -8,18 +8,18 @@ from typing import Any
 import click
 
 from .. import __version__
-from ..cli.context import App
 from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
-from ..cli.output import emit, say, table
-from ..cli.params import NAME, PARENT_DEVICE, AsciiInt
+from ..clikit.context import App
+from ..clikit.output import emit, say, table
+from ..clikit.params import NAME, PARENT_DEVICE, AsciiInt
 from ..errors import InvalidInput
 from . import listing, mdevctl, sysfs
-from .args_cli import MDEVCTL, mdevctl_output, one_uuid, parent_option, report, resolve_parent, uuid_option
+from .cli_args import MDEVCTL, mdevctl_output, one_uuid, parent_option, report, resolve_parent, uuid_option
 from .placement import PACK, SPREAD
 
 # mdevctl's define/undefine/modify/start (and the change machinery behind them) load only when used
 _CHANGE_COMMANDS = {
-    name: ("vgpukit.mdev.change_cli", attr, "")
+    name: ("vgpukit.mdev.cli_change", attr, "")
     for name, attr in (
         ("define", "define_cmd"),
         ("undefine", "undefine_cmd"),

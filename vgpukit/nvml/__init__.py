@@ -2,7 +2,7 @@
 
 Two backends implement :class:`Nvml`: :mod:`vgpukit.nvml.real` (nvidia-ml-py, imported lazily) and
 the simulator's :mod:`vgpukit.sim.nvml` (state persisted in a simulated host's directory, a faithful
-model of the driver). The front end's composition (``vgpukit.cli.context``) picks one; the facade never
+model of the driver). The front end's composition (``vgpukit.clikit.context``) picks one; the facade never
 imports the simulator. On a host without an NVIDIA driver there is none, and everything that does not
 need NVML keeps working. GPUs are addressed by NVML index; GPU/compute instance ids are opaque driver ids.
 

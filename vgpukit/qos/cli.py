@@ -11,10 +11,10 @@ from typing import Any
 
 import click
 
-from ..cli.context import App
 from ..cli.main import dry_run_option, json_option
-from ..cli.output import emit, emit_result, say, table
-from ..cli.params import NAME, AsciiFloat, AsciiInt, Size
+from ..clikit.context import App
+from ..clikit.output import emit, emit_result, say, table
+from ..clikit.params import NAME, AsciiFloat, AsciiInt, Size
 from ..errors import InvalidInput
 from . import control
 from .model import CLASSES, DEMANDS, MAX_INFLIGHT, MAX_INFLIGHT_MS, MAX_PID, POLICIES, Tenant

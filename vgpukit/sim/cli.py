@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from ..cli.context import App, check_sim_dir
 from ..cli.main import json_option
-from ..cli.output import emit, say, table
-from ..cli.params import NAME, VM_DEVICE, AsciiInt
+from ..clikit.context import App, check_sim_dir
+from ..clikit.output import emit, say, table
+from ..clikit.params import NAME, VM_DEVICE, AsciiInt
 from ..errors import InvalidInput, NotFound
 
 

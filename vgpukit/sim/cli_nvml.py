@@ -10,10 +10,10 @@ from pathlib import Path
 
 import click
 
-from ..cli.context import App
 from ..cli.main import json_option
-from ..cli.output import emit, say, table
-from ..cli.params import NAME, AsciiInt
+from ..clikit.context import App
+from ..clikit.output import emit, say, table
+from ..clikit.params import NAME, AsciiInt
 from ..errors import InvalidInput
 from ..nvml.errors import CODES_BY_NAME
 from . import nvml as simdrv

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .. import naming
-from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
-from ..cli.output import emit, emit_result, say, table
-from ..cli.params import DEVICE, NAME, AsciiFloat, AsciiInt
+from ..clikit.context import App
+from ..clikit.output import emit, emit_result, say, table
+from ..clikit.params import DEVICE, NAME, AsciiFloat, AsciiInt
 from ..errors import InvalidInput
 from ..holders import OpenFiles
 from ..inputs import check_component

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import click
 
+from ..clikit.context import App
+from ..clikit.output import emit, emit_result, say
 from ..entrypoint import entry_point
 from ..errors import InvalidInput, NotFound
-from .context import App
 from .main import dry_run_option, json_option, mutating
-from .output import emit, emit_result, say
 
 MARKER = "@VGPUKIT@"
 DESTINATIONS = {"systemd": ("etc", "systemd", "system"), "udev": ("etc", "udev", "rules.d")}

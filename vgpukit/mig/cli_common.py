@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
-from ..cli.context import App
-from ..cli.output import emit_result
+from ..clikit.context import App
+from ..clikit.output import emit_result
 from ..engine import execute
 from ..errors import VgpukitError
 from ..nvml import Nvml, NvmlGpu
 from ..pci import Scan
 from . import steps, view
+from .cli_view import show_status
 from .steps import CreateGi
-from .view_cli import show_status
 
 if TYPE_CHECKING:
     from . import engine

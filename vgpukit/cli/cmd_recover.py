@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from .context import App
+from ..clikit.context import App
+from ..clikit.output import emit, say
 from .main import json_option
-from .output import emit, say
 
 
 @click.command()
