@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..cli.main import dry_run_option, json_option, mutating
 from ..clikit.context import App
+from ..clikit.options import dry_run_option, json_option, mutating
 from ..clikit.output import emit, emit_result, say
 from ..clikit.params import NAME, VM_DEVICE, AsciiInt
 from ..libvirt.connection import DEFAULT_URI

@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from ..cli.main import dry_run_option, json_option, mutating
 from ..clikit.context import App
+from ..clikit.options import dry_run_option, json_option, mutating
 from ..clikit.output import emit, emit_result, json_doc, print_json, say, table
 from ..errors import InvalidInput
 from ..inputs import check_text

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from ..clikit.context import App
+from ..clikit.options import json_option
 from ..clikit.output import emit, say
-from .main import json_option
 
 
 @click.command()

@@ -8,11 +8,11 @@ import click
 
 from .. import pci, topology
 from ..clikit.context import App
+from ..clikit.options import json_option
 from ..clikit.output import emit, is_tty, table
 from ..clikit.params import NAME
 from ..errors import InvalidInput
 from ..naming import aliases
-from .main import json_option
 
 if TYPE_CHECKING:
     from ..nvml import NvmlGpu

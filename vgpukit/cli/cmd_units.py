@@ -14,10 +14,10 @@ from pathlib import Path
 import click
 
 from ..clikit.context import App
+from ..clikit.options import dry_run_option, json_option, mutating
 from ..clikit.output import emit, emit_result, say
 from ..entrypoint import entry_point
 from ..errors import InvalidInput, NotFound
-from .main import dry_run_option, json_option, mutating
 
 MARKER = "@VGPUKIT@"
 DESTINATIONS = {"systemd": ("etc", "systemd", "system"), "udev": ("etc", "udev", "rules.d")}

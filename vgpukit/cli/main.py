@@ -6,23 +6,17 @@ Sub-commands are registered in :data:`COMMANDS` by module path and imported only
 
 from __future__ import annotations
 
-import functools
-import importlib
-import importlib.util
 import logging
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
 
 import click
 
 from .. import __version__
 from ..clikit.context import App
+from ..clikit.lazy import LazyGroup
 from ..clikit.params import AsciiFloat
 from ..errors import EXIT_INVALID, InvalidInput, VgpukitError
 from ..inputs import has_control
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 # name -> (module, attribute, one-line help): the top-level commands, imported when run (LazyGroup).
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -51,52 +45,6 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "sim": ("vgpukit.sim.cli", "sim", "Create and inspect simulated hosts."),
     "units": ("vgpukit.cli.cmd_units", "units", "Install the systemd units and udev rules (with this vgpukit's path)."),
 }
-
-
-def _available(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-class LazyGroup(click.Group):
-    """A group whose listed commands are imported only when one is run (or asked for help): ``lazy``
-    maps a name to (module, attribute, one-line help); an empty help is taken from the command itself
-    when a listing needs it. Listed commands whose module is not installed are hidden. Commands added
-    the usual way (``@group.command``) live beside them."""
-
-    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str, str]] | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.lazy = lazy or {}
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        names = [name for name, (mod, _, _) in self.lazy.items() if _available(mod)]
-        return sorted({*names, *self.commands}) if self.commands else names
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in self.commands:
-            return self.commands[cmd_name]
-        entry = self.lazy.get(cmd_name)
-        if entry is None or not _available(entry[0]):
-            return None
-        module = importlib.import_module(entry[0])
-        cmd = getattr(module, entry[1])
-        assert isinstance(cmd, click.Command)
-        return cmd
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        shown: list[tuple[str, str | click.Command]] = []  # a listed help text, or the command to ask
-        for name in self.list_commands(ctx):
-            text = self.lazy[name][2] if name in self.lazy else ""
-            cmd = None if text else self.get_command(ctx, name)
-            if text or (cmd is not None and not cmd.hidden):
-                shown.append((name, text or cmd))  # type: ignore[arg-type]
-        if shown:
-            limit = formatter.width - 6 - max(len(name) for name, _ in shown)  # as click's own listing
-            rows = [(n, t if isinstance(t, str) else t.get_short_help_str(limit)) for n, t in shown]
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
@@ -138,26 +86,6 @@ def _command_line() -> str:
     return " ".join(words)[:400] or "vgpukit"
 
 
-def mutating(fn: F) -> F:
-    """Run a mutating command under the host lock, after repairing any interrupted command.
-
-    Put it directly above the function (below ``@click.pass_obj``). Dry runs take no lock.
-    """
-
-    @functools.wraps(fn)
-    def wrapper(app: App, *args: Any, **kwargs: Any) -> Any:
-        if app.dry_run:
-            return fn(app, *args, **kwargs)
-        from ..engine import session
-
-        with session(app.env) as recovered:
-            for line in recovered:
-                sys.stderr.write(f"vgpukit: {line}\n")
-            return fn(app, *args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
-
-
 class _Warnings(logging.StreamHandler):  # type: ignore[type-arg]
     """Python's last-resort handler with the ``vgpukit: warning:`` prefix (stderr of the moment)."""
 
@@ -169,40 +97,6 @@ class _Warnings(logging.StreamHandler):  # type: ignore[type-arg]
     def emit(self, record: logging.LogRecord) -> None:
         self.stream = sys.stderr
         super().emit(record)
-
-
-def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    if value:
-        ctx.find_object(App).json = True  # type: ignore[union-attr]
-
-
-def _set_dry_run(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    if value:
-        app = ctx.find_object(App)
-        assert app is not None
-        app.dry_run = True
-        if app._host is not None:
-            app._host.dry_run = True
-
-
-json_option = click.option(
-    "--json",
-    "json_",
-    is_flag=True,
-    expose_value=False,
-    callback=_set_json,
-    is_eager=True,
-    help="Print one JSON document.",
-)
-dry_run_option = click.option(
-    "--dry-run",
-    "dry_run_",
-    is_flag=True,
-    expose_value=False,
-    callback=_set_dry_run,
-    is_eager=True,
-    help="Show the plan, change nothing.",
-)
 
 
 def main(argv: list[str] | None = None) -> int:

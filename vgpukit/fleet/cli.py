@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
-from ..cli.main import dry_run_option, json_option, mutating
 from ..clikit.context import App
+from ..clikit.options import dry_run_option, json_option, mutating
 from ..clikit.output import emit, emit_result, fail_after_emit, say
 from ..clikit.params import NAME
 from ..engine import Step, execute

@@ -8,8 +8,9 @@ from typing import Any
 import click
 
 from .. import __version__
-from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
 from ..clikit.context import App
+from ..clikit.lazy import LazyGroup
+from ..clikit.options import dry_run_option, json_option, mutating
 from ..clikit.output import emit, say, table
 from ..clikit.params import NAME, PARENT_DEVICE, AsciiInt
 from ..errors import InvalidInput

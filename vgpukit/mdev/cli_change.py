@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..cli.main import dry_run_option, json_option, mutating
 from ..clikit.context import App
+from ..clikit.options import dry_run_option, json_option, mutating
 from ..clikit.output import say, table
 from ..clikit.params import NAME, AsciiInt
 from ..errors import Conflict, InvalidInput

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
 from ..clikit.context import App
+from ..clikit.lazy import LazyGroup
+from ..clikit.options import dry_run_option, json_option, mutating
 from ..clikit.output import emit, fail_after_emit, say
 from ..clikit.params import GPU_DEVICE, AsciiInt
 from ..errors import Busy, InvalidInput, Unsupported

@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
-from ..cli.main import dry_run_option, json_option
 from ..clikit.context import App
+from ..clikit.options import dry_run_option, json_option
 from ..clikit.output import emit, fail_after_emit, say
 from ..clikit.params import NAME
 from ..engine import execute, session

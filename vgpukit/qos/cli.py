@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
-from ..cli.main import dry_run_option, json_option
 from ..clikit.context import App
+from ..clikit.options import dry_run_option, json_option
 from ..clikit.output import emit, emit_result, say, table
 from ..clikit.params import NAME, AsciiFloat, AsciiInt, Size
 from ..errors import InvalidInput

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from ..cli.main import json_option
 from ..clikit.context import App, check_sim_dir
+from ..clikit.options import json_option
 from ..clikit.output import emit, say, table
 from ..clikit.params import NAME, VM_DEVICE, AsciiInt
 from ..errors import InvalidInput, NotFound

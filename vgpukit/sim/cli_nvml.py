@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from ..cli.main import json_option
 from ..clikit.context import App
+from ..clikit.options import json_option
 from ..clikit.output import emit, say, table
 from ..clikit.params import NAME, AsciiInt
 from ..errors import InvalidInput

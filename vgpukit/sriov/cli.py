@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .. import naming
-from ..cli.main import dry_run_option, json_option, mutating
 from ..clikit.context import App
+from ..clikit.options import dry_run_option, json_option, mutating
 from ..clikit.output import emit, emit_result, say, table
 from ..clikit.params import DEVICE, NAME, AsciiFloat, AsciiInt
 from ..errors import InvalidInput

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..cli.main import dry_run_option, json_option, mutating
 from ..clikit.context import App
+from ..clikit.options import dry_run_option, json_option, mutating
 from ..clikit.output import emit, emit_result, say, table
 from ..clikit.params import DEVICE, NAME, AsciiInt
 from ..errors import InvalidInput, NotFound
