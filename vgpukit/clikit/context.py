@@ -64,9 +64,11 @@ class App:
     def env(self) -> Env:
         """What the change engine acts on: this command's host, NVML (opened on demand), lock settings."""
         if self._env is None:
+            from ..cdi.refresh import derived_steps as cdi_specs
             from ..engine import Env
 
-            self._env = Env(self.host, lambda: self.nvml, command=self.command, wait=self.wait)
+            # the composition: the derived files kept current after every change (the CDI specs)
+            self._env = Env(self.host, lambda: self.nvml, command=self.command, wait=self.wait, derived=(cdi_specs,))
         return self._env
 
     @property
