@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import click
@@ -23,16 +24,25 @@ def mutating(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(app: App, *args: Any, **kwargs: Any) -> Any:
-        if app.dry_run:
-            return fn(app, *args, **kwargs)
-        from ..engine import session
-
-        with session(app.env) as recovered:
-            for line in recovered:
-                sys.stderr.write(f"vgpukit: {line}\n")
+        with held(app):
             return fn(app, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+@contextmanager
+def held(app: App) -> Iterator[None]:
+    """The host lock for the block, after repairing any interrupted command (said on stderr): what
+    ``@mutating`` does, for a command that changes the host only with some options. Dry runs take none."""
+    if app.dry_run:
+        yield
+        return
+    from ..engine import session
+
+    with session(app.env) as recovered:
+        for line in recovered:
+            sys.stderr.write(f"vgpukit: {line}\n")
+        yield
 
 
 def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
