@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from .host_layout import SELF_FD
+
 
 class KernelPort(Protocol):
     """How a control-file write reaches the kernel."""
@@ -37,7 +39,7 @@ def _real_path(path: Path | str) -> str:
     except OSError:
         return os.path.realpath(path)
     try:
-        return os.readlink(f"/proc/self/fd/{fd}")
+        return os.readlink(f"{SELF_FD}/{fd}")
     except OSError:
         return os.path.realpath(path)
     finally:

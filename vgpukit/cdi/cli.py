@@ -11,6 +11,7 @@ from ..clikit.context import App
 from ..clikit.options import dry_run_option, json_option, mutating
 from ..clikit.output import emit, emit_result, json_doc, print_json, say, table
 from ..errors import InvalidInput
+from ..host_layout import CDI_SPEC_DIRS
 from ..inputs import check_text
 from .settings import CLASSES
 from .spec import NVML_CLASSES
@@ -98,9 +99,10 @@ def _execute(app: App, steps: list[Any]) -> list[str]:
     "--dir",
     "directory",
     metavar="DIR",
-    default="/etc/cdi",
+    default=CDI_SPEC_DIRS[0],
     show_default=True,
-    help="Spec directory on the host: /etc/cdi (static) or /var/run/cdi (dynamic, wins in the engines).",
+    help=f"Spec directory on the host: {CDI_SPEC_DIRS[0]} (static) or {CDI_SPEC_DIRS[1]} (dynamic, wins"
+    " in the engines).",
 )
 @CLASS_OPTION
 @click.option("--hook", metavar="PATH", help="nvidia-cdi-hook the GPU specs run (default /usr/bin/nvidia-cdi-hook).")

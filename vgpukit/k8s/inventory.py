@@ -170,7 +170,7 @@ def signature(host: Host, nvml: Nvml | None, extra: tuple[str, ...] = ()) -> tup
                 mig.append(str(err))
                 continue
             mig.append(tuple((gi.id, tuple(ci.uuid for ci in gi.compute_instances)) for gi in instances))
-    return (pci, tuple(host.listdir(host.mdev_devices())), tuple(host.listdir(host.dev("vfio"))), tuple(mig), extra)
+    return (pci, tuple(host.listdir(host.mdev_devices())), tuple(host.listdir(host.vfio_dir())), tuple(mig), extra)
 
 
 def _device(
@@ -183,10 +183,10 @@ def _device(
     if entry is None:
         return None
     dev = inv.pci.get(bdf)
-    vfio = host.display(host.dev("vfio")) + "/"
+    vfio = host.display(host.vfio_dir()) + "/"
     watch = [n for n in entry.nodes if n.startswith(vfio) and n != vfio + "vfio"]
     if cls in ("vf", "pci"):
-        watch += [host.display(host.dev("vfio", "devices", n)) for n in host.listdir(host.pci_device(id_, VFIO_DEV))]
+        watch += [host.display(host.vfio_device_node(n)) for n in host.listdir(host.pci_device(id_, VFIO_DEV))]
     env = entry.env
     if cls == "mig":  # for runtimes without CDI: the NVIDIA container runtime's selector
         env = (*(e for e in env if not e.startswith("NVIDIA_VISIBLE_DEVICES=")), f"NVIDIA_VISIBLE_DEVICES={id_}")
@@ -266,7 +266,10 @@ def _shares(
             continue
         whole = cdi_devices.get(f"{PREFIX}/gpu={gpu.uuid}")
         minor = gpu_minor(host, gpu.bdf, gpu.index)
-        own = tuple(host.display(host.dev(n)) for n in ("nvidiactl", "nvidia-uvm", f"nvidia{minor}"))
+        own = tuple(
+            host.display(p)
+            for p in (host.dev_node("nvidiactl"), host.dev_node("nvidia-uvm"), host.nvidia_gpu_node(minor))
+        )
         nodes = whole.nodes if whole else own
         visible = f"NVIDIA_VISIBLE_DEVICES={gpu.uuid}"
         keys = {gpu.bdf, gpu.uuid, names.get(gpu.bdf, gpu.bdf)}

@@ -37,7 +37,6 @@ from .model import Definition
 log = logging.getLogger("vgpukit.mdev")
 T = TypeVar("T")
 
-SCRIPTS = ("mdevctl.d", "scripts.d")
 TIMEOUT = 120.0  # seconds one script may run (mdevctl waits forever)
 NOT_MINE = 2  # "this script does not handle the device type"
 
@@ -54,7 +53,7 @@ def config_json(d: Definition) -> str:
 
 
 def _scripts(host: Host, kind: str) -> list[Path]:
-    base = host.etc(*SCRIPTS, kind)
+    base = host.mdevctl_scripts(kind)
     return [base / name for name in host.listdir(base)]
 
 

@@ -33,7 +33,17 @@ from ..nvml.errors import (
     NOT_SUPPORTED,
     nvml_error,
 )
-from ..nvml.model import CiProfile, ComputeInstance, GiProfile, GpuInstance, GpuLinks, NvLink, NvmlGpu, NvmlProcess
+from ..nvml.model import (
+    CiProfile,
+    ComputeInstance,
+    GiProfile,
+    GpuIndex,
+    GpuInstance,
+    GpuLinks,
+    NvLink,
+    NvmlGpu,
+    NvmlProcess,
+)
 from .nvml_state import (
     _LINK,
     STATE_DIR,
@@ -95,7 +105,7 @@ def initial_state(gpus: list[dict[str, Any]]) -> dict[str, Any]:
 CRASH_ENV = "VGPUKIT_SIM_CRASH_AT_NVML_CALL"
 
 
-class SimNvml:
+class SimNvml(GpuIndex):
     """The facade over the simulated driver of the sim host in ``sim_dir``."""
 
     def __init__(self, sim_dir: Path) -> None:
@@ -108,7 +118,6 @@ class SimNvml:
         self.crash_at = int(crash) if crash.isascii() and crash.isdigit() else 0
         self.changes = 0
         self.store = Store(self.sim_dir)
-        self._index: dict[str, int] | None = None  # bdf -> NVML index, looked up once (fixed at sim init)
         # /dev/nvidia-caps by GPU, with the directory's stamp and the driver state it was listed under
         self.caps: tuple[dict[int, set[int]], tuple[int, int], dict[str, Any]] | None = None
         self.busy: tuple[dict[str, Any], set[int]] | None = None  # the state read, its GPUs with instances
@@ -149,11 +158,6 @@ class SimNvml:
                     )
                 )
         return out
-
-    def index_of(self, bdf: str) -> int | None:
-        if self._index is None:
-            self._index = {g.bdf: g.index for g in self.gpus()}
-        return self._index.get(bdf)
 
     def mig_mode(self, gpu: int) -> tuple[bool, bool]:
         with self._read() as state:
