@@ -68,7 +68,18 @@ def test_recovery_in_a_fresh_process_imports_the_step_module(tmp_path: Path) -> 
     assert not (tmp_path / "run/vgpukit/journal").exists()
 
 
-@pytest.mark.parametrize("module", ["os", "vgpukit", "vgpukit..x", "vgpukit.nosuch", "vgpukit.engine.step ", 7, None])
+def test_an_entry_from_before_modules_were_journaled_is_still_rebuilt(tmp_path: Path) -> None:
+    book = Journal(Host(tmp_path), "vgpukit mdev create ...")
+    entry = to_entry(RemoveMdev(UUID, "mtty", "mtty-1"))
+    del entry["module"]  # as an older vgpukit wrote it
+    book.add(entry)
+    os.close(book.fd)
+    res = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert f"put back: remove {UUID} (mtty-1 on mtty)" in res.stdout
+
+
+@pytest.mark.parametrize("module", ["os", "vgpukit", "vgpukit..x", "vgpukit.nosuch", "vgpukit.engine.step ", 7])
 def test_an_entry_of_an_unknown_kind_imports_only_a_vgpukit_module(module: object) -> None:
     before = set(sys.modules)
     with pytest.raises(InvalidInput, match="unknown kind"):

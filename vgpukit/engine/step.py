@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import re
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
@@ -92,7 +93,12 @@ def from_dict(doc: dict[str, Any]) -> Step:
 
 
 def _load(kind: str, module: object) -> type[Step] | None:
-    """The step class of ``kind`` after importing ``module``, when it is a vgpukit module defining it."""
+    """The step class of ``kind`` after importing ``module``, when it is a vgpukit module defining it.
+    An entry without a module (journaled by an older vgpukit) imports every package's
+    ``steps`` module, found on disk: the engine still names none."""
+    if module is None:
+        _import_every_steps_module()
+        return _KINDS.get(kind)
     if not isinstance(module, str) or not _MODULE.match(module):
         return None
     try:
@@ -101,6 +107,17 @@ def _load(kind: str, module: object) -> type[Step] | None:
         return None
     cls = _KINDS.get(kind)
     return cls if cls is not None and cls.__module__ == module else None
+
+
+def _import_every_steps_module() -> None:
+    import pkgutil
+
+    import vgpukit
+
+    for info in pkgutil.iter_modules(vgpukit.__path__):
+        if info.ispkg and importlib.util.find_spec(f"vgpukit.{info.name}.steps") is not None:
+            importlib.import_module(f"vgpukit.{info.name}.steps")
+    importlib.import_module(f"{__package__}.files")
 
 
 def _tuples(value: Any) -> Any:
