@@ -53,23 +53,23 @@ class OpenFiles:
     def _scan(self) -> dict[str, list[Holder]]:
         host = self.host
         out: dict[str, list[Holder]] = {}
-        prefix = host.display(host.dev("vfio")) + "/"
+        prefix = host.display(host.vfio_dir()) + "/"
         try:
-            pids = [p for p in host.listdir(host.proc()) if p.isdigit()]
+            pids = [p for p in host.listdir(host.processes()) if p.isdigit()]
         except VgpukitError:
             return out
         for pid in pids:
             try:
-                fds = host.listdir(host.proc(pid, "fd"))
+                fds = host.listdir(host.process(pid, "fd"))
             except VgpukitError:  # the process exited, or it is not ours to look at
                 continue
-            nodes = {t for fd in fds if (t := host.readlink(host.proc(pid, "fd", fd))) and t.startswith(prefix)}
+            nodes = {t for fd in fds if (t := host.readlink(host.process(pid, "fd", fd))) and t.startswith(prefix)}
             if not nodes:
                 continue
             holder = Holder(
                 pid=int(pid),
-                comm=host.read_opt(host.proc(pid, "comm")),
-                vm=vm_name_from_cmdline(host.read_opt(host.proc(pid, "cmdline"))),
+                comm=host.read_opt(host.process(pid, "comm")),
+                vm=vm_name_from_cmdline(host.read_opt(host.process(pid, "cmdline"))),
             )
             for node in sorted(nodes):
                 out.setdefault(node, []).append(holder)
@@ -82,7 +82,7 @@ class OpenFiles:
         return self._by_node.get(node, [])
 
     def group(self, group: int) -> list[Holder]:
-        return self.holders(self.host.display(self.host.dev("vfio", str(group))))
+        return self.holders(self.host.display(self.host.vfio_group_node(group)))
 
 
 def group_holders(host: Host, groups: set[int]) -> dict[int, list[Holder]]:

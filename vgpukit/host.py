@@ -26,7 +26,7 @@ from typing import TypeVar
 
 from . import hostio
 from .errors import InvalidInput, NotFound, OutsideRoot, from_oserror
-from .host_layout import SysfsLayout
+from .host_layout import SELF_FD, SysfsLayout
 from .hostio import Change, KernelPort, ProgramResult, RealKernel, _real_path, follow_link, run_program
 from .inputs import MAX_DOC_BYTES, check_component
 
@@ -136,7 +136,7 @@ class Host(SysfsLayout):
         if not self._confined:
             return
         try:
-            real = os.readlink(f"/proc/self/fd/{fd}")
+            real = os.readlink(f"{SELF_FD}/{fd}")
         except OSError:  # no /proc: walk the path instead
             real = os.path.realpath(path)
         if not self._inside(real):

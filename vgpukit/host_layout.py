@@ -1,6 +1,9 @@
-"""The kernel's sysfs layout, named once: where each device, driver, SR-IOV attribute, mdev parent /
-type / instance, IOMMU group and NUMA node lives (docs/sysfs-abi.md). A mixin of
-:class:`vgpukit.host.Host`, which supplies the root-aware :meth:`sys` and :meth:`dev`."""
+"""The host's layout, named once: where each device, driver, SR-IOV attribute, mdev parent / type /
+instance, IOMMU group and NUMA node lives in sysfs (docs/sysfs-abi.md), and every place under
+``/dev``, ``/proc``, ``/etc`` and ``/run`` vgpukit reads or writes. A mixin of
+:class:`vgpukit.host.Host`, which supplies the root-aware :meth:`sys`, :meth:`dev`, :meth:`proc`,
+:meth:`etc` and :meth:`run`. Paths other programs see (written into specs, units, plans) are the
+constants at the top."""
 
 from __future__ import annotations
 
@@ -33,12 +36,27 @@ INFINIBAND = "infiniband"  # on an RDMA-capable function: one directory per RDMA
 MDEV_TYPES = "mdev_supported_types"  # on a parent: one directory per type
 MDEV_TYPE = "mdev_type"  # on an mdev: link to its type directory
 
+# Host paths as other programs see them (written into CDI specs, systemd units, plans).
+CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")  # where CDI consumers look for specs, the first the default
+SYSTEMD_UNIT_DIR = "/etc/systemd/system"
+UDEV_RULES_DIR = "/etc/udev/rules.d"
+# The NVIDIA daemons' sockets and the MPS pipe directory a container gets when they exist (nvidia-ctk's list).
+NVIDIA_IPC_PATHS = ("/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket", "/tmp/nvidia-mps")
+# This process's open files (the host door resolves what an fd really opened): never under the root.
+SELF_FD = "/proc/self/fd"
+
 
 class SysfsLayout:
     def sys(self, *parts: str) -> Path:
         raise NotImplementedError
 
     def dev(self, *parts: str) -> Path:
+        raise NotImplementedError
+
+    def proc(self, *parts: str) -> Path:
+        raise NotImplementedError
+
+    def etc(self, *parts: str) -> Path:
         raise NotImplementedError
 
     # Every sysfs location vgpukit uses is spelled here, once (attribute names: the constants above).
@@ -88,3 +106,62 @@ class SysfsLayout:
     def vfio_group_node(self, group: int | str) -> Path:
         """``/dev/vfio/<group>``: what a VFIO user (QEMU) holds open."""
         return self.dev("vfio", str(group))
+
+    # ------------------------------------------------------------------ /dev
+    def vfio_dir(self) -> Path:
+        """``/dev/vfio``: the group nodes, and ``devices/vfioN`` (the per-device cdevs)."""
+        return self.dev("vfio")
+
+    def vfio_device_node(self, name: str) -> Path:
+        """``/dev/vfio/devices/<vfioN>``: a bound function's VFIO device cdev (iommufd)."""
+        return self.dev("vfio", "devices", check_component(name, "VFIO device"))
+
+    def dev_node(self, name: str, *parts: str) -> Path:
+        """A device node by name: ``/dev/nvidiactl``, ``/dev/nvidia-uvm``, ``/dev/dri/renderD128``..."""
+        return self.dev(name, *parts)
+
+    def nvidia_gpu_node(self, minor: int) -> Path:
+        """``/dev/nvidia<minor>``: one NVIDIA GPU."""
+        return self.dev(f"nvidia{minor}")
+
+    def nvidia_cap_node(self, minor: int) -> Path:
+        """``/dev/nvidia-caps/nvidia-cap<minor>``: a MIG access capability."""
+        return self.dev("nvidia-caps", f"nvidia-cap{minor}")
+
+    # ------------------------------------------------------------------ /proc
+    def processes(self) -> Path:
+        """``/proc``: one directory per process, named by its pid."""
+        return self.proc()
+
+    def process(self, pid: int | str, *parts: str) -> Path:
+        """``/proc/<pid>/...``: ``stat``, ``comm``, ``cmdline``, ``fd/``."""
+        return self.proc(str(pid), *parts)
+
+    def proc_devices(self) -> Path:
+        """``/proc/devices``: the character and block device majors by driver name."""
+        return self.proc("devices")
+
+    def nvidia_mig_minors(self) -> Path:
+        """``/proc/driver/nvidia-caps/mig-minors``: ``gpu<N>/gi<G>[/ci<C>]/access <minor>`` lines."""
+        return self.proc("driver", "nvidia-caps", "mig-minors")
+
+    def nvidia_gpu_information(self, bdf: str) -> Path:
+        """``/proc/driver/nvidia/gpus/<bdf>/information``: the driver's facts of one GPU (its minor)."""
+        return self.proc("driver", "nvidia", "gpus", check_component(bdf, "PCI address"), "information")
+
+    # ------------------------------------------------------------------ /etc
+    def ld_cache(self) -> Path:
+        """``/etc/ld.so.cache``: the dynamic linker's cache (where the driver's libraries are)."""
+        return self.etc("ld.so.cache")
+
+    def mdevctl_dir(self, *parts: str) -> Path:
+        """``/etc/mdevctl.d``: mdevctl's persistent definitions, ``<parent>/<uuid>``."""
+        return self.etc("mdevctl.d", *parts)
+
+    def mdevctl_scripts(self, kind: str) -> Path:
+        """``/etc/mdevctl.d/scripts.d/<kind>``: mdevctl's callout and notifier scripts."""
+        return self.etc("mdevctl.d", "scripts.d", kind)
+
+    def nfd_feature_file(self) -> Path:
+        """``/etc/kubernetes/node-feature-discovery/features.d/vgpukit``: NFD's local source reads it."""
+        return self.etc("kubernetes", "node-feature-discovery", "features.d", "vgpukit")

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from .host_layout import SELF_FD
 from .records import Record
 
 
@@ -38,7 +39,7 @@ def _real_path(path: Path | str) -> str:
     except OSError:
         return os.path.realpath(path)
     try:
-        return os.readlink(f"/proc/self/fd/{fd}")
+        return os.readlink(f"{SELF_FD}/{fd}")
     except OSError:
         return os.path.realpath(path)
     finally:

@@ -15,7 +15,7 @@ The grammar (hex digits in any case; surrounding white space ignored):
                        takes an mdev parent
 =====================  =========================================================================
 
-:func:`resolve` turns a name into a :class:`Target` (what kind of thing, its BDF, UUID, NVML
+:func:`resolve` turns a name into a :class:`ResolvedName` (what kind of thing, its BDF, UUID, NVML
 index...) for the kinds a command accepts. Unknown names all fail the same way: ``no <what>
 <name> on this host[: detail]`` (NotFound, exit 3); names outside the grammar (or of a kind the
 command does not take) are bad input (exit 2) naming the forms the command takes.
@@ -76,7 +76,7 @@ _FORM_WORDS = {  # a form, in words (a plain word, or invalid text, needs none: 
 }
 
 
-class Target(Record):
+class ResolvedName(Record):
     """What a name resolved to."""
 
     __slots__ = ("name", "kind", "bdf", "uuid", "parent", "nvml_index")  # noqa: RUF023 (field order)
@@ -180,7 +180,7 @@ def resolve(
     *,
     nvml: NvmlSource = None,
     scan: Scan | None = None,
-) -> Target:
+) -> ResolvedName:
     """The thing ``name`` names on ``host``, of one of the ``accept`` ed kinds.
 
     NotFound (exit 3) when it is well-formed but absent; InvalidInput (exit 2) when it is not a name
@@ -191,11 +191,11 @@ def resolve(
     low = text.lower()
     form = form_of(text)
     if PARENT in accept and text in _parents(host):
-        return Target(name, PARENT, bdf=text if BDF_RE.match(text) else None, parent=text)
+        return ResolvedName(name, PARENT, bdf=text if BDF_RE.match(text) else None, parent=text)
     if form == "mdev-uuid" and MDEV in accept:
         if not host.exists(host.mdev_device(low)):
             raise unknown("mdev", low, hint="see: vgpukit mdev list")
-        return Target(name, MDEV, uuid=low)
+        return ResolvedName(name, MDEV, uuid=low)
     if form == "mig-uuid" and MIG in accept:
         return _mig(name, text, nvml)
     if form == "index" and GPU in accept:
@@ -204,19 +204,19 @@ def resolve(
             reports = f"NVML reports {plural(len(gpus), 'GPU')}, {span('', 0, len(gpus) - 1)}"
             raise unknown("GPU with NVML index", text, reports)
         by_index = gpus[int(text)]
-        return Target(name, GPU, bdf=by_index.bdf, uuid=by_index.uuid, nvml_index=by_index.index)
+        return ResolvedName(name, GPU, bdf=by_index.bdf, uuid=by_index.uuid, nvml_index=by_index.index)
     if form in ("alias", "bdf", "gpu-uuid") and accept & {PCI, GPU, PARENT}:
         bdf, uuid = _pci(scan, name, text, form, nvml)
         if GPU in accept:
             g = next((g for g in _gpus(nvml, text) if g.bdf == bdf), None)
             if g is None:
                 raise unknown("GPU", text, f"NVML does not report {bdf}", hint="see: vgpukit mig status")
-            return Target(name, GPU, bdf=bdf, uuid=g.uuid, nvml_index=g.index)
+            return ResolvedName(name, GPU, bdf=bdf, uuid=g.uuid, nvml_index=g.index)
         if PCI not in accept:  # an mdev parent named like a device
             if bdf not in _parents(host):
                 raise unknown("mdev parent", text, f"{bdf} is not one", hint="see: vgpukit mdev types")
-            return Target(name, PARENT, bdf=bdf, parent=bdf)
-        return Target(name, PCI, bdf=bdf, uuid=uuid)
+            return ResolvedName(name, PARENT, bdf=bdf, parent=bdf)
+        return ResolvedName(name, PCI, bdf=bdf, uuid=uuid)
     if form == "word" and PARENT in accept:
         raise unknown("mdev parent", text, hint="see: vgpukit mdev types")
     why = ""
@@ -265,7 +265,7 @@ def _pci(scan: Scan, name: str, text: str, form: str, nvml: NvmlSource) -> tuple
     raise unknown("GPU with UUID", text, hint="see: vgpukit mig status")
 
 
-def _mig(name: str, text: str, nvml: NvmlSource) -> Target:
+def _mig(name: str, text: str, nvml: NvmlSource) -> ResolvedName:
     nv = _open(nvml, text)
     for g in nv.gpus():
         if not g.mig_current:
@@ -273,5 +273,5 @@ def _mig(name: str, text: str, nvml: NvmlSource) -> Target:
         for gi in nv.gpu_instances(g.index):
             for ci in gi.compute_instances:
                 if ci.uuid.lower() == text.lower():
-                    return Target(name, MIG, bdf=g.bdf, uuid=ci.uuid, nvml_index=g.index)
+                    return ResolvedName(name, MIG, bdf=g.bdf, uuid=ci.uuid, nvml_index=g.index)
     raise unknown("MIG device", text, hint="see: vgpukit mig status")

@@ -1,7 +1,7 @@
 """Run ``vgpukit ARGS...`` with the simulator's work bracketed by marker syscalls.
 
 The simulated kernel (:class:`vgpukit.sim.kernel.SimKernel`) and the simulated NVIDIA driver
-(:class:`vgpukit.nvml.sim.SimNvml`) run inside the vgpukit process; to tell their syscalls from the
+(:class:`vgpukit.sim.nvml.SimNvml`) run inside the vgpukit process; to tell their syscalls from the
 product's under ``strace``, each of their entry points is wrapped between ``access(MARK_IN)`` and
 ``access(MARK_OUT)`` (paths that never exist), and, in a run with ``VGPUKIT_BENCH_SIM_CPU`` set (never
 the counted one: reading the clock is a syscall too), the CPU time they take is added up and written to
@@ -45,8 +45,8 @@ def bracket(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def main() -> int:
     _timing[0] = bool(os.environ.get(SIM_CPU_ENV))
-    from vgpukit.nvml.sim import SimNvml
     from vgpukit.sim.kernel import SimKernel
+    from vgpukit.sim.nvml import SimNvml
 
     SimKernel.write = bracket(SimKernel.write)  # type: ignore[method-assign]
     for name, value in list(vars(SimNvml).items()):

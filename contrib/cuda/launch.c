@@ -12,7 +12,7 @@
  * work is left queued on the device: that bounds preemption latency.
  */
 #define _GNU_SOURCE
-#include "../qos-hook/vgpukit_qos.h"
+#include "../qos-hook/vgpukit_demand.h"
 #include "vgpukit_cuda.h"
 
 #include <pthread.h>
@@ -22,47 +22,12 @@
 
 #define RING 1024
 
-static atomic_llong last_launch_ns, last_busy_ns;
-static atomic_int busy, waiting;
-
-static long long now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static void *watch(void *arg)
-{
-    (void)arg;
-    for (;;) {
-        struct timespec nap = {0, (long)(vgc.idle_ns / 4)};
-        nanosleep(&nap, NULL);
-        if (atomic_load(&busy) && !atomic_load(&waiting) && now_ns() - atomic_load(&last_launch_ns) > vgc.idle_ns) {
-            int expected = 1;
-            if (atomic_compare_exchange_strong(&busy, &expected, 0))
-                vgpukit_qos_idle();
-        }
-    }
-    return NULL;
-}
+static atomic_int waiting; /* threads waiting for the window: the watcher holds off "idle" */
 
 void vgc_launch_setup(void)
 {
-    pthread_t t;
-    if (vgc.demand && pthread_create(&t, NULL, watch, NULL) == 0)
-        pthread_detach(t);
-}
-
-static inline void demand(void)
-{
-    long long now = now_ns();
-    int expected = 0;
-    atomic_store_explicit(&last_launch_ns, now, memory_order_relaxed);
-    if (atomic_compare_exchange_strong(&busy, &expected, 1) || now - atomic_load(&last_busy_ns) > 250000000LL) {
-        atomic_store(&last_busy_ns, now);
-        vgpukit_qos_busy();
-    }
+    if (vgc.demand)
+        vgpukit_demand_start(vgc.idle_ns, &waiting);
 }
 
 /* ---- the window */
@@ -179,7 +144,7 @@ static void record(struct win *w, CUstream s)
 static inline struct win *gate(CUstream s)
 {
     if (vgc.demand)
-        demand();
+        vgpukit_demand_launch();
     return vgc.inflight || vgc.inflight_ms ? admit(s) : NULL;
 }
 static inline CUresult done(struct win *w, CUstream s, CUresult r)

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from tests.conftest import Run
-from vgpukit.attach import cdi
-from vgpukit.attach.mig import mig_slices
+from vgpukit.cdi import spec as cdi
+from vgpukit.cdi.mig import mig_slices
 from vgpukit.host import Host
 from vgpukit.nvml import NvmlGpu
 
@@ -200,7 +200,7 @@ def test_mig_without_minors_file_warns(fake: FakeHost) -> None:
 
 def test_mig_on_simulator(sim_dir: Path, run_cli: Run) -> None:
     """End to end through the simulated NVML driver (needs the facade's MIG calls from the mig work)."""
-    from vgpukit.nvml.sim import SimNvml
+    from vgpukit.sim.nvml import SimNvml
 
     nvml: Any = SimNvml(sim_dir)
     if not hasattr(nvml, "create_gpu_instance"):

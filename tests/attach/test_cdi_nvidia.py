@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from tests.conftest import Run
-from vgpukit.attach import cdi, ldcache
-from vgpukit.attach.cdi_files import Settings
+from vgpukit.cdi import ldcache
+from vgpukit.cdi import spec as cdi
+from vgpukit.cdi.files import Settings
 from vgpukit.host import Host
 from vgpukit.nvml import NvmlGpu
 
@@ -60,7 +61,7 @@ def test_no_ld_cache_uses_the_fallback_listing(tmp_path: Path) -> None:
     (lib / "libcuda.so.550.1").write_text("")
     (lib / "libcuda.so.1").symlink_to("libcuda.so.550.1")
     (lib / "libnvidia-ml.so.550.1").write_text("")
-    from vgpukit.attach import nvidia
+    from vgpukit.cdi import nvidia
 
     drv = nvidia.find_driver(Host(root))
     assert drv is not None and drv.version == "550.1"

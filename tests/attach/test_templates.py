@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vgpukit.attach.model import DomainSpec, Firmware, Placement
+from vgpukit.attach.model import DomainSpec, Firmware, GuestPlacement
 from vgpukit.attach.templates import TemplateSet
 from vgpukit.errors import InvalidInput, NotFound
 from vgpukit.host import Host
@@ -34,7 +34,7 @@ DOMAINS: dict[str, DomainSpec] = {
         vcpus=4,
         devices=(DEVICES["hostdev-pci-unmanaged"], DEVICES["hostdev-mdev"], DEVICES["interface-hostdev"]),
         firmware=Firmware("efi"),
-        placement=Placement(numa_node=1, cpuset="8-15", pins=((0, 8), (1, 9), (2, 10), (3, 11))),
+        placement=GuestPlacement(numa_node=1, cpuset="8-15", pins=((0, 8), (1, 9), (2, 10), (3, 11))),
         hugepages=True,
     ),
     "domain-pflash-floating": DomainSpec(
@@ -43,7 +43,7 @@ DOMAINS: dict[str, DomainSpec] = {
         vcpus=16,
         devices=(PciHostdev(PciAddress.from_bdf("0000:3b:00.0")),),
         firmware=Firmware("pflash", "/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"),
-        placement=Placement(numa_node=0, cpuset="0-7"),
+        placement=GuestPlacement(numa_node=0, cpuset="0-7"),
     ),
     "domain-bios-bare": DomainSpec(name="bare", memory_mib=1024, vcpus=1),
 }

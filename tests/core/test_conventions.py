@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "vgpukit"
-HOST_LITERAL = re.compile(r"""["'](/sys|/proc|/dev|/etc/vgpukit|/run/vgpukit)(/|["'])""")
+HOST_LITERAL = re.compile(r"""["'](/sys|/proc|/dev|/etc|/run|/var/run)(/|["'])""")
 MAX_MODULE_LINES = 450
 
 
@@ -20,7 +20,7 @@ def _sources() -> list[Path]:
 def test_host_paths_only_in_the_host_door() -> None:
     offenders = []
     for path in _sources():
-        if path.name in ("host.py", "hostio.py") and path.parent == PKG:
+        if path.name in ("host.py", "hostio.py", "host_layout.py") and path.parent == PKG:
             continue
         for n, line in enumerate(path.read_text().splitlines(), 1):
             stripped = line.strip()
@@ -67,12 +67,12 @@ def test_help_imports_nothing_heavy() -> None:
 # the change engine, mdevctl's call-out runner, libvirt, the simulated kernel's write machinery
 CHANGE_MODULES = (
     "vgpukit.mig.layout",
-    "vgpukit.mig.config_cli",
+    "vgpukit.mig.cli_config",
     "vgpukit.sriov.planner",
     "vgpukit.mig.steps",
     "vgpukit.sriov.steps",
     "vgpukit.mdev.ops",
-    "vgpukit.mdev.change_cli",
+    "vgpukit.mdev.cli_change",
     "vgpukit.mdev.callouts",
     "vgpukit.mdev.domains",
     "vgpukit.mdev.placement",

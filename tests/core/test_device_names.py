@@ -15,9 +15,9 @@ from vgpukit import naming
 from vgpukit.data.pci_names import PciNames
 from vgpukit.errors import NotFound
 from vgpukit.host import Host
-from vgpukit.nvml.sim import SimNvml
 from vgpukit.pci import Scan
 from vgpukit.sim.build import builtin_profiles
+from vgpukit.sim.nvml import SimNvml
 
 BMC = {"hgx-a100": "0000:11:00.0", "t4-mdev": "0000:02:00.0", "h100-vgpu": "0000:02:00.0"}
 

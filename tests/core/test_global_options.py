@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import invoke, make_sim
-from vgpukit.cli.globalopts import hoist
 from vgpukit.cli.main import cli
+from vgpukit.clikit.globalopts import hoist
 
 COMMANDS = [("topo",), ("sriov", "list"), ("recover",), ("devices", "--class", "gpu"), ("mig", "status")]
 OPTIONS = [("--json",), ("--dry-run",), ("--debug",), ("--wait", "5"), ("--wait=5",)]

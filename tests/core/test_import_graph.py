@@ -21,15 +21,27 @@ def module_name(path: Path) -> str:
 
 
 def is_front_end(mod: str) -> bool:
+    """The front ends: the top-level commands (``vgpukit/cli/``), the click toolkit they share
+    (``vgpukit/clikit/``), each area's commands (``<area>/cli.py``, ``<area>/cli_<topic>.py``), ``__main__``."""
     parts = mod.split(".")
     last = parts[-1]
     return (
-        parts[:2] == ["vgpukit", "cli"]
+        parts[:2] in (["vgpukit", "cli"], ["vgpukit", "clikit"])
         or last == "cli"
-        or last.endswith("_cli")
-        or last.endswith("_cmd")
+        or last.startswith("cli_")
         or last == "__main__"
     )
+
+
+def test_one_naming_convention_for_command_modules() -> None:
+    """Command modules are ``cli.py`` / ``cli_<topic>.py`` in an area, ``cmd_<name>.py`` in vgpukit/cli/."""
+    odd = sorted(str(p.relative_to(ROOT)) for p in PKG.rglob("*.py") if p.stem.endswith(("_cli", "_cmd")))
+    odd += sorted(
+        str(p.relative_to(ROOT))
+        for p in (PKG / "cli").glob("*.py")
+        if not p.stem.startswith("cmd_") and p.stem not in ("__init__", "main", "manpage", "entry")
+    )
+    assert not odd, "command modules named outside the convention (CONTRIBUTING.md):\n" + "\n".join(odd)
 
 
 def _resolve(mod: str, is_pkg: bool, level: int, target: str | None) -> str:
@@ -102,10 +114,10 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_lazy_imports() -> None:
     graph = import_graph()
-    assert "vgpukit.host" in graph["vgpukit.cli.context"]  # module level
-    assert "vgpukit.sim.kernel" in graph["vgpukit.cli.context"]  # in a function
-    assert "vgpukit.nvml" in graph["vgpukit.cli.context"]  # under TYPE_CHECKING
-    assert "vgpukit.nvml.errors" in graph["vgpukit.nvml.sim"]  # "from . import errors" names the submodule
+    assert "vgpukit.host" in graph["vgpukit.clikit.context"]  # module level
+    assert "vgpukit.sim.kernel" in graph["vgpukit.clikit.context"]  # in a function
+    assert "vgpukit.nvml" in graph["vgpukit.clikit.context"]  # under TYPE_CHECKING
+    assert "vgpukit.nvml.table" in graph["vgpukit.sim.nvml"]  # "from ..nvml import table" names the submodule
 
 
 def front_end_imports(graph: dict[str, set[str]]) -> set[str]:
@@ -127,8 +139,8 @@ def test_no_import_cycles() -> None:
 def test_the_checks_can_fail() -> None:
     g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(g) == [["a", "b", "c"]]
-    assert is_front_end("vgpukit.mig.cli") and is_front_end("vgpukit.mig.config_cli")
-    assert is_front_end("vgpukit.cli.output") and is_front_end("vgpukit.cli.topo_cmd")
+    assert is_front_end("vgpukit.mig.cli") and is_front_end("vgpukit.mig.cli_config")
+    assert is_front_end("vgpukit.clikit.output") and is_front_end("vgpukit.cli.cmd_topo")
     assert not is_front_end("vgpukit.mig.view") and not is_front_end("vgpukit.client")
 
 

@@ -17,8 +17,8 @@ from tests.conftest import make_sim, sim_host
 from vgpukit import iommu, naming
 from vgpukit.errors import InvalidInput, NotFound
 from vgpukit.host import Host
-from vgpukit.nvml.sim import SimNvml
 from vgpukit.pci import Scan
+from vgpukit.sim.nvml import SimNvml
 from vgpukit.sriov.binding import group_warnings
 
 Run = Callable[..., Result]

@@ -16,7 +16,8 @@ from pathlib import Path
 import vgpukit
 
 PKG = Path(vgpukit.__file__).parent
-SIM_FILES = [*sorted((PKG / "sim").glob("*.py")), PKG / "nvml" / "sim.py", PKG / "nvml" / "sim_state.py"]
+# the simulator's own modules; its front end (sim/cli.py, sim/cli_*.py) is the product's, not the simulator's facts
+SIM_FILES = [p for p in sorted((PKG / "sim").glob("*.py")) if p.stem != "cli" and not p.stem.startswith("cli_")]
 ALLOWED = {
     "vgpukit.errors",
     "vgpukit.host",
@@ -26,8 +27,6 @@ ALLOWED = {
     "vgpukit.nvml.model",  # the facade's records (GiProfile, NvmlGpu, ...)
     "vgpukit.nvml.errors",
     "vgpukit.nvml.table",  # the MIG profile tables the simulated NVIDIA driver plays
-    "vgpukit.nvml.sim",
-    "vgpukit.nvml.sim_state",
 }
 DOMAIN = ("vgpukit.vgpu", "vgpukit.pci", "vgpukit.mdev", "vgpukit.mig", "vgpukit.sriov", "vgpukit.naming")
 DOMAIN += ("vgpukit.topology", "vgpukit.holders", "vgpukit.engine", "vgpukit.cli")
@@ -73,7 +72,7 @@ import json, sys, tempfile, uuid
 from pathlib import Path
 from vgpukit.sim.build import init_sim
 from vgpukit.sim.kernel import SimKernel
-from vgpukit.nvml.sim import SimNvml
+from vgpukit.sim.nvml import SimNvml
 base = Path(tempfile.mkdtemp())
 for profile in ("hgx-a100", "t4-mdev", "h100-vgpu", "qemu-guest"):
     init_sim(base / profile, profile)

@@ -15,8 +15,8 @@ from tests.mig.sim_pynvml import Shim
 from vgpukit import topology
 from vgpukit.nvml import NvLink
 from vgpukit.nvml.real import RealNvml
-from vgpukit.nvml.sim import SimNvml
 from vgpukit.sim.build import builtin_profiles, load_profile
+from vgpukit.sim.nvml import SimNvml
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "topo"
 PUBLISHED = DATA / "hgx-a100-published.yaml"
@@ -80,7 +80,7 @@ def test_a_link_down_and_bridged_pairs(tmp_path: Path, run_cli: Run) -> None:
 
 
 def test_nics_follow_their_rdma_device_numbers() -> None:
-    from vgpukit.cli.topo_matrix import _natural
+    from vgpukit.cli.cmd_topo_matrix import _natural
 
     assert sorted(["mlx5_10", "mlx5_9", "mlx5_0", "mlx5_bond_0"], key=_natural) == [
         "mlx5_0",

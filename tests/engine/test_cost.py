@@ -106,8 +106,8 @@ def test_another_process_change_is_seen(tmp_path: Path) -> None:
 
 def test_an_nvml_call_saves_its_gpu_not_the_whole_driver_state(tmp_path: Path) -> None:
     """The simulated driver appends the GPU a call changed; its held state is the state on disk."""
-    from vgpukit.nvml.sim import SimNvml
-    from vgpukit.nvml.sim_state import Store
+    from vgpukit.sim.nvml import SimNvml
+    from vgpukit.sim.nvml_state import Store
 
     sim = fresh(tmp_path, "hgx-a100")
     meta = sim_meta_dir(sim)

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vgpukit.cli.main import cli, main
-from vgpukit.cli.params import AsciiFloat, AsciiInt
+from vgpukit.clikit.params import AsciiFloat, AsciiInt
 
 from .conftest import examples
 from .harness import FuzzHost, check

@@ -17,7 +17,7 @@ import yaml
 
 from tests.conftest import invoke, make_sim, sim_host
 from tests.k8s.kubelet import Kubelet
-from vgpukit.cli.context import App
+from vgpukit.clikit.context import App
 from vgpukit.k8s.inventory import Inventory, Options, Poller, collect
 from vgpukit.k8s.plugin import HEALTHY, UNHEALTHY, Manager, plugin_dir
 
@@ -235,7 +235,7 @@ def test_gpu_share_carries_the_qos_tenants_share_and_memory_cap(tmp_path: Path) 
     library.write_bytes(b"\x7fELF")
     inv = collect(app.host, app.nvml, Options(replicas=2, qos=load_base(app.host, default_config_path(app.host))))
     train = next(d for d in inv.resources["vgpukit.io/gpu-share"] if d.id == "0000:03:00.0-train")
-    assert train.cdi_name == "vgpukit.io/gpu-share=train"  # the tenant's CDI device (vgpukit/attach/share.py)
+    assert train.cdi_name == "vgpukit.io/gpu-share=train"  # the tenant's CDI device (vgpukit/cdi/share.py)
     assert "LD_PRELOAD=/usr/lib/vgpukit/libvgpukit-cuda.so" in train.env and "VGPUKIT_QOS_SHARE=30" in train.env
     assert "/usr/lib/vgpukit/libvgpukit-cuda.so" in {m.container_path for m in train.mounts}
 

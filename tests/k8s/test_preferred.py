@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import invoke, make_sim
-from vgpukit.cli.context import App
+from vgpukit.clikit.context import App
 from vgpukit.k8s.inventory import Options, collect
 from vgpukit.k8s.preferred import Distances, preferred
 

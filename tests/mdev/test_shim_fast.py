@@ -1,4 +1,4 @@
-"""mdevctl's read verbs answered without click (vgpukit.mdev.shim_cli) print exactly what the click
+"""mdevctl's read verbs answered without click (vgpukit.mdev.cli_shim) print exactly what the click
 command line prints, for every combination of their options and for hostile values; anything the fast
 path does not know goes to click (docs/decisions.md, "Start-up")."""
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tests.conftest import invoke
 from vgpukit.cli import entry
 from vgpukit.cli import main as full
-from vgpukit.mdev.shim_cli import parse
+from vgpukit.mdev.cli_shim import parse
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ U1 = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001"
 
 def _unit(name: str) -> configparser.ConfigParser:
     """The unit as `vgpukit units install` writes it (for a vgpukit installed as /usr/bin/vgpukit)."""
-    from vgpukit.cli.units_cmd import render
+    from vgpukit.cli.cmd_units import render
 
     cp = configparser.ConfigParser(strict=False, interpolation=None)
     cp.optionxform = str  # type: ignore[assignment,method-assign]

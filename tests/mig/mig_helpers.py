@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vgpukit.nvml.sim import SimNvml, initial_state
+from vgpukit.sim.nvml import SimNvml, initial_state
 
 PRODUCT = {
     "A100-SXM4-40GB": "NVIDIA A100-SXM4-40GB",

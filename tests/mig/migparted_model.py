@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from vgpukit.nvml.errors import NvmlError
-from vgpukit.nvml.sim import SimNvml
+from vgpukit.sim.nvml import SimNvml
 
 from .mig_helpers import PRODUCT, make_sim
 

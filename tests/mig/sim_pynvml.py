@@ -14,8 +14,8 @@ from typing import Any
 import pynvml as _real
 
 from vgpukit.nvml.errors import NvmlError
-from vgpukit.nvml.sim import SimNvml
-from vgpukit.nvml.sim_state import _locked
+from vgpukit.sim.nvml import SimNvml
+from vgpukit.sim.nvml_state import _locked
 
 c_nvmlGpuInstancePlacement_t = _real.c_nvmlGpuInstancePlacement_t
 c_nvmlComputeInstancePlacement_t = _real.c_nvmlComputeInstancePlacement_t

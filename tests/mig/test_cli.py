@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import as_json, invoke
-from vgpukit.nvml import sim as simdrv
-from vgpukit.nvml.sim import SimNvml
+from vgpukit.sim import nvml as simdrv
 from vgpukit.sim.build import init_sim
+from vgpukit.sim.nvml import SimNvml
 
 
 @pytest.fixture

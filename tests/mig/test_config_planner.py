@@ -15,9 +15,9 @@ from vgpukit.mig import config
 from vgpukit.mig.migparted import MigRequest, plan_config
 from vgpukit.mig.planner import NeverFits
 from vgpukit.mig.steps import CreateGi
-from vgpukit.nvml.sim import SimNvml
 from vgpukit.pci import Scan
 from vgpukit.sim.build import init_sim
+from vgpukit.sim.nvml import SimNvml
 
 TEXT = """\
 version: v1

@@ -9,8 +9,8 @@ import pytest
 
 from tests.conftest import as_json, invoke
 from vgpukit.mig.steps import CreateGi
-from vgpukit.nvml.sim import SimNvml
 from vgpukit.sim.build import init_sim
+from vgpukit.sim.nvml import SimNvml
 
 from .mig_helpers import enable_now, make_sim
 

@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import invoke
 from tests.engine.helpers import fresh, journal_left, vgpukit
-from vgpukit.nvml.sim import CRASH_ENV, SimNvml
+from vgpukit.sim.nvml import CRASH_ENV, SimNvml
 
 CONFIG = """version: v1
 mig-configs:

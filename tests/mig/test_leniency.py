@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import as_json, invoke
-from vgpukit.nvml.sim import SimNvml
 from vgpukit.sim.build import init_sim
+from vgpukit.sim.nvml import SimNvml
 
 TWO = """\
 version: v1

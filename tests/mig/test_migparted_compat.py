@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from tests.conftest import invoke
-from vgpukit.nvml.sim import SimNvml
 from vgpukit.sim.build import init_sim
+from vgpukit.sim.nvml import SimNvml
 
 from . import migparted_model as mp
 

@@ -12,9 +12,9 @@ import pytest
 from tests.conftest import invoke
 from vgpukit.errors import InvalidInput
 from vgpukit.mig import hooks
-from vgpukit.nvml import sim as simdrv
-from vgpukit.nvml.sim import SimNvml
+from vgpukit.sim import nvml as simdrv
 from vgpukit.sim.build import init_sim
+from vgpukit.sim.nvml import SimNvml
 
 from .test_cli import layout
 

@@ -11,8 +11,8 @@ from click.testing import CliRunner, Result
 from tests.conftest import _Main, as_json, invoke
 from vgpukit.errors import InvalidInput
 from vgpukit.mig import config
-from vgpukit.nvml.sim import SimNvml
 from vgpukit.sim.build import init_sim
+from vgpukit.sim.nvml import SimNvml
 
 from .test_cli import layout
 

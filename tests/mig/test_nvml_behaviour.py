@@ -17,7 +17,7 @@ import pytest
 
 from vgpukit.nvml import GiProfile, Nvml
 from vgpukit.nvml.errors import NvmlError, NvmlInsufficientResources, NvmlInUse, NvmlInvalidArgument
-from vgpukit.nvml.sim import SimNvml
+from vgpukit.sim.nvml import SimNvml
 
 from .mig_helpers import enable_now
 

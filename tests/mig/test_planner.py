@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from vgpukit.errors import NoCapacity
-from vgpukit.mig.planner import Occupant, Placement, future_largest, plan, search
+from vgpukit.mig.planner import GiPlacement, Occupant, future_largest, plan, search
 from vgpukit.nvml import GiProfile
 from vgpukit.nvml.table import model
 
@@ -55,7 +55,7 @@ def check_valid(
     profiles: Sequence[GiProfile],
     occupants: Sequence[Occupant],
     request: Sequence[GiProfile],
-    placed: Sequence[Placement],
+    placed: Sequence[GiPlacement],
 ) -> None:
     assert sorted(p.profile.id for p in placed) == sorted(p.id for p in request)
     cells: list[int] = [c for o in occupants for c in range(o.start, o.start + o.size)]
@@ -163,7 +163,7 @@ def test_no_capacity_reasons_name_the_limit_and_the_slots() -> None:
 
 def test_planned_layouts_are_accepted_by_the_simulated_driver(tmp_path: Path) -> None:
     """The planner's model of the GPU agrees with the driver's: its placements create as planned."""
-    from vgpukit.nvml.sim import SimNvml
+    from vgpukit.sim.nvml import SimNvml
 
     from .mig_helpers import enable_now, make_sim
 

@@ -11,10 +11,10 @@ import pytest
 
 from tests.conftest import invoke
 from vgpukit.errors import InvalidInput
-from vgpukit.nvml import sim as simdrv
 from vgpukit.nvml.errors import NvmlInUse, NvmlNotSupported, NvmlUnknown
-from vgpukit.nvml.sim import SimNvml
 from vgpukit.nvml.table import model, models
+from vgpukit.sim import nvml as simdrv
+from vgpukit.sim.nvml import SimNvml
 
 from .mig_helpers import enable_now
 

@@ -10,8 +10,8 @@ from tests.conftest import Run
 from vgpukit.engine import Env
 from vgpukit.host import Host
 from vgpukit.mig.steps import STEP_TYPES, CreateCi, CreateGi, DestroyCi, DestroyGi, Reset, SetMode
-from vgpukit.nvml import sim as simdrv
-from vgpukit.nvml.sim import SimNvml
+from vgpukit.sim import nvml as simdrv
+from vgpukit.sim.nvml import SimNvml
 
 from .mig_helpers import enable_now
 

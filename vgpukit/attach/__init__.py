@@ -1,1 +1,1 @@
-"""Hand devices to VMs (libvirt domain XML from jinja2 templates) and to containers (CDI specs)."""
+"""Hand devices to VMs (libvirt domain XML from jinja2 templates); containers are vgpukit.cdi."""

@@ -10,10 +10,10 @@ from .. import iommu
 from ..errors import Busy, Conflict
 from ..holders import OpenFiles
 from ..host import Host
-from .devices import Target
+from .devices import AttachTarget
 
 
-def check_iommu(host: Host, target: Target) -> None:
+def check_iommu(host: Host, target: AttachTarget) -> None:
     """Conflict unless the target's IOMMU group can be handed to VFIO as a whole (see :mod:`vgpukit.iommu`)."""
     if target.iommu_group is None:
         what = "mdev" if target.kind == "mdev" else "device"
@@ -32,7 +32,7 @@ def check_iommu(host: Host, target: Target) -> None:
         )
 
 
-def check_not_console(target: Target) -> None:
+def check_not_console(target: AttachTarget) -> None:
     """Busy for the console display device (boot_vga) still on a host driver: a managed hostdev makes
     libvirt take it from its driver when the VM starts. Moving it first (``bind --force``) is the
     deliberate act that lets it go to a VM."""
@@ -44,7 +44,7 @@ def check_not_console(target: Target) -> None:
         )
 
 
-def check_not_held(host: Host, target: Target) -> None:
+def check_not_held(host: Host, target: AttachTarget) -> None:
     """Busy when a process outside libvirt's view (a stray QEMU, a container) holds the device's group."""
     if target.iommu_group is None:
         return

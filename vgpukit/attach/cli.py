@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..cli.context import App
-from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
-from ..cli.output import emit, emit_result, say
-from ..cli.params import NAME, VM_DEVICE, AsciiInt, Size
+from ..clikit.context import App
+from ..clikit.lazy import LazyGroup
+from ..clikit.options import dry_run_option, json_option, mutating
+from ..clikit.output import emit, emit_result, say
+from ..clikit.params import NAME, VM_DEVICE, AsciiInt, Size
 from ..libvirt.connection import DEFAULT_URI
 from ..naming import needs_nvml
 

@@ -25,7 +25,7 @@ from ..pci import Scan, read_device
 
 
 @dataclass(frozen=True)
-class Target:
+class AttachTarget:
     """A device on this host that can be handed to a VM."""
 
     name: str  # as the user typed it
@@ -72,7 +72,7 @@ class Target:
         return PciHostdev(address=addr, managed=keep)
 
 
-def read_mdev(host: Host, uuid: str, name: str | None = None) -> Target:
+def read_mdev(host: Host, uuid: str, name: str | None = None) -> AttachTarget:
     d = host.mdev_device(uuid)
     if not host.exists(d):
         raise NotFound(f"no mdev {uuid} (nothing at {host.display(d)})", device=uuid, hint="see: vgpukit mdev list")
@@ -82,7 +82,7 @@ def read_mdev(host: Host, uuid: str, name: str | None = None) -> Target:
     if BDF_RE.match(parent):
         numa = host.read_int(host.pci_device(parent, "numa_node"))
         numa = numa if numa is not None and numa >= 0 else None
-    return Target(
+    return AttachTarget(
         name=name or uuid,
         kind="mdev",
         uuid=uuid,
@@ -94,10 +94,10 @@ def read_mdev(host: Host, uuid: str, name: str | None = None) -> Target:
     )
 
 
-def read_pci(host: Host, bdf: str, name: str | None = None, scan: Scan | None = None) -> Target:
+def read_pci(host: Host, bdf: str, name: str | None = None, scan: Scan | None = None) -> AttachTarget:
     dev = scan.device(bdf) if scan is not None else read_device(host, bdf)
     vgpu = host.read_opt(host.pci_device(bdf, "nvidia", "current_vgpu_type"))
-    return Target(
+    return AttachTarget(
         name=name or bdf,
         kind="pci",
         bdf=bdf,
@@ -111,7 +111,7 @@ def read_pci(host: Host, bdf: str, name: str | None = None, scan: Scan | None = 
     )
 
 
-def resolve(host: Host, name: str, nvml: NvmlSource = None, *, scan: Scan | None = None) -> Target:
+def resolve(host: Host, name: str, nvml: NvmlSource = None, *, scan: Scan | None = None) -> AttachTarget:
     """The device a user named (see :mod:`vgpukit.naming`), read from the host. NotFound / InvalidInput otherwise."""
     if naming.form_of(name) == "mig-uuid":
         raise Unsupported(

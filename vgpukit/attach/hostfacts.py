@@ -18,7 +18,7 @@ from ..data import load_yaml
 from ..errors import InvalidInput, NotFound
 from ..host import Host
 from ..inputs import load_json
-from .model import Firmware, Placement
+from .model import Firmware, GuestPlacement
 
 MAX_DESCRIPTOR_BYTES = 64 * 1024
 
@@ -95,7 +95,7 @@ def read_node(host: Host, node: int) -> NodeInfo | None:
 
 def placement_for(
     host: Host, numa_nodes: list[int | None], vcpus: int, pin: bool = True
-) -> tuple[Placement, list[str]]:
+) -> tuple[GuestPlacement, list[str]]:
     """Placement on the NUMA node the devices sit on, plus warnings to show the user.
 
     vCPUs are pinned one-to-one onto the node's first CPUs when the node has enough of them;
@@ -104,20 +104,20 @@ def placement_for(
     warnings: list[str] = []
     known = [n for n in numa_nodes if n is not None]
     if not known:
-        return Placement(), warnings
+        return GuestPlacement(), warnings
     node = known[0]
     if len(set(known)) > 1:
         warnings.append(f"devices sit on NUMA nodes {sorted(set(known))}; placing the VM on node {node}")
     info = read_node(host, node)
     if info is None:
         warnings.append(f"NUMA node {node} has no cpulist; not pinning")
-        return Placement(), warnings
+        return GuestPlacement(), warnings
     pins: tuple[tuple[int, int], ...] = ()
     if pin and vcpus <= len(info.cpus):
         pins = tuple((v, info.cpus[v]) for v in range(vcpus))
     elif pin:
         warnings.append(f"{vcpus} vCPUs > {len(info.cpus)} CPUs on node {node}: vCPUs float over the node")
-    return Placement(numa_node=node, cpuset=info.cpulist, pins=pins), warnings
+    return GuestPlacement(numa_node=node, cpuset=info.cpulist, pins=pins), warnings
 
 
 def hugepage_warnings(host: Host, node: int | None, memory_mib: int) -> list[str]:

@@ -27,7 +27,7 @@ class Firmware:
 
 
 @dataclass(frozen=True)
-class Placement:
+class GuestPlacement:
     """Where the guest runs: the devices' NUMA node, its CPUs, and one pin per vCPU."""
 
     numa_node: int | None = None
@@ -42,7 +42,7 @@ class DomainSpec:
     vcpus: int
     devices: tuple[Device, ...] = ()
     firmware: Firmware = field(default_factory=Firmware)
-    placement: Placement = field(default_factory=Placement)
+    placement: GuestPlacement = field(default_factory=GuestPlacement)
     hugepages: bool = False
     machine: str = "q35"
     arch: str = "x86_64"

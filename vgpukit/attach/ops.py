@@ -24,7 +24,7 @@ from ..libvirt.connection import Libvirt
 from ..libvirt.domain import DomainXML, assignments, device_keys
 from ..pci import Scan, parse_bdf
 from .checks import check_iommu, check_not_console, check_not_held
-from .devices import Target, resolve
+from .devices import AttachTarget, resolve
 from .steps import DomainDevice
 from .templates import TemplateSet
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Outcome:
+class AttachOutcome:
     domain: str
     uri: str
     steps: list[DomainDevice] = field(default_factory=list)
@@ -85,7 +85,7 @@ def _run(host: Host, lv: Libvirt, steps: list[DomainDevice], env: Env | None) ->
 
 def targets_for(
     host: Host, names: list[str], *, nvml: Nvml | None = None, mac: str | None = None, vlan: int | None = None
-) -> list[Target]:
+) -> list[AttachTarget]:
     """Resolve and check every DEVICE on the host (no libvirt needed): the first half of attach."""
     if not names:
         raise InvalidInput("name at least one DEVICE to attach")
@@ -116,9 +116,9 @@ def attach(
     config: bool = False,
     mac: str | None = None,
     vlan: int | None = None,
-    targets: list[Target] | None = None,
+    targets: list[AttachTarget] | None = None,
     env: Env | None = None,
-) -> Outcome:
+) -> AttachOutcome:
     """Attach ``names`` (or already checked ``targets``) to ``domain``."""
     if targets is None:
         targets = targets_for(host, names, nvml=nvml, mac=mac, vlan=vlan)
@@ -134,7 +134,7 @@ def attach(
     live_keys, cfg_keys = _present(lv, domain, do_live, do_config)
     running = device_keys(lv.xml(domain)) if lv.domain(domain).active else set()
     tpl = TemplateSet(host)
-    out = Outcome(domain, lv.uri)
+    out = AttachOutcome(domain, lv.uri)
     for t in targets:
         need_live = do_live and t.key not in live_keys
         need_cfg = do_config and t.key not in cfg_keys
@@ -154,7 +154,7 @@ def detach_key(host: Host, name: str, nvml: Nvml | None = None) -> tuple[str, st
     """(key, label) for a device to detach. A BDF or UUID no longer on the host still works."""
     text = name.strip()
     try:
-        t: Target = resolve(host, text, nvml)
+        t: AttachTarget = resolve(host, text, nvml)
         return t.key, t.label
     except NotFound:
         form = naming.form_of(text)
@@ -183,14 +183,14 @@ def detach(
     config: bool = False,
     keys: list[tuple[str, str]] | None = None,
     env: Env | None = None,
-) -> Outcome:
+) -> AttachOutcome:
     """Detach ``names`` (or already resolved ``keys``) from ``domain``."""
     if keys is None:
         keys = detach_keys(host, names, nvml)
     do_live, do_config = scopes_for(lv, domain, live, config)
     live_xml = DomainXML.parse(lv.xml(domain)).keyed() if do_live else {}
     cfg_xml = DomainXML.parse(lv.xml(domain, inactive=True)).keyed() if do_config else {}
-    out = Outcome(domain, lv.uri)
+    out = AttachOutcome(domain, lv.uri)
     for key, label in keys:
         in_live, in_cfg = key in live_xml, key in cfg_xml
         if not (in_live or in_cfg):

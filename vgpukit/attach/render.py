@@ -8,7 +8,7 @@ from ..errors import Busy, Conflict
 from ..host import Host
 from ..libvirt.domain import Device
 from .checks import check_iommu, check_not_console
-from .devices import Target, resolve
+from .devices import AttachTarget, resolve
 from .hostfacts import firmware_for, hugepage_warnings, placement_for
 from .model import DomainSpec
 
@@ -24,7 +24,7 @@ def hostdev(
     mac: str | None = None,
     vlan: int | None = None,
     managed: bool | None = None,
-) -> tuple[Target, Device]:
+) -> tuple[AttachTarget, Device]:
     target = resolve(host, name, nvml)
     return target, target.element(mac=mac, vlan=vlan, managed=managed)
 

@@ -2,7 +2,7 @@
 
 mdevctl's read verbs (``vgpukit mdev --mdevctl list|types``, what ``templates/bin/mdevctl`` runs and
 libvirt calls each time ``/etc/mdevctl.d`` changes) are answered without loading click when their
-arguments are the plain forms :mod:`vgpukit.mdev.shim_cli` knows; everything else, and any error,
+arguments are the plain forms :mod:`vgpukit.mdev.cli_shim` knows; everything else, and any error,
 goes to the click command line (:func:`vgpukit.cli.main.main`), which repeats the read and reports
 it as usual (docs/decisions.md, "Start-up").
 """
@@ -15,7 +15,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if "--mdevctl" in args:
-        from ..mdev.shim_cli import fast_read
+        from ..mdev.cli_shim import fast_read
 
         rc = fast_read(args)
         if rc is not None:

@@ -6,29 +6,23 @@ Sub-commands are registered in :data:`COMMANDS` by module path and imported only
 
 from __future__ import annotations
 
-import functools
-import importlib
-import importlib.util
 import logging
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
 
 import click
 
 from .. import __version__
+from ..clikit.context import App
+from ..clikit.globalopts import hoist
+from ..clikit.lazy import LazyGroup
+from ..clikit.params import AsciiFloat
 from ..errors import EXIT_INVALID, InvalidInput, VgpukitError
 from ..inputs import has_control
-from .context import App
-from .globalopts import hoist
-from .params import AsciiFloat
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 # name -> (module, attribute, one-line help): the top-level commands, imported when run (LazyGroup).
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "topo": ("vgpukit.cli.topo_cmd", "topo", "Show the PCIe topology (tree, --matrix)."),
-    "devices": ("vgpukit.cli.topo_cmd", "devices", "List PCI devices, flat and filterable."),
+    "topo": ("vgpukit.cli.cmd_topo", "topo", "Show the PCIe topology (tree, --matrix)."),
+    "devices": ("vgpukit.cli.cmd_topo", "devices", "List PCI devices, flat and filterable."),
     "sriov": ("vgpukit.sriov.cli", "sriov", "SR-IOV virtual functions: list, enable, disable."),
     "bind": ("vgpukit.sriov.cli", "bind", "Bind a device to a driver (vfio-pci) or restore its driver."),
     "unbind": ("vgpukit.sriov.cli", "unbind", "Unbind a device from its driver."),
@@ -39,78 +33,19 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "render": ("vgpukit.attach.cli", "render", "Render libvirt XML for devices and VMs."),
     "attach": ("vgpukit.attach.cli", "attach", "Attach devices to a libvirt domain."),
     "detach": ("vgpukit.attach.cli", "detach", "Detach devices from a libvirt domain."),
-    "cdi": ("vgpukit.attach.cdi_cli", "cdi", "Generate CDI specs for containers."),
+    "cdi": ("vgpukit.cdi.cli", "cdi", "Generate CDI specs for containers."),
     "qos": ("vgpukit.qos.cli", "qos", "GPU time-slice QoS daemon and its control commands."),
     "apply": ("vgpukit.fleet.cli", "apply_cmd", "Make the host match a declarative host config (vgpukit.host/v1)."),
     "diff": ("vgpukit.fleet.cli", "diff_cmd", "Show what 'apply' would change."),
     "assert": ("vgpukit.fleet.cli", "assert_cmd", "Exit 0 when the host matches a host config, 1 otherwise."),
     "export": ("vgpukit.fleet.cli", "export_cmd", "Print the host as a host config document."),
     "boot-unit": ("vgpukit.fleet.cli", "boot_unit_cmd", "Print a systemd unit applying the host config at boot."),
-    "completion": ("vgpukit.cli.completion_cmd", "completion", "Print the shell completion script (bash, zsh, fish)."),
-    "recover": ("vgpukit.cli.recover_cmd", "recover", "Repair what an interrupted vgpukit command left half-done."),
+    "completion": ("vgpukit.cli.cmd_completion", "completion", "Print the shell completion script (bash, zsh, fish)."),
+    "recover": ("vgpukit.cli.cmd_recover", "recover", "Repair what an interrupted vgpukit command left half-done."),
     "k8s": ("vgpukit.k8s.cli", "k8s", "Kubernetes: device plugin, node labels, node config agent."),
-    "sim": ("vgpukit.cli.sim_cmd", "sim", "Create and inspect simulated hosts."),
-    "units": ("vgpukit.cli.units_cmd", "units", "Install the systemd units and udev rules (with this vgpukit's path)."),
+    "sim": ("vgpukit.sim.cli", "sim", "Create and inspect simulated hosts."),
+    "units": ("vgpukit.cli.cmd_units", "units", "Install the systemd units and udev rules (with this vgpukit's path)."),
 }
-
-
-def _available(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-class LazyGroup(click.Group):
-    """A group whose listed commands are imported only when one is run (or asked for help): ``lazy``
-    maps a name to (module, attribute, one-line help); an empty help is taken from the command itself
-    when a listing needs it. Listed commands whose module is not installed are hidden. Commands added
-    the usual way (``@group.command``) live beside them."""
-
-    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str, str]] | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.lazy = lazy or {}
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        names = [name for name, (mod, _, _) in self.lazy.items() if _available(mod)]
-        return sorted({*names, *self.commands}) if self.commands else names
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in self.commands:
-            return self.commands[cmd_name]
-        entry = self.lazy.get(cmd_name)
-        if entry is None or not _available(entry[0]):
-            return None
-        module = importlib.import_module(entry[0])
-        cmd = getattr(module, entry[1])
-        assert isinstance(cmd, click.Command)
-        return cmd
-
-    def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
-        """As click's, with its "Did you mean" over the listed commands (click's own sees only ``commands``)."""
-        name = args[0]
-        if not ctx.resilient_parsing and not name.startswith("-") and self.get_command(ctx, name) is None:
-            from difflib import get_close_matches
-
-            close = get_close_matches(name, self.list_commands(ctx))
-            hint = f" Did you mean {close[0]!r}?" if len(close) == 1 else f" (Possible commands: {', '.join(close)})"
-            ctx.fail(f"No such command {name!r}." + (hint if close else ""))
-        return super().resolve_command(ctx, args)
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        shown: list[tuple[str, str | click.Command]] = []  # a listed help text, or the command to ask
-        for name in self.list_commands(ctx):
-            text = self.lazy[name][2] if name in self.lazy else ""
-            cmd = None if text else self.get_command(ctx, name)
-            if text or (cmd is not None and not cmd.hidden):
-                shown.append((name, text or cmd))  # type: ignore[arg-type]
-        if shown:
-            # a command's first sentence whole (wrapped), never cut with "..." (short_help where it is long)
-            rows = [(n, t if isinstance(t, str) else t.get_short_help_str(10**4)) for n, t in shown]
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
@@ -152,26 +87,6 @@ def _command_line() -> str:
     return " ".join(words)[:400] or "vgpukit"
 
 
-def mutating(fn: F) -> F:
-    """Run a mutating command under the host lock, after repairing any interrupted command.
-
-    Put it directly above the function (below ``@click.pass_obj``). Dry runs take no lock.
-    """
-
-    @functools.wraps(fn)
-    def wrapper(app: App, *args: Any, **kwargs: Any) -> Any:
-        if app.dry_run:
-            return fn(app, *args, **kwargs)
-        from ..engine import session
-
-        with session(app.env) as recovered:
-            for line in recovered:
-                sys.stderr.write(f"vgpukit: {line}\n")
-            return fn(app, *args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
-
-
 class _Warnings(logging.StreamHandler):  # type: ignore[type-arg]
     """Python's last-resort handler with the ``vgpukit: warning:`` prefix (stderr of the moment)."""
 
@@ -183,40 +98,6 @@ class _Warnings(logging.StreamHandler):  # type: ignore[type-arg]
     def emit(self, record: logging.LogRecord) -> None:
         self.stream = sys.stderr
         super().emit(record)
-
-
-def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    if value:
-        ctx.find_object(App).json = True  # type: ignore[union-attr]
-
-
-def _set_dry_run(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    if value:
-        app = ctx.find_object(App)
-        assert app is not None
-        app.dry_run = True
-        if app._host is not None:
-            app._host.dry_run = True
-
-
-json_option = click.option(
-    "--json",
-    "json_",
-    is_flag=True,
-    expose_value=False,
-    callback=_set_json,
-    is_eager=True,
-    help="Print one JSON document.",
-)
-dry_run_option = click.option(
-    "--dry-run",
-    "dry_run_",
-    is_flag=True,
-    expose_value=False,
-    callback=_set_dry_run,
-    is_eager=True,
-    help="Show the plan, change nothing.",
-)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         where = exc.ctx.command_path if isinstance(exc, click.UsageError) and exc.ctx is not None else ""
         hint = f" (see: {where} --help)" if where else ""
         if as_json:
-            from .output import json_doc, print_json
+            from ..clikit.output import json_doc, print_json
 
             print_json(json_doc("error", {"error": "invalid-input", "message": msg, "exit_code": EXIT_INVALID}))
         sys.stderr.write(f"vgpukit: error: {msg}{hint}\n")
@@ -279,7 +160,7 @@ def _one_line(text: str) -> str:
 
 def _report(err: VgpukitError, as_json: bool) -> None:
     if as_json:
-        from .output import json_doc, print_json
+        from ..clikit.output import json_doc, print_json
 
         print_json(json_doc("error", err.to_dict()))
     sys.stderr.write(f"vgpukit: error: {_one_line(str(err))}\n")

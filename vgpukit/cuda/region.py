@@ -9,11 +9,11 @@
 
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import processes
 from ..host import Host, check_name
 
 MAGIC = 0x55434756
@@ -46,27 +46,6 @@ def tenant_dir(host: Host, tenant: str) -> Path:
     return host.state_dir("cuda", check_name(tenant, "tenant"))
 
 
-def _start_time(host: Host, pid: int) -> int | None:
-    stat = host.read_opt(host.proc(str(pid), "stat"))
-    if stat is None:
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()
-    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
-
-
-def _alive(host: Host, pid: int, start: int) -> bool:
-    now = _start_time(host, pid)
-    if now is not None:
-        return start == 0 or now == start
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def read_usage(host: Host, tenant: str) -> Usage | None:
     """The tenant's usage, or None when no process of it ever ran (or the file is not a region)."""
     data = host.read_bytes_opt(tenant_dir(host, tenant) / "usage", SIZE)
@@ -80,7 +59,7 @@ def read_usage(host: Host, tenant: str) -> Usage | None:
     live = 0
     for i in range(SLOTS):
         pid, _pad, start, *per_dev = SLOT.unpack_from(data, SLOTS_AT + i * SLOT.size)
-        if pid <= 0 or not _alive(host, pid, start):
+        if pid <= 0 or not processes.alive(host, pid, start):
             continue
         live += 1
         for d, n in enumerate(per_dev):

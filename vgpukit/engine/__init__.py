@@ -11,6 +11,6 @@ See docs/engine.md for the rules (lock, journal, recovery) and how to write a st
 
 from .env import Env
 from .executor import execute, recover, refresh, session
-from .step import Step, from_dict, step_kind
+from .step import Refresher, Step, from_dict, step_kind, to_entry
 
-__all__ = ["Env", "Step", "execute", "from_dict", "recover", "refresh", "session", "step_kind"]
+__all__ = ["Env", "Refresher", "Step", "execute", "from_dict", "recover", "refresh", "session", "step_kind", "to_entry"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..host import Host
 
@@ -19,6 +19,10 @@ class Env:
     nvml_factory: Callable[[], Nvml | None] = field(default=lambda: None, repr=False)
     command: str = ""  # what the lock and journal say is running (the command line)
     wait: float = 30.0  # seconds to wait for the host lock
+    # Derived-file refreshers (:data:`vgpukit.engine.step.Refresher`: env -> the steps that bring files
+    # describing the host's state, the CDI specs, in line with it), run after every change and recovery.
+    # The front end's composition hands them over; the engine names no area.
+    derived: tuple[Callable[[Env], list[Any]], ...] = ()
     _nvml: Nvml | None = field(default=None, repr=False)
     _nvml_loaded: bool = field(default=False, repr=False)
     locked: int = field(default=0, repr=False)  # depth of held host-lock sessions

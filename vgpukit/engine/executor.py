@@ -11,7 +11,7 @@ from ..words import plural
 from . import journal as jr
 from .env import Env
 from .lock import host_lock
-from .step import AFTER, BEFORE, STAGES, Step, from_dict
+from .step import AFTER, BEFORE, STAGES, Step, from_dict, to_entry
 
 log = logging.getLogger("vgpukit.engine")
 
@@ -51,8 +51,8 @@ def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[st
     first and the error is re-raised, same class, with "rolled back the N steps done" (and any undo that
     failed named). In dry-run mode nothing runs: the plan is the steps' descriptions.
 
-    After the steps succeed, the files derived from the host's state (CDI specs, when the host enabled
-    them: :data:`DERIVED`) are brought up to date in the same journaled run, so a failure there rolls
+    After the steps succeed, the files derived from the host's state (``env.derived``: the CDI specs,
+    when the host enabled them) are brought up to date in the same journaled run, so a failure there rolls
     the whole change back and a crash is repaired as one change.
     """
     steps = staged(steps)
@@ -72,7 +72,7 @@ def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[st
 
         def journal(group: Sequence[Step]) -> list[list[Step]]:
             inverses = [_as_list(step.inverse(env)) for step in group]
-            book.add_all([inv.to_dict() for invs in inverses for inv in invs])
+            book.add_all([to_entry(inv) for invs in inverses for inv in invs])
             return inverses
 
         def run(step: Step, rest: Sequence[Step]) -> None:
@@ -139,13 +139,8 @@ def staged(steps: Sequence[Step]) -> list[Step]:
 
 
 def derived_steps(env: Env) -> list[Step]:
-    """The steps that bring every derived file (:data:`DERIVED`) in line with the host as it is now."""
-    import importlib
-
-    steps: list[Step] = []
-    for mod in DERIVED:
-        steps += importlib.import_module(mod).derived_steps(env)
-    return steps
+    """The steps that bring every derived file (``env.derived``) in line with the host as it is now."""
+    return [step for refresher in env.derived for step in refresher(env)]
 
 
 def refresh(env: Env) -> list[str]:
@@ -186,8 +181,7 @@ def recover(env: Env) -> list[str]:
     found = jr.pending(env.host)
     if found is None:
         return []
-    _load_step_kinds()
-    steps = [from_dict(e) for e in found.entries]
+    steps = [from_dict(e) for e in found.entries]  # each entry names the module defining its step
     who = f"pid {found.pid}" if found.pid else "an unknown process"
     lines = [f"recovering an interrupted change by {who} ({found.command or 'unknown command'})"]
     env.recovering = True
@@ -210,26 +204,3 @@ def recover(env: Env) -> list[str]:
     # the host is as it was before the interrupted command: derived files follow it
     lines += [f"refreshed: {line}" for line in execute(env, derived_steps(env), derived=False)]
     return lines
-
-
-def _load_step_kinds() -> None:
-    """Import every module that defines step kinds, so journal entries can be rebuilt."""
-    import importlib
-
-    for mod in STEP_MODULES:
-        importlib.import_module(mod)
-
-
-# Modules with ``derived_steps(env) -> list[Step]``: files that describe the host's state and are kept
-# current after every change and every recovery (imported by name, only when a change ran).
-DERIVED = ("vgpukit.attach.cdi_refresh",)
-
-# Every module that defines step kinds (journal replay rebuilds steps by kind).
-STEP_MODULES = (
-    "vgpukit.engine.files",
-    "vgpukit.sriov.steps",
-    "vgpukit.mdev.steps",
-    "vgpukit.vgpu.steps",
-    "vgpukit.attach.steps",
-    "vgpukit.mig.steps",
-)

@@ -1,7 +1,7 @@
 """What the change engine tells a front end while it works (an optional observer on :class:`Env`).
 
 The engine never prints: it calls the observer a command gave it (``Env.progress``), if any. The
-CLI's (``vgpukit/cli/progress.py``) draws one progress line on a terminal and says at once when the
+CLI's (``vgpukit/clikit/progress.py``) draws one progress line on a terminal and says at once when the
 host lock is held by another command; a library caller passes nothing and hears nothing.
 """
 

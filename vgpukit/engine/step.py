@@ -14,6 +14,10 @@ placements), never by ids the kernel or driver hands out at apply time.
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
+import re
+from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
 from ..errors import InvalidInput
@@ -26,6 +30,7 @@ _KINDS: dict[str, type[Step]] = {}
 # change is committed (journal closed), their failures only logged (``post`` call-outs, notifiers).
 BEFORE, CHANGE, AFTER = "before", "change", "after"
 STAGES = (BEFORE, CHANGE, AFTER)
+_MODULE = re.compile(r"vgpukit(\.[a-z_][a-z0-9_]*)+\Z")  # what a journal entry may name as its step's module
 S = TypeVar("S", bound="type[Step]")
 
 
@@ -59,8 +64,12 @@ class Step:
         return {"kind": self.kind, "text": self.describe(), **fields}
 
 
+Refresher = Callable[[Env], list["Step"]]  # a derived-file refresher (``Env.derived``)
+
+
 def step_kind(cls: S) -> S:
-    """Register a step class under its ``kind`` so the journal can rebuild it."""
+    """Register a step class under its ``kind`` so the journal can rebuild it (defining modules register
+    their steps on import; the engine names none of them)."""
     kind = cls.kind
     if not kind or (kind in _KINDS and _KINDS[kind] is not cls):
         raise ValueError(f"step kind {kind!r} missing or registered twice")
@@ -68,10 +77,19 @@ def step_kind(cls: S) -> S:
     return cls
 
 
+def to_entry(step: Step) -> dict[str, Any]:
+    """The journal entry of ``step``: its fields, and the module that defines it, which recovery in a
+    fresh process imports to rebuild it."""
+    return {**step.to_dict(), "module": type(step).__module__}
+
+
 def from_dict(doc: dict[str, Any]) -> Step:
-    """Rebuild a step from its journal entry (the modules that define step kinds must be imported)."""
+    """Rebuild a step from its journal entry; the module it names (a ``vgpukit.`` module, nothing
+    else) is imported when the kind is not registered yet."""
     kind = doc.get("kind")
     cls = _KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None and isinstance(kind, str):
+        cls = _load(kind, doc.get("module"))
     if cls is None:
         raise InvalidInput(f"journal entry of unknown kind {kind!r}")
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
@@ -79,6 +97,34 @@ def from_dict(doc: dict[str, Any]) -> Step:
         return cls(**{k: _tuples(v) for k, v in doc.items() if k in names})
     except TypeError as exc:
         raise InvalidInput(f"journal entry of kind {kind!r} is malformed: {exc}") from None
+
+
+def _load(kind: str, module: object) -> type[Step] | None:
+    """The step class of ``kind`` after importing ``module``, when it is a vgpukit module defining it.
+    An entry without a module (journaled by an older vgpukit) imports every package's
+    ``steps`` module, found on disk: the engine still names none."""
+    if module is None:
+        _import_every_steps_module()
+        return _KINDS.get(kind)
+    if not isinstance(module, str) or not _MODULE.match(module):
+        return None
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return None
+    cls = _KINDS.get(kind)
+    return cls if cls is not None and cls.__module__ == module else None
+
+
+def _import_every_steps_module() -> None:
+    import pkgutil
+
+    import vgpukit
+
+    for info in pkgutil.iter_modules(vgpukit.__path__):
+        if info.ispkg and importlib.util.find_spec(f"vgpukit.{info.name}.steps") is not None:
+            importlib.import_module(f"vgpukit.{info.name}.steps")
+    importlib.import_module(f"{__package__}.files")
 
 
 def _tuples(value: Any) -> Any:

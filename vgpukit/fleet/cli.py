@@ -11,10 +11,10 @@ from typing import Any
 
 import click
 
-from ..cli.context import App
-from ..cli.main import dry_run_option, json_option, mutating
-from ..cli.output import emit, emit_result, fail_after_emit, say
-from ..cli.params import NAME
+from ..clikit.context import App
+from ..clikit.options import dry_run_option, json_option, mutating
+from ..clikit.output import emit, emit_result, fail_after_emit, say
+from ..clikit.params import NAME
 from ..engine import execute
 from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
 from ..pci import Scan
@@ -151,7 +151,7 @@ def export_cmd(app: App, name: str) -> None:
 
 def _mig_export(app: App) -> list[dict[str, Any]] | None:
     """mig-parted's export of this host (vgpukit mig export's own), when it has a MIG-capable GPU."""
-    from ..mig.common_cli import nvml_of
+    from ..mig.cli_common import nvml_of
     from ..mig.migparted import export_entries
 
     try:

@@ -126,7 +126,7 @@ class _Ctx:
         assert sel.match is not None
         return [d.bdf for d in self.scan.physical() if matches(d, sel.match)]
 
-    def resolve(self, sel: Selector) -> naming.Target:
+    def resolve(self, sel: Selector) -> naming.ResolvedName:
         """A device named in the document; errors say where in the document."""
         assert sel.device is not None
         try:

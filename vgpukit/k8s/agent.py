@@ -39,7 +39,7 @@ APPLY_TIMEOUT_S = 1800
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ApplyOutcome:
     state: str  # pending | success | failed
     message: str
 
@@ -55,15 +55,15 @@ class ApplyRunner:
     def argv(self, name: str) -> list[str]:
         return [self.command, *self.where, "apply", "-f", str(self.config_file), "-c", name, "--json"]
 
-    def __call__(self, name: str) -> Outcome:
+    def __call__(self, name: str) -> ApplyOutcome:
         try:
             proc = subprocess.run(self.argv(name), capture_output=True, text=True, timeout=APPLY_TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired) as err:
-            return Outcome(FAILED, f"could not run {self.command} apply: {type(err).__name__}")
+            return ApplyOutcome(FAILED, f"could not run {self.command} apply: {type(err).__name__}")
         return outcome(proc.returncode, proc.stdout)
 
 
-def outcome(code: int, stdout: str) -> Outcome:
+def outcome(code: int, stdout: str) -> ApplyOutcome:
     """apply's exit code and JSON document -> the state to report (see the module doc)."""
     try:
         doc = json.loads(stdout) if stdout.strip() else {}
@@ -74,12 +74,12 @@ def outcome(code: int, stdout: str) -> Outcome:
     if code == 0:
         plan = doc.get("plan")
         steps = len(plan) if isinstance(plan, list) else 0
-        return Outcome(SUCCESS, f"applied {steps} steps" if doc.get("changed") else "nothing to change")
+        return ApplyOutcome(SUCCESS, f"applied {steps} steps" if doc.get("changed") else "nothing to change")
     if code == EXIT_BUSY and doc.get("error") == "busy":
-        return Outcome(PENDING, f"waiting: {message or 'host busy'}")
+        return ApplyOutcome(PENDING, f"waiting: {message or 'host busy'}")
     if code == EXIT_BUSY and doc.get("error") == "in-use":
-        return Outcome(FAILED, f"refused: {message or 'devices in use'}")
-    return Outcome(FAILED, message or f"apply exited with {code}")
+        return ApplyOutcome(FAILED, f"refused: {message or 'devices in use'}")
+    return ApplyOutcome(FAILED, message or f"apply exited with {code}")
 
 
 def kube_api(kubeconfig: str | None) -> Any:
@@ -110,7 +110,12 @@ def api_error(err: Exception) -> VgpukitError:
 
 class Agent:
     def __init__(
-        self, api: Any, node: str, apply: Callable[[str], Outcome], log: Callable[[str], None], retry_s: float = RETRY_S
+        self,
+        api: Any,
+        node: str,
+        apply: Callable[[str], ApplyOutcome],
+        log: Callable[[str], None],
+        retry_s: float = RETRY_S,
     ) -> None:
         self.retry_s = retry_s
         self.watch_timeout_s = WATCH_TIMEOUT_S
@@ -135,7 +140,7 @@ class Agent:
         self.api.patch_node(self.node, body)
         self.log(f"{self.node}: {STATE_LABEL}={state}: {message}")
 
-    def reconcile(self, name: str | None) -> Outcome | None:
+    def reconcile(self, name: str | None) -> ApplyOutcome | None:
         """Apply ``name`` unless its outcome is reported already (a failed config is tried again when
         the label changes, or when the agent restarts); None when there was nothing to do."""
         if not name or name == self.done:

@@ -5,15 +5,17 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..cli.context import App
-from ..cli.main import LazyGroup, json_option
-from ..cli.output import emit, say, table
-from ..cli.params import NAME, AsciiFloat, AsciiInt
+from ..clikit.context import App
+from ..clikit.lazy import LazyGroup
+from ..clikit.options import held, json_option
+from ..clikit.output import emit, say, table
+from ..clikit.params import NAME, AsciiFloat, AsciiInt
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -149,27 +151,37 @@ def labels_cmd(app: App, write: bool) -> None:
     """Node labels for node-feature-discovery: GPU model, MIG, VF counts, vGPU types.
 
     --write puts them in <root>/etc/kubernetes/node-feature-discovery/features.d/vgpukit (rewritten
-    only when they change).
+    only when they change), through the change engine: under the host lock, journaled, --dry-run.
     """
     from . import labels as lb
     from .inventory import collect
 
     host = app.host
-    found = lb.labels(host, app.nvml, collect(host, app.nvml, _options(host, 0)))
     path = lb.feature_file(host)
-    text = lb.render(found)
-    written = False
-    if write and host.read_doc(path, "feature file", missing_ok=True) != text:
-        host.write_file(path, text)
-        written = not app.dry_run
+    plan: list[str] = []
+    with held(app) if write else nullcontext():
+        found = lb.labels(host, app.nvml, collect(host, app.nvml, _options(host, 0)))
+        text = lb.render(found)
+        if write and host.read_doc(path, "feature file", missing_ok=True) != text:
+            from ..engine import execute
+            from ..engine.files import PutFile
+
+            step = PutFile(host.display(path), text)
+            execute(app.env, [step], derived=False)  # labels describe the host; no device changed
+            plan = [step.describe()]
+    written = bool(plan) and not app.dry_run
 
     def human() -> None:
         for k, v in found.items():
             say(f"{lb.NAMESPACE}/{k}={v}")
         if written:
             say(f"written: {host.display(path)}")
+        elif app.dry_run and plan:
+            say(f"dry run, nothing changed: would {plan[0]}")
 
     data = {"namespace": lb.NAMESPACE, "labels": found, "file": host.display(path), "written": written}
+    if write:
+        data["plan"] = plan
     emit(app, "k8s-labels", data, human)
 
 

@@ -15,7 +15,7 @@ resource (``vgpukit.io/...``)          devices (device plugin ID)               
                                        (``<BDF>-<i>``)                               ``vgpukit.io/gpu=GPU-...``
 =====================================  ===========================================  ==========================
 
-The CDI names and container edits are the ones :mod:`vgpukit.attach.cdi` writes into the specs, so
+The CDI names and container edits are the ones :mod:`vgpukit.cdi.spec` writes into the specs, so
 the names in an ``Allocate`` answer resolve once ``vgpukit cdi generate`` has run. A device is
 *held* when a process outside Kubernetes holds its VFIO group node or VFIO cdev open (a VM's QEMU):
 one ``/proc`` scan of :mod:`vgpukit.holders` answers that, as ``sriov list`` and ``mdev list`` do.
@@ -28,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from ..attach import cdi
-from ..attach.mig import gpu_minor
+from ..cdi import spec as cdi
+from ..cdi.mig import gpu_minor
 from ..errors import VgpukitError
 from ..holders import OpenFiles
 from ..host import Host
@@ -106,9 +106,9 @@ class CdiEntry:
 
 def cdi_entries(host: Host, nvml: Nvml | None, warnings: list[str]) -> dict[str, CdiEntry]:
     """``vgpukit.io/vf=0000:05:00.2`` -> its entry, for every device the CDI collector
-    (:mod:`vgpukit.attach.cdi`, with the host's ``cdi enable`` settings: what ``vgpukit cdi generate``
+    (:mod:`vgpukit.cdi.spec`, with the host's ``cdi enable`` settings: what ``vgpukit cdi generate``
     writes) names; the one place this module reads CDI. ``all`` devices are left out."""
-    from ..attach.cdi_settings import load_settings
+    from ..cdi.settings import load_settings
 
     specs, found = cdi.collect(host, nvml, settings=load_settings(host))
     warnings += found
@@ -170,7 +170,7 @@ def signature(host: Host, nvml: Nvml | None, extra: tuple[str, ...] = ()) -> tup
                 mig.append(str(err))
                 continue
             mig.append(tuple((gi.id, tuple(ci.uuid for ci in gi.compute_instances)) for gi in instances))
-    return (pci, tuple(host.listdir(host.mdev_devices())), tuple(host.listdir(host.dev("vfio"))), tuple(mig), extra)
+    return (pci, tuple(host.listdir(host.mdev_devices())), tuple(host.listdir(host.vfio_dir())), tuple(mig), extra)
 
 
 def _device(
@@ -183,10 +183,10 @@ def _device(
     if entry is None:
         return None
     dev = inv.pci.get(bdf)
-    vfio = host.display(host.dev("vfio")) + "/"
+    vfio = host.display(host.vfio_dir()) + "/"
     watch = [n for n in entry.nodes if n.startswith(vfio) and n != vfio + "vfio"]
     if cls in ("vf", "pci"):
-        watch += [host.display(host.dev("vfio", "devices", n)) for n in host.listdir(host.pci_device(id_, VFIO_DEV))]
+        watch += [host.display(host.vfio_device_node(n)) for n in host.listdir(host.pci_device(id_, VFIO_DEV))]
     env = entry.env
     if cls == "mig":  # for runtimes without CDI: the NVIDIA container runtime's selector
         env = (*(e for e in env if not e.startswith("NVIDIA_VISIBLE_DEVICES=")), f"NVIDIA_VISIBLE_DEVICES={id_}")
@@ -266,7 +266,10 @@ def _shares(
             continue
         whole = cdi_devices.get(f"{PREFIX}/gpu={gpu.uuid}")
         minor = gpu_minor(host, gpu.bdf, gpu.index)
-        own = tuple(host.display(host.dev(n)) for n in ("nvidiactl", "nvidia-uvm", f"nvidia{minor}"))
+        own = tuple(
+            host.display(p)
+            for p in (host.dev_node("nvidiactl"), host.dev_node("nvidia-uvm"), host.nvidia_gpu_node(minor))
+        )
         nodes = whole.nodes if whole else own
         visible = f"NVIDIA_VISIBLE_DEVICES={gpu.uuid}"
         keys = {gpu.bdf, gpu.uuid, names.get(gpu.bdf, gpu.bdf)}

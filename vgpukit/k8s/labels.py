@@ -29,7 +29,7 @@ _VALUE_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def feature_file(host: Host) -> Path:
-    return host.etc("kubernetes", "node-feature-discovery", "features.d", "vgpukit")
+    return host.nfd_feature_file()
 
 
 def value(text: str) -> str:

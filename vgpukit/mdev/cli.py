@@ -8,13 +8,14 @@ from typing import Any
 import click
 
 from .. import __version__
-from ..cli.context import App
-from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
-from ..cli.output import emit, say, table
-from ..cli.params import MDEV_DEVICE, NAME, PARENT_DEVICE, AsciiInt, MdevCreateArgs
+from ..clikit.context import App
+from ..clikit.lazy import LazyGroup
+from ..clikit.options import dry_run_option, json_option, mutating
+from ..clikit.output import emit, say, table
+from ..clikit.params import MDEV_DEVICE, NAME, PARENT_DEVICE, AsciiInt, MdevCreateArgs
 from ..errors import InvalidInput
 from . import listing, mdevctl, sysfs
-from .args_cli import (
+from .cli_args import (
     MDEVCTL,
     force_option,
     mdevctl_output,
@@ -28,7 +29,7 @@ from .model import PACK, SPREAD
 
 # mdevctl's define/undefine/modify/start (and the change machinery behind them) load only when used
 _CHANGE_COMMANDS = {
-    name: ("vgpukit.mdev.change_cli", attr, "")
+    name: ("vgpukit.mdev.cli_change", attr, "")
     for name, attr in (
         ("define", "define_cmd"),
         ("undefine", "undefine_cmd"),

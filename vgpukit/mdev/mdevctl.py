@@ -85,7 +85,7 @@ def attr_value(value: object) -> str:
 
 def _files(host: Host) -> list[tuple[str, str, Path]]:
     """(parent, file name, path) of every regular file one level below /etc/mdevctl.d's parent dirs."""
-    base = host.etc("mdevctl.d")
+    base = host.mdevctl_dir()
     found = []
     for parent in host.listdir(base):
         if parent == SCRIPTS_DIR or parent.startswith(".") or not host.is_dir(base / parent):
@@ -154,7 +154,7 @@ def path_of(host: Host, d: Definition) -> str:
     for path in files_of(host, d.uuid):
         if path.parent.name == d.parent:
             return host.display(path)
-    return host.display(host.etc("mdevctl.d", d.parent, d.uuid))
+    return host.display(host.mdevctl_dir(d.parent, d.uuid))
 
 
 def text_of(d: Definition) -> str:

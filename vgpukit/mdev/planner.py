@@ -45,6 +45,7 @@ class Facts:
     definitions: tuple[Definition, ...] = ()
     files: dict[tuple[str, str], str] = field(default_factory=dict)  # (uuid, parent) -> its file
     callouts: bool = False  # whether any call-out or notifier script is installed
+    home: str = ""  # mdevctl's definition directory, as the user sees it (read from the host door)
 
     def parent(self, name: str) -> MdevParent:
         """Parent ``name``; the one 'not on this host' refusal (exit 3) otherwise."""
@@ -61,7 +62,7 @@ class Facts:
 
     def path(self, d: Definition) -> str:
         """Where ``d``'s mdevctl file is (its existing one, whatever the case of its name) or goes."""
-        return self.files.get((d.uuid, d.parent)) or f"/etc/mdevctl.d/{d.parent}/{d.uuid}"
+        return self.files.get((d.uuid, d.parent)) or f"{self.home}/{d.parent}/{d.uuid}"
 
 
 def read(host: Host, definitions: bool = True) -> Facts:
@@ -71,7 +72,9 @@ def read(host: Host, definitions: bool = True) -> Facts:
     for d in defs:
         for p in mdevctl.files_of(host, d.uuid):
             files[(d.uuid, p.parent.name)] = host.display(p)
-    return Facts(tuple(sysfs.parents(host)), tuple(sysfs.instances(host)), tuple(defs), files, callouts.installed(host))
+    home = host.display(host.mdevctl_dir())
+    found = (tuple(sysfs.parents(host)), tuple(sysfs.instances(host)), tuple(defs))
+    return Facts(*found, files, callouts.installed(host), home)
 
 
 @dataclass

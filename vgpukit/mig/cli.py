@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import click
 
-from ..cli.context import App
-from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
-from ..cli.output import emit, fail_after_emit, say
-from ..cli.params import GPU_DEVICE, AsciiInt, MigProfiles
+from ..clikit.context import App
+from ..clikit.lazy import LazyGroup
+from ..clikit.options import dry_run_option, json_option, mutating
+from ..clikit.output import emit, fail_after_emit, say
+from ..clikit.params import GPU_DEVICE, AsciiInt, MigProfiles
 from ..errors import Busy, InvalidInput, Unsupported
 from ..pci import Scan
 from . import view
-from .common_cli import aliases, label_of, named, nvml_of, resolve_gpu, run_plans
-from .view_cli import show_profiles, show_status
+from .cli_common import aliases, label_of, named, nvml_of, resolve_gpu, run_plans
+from .cli_view import show_profiles, show_status
 
 # the mig-parted commands (and the YAML, hooks and config code behind them) load only when used
 _CONFIG_COMMANDS = {
-    name: ("vgpukit.mig.config_cli", f"{name}_cmd", "") for name in ("apply", "assert", "export", "service")
+    name: ("vgpukit.mig.cli_config", f"{name}_cmd", "") for name in ("apply", "assert", "export", "service")
 }
 
 

@@ -37,7 +37,7 @@ class Occupant(Record):
         self._init(profile_id=profile_id, start=start, size=size, label=label)
 
 
-class Placement(Record):
+class GiPlacement(Record):
     __slots__ = ("profile", "start")
     profile: GiProfile
     start: int
@@ -71,7 +71,7 @@ def _can_place(p: GiProfile, start: int, st: _State) -> bool:
     return not st.used & _mask(start, p.size) and st.counts[p.id] < p.max_count and not (p.media and st.media)
 
 
-def _score(profiles: Sequence[GiProfile], st: _State, chosen: Sequence[Placement]) -> tuple[int, int, int, int]:
+def _score(profiles: Sequence[GiProfile], st: _State, chosen: Sequence[GiPlacement]) -> tuple[int, int, int, int]:
     best = (0, 0)
     open_pairs = 0
     for p in profiles:
@@ -104,12 +104,12 @@ def _initial(profiles: Sequence[GiProfile], occupants: Sequence[Occupant]) -> _S
 
 def search(
     profiles: Sequence[GiProfile], occupants: Sequence[Occupant], request: Sequence[GiProfile]
-) -> list[Placement] | None:
+) -> list[GiPlacement] | None:
     """The best complete layout for ``request`` next to ``occupants``, or None when none exists."""
     st = _initial(profiles, occupants)
     items = sorted(request, key=lambda p: (-p.size, len(p.starts), p.id))
-    best: tuple[tuple[int, int, int, int], list[Placement]] | None = None
-    chosen: list[Placement] = []
+    best: tuple[tuple[int, int, int, int], list[GiPlacement]] | None = None
+    chosen: list[GiPlacement] = []
 
     def rec(i: int) -> None:
         nonlocal best
@@ -127,7 +127,7 @@ def search(
             st.used |= _mask(s, p.size)
             st.counts[p.id] += 1
             st.media += p.media
-            chosen.append(Placement(p, s))
+            chosen.append(GiPlacement(p, s))
             rec(i + 1)
             chosen.pop()
             st.media -= p.media
@@ -159,7 +159,9 @@ def never_fits(profiles: Sequence[GiProfile], request: Sequence[GiProfile]) -> s
     return f"{names} can never fit, even on the empty GPU: {totals}"
 
 
-def plan(profiles: Sequence[GiProfile], occupants: Sequence[Occupant], request: Sequence[GiProfile]) -> list[Placement]:
+def plan(
+    profiles: Sequence[GiProfile], occupants: Sequence[Occupant], request: Sequence[GiProfile]
+) -> list[GiPlacement]:
     """Placements for ``request``; raises :class:`NoCapacity` with the reason when it cannot fit."""
     found = search(profiles, occupants, request)
     if found is None:

@@ -11,9 +11,10 @@ loading (the config and vgpukit itself live on disk; NVML needs the driver loade
 from __future__ import annotations
 
 from ..errors import InvalidInput
+from ..host_layout import SYSTEMD_UNIT_DIR
 
-UNIT = "/etc/systemd/system/vgpukit-mig.service"
-TARGET = "/etc/systemd/system/nvidia-gpu-reset.target"
+UNIT = f"{SYSTEMD_UNIT_DIR}/vgpukit-mig.service"
+TARGET = f"{SYSTEMD_UNIT_DIR}/nvidia-gpu-reset.target"
 GPU_USERS = (
     "nvidia-dcgm.service",
     "nvsm.service",

@@ -1,4 +1,4 @@
-"""What ``mig status`` / ``mig profiles`` show: data collected from the facade (rendered by view_cli)."""
+"""What ``mig status`` / ``mig profiles`` show: data collected from the facade (rendered by cli_view)."""
 
 from __future__ import annotations
 

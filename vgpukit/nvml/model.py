@@ -173,6 +173,21 @@ class NvmlProcess(Record):
         return f"{self.name} (pid {self.pid}){where}"
 
 
+class GpuIndex:
+    """``index_of`` for a backend: the NVML index of a PCI address, from its own ``gpus()``, looked
+    up once (NVML numbers its devices once, when initialised)."""
+
+    _index: dict[str, int] | None = None
+
+    def gpus(self) -> list[NvmlGpu]:
+        raise NotImplementedError
+
+    def index_of(self, bdf: str) -> int | None:
+        if self._index is None:
+            self._index = {g.bdf: g.index for g in self.gpus()}
+        return self._index.get(bdf)
+
+
 class Nvml(Protocol):
     def gpus(self) -> list[NvmlGpu]: ...
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from ..errors import HostIOError, Unsupported
 from .errors import INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, UNKNOWN, NvmlError, nvml_error
-from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, GpuLinks, NvLink, NvmlGpu, NvmlProcess
+from .model import CiProfile, ComputeInstance, GiProfile, GpuIndex, GpuInstance, GpuLinks, NvLink, NvmlGpu, NvmlProcess
 
 log = logging.getLogger("vgpukit.nvml")
 T = TypeVar("T")
@@ -67,12 +67,11 @@ class Mapped:
         return call
 
 
-class RealNvml:
+class RealNvml(GpuIndex):
     def __init__(self, pynvml: Any) -> None:
         """``pynvml`` is the module (or a pynvml-shaped one), already initialised."""
         self.n = Mapped(pynvml)
         self._open = True
-        self._index: dict[str, int] | None = None  # bdf -> NVML index, looked up once
 
     @classmethod
     def try_open(cls, module: Any = None) -> RealNvml | None:
@@ -130,11 +129,6 @@ class RealNvml:
                 )
             )
         return out
-
-    def index_of(self, bdf: str) -> int | None:
-        if self._index is None:
-            self._index = {g.bdf: g.index for g in self.gpus()}
-        return self._index.get(bdf)
 
     def mig_mode(self, gpu: int) -> tuple[bool, bool]:
         cur, pend = self._call(f"MIG mode of GPU {gpu}", self.n.nvmlDeviceGetMigMode, self._h(gpu))

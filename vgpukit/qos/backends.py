@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+from .. import processes
 from ..errors import InvalidInput, NotFound, Unsupported, VgpukitError
 from ..host import Host
 from ..libvirt.connection import Session
@@ -48,19 +49,6 @@ def process_cpu_ns(pid: int) -> int:
         raise NotFound(f"process {pid} is gone", value=pid) from exc
 
 
-def pid_alive(host: Host, pid: int) -> bool:
-    stat = host.read_opt(host.proc(str(pid), "stat"))
-    if stat is not None:
-        return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class PidBackend:
     def __init__(self, host: Host, pids: tuple[int, ...]) -> None:
         self.host = host
@@ -83,16 +71,16 @@ class PidBackend:
         self._signal(signal.SIGCONT)
 
     def alive(self) -> bool:
-        self.pids = [p for p in self.pids if pid_alive(self.host, p)]
+        self.pids = [p for p in self.pids if processes.alive(self.host, p)]
         return bool(self.pids)
 
     def is_frozen(self) -> bool | None:
         states = []
         for pid in self.pids:
-            stat = self.host.read_opt(self.host.proc(str(pid), "stat"))
-            if stat is None:
+            now = processes.state(self.host, pid)
+            if now is None:
                 return None
-            states.append(stat.rsplit(")", 1)[-1].split()[0] in ("T", "t"))
+            states.append(now in ("T", "t"))
         return all(states) if states else None
 
     def cpu_ns(self) -> int:

@@ -11,10 +11,11 @@ from typing import Any
 
 import click
 
-from ..cli.context import App
-from ..cli.main import LazyGroup, dry_run_option, json_option
-from ..cli.output import emit, emit_result, say, table
-from ..cli.params import NAME, AsciiFloat, AsciiInt, Size
+from ..clikit.context import App
+from ..clikit.lazy import LazyGroup
+from ..clikit.options import dry_run_option, json_option
+from ..clikit.output import emit, emit_result, say, table
+from ..clikit.params import NAME, AsciiFloat, AsciiInt, Size
 from ..errors import InvalidInput, VgpukitError
 from . import control
 from .model import CLASSES, DEMANDS, MAX_INFLIGHT, MAX_INFLIGHT_MS, MAX_PID, POLICIES, Tenant
@@ -161,8 +162,8 @@ def tenant_add(
 def _cuda_warnings(app: App, name: str, given: list[str]) -> list[str]:
     """What the tenant asked of the CUDA interception library that cannot happen because the library is
     missing: its caps (``given``: --memory...) and, with the gpu-share CDI class enabled, its spec."""
-    from ..attach.cdi_settings import DEFAULT_CUDA_LIBRARY, load_settings
-    from ..attach.nvidia import host_path
+    from ..cdi.nvidia import host_path
+    from ..cdi.settings import DEFAULT_CUDA_LIBRARY, load_settings
 
     try:
         settings = load_settings(app.host)

@@ -216,7 +216,7 @@ def _init_sim(root: Path, profile: dict[str, Any], force: bool = False, char_dev
         meta.mkdir(parents=True, exist_ok=True)
         builder.state.save(root)
         _boot(root, profile.get("boot") or [])
-        from ..nvml.sim import initial_state
+        from .nvml import initial_state
 
         (meta / "nvml.json").write_text(json.dumps(initial_state(builder.gpus), indent=1))
         (meta / "sim.json").write_text(json.dumps(info, indent=1))

@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .. import naming
-from ..cli.context import App
-from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
-from ..cli.output import emit, emit_result, say, table
-from ..cli.params import DEVICE, NAME, PF_DEVICE, AsciiFloat, AsciiInt
+from ..clikit.context import App
+from ..clikit.lazy import LazyGroup
+from ..clikit.options import dry_run_option, json_option, mutating
+from ..clikit.output import emit, emit_result, say, table
+from ..clikit.params import DEVICE, NAME, PF_DEVICE, AsciiFloat, AsciiInt
 from ..errors import InvalidInput
 from ..holders import OpenFiles
 from ..pci import Scan, read_device

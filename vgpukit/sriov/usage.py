@@ -55,7 +55,7 @@ def pci_users(host: Host, bdf: str, group: int | None, files: OpenFiles, entries
     users: list[User] = []
     nodes = [group_node(host, group)] if group is not None else []
     if VFIO_DEV in names:
-        nodes += [host.display(host.dev("vfio", "devices", n)) for n in host.listdir(d / VFIO_DEV)]
+        nodes += [host.display(host.vfio_device_node(n)) for n in host.listdir(d / VFIO_DEV)]
     for node in nodes:
         users += [User("process", str(h.pid), h.vm or h.comm or "") for h in files.holders(node)]
     users += [User("mdev", name) for name in sorted(names) if MDEV_UUID_RE.match(name)]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import click
 
-from ..cli.context import App
-from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
-from ..cli.output import emit, emit_result, say, table
-from ..cli.params import DEVICE, NAME, AsciiInt
+from ..clikit.context import App
+from ..clikit.lazy import LazyGroup
+from ..clikit.options import dry_run_option, json_option, mutating
+from ..clikit.output import emit, emit_result, say, table
+from ..clikit.params import DEVICE, NAME, AsciiInt
 from ..errors import InvalidInput, NotFound
 from ..pci import Scan
 from . import hostview

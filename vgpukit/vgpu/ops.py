@@ -15,18 +15,18 @@ from .model import MDEV, GpuView
 
 
 @dataclass
-class Outcome:
+class VgpuOutcome:
     plan: list[str] = field(default_factory=list)
     created: list[dict[str, Any]] = field(default_factory=list)
 
 
-def create(env: Env, gpu: GpuView, wanted: str, count: int) -> Outcome:
+def create(env: Env, gpu: GpuView, wanted: str, count: int) -> VgpuOutcome:
     host = env.host
     facts = planner.read(host, gpu)
     mdev = mdev_planner.read(host) if gpu.interface == MDEV else None
     todo = planner.create(facts, mdev, wanted, count)
     execute(env, todo.steps)
-    return Outcome([s.describe() for s in staged(todo.steps)], todo.created)
+    return VgpuOutcome([s.describe() for s in staged(todo.steps)], todo.created)
 
 
 def remove(env: Env, views: list[GpuView], ids: list[str]) -> list[str]:

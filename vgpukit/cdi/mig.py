@@ -36,7 +36,7 @@ class MigSlice:
 
 
 def read_mig_minors(host: Host) -> dict[str, int]:
-    text = host.read_opt(host.proc("driver", "nvidia-caps", "mig-minors")) or ""
+    text = host.read_opt(host.nvidia_mig_minors()) or ""
     out = {}
     for line in text.splitlines():
         m = MINOR_LINE.match(line.strip())
@@ -47,7 +47,7 @@ def read_mig_minors(host: Host) -> dict[str, int]:
 
 def gpu_minor(host: Host, bdf: str, index: int) -> int:
     """The GPU's device minor from /proc/driver/nvidia/gpus/<bdf>/information, else its NVML index."""
-    info = host.read_opt(host.proc("driver", "nvidia", "gpus", bdf, "information")) or ""
+    info = host.read_opt(host.nvidia_gpu_information(bdf)) or ""
     m = DEVICE_MINOR.search(info)
     return int(m.group(1)) if m else index
 

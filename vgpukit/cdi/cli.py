@@ -7,13 +7,15 @@ from typing import Any
 
 import click
 
-from ..cli.context import App
-from ..cli.main import LazyGroup, dry_run_option, json_option, mutating
-from ..cli.output import emit, emit_result, json_doc, print_json, say, table
+from ..clikit.context import App
+from ..clikit.lazy import LazyGroup
+from ..clikit.options import dry_run_option, json_option, mutating
+from ..clikit.output import emit, emit_result, json_doc, print_json, say, table
 from ..errors import InvalidInput
+from ..host_layout import CDI_SPEC_DIRS
 from ..inputs import check_text
-from .cdi import NVML_CLASSES
-from .cdi_settings import CLASSES
+from .settings import CLASSES
+from .spec import NVML_CLASSES
 
 CLASS_OPTION = click.option(
     "--class", "classes", multiple=True, type=click.Choice(CLASSES), help="Only these classes (repeat)."
@@ -63,8 +65,8 @@ def _warn(warnings: list[str]) -> None:
 @mutating
 def generate(app: App, output: str | None, classes: tuple[str, ...]) -> None:
     """Write CDI specs for this host's VFIO devices, mdevs, GPUs, MIG devices and QoS tenants."""
-    from . import cdi as c
-    from . import cdi_files as f
+    from . import files as f
+    from . import spec as c
 
     host = app.host
     settings = f.load_settings(host)
@@ -105,9 +107,10 @@ def _execute(app: App, steps: list[Any]) -> list[str]:
     "--dir",
     "directory",
     metavar="DIR",
-    default="/etc/cdi",
+    default=CDI_SPEC_DIRS[0],
     show_default=True,
-    help="Spec directory on the host: /etc/cdi (static) or /var/run/cdi (dynamic, wins in the engines).",
+    help=f"Spec directory on the host: {CDI_SPEC_DIRS[0]} (static) or {CDI_SPEC_DIRS[1]} (dynamic, wins"
+    " in the engines).",
 )
 @CLASS_OPTION
 @click.option("--hook", metavar="FILE", help="nvidia-cdi-hook the GPU specs run (default: /usr/bin/nvidia-cdi-hook).")
@@ -123,8 +126,8 @@ def _execute(app: App, steps: list[Any]) -> list[str]:
 def enable(app: App, directory: str, classes: tuple[str, ...], hook: str | None, cuda_library: str | None) -> None:
     """Keep CDI specs current: every later change to the host rewrites the specs it affects."""
     from ..engine.files import PutFile
-    from . import cdi as c
-    from . import cdi_files as f
+    from . import files as f
+    from . import spec as c
 
     given = (("hook", hook), ("cuda_library", cuda_library))
     kw = {k: f.check_abs(v, f"--{k.replace('_', '-')}") for k, v in given if v}
@@ -162,8 +165,8 @@ def enable(app: App, directory: str, classes: tuple[str, ...], hook: str | None,
 def disable(app: App) -> None:
     """Stop keeping CDI specs current and remove the spec files vgpukit wrote there."""
     from ..engine.files import PutFile
-    from . import cdi as c
-    from . import cdi_files as f
+    from . import files as f
+    from . import spec as c
 
     host = app.host
     settings = f.load_settings(host)
@@ -183,7 +186,7 @@ def disable(app: App) -> None:
 @click.pass_obj
 def list_cmd(app: App) -> None:
     """The CDI device names a container engine sees here (spec files in /etc/cdi and /var/run/cdi)."""
-    from .cdi_list import listing
+    from .listing import listing
 
     doc = listing(app.host, lambda: app.nvml)
 

@@ -76,7 +76,7 @@ def parse(data: bytes) -> list[CacheEntry] | None:
 
 def entries(host: Host) -> list[CacheEntry]:
     """The host's linker cache, or the fallback listing when it has none (or an unreadable one)."""
-    data = host.read_bytes_opt(host.etc("ld.so.cache"), MAX_CACHE_BYTES)
+    data = host.read_bytes_opt(host.ld_cache(), MAX_CACHE_BYTES)
     parsed = parse(data) if data else None
     if parsed is not None:
         return parsed

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import click
 
+from ..clikit.context import App, check_sim_dir
+from ..clikit.lazy import LazyGroup
+from ..clikit.options import json_option
+from ..clikit.output import emit, say, table
+from ..clikit.params import NAME, VM_DEVICE, AsciiInt, SimProfile
 from ..errors import InvalidInput, NotFound
 from ..words import plural
-from .context import App, check_sim_dir
-from .main import LazyGroup, json_option
-from .output import emit, say, table
-from .params import NAME, VM_DEVICE, AsciiInt, SimProfile
 
 
 @click.group(cls=LazyGroup)
@@ -28,7 +29,7 @@ def sim() -> None:
 @click.pass_obj
 def profiles(app: App) -> None:
     """List the built-in host profiles."""
-    from ..sim.build import builtin_profiles, load_profile
+    from .build import builtin_profiles, load_profile
 
     rows = []
     for name in sorted(builtin_profiles()):
@@ -62,7 +63,7 @@ def profiles(app: App) -> None:
 @click.pass_obj
 def init(app: App, directory: Path, profile: str, force: bool, char_devices: bool) -> None:
     """Write a simulated host under DIRECTORY."""
-    from ..sim.build import init_sim
+    from .build import init_sim
 
     info = init_sim(directory.absolute(), profile, force=force, char_devices=char_devices)
     emit(
@@ -89,8 +90,8 @@ def _sim_root(app: App) -> Path:
 @click.pass_obj
 def info(app: App) -> None:
     """Show which profile the simulated host was built from, and its held devices."""
-    from ..sim.holders import FIRST_PID
-    from ..sim.state import corrupt, read_state
+    from .holders import FIRST_PID
+    from .state import corrupt, read_state
 
     root = _sim_root(app)
     meta_path = root / ".vgpukit-sim" / "sim.json"
@@ -123,7 +124,7 @@ def info(app: App) -> None:
 @click.pass_obj
 def hold(app: App, device: str, vm: str) -> None:
     """Simulate a VM (QEMU) holding DEVICE's VFIO group open: a PCI device or an mdev UUID."""
-    from ..sim.holders import hold as do_hold
+    from .holders import hold as do_hold
 
     root = _sim_root(app)
     group = _group_of(app, device)
@@ -142,7 +143,7 @@ def hold(app: App, device: str, vm: str) -> None:
 @click.pass_obj
 def release(app: App, pid: int) -> None:
     """End a simulated holder process started by 'sim hold'."""
-    from ..sim.holders import release as do_release
+    from .holders import release as do_release
 
     if not do_release(_sim_root(app), pid):
         raise NotFound(f"no simulated holder process {pid}", value=pid, hint="see: vgpukit sim info")
@@ -168,7 +169,7 @@ def _group_of(app: App, device: str) -> str:
 
 def _register_driver_controls() -> None:
     """The simulated NVIDIA driver's controls: injected faults and client processes."""
-    from ..nvml.sim_cli import client, fault
+    from .cli_nvml import client, fault
 
     sim.add_command(fault)
     sim.add_command(client)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import click
 
-from ..cli.context import App
-from ..cli.main import dry_run_option, json_option, mutating
-from ..cli.output import say, table
-from ..cli.params import NAME, AsciiInt
+from ..clikit.context import App
+from ..clikit.options import dry_run_option, json_option, mutating
+from ..clikit.output import say, table
+from ..clikit.params import NAME, AsciiInt
 from ..errors import Conflict, InvalidInput
 from . import mdevctl, ops
-from .args_cli import (
+from .cli_args import (
     definition_parent,
     force_option,
     jsonfile_option,

@@ -1,9 +1,9 @@
 """The host's one-time choice to keep CDI specs current: ``/etc/vgpukit/cdi.json`` (``vgpukit cdi enable``).
 
-``{"schema": "vgpukit.cdi-settings/v1", "dir": "/etc/cdi", "classes": [...], "hook": PATH,
-"cuda_library": PATH}``: the spec directory, the classes kept, the ``nvidia-cdi-hook`` the GPU specs
-run (a path the container runtime runs, never taken under ``--root``) and the ``libvgpukit-cuda.so``
-the gpu-share specs inject (a host path, under ``--root``).
+``{"schema": "vgpukit.cdi-settings/v1", "dir": DIR, "classes": [...], "hook": PATH,
+"cuda_library": PATH}``: the spec directory (DIR: one of ``host_layout.CDI_SPEC_DIRS``), the classes
+kept, the ``nvidia-cdi-hook`` the GPU specs run (a path the container runtime runs, never taken under
+``--root``) and the ``libvgpukit-cuda.so`` the gpu-share specs inject (a host path, under ``--root``).
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from typing import Any
 
 from ..errors import InvalidInput
 from ..host import Host
+from ..host_layout import CDI_SPEC_DIRS
 from ..inputs import check_text, load_json
 
 SCHEMA = "vgpukit.cdi-settings/v1"
 CLASSES = ("vf", "pci", "mdev", "gpu", "mig", "gpu-share")
-DIRS = ("/etc/cdi", "/var/run/cdi")
+DIRS = CDI_SPEC_DIRS
 DEFAULT_HOOK = "/usr/bin/nvidia-cdi-hook"
 DEFAULT_CUDA_LIBRARY = "/usr/lib/vgpukit/libvgpukit-cuda.so"
 SPEC_STEM = "vgpukit"

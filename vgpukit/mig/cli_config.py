@@ -14,17 +14,17 @@ from typing import Any
 
 import click
 
-from ..cli.context import App
-from ..cli.main import dry_run_option, json_option
-from ..cli.output import emit, fail_after_emit, say
-from ..cli.params import NAME
+from ..clikit.context import App
+from ..clikit.options import dry_run_option, json_option
+from ..clikit.output import emit, fail_after_emit, say
+from ..clikit.params import NAME
 from ..engine import execute, session
 from ..engine.files import PutFile
 from ..entrypoint import entry_point
 from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
 from ..pci import Scan
 from . import config, hooks, layout, migparted, service
-from .common_cli import nvml_of, report_plans
+from .cli_common import nvml_of, report_plans
 from .config import select
 
 STDIN = "<stdin>"

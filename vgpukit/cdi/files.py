@@ -1,8 +1,8 @@
 """CDI spec files: the host's one-time choice to keep them current, and the file changes as engine steps.
 
-* ``/etc/vgpukit/cdi.json`` (``vgpukit cdi enable``; attach/cdi_settings.py): the spec directory
+* ``/etc/vgpukit/cdi.json`` (``vgpukit cdi enable``; cdi/settings.py): the spec directory
   (``/etc/cdi`` or ``/var/run/cdi``), the classes kept, the hook program and the CUDA library the specs name. When
-  it exists, the change engine calls ``cdi_refresh.derived_steps`` after every successful change
+  it exists, the change engine calls ``cdi.refresh.derived_steps`` after every successful change
   and after recovery, so each spec file whose content the change affected is rewritten (or removed) in the same
   journaled run; files whose content stays the same are not touched.
 * Spec files are written atomically (temp + rename + fsync, ``engine.files.PutFile`` through the
@@ -20,8 +20,8 @@ from ..errors import InvalidInput
 from ..host import Host
 from ..inputs import load_yaml
 from ..words import plural
-from .cdi import ALL, NVML_CLASSES, Spec, collect
-from .cdi_settings import DIRS, SPEC_STEM, Settings, check_abs, load_settings, settings_path
+from .settings import DIRS, SPEC_STEM, Settings, check_abs, load_settings, settings_path
+from .spec import ALL, NVML_CLASSES, Spec, collect
 
 __all__ = ["DIRS", "SPEC_STEM", "Settings", "check_abs", "load_settings", "settings_path"]
 

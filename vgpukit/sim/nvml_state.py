@@ -1,4 +1,4 @@
-"""The simulated driver's state file and rules, shared by :mod:`vgpukit.nvml.sim`."""
+"""The simulated driver's state file and rules, shared by :mod:`vgpukit.sim.nvml`."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import Any
 
 from ..errors import InvalidInput, NotFound
 from ..inputs import load_json
-from ..sim.state import MAX_STATE_BYTES, corrupt, read_state, read_state_bytes
-from . import table as tables
-from .errors import INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, nvml_error
-from .model import ComputeInstance, GiProfile, GpuInstance
+from ..nvml import table as tables
+from ..nvml.errors import INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, nvml_error
+from ..nvml.model import ComputeInstance, GiProfile, GpuInstance
+from .state import MAX_STATE_BYTES, corrupt, read_state, read_state_bytes
 
 STATE_DIR = ".vgpukit-sim"
 STATE_FILE = "nvml.json"
@@ -28,7 +28,7 @@ COMPACT_FACTOR = 2  # the change lines are folded into nvml.json past this many 
 
 
 class Store:
-    """``nvml.json`` of one simulated host, held for the life of a :class:`~vgpukit.nvml.sim.SimNvml`.
+    """``nvml.json`` of one simulated host, held for the life of a :class:`~vgpukit.sim.nvml.SimNvml`.
 
     It is read again only when the stamp (inode, size, mtime) of its files shows another process
     wrote since: a call costs the lock and two ``stat``. A call on one GPU saves that GPU (and the
@@ -167,7 +167,7 @@ def _dir_stamp(d: Path) -> tuple[int, int]:
 
 
 def _locked(sim_dir: Path, write: bool) -> Any:
-    """One call's state, read for it (the host controls at the bottom of :mod:`vgpukit.nvml.sim`)."""
+    """One call's state, read for it (the host controls at the bottom of :mod:`vgpukit.sim.nvml`)."""
     return Store(sim_dir).locked(write)  # the store's lock file is closed when it is dropped
 
 

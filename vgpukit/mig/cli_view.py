@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..cli.output import say, table
+from ..clikit.output import say, table
 
 LETTERS = "ABCDEFGHIJKLMNOP"  # one letter per GPU instance in the memory-slot map
 

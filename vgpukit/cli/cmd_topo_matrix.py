@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from .. import pci, topology
 
 if TYPE_CHECKING:
+    from ..clikit.context import App
     from ..nvml import Nvml
-    from .context import App
 
 # nvidia-smi's legend, word for word (driver r535 and later)
 LEGEND = """Legend:

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import click
 
-from ..cli.context import App
-from ..cli.main import LazyGroup, json_option
-from ..cli.output import emit, say, table
-from ..cli.params import NAME, AsciiInt
+from ..clikit.context import App
+from ..clikit.lazy import LazyGroup
+from ..clikit.options import json_option
+from ..clikit.output import emit, say, table
+from ..clikit.params import NAME, AsciiInt
 from ..errors import InvalidInput
-from . import sim as simdrv
-from .errors import CODES_BY_NAME
+from ..nvml.errors import CODES_BY_NAME
+from . import nvml as simdrv
 
 
 def _dir(app: App) -> Path:

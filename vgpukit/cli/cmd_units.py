@@ -13,14 +13,16 @@ from pathlib import Path
 
 import click
 
+from ..clikit.context import App
+from ..clikit.lazy import LazyGroup
+from ..clikit.options import dry_run_option, json_option, mutating
+from ..clikit.output import emit, emit_result, say
 from ..entrypoint import entry_point
 from ..errors import InvalidInput, NotFound
-from .context import App
-from .main import LazyGroup, dry_run_option, json_option, mutating
-from .output import emit, emit_result, say
+from ..host_layout import SYSTEMD_UNIT_DIR, UDEV_RULES_DIR
 
 MARKER = "@VGPUKIT@"
-DESTINATIONS = {"systemd": ("etc", "systemd", "system"), "udev": ("etc", "udev", "rules.d")}
+DESTINATIONS = {"systemd": tuple(SYSTEMD_UNIT_DIR.split("/")[1:]), "udev": tuple(UDEV_RULES_DIR.split("/")[1:])}
 _SAFE = re.compile(r"^/[A-Za-z0-9/._+@:-]*\Z", re.ASCII)  # needs no quoting or %-escaping in a unit
 
 

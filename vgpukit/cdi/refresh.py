@@ -1,5 +1,6 @@
-"""The change engine's CDI refresh (``DERIVED`` in vgpukit/engine/executor.py), kept light: when the
-host has not enabled spec generation it costs one missing file and imports nothing more."""
+"""The change engine's CDI refresh (a derived-file refresher: the front end's composition,
+``vgpukit.clikit.context``, hands it to the engine in ``Env.derived``), kept light: when the host has not
+enabled spec generation it costs one missing file and imports nothing more."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..errors import VgpukitError
-from .cdi_settings import load_settings
+from .settings import load_settings
 
 if TYPE_CHECKING:
     from ..engine import Env, Step
@@ -16,7 +17,7 @@ log = logging.getLogger("vgpukit.cdi")
 
 
 def derived_steps(env: Env) -> list[Step]:
-    """The change engine's refresh (``DERIVED``): the spec files that no longer describe the host, when
+    """The change engine's refresh (``Env.derived``): the spec files that no longer describe the host, when
     generation is enabled. Cheap when it is not (one missing file); spec collection is imported only
     then. A problem reading the settings or the host's devices never blocks the change that ran: it is
     said on stderr, every time, until fixed."""
@@ -24,7 +25,7 @@ def derived_steps(env: Env) -> list[Step]:
         settings = load_settings(env.host)
         if settings is None:
             return []
-        from .cdi_files import derived_plans, file_steps
+        from .files import derived_plans, file_steps
 
         return file_steps(derived_plans(env.host, settings, lambda: env.nvml))
     except VgpukitError as err:

@@ -36,8 +36,9 @@ from typing import Any
 
 from ..errors import OutsideRoot
 from ..host import Host
+from ..host_layout import NVIDIA_IPC_PATHS
 from . import ldcache
-from .cdi_settings import DEFAULT_HOOK
+from .settings import DEFAULT_HOOK
 
 MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "rbind", "rprivate")
 IPC_OPTIONS = (*MOUNT_OPTIONS, "noexec")
@@ -52,7 +53,7 @@ BINARIES = (
     "nvidia-imex-ctl",
 )
 BIN_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
-IPC_PATHS = ("/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket", "/tmp/nvidia-mps")
+IPC_PATHS = NVIDIA_IPC_PATHS
 VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)+\Z", re.ASCII)
 # libraries whose development link nvidia-ctk makes in the container (target::link)
 DOT_SO_LINKS = {"libcuda.so": "libcuda.so.1", "libnvidia-opticalflow.so": "libnvidia-opticalflow.so.1"}
@@ -94,7 +95,7 @@ def host_path(host: Host, path: str) -> Path:
 
 
 def node(host: Host, real: Path) -> dict[str, Any]:
-    """A device node (``host.dev(...)``) as nvidia-ctk writes it: the path the host shows, and the real
+    """A device node (``host.dev_node(...)``) as nvidia-ctk writes it: the path the host shows, and the real
     one when the root is not /."""
     shown = host.display(real)
     d: dict[str, Any] = {"path": shown}
@@ -176,7 +177,7 @@ def find_driver(host: Host) -> Driver | None:
 
 def common_edits(host: Host, driver: Driver | None, hook_path: str = DEFAULT_HOOK) -> Edits:
     """The spec-wide edits of an NVIDIA spec: control nodes always; the driver's user space when found."""
-    nodes = tuple(node(host, host.dev(n)) for n in CONTROL_NODES if host.exists(host.dev(n)))
+    nodes = tuple(node(host, host.dev_node(n)) for n in CONTROL_NODES if host.exists(host.dev_node(n)))
     if driver is None:
         return Edits(env=("NVIDIA_VISIBLE_DEVICES=void",), nodes=nodes)
     links = []
@@ -206,14 +207,14 @@ def common_edits(host: Host, driver: Driver | None, hook_path: str = DEFAULT_HOO
 
 
 def gpu_edits(host: Host, minor: int) -> Edits:
-    return Edits(nodes=(node(host, host.dev(f"nvidia{minor}")),))
+    return Edits(nodes=(node(host, host.nvidia_gpu_node(minor)),))
 
 
 def mig_edits(host: Host, minor: int, gi_cap_minor: int, ci_cap_minor: int) -> Edits:
     return Edits(
         nodes=(
-            node(host, host.dev(f"nvidia{minor}")),
-            node(host, host.dev("nvidia-caps", f"nvidia-cap{gi_cap_minor}")),
-            node(host, host.dev("nvidia-caps", f"nvidia-cap{ci_cap_minor}")),
+            node(host, host.nvidia_gpu_node(minor)),
+            node(host, host.nvidia_cap_node(gi_cap_minor)),
+            node(host, host.nvidia_cap_node(ci_cap_minor)),
         )
     )

@@ -25,7 +25,7 @@ from .nvidia import Edits
 
 if TYPE_CHECKING:
     from ..nvml import Nvml
-    from .cdi_settings import Settings
+    from .settings import Settings
 
 RW_OPTIONS = ("rw", "nosuid", "nodev", "rbind", "rprivate")
 

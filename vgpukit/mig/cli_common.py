@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import naming
-from ..cli.context import App
-from ..cli.output import emit_result
+from ..clikit.context import App
+from ..clikit.output import emit_result
 from ..errors import VgpukitError
 from ..nvml import Nvml, NvmlGpu
 from ..pci import Scan
 from . import view
-from .view_cli import show_status
+from .cli_view import show_status
 
 if TYPE_CHECKING:
     from . import layout, steps

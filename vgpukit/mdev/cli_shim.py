@@ -74,7 +74,7 @@ def fast_read(args: list[str]) -> int | None:
     if parsed is None or any(has_control(a) for a in args):
         return None
     glob, verb, opts = parsed
-    from ..cli.context import App
+    from ..clikit.context import App
     from . import listing
 
     try:

@@ -8,7 +8,7 @@ class          devices (CDI names)                         container edits
 ``vf``         SR-IOV VFs bound to a VFIO driver (BDF)     ``/dev/vfio/vfio``, ``/dev/vfio/<group>``
 ``pci``        other functions bound to VFIO (BDF)         same
 ``mdev``       mediated devices (UUID)                     same, with the mdev's own group
-``gpu``        whole GPUs on the NVIDIA driver             what nvidia-ctk injects (attach/nvidia.py):
+``gpu``        whole GPUs on the NVIDIA driver             what nvidia-ctk injects (cdi/nvidia.py):
                (NVML index ``0`` and ``GPU-<uuid>``)       driver libraries, binaries, ldcache hook,
                                                            control nodes; ``/dev/nvidia<N>``
 ``mig``        MIG devices (``<gpu>:<n>``, ``MIG-<uuid>``) same, with the GI and CI access nodes
@@ -36,9 +36,9 @@ from ..host import Host
 from ..host_layout import IOMMU_GROUP
 from ..pci import Scan
 from . import nvidia
-from .cdi_settings import CLASSES, Settings
 from .mig import gpu_minor, mig_slices
 from .nvidia import Edits
+from .settings import CLASSES, Settings
 
 if TYPE_CHECKING:
     from ..nvml import Nvml
@@ -121,7 +121,7 @@ def with_all(devices: list[CdiDevice]) -> list[CdiDevice]:
 # ----------------------------------------------------------------------------- device numbers
 def proc_major(host: Host, name: str) -> int | None:
     """The character major registered as ``name`` in /proc/devices."""
-    text = host.read_opt(host.proc("devices")) or ""
+    text = host.read_opt(host.proc_devices()) or ""
     in_char = False
     for line in text.splitlines():
         if line.startswith("Character devices"):
@@ -136,7 +136,7 @@ def proc_major(host: Host, name: str) -> int | None:
 
 
 def vfio_node(host: Host, *parts: str) -> Node:
-    path = host.dev(*parts)
+    path = host.dev_node(*parts)
     shown = host.display(path)
     nums = host.char_device(path)
     major, minor = nums if nums else (None, None)
@@ -184,7 +184,7 @@ def collect_mdev(host: Host, warnings: list[str]) -> list[CdiDevice]:
 def caps_node(host: Host, minor: int, caps_major: int | None) -> dict[str, Any]:
     """An nvidia-caps access node; with its numbers when the node is missing but the driver's major is
     known (nvidia-modprobe creates these nodes on first use)."""
-    real = host.dev("nvidia-caps", f"nvidia-cap{minor}")
+    real = host.nvidia_cap_node(minor)
     d = nvidia.node(host, real)
     if not host.exists(real) and caps_major is not None:
         d.update(type="c", major=caps_major, minor=minor)
@@ -205,7 +205,7 @@ def collect_gpus(host: Host, nvml: Nvml | None) -> dict[str, list[CdiDevice]]:
     for s in mig_slices(host, nvml, []):
         edits = Edits(
             nodes=(
-                nvidia.node(host, host.dev(f"nvidia{s.minor}")),
+                nvidia.node(host, host.nvidia_gpu_node(s.minor)),
                 caps_node(host, s.gi_cap_minor, caps_major),
                 caps_node(host, s.ci_cap_minor, caps_major),
             )

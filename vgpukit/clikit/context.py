@@ -76,10 +76,12 @@ class App:
     def env(self) -> Env:
         """What the change engine acts on: this command's host, NVML (opened on demand), lock settings."""
         if self._env is None:
+            from ..cdi.refresh import derived_steps as cdi_specs
             from ..engine import Env
             from .progress import progress_for
 
-            self._env = Env(self.host, lambda: self.nvml, command=self.command, wait=self.wait)
+            # the composition: the derived files kept current after every change (the CDI specs)
+            self._env = Env(self.host, lambda: self.nvml, command=self.command, wait=self.wait, derived=(cdi_specs,))
             self._env.progress = progress_for(self.json)
         return self._env
 
@@ -87,8 +89,6 @@ class App:
     def nvml(self) -> Nvml | None:
         """The NVML facade: simulated on a sim host, pynvml otherwise; None where no driver is loaded."""
         if not self._nvml_loaded:
-            from ..nvml import open_nvml
-
             self._nvml = open_nvml(self.sim_dir)
             self._nvml_loaded = True
         return self._nvml  # type: ignore[no-any-return]
@@ -98,6 +98,17 @@ class App:
         if self._nvml is not None:
             self._nvml.close()
         self._nvml, self._nvml_loaded = None, False
+
+
+def open_nvml(sim_dir: Path | None) -> Nvml | None:
+    """The composition's choice of NVML backend: the simulated driver on a simulated host, else pynvml."""
+    if sim_dir is not None:
+        from ..sim.nvml import SimNvml
+
+        return SimNvml(sim_dir)
+    from ..nvml.real import RealNvml
+
+    return RealNvml.try_open()
 
 
 def _given(option: str | None, name: str, env: str) -> str | None:

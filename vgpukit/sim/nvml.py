@@ -23,9 +23,8 @@ from typing import Any
 
 from ..errors import InvalidInput, NotFound
 from ..host import Host
-from ..sim.state import corrupt
-from . import table as tables
-from .errors import (
+from ..nvml import table as tables
+from ..nvml.errors import (
     CODES_BY_NAME,
     IN_USE,
     INSUFFICIENT_RESOURCES,
@@ -34,8 +33,18 @@ from .errors import (
     NOT_SUPPORTED,
     nvml_error,
 )
-from .model import CiProfile, ComputeInstance, GiProfile, GpuInstance, GpuLinks, NvLink, NvmlGpu, NvmlProcess
-from .sim_state import (
+from ..nvml.model import (
+    CiProfile,
+    ComputeInstance,
+    GiProfile,
+    GpuIndex,
+    GpuInstance,
+    GpuLinks,
+    NvLink,
+    NvmlGpu,
+    NvmlProcess,
+)
+from .nvml_state import (
     _LINK,
     STATE_DIR,
     STATE_FILE,
@@ -61,6 +70,7 @@ from .sim_state import (
     mig_minors_text,
     minor_gpu,
 )
+from .state import corrupt
 
 _MIG_NS = uuidlib.UUID("6b1f8f0e-3c52-4a35-9d0b-6d4b1f0c7a11")
 FAULT_CALLS = (
@@ -95,7 +105,7 @@ def initial_state(gpus: list[dict[str, Any]]) -> dict[str, Any]:
 CRASH_ENV = "VGPUKIT_SIM_CRASH_AT_NVML_CALL"
 
 
-class SimNvml:
+class SimNvml(GpuIndex):
     """The facade over the simulated driver of the sim host in ``sim_dir``."""
 
     def __init__(self, sim_dir: Path) -> None:
@@ -108,7 +118,6 @@ class SimNvml:
         self.crash_at = int(crash) if crash.isascii() and crash.isdigit() else 0
         self.changes = 0
         self.store = Store(self.sim_dir)
-        self._index: dict[str, int] | None = None  # bdf -> NVML index, looked up once (fixed at sim init)
         # /dev/nvidia-caps by GPU, with the directory's stamp and the driver state it was listed under
         self.caps: tuple[dict[int, set[int]], tuple[int, int], dict[str, Any]] | None = None
         self.busy: tuple[dict[str, Any], set[int]] | None = None  # the state read, its GPUs with instances
@@ -149,11 +158,6 @@ class SimNvml:
                     )
                 )
         return out
-
-    def index_of(self, bdf: str) -> int | None:
-        if self._index is None:
-            self._index = {g.bdf: g.index for g in self.gpus()}
-        return self._index.get(bdf)
 
     def mig_mode(self, gpu: int) -> tuple[bool, bool]:
         with self._read() as state:
@@ -343,7 +347,7 @@ class SimNvml:
             want.add(gi_minor(gpu, gi["id"]))
             want |= {ci_minor(gpu, gi["id"], c["id"]) for c in gi["cis"]}
         by_gpu = self._caps_now(caps, state)
-        from ..sim.tree import NULL_DEVICE
+        from .tree import NULL_DEVICE
 
         mine, config = by_gpu.setdefault(gpu, set()), by_gpu.setdefault(-1, set())
         have = mine | (config & {1, 2})
@@ -374,7 +378,7 @@ class SimNvml:
 
     def _char_devices(self) -> bool:
         if self.char is None:
-            from ..sim.tree import char_devices
+            from .tree import char_devices
 
             self.char = char_devices(self.host.root)  # fixed at sim init
         return self.char

@@ -210,7 +210,7 @@ class MigProfiles(Name):
 def gpu_profiles(ctx: click.Context, gpu: str) -> list[str]:
     """The MIG profile names of the GPU the command line names (through NVML, simulated on a sim host)."""
     from .. import naming
-    from ..nvml import open_nvml
+    from .context import open_nvml
 
     host, sim_dir = completion_host(ctx)
     nvml = open_nvml(sim_dir)

@@ -8,8 +8,8 @@ from typing import Any, TypeVar
 
 import click
 
-from ..cli.context import App
-from ..cli.params import NAME
+from ..clikit.context import App
+from ..clikit.params import NAME
 from ..errors import InvalidInput
 from . import sysfs
 
@@ -89,7 +89,7 @@ def report(
 ) -> None:
     """A mutating command's outcome: vgpukit's (emit_result), or mdevctl's (the UUID it made up, if
     any, else nothing) under ``--mdevctl``."""
-    from ..cli.output import emit_result
+    from ..clikit.output import emit_result
 
     if mdevctl_output() and not app.json and not app.dry_run:
         if new_uuid:

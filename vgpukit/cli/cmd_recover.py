@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
+from ..clikit.context import App
+from ..clikit.options import json_option
+from ..clikit.output import emit, say
 from ..words import plural
-from .context import App
-from .main import json_option
-from .output import emit, say
 
 
 @click.command()

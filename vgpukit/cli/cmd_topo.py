@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .. import pci, topology
+from ..clikit.context import App
+from ..clikit.options import json_option
+from ..clikit.output import emit, is_tty, table
+from ..clikit.params import NAME
 from ..errors import InvalidInput
 from ..naming import aliases
-from .context import App
-from .main import json_option
-from .output import emit, is_tty, table
-from .params import NAME
 
 if TYPE_CHECKING:
     from ..nvml import NvmlGpu
@@ -98,7 +98,7 @@ def _render_tree(roots: list[topology.Node], names: dict[str, str], gpus: dict[s
     if rich:
         from rich.tree import Tree
 
-        from .output import console
+        from ..clikit.output import console
 
         def add(tree: Any, node: topology.Node) -> None:
             for text, child in children(node):
@@ -124,7 +124,7 @@ def _render_tree(roots: list[topology.Node], names: dict[str, str], gpus: dict[s
 
 
 def _matrix(app: App, scan: pci.Scan, names: dict[str, str], matrix: bool, rdma: bool) -> None:
-    from .topo_matrix import matrix_doc, rdma_rows, smi_text
+    from .cmd_topo_matrix import matrix_doc, rdma_rows, smi_text
 
     data = matrix_doc(app, scan, names)
 

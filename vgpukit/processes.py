@@ -1,0 +1,49 @@
+"""The host's processes, read through the host door: is a pid alive, in which state, since when.
+
+One reading of ``/proc/<pid>/stat`` for every question (the QoS daemon's tenants, the CUDA library's
+usage slots); without ``/proc`` (a container without the host's pid namespace) the answer comes from
+``kill(pid, 0)``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .host import Host
+
+
+def _stat(host: Host, pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (field 3, the state, first)."""
+    text = host.read_opt(host.process(pid, "stat"))
+    return None if text is None else text.rsplit(")", 1)[-1].split()
+
+
+def state(host: Host, pid: int) -> str | None:
+    """The one-letter state (``R``, ``S``, ``T``, ``Z``...), or None when /proc does not show the pid."""
+    fields = _stat(host, pid)
+    return fields[0] if fields else None
+
+
+def start_time(host: Host, pid: int) -> int | None:
+    """When the process started (clock ticks after boot; field 22): tells a pid reused since."""
+    fields = _stat(host, pid)
+    return int(fields[19]) if fields and len(fields) > 19 and fields[19].isdigit() else None
+
+
+def alive(host: Host, pid: int, start: int = 0) -> bool:
+    """Whether ``pid`` is a live process (a zombie is not); with ``start`` (its start time, 0: any), the
+    same process and not a later one that reused the pid."""
+    fields = _stat(host, pid)
+    if fields:
+        if fields[0] in ("Z", "X"):
+            return False
+        if start:
+            return len(fields) > 19 and fields[19].isdigit() and int(fields[19]) == start
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
