@@ -8,7 +8,7 @@ from ..cli.context import App
 from ..cli.main import dry_run_option, json_option, mutating
 from ..cli.output import say, table
 from ..cli.params import NAME, AsciiInt
-from ..errors import Conflict, InvalidInput
+from ..errors import Conflict, InvalidInput, VgpukitError
 from . import mdevctl, ops
 from .args_cli import (
     definition_parent,
@@ -165,15 +165,19 @@ def start_cmd(
         if where is None:
             raise InvalidInput("--jsonfile needs --parent")
         d = mdevctl.parse(where, uid or new_uuid(), read_jsonfile(app, jsonfile), where=jsonfile)
+        _mdevctl_refusal(app, d)
         _show(app, [ops.start_transient(app.env, d)], None, None if uid else d.uuid)
         return
     defined = ops.find_one(app.host, uid, where) if uid else None
     if defined is not None:
         if type_id and type_id != defined.type_id:
             raise Conflict(f"{defined.uuid} is defined as {defined.type_id} on {defined.parent}", value=uid)
+        _mdevctl_refusal(app, defined)
         outcome = ops.start(app.env, defined)
     elif where and type_id:
-        outcome = ops.start_transient(app.env, Definition(uid or new_uuid(), where, type_id))
+        d = Definition(uid or new_uuid(), where, type_id)
+        _mdevctl_refusal(app, d)
+        outcome = ops.start_transient(app.env, d)
     elif type_id:
         raise InvalidInput("--type needs --parent")
     elif uid:
@@ -181,6 +185,22 @@ def start_cmd(
     else:
         raise InvalidInput("usage: vgpukit mdev start UUID | start -p PARENT -t TYPE [-u UUID] | start --all [-p P]")
     _show(app, [outcome], None, None if uid else outcome.uuid)
+
+
+def _mdevctl_refusal(app: App, d: Definition) -> None:
+    """Under ``--mdevctl``: mdevctl's refusal of starting ``d`` in its words (exit 1, as mdevctl), with
+    the call-out scripts around it as mdevctl runs them (``pre``, then ``post`` with ``failure``)."""
+    if mdevctl_output() and not app.json and not app.dry_run:
+        from . import callouts
+        from .compat import start_refusal
+
+        why = start_refusal(app.host, d)
+        if why:
+
+            def fail() -> None:
+                raise VgpukitError(why, value=d.uuid)
+
+            callouts.guarded(app.env, "start", [d], fail)
 
 
 def _show(app: App, outcomes: list[ops.StartOutcome], parent: str | None, new: str | None = None) -> None:

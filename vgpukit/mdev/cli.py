@@ -65,7 +65,10 @@ def types_cmd(app: App, parent: str | None, parent_opt: str | None, dumpjson: bo
     _no_json_with_dumpjson(app, dumpjson)
     host = app.host
     parent = parent or parent_opt
-    found = [sysfs.read_parent(host, resolve_parent(app, parent))] if parent else sysfs.parents(host)
+    if parent and mdevctl_output() and not app.json and parent not in sysfs.parent_names(host):
+        found = []  # mdevctl: no such parent is an empty listing, exit 0
+    else:
+        found = [sysfs.read_parent(host, resolve_parent(app, parent))] if parent else sysfs.parents(host)
     if dumpjson or (mdevctl_output() and not app.json):
         click.echo(listing.types_json(found) if dumpjson else listing.types_text(found))
         return
