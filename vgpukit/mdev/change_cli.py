@@ -101,6 +101,9 @@ def undefine_cmd(app: App, uid: str | None, uuid_opt: str | None, parent: str | 
 @click.option("-i", "--index", type=AsciiInt(0, 1 << 31), metavar="N", help="Attribute position (from 0).")
 @auto_option
 @click.option("-m", "--manual", is_flag=True, help="Start it only when asked (start=manual).")
+@jsonfile_option("Replace the type, start mode and attributes with FILE's (mdevctl's format).")
+@click.option("-l", "--live", is_flag=True, help="Change the running device's attributes (with --jsonfile).")
+@click.option("-d", "--defined", is_flag=True, help="Change the definition (the default; with --live: both).")
 @json_option
 @dry_run_option
 @click.pass_obj
@@ -117,17 +120,63 @@ def modify_cmd(
     index: int | None,
     auto: bool,
     manual: bool,
+    jsonfile: str | None,
+    live: bool,
+    defined: bool,
 ) -> None:
-    """Change a definition: type, start mode, attributes (a running instance is unaffected until restarted)."""
+    """Change a definition: type, start mode, attributes (a running instance is unaffected until restarted;
+    --live --jsonfile F changes the running device's attributes)."""
     uid = one_uuid(uid, uuid_opt)
     if not uid:
         raise InvalidInput("which definition? give UUID or -u UUID")
     if auto and manual:
         raise InvalidInput("--auto and --manual exclude each other")
+    where = definition_parent(app, parent) if parent else None
+    if live or jsonfile:
+        mode = "auto" if auto else "manual" if manual else None
+        _modify_from_file(app, uid, where, type_id, addattr, value, delattr, index, mode, jsonfile, live, defined)
+        return
     start = "auto" if auto else "manual" if manual else None
     m = ops.Modification(type_id, start, addattr, value, delattr, index)
-    steps, d = ops.modify(app.env, uid, definition_parent(app, parent) if parent else None, m)
+    steps, d = ops.modify(app.env, uid, where, m)
     report(app, "mdev-define", steps, {"definition": d.to_dict(), "path": mdevctl.path_of(app.host, d)})
+
+
+def _modify_from_file(
+    app: App,
+    uid: str,
+    where: str | None,
+    type_id: str | None,
+    addattr: str | None,
+    value: str | None,
+    delattr: bool,
+    index: int | None,
+    start_mode: str | None,
+    jsonfile: str | None,
+    live: bool,
+    defined: bool,
+) -> None:
+    """``modify --jsonfile F`` (the definition), ``--live --jsonfile F`` (the running device) and
+    ``--live --defined --jsonfile F`` (both), refused as mdevctl refuses them."""
+    if live and type_id:
+        raise InvalidInput("'type' cannot be changed on active mdev")
+    if live and start_mode:
+        raise InvalidInput(f"'{start_mode}' cannot be changed on active mdev")
+    if not jsonfile:
+        raise InvalidInput("'live' option must be used with 'jsonfile' option")
+    if type_id or start_mode:
+        raise InvalidInput("--jsonfile holds the type and start mode: it excludes --type, --auto and --manual")
+    if index is not None or value is not None or addattr is not None or (live and delattr):
+        raise InvalidInput("--jsonfile holds the attributes: it excludes --addattr, --value and --index")
+    text = read_jsonfile(app, jsonfile)
+    if live:
+        from .live import modify_live
+
+        steps, d = modify_live(app.env, uid, where, text, jsonfile, defined)
+    else:
+        steps, d = ops.modify_from_json(app.env, uid, where, text, jsonfile, delattr)
+    data = {"definition": d.to_dict(), "path": mdevctl.path_of(app.host, d), "live": live}
+    report(app, "mdev-define", steps, data)
 
 
 @click.command("start")

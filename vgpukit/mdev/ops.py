@@ -378,3 +378,25 @@ def modify(env: Env, uid: str, parent: str | None, m: Modification) -> tuple[lis
 
 def _bad_index(index: int, n: int) -> InvalidInput:
     return InvalidInput(f"attribute index {index} is invalid: the definition has {n} attributes", value=index)
+
+
+def modify_from_json(
+    env: Env, uid: str, parent: str | None, text: str, where: str, delattr: bool = False
+) -> tuple[list[str], Definition]:
+    """``modify --jsonfile``: replace a definition's type, start mode and attributes with the file's
+    (mdevctl's stored modify; ``delattr`` then drops the last attribute, as mdevctl does)."""
+    host = env.host
+    old = find_one(host, uid, parent)
+    if old is None:
+        on = f" on {parent}" if parent else ""
+        raise NotFound(f"mdev {check_uuid(uid)} is not defined{on}", value=uid, hint="see: vgpukit mdev list --defined")
+    d = mdevctl.parse(old.parent, old.uuid, text, where=where)
+    if delattr and d.attrs:
+        d = Definition(d.uuid, d.parent, d.type_id, d.start, d.attrs[:-1])
+    if d.type_id != old.type_id:
+        check_type(host, d.parent, d.type_id)
+    if d == old:
+        return [], old
+    step = put_definition(mdevctl.path_of(host, d), d, "modify")
+    callouts.guarded(env, "modify", [d], lambda: execute(env, [step]))
+    return [step.describe()], d

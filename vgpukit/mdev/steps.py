@@ -109,3 +109,27 @@ def put_definition(path: str, d: Definition, verb: str = "define") -> PutFile:
 
 def drop_definition(path: str, uid: str) -> PutFile:
     return PutFile(path, None, what=f"undefine {uid} (remove {path})")
+
+
+@step_kind
+@dataclass(frozen=True)
+class SetLiveAttr(Step):
+    """Write one vendor attribute of a running instance; undone by writing back ``before`` (the value
+    read when planning), when there was one to read."""
+
+    kind: ClassVar[str] = "mdev-live-attr"
+    uuid: str
+    attr: str
+    value: str
+    before: str | None = None
+
+    def describe(self) -> str:
+        return f"set {self.attr} of running {self.uuid}"
+
+    def inverse(self, env: Env) -> Step | None:
+        if self.before is None:
+            return None
+        return SetLiveAttr(self.uuid, self.attr, self.before)
+
+    def apply(self, env: Env) -> None:
+        sysfs.write_attr(env.host, self.uuid, self.attr, self.value)
