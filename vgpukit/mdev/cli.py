@@ -250,8 +250,17 @@ def remove_cmd(app: App, uuids: tuple[str, ...]) -> None:
     """Remove active instances (refused while a VM holds one; persistent definitions stay)."""
     from . import ops  # the change machinery loads with the commands that change things
 
-    steps = ops.remove(app.env, list(uuids))
+    steps = ops.remove(app.env, list(uuids), _running(app))
     report(app, "mdev-remove", steps, {"removed": [s.split()[1] for s in steps]})
+
+
+def _running(app: App) -> dict[str, list[str]]:
+    """Running libvirt domains naming each mdev (not asked on a simulated host)."""
+    if app.is_sim:
+        return {}
+    from .domains import running_users
+
+    return running_users("qemu:///system")
 
 
 @mdev.command("stop")
@@ -268,5 +277,5 @@ def stop_cmd(app: App, uid: str | None, uuid_opt: str | None) -> None:
     uid = one_uuid(uid, uuid_opt)
     if not uid:
         raise InvalidInput("which instance? give UUID or -u UUID")
-    steps = ops.remove(app.env, [uid])
+    steps = ops.remove(app.env, [uid], _running(app))
     report(app, "mdev-remove", steps, {"removed": [s.split()[1] for s in steps]})

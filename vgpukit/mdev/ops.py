@@ -128,8 +128,9 @@ def _define_quietly(env: Env, d: Definition, result: CreateResult) -> None:
             result.definitions.append(mdevctl.path_of(env.host, d))
 
 
-def remove(env: Env, uids: list[str]) -> list[str]:
-    """Remove active instances (their definitions stay). All are checked before the first removal."""
+def remove(env: Env, uids: list[str], running: dict[str, list[str]] | None = None) -> list[str]:
+    """Remove active instances (their definitions stay). All are checked before the first removal.
+    ``running``: UUID -> the running libvirt domains whose definition names it (they use it too)."""
     host = env.host
     wanted = list(dict.fromkeys(check_uuid(u) for u in uids))
     active = {i.uuid: i for i in sysfs.instances(host)}
@@ -138,8 +139,9 @@ def remove(env: Env, uids: list[str]) -> list[str]:
         raise NotFound(f"no active mdev {', '.join(missing)}", value=missing[0], hint="see: vgpukit mdev list")
     for u in wanted:
         inst = active[u]
-        if inst.in_use:
-            users = ", ".join(h.describe() for h in inst.holders)
+        doms = [f"domain {name}" for name in (running or {}).get(u, [])]
+        if inst.in_use or doms:
+            users = ", ".join([h.describe() for h in inst.holders] + doms)
             raise Busy(
                 f"mdev {u} is in use by {users}", value=u, hint="stop or detach the VM first; nothing was removed"
             )
