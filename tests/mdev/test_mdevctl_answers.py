@@ -69,3 +69,17 @@ def test_a_refused_start_runs_the_scripts_as_mdevctl(qemu_sim: Path, run_cli: Ru
     assert mc(run_cli, qemu_sim, "start", "-u", U1, "-p", "mtty", "-t", "mtty-1").exit_code == 1
     events = [line.split()[3] + " " + line.split()[7] for line in log.read_text().splitlines()]
     assert events == ["pre none", "post failure"]
+
+
+def test_jsonfile_from_stdin_as_libvirt_passes_it(qemu_sim: Path, run_cli: Run) -> None:
+    """libvirt's nodedev-define/-create run ``mdevctl define|start --parent=P --jsonfile=/dev/stdin``."""
+    doc = '{"mdev_type": "mtty-1", "start": "manual", "attrs": []}'
+    r = run_cli(
+        qemu_sim, "mdev", "--mdevctl", "define", "--parent=mtty", "--jsonfile=/dev/stdin", f"--uuid={U1}", stdin=doc
+    )
+    assert (r.exit_code, r.stdout) == (0, ""), r.stderr
+    assert (qemu_sim / "etc/mdevctl.d/mtty" / U1).is_file()
+    r = run_cli(qemu_sim, "mdev", "--mdevctl", "start", "-p", "mtty", "--jsonfile", "-", stdin=doc)
+    assert r.exit_code == 0 and len(r.stdout.strip()) == 36, r.stderr
+    r = run_cli(qemu_sim, "mdev", "--mdevctl", "start", "-p", "mtty", "--jsonfile", "-", stdin="x" * 70000)
+    assert r.exit_code == 2 and "larger than" in r.stderr

@@ -3,6 +3,7 @@ vgpukit's positional arguments, and mdevctl's output mode (``vgpukit mdev --mdev
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -68,9 +69,21 @@ def jsonfile_option(help_text: str) -> Callable[[F], F]:
     return click.option("--jsonfile", metavar="FILE", type=click.Path(dir_okay=False), help=help_text)
 
 
+STDIN_NAMES = ("-", "/dev/stdin")  # libvirt passes --jsonfile=/dev/stdin with the definition on stdin
+
+
 def read_jsonfile(app: App, path: str) -> str:
+    """A ``--jsonfile`` FILE (a regular file), or standard input for ``-`` and ``/dev/stdin``."""
     from .mdevctl import MAX_DEFINITION_BYTES
 
+    if path in STDIN_NAMES:
+        data = sys.stdin.buffer.read(MAX_DEFINITION_BYTES + 1)
+        if len(data) > MAX_DEFINITION_BYTES:
+            raise InvalidInput(f"--jsonfile {path}: larger than {MAX_DEFINITION_BYTES} bytes")
+        try:
+            return data.decode()
+        except UnicodeDecodeError:
+            raise InvalidInput(f"--jsonfile {path}: not UTF-8 text") from None
     return app.host.read_doc(path, "--jsonfile", MAX_DEFINITION_BYTES, user_file=True) or ""
 
 
