@@ -32,6 +32,8 @@ def definition_parent(app: App, name: str) -> str:
     from .. import naming
 
     form = naming.form_of(name)
+    if mdevctl_output() and name not in sysfs.parent_names(app.host):
+        return name  # mdevctl's parent names are exact: 'Did you mean' (compat) says when only the case differs
     if name in sysfs.parent_names(app.host) or form == "alias":
         return resolve_parent(app, name)
     if form == "bdf":
@@ -69,14 +71,12 @@ def jsonfile_option(help_text: str) -> Callable[[F], F]:
     return click.option("--jsonfile", metavar="FILE", type=click.Path(dir_okay=False), help=help_text)
 
 
-STDIN_NAMES = ("-", "/dev/stdin")  # libvirt passes --jsonfile=/dev/stdin with the definition on stdin
-
-
 def read_jsonfile(app: App, path: str) -> str:
     """A ``--jsonfile`` FILE (a regular file), or standard input for ``-`` and ``/dev/stdin``."""
+    from ..host import STDIN_PATH
     from .mdevctl import MAX_DEFINITION_BYTES
 
-    if path in STDIN_NAMES:
+    if path in ("-", STDIN_PATH):
         data = sys.stdin.buffer.read(MAX_DEFINITION_BYTES + 1)
         if len(data) > MAX_DEFINITION_BYTES:
             raise InvalidInput(f"--jsonfile {path}: larger than {MAX_DEFINITION_BYTES} bytes")

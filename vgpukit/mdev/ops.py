@@ -174,7 +174,18 @@ def define_active(env: Env, uid: str, auto: bool, parent: str | None = None) -> 
 def define_new(env: Env, parent: str, type_id: str, uid: str | None, auto: bool) -> tuple[list[str], Definition]:
     uid = check_uuid(uid) if uid else new_uuid()
     check_type(env.host, parent, type_id)
-    return _put(env, Definition(uid, parent, type_id, _start_of(auto)))
+    return _put(env, _with_running_attributes(env.host, Definition(uid, parent, type_id, _start_of(auto))))
+
+
+def _with_running_attributes(host: Host, d: Definition) -> Definition:
+    """``d`` with the attributes a call-out script reports (``get``) when the UUID runs as ``d``'s
+    parent and type and has no definition yet: as ``define UUID``, mdevctl asks for them whenever
+    the device is active; a failing script refuses the define."""
+    inst = sysfs.find_instance(host, d.uuid)
+    if inst is None or (inst.parent, inst.type_id) != (d.parent, d.type_id) or mdevctl.find(host, d.uuid):
+        return d
+    attrs = callouts.get_attributes(host, Definition(d.uuid, d.parent, d.type_id), strict=True)
+    return Definition(d.uuid, d.parent, d.type_id, d.start, tuple(attrs or ()))
 
 
 def define_from_json(env: Env, parent: str, uid: str | None, text: str, where: str) -> tuple[list[str], Definition]:
