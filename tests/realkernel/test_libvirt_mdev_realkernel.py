@@ -6,7 +6,9 @@ the same over both: the same virsh output, sysfs and definition files after each
 
 The guest has no udevd, so libvirt's udev monitor hears of no device appearing or going: libvirtd is
 restarted after ``nodedev-start`` and ``nodedev-destroy`` (its start-up enumeration reads sysfs), the
-same in both runs. docs/mdev.md, "libvirt over the shim".
+same in both runs; after ``nodedev-define`` and ``-undefine`` the script waits until libvirt's list
+shows the change (libvirt re-reads ``mdevctl list --defined`` when /etc/mdevctl.d changes, on its own
+time; through the shim each such read is a Python process, seconds under TCG). docs/mdev.md, "libvirt over the shim".
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ INSTALL_MDEVCTL
 command -v libvirtd virsh
 mkdir -p {D} /etc/libvirt/qemu /run/libvirt /var/lib/libvirt /var/cache/libvirt /var/log/libvirt
 # what libvirt-daemon-system would add: the qemu driver's user (it starts only when the user exists)
-grep -q '^libvirt-qemu:' /etc/passwd || echo 'libvirt-qemu:x:64055:64055::/var/lib/libvirt:/usr/sbin/nologin' >> /etc/passwd
+grep -q '^libvirt-qemu:' /etc/passwd ||
+  echo 'libvirt-qemu:x:64055:64055::/var/lib/libvirt:/usr/sbin/nologin' >> /etc/passwd
 grep -q '^libvirt-qemu:' /etc/group || echo 'libvirt-qemu:x:64055:' >> /etc/group
 grep -q '^kvm:' /etc/group || echo 'kvm:x:64056:' >> /etc/group
 printf 'user = "root"\\ngroup = "root"\\n' > /etc/libvirt/qemu.conf
+# devtmpfs has no /dev/stdin (udev makes it): libvirt passes --jsonfile=/dev/stdin to mdevctl
+[ -e /dev/stdin ] || ln -s /proc/self/fd/0 /dev/stdin
 cat > {D}/mdevctl-shim <<EOF
 #!/bin/sh
 export PYTHONPATH=$PYTHONPATH
@@ -51,8 +56,14 @@ lv_start() {{
   i=0; until $V version > /dev/null 2>&1; do i=$((i+1)); [ $i -gt 400 ] && return 1; sleep 1; done
 }}
 lv_stop() {{ p=$(cat /run/libvirt/libvirtd.pid); kill $p; while [ -e /proc/$p ]; do sleep 0.5; done; }}
-r() {{ $V "$@" > $D/out 2> $D/err && s=ok || s=fail; echo "\\$ virsh $* -> $s"; cat $D/out; sed "s/^/[$1] /" $D/err >> $D/errors; }}
-state() {{ echo "sysfs: $(ls /sys/bus/mdev/devices | tr '\\n' ' ')files: $(ls /etc/mdevctl.d/mtty 2>/dev/null | tr '\\n' ' ')"; }}
+r() {{ $V "$@" > $D/out 2> $D/err && s=ok || s=fail; echo "\\$ virsh $* -> $s"; cat $D/out
+  sed "s/^/[$1] /" $D/err >> $D/errors; }}
+w() {{ i=0; while [ $i -lt 60 ]; do  # libvirt re-reads `mdevctl list --defined` on its own time: wait
+  if $V nodedev-list --cap mdev --all | grep -q "$N"
+  then [ $1 = present ] && return; else [ $1 = absent ] && return; fi
+  sleep 2; i=$((i+1)); done; echo "$N still not $1 after 120 s"; }}
+state() {{ echo "sysfs: $(ls /sys/bus/mdev/devices | tr '\\n' ' ')files: $(ls /etc/mdevctl.d/mtty 2>/dev/null |
+  tr '\\n' ' ')"; }}
 : > $D/errors; : > $D/holders
 echo "### which"; command -v mdevctl
 echo "### script"
@@ -60,15 +71,15 @@ lv_start || echo "libvirtd did not answer"
 P=$($V nodedev-list --cap mdev_types | grep -v '^$' | head -1)
 echo "parent: $P"
 r nodedev-list --cap mdev --all
-echo "<device><parent>$P</parent><capability type='mdev'><type id='mtty-1'/><uuid>$U</uuid></capability></device>" > $D/dev.xml
+echo "<device><parent>$P</parent><capability type='mdev'><type id='mtty-1'/><uuid>$U</uuid></capability>
+</device>" > $D/dev.xml
 r nodedev-define $D/dev.xml
 N=$($V nodedev-list --cap mdev --all | grep "$(echo $U | tr - _)" | head -1)
-echo "name: $N"; state
+echo "name: $N"; w present; state
 r nodedev-list --cap mdev --all
-r nodedev-dumpxml --inactive $N
+r nodedev-dumpxml $N
 r nodedev-start $N
 state
-r nodedev-list --cap mdev
 lv_stop; lv_start
 r nodedev-list --cap mdev
 r nodedev-dumpxml $N
@@ -79,7 +90,7 @@ state
 lv_stop; lv_start
 r nodedev-list --cap mdev --all
 r nodedev-undefine $N
-state
+w absent; state
 r nodedev-list --cap mdev --all
 lv_stop
 echo "### errors"; cat $D/errors
