@@ -37,6 +37,9 @@ log = logging.getLogger("vgpukit.host")
 
 T = TypeVar("T")
 
+# The name a program gives for its child's standard input as a file argument (libvirt runs
+# ``mdevctl define --jsonfile=/dev/stdin``): front ends read their stdin for it, not the path.
+STDIN_PATH = "/dev/stdin"
 MAX_ATTR_BYTES = 1024 * 1024  # a sysfs/proc attribute: 4 KiB on Linux; anything far larger is not one
 _READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY  # never block on a FIFO
 
