@@ -39,14 +39,14 @@ def sim_host(path: Path) -> Host:
 Run = Callable[..., Result]  # the type of the run_cli fixture
 
 
-def invoke(sim: Path | None, *args: str) -> Result:
+def invoke(sim: Path | None, *args: str, stdin: str | None = None) -> Result:
     """Run the vgpukit CLI in-process, as the ``vgpukit`` command would (errors mapped to exit codes):
-    ``invoke(sim_dir, "topo", "--json")``; ``sim=None`` for no ``--sim``. ``.exit_code``, ``.stdout``
-    and ``.stderr`` are what the command produced."""
+    ``invoke(sim_dir, "topo", "--json")``; ``sim=None`` for no ``--sim``; ``stdin``: its standard
+    input. ``.exit_code``, ``.stdout`` and ``.stderr`` are what the command produced."""
     from vgpukit.cli.entry import main  # the installed command's entry point (mdevctl's fast reads too)
 
     full = (["--sim", str(sim)] if sim is not None else []) + list(args)
-    return CliRunner().invoke(_Main(main), full, catch_exceptions=False)
+    return CliRunner().invoke(_Main(main), full, input=stdin, catch_exceptions=False)
 
 
 @pytest.fixture

@@ -85,6 +85,30 @@ class OpenFiles:
         return self.holders(self.host.display(self.host.vfio_group_node(group)))
 
 
+def callers(host: Host) -> set[int]:
+    """This process and its ancestors (pids, from ``/proc/<pid>/stat`` through the host door): whoever
+    runs vgpukit -- a shell, libvirtd running ``mdevctl stop`` -- is not a user of the device it asks
+    to change. Empty where /proc does not know this process (a simulated host without such entries)."""
+    import os
+
+    chain: set[int] = set()
+    pid = os.getpid()
+    while pid > 1 and pid not in chain:
+        stat = host.read_opt(host.proc(str(pid), "stat"))
+        if not stat or ")" not in stat:
+            break
+        chain.add(pid)
+        fields = stat.rsplit(")", 1)[1].split()
+        pid = int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
+    return chain
+
+
+def device_users(holders: list[Holder], calling: set[int]) -> list[Holder]:
+    """The holders that count as users of a device (docs/decisions.md, "In use"): every process with an
+    fd on the device's VFIO node, except this command's callers that are not VMs (no QEMU ``-name``)."""
+    return [h for h in holders if h.vm is not None or h.pid not in calling]
+
+
 def group_holders(host: Host, groups: set[int]) -> dict[int, list[Holder]]:
     """For each IOMMU group in ``groups``, the processes holding its ``/dev/vfio/<group>`` node open."""
     files = OpenFiles(host)

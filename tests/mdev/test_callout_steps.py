@@ -138,3 +138,23 @@ def test_vgpu_create_on_mdev_honours_a_veto(tmp_path: Path, run_cli: Run) -> Non
     r = run_cli(sim, "vgpu", "create", "gpu0", "--type", "T4-4Q", "--count", "2", "--json")
     assert r.exit_code == 1 and json.loads(r.stdout)["error"] == "callout-refused"
     assert active(sim) == []  # nothing created
+
+
+def test_force_on_modify_jsonfile_and_live_defined(qemu_sim: Path, run_cli: Run, tmp_path: Path) -> None:
+    """The modify paths that came with the shim (``--jsonfile``, ``--live --defined``) plan their
+    call-out steps like every modify: a veto refuses them, ``--force`` goes on."""
+    ok(mc(run_cli, qemu_sim, "start", "-u", U1, "-p", "mtty", "-t", "mtty-1"))
+    ok(mc(run_cli, qemu_sim, "define", "-u", U1))
+    _script(qemu_sim, ETC, "10-veto", tmp_path / "log", VETO)
+    doc = tmp_path / "f.json"
+    doc.write_text('{"mdev_type": "mtty-1", "start": "auto", "attrs": []}')
+    assert mc(run_cli, qemu_sim, "modify", "-u", U1, "--jsonfile", str(doc)).exit_code == 1
+    assert defn(qemu_sim, U1)["start"] == "manual"  # type: ignore[index]
+    ok(mc(run_cli, qemu_sim, "modify", "-u", U1, "--jsonfile", str(doc), "--force"))
+    assert defn(qemu_sim, U1)["start"] == "auto"  # type: ignore[index]
+    doc.write_text('{"mdev_type": "mtty-1", "start": "manual", "attrs": []}')
+    live = ("modify", "-u", U1, "--live", "--defined", "--jsonfile", str(doc))
+    assert mc(run_cli, qemu_sim, *live).exit_code == 1
+    assert defn(qemu_sim, U1)["start"] == "auto"  # type: ignore[index]
+    ok(mc(run_cli, qemu_sim, *live, "--force"))
+    assert defn(qemu_sim, U1)["start"] == "manual"  # type: ignore[index]

@@ -158,3 +158,22 @@ def test_files_that_are_not_definitions(qemu_sim: Path, run_cli: Run) -> None:
     assert set(reasons) == {"README", U2, U3}
     assert "not a UUID" in reasons["README"] and "not a valid type id" in reasons[U2]
     assert "mtty-1\n" not in "".join(reasons.values())  # file content is never quoted
+
+
+def test_definition_files_are_byte_identical_to_mdevctls(qemu_sim: Path, run_cli: Run) -> None:
+    """mdevctl (1.2 and 1.4 alike) writes serde_json's pretty form in the order mdev_type, start, attrs,
+    two-space indent, non-ASCII as is, and no newline at the end; a file with a newline is still read."""
+    r = run_cli(qemu_sim, "mdev", "--mdevctl", "define", "-u", U1, "-p", "mtty", "-t", "mtty-1", "-a")
+    assert r.exit_code == 0, r.stderr
+    path = qemu_sim / "etc/mdevctl.d/mtty" / U1
+    assert path.read_bytes() == b'{\n  "mdev_type": "mtty-1",\n  "start": "auto",\n  "attrs": []\n}'
+    r = run_cli(qemu_sim, "mdev", "--mdevctl", "modify", "-u", U1, "--addattr", "nv/p", "--value", "caf\u00e9 1")
+    assert r.exit_code == 0, r.stderr
+    assert path.read_bytes() == (
+        b'{\n  "mdev_type": "mtty-1",\n  "start": "auto",\n  "attrs": [\n    {\n'
+        + '      "nv/p": "caf\u00e9 1"\n    }\n  ]\n}'.encode()
+    )
+    _put(qemu_sim, U2, '{\n  "mdev_type": "mtty-2",\n  "start": "manual",\n  "attrs": []\n}\n')  # a newline too
+    r = run_cli(qemu_sim, "mdev", "list", "--defined", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert {d["uuid"] for d in as_json(r)["definitions"]} == {U1, U2}

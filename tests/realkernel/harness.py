@@ -45,6 +45,9 @@ GUEST_OUT = "/run/vgpukit-guest-out"  # where the out share is mounted inside th
 BASE_PACKAGES = ("qemu-system-x86", "busybox-static", "cpio", "gzip", "kmod")
 # + linux-headers-<abi>-amd64, which pulls kbuild, common and the compiler; xz-utils unpacks linux-source
 MTTY_PACKAGES = ("make", "xz-utils")
+# libvirt as a client of mdevctl (test_libvirt_mdev_realkernel.py): libvirtd with its nodedev driver
+# (pulls libvirt-daemon-driver-qemu and five small libraries) and virsh; the guest runs the host's root.
+LIBVIRT_PACKAGES = ("libvirt-daemon", "libvirt-clients")
 MIN_INITRD_BYTES = 512 * 1024  # busybox alone is larger: anything smaller is a broken build
 # Guest modules in load order (their dependencies are resolved with modprobe --show-depends).
 GUEST_MODULES = (
@@ -458,6 +461,10 @@ class RealKernel:
                 mdevctl = unpack_mdevctl(cfg.cache_dir)
             except Unavailable as exc:
                 notes.append(f"mdevctl unavailable: {exc}")
+            try:
+                ensure_packages(LIBVIRT_PACKAGES, cfg.install)
+            except Unavailable as exc:
+                notes.append(f"libvirt unavailable: {exc}")
         self.assets = Assets(
             abi=abi,
             vmlinuz=kdir / "boot" / f"vmlinuz-{abi}-amd64",

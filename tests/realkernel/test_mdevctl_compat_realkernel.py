@@ -51,6 +51,7 @@ U2=5a1c0de0-0000-4000-8000-000000000002
 U3=5a1c0de0-0000-4000-8000-000000000003
 U4=5a1c0de0-0000-4000-8000-000000000004
 r() {{ "$@" > {DIR}/out 2>/dev/null && s=ok || s=fail; echo "\\$ $* -> $s"; cat {DIR}/out; }}
+e() {{ echo "\\$ $* says:"; "$@" 2>&1 >/dev/null | sed -e 's/^Error: //' -e 's/^vgpukit: error: //'; }}
 r mdevctl types
 r mdevctl start -u $U1 -p mtty -t mtty-2
 r mdevctl list
@@ -64,6 +65,11 @@ r mdevctl list -d -u $U2 --dumpjson
 r mdevctl modify -u $U2 --delattr --auto
 r mdevctl define -p mtty -u $U3 --jsonfile {DIR}/dev.json
 r mdevctl start -u $U2
+r mdevctl start -u $U2
+e mdevctl start -u $U2
+e mdevctl start -p MTTY -t mtty-1
+e mdevctl start -p nosuch -t mtty-1
+r mdevctl types -p nosuch
 r mdevctl start -p mtty --jsonfile {DIR}/transient.json -u $U4
 r mdevctl list --dumpjson -p mtty
 r mdevctl stop -u $U4
@@ -75,6 +81,7 @@ G=$(mdevctl define -p mtty -t mtty-2) && echo "generated ${{#G}}" && r mdevctl u
 STATE = f"""
 echo "### log"; cat {DIR}/log
 echo "### files"; for f in /etc/mdevctl.d/mtty/*; do echo "$(basename $f) $(tr -d ' \\n' < $f)"; done
+echo "### bytes"; for f in /etc/mdevctl.d/mtty/*; do echo "$(basename $f) $(sha256sum < $f)"; done
 echo "### sysfs"
 for d in /sys/bus/mdev/devices/*; do
   [ -e "$d" ] && echo "$(basename $d) $(basename $(readlink -f $d/..)) $(basename $(readlink $d/mdev_type))"
@@ -120,6 +127,7 @@ def test_the_mdevctl_script_really_ran_through_mdevctl(runs: tuple[dict[str, str
     assert "$ mdevctl list -d -u 5a1c0de0-0000-4000-8000-000000000002 --dumpjson -> ok" in out
     assert "$ mdevctl modify -u 5a1c0de0-0000-4000-8000-000000000003 -a -> fail" in out  # vetoed
     assert "generated 36" in out
+    assert "Device already exists" in out and "Did you mean 'mtty'?" in out  # mdevctl's words, compared below
     log = ref["log"]
     assert "-e pre -a start -s none" in log and "-e post -a modify -s success" in log
     assert "-e get -a attributes -s none" in log and "notify -t mtty-1 -e notify -a modify -s none" in log
@@ -127,7 +135,7 @@ def test_the_mdevctl_script_really_ran_through_mdevctl(runs: tuple[dict[str, str
     assert [sorted(c) for c in defined[0]["mtty"]] == [[U1], [U2]]  # U3 undefined, the generated one too
 
 
-@pytest.mark.parametrize("section", ["script", "log", "files", "sysfs", "defined", "active"])
+@pytest.mark.parametrize("section", ["script", "log", "files", "bytes", "sysfs", "defined", "active"])
 def test_vgpukit_does_what_mdevctl_does(runs: tuple[dict[str, str], dict[str, str]], section: str) -> None:
     ref, ours = runs
     assert _generated(ours[section]) == _generated(ref[section])

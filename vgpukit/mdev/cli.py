@@ -75,7 +75,10 @@ def types_cmd(app: App, parent: str | None, parent_opt: str | None, dumpjson: bo
     _no_json_with_dumpjson(app, dumpjson)
     host = app.host
     parent = parent or parent_opt
-    found = [sysfs.read_parent(host, resolve_parent(app, parent))] if parent else sysfs.parents(host)
+    if parent and mdevctl_output() and not app.json and parent not in sysfs.parent_names(host):
+        found = []  # mdevctl: no such parent is an empty listing, exit 0
+    else:
+        found = [sysfs.read_parent(host, resolve_parent(app, parent))] if parent else sysfs.parents(host)
     if dumpjson or (mdevctl_output() and not app.json):
         click.echo(listing.types_json(found) if dumpjson else listing.types_text(found))
         return
@@ -261,8 +264,14 @@ def remove_cmd(app: App, uuids: tuple[str, ...]) -> None:
     """Remove active instances (refused while a VM holds one; persistent definitions stay)."""
     from . import ops  # the change machinery loads with the commands that change things
 
-    steps = ops.remove(app.env, list(uuids))
+    steps = ops.remove(app.env, list(uuids), uri=_libvirt_uri(app))
     report(app, "mdev-remove", steps, {"removed": [s.split()[1] for s in steps]})
+
+
+def _libvirt_uri(app: App) -> str | None:
+    """The libvirt whose running domains count as users of an mdev (the system one; none on a
+    simulated host): the planner reads them as a fact (planner.read(uri=...))."""
+    return None if app.is_sim else "qemu:///system"
 
 
 @mdev.command("stop")
@@ -280,5 +289,5 @@ def stop_cmd(app: App, uid: str | None, uuid_opt: str | None, force: bool) -> No
     uid = one_uuid(uid, uuid_opt)
     if not uid:
         raise InvalidInput("which instance? give UUID or -u UUID")
-    steps = ops.remove(app.env, [uid], force)
+    steps = ops.remove(app.env, [uid], force, uri=_libvirt_uri(app))
     report(app, "mdev-remove", steps, {"removed": [s.split()[1] for s in steps]})

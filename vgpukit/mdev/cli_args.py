@@ -3,6 +3,7 @@ vgpukit's positional arguments, and mdevctl's output mode (``vgpukit mdev --mdev
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -31,6 +32,8 @@ def definition_parent(app: App, name: str) -> str:
     from .. import naming
 
     form = naming.form_of(name)
+    if mdevctl_output() and name not in sysfs.parent_names(app.host):
+        return name  # mdevctl's parent names are exact: 'Did you mean' (compat) says when only the case differs
     if name in sysfs.parent_names(app.host) or form == "alias":
         return resolve_parent(app, name)
     if form == "bdf":
@@ -74,8 +77,18 @@ def jsonfile_option(help_text: str) -> Callable[[F], F]:
 
 
 def read_jsonfile(app: App, path: str) -> str:
+    """A ``--jsonfile`` FILE (a regular file), or standard input for ``-`` and ``/dev/stdin``."""
+    from ..host_layout import STDIN_PATH
     from .mdevctl import MAX_DEFINITION_BYTES
 
+    if path in ("-", STDIN_PATH):
+        data = sys.stdin.buffer.read(MAX_DEFINITION_BYTES + 1)
+        if len(data) > MAX_DEFINITION_BYTES:
+            raise InvalidInput(f"--jsonfile {path}: larger than {MAX_DEFINITION_BYTES} bytes")
+        try:
+            return data.decode()
+        except UnicodeDecodeError:
+            raise InvalidInput(f"--jsonfile {path}: not UTF-8 text") from None
     return app.host.read_doc(path, "--jsonfile", MAX_DEFINITION_BYTES, user_file=True) or ""
 
 

@@ -105,6 +105,9 @@ def undefine_cmd(app: App, uid: str | None, uuid_opt: str | None, parent: str | 
 @click.option("-i", "--index", type=AsciiInt(0, 1 << 31), metavar="N", help="Attribute position (from 0).")
 @auto_option
 @click.option("-m", "--manual", is_flag=True, help="Start it only when asked (start=manual).")
+@jsonfile_option("Replace the type, start mode and attributes with FILE's (mdevctl's format).")
+@click.option("-l", "--live", is_flag=True, help="Change the running device's attributes (with --jsonfile).")
+@click.option("-d", "--defined", is_flag=True, help="Change the definition (the default; with --live: both).")
 @force_option
 @json_option
 @dry_run_option
@@ -122,18 +125,45 @@ def modify_cmd(
     index: int | None,
     auto: bool,
     manual: bool,
+    jsonfile: str | None,
+    live: bool,
+    defined: bool,
     force: bool,
 ) -> None:
-    """Change a definition: type, start mode, attributes (a running instance is unaffected until restarted)."""
+    """Change a definition: type, start mode, attributes (a running instance is unaffected until restarted;
+    --live --jsonfile F changes the running device's attributes)."""
     uid = one_uuid(uid, uuid_opt)
     if not uid:
         raise InvalidInput("which definition? give UUID or -u UUID")
     if auto and manual:
         raise InvalidInput("--auto and --manual exclude each other")
+    where = definition_parent(app, parent) if parent else None
+    if live or jsonfile:
+        mode = "auto" if auto else "manual" if manual else None
+        attr_options = index is not None or value is not None or addattr is not None
+        req = ops.FromFile("", jsonfile or "", live, defined, delattr, type_id, mode, attr_options)
+        _modify_from_file(app, uid, where, req, force)
+        return
     start = "auto" if auto else "manual" if manual else None
     m = ops.Modification(type_id, start, addattr, value, delattr, index)
-    steps, d = ops.modify(app.env, uid, definition_parent(app, parent) if parent else None, m, force)
+    steps, d = ops.modify(app.env, uid, where, m, force)
     report(app, "mdev-define", steps, {"definition": d.to_dict(), "path": mdevctl.path_of(app.host, d)})
+
+
+def _modify_from_file(app: App, uid: str, where: str | None, req: ops.FromFile, force: bool) -> None:
+    """``modify --jsonfile F`` (the definition), ``--live --jsonfile F`` (the running device) and
+    ``--live --defined --jsonfile F`` (both), refused as mdevctl refuses them (planner_modify)."""
+    from dataclasses import replace
+
+    from .planner_modify import check_from_file
+
+    check_from_file(req)
+    if not req.where:
+        raise InvalidInput("'live' option must be used with 'jsonfile' option")
+    req = replace(req, text=read_jsonfile(app, req.where))
+    steps, d = ops.modify_from_file(app.env, uid, where, req, force)
+    data = {"definition": d.to_dict(), "path": mdevctl.path_of(app.host, d), "live": req.live}
+    report(app, "mdev-define", steps, data)
 
 
 @click.command("start")
@@ -173,15 +203,19 @@ def start_cmd(
         if where is None:
             raise InvalidInput("--jsonfile needs --parent")
         d = mdevctl.parse(where, uid or new_uuid(), read_jsonfile(app, jsonfile), where=jsonfile)
+        _mdevctl_refusal(app, d, force)
         _show(app, [ops.start_transient(app.env, d, force)], None, None if uid else d.uuid)
         return
     defined = ops.find_one(app.host, uid, where) if uid else None
     if defined is not None:
         if type_id and type_id != defined.type_id:
             raise Conflict(f"{defined.uuid} is defined as {defined.type_id} on {defined.parent}", value=uid)
+        _mdevctl_refusal(app, defined, force)
         outcome = ops.start(app.env, defined, force)
     elif where and type_id:
-        outcome = ops.start_transient(app.env, Definition(uid or new_uuid(), where, type_id), force)
+        d = Definition(uid or new_uuid(), where, type_id)
+        _mdevctl_refusal(app, d, force)
+        outcome = ops.start_transient(app.env, d, force)
     elif type_id:
         raise InvalidInput("--type needs --parent")
     elif uid:
@@ -189,6 +223,13 @@ def start_cmd(
     else:
         raise InvalidInput("usage: vgpukit mdev start UUID | start -p PARENT -t TYPE [-u UUID] | start --all [-p P]")
     _show(app, [outcome], None, None if uid else outcome.uuid)
+
+
+def _mdevctl_refusal(app: App, d: Definition, force: bool) -> None:
+    """Under ``--mdevctl``: mdevctl's refusal of starting ``d`` in its words (exit 1, as mdevctl), with
+    the call-out scripts around it as mdevctl runs them (the planner's mdevctl_start_refusal)."""
+    if mdevctl_output() and not app.json and not app.dry_run:
+        ops.refuse_as_mdevctl(app.env, d, force)
 
 
 def _show(app: App, outcomes: list[ops.StartOutcome], parent: str | None, new: str | None = None) -> None:

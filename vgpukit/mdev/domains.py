@@ -41,3 +41,10 @@ def lookup(uri: str) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
         return {}, None
     finally:
         conn.close()
+
+
+def running_users(uri: str) -> dict[str, list[str]]:
+    """mdev UUID -> the *running* domains whose definition names it (a defined but stopped domain does
+    not use the device); {} when libvirt is not reachable."""
+    found, _ = lookup(uri)
+    return {u: [d["name"] for d in doms if d["active"]] for u, doms in found.items()}

@@ -158,7 +158,9 @@ def path_of(host: Host, d: Definition) -> str:
 
 
 def text_of(d: Definition) -> str:
-    """The file mdevctl writes for ``d``."""
+    """The file mdevctl writes for ``d``, byte for byte: serde_json's pretty form (two-space indent,
+    keys in the order mdev_type, start, attrs, non-ASCII characters as they are) and no newline at the
+    end (docs/mdev.md, "Byte-identical files"). Files with a final newline are read all the same."""
     import json
 
-    return json.dumps(d.to_mdevctl(), indent=2) + "\n"
+    return json.dumps(d.to_mdevctl(), indent=2, ensure_ascii=False)

@@ -14,9 +14,9 @@ from ..engine import Env, execute
 from ..engine.files import PutFile
 from ..errors import InvalidInput, NotFound, VgpukitError
 from ..host import Host
-from . import callouts, mdevctl, planner
+from . import callouts, mdevctl, planner, planner_modify
 from .model import PACK, Definition, check_uuid, new_uuid
-from .steps import RemoveMdev
+from .steps import RemoveMdev, SetLiveAttr
 
 log = logging.getLogger("vgpukit.mdev")
 
@@ -69,9 +69,10 @@ def create(
     return result
 
 
-def remove(env: Env, uids: list[str], force: bool = False) -> list[str]:
-    """Remove active instances (their definitions stay). All are checked before the first removal."""
-    todo = planner.remove(planner.read(env.host, definitions=False), uids, force)
+def remove(env: Env, uids: list[str], force: bool = False, uri: str | None = None) -> list[str]:
+    """Remove active instances (their definitions stay). All are checked before the first removal.
+    ``uri``: the libvirt whose running domains naming a device count as its users."""
+    todo = planner.remove(planner.read(env.host, definitions=False, uri=uri), uids, force)
     execute(env, todo.steps)
     return [s.describe() for s in todo.steps if isinstance(s, RemoveMdev)]
 
@@ -86,10 +87,18 @@ def define_active(
     facts = planner.read(host)
     inst = planner.active_one(facts, uid, parent)
     d = Definition(inst.uuid, parent or inst.parent, inst.type_id, _start_of(auto))
-    if facts.defined(inst.uuid) is None:
-        attrs = callouts.get_attributes(host, Definition(inst.uuid, inst.parent, inst.type_id), strict=True)
-        d = Definition(d.uuid, d.parent, d.type_id, d.start, tuple(attrs or ()))
-    return _put(env, facts, d, force)
+    return _put(env, facts, _with_running_attributes(host, facts, d, any_parent=True), force)
+
+
+def _with_running_attributes(host: Host, facts: planner.Facts, d: Definition, any_parent: bool = False) -> Definition:
+    """``d`` with the attributes a call-out script reports (``get``) when :func:`planner.attributes_wanted`
+    says mdevctl asks for them (a failing script refuses the define)."""
+    if not planner.attributes_wanted(facts, d, any_parent):
+        return d
+    inst = facts.instance(d.uuid)
+    assert inst is not None
+    attrs = callouts.get_attributes(host, Definition(d.uuid, inst.parent, inst.type_id), strict=True)
+    return Definition(d.uuid, d.parent, d.type_id, d.start, tuple(attrs or ()))
 
 
 def define_new(
@@ -98,7 +107,7 @@ def define_new(
     facts = planner.read(env.host)
     d = Definition(check_uuid(uid) if uid else new_uuid(), parent, type_id, _start_of(auto))
     planner.check_type(facts, parent, type_id)
-    return _put(env, facts, d, force)
+    return _put(env, facts, _with_running_attributes(env.host, facts, d), force)
 
 
 def define_from_json(
@@ -220,13 +229,49 @@ def start_one(env: Env, uid: str, force: bool = False) -> StartOutcome:
     return start(env, d, force)
 
 
-Modification = planner.Modification
+Modification = planner_modify.Modification
+FromFile = planner_modify.FromFile
 
 
 def modify(
     env: Env, uid: str, parent: str | None, m: Modification, force: bool = False
 ) -> tuple[list[str], Definition]:
     """Change a definition (type, start mode, one attribute added or deleted): :func:`planner.modify`."""
-    todo, new = planner.modify(planner.read(env.host), uid, parent, m, force)
+    todo, new = planner_modify.modify(planner.read(env.host), uid, parent, m, force)
     execute(env, todo.steps)
     return [s.describe() for s in todo.steps if isinstance(s, PutFile)], new
+
+
+def modify_from_file(
+    env: Env, uid: str, parent: str | None, req: FromFile, force: bool = False
+) -> tuple[list[str], Definition]:
+    """``modify --jsonfile F`` (the definition) or ``--live --jsonfile F`` (the running device, and with
+    ``--defined`` its definition too): :mod:`planner_modify`, executed."""
+    host = env.host
+    facts = planner.read(host)
+    if req.live:
+        before = {}
+        inst = facts.instance(check_uuid(uid))
+        if inst is not None:
+            for name in planner_modify.attribute_names(req, inst.parent, inst.uuid):
+                before[name] = host.read_opt(host.mdev_device(inst.uuid, *name.split("/")))
+        todo, d = planner_modify.modify_live(facts, uid, parent, req, before, force)
+    else:
+        todo, d = planner_modify.modify_from_file(facts, uid, parent, req, force)
+    execute(env, todo.steps)
+    return [s.describe() for s in todo.steps if isinstance(s, (PutFile, SetLiveAttr))], d
+
+
+def refuse_as_mdevctl(env: Env, d: Definition, force: bool = False) -> None:
+    """Under ``--mdevctl``: raise mdevctl's refusal of starting ``d`` (in its words), after running the
+    call-outs around it as mdevctl does (:func:`planner.mdevctl_start_refusal`); nothing when it would go on."""
+    todo = planner.mdevctl_start_refusal(planner.read(env.host, definitions=False), d, force)
+    if todo is None:
+        return
+    try:
+        execute(env, todo.steps)
+    except VgpukitError as err:
+        said = err.__cause__
+        if isinstance(said, VgpukitError) and str(err) == f"{said}; nothing was changed":
+            raise said from None  # mdevctl's words as they are (the call-outs changed nothing)
+        raise

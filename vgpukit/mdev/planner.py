@@ -22,7 +22,6 @@ from .model import (
     Definition,
     MdevInstance,
     MdevParent,
-    check_attr_name,
     check_parent_name,
     check_type_id,
     check_uuid,
@@ -30,7 +29,7 @@ from .model import (
     planned_uuids,
 )
 from .placement import candidates, plan
-from .steps import CreateMdev, RemoveMdev, SetMdevAttr, callout_steps, drop_definition, put_definition
+from .steps import CreateMdev, Refuse, RemoveMdev, SetMdevAttr, callout_steps, drop_definition, put_definition
 
 Wants = dict[str, tuple[int, tuple[str, ...]]]  # type -> (count, pinned UUIDs)
 BIG = 1 << 20  # "room enough": a parent losing instances in the same plan (the kernel re-checks)
@@ -45,6 +44,7 @@ class Facts:
     definitions: tuple[Definition, ...] = ()
     files: dict[tuple[str, str], str] = field(default_factory=dict)  # (uuid, parent) -> its file
     callouts: bool = False  # whether any call-out or notifier script is installed
+    domains: dict[str, tuple[str, ...]] = field(default_factory=dict)  # uuid -> running libvirt domains naming it
     home: str = ""  # mdevctl's definition directory, as the user sees it (read from the host door)
 
     def parent(self, name: str) -> MdevParent:
@@ -65,16 +65,22 @@ class Facts:
         return self.files.get((d.uuid, d.parent)) or f"{self.home}/{d.parent}/{d.uuid}"
 
 
-def read(host: Host, definitions: bool = True) -> Facts:
-    """The facts of ``host`` the planner plans from."""
+def read(host: Host, definitions: bool = True, uri: str | None = None) -> Facts:
+    """The facts of ``host`` the planner plans from; with ``uri`` (a libvirt that applies: the system
+    one on a real host) also the running domains whose definition names each mdev."""
     defs = mdevctl.read_all(host)[0] if definitions else []
     files: dict[tuple[str, str], str] = {}
     for d in defs:
         for p in mdevctl.files_of(host, d.uuid):
             files[(d.uuid, p.parent.name)] = host.display(p)
+    doms: dict[str, tuple[str, ...]] = {}
+    if uri is not None:
+        from .domains import running_users
+
+        doms = {u: tuple(names) for u, names in running_users(uri).items() if names}
+    parents, instances = tuple(sysfs.parents(host)), tuple(sysfs.instances(host))
     home = host.display(host.mdevctl_dir())
-    found = (tuple(sysfs.parents(host)), tuple(sysfs.instances(host)), tuple(defs))
-    return Facts(*found, files, callouts.installed(host), home)
+    return Facts(parents, instances, tuple(defs), files, callouts.installed(host), doms, home)
 
 
 @dataclass
@@ -109,9 +115,11 @@ def check_type(facts: Facts, parent: str, type_id: str) -> None:
         check_parent_name(parent)
 
 
-def in_use(inst: MdevInstance) -> InUse:
-    """The one refusal for an mdev in use that a plan would remove."""
-    who = ", ".join(h.describe() for h in inst.holders)
+def in_use(inst: MdevInstance, domains: tuple[str, ...] = ()) -> InUse:
+    """The one refusal for an mdev in use that a plan would remove: held by a process (its VFIO group
+    node or cdev; the command's own callers are not users unless a VM), or named by a running libvirt
+    domain (a defined but stopped one does not use it; docs/decisions.md, "In use")."""
+    who = ", ".join([h.describe() for h in inst.holders] + [f"domain {name}" for name in domains])
     return InUse(
         f"mdev {inst.uuid} ({inst.type_id} on {inst.parent}) is in use by {who}",
         value=inst.uuid,
@@ -214,8 +222,8 @@ def remove(facts: Facts, uids: list[str], force: bool = False) -> MdevPlan:
     if missing:
         raise NotFound(f"no active mdev {', '.join(missing)}", value=missing[0], hint="see: vgpukit mdev list")
     for u in wanted:
-        if active[u].in_use:
-            raise in_use(active[u])
+        if active[u].in_use or facts.domains.get(u):
+            raise in_use(active[u], facts.domains.get(u, ()))
     devices = [Definition(u, active[u].parent, active[u].type_id) for u in wanted]  # as mdevctl reads sysfs
     change: list[Step] = [RemoveMdev(d.uuid, d.parent, d.type_id) for d in devices]
     return MdevPlan(wrapped(facts, "stop", devices, change, force))
@@ -252,6 +260,44 @@ def start(facts: Facts, d: Definition, force: bool = False) -> Start:
     return Start("started", plan=MdevPlan(wrapped(facts, "start", [d], change, force), [d]))
 
 
+def missing_parent(facts: Facts, parent: str) -> str | None:
+    """mdevctl's ``Unable to find parent device 'P'`` (with ``Did you mean 'p'?`` when only the case
+    differs), or None when the parent is present."""
+    names = sorted(p.name for p in facts.parents)
+    if parent in names:
+        return None
+    msg = f"Unable to find parent device '{parent}'"
+    similar = next((n for n in names if n.lower() == parent.lower()), None)
+    return f"{msg}. Did you mean '{similar}'?" if similar else msg
+
+
+def mdevctl_start_refusal(facts: Facts, d: Definition, force: bool = False) -> MdevPlan | None:
+    """Under ``--mdevctl``: why mdevctl's ``start`` of ``d`` fails before it writes anything, in its
+    words and order (the UUID already running, the parent, the type, the room left), as a plan that
+    runs the call-outs around the refusal as mdevctl does (``pre``, then ``post`` with ``failure``);
+    None when mdevctl would go on. vgpukit's own commands keep :func:`start`'s answers."""
+    why: str | None = None
+    running = facts.instance(d.uuid)
+    if running is not None:
+        if running.parent != d.parent:
+            why = "Device exists under different parent"
+        elif running.type_id != d.type_id:
+            why = "Device exists with different type"
+        else:
+            why = "Device already exists"
+    else:
+        why = missing_parent(facts, d.parent)
+        room = None if why else facts.parent(d.parent).type(d.type_id)
+        if why is None and room is None:
+            why = f"Parent {d.parent} does not support mdev type {d.type_id}"
+        elif why is None and room is not None and room.available == 0:
+            why = f"No available instances of {d.type_id} on {d.parent}"
+    if why is None:
+        return None
+    pre, post = _callouts(facts, "start", [d], force)
+    return MdevPlan([*pre, Refuse(why, d.uuid), *post])
+
+
 # ----------------------------------------------------------------------------- definitions
 def one_definition(facts: Facts, uid: str, parent: str | None) -> Definition | None:
     """The one definition of ``uid`` (on ``parent``); refused when several parents define it."""
@@ -278,6 +324,17 @@ def active_one(facts: Facts, uid: str, parent: str | None) -> MdevInstance:
     return inst
 
 
+def attributes_wanted(facts: Facts, d: Definition, any_parent: bool = False) -> bool:
+    """Whether defining ``d`` takes its attributes from a call-out script (``get``): the UUID runs as
+    ``d``'s type (on ``d``'s parent, or with ``any_parent``) and has no definition yet -- mdevctl asks
+    whenever the device is active (``define UUID``, ``define -u U -p P -t T``); a failing script
+    refuses the define."""
+    inst = facts.instance(d.uuid)
+    if inst is None or inst.type_id != d.type_id or facts.defined(d.uuid) is not None:
+        return False
+    return any_parent or inst.parent == d.parent
+
+
 def put(facts: Facts, d: Definition, force: bool = False, overwrite: bool = True) -> tuple[MdevPlan, Definition]:
     """Write definition ``d`` (new, or a change of an existing one's start mode); ``overwrite=False``
     (``define --jsonfile``) refuses any existing definition of the UUID."""
@@ -300,56 +357,6 @@ def put(facts: Facts, d: Definition, force: bool = False, overwrite: bool = True
         d = Definition(d.uuid, d.parent, d.type_id, d.start, old.attrs)
     step = put_definition(facts.path(d), d, "define" if old is None else "change start mode of")
     return MdevPlan(wrapped(facts, "define", [d], [step], force), definitions=[d]), d
-
-
-@dataclass(frozen=True)
-class Modification:
-    """What ``modify`` changes in a definition (mdevctl's ``modify`` options)."""
-
-    type_id: str | None = None
-    start: str | None = None  # auto | manual | None (unchanged)
-    addattr: str | None = None
-    value: str | None = None
-    delattr: bool = False
-    index: int | None = None
-
-
-def _bad_index(index: int, n: int) -> InvalidInput:
-    return InvalidInput(f"attribute index {index} is invalid: the definition has {n} attributes", value=index)
-
-
-def modify(
-    facts: Facts, uid: str, parent: str | None, m: Modification, force: bool = False
-) -> tuple[MdevPlan, Definition]:
-    """Change a definition (type, start mode, one attribute added or deleted); nothing when nothing
-    changes. An active instance is left as it is (the change applies at its next start)."""
-    d = one_definition(facts, uid, parent)
-    if d is None:
-        on = f" on {parent}" if parent else ""
-        raise NotFound(f"mdev {check_uuid(uid)} is not defined{on}", value=uid, hint="see: vgpukit mdev list --defined")
-    if m.addattr is not None and m.delattr:
-        raise InvalidInput("--addattr and --delattr exclude each other")
-    attrs = list(d.attrs)
-    n = len(attrs)
-    if m.addattr is not None:
-        if m.value is None:
-            raise InvalidInput("--addattr needs --value")
-        item = (check_attr_name(m.addattr), mdevctl.attr_value(m.value))
-        if m.index is not None and m.index > n:
-            raise _bad_index(m.index, n)
-        attrs.insert(n if m.index is None else m.index, item)
-    elif m.delattr:
-        if m.index is not None and m.index >= n:
-            raise _bad_index(m.index, n)
-        if attrs:
-            del attrs[-1 if m.index is None else m.index]
-    new = Definition(d.uuid, d.parent, m.type_id or d.type_id, m.start or d.start, tuple(attrs))
-    if new == d:
-        return MdevPlan(), d
-    if new.type_id != d.type_id:
-        check_type(facts, new.parent, new.type_id)
-    step = put_definition(facts.path(new), new, "modify")
-    return MdevPlan(wrapped(facts, "modify", [new], [step], force), definitions=[new]), new
 
 
 def undefine(facts: Facts, uid: str, paths: list[str], parent: str | None, force: bool = False) -> MdevPlan:
@@ -410,9 +417,9 @@ def converge(facts: Facts, parents: list[str], wants: Wants) -> tuple[list[Step]
         cands = [(p, BIG if p in freeing else a) for p, a in candidates(objs, type_id)]
         slots = [s.parent for s in plan(cands, type_id, len(uuids)) for _ in range(s.count)]
         made += [Definition(u, p, type_id) for p, u in zip(slots, uuids, strict=True)]
-    busy = [i for i in gone if i.in_use]
+    busy = [i for i in gone if i.in_use or facts.domains.get(i.uuid)]
     if busy:
-        raise in_use(busy[0])
+        raise in_use(busy[0], facts.domains.get(busy[0].uuid, ()))
     gone.sort(key=lambda i: i.uuid)
     stopped = [Definition(i.uuid, i.parent, i.type_id) for i in gone]
     removals = wrapped(facts, "stop", stopped, [RemoveMdev(d.uuid, d.parent, d.type_id) for d in stopped])

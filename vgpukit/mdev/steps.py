@@ -10,7 +10,7 @@ from typing import ClassVar
 from ..engine import Env, Step, step_kind
 from ..engine.files import PutFile
 from ..engine.step import AFTER, BEFORE
-from ..errors import Conflict, NoCapacity, VerifyFailed
+from ..errors import Conflict, NoCapacity, VerifyFailed, VgpukitError
 from ..host_layout import MDEV_TYPE
 from . import mdevctl, sysfs
 from .callouts import Callout, CalloutRefused
@@ -193,3 +193,47 @@ def callout_steps(action: str, devices: list[Definition], force: bool = False) -
     pre: list[Step] = [CalloutPre(action, d.uuid, d.parent, d.type_id, d.start, tuple(d.attrs), force) for d in devices]
     post: list[Step] = [CalloutPost(action, d.uuid, d.parent, d.type_id, d.start, tuple(d.attrs)) for d in devices]
     return pre, post
+
+
+@step_kind
+@dataclass(frozen=True)
+class SetLiveAttr(Step):
+    """Write one vendor attribute of a running instance; undone by writing back ``before`` (the value
+    read when planning), when there was one to read."""
+
+    kind: ClassVar[str] = "mdev-live-attr"
+    uuid: str
+    attr: str
+    value: str
+    before: str | None = None
+
+    def describe(self) -> str:
+        return f"set {self.attr} of running {self.uuid}"
+
+    def inverse(self, env: Env) -> Step | None:
+        if self.before is None:
+            return None
+        return SetLiveAttr(self.uuid, self.attr, self.before)
+
+    def apply(self, env: Env) -> None:
+        sysfs.write_attr(env.host, self.uuid, self.attr, self.value)
+
+
+@step_kind
+@dataclass(frozen=True)
+class Refuse(Step):
+    """A refusal the plan reaches only once its ``pre`` call-outs have run (mdevctl's order for a
+    ``start`` it cannot do): raises ``message``; the rollback then sends ``post`` with ``failure``."""
+
+    kind: ClassVar[str] = "mdev-refuse"
+    message: str
+    uuid: str
+
+    def describe(self) -> str:
+        return f"refuse: {self.message}"
+
+    def inverse(self, env: Env) -> Step | None:
+        return None
+
+    def apply(self, env: Env) -> None:
+        raise VgpukitError(self.message, value=self.uuid)

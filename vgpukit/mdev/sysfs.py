@@ -10,7 +10,7 @@ import errno
 import os
 
 from ..errors import Busy, Conflict, InvalidInput, NoCapacity, NotFound, VgpukitError
-from ..holders import group_holders
+from ..holders import Holder, OpenFiles, callers, device_users
 from ..host import Host
 from ..host_layout import BDF_RE, IOMMU_GROUP, MDEV_TYPE, MDEV_TYPES
 from .model import MdevInstance, MdevParent, MdevType, check_attr_name, check_uuid
@@ -79,11 +79,22 @@ def _instance(host: Host, uid: str, by_path: dict[str, str]) -> tuple[str, str, 
     return uid, parent, type_id, int(group) if group and group.isdigit() else None
 
 
+def _users(host: Host, files: OpenFiles, calling: set[int], uid: str, group: int | None) -> tuple[Holder, ...]:
+    """Who uses instance ``uid``: the processes holding its VFIO group node or its VFIO cdev
+    (``vfio-dev/vfioN``), except this command's callers that are not VMs (holders.device_users)."""
+    found = files.group(group) if group is not None else []
+    cdevs = host.mdev_device(uid, "vfio-dev")
+    if host.exists(cdevs):
+        for name in host.listdir(cdevs):
+            found = found + files.holders(host.display(host.dev("vfio", "devices", name)))
+    return tuple(device_users(list(dict.fromkeys(found)), calling))
+
+
 def _with_holders(host: Host, rows: list[tuple[str, str, str, int | None]], holders: bool) -> list[MdevInstance]:
-    held = group_holders(host, {g for *_, g in rows if g is not None}) if holders else {}
+    files, calling = (OpenFiles(host), callers(host)) if holders else (None, set())
     return [
         MdevInstance(
-            uuid=u, parent=p, type_id=t, iommu_group=g, holders=tuple(held.get(g, []) if g is not None else [])
+            uuid=u, parent=p, type_id=t, iommu_group=g, holders=_users(host, files, calling, u, g) if files else ()
         )
         for u, p, t, g in rows
     ]
