@@ -1,0 +1,81 @@
+"""Shared fixtures of the shipping tests (docs/install.md): the sdist and wheel are built once per test
+session, from this tree, and every later artefact (the .deb, the image) is built from this tree too.
+
+These tests are slow (a build, a clean venv, a Debian chroot, an image): they carry the ``ship``
+marker (deselect with ``-m 'not ship'``). Without root or a tool they skip, except under CI=true
+where they fail: scripts/setup.sh installs what they need.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# dependency wheels for clean installs: downloaded once, then installed with --no-index from here
+WHEELHOUSE = Path(os.environ.get("VGPUKIT_WHEELHOUSE", "/var/tmp/vgpukit-wheelhouse"))
+
+
+def need(tools: tuple[str, ...], root: bool = False) -> None:
+    """Skip (fail under CI=true) when a tool is missing or root is needed and this is not root."""
+    missing = [t for t in tools if shutil.which(t) is None]
+    why = f"missing {', '.join(missing)} (bash scripts/setup.sh installs them)" if missing else ""
+    if root and os.geteuid() != 0:
+        why = "needs root"
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment of a user outside the checkout: no PYTHONPATH, no venv, no simulator."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VGPUKIT_", "VIRTUAL_ENV"))}
+    env.update(extra)
+    return env
+
+
+def version() -> str:
+    text = (ROOT / "vgpukit" / "__init__.py").read_text()
+    return text.split('__version__ = "', 1)[1].split('"', 1)[0]
+
+
+@pytest.fixture(scope="session")
+def dists(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """``python -m build`` of this tree: the sdist, and the wheel built from that sdist."""
+    need(("make", "cc"))
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "build", "-o", str(out), str(ROOT)], check=True, capture_output=True, env=clean_env()
+    )
+    wheel, sdist = next(out.glob("vgpukit-*.whl")), next(out.glob("vgpukit-*.tar.gz"))
+    return {"wheel": wheel, "sdist": sdist, "dir": out}
+
+
+def wheelhouse(wheel: Path) -> Path:
+    """The wheel's dependencies (all extras' too) as wheels in WHEELHOUSE (downloaded when missing)."""
+    WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+    spec = f"{wheel}[k8s]"
+    offline = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--no-index",
+        "--find-links",
+        str(WHEELHOUSE),
+        "-d",
+        str(WHEELHOUSE),
+        spec,
+    ]
+    if subprocess.run(offline, capture_output=True, env=clean_env()).returncode != 0:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "-d", str(WHEELHOUSE), spec], check=True, env=clean_env()
+        )
+    return WHEELHOUSE
