@@ -79,3 +79,33 @@ def wheelhouse(wheel: Path) -> Path:
             [sys.executable, "-m", "pip", "download", "-q", "-d", str(WHEELHOUSE), spec], check=True, env=clean_env()
         )
     return WHEELHOUSE
+
+
+PREVIOUS = "0.0.1"  # the "previous release" the upgrade test starts from (same tree, lower version)
+
+
+@pytest.fixture(scope="session")
+def debs(dists: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """scripts/build-deb.sh of this tree's wheel: the package, and the same as version PREVIOUS."""
+    need(("dpkg-deb", "make", "cc"))
+    out = tmp_path_factory.mktemp("deb")
+    env = clean_env(PYTHON=sys.executable, VGPUKIT_WHEELHOUSE=str(WHEELHOUSE), TMPDIR=str(out))
+    built = {}
+    for key, extra in (("current", []), ("previous", ["--version", PREVIOUS])):
+        done = subprocess.run(
+            [
+                "bash",
+                str(ROOT / "scripts" / "build-deb.sh"),
+                "-o",
+                str(out / key),
+                "--wheel",
+                str(dists["wheel"]),
+                *extra,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        built[key] = Path(done.stdout.strip().splitlines()[-1])
+    return built
