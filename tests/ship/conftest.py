@@ -109,3 +109,21 @@ def debs(dists: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> di
         )
         built[key] = Path(done.stdout.strip().splitlines()[-1])
     return built
+
+
+PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
+ULIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
+
+
+@pytest.fixture(scope="session")
+def image(debs: dict[str, Path]) -> str:
+    """scripts/build-image.sh with this tree's package: localhost/vgpukit:<version>."""
+    need(("podman", "runc", "debootstrap"), root=True)
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "build-image.sh"), "--deb", str(debs["current"])],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+    )
+    return done.stdout.strip().splitlines()[-1]
