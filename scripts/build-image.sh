@@ -16,9 +16,16 @@ while [ $# -gt 0 ]; do
     *) echo "usage: $0 [--deb DEB]" >&2; exit 2;;
   esac
 done
-PODMAN=(podman --runtime runc --cgroup-manager cgroupfs)
 CACHE=/var/tmp/vgpukit-image; mkdir -p "$CACHE"
 W=$(mktemp -d "${TMPDIR:-/tmp}/vgpukit-image.XXXXXX"); trap 'rm -rf "$W"' EXIT
+PODMAN=(podman --runtime runc --cgroup-manager cgroupfs)
+if [ "${VGPUKIT_TEST_PODMAN_REROOT:-}" = 1 ] || ! awk '$5 == "/" {f = 1} END {exit !f}' /proc/self/mountinfo; then
+  # in a chroot / is not a mount point and runc cannot make it a slave mount: run podman in its own
+  # mount namespace whose / is a recursive bind of this one (as tests/attach/test_podman.py does)
+  mkdir "$W/reroot"
+  PODMAN=(unshare --mount --propagation unchanged sh -c 'mount --rbind / "$0" && exec chroot "$0" "$@"' "$W/reroot"
+          "${PODMAN[@]}")
+fi
 [ -n "$DEB" ] || DEB=$(bash scripts/build-deb.sh -o "$W/deb" | tail -1)
 VERSION=$(dpkg-deb -f "$DEB" Version)
 # the Depends, without version constraints, as debootstrap's --include list
@@ -42,5 +49,5 @@ fi
 cp "$DEB" "$W/vgpukit_${VERSION}_amd64.deb"
 IMAGE=localhost/vgpukit:$VERSION
 "${PODMAN[@]}" build -q --network none --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
-  --build-arg BASE="$BASE" --build-arg VERSION="$VERSION" -f deploy/image/Containerfile -t "$IMAGE" "$W" >/dev/null
+  --build-arg BASE="$BASE" --build-arg VERSION="$VERSION" -f "$PWD/deploy/image/Containerfile" -t "$IMAGE" "$W" >/dev/null
 echo "$IMAGE"

@@ -41,6 +41,11 @@ DEB=$(PYTHON=$PY bash "$W/src/scripts/build-deb.sh" -o "$OUT" --wheel "$WHEEL" |
 echo "release: node image"
 IMAGE=$(bash "$W/src/scripts/build-image.sh" --deb "$DEB" | tail -1)
 PODMAN=(podman --runtime runc --cgroup-manager cgroupfs)
+if [ "${VGPUKIT_TEST_PODMAN_REROOT:-}" = 1 ] || ! awk '$5 == "/" {f = 1} END {exit !f}' /proc/self/mountinfo; then
+  mkdir "$W/reroot"  # in a chroot: see scripts/build-image.sh
+  PODMAN=(unshare --mount --propagation unchanged sh -c 'mount --rbind / "$0" && exec chroot "$0" "$@"' "$W/reroot"
+          "${PODMAN[@]}")
+fi
 "${PODMAN[@]}" save -q --format oci-archive -o "$OUT/vgpukit-image_${VERSION}_amd64.tar" "$IMAGE"
 
 # one version everywhere

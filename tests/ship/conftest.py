@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -111,7 +112,23 @@ def debs(dists: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> di
     return built
 
 
-PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
+def _root_is_a_mount() -> bool:
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == "/" for line in f if len(line.split()) > 4)
+
+
+def _podman() -> list[str]:
+    """podman as the project runs it; in a chroot (/ not a mount point: the fresh-machine check) in its
+    own mount namespace whose / is a recursive bind of this one, as tests/attach/test_podman.py does."""
+    cmd = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
+    if os.environ.get("VGPUKIT_TEST_PODMAN_REROOT") == "1" or not _root_is_a_mount():
+        top = tempfile.mkdtemp(prefix="vgpukit-reroot.")
+        return ["unshare", "--mount", "--propagation", "unchanged", "sh", "-c",
+                'mount --rbind / "$0" && exec chroot "$0" "$@"', top, *cmd]  # fmt: skip
+    return cmd
+
+
+PODMAN = _podman()
 ULIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
 
 
