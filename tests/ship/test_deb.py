@@ -44,27 +44,14 @@ def test_install_upgrade_and_tour(machine: Chroot, debs: dict[str, Path]) -> Non
     machine.run(f"apt-get install -y -qq /tmp/{debs['current'].name}")
     assert machine.run("vgpukit -V").stdout.split()[-1] == version()
     assert machine.run("dpkg-query -W -f '${Version}' vgpukit").stdout == version()
-    tour = " && ".join(
-        f"vgpukit --sim /tmp/{p} {c} >/dev/null"
-        for p in ("hgx-a100", "t4-mdev", "h100-vgpu")
-        for c in (
-            "devices",
-            "topo",
-            "topo --matrix",
-            "sriov list",
-            "mdev list",
-            "mdev types",
-            "vgpu list",
-            "mig status",
-            "cdi generate",
-            "units list",
-        )
-    )
-    machine.run(
-        " && ".join(f"vgpukit sim init /tmp/{p} --profile {p} >/dev/null" for p in ("hgx-a100", "t4-mdev", "h100-vgpu"))
-        + " && "
-        + tour
-    )
+    profiles = ("hgx-a100", "t4-mdev", "h100-vgpu")
+    reads = ("devices", "devices --kind gpu", "topo", "topo --matrix", "sriov list", "mdev list", "mdev types",
+             "vgpu list", "vgpu types gpu0", "mig status", "mig export -c demo", "render hostdev gpu0",
+             "render domain --name vm --memory 4096 --vcpus 4 --device gpu0", "cdi generate --output -",
+             "cdi generate", "cdi list", "k8s resources", "units list")  # fmt: skip
+    machine.run(" && ".join(f"vgpukit sim init /tmp/{p} --profile {p} >/dev/null" for p in profiles))
+    for p in profiles:
+        machine.run(" && ".join(f"vgpukit --sim /tmp/{p} {c} >/dev/null" for c in reads))
     # the shims: /usr/sbin/mdevctl is vgpukit's through update-alternatives (no mdevctl package here)
     assert machine.run("readlink -f /usr/sbin/mdevctl").stdout.strip() == "/usr/lib/vgpukit/bin/mdevctl"
     machine.run("VGPUKIT_SIM=/tmp/t4-mdev mdevctl list && VGPUKIT_SIM=/tmp/t4-mdev lsmdev")
