@@ -59,4 +59,5 @@ echo "release: vgpukit $VERSION ($(git rev-parse --short HEAD)) in $OUT"
 echo "  image: $IMAGE  $("${PODMAN[@]}" image inspect --format '{{.Id}}  {{.Size}} bytes' "$IMAGE")"
 (cd "$OUT" && for f in *; do
    printf '  %-48s %10s  sha256:%s\n' "$f" "$(stat -c %s "$f")" "$(sha256sum "$f" | cut -d' ' -f1)"
- done) | tee "$OUT/SHA256SUMS.txt"
+ done) >"$W/sums"   # listed before SHA256SUMS.txt exists, so it never lists itself
+cp "$W/sums" "$OUT/SHA256SUMS.txt" && cat "$W/sums"
