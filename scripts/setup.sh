@@ -6,12 +6,14 @@ cd "$(dirname "$0")/.."
 
 # Debian packages: Python + venv + compiler (wheels that build), libvirt client library and schemas
 # (libvirt-python extra, virt-xml-validate), the PCI ID database (device names), podman + runc + a
-# static busybox (the CDI specs are proven by running containers: tests/attach/test_podman.py). The
+# static busybox (the CDI specs are proven by running containers: tests/attach/test_podman.py),
+# debootstrap, dpkg-dev and lintian (tests/ship: the .deb in a fresh chroot, the node image). The
 # real-kernel tests' own packages (qemu, cpio, kmod, xz-utils, kernel headers) are installed by
 # tests/realkernel/harness.py when it runs.
 APT_PACKAGES=(python3 python3-venv python3-dev gcc make pkg-config
               libvirt-dev libvirt-clients libvirt0 libxml2-utils
-              pci.ids podman runc busybox-static)
+              pci.ids podman runc busybox-static
+              debootstrap dpkg-dev lintian)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   # exactly "install ok installed" ("deinstall ok config-files", "unknown ok not-installed" are not)

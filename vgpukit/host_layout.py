@@ -166,6 +166,7 @@ class SysfsLayout:
         """``/etc/kubernetes/node-feature-discovery/features.d/vgpukit``: NFD's local source reads it."""
         return self.etc("kubernetes", "node-feature-discovery", "features.d", "vgpukit")
 
+
 # The name a program gives for its child's standard input as a file argument (libvirt runs
 # ``mdevctl define --jsonfile=/dev/stdin``): front ends read their stdin for it, not the path.
 STDIN_PATH = "/dev/stdin"
