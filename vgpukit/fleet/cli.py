@@ -39,10 +39,11 @@ config_option = click.option(
 
 def _mig_planner(app: App, source: str) -> plan.MigPlanner:
     def mig(entries: list[migconfig.Entry]) -> list[Step]:
-        from ..mig.cli_common import nvml_of
+        from ..mig.cli_common import health_of, nvml_of
         from ..mig.migparted import build_plans
 
-        return [s for p in build_plans(Scan(app.host), nvml_of(app), entries, source, True) for s in p.steps]
+        plans = build_plans(Scan(app.host), nvml_of(app), entries, source, True, health=health_of(app))
+        return [s for p in plans for s in p.steps]
 
     return mig
 

@@ -24,7 +24,7 @@ from ..entrypoint import entry_point
 from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
 from ..pci import Scan
 from . import config, engine, hooks, migparted, service
-from .cli_common import nvml_of, report_plans
+from .cli_common import health_of, nvml_of, report_plans
 from .config import select
 from .migparted import build_plans as _build_plans
 
@@ -131,7 +131,7 @@ def apply_cmd(
         hk = hooks.parse(_read(app, hooks_path, "hooks file", hooks.MAX_HOOKS_BYTES), str(hooks_path))
     nvml = nvml_of(app)
     scan = Scan(app.host)
-    opts: dict[str, Any] = {"mode_only": mode_only, "skip_reset": skip_reset}
+    opts: dict[str, Any] = {"mode_only": mode_only, "skip_reset": skip_reset, "health": health_of(app)}
     allow = reset is not False
 
     def plan() -> list[engine.GpuPlan]:
@@ -143,7 +143,7 @@ def apply_cmd(
         return
     try:  # bad input fails before any hook runs; busy/capacity may change once the hooks ran
         plan()
-    except (InvalidInput, NotFound, Unsupported):
+    except (InvalidInput, NotFound, Unsupported, engine.Unusable):  # no hook makes a GPU usable again
         raise
     except VgpukitError:
         pass

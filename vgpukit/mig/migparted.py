@@ -14,7 +14,7 @@ steps; ``vgpukit apply`` host documents call it), :func:`split_phases`, :func:`a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,6 +150,7 @@ def build_plans(
     *,
     mode_only: bool = False,
     skip_reset: bool = False,
+    health: Mapping[str, str] | None = None,
 ) -> list[engine.GpuPlan]:
     """The steps that make the GPUs as the selected config says; raises before anything is touched
     when it cannot be done (bad profile, no capacity, busy instances, a reset not allowed)."""
@@ -169,6 +170,7 @@ def build_plans(
             )
         gpu = c.gpu
         label = _label(names, gpu)
+        engine.refuse_unusable(gpu, label, health)  # the health fact (BDF -> why), before any NVML call on it
         current, pending = nvml.mig_mode(gpu.index)
         if mode_only:
             if (current, pending) == (entry.mig_enabled, entry.mig_enabled):

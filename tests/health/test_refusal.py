@@ -1,0 +1,66 @@
+"""Planners consult the health fact: nothing is planned onto an unusable GPU (exit 4, the reason)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Run, make_sim
+from vgpukit.mig import engine
+from vgpukit.nvml import NvmlGpu
+
+MIG = """version: v1
+mig-configs:
+  all-3g:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "3g.20gb": 2
+"""
+HOST = """version: vgpukit.host/v1
+configs:
+  vms:
+    mig: all-3g
+mig-configs:
+  all-3g:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "3g.20gb": 2
+"""
+
+
+def test_the_rule() -> None:
+    g = NvmlGpu(0, "0000:03:00.0", "GPU-x", "NVIDIA A100-SXM4-40GB", True, False, False)
+    engine.refuse_unusable(g, None, None)
+    engine.refuse_unusable(g, None, {"0000:04:00.0": "lost"})
+    with pytest.raises(engine.Unusable) as err:
+        engine.refuse_unusable(g, "gpu0", {"0000:03:00.0": "the GPU stopped answering"})
+    assert err.value.exit_code == 4 and "gpu0 is unusable: the GPU stopped answering" in str(err.value)
+
+
+@pytest.mark.parametrize("how", ["partition", "mig-apply", "apply"])
+def test_an_unusable_gpu_is_refused_and_nothing_changes(run_cli: Run, tmp_path: Path, how: str) -> None:
+    sim = make_sim(tmp_path / "h", "hgx-a100")
+    assert run_cli(sim, "sim", "fault", "ecc", "gpu0", "--double").exit_code == 0  # unusable, still answering
+    before = json.loads(run_cli(sim, "mig", "status", "--json").stdout)
+    if how == "partition":
+        r = run_cli(sim, "partition", "gpu0", "--mig", "3g.20gb")
+    else:
+        f = tmp_path / "c.yaml"
+        f.write_text(MIG if how == "mig-apply" else HOST)
+        r = run_cli(sim, *(["mig", "apply", "-f", str(f), "-c", "all-3g"] if how == "mig-apply" else
+                           ["apply", "-f", str(f), "-c", "vms"]))  # fmt: skip
+    assert r.exit_code == 4, r.output
+    assert "gpu0 (0000:03:00.0) is unusable: uncorrected ECC errors" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert json.loads(run_cli(sim, "mig", "status", "--json").stdout) == before
+
+
+def test_a_lost_gpu_is_refused_with_the_reason(run_cli: Run, sim_dir: Path) -> None:
+    assert run_cli(sim_dir, "sim", "fault", "xid", "gpu0", "79").exit_code == 0
+    r = run_cli(sim_dir, "partition", "gpu0", "--mig", "3g.20gb")
+    assert r.exit_code == 4 and "XID 79" in r.stderr
+    assert run_cli(sim_dir, "partition", "gpu1", "--mig", "3g.20gb").exit_code == 0  # the others are fine
