@@ -41,6 +41,14 @@ def test_the_rule() -> None:
     assert err.value.exit_code == 4 and "gpu0 is unusable: the GPU stopped answering" in str(err.value)
 
 
+def r_args(how: str, tmp_path: Path) -> list[str]:
+    f = tmp_path / "c.yaml"
+    f.write_text(MIG if how == "mig-apply" else HOST)
+    if how == "mig-apply":
+        return ["mig", "apply", "-f", str(f), "-c", "all-3g"]
+    return ["apply", "-f", str(f), "-c", "vms"]
+
+
 @pytest.mark.parametrize("how", ["partition", "mig-apply", "apply"])
 def test_an_unusable_gpu_is_refused_and_nothing_changes(run_cli: Run, tmp_path: Path, how: str) -> None:
     sim = make_sim(tmp_path / "h", "hgx-a100")
@@ -49,14 +57,14 @@ def test_an_unusable_gpu_is_refused_and_nothing_changes(run_cli: Run, tmp_path: 
     if how == "partition":
         r = run_cli(sim, "partition", "gpu0", "--mig", "3g.20gb")
     else:
-        f = tmp_path / "c.yaml"
-        f.write_text(MIG if how == "mig-apply" else HOST)
-        r = run_cli(sim, *(["mig", "apply", "-f", str(f), "-c", "all-3g"] if how == "mig-apply" else
-                           ["apply", "-f", str(f), "-c", "vms"]))  # fmt: skip
+        r = run_cli(sim, *r_args(how, tmp_path))
     assert r.exit_code == 4, r.output
     assert "gpu0 (0000:03:00.0) is unusable: uncorrected ECC errors" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert json.loads(run_cli(sim, "mig", "status", "--json").stdout) == before
+    if how != "partition":
+        doc = json.loads(run_cli(sim, *r_args(how, tmp_path), "--json").stdout)
+        assert doc["error"] == "unusable" and doc["exit_code"] == 4
 
 
 def test_a_lost_gpu_is_refused_with_the_reason(run_cli: Run, sim_dir: Path) -> None:

@@ -121,7 +121,9 @@ def plan(env: Env, cfg: HostConfig, mig: MigPlanner | None) -> Plan:
         return _plan(_Ctx(env, cfg), mig)
     except InUse:
         raise
-    except Busy as err:  # planners raise Busy for devices in use; the lock is taken before planning
+    except Busy as err:
+        if err.kind == "unusable":  # the health rule's refusal (docs/health.md) keeps its own kind
+            raise  # planners raise Busy for devices in use; the lock is taken before planning
         raise InUse(err.message, path=err.path, device=err.device, value=err.value, hint=err.hint) from err
 
 
