@@ -72,3 +72,19 @@ def test_a_lost_gpu_is_refused_with_the_reason(run_cli: Run, sim_dir: Path) -> N
     r = run_cli(sim_dir, "partition", "gpu0", "--mig", "3g.20gb")
     assert r.exit_code == 4 and "XID 79" in r.stderr
     assert run_cli(sim_dir, "partition", "gpu1", "--mig", "3g.20gb").exit_code == 0  # the others are fine
+
+
+def test_sriov_enable_on_an_unusable_pf_is_refused_but_repairing_missing_vfs_is_not(
+    run_cli: Run, tmp_path: Path
+) -> None:
+    sim = make_sim(tmp_path / "h", "h100-vgpu")
+    assert run_cli(sim, "health").exit_code == 0
+    assert run_cli(sim, "sim", "fault", "pf-reset", "0000:41:00.0").exit_code == 0
+    assert run_cli(sim, "health", "gpu0").exit_code == 4  # VFs configured but missing
+    r = run_cli(sim, "sriov", "disable", "gpu0")  # the repair: through 0 and back
+    assert r.exit_code == 0, r.stderr
+    assert run_cli(sim, "sriov", "enable", "gpu0", "--vfs", "4").exit_code == 0
+    assert run_cli(sim, "sim", "fault", "aer", "0000:41:00.0", "fatal").exit_code == 0
+    r = run_cli(sim, "sriov", "enable", "gpu0", "--vfs", "8")
+    assert r.exit_code == 4 and "0000:41:00.0 is unusable: PCIe AER fatal errors counted" in r.stderr
+    assert len(json.loads(run_cli(sim, "sriov", "list", "gpu0", "--json").stdout)["pfs"][0]["vfs"]) == 4

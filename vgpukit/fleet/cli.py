@@ -52,7 +52,10 @@ def _plan(app: App, path: Path, name: str | None) -> tuple[document.HostConfig, 
     text = app.host.read_doc(path, "host config", document.MAX_DOC_BYTES, user_file=True)
     assert text is not None
     cfg = document.parse(text, str(path)).select(name)
-    return cfg, plan.plan(app.env, cfg, _mig_planner(app, str(path)))
+    from ..health import fact
+
+    health = fact.unusable(fact.current(app.host, app.nvml, save=False), ignore=("vfs-missing",))
+    return cfg, plan.plan(app.env, cfg, _mig_planner(app, str(path)), health)
 
 
 def _head(path: Path, cfg: document.HostConfig) -> dict[str, Any]:

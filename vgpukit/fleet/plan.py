@@ -78,7 +78,8 @@ def matches(dev: PciDevice, pattern: str) -> bool:
 
 
 class _Ctx:
-    def __init__(self, env: Env, cfg: HostConfig) -> None:
+    def __init__(self, env: Env, cfg: HostConfig, health: dict[str, str] | None = None) -> None:
+        self.health = health or {}  # the health fact: BDF -> why, of the unusable devices
         self.env = env
         self.host = env.host
         self.cfg = cfg
@@ -115,10 +116,11 @@ class _Ctx:
             seen[key] = sel
 
 
-def plan(env: Env, cfg: HostConfig, mig: MigPlanner | None) -> Plan:
-    """The steps that make the host match ``cfg``; raises (nothing changed) when it cannot."""
+def plan(env: Env, cfg: HostConfig, mig: MigPlanner | None, health: dict[str, str] | None = None) -> Plan:
+    """The steps that make the host match ``cfg``; raises (nothing changed) when it cannot.
+    ``health``: BDF -> why, of the devices the health layer finds unusable (SR-IOV is refused there)."""
     try:
-        return _plan(_Ctx(env, cfg), mig)
+        return _plan(_Ctx(env, cfg, health), mig)
     except InUse:
         raise
     except Busy as err:
@@ -154,7 +156,7 @@ def _sriov(ctx: _Ctx) -> list[Step]:
         if w.vfs == 0:
             steps += ops.plan_disable(ctx.host, pf, force=False)
         else:
-            steps += ops.plan_enable(ctx.host, pf, w.vfs, w.driver, False, False, 10.0)
+            steps += ops.plan_enable(ctx.host, pf, w.vfs, w.driver, False, False, 10.0, ctx.health.get(bdf))
         if w.vfs != pf.num_vfs:
             off, stride = pf.offset or 1, pf.stride or 1
             ctx.future_vfs[bdf] = [vf_address(bdf, off, stride, n) for n in range(w.vfs)]

@@ -171,6 +171,6 @@ def look(
     for bdf, (name, kind) in devices.items():
         evs = [e for e in past if e.bdf == bdf]
         since = float(pci[bdf].get("cleared", 0))
-        counted = [e for e in evs if e.time > since]
+        counted = [e for e in evs if e.time >= since]  # a new event of this very look counts
         out.append(summarize(name, bdf, kind, findings.get(bdf, []), evs, table, now, window, counted))
     return Look(out, new)

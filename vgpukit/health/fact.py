@@ -18,9 +18,14 @@ def current(host: Host, nvml: Nvml | None, *, save: bool = True) -> list[DeviceH
     return found.devices
 
 
-def unusable(devices: list[DeviceHealth]) -> dict[str, str]:
-    """BDF -> why, of the unusable devices."""
-    return {d.bdf: "; ".join(d.reasons) for d in devices if d.state == "unusable"}
+def unusable(devices: list[DeviceHealth], ignore: tuple[str, ...] = ()) -> dict[str, str]:
+    """BDF -> why, of the unusable devices; ``ignore``: kinds that do not count here (re-creating
+    the VFs a PF reset took away is the repair of ``vfs-missing``, not a change to refuse)."""
+    return {
+        d.bdf: "; ".join(d.reasons)
+        for d in devices
+        if any(sev == "unusable" and kind not in ignore for kind, sev in d.causes)
+    }
 
 
 def worst(devices: list[DeviceHealth]) -> str:

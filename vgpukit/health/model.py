@@ -66,6 +66,7 @@ class DeviceHealth:
     action: str
     reasons: tuple[str, ...]
     events: tuple[HealthEvent, ...]  # its recent events, oldest first
+    causes: tuple[tuple[str, str], ...] = ()  # (kind, severity) of what counts against it (not in --json)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -111,17 +112,20 @@ def summarize(
     those of ``counted`` (default: all; the events since the device last recovered) newer than
     ``window`` seconds count toward the state."""
     weighed = [classify(f_kind, f_data, table) for f_kind, f_data in findings]
+    kinds = [f_kind for f_kind, _ in findings]
     for e in events if counted is None else counted:
         if now - e.time <= window:
             what = f"XID {e.data}: {e.meaning}" if e.kind == "xid" else e.meaning
             weighed.append((e.severity, e.action, what))
+            kinds.append(e.kind)
+    causes = tuple(dict.fromkeys((k, c[0]) for k, c in zip(kinds, weighed, strict=True) if c[0] != "info"))
     bad = [c for c in weighed if c[0] != "info"]
     if not bad:
         return DeviceHealth(device, bdf, kind, "healthy", "none", (), tuple(events))
     worst = max(bad, key=lambda c: _rank(c[0], c[1]))
     reasons = tuple(dict.fromkeys(c[2] for c in sorted(bad, key=lambda c: _rank(c[0], c[1]), reverse=True)))
     state = "unusable" if worst[0] == "unusable" else "degraded"
-    return DeviceHealth(device, bdf, kind, state, worst[1], reasons, tuple(events))
+    return DeviceHealth(device, bdf, kind, state, worst[1], reasons, tuple(events), causes)
 
 
 def exit_code(devices: list[DeviceHealth]) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..errors import Busy, Conflict, NoCapacity, Unsupported
+from ..errors import Busy, Conflict, DeviceUnusable, NoCapacity, Unsupported
 from ..nvml import GiProfile, GpuInstance, Nvml, NvmlGpu
 from ..nvml import table as tables
 from . import planner
@@ -82,10 +82,7 @@ def _match(existing: list[GpuInstance], wants: list[WantGi]) -> tuple[list[tuple
     return pairs, [w for k, w in enumerate(wants) if k not in paired]
 
 
-class Unusable(Busy):
-    """Refused: the health layer finds the GPU unusable (docs/health.md)."""
-
-    kind = "unusable"
+Unusable = DeviceUnusable  # the health rule's refusal
 
 
 def refuse_unusable(gpu: NvmlGpu, label: str | None, health: Mapping[str, str] | None) -> None:

@@ -168,7 +168,10 @@ def enable(
 
     scan = Scan(app.host)
     (info,) = _with_libvirt(app, [_pf(app, pf, OpenFiles(app.host), scan)], libvirt_uri)
-    steps = ops.plan_enable(app.host, info, count, driver, no_autoprobe, force, timeout)
+    from ..health import fact
+
+    health = fact.unusable(fact.current(app.host, app.nvml, save=False), ignore=("vfs-missing",))
+    steps = ops.plan_enable(app.host, info, count, driver, no_autoprobe, force, timeout, health.get(info.bdf))
     planned(app.env, info.bdf, info.num_vfs, info.autoprobe)
     execute(app.env, steps)
     _report(app, "sriov-enable", steps, info, scan, {"requested": {"vfs": count, "driver": driver}})

@@ -8,7 +8,7 @@ change; the plan is a list of :mod:`vgpukit.sriov.steps`, run by :func:`vgpukit.
 from __future__ import annotations
 
 from ..engine import Step
-from ..errors import Busy, InvalidInput
+from ..errors import Busy, DeviceUnusable, InvalidInput
 from ..host import Host
 from ..pci import vf_address
 from . import binding
@@ -29,8 +29,18 @@ def in_use_error(pf: PfInfo, vfs: list[VfInfo], what: str) -> Busy:
 
 
 def plan_enable(
-    host: Host, pf: PfInfo, count: int, driver: str, no_autoprobe: bool, force: bool, timeout: float
+    host: Host,
+    pf: PfInfo,
+    count: int,
+    driver: str,
+    no_autoprobe: bool,
+    force: bool,
+    timeout: float,
+    unusable: str | None = None,
 ) -> list[Step]:
+    """``unusable``: the health fact, why the health layer finds the PF unusable (None: usable)."""
+    if unusable is not None:  # the health rule: no VFs are carved out of an unusable device
+        raise DeviceUnusable(f"{pf.bdf} is unusable: {unusable}", device=pf.bdf, hint=f"see: vgpukit health {pf.bdf}")
     if driver not in DRIVER_MODES:
         raise InvalidInput(f"--driver must be one of {', '.join(DRIVER_MODES)}", value=driver)
     if count < 1:
