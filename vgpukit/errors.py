@@ -84,6 +84,12 @@ class Busy(VgpukitError):
     kind = "busy"
 
 
+class DeviceUnusable(Busy):
+    """Refused: the health layer finds the device unusable (docs/health.md); the reason is given."""
+
+    kind = "unusable"
+
+
 class InUse(Busy):
     """Refused: the change would destroy or move a device that a VM or process uses."""
 

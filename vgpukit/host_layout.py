@@ -35,6 +35,11 @@ VFIO_DEV = "vfio-dev"  # the VFIO device cdev directory of a bound function
 INFINIBAND = "infiniband"  # on an RDMA-capable function: one directory per RDMA device (mlx5_0)
 MDEV_TYPES = "mdev_supported_types"  # on a parent: one directory per type
 MDEV_TYPE = "mdev_type"  # on an mdev: link to its type directory
+# PCIe AER counters of a function (sysfs-bus-pci-devices-aer_stats): "<ERROR> <count>" lines ending
+# with the total (TOTAL_ERR_COR / TOTAL_ERR_FATAL / TOTAL_ERR_NONFATAL)
+AER_DEV_CORRECTABLE = "aer_dev_correctable"
+AER_DEV_FATAL = "aer_dev_fatal"
+AER_DEV_NONFATAL = "aer_dev_nonfatal"
 
 # Host paths as other programs see them (written into CDI specs, systemd units, plans).
 CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")  # where CDI consumers look for specs, the first the default
@@ -57,6 +62,9 @@ class SysfsLayout:
         raise NotImplementedError
 
     def etc(self, *parts: str) -> Path:
+        raise NotImplementedError
+
+    def run(self, *parts: str) -> Path:
         raise NotImplementedError
 
     # Every sysfs location vgpukit uses is spelled here, once (attribute names: the constants above).
@@ -148,6 +156,12 @@ class SysfsLayout:
     def nvidia_gpu_information(self, bdf: str) -> Path:
         """``/proc/driver/nvidia/gpus/<bdf>/information``: the driver's facts of one GPU (its minor)."""
         return self.proc("driver", "nvidia", "gpus", check_component(bdf, "PCI address"), "information")
+
+    # ------------------------------------------------------------------ /run
+    def health_record(self) -> Path:
+        """``/run/vgpukit/health/state.json``: the health layer's recent events and what it last saw
+        of each device (IOMMU group, VF count, AER totals), to compare the next look with."""
+        return self.run("vgpukit", "health", "state.json")
 
     # ------------------------------------------------------------------ /etc
     def ld_cache(self) -> Path:

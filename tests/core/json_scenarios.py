@@ -110,6 +110,15 @@ def host_session(run: Session, tmp: Path) -> None:
     run(sim, "assert", "-f", str(host_cfg), "-c", "vms")
     run(sim, "export", "-c", "vms")
     run(sim, "apply", "-f", str(host_cfg), "-c", "nosuch", ok=(3,))
+    run(sim, "health")
+    assert run.run_cli(sim, "sim", "fault", "xid", "gpu5", "48").exit_code == 0
+    assert run.run_cli(sim, "sim", "fault", "aer", "0000:a3:00.0", "nonfatal").exit_code == 0
+    run(sim, "health", ok=(4,))
+    run(sim, "health", "gpu5", ok=(4,))
+    assert run.run_cli(sim, "sim", "fault", "ecc", "gpu4").exit_code == 0
+    watched = run.run_cli(sim, "health", "--watch", "--for", "0", "--json")  # JSON lines: one document each
+    run.docs.extend(("health --watch", json.loads(line)) for line in watched.stdout.splitlines())
+    assert run.run_cli(sim, "sim", "fault", "recover", "gpu5").exit_code == 0
     run(None, "sim", "profiles")
     run(None, "sim", "init", str(tmp / "fresh"), "--profile", "qemu-guest")
     hold = run(sim, "sim", "hold", "gpu2")

@@ -136,6 +136,16 @@ ROWS = [
         f"disabling SR-IOV on {NIC0} would destroy VFs of {NIC0} that are in use: 0000:05:00.2",
         [["sriov", "enable", "nic0", "--vfs", "2"], ["sim", "hold", "0000:05:00.2", "--vm", "vm1"]],
     ),
+    Row(
+        "SR-IOV enable on a PF the health layer finds unusable (docs/health.md)",
+        "h100-vgpu",
+        ["sriov", "enable", "gpu0", "--vfs", "8"],
+        "sriov:\n  - {device: gpu0, vfs: 8}",
+        4,
+        "unusable",
+        "0000:41:00.0 is unusable: PCIe AER fatal errors counted",
+        [["sim", "fault", "aer", "0000:41:00.0", "fatal"]],
+    ),
 ]
 
 

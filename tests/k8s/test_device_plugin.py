@@ -293,3 +293,41 @@ def test_the_command_serves_registers_and_stops_on_sigterm(short_tmp: Path) -> N
 def _devices_of(k: Kubelet, resource: str) -> dict[str, str]:
     ep = k.endpoints.get(resource)
     return dict(ep.devices) if ep else {}
+
+
+def test_an_unusable_gpu_is_unhealthy_and_recovers_after_the_debounce(short_tmp: Path) -> None:
+    from vgpukit.health import fact
+    from vgpukit.k8s.plugin import RECOVER_POLLS
+
+    sim = hgx(short_tmp / "h")
+    host = sim_host(sim)
+
+    def unusable() -> dict[str, str]:
+        app = App(sim_dir=sim)
+        try:
+            return fact.unusable(fact.current(app.host, app.nvml))
+        finally:
+            app.close()
+
+    kubelet = Kubelet(plugin_dir(host)).start()
+    manager = Manager(host, poller(sim), health=unusable)
+    try:
+        r = Running.__new__(Running)
+        r.kubelet, r.sim = kubelet, sim
+        manager.poll()
+        manager.poll()
+        assert kubelet.wait(lambda: MIG_3G in kubelet.endpoints and len(_devices(r, MIG_3G)) == 3)
+        assert set(_devices(r, MIG_3G).values()) == {HEALTHY}
+        _ok(sim, "sim", "fault", "xid", "gpu0", "79")  # gpu0 falls off the bus: its two 3g slices
+        events = manager.poll()
+        assert any("0000:03:00.0 unhealthy" in e for e in events)
+        assert kubelet.wait(lambda: sorted(_devices(r, MIG_3G).values()) == [HEALTHY, UNHEALTHY, UNHEALTHY])
+        _ok(sim, "sim", "fault", "recover", "gpu0")
+        for _ in range(RECOVER_POLLS - 1):  # debounce: still unhealthy until enough good polls
+            manager.poll()
+            assert sorted(_devices(r, MIG_3G).values()) == [HEALTHY, UNHEALTHY, UNHEALTHY]
+        assert any("healthy again" in e for e in manager.poll())
+        assert kubelet.wait(lambda: set(_devices(r, MIG_3G).values()) == {HEALTHY})
+    finally:
+        manager.close()
+        kubelet.stop()

@@ -50,3 +50,11 @@ def test_write_is_planned_dry_run_and_idempotent(tmp_path: Path) -> None:
     assert not again["written"] and again["plan"] == []
     assert (sim / FEATURES).stat().st_mtime_ns == stamp
     assert not (sim / "run/vgpukit/journal").exists()
+
+
+def test_the_health_label_follows_the_worst_device(tmp_path: Path) -> None:
+    sim = make_sim(tmp_path / "h")
+    assert as_json(invoke(sim, "k8s", "labels", "--json"))["labels"]["health"] == "healthy"
+    assert invoke(sim, "sim", "fault", "xid", "gpu3", "79").exit_code == 0
+    labels = as_json(invoke(sim, "k8s", "labels", "--json"))["labels"]
+    assert labels["health"] == "unusable" and labels["health.unusable.count"] == "1"

@@ -22,6 +22,7 @@ c_nvmlComputeInstancePlacement_t = _real.c_nvmlComputeInstancePlacement_t
 c_nvmlGpuInstance_t = ctypes.c_uint64  # handles are encoded integers here
 c_nvmlComputeInstance_t = ctypes.c_uint64
 NOT_FOUND, NOT_SUPPORTED = 6, 3
+EVENT_BITS = {"ecc-single": 0x1, "ecc-double": 0x2, "xid": 0x8, "clock": 0x10, "power-source": 0x80}  # nvml.h
 
 
 class NVMLError(Exception):
@@ -121,6 +122,8 @@ class Shim:
         return node
 
     def nvmlDeviceGetUUID(self, h: Any) -> str:
+        if h[0] == "dev":
+            self._alive(h)
         if h[0] == "mig":
             gi = next(g for g in self.sim.gpu_instances(h[1]) if g.id == h[2])
             return next(c.uuid for c in gi.compute_instances if c.id == h[3])
@@ -266,3 +269,42 @@ class Shim:
                 if p.pid == pid:
                     return p.name.encode()
         raise NVMLError(NOT_FOUND)
+
+    # ------------------------------------------------------------------ events and health (vgpukit health)
+    def _alive(self, h: Any) -> None:
+        if self.sim.condition(h[1]).lost:
+            raise NVMLError(15)  # NVML_ERROR_GPU_IS_LOST
+
+    def nvmlDeviceGetTotalEccErrors(self, h: Any, error_type: int, counter: int) -> int:
+        self._alive(h)
+        c = self.sim.condition(h[1])
+        return int((c.ecc_corrected if error_type == 0 else c.ecc_uncorrected) or 0)
+
+    def nvmlDeviceGetSupportedEventTypes(self, h: Any) -> int:
+        self._alive(h)
+        return 0x1 | 0x2 | 0x4 | 0x8 | 0x10  # no power-source change on these boards
+
+    def nvmlEventSetCreate(self) -> Any:
+        return SimpleNamespace(watcher=self.sim.watch_events(None), registered={}, queue=[])
+
+    def nvmlDeviceRegisterEvents(self, h: Any, mask: int, event_set: Any) -> None:
+        self._alive(h)
+        event_set.registered[h[1]] = mask
+
+    def nvmlEventSetWait_v2(self, event_set: Any, timeout_ms: int) -> Any:
+        if not event_set.queue:
+            event_set.queue = event_set.watcher.wait(timeout_ms / 1000)
+        while event_set.queue:
+            e = event_set.queue.pop(0)
+            if e.kind == "lost":
+                raise NVMLError(15)
+            bit = EVENT_BITS.get(e.kind, 0)
+            if bit & event_set.registered.get(e.gpu, 0):
+                return SimpleNamespace(device=("dev", e.gpu), eventType=bit, eventData=e.data)
+        raise NVMLError(10)  # NVML_ERROR_TIMEOUT
+
+    def nvmlDeviceGetIndex(self, h: Any) -> int:
+        return int(h[1])
+
+    def nvmlEventSetFree(self, event_set: Any) -> None:
+        event_set.watcher.close()

@@ -42,6 +42,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "boot-unit": ("vgpukit.fleet.cli", "boot_unit_cmd", "Print a systemd unit applying the host config at boot."),
     "completion": ("vgpukit.cli.cmd_completion", "completion", "Print the shell completion script (bash, zsh, fish)."),
     "recover": ("vgpukit.cli.cmd_recover", "recover", "Repair what an interrupted vgpukit command left half-done."),
+    "health": (
+        "vgpukit.health.cli",
+        "health",
+        "Device health (XIDs, ECC, lost GPUs, AER, VFs gone), the action to take.",
+    ),
     "k8s": ("vgpukit.k8s.cli", "k8s", "Kubernetes: device plugin, node labels, node config agent."),
     "sim": ("vgpukit.sim.cli", "sim", "Create and inspect simulated hosts."),
     "units": ("vgpukit.cli.cmd_units", "units", "Install the systemd units and udev rules (with this vgpukit's path)."),

@@ -24,7 +24,7 @@ from .. import naming
 from ..engine import Env, Step
 from ..engine.files import PutFile
 from ..engine.step import STAGES
-from ..errors import Busy, InUse, InvalidInput, Unsupported, VgpukitError
+from ..errors import Busy, DeviceUnusable, InUse, InvalidInput, Unsupported, VgpukitError
 from ..holders import OpenFiles
 from ..mdev import planner as mdev_planner
 from ..mdev import sysfs as mdev_sysfs
@@ -85,7 +85,7 @@ class _Ctx:
         self.cfg = cfg
         self.scan = Scan(env.host)
         self.files = OpenFiles(env.host)
-        self.facts = planner.Facts(env.host, self.scan, self.files)
+        self.facts = planner.Facts(env.host, self.scan, self.files, nvml=lambda: env.nvml)
         self.future_vfs: dict[str, list[str]] = {}  # PF -> its VFs once the SR-IOV steps ran
         self._mdev: mdev_planner.Facts | None = None
         self.line = cfg.line  # the entry being planned: an error without a place is put there
@@ -153,7 +153,8 @@ def plan(env: Env, cfg: HostConfig) -> Plan:
         if not err.message.startswith(f"{cfg.source}:"):  # an area planner's own words: say where
             err.message = f"{cfg.source}:{ctx.line}: config {cfg.name}: {err.message}"
             err.args = (err.message,)
-        if isinstance(err, Busy) and not isinstance(err, InUse):  # planners raise Busy for devices in use
+        # planners raise Busy for devices in use; the health rule's refusal keeps its own kind (docs/health.md)
+        if isinstance(err, Busy) and not isinstance(err, InUse | DeviceUnusable):
             raise InUse(err.message, path=err.path, device=err.device, value=err.value, hint=err.hint) from err
         raise
 

@@ -50,6 +50,20 @@ def _poller(app: App, replicas: int) -> Poller:
     return Poller(open_host, lambda host: _options(host, replicas))
 
 
+def _health(app: App) -> Callable[[], dict[str, str]]:
+    """The unusable devices (BDF -> why) at every poll, from the health layer (which records them)."""
+    from ..health import fact
+
+    def look() -> dict[str, str]:
+        fresh = App(root=app.root, sim_dir=app.sim_dir)
+        try:
+            return fact.unusable(fact.current(fresh.host, fresh.nvml))
+        finally:
+            fresh.close()
+
+    return look
+
+
 replicas_option = click.option(
     "--share-replicas",
     "replicas",
@@ -135,7 +149,7 @@ def device_plugin(app: App, replicas: int, interval: float, mode: str) -> None:
 
     host = app.host
     host.mkdir(plugin_dir(host))
-    manager = Manager(host, _poller(app, replicas), mode)
+    manager = Manager(host, _poller(app, replicas), mode, health=_health(app))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -13,6 +13,7 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from ..health import fact as health
 from ..host import Host
 from ..pci import Scan
 from ..vgpu import hostview
@@ -39,7 +40,8 @@ def value(text: str) -> str:
 
 
 def labels(host: Host, nvml: Nvml | None, inv: Inventory) -> dict[str, str]:
-    """Label name (without namespace) -> value: GPU model, MIG capability and layout, VF counts, vGPU types."""
+    """Label name (without namespace) -> value: GPU model, MIG capability and layout, VF counts, vGPU
+    types, health (``health``: healthy / degraded / unusable, the worst watched device's)."""
     out: dict[str, str] = {}
     scan = Scan(host)
     gpus = [d for d in scan.physical() if d.kind == "gpu"]
@@ -62,6 +64,10 @@ def labels(host: Host, nvml: Nvml | None, inv: Inventory) -> dict[str, str]:
             key = f"sriov.{d.vendor}-{d.device}"
             out[f"{key}.vfs"] = str(int(out.get(f"{key}.vfs", "0")) + d.sriov.num_vfs)
             out[f"{key}.total"] = str(int(out.get(f"{key}.total", "0")) + d.sriov.total_vfs)
+    watched = health.current(host, nvml, save=False)
+    if watched:  # the worst device's state: a scheduler can keep work off a node with an unusable GPU
+        out["health"] = health.worst(watched)
+        out["health.unusable.count"] = str(len(health.unusable(watched)))
     for view in hostview.gpus(host, scan):
         for t in hostview.types(host, view):
             key = f"vgpu.{resource_part(short_name(t.name))}"

@@ -41,6 +41,7 @@ log = logging.getLogger("vgpukit.k8s")
 
 API_VERSION = "v1beta1"
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
+RECOVER_POLLS = 3  # polls in a row a device must be found usable again before it is Healthy again
 KUBELET_SOCKET = "kubelet.sock"
 MODES = ("both", "cdi", "devices")  # what Allocate answers: CDI names, device specs/env/mounts, or both
 GRPC: Any = api_pb2_grpc  # generated without type annotations (see docs/kubernetes.md)
@@ -77,17 +78,22 @@ class State:
     cond: threading.Condition = field(default_factory=threading.Condition)
     stopping: bool = False
 
+    sick: frozenset[str] = frozenset()  # PCI functions the health layer finds unusable (debounced)
+
     def health(self, dev: Device) -> str:
+        if dev.topo_bdf in self.sick:
+            return UNHEALTHY
         return UNHEALTHY if dev.held_by and dev.id not in self.allocated else HEALTHY
 
     def listing(self) -> list[tuple[str, str, int | None]]:
         return [(d.id, self.health(d), d.numa) for d in sorted(self.devices.values(), key=lambda d: d.id)]
 
-    def update(self, devices: list[Device]) -> bool:
+    def update(self, devices: list[Device], sick: frozenset[str] = frozenset()) -> bool:
         """Take a fresh device list; True (and waiters woken) when what ListAndWatch shows changed."""
         with self.cond:
             before = self.listing()
             self.devices = {d.id: d for d in devices}
+            self.sick = sick
             if self.listing() == before:
                 return False
             self.version += 1
@@ -244,10 +250,18 @@ class ResourcePlugin:
 class Manager:
     """Every resource's plugin, kept in step with the host and the kubelet."""
 
-    def __init__(self, host: Host, collect: Callable[[], Inventory], mode: str = "both") -> None:
+    def __init__(
+        self,
+        host: Host,
+        collect: Callable[[], Inventory],
+        mode: str = "both",
+        health: Callable[[], dict[str, str]] | None = None,
+    ) -> None:
         self.host = host
         self.collect = collect
         self.mode = mode
+        self.health = health  # BDF -> why, of the devices the health layer finds unusable
+        self.sick: dict[str, int] = {}  # unusable BDF -> healthy polls since (recovered at RECOVER_POLLS)
         self.plugins: dict[str, ResourcePlugin] = {}
         self.last = Inventory()
         self.lock = threading.Lock()
@@ -259,7 +273,14 @@ class Manager:
     def poll(self) -> list[str]:
         """Read the host, update every plugin's list, (re)serve and (re)register; the events, for logs."""
         events: list[str] = []
-        inv = self.collect()
+        sick = self._health(events)
+        failed = None
+        try:
+            inv = self.collect()
+        except VgpukitError as err:
+            if self.health is None:
+                raise
+            inv, failed = self.last, err  # a lost GPU fails the read: its devices are kept, marked below
         with self.lock:
             self.last = inv
         for name in sorted(set(inv.resources) | set(self.plugins)):
@@ -267,7 +288,7 @@ class Manager:
             if plugin is None:
                 plugin = self.plugins[name] = ResourcePlugin(self.host, name, self.inventory, self.mode)
                 events.append(self._serve(plugin, f"serving {name}"))
-            if plugin.state.update(inv.resources.get(name, [])):
+            if plugin.state.update(inv.resources.get(name, []), sick):
                 events.append(f"{name}: {plural(len(plugin.state.devices), 'device')}")
         kubelet = socket_identity(self.host, plugin_dir(self.host) / KUBELET_SOCKET)
         for name, plugin in sorted(self.plugins.items()):
@@ -279,7 +300,30 @@ class Manager:
                     events.append(f"registered {name}")
                 except (grpc.RpcError, VgpukitError) as err:
                     events.append(f"{name}: registration failed: {_rpc_error(err)}")
+        if failed is not None:
+            events.append(f"reading the host failed (devices unchanged): {failed}")
         return events
+
+    def _health(self, events: list[str]) -> frozenset[str]:
+        """The unusable functions, debounced: unhealthy at once, healthy again after RECOVER_POLLS
+        polls in a row that find it usable (a device flapping is kept out of scheduling)."""
+        if self.health is None:
+            return frozenset()
+        try:
+            bad = self.health()
+        except VgpukitError as err:
+            events.append(f"health check failed (health unchanged): {err}")
+            return frozenset(self.sick)
+        for bdf, why in sorted(bad.items()):
+            if bdf not in self.sick:
+                events.append(f"{bdf} unhealthy: {why}")
+            self.sick[bdf] = 0
+        for bdf in [b for b in self.sick if b not in bad]:
+            self.sick[bdf] += 1
+            if self.sick[bdf] >= RECOVER_POLLS:
+                del self.sick[bdf]
+                events.append(f"{bdf} healthy again")
+        return frozenset(self.sick)
 
     def _serve(self, plugin: ResourcePlugin, done: str) -> str:
         try:

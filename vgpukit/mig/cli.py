@@ -12,7 +12,7 @@ from ..clikit.params import GPU_DEVICE, AsciiInt, MigProfiles
 from ..errors import Busy, InvalidInput, Unsupported
 from ..pci import Scan
 from . import view
-from .cli_common import aliases, label_of, named, nvml_of, resolve_gpu, run_plans
+from .cli_common import aliases, health_of, label_of, named, nvml_of, resolve_gpu, run_plans
 from .cli_view import show_profiles, show_status
 
 # the mig-parted commands (and the YAML, hooks and config code behind them) load only when used
@@ -98,6 +98,8 @@ def partition(
     nvml = nvml_of(app)
     scan = Scan(app.host)
     g = resolve_gpu(app, gpu, scan)
+    unusable = health_of(app).get(g.bdf)
+    layout.refuse_unusable(g, label_of(scan, g), {g.bdf: unusable} if unusable else None)
     if not g.mig_capable:
         raise Unsupported(f"{gpu} ({g.name}) is not MIG-capable", device=g.bdf)
     wants = parse_request(nvml.gi_profiles(g.index), mig_specs, ci_specs, f"{gpu} ({g.name})")
@@ -106,7 +108,7 @@ def partition(
     try:
         plan = layout.plan_gpu(
             nvml,
-            layout.GpuRequest(g, True, wants, exact=replace, label=label_of(scan, g)),
+            layout.GpuRequest(g, True, wants, exact=replace, label=label_of(scan, g), unusable=unusable),
             allow_reset=reset is not False,
         )
     except layout.ResetRequired as exc:

@@ -23,6 +23,13 @@ def nvml_of(app: App) -> Nvml:
     return view.require(app.nvml)
 
 
+def health_of(app: App) -> dict[str, str]:
+    """The health fact the planners consult: BDF -> why, of the devices the health layer finds unusable."""
+    from ..health import fact
+
+    return fact.unusable(fact.current(app.host, app.nvml, save=False))
+
+
 def resolve_gpu(app: App, name: str, scan: Scan) -> NvmlGpu:
     """The GPU ``name`` names (gpuN, NVML index, PCI address, GPU UUID; see :mod:`vgpukit.naming`)."""
     nvml = nvml_of(app)

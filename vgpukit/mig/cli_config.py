@@ -150,7 +150,7 @@ def apply_cmd(
         hk = hooks.parse(_read(app, hooks_path, "hooks file", hooks.MAX_HOOKS_BYTES), str(hooks_path))
     nvml = nvml_of(app)
     scan = Scan(app.host)
-    opts: dict[str, Any] = {"mode_only": mode_only, "skip_reset": skip_reset}
+    opts: dict[str, Any] = {"mode_only": mode_only, "skip_reset": skip_reset}  # the planner reads health
     allow = reset is not False
 
     def plan() -> list[layout.GpuPlan]:
@@ -162,7 +162,7 @@ def apply_cmd(
         return
     try:  # bad input fails before any hook runs; busy/capacity may change once the hooks ran
         plan()
-    except (InvalidInput, NotFound, Unsupported):
+    except (InvalidInput, NotFound, Unsupported, layout.Unusable):  # no hook makes a GPU usable again
         raise
     except VgpukitError:
         pass

@@ -13,10 +13,10 @@ needs a reset not allowed). The change engine (:func:`vgpukit.engine.execute`) r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..errors import Busy, Conflict, NoCapacity, Unsupported
+from ..errors import Busy, Conflict, DeviceUnusable, NoCapacity, Unsupported
 from ..nvml import GiProfile, GpuInstance, Nvml, NvmlGpu
 from ..nvml import table as tables
 from . import planner
@@ -31,6 +31,7 @@ class GpuRequest:
     gis: list[WantGi] = field(default_factory=list)
     exact: bool = False  # destroy idle GPU instances the request does not list
     label: str | None = None  # how messages name the GPU ("gpu0 (0000:03:00.0)"); default from NVML
+    unusable: str | None = None  # the health fact: why the health layer finds the GPU unusable (None: usable)
 
 
 @dataclass
@@ -86,10 +87,27 @@ def _match(existing: list[GpuInstance], wants: list[WantGi]) -> tuple[list[tuple
     return pairs, [w for k, w in enumerate(wants) if k not in paired]
 
 
+Unusable = DeviceUnusable  # the health rule's refusal
+
+
+def refuse_unusable(gpu: NvmlGpu, label: str | None, health: Mapping[str, str] | None) -> None:
+    """The health rule: nothing is planned onto a GPU the health layer finds unusable (``health``:
+    BDF -> why, :func:`vgpukit.health.fact.unusable`). Checked before any NVML call on the GPU (a lost
+    GPU answers none)."""
+    why = (health or {}).get(gpu.bdf)
+    if why is not None:
+        raise Unusable(
+            f"{label or _label(gpu)} is unusable: {why}",
+            device=gpu.bdf,
+            hint=f"see: vgpukit health {gpu.bdf}",
+        )
+
+
 def plan_gpu(nvml: Nvml, req: GpuRequest, allow_reset: bool, skip_reset: bool = False) -> GpuPlan:
     """``skip_reset``: a mode change that needs a reset is made and left pending (mig-parted --skip-reset)."""
     gpu = req.gpu
     label = req.label or _label(gpu)
+    refuse_unusable(gpu, label, {gpu.bdf: req.unusable} if req.unusable else None)
     if not gpu.mig_capable:
         raise Unsupported(f"{label} ({gpu.name}) is not MIG-capable", device=gpu.bdf)
     current, pending = nvml.mig_mode(gpu.index)

@@ -11,8 +11,9 @@ The MIG config planner every front end calls: :func:`plan_config` takes a typed
 :class:`MigRequest` (the selected config's entries and how to apply them) and the GPUs (through
 the NVML facade, read only) and returns a :class:`MigPlan` (steps per GPU and the warnings about
 this host) or raises a typed refusal (InvalidInput, NeverFits, NoCapacity, Busy, ResetRequired,
-Unsupported). It never executes, prints or parses argv; ``mig apply`` and ``vgpukit apply`` run
-its steps on the change engine.
+Unsupported, DeviceUnusable: a GPU the health layer finds unusable -- :func:`build_plans` reads the
+health fact itself). It never executes, prints or parses argv; ``mig apply`` and ``vgpukit apply``
+run its steps on the change engine.
 
 Public: :class:`MigRequest`, :class:`MigPlan`, :func:`plan_config`, :func:`host_notes`,
 :func:`device_ids`, :func:`walk`, :func:`build_plans`, :func:`split_phases`, :func:`assert_config`,
@@ -21,7 +22,7 @@ Public: :class:`MigRequest`, :class:`MigPlan`, :func:`plan_config`, :func:`host_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,9 +214,16 @@ def build_plans(
     *,
     mode_only: bool = False,
     skip_reset: bool = False,
+    health: Mapping[str, str] | None = None,
 ) -> list[layout.GpuPlan]:
     """The steps that make the GPUs as the selected config says; raises before anything is touched
-    when it cannot be done (bad profile, no capacity, busy instances, a reset not allowed)."""
+    when it cannot be done (bad profile, no capacity, busy instances, a reset not allowed, a GPU the
+    health layer finds unusable). ``health``: BDF -> why of the unusable devices; None: read here
+    (through ``scan``'s host, :func:`vgpukit.health.fact.unusable_now`), so every door gets the rule."""
+    if health is None and scan is not None:
+        from ..health import fact
+
+        health = fact.unusable_now(scan.host, nvml, scan=scan)
     gpus = nvml.gpus()
     names = _names(scan)
     plans = []
@@ -232,6 +240,7 @@ def build_plans(
             )
         gpu = c.gpu
         label = _label(names, gpu)
+        layout.refuse_unusable(gpu, label, health)  # the health fact (BDF -> why), before any NVML call on it
         current, pending = nvml.mig_mode(gpu.index)
         if mode_only:
             if (current, pending) == (entry.mig_enabled, entry.mig_enabled):

@@ -173,6 +173,49 @@ class NvmlProcess(Record):
         return f"{self.name} (pid {self.pid}){where}"
 
 
+EVENT_KINDS = ("xid", "ecc-single", "ecc-double", "clock", "power-source", "lost", "error")
+
+
+class NvmlEvent(Record):
+    """One event of a GPU as an NVML event set delivers it, or a failure the watcher turned into one.
+
+    ``kind``: ``xid`` (``data`` = the XID), ``ecc-single`` / ``ecc-double`` (ECC errors counted),
+    ``clock``, ``power-source``, ``lost`` (the GPU stopped answering: NVML_ERROR_GPU_IS_LOST) or
+    ``error`` (another NVML failure on this GPU; ``data`` = the NVML code)."""
+
+    __slots__ = ("gpu", "kind", "data", "time", "seq")  # noqa: RUF023
+    gpu: int  # NVML index
+    kind: str
+    data: int
+    time: float  # seconds since the epoch, when the watcher saw it
+    seq: int  # the backend's order (the simulated driver: the line of the GPU's event file)
+
+    def __init__(self, gpu: int, kind: str, data: int = 0, time: float = 0.0, seq: int = 0) -> None:
+        self._init(gpu=gpu, kind=kind, data=data, time=time, seq=seq)
+
+
+class GpuCondition(Record):
+    """What NVML says of a GPU's health now."""
+
+    __slots__ = ("lost", "ecc_corrected", "ecc_uncorrected")  # noqa: RUF023
+    lost: bool  # calls on it answer NVML_ERROR_GPU_IS_LOST
+    ecc_corrected: int | None  # volatile ECC error counts since the last reset; None: no ECC / not supported
+    ecc_uncorrected: int | None
+
+    def __init__(self, lost: bool, ecc_corrected: int | None, ecc_uncorrected: int | None) -> None:
+        self._init(lost=lost, ecc_corrected=ecc_corrected, ecc_uncorrected=ecc_uncorrected)
+
+
+class EventWatcher(Protocol):
+    """An event set with every GPU's supported events registered (nvmlEventSetCreate + RegisterEvents)."""
+
+    def wait(self, timeout: float) -> list[NvmlEvent]:
+        """The events that came within ``timeout`` seconds (``[]``: none); never raises for a GPU."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class GpuIndex:
     """``index_of`` for a backend: the NVML index of a PCI address, from its own ``gpus()``, looked
     up once (NVML numbers its devices once, when initialised)."""
@@ -228,6 +271,15 @@ class Nvml(Protocol):
 
     def gpu_links(self) -> dict[int, GpuLinks]:
         """Every GPU's NVLinks and memory NUMA node, by NVML index (one read of the simulated driver)."""
+        ...
+
+    def condition(self, gpu: int) -> GpuCondition:
+        """The GPU's health as NVML reports it now (lost, volatile ECC counts)."""
+        ...
+
+    def watch_events(self, since: dict[int, int] | None = None) -> EventWatcher:
+        """An event watcher over every GPU. ``since`` (GPU index -> last ``seq`` seen) lets the simulated
+        driver hand over events that came before; a real event set only sees events after it is created."""
         ...
 
     def close(self) -> None:

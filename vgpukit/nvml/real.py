@@ -16,8 +16,20 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..errors import HostIOError, Unsupported
+from . import real_events
 from .errors import INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, UNKNOWN, NvmlError, nvml_error
-from .model import CiProfile, ComputeInstance, GiProfile, GpuIndex, GpuInstance, GpuLinks, NvLink, NvmlGpu, NvmlProcess
+from .model import (
+    CiProfile,
+    ComputeInstance,
+    GiProfile,
+    GpuCondition,
+    GpuIndex,
+    GpuInstance,
+    GpuLinks,
+    NvLink,
+    NvmlGpu,
+    NvmlProcess,
+)
 
 log = logging.getLogger("vgpukit.nvml")
 T = TypeVar("T")
@@ -100,6 +112,12 @@ class RealNvml(GpuIndex):
             return fn(*args)
         except NvmlError as exc:
             raise nvml_error(exc.code, what) from exc
+
+    def condition(self, gpu: int) -> GpuCondition:
+        return real_events.condition(self.n, gpu)
+
+    def watch_events(self, since: dict[int, int] | None = None) -> real_events.RealEventWatcher:
+        return real_events.RealEventWatcher(self.n, int(self.n.nvmlDeviceGetCount()))
 
     def _h(self, gpu: int) -> Any:
         return self._call(f"GPU {gpu}", self.n.nvmlDeviceGetHandleByIndex, gpu)

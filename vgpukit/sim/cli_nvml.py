@@ -17,7 +17,9 @@ from ..clikit.output import emit, say, table
 from ..clikit.params import NAME, AsciiInt
 from ..errors import InvalidInput
 from ..nvml.errors import CODES_BY_NAME
+from ..pci import parse_bdf
 from . import nvml as simdrv
+from . import nvml_events as simev
 
 
 def _dir(app: App) -> Path:
@@ -67,6 +69,69 @@ def fault_list(app: App) -> None:
 def fault_clear(app: App) -> None:
     """Remove every injected fault."""
     simdrv.clear_faults(_dir(app))
+
+
+@fault.command("xid")
+@click.argument("gpu", type=NAME)
+@click.argument("xid", type=AsciiInt(1, 65535))
+@click.pass_obj
+def fault_xid(app: App, gpu: str, xid: int) -> None:
+    """The driver reports XID on GPU (and does what its own table says: XID 79 loses the GPU)."""
+    index = simev.gpu_index(_dir(app), gpu)
+    simev.inject_xid(_dir(app), index, xid)
+    say(f"XID {xid} reported on GPU {index}")
+
+
+@fault.command("ecc")
+@click.argument("gpu", type=NAME)
+@click.option("--double", is_flag=True, help="An uncorrected (double-bit) error; default: corrected (single-bit).")
+@click.pass_obj
+def fault_ecc(app: App, gpu: str, double: bool) -> None:
+    """Count one ECC error on GPU and deliver its event."""
+    index = simev.gpu_index(_dir(app), gpu)
+    simev.inject_ecc(_dir(app), index, double)
+    say(f"{'double' if double else 'single'}-bit ECC error on GPU {index}")
+
+
+@fault.command("lost")
+@click.argument("gpu", type=NAME)
+@click.pass_obj
+def fault_lost(app: App, gpu: str) -> None:
+    """GPU stops answering: every NVML call on it fails with GPU_IS_LOST until recovered."""
+    index = simev.gpu_index(_dir(app), gpu)
+    simev.inject_lost(_dir(app), index)
+    say(f"GPU {index} is lost")
+
+
+@fault.command("recover")
+@click.argument("gpu", type=NAME)
+@click.pass_obj
+def fault_recover(app: App, gpu: str) -> None:
+    """GPU answers again, its volatile ECC counts cleared (as after a reset or a reboot)."""
+    index = simev.gpu_index(_dir(app), gpu)
+    simev.recover(_dir(app), index)
+    say(f"GPU {index} recovered")
+
+
+@fault.command("pf-reset")
+@click.argument("pf", type=NAME)
+@click.pass_obj
+def fault_pf_reset(app: App, pf: str) -> None:
+    """A reset of PF that takes its VFs away (sriov_numvfs still says how many were configured)."""
+    pf = parse_bdf(pf)
+    gone = simev.pf_reset(_dir(app), pf)
+    say(f"{pf} reset: {len(gone)} VF(s) gone")
+
+
+@fault.command("aer")
+@click.argument("bdf", type=NAME)
+@click.argument("kind", type=click.Choice(sorted(simev.AER_KINDS)))
+@click.pass_obj
+def fault_aer(app: App, bdf: str, kind: str) -> None:
+    """Count one PCIe AER error of KIND on BDF (aer_dev_<kind> in its sysfs directory)."""
+    bdf = parse_bdf(bdf)
+    total = simev.aer(_dir(app), bdf, kind)
+    say(f"{bdf}: {total} {kind} AER error(s)")
 
 
 @click.group(cls=LazyGroup)

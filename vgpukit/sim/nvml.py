@@ -44,6 +44,7 @@ from ..nvml.model import (
     NvmlGpu,
     NvmlProcess,
 )
+from .nvml_events import SimHealth
 from .nvml_state import (
     _LINK,
     STATE_DIR,
@@ -105,7 +106,7 @@ def initial_state(gpus: list[dict[str, Any]]) -> dict[str, Any]:
 CRASH_ENV = "VGPUKIT_SIM_CRASH_AT_NVML_CALL"
 
 
-class SimNvml(GpuIndex):
+class SimNvml(SimHealth, GpuIndex):
     """The facade over the simulated driver of the sim host in ``sim_dir``."""
 
     def __init__(self, sim_dir: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import InvalidInput, NotFound
 from ..inputs import load_json
 from ..nvml import table as tables
-from ..nvml.errors import INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, nvml_error
+from ..nvml.errors import GPU_IS_LOST, INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, nvml_error
 from ..nvml.model import ComputeInstance, GiProfile, GpuInstance
 from .state import MAX_STATE_BYTES, corrupt, read_state, read_state_bytes
 
@@ -209,6 +209,8 @@ def _gpu(state: dict[str, Any], index: int) -> dict[str, Any]:
     gpus: list[dict[str, Any]] = state["gpus"]
     if not 0 <= index < len(gpus):
         raise nvml_error(INVALID_ARGUMENT, f"no GPU with NVML index {index}")
+    if gpus[index].get("lost"):  # injected (sim fault lost / xid 79): it answers nothing any more
+        raise nvml_error(GPU_IS_LOST, f"GPU {gpus[index]['bdf']} is lost", device=gpus[index]["bdf"])
     return gpus[index]
 
 

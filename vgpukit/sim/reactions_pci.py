@@ -143,6 +143,8 @@ def sriov_numvfs(w: Write) -> None:
         raise fail(errno.EBUSY)
     if want == 0:
         for n in range(have):
+            if not os.path.lexists(pf_dir / f"virtfn{n}"):
+                continue  # already gone (sim fault pf-reset): the kernel removes what is left
             vf = os.path.basename(os.readlink(pf_dir / f"virtfn{n}"))
             w.tree.remove_pci_device(vf)
             w.tree.unlink(pf_dir / f"virtfn{n}")

@@ -121,7 +121,7 @@ def _planned_pf(app: App, name: str, libvirt_uri: str | None) -> tuple[Facts, Pf
     from .planner import Facts
 
     scan = Scan(app.host)
-    facts = Facts(app.host, scan, libvirt_uri=libvirt_uri)
+    facts = Facts(app.host, scan, libvirt_uri=libvirt_uri, nvml=lambda: app.nvml)
     bdf = _bdf(app, name, scan)
     dev = scan.device(bdf)
     alias = naming.aliases(scan).get(bdf) if dev.sriov is not None and not dev.is_vf else None

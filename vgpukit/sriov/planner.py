@@ -15,6 +15,10 @@ agent and the Ansible module); the front ends only build requests and render (do
 * **in use**: a device (or a VF destroyed by a count change) held by a process, carrying mdevs or a
   vGPU, or assigned to a libvirt domain (with a URI) is not moved -- InUse (exit 4) unless forced;
 * **driver loaded**: the target driver must be there -- NotFound (exit 3);
+* **health**: no VFs are carved out of a PF the health layer finds unusable (the fact
+  :func:`vgpukit.health.fact.unusable_now`, read in :class:`Facts`; a ``vfs-missing`` finding does
+  not count: re-creating the VFs a PF reset took away is its repair) -- DeviceUnusable (exit 4),
+  never forced;
 * counts and modes: bad input -- InvalidInput (exit 2).
 
 Pure: it changes nothing, prints nothing and parses no argv. What it knows of the host it reads
@@ -23,12 +27,14 @@ through the facades, each fact once per command, in :class:`Facts`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from .. import naming
 from ..engine import Step
 from ..engine.files import PutFile
-from ..errors import InUse, InvalidInput, Unsupported
+from ..errors import DeviceUnusable, InUse, InvalidInput, Unsupported
 from ..holders import OpenFiles
 from ..host import Host
 from ..pci import HEADER_NORMAL, PciDevice, Scan, header_type, vf_address
@@ -37,6 +43,9 @@ from .binding import DRIVER_MODES, VFIO, Remembered
 from .model import PfInfo, VfInfo, read_pf
 from .steps import BindDriver, RestoreDriver, SetAutoprobe, SetNumVfs, UnbindDriver
 from .usage import User, libvirt_users, pci_users
+
+if TYPE_CHECKING:
+    from ..nvml import Nvml
 
 FORCE_FLAG = "pass --force"  # how the area commands override a refusal that can be overridden
 
@@ -101,12 +110,20 @@ Request = EnableRequest | DisableRequest | BindRequest | UnbindRequest | VfioReq
 # ----------------------------------------------------------------------------- what the planner reads
 class Facts:
     """The host as the planner sees it: each fact read through the facades at most once per command.
-    ``libvirt_uri``: also count libvirt domains as users (when reachable)."""
+    ``libvirt_uri``: also count libvirt domains as users (when reachable). ``nvml``: the NVML facade the
+    health fact reads (opened only when a rule asks; None or returning None: the PCI facts only)."""
 
     def __init__(
-        self, host: Host, scan: Scan | None = None, files: OpenFiles | None = None, libvirt_uri: str | None = None
+        self,
+        host: Host,
+        scan: Scan | None = None,
+        files: OpenFiles | None = None,
+        libvirt_uri: str | None = None,
+        nvml: Callable[[], Nvml | None] | None = None,
     ) -> None:
         self.host = host
+        self.nvml = nvml
+        self._unusable: dict[str, str] | None = None
         self.scan = scan or Scan(host)
         self.files = files or OpenFiles(host)
         self.libvirt_uri = libvirt_uri
@@ -141,6 +158,15 @@ class Facts:
                 pf = replace(pf, vfs=vfs)
             self._pfs[bdf] = pf
         return self._pfs[bdf]
+
+    def unusable(self, bdf: str) -> str | None:
+        """Why the health layer finds ``bdf`` unusable for SR-IOV (None: usable); read once."""
+        if self._unusable is None:
+            from ..health import fact  # loaded only by the commands that plan an enable
+
+            nvml = self.nvml() if self.nvml is not None else None
+            self._unusable = fact.unusable_now(self.host, nvml, ("vfs-missing",), self.scan)
+        return self._unusable.get(bdf)
 
     def require_driver(self, driver: str) -> None:
         if driver not in self._loaded:
@@ -224,6 +250,9 @@ def in_use_error(pf: PfInfo, vfs: list[VfInfo], what: str, force_how: str | None
 # ----------------------------------------------------------------------------- SR-IOV
 def plan_enable(facts: Facts, req: EnableRequest) -> list[Step]:
     pf = facts.pf(req.pf)
+    why = facts.unusable(pf.bdf)
+    if why is not None:  # the health rule: no VFs are carved out of an unusable device
+        raise DeviceUnusable(f"{pf.bdf} is unusable: {why}", device=pf.bdf, hint=f"see: vgpukit health {pf.bdf}")
     count, driver = req.count, req.driver
     if driver not in DRIVER_MODES:
         raise InvalidInput(f"--driver must be one of {', '.join(DRIVER_MODES)}", value=driver)

@@ -1,0 +1,48 @@
+"""The health rule through every door: nothing is planned onto a GPU the health layer finds unusable.
+
+MIG onto an unusable GPU (an uncorrected ECC error, the GPU still answering) is refused the same way
+by the area command (``partition``), ``apply``, the node agent's apply and the Ansible module: exit 4,
+error kind ``unusable``, the reason, the host unchanged (the SR-IOV row is in test_doors_sriov.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import invoke, make_sim
+from tests.doors import harness
+
+HOST = f"""version: vgpukit.host/v1
+configs:
+  {harness.CONFIG}:
+    mig: all-3g
+mig-configs:
+  all-3g:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "3g.20gb": 2
+"""
+SAYS = "gpu0 (0000:03:00.0) is unusable: uncorrected ECC errors"
+
+
+def test_mig_onto_an_unusable_gpu_is_refused_through_every_door(tmp_path: Path) -> None:
+    sim = make_sim(tmp_path / "host", "hgx-a100")
+    r = invoke(sim, "sim", "fault", "ecc", "gpu0", "--double")
+    assert r.exit_code == 0, r.stderr
+    before = harness.host_state(sim)
+    path = tmp_path / "host.yaml"
+    path.write_text(HOST)
+    doors = {
+        "area": lambda s: harness.area(s, ["partition", "gpu0", "--mig", "3g.20gb"]),
+        **harness.config_doors(path, tmp_path),
+    }
+    answers = []
+    for name, door in doors.items():
+        answer = door(sim)
+        answers.append(answer)
+        assert harness.host_state(sim) == before, f"{name} changed the host"
+        assert (answer.code, answer.kind) == (4, "unusable"), answer
+        assert SAYS in answer.message, answer
+    assert harness.same_answer(answers[1:], answers[0]) == []
+    assert answers[0].line.count("\n") == 0 and answers[0].line.startswith("vgpukit: error: " + answers[0].message)

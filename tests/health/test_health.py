@@ -1,0 +1,171 @@
+"""``vgpukit health`` on simulated hosts: every injected event kind, its state, action and exit code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Run, make_sim
+from vgpukit.nvml.errors import GPU_IS_LOST, NvmlError
+from vgpukit.sim.nvml import SimNvml
+
+
+def doc(run_cli: Run, sim: Path, *args: str, code: int | None = None) -> dict[str, Any]:
+    r = run_cli(sim, "health", *args, "--json")
+    if code is not None:
+        assert r.exit_code == code, r.output
+    out: dict[str, Any] = json.loads(r.stdout)
+    return out
+
+
+def dev(d: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(x for x in d["devices"] if x["device"] == name)
+
+
+def fault(run_cli: Run, sim: Path, *args: str) -> None:
+    r = run_cli(sim, "sim", "fault", *args)
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("profile", ["hgx-a100", "h100-vgpu", "t4-mdev"])
+def test_a_fresh_host_is_healthy(run_cli: Run, tmp_path: Path, profile: str) -> None:
+    sim = make_sim(tmp_path / "h", profile)
+    d = doc(run_cli, sim, code=0)
+    assert d["devices"] and all(x["state"] == "healthy" for x in d["devices"])
+
+
+@pytest.mark.parametrize("profile", ["hgx-a100", "h100-vgpu", "t4-mdev"])
+def test_xid_79_makes_the_gpu_unusable_and_lost(run_cli: Run, tmp_path: Path, profile: str) -> None:
+    sim = make_sim(tmp_path / "h", profile)
+    fault(run_cli, sim, "xid", "gpu0", "79")
+    d = doc(run_cli, sim, code=4)
+    g = dev(d, "gpu0")
+    assert g["state"] == "unusable" and g["action"] == "reboot"
+    assert [e["kind"] for e in g["events"]] == ["xid", "lost"] and g["events"][0]["data"] == 79
+    # the simulated driver answers GPU_IS_LOST for the GPU afterwards
+    with pytest.raises(NvmlError) as err:
+        SimNvml(sim).processes(0)
+    assert err.value.code == GPU_IS_LOST
+
+
+def test_an_application_xid_leaves_the_gpu_healthy_but_is_listed(run_cli: Run, sim_dir: Path) -> None:
+    fault(run_cli, sim_dir, "xid", "gpu1", "13")
+    d = doc(run_cli, sim_dir, code=0)
+    g = dev(d, "gpu1")
+    assert g["state"] == "healthy" and g["events"][0]["severity"] == "info"
+    assert g["events"][0]["action"] == "restart-app"
+    human = run_cli(sim_dir, "health")
+    assert "XID 13" in human.stdout  # the recent events, without --watch
+
+
+def test_an_unknown_xid_takes_the_documented_default(run_cli: Run, sim_dir: Path) -> None:
+    fault(run_cli, sim_dir, "xid", "gpu0", "9999")
+    g = dev(doc(run_cli, sim_dir, code=1), "gpu0")
+    assert g["state"] == "degraded" and g["action"] == "drain"
+
+
+@pytest.mark.parametrize("profile", ["hgx-a100", "t4-mdev"])
+def test_ecc_errors(run_cli: Run, tmp_path: Path, profile: str) -> None:
+    sim = make_sim(tmp_path / "h", profile)
+    fault(run_cli, sim, "ecc", "gpu0")
+    assert dev(doc(run_cli, sim, code=0), "gpu0")["events"][0]["kind"] == "ecc-single"
+    fault(run_cli, sim, "ecc", "gpu0", "--double")
+    g = dev(doc(run_cli, sim, code=4), "gpu0")
+    assert g["state"] == "unusable" and g["action"] == "reset"
+    assert any("uncorrected ECC errors counted" in r for r in g["reasons"])
+
+
+def test_a_lost_gpu_is_unusable_until_it_recovers(run_cli: Run, sim_dir: Path) -> None:
+    fault(run_cli, sim_dir, "lost", "gpu2")
+    g = dev(doc(run_cli, sim_dir, code=4), "gpu2")
+    assert g["state"] == "unusable" and g["events"][-1]["kind"] == "lost"
+    fault(run_cli, sim_dir, "recover", "gpu2")
+    g = dev(doc(run_cli, sim_dir, code=0), "gpu2")
+    assert g["state"] == "healthy" and g["events"]  # the history stays, the state recovers
+
+
+def test_a_pf_reset_taking_the_vfs_away(run_cli: Run, tmp_path: Path) -> None:
+    sim = make_sim(tmp_path / "h", "h100-vgpu")
+    doc(run_cli, sim, code=0)  # recorded: the VFs are there
+    fault(run_cli, sim, "pf-reset", "0000:41:00.0")
+    d = doc(run_cli, sim, code=4)
+    g = dev(d, "gpu0")
+    assert g["state"] == "unusable" and "VFs configured but missing" in g["reasons"][0]
+    vf = dev(d, "0000:41:00.4")
+    assert vf["state"] == "unusable" and vf["events"][0]["kind"] == "pci-gone"
+
+
+def test_disabling_vfs_on_purpose_is_not_a_fault(run_cli: Run, tmp_path: Path) -> None:
+    sim = make_sim(tmp_path / "h", "h100-vgpu")
+    doc(run_cli, sim, code=0)
+    assert run_cli(sim, "sriov", "disable", "gpu0").exit_code == 0
+    d = doc(run_cli, sim, code=0)
+    assert [x["device"] for x in d["devices"]] == ["gpu0"]
+
+
+@pytest.mark.parametrize(("kind", "code", "state"), [("fatal", 4, "unusable"), ("nonfatal", 1, "degraded"),
+                                                     ("correctable", 0, "healthy")])  # fmt: skip
+def test_aer_errors(run_cli: Run, sim_dir: Path, kind: str, code: int, state: str) -> None:
+    doc(run_cli, sim_dir, code=0)
+    fault(run_cli, sim_dir, "aer", "0000:04:00.0", kind)
+    g = dev(doc(run_cli, sim_dir, code=code), "gpu1")
+    assert g["state"] == state and g["events"][0]["kind"] == f"aer-{kind}"
+    doc(run_cli, sim_dir)  # the count is recorded: no second event for the same errors
+    assert len(dev(doc(run_cli, sim_dir), "gpu1")["events"]) == 1
+
+
+def test_a_vfio_device_whose_iommu_group_changed(run_cli: Run, sim_dir: Path) -> None:
+    assert run_cli(sim_dir, "bind", "gpu3", "--driver", "vfio-pci").exit_code == 0
+    doc(run_cli, sim_dir, code=0)
+    record = sim_dir / "run" / "vgpukit" / "health" / "state.json"
+    rec = json.loads(record.read_text())
+    rec["pci"]["0000:24:00.0"]["group"] = 999  # what was recorded differs from the group now
+    record.write_text(json.dumps(rec))
+    g = dev(doc(run_cli, sim_dir, code=1), "gpu3")
+    assert g["state"] == "degraded" and g["events"][-1]["kind"] == "iommu-group-changed"
+
+
+def test_one_device(run_cli: Run, sim_dir: Path) -> None:
+    fault(run_cli, sim_dir, "xid", "gpu0", "79")
+    d = doc(run_cli, sim_dir, "gpu1", code=0)
+    assert [x["device"] for x in d["devices"]] == ["gpu1"]
+    assert run_cli(sim_dir, "health", "nic0").exit_code == 3  # not a device the health layer watches
+
+
+def test_watch_streams_events_as_json_lines(run_cli: Run, sim_dir: Path) -> None:
+    import threading
+    import time
+
+    from vgpukit.sim import nvml_events
+
+    def later() -> None:
+        time.sleep(0.4)
+        nvml_events.inject_xid(sim_dir, 0, 48)
+
+    t = threading.Thread(target=later)
+    t.start()
+    r = run_cli(sim_dir, "health", "--watch", "--for", "2", "--json")
+    t.join()
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    kinds = [(x["kind"], x["data"]) for x in lines]
+    assert ("xid", 48) in kinds and ("ecc-double", 0) in kinds
+    assert all(x["schema"] == "vgpukit.health-event/v1" for x in lines)
+    assert r.exit_code == 4
+
+
+def test_a_bad_xid_table_is_one_line(run_cli: Run, sim_dir: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "xid.yaml"
+    bad.write_text("version: 1\nxids: {79: {meaning: x, severity: dire, action: none}}\n")
+    r = run_cli(sim_dir, "health", "--xid-table", str(bad))
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_broken_record_starts_afresh(run_cli: Run, sim_dir: Path) -> None:
+    record = sim_dir / "run" / "vgpukit" / "health" / "state.json"
+    record.parent.mkdir(parents=True)
+    record.write_text("{not json")
+    assert run_cli(sim_dir, "health").exit_code == 0
+    assert json.loads(record.read_text())["version"] == 1

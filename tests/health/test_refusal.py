@@ -1,0 +1,90 @@
+"""Planners consult the health fact: nothing is planned onto an unusable GPU (exit 4, the reason)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Run, make_sim
+from vgpukit.mig import layout
+from vgpukit.nvml import NvmlGpu
+
+MIG = """version: v1
+mig-configs:
+  all-3g:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "3g.20gb": 2
+"""
+HOST = """version: vgpukit.host/v1
+configs:
+  vms:
+    mig: all-3g
+mig-configs:
+  all-3g:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "3g.20gb": 2
+"""
+
+
+def test_the_rule() -> None:
+    g = NvmlGpu(0, "0000:03:00.0", "GPU-x", "NVIDIA A100-SXM4-40GB", True, False, False)
+    layout.refuse_unusable(g, None, None)
+    layout.refuse_unusable(g, None, {"0000:04:00.0": "lost"})
+    with pytest.raises(layout.Unusable) as err:
+        layout.refuse_unusable(g, "gpu0", {"0000:03:00.0": "the GPU stopped answering"})
+    assert err.value.exit_code == 4 and "gpu0 is unusable: the GPU stopped answering" in str(err.value)
+
+
+def r_args(how: str, tmp_path: Path) -> list[str]:
+    f = tmp_path / "c.yaml"
+    f.write_text(MIG if how == "mig-apply" else HOST)
+    if how == "mig-apply":
+        return ["mig", "apply", "-f", str(f), "-c", "all-3g"]
+    return ["apply", "-f", str(f), "-c", "vms"]
+
+
+@pytest.mark.parametrize("how", ["partition", "mig-apply", "apply"])
+def test_an_unusable_gpu_is_refused_and_nothing_changes(run_cli: Run, tmp_path: Path, how: str) -> None:
+    sim = make_sim(tmp_path / "h", "hgx-a100")
+    assert run_cli(sim, "sim", "fault", "ecc", "gpu0", "--double").exit_code == 0  # unusable, still answering
+    before = json.loads(run_cli(sim, "mig", "status", "--json").stdout)
+    if how == "partition":
+        r = run_cli(sim, "partition", "gpu0", "--mig", "3g.20gb")
+    else:
+        r = run_cli(sim, *r_args(how, tmp_path))
+    assert r.exit_code == 4, r.output
+    assert "gpu0 (0000:03:00.0) is unusable: uncorrected ECC errors" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert json.loads(run_cli(sim, "mig", "status", "--json").stdout) == before
+    if how != "partition":
+        doc = json.loads(run_cli(sim, *r_args(how, tmp_path), "--json").stdout)
+        assert doc["error"] == "unusable" and doc["exit_code"] == 4
+
+
+def test_a_lost_gpu_is_refused_with_the_reason(run_cli: Run, sim_dir: Path) -> None:
+    assert run_cli(sim_dir, "sim", "fault", "xid", "gpu0", "79").exit_code == 0
+    r = run_cli(sim_dir, "partition", "gpu0", "--mig", "3g.20gb")
+    assert r.exit_code == 4 and "XID 79" in r.stderr
+    assert run_cli(sim_dir, "partition", "gpu1", "--mig", "3g.20gb").exit_code == 0  # the others are fine
+
+
+def test_sriov_enable_on_an_unusable_pf_is_refused_but_repairing_missing_vfs_is_not(
+    run_cli: Run, tmp_path: Path
+) -> None:
+    sim = make_sim(tmp_path / "h", "h100-vgpu")
+    assert run_cli(sim, "health").exit_code == 0
+    assert run_cli(sim, "sim", "fault", "pf-reset", "0000:41:00.0").exit_code == 0
+    assert run_cli(sim, "health", "gpu0").exit_code == 4  # VFs configured but missing
+    r = run_cli(sim, "sriov", "disable", "gpu0")  # the repair: through 0 and back
+    assert r.exit_code == 0, r.stderr
+    assert run_cli(sim, "sriov", "enable", "gpu0", "--vfs", "4").exit_code == 0
+    assert run_cli(sim, "sim", "fault", "aer", "0000:41:00.0", "fatal").exit_code == 0
+    r = run_cli(sim, "sriov", "enable", "gpu0", "--vfs", "8")
+    assert r.exit_code == 4 and "0000:41:00.0 is unusable: PCIe AER fatal errors counted" in r.stderr
+    assert len(json.loads(run_cli(sim, "sriov", "list", "gpu0", "--json").stdout)["pfs"][0]["vfs"]) == 4

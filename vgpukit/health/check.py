@@ -1,0 +1,177 @@
+"""Gather the facts into a :class:`~.model.DeviceHealth` per device: NVML (conditions and events,
+through the facade) and the PCI view (through the host door), compared with the health record.
+
+Devices looked at: every GPU (``gpuN``), the VFs of a GPU, and every function bound to vfio-pci
+(a VM's device), plus every device the record saw before (one that left sysfs is reported gone).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..host import Host
+from ..host_layout import AER_DEV_CORRECTABLE, AER_DEV_FATAL, AER_DEV_NONFATAL, VIRTFN
+from ..naming import aliases
+from ..nvml.errors import GPU_IS_LOST, NvmlError
+from ..nvml.model import EventWatcher, Nvml, NvmlEvent
+from ..pci import PciDevice, Scan
+from .log import Record
+from .model import DEFAULT_WINDOW, DeviceHealth, HealthEvent, event, summarize
+from .xid import XidTable
+
+AER_FILES = {"fatal": AER_DEV_FATAL, "nonfatal": AER_DEV_NONFATAL, "correctable": AER_DEV_CORRECTABLE}
+VFIO = "vfio-pci"
+
+
+@dataclass
+class Look:
+    """One look at the host: the devices' health, and the events found by this look."""
+
+    devices: list[DeviceHealth]
+    new_events: list[HealthEvent] = field(default_factory=list)
+
+
+def aer_total(text: str | None) -> int | None:
+    """The TOTAL_ERR_* line of an ``aer_dev_*`` file; None without one."""
+    for line in (text or "").splitlines():
+        name, _, value = line.strip().partition(" ")
+        if name.startswith("TOTAL_ERR_") and value.strip().isdigit():
+            return int(value.strip())
+    return None
+
+
+def _interesting(scan: Scan, names: dict[str, str]) -> list[tuple[PciDevice, str, str]]:
+    """(device, name, kind) of the GPUs, their VFs and the vfio-pci functions, in bus order."""
+    out = []
+    gpus = {bdf for bdf, name in names.items() if name.startswith("gpu")}
+    for dev in scan.devices():
+        if dev.bdf in gpus:
+            out.append((dev, names[dev.bdf], "gpu"))
+        elif dev.physfn in gpus:
+            out.append((dev, dev.bdf, "vf"))
+        elif dev.driver == VFIO:
+            out.append((dev, dev.bdf, "vf" if dev.physfn else "pci"))
+    return out
+
+
+def _pci_facts(host: Host, dev: PciDevice) -> dict[str, Any]:
+    aer = {}
+    for kind, name in AER_FILES.items():
+        total = aer_total(host.read_opt(host.pci_device(dev.bdf, name)))
+        if total is not None:
+            aer[kind] = total
+    facts: dict[str, Any] = {"group": dev.iommu_group, "aer": aer, "driver": dev.driver, "physfn": dev.physfn}
+    if dev.sriov is not None:
+        present = sum(1 for e in host.listdir(host.pci_device(dev.bdf)) if e.startswith(VIRTFN))
+        facts["numvfs"], facts["vfs_present"] = dev.sriov.num_vfs, present
+    return facts
+
+
+def _disabled_vf(before: dict[str, Any], pci: dict[str, dict[str, Any]]) -> bool:
+    pf = before.get("physfn")
+    return isinstance(pf, str) and pf in pci and not pci[pf].get("numvfs")
+
+
+def _nvml_part(
+    nvml: Nvml | None, record: Record, watcher: EventWatcher | None
+) -> tuple[dict[str, list[tuple[str, int]]], list[NvmlEvent], dict[int, str]]:
+    """Findings by BDF, the new NVML events, and the BDF of each NVML index."""
+    findings: dict[str, list[tuple[str, int]]] = {}
+    if nvml is None:
+        return findings, [], {}
+    try:
+        gpus = nvml.gpus()
+    except NvmlError:
+        return findings, [], {}
+    by_index = {g.index: g.bdf for g in gpus}
+    for g in gpus:
+        try:
+            cond = nvml.condition(g.index)
+        except NvmlError as exc:
+            findings.setdefault(g.bdf, []).append(("lost" if exc.code == GPU_IS_LOST else "error", exc.code))
+            continue
+        if cond.lost:
+            findings.setdefault(g.bdf, []).append(("lost", 0))
+        elif cond.ecc_uncorrected:
+            findings.setdefault(g.bdf, []).append(("ecc-uncorrected", cond.ecc_uncorrected))
+    own = watcher is None
+    w = nvml.watch_events(dict(record.cursor)) if own else watcher
+    assert w is not None
+    try:
+        evs = w.wait(0)
+    finally:
+        if own:
+            w.close()
+    for e in evs:
+        if e.seq:
+            record.cursor[e.gpu] = max(record.cursor.get(e.gpu, 0), e.seq)
+    return findings, evs, by_index
+
+
+def look(
+    host: Host,
+    nvml: Nvml | None,
+    table: XidTable,
+    record: Record,
+    *,
+    watcher: EventWatcher | None = None,
+    now: float | None = None,
+    window: float = DEFAULT_WINDOW,
+    scan: Scan | None = None,
+) -> Look:
+    """Every device's health now; ``record`` is updated (events added, PCI facts replaced)."""
+    now = time.time() if now is None else now
+    scan = scan or Scan(host)  # a caller's scan: what it already read is not read again
+    names = aliases(scan)
+    findings, nvml_events, by_index = _nvml_part(nvml, record, watcher)
+    name_of = {bdf: name for bdf, name in names.items()}
+    new: list[HealthEvent] = []
+    for e in nvml_events:
+        bdf = by_index.get(e.gpu, f"nvml{e.gpu}")
+        new.append(event(e.time or now, name_of.get(bdf, bdf), bdf, e.kind, e.data, table))
+    devices: dict[str, tuple[str, str]] = {}
+    pci: dict[str, dict[str, Any]] = {}
+    for dev, name, kind in _interesting(scan, names):
+        devices[dev.bdf] = (name, kind)
+        facts = _pci_facts(host, dev)
+        before = record.pci.get(dev.bdf, {})
+        pci[dev.bdf] = {**facts, "name": name, "kind": kind}
+        if "numvfs" in facts and facts["vfs_present"] < facts["numvfs"]:
+            findings.setdefault(dev.bdf, []).append(("vfs-missing", facts["numvfs"] - facts["vfs_present"]))
+        for aer_kind, total in facts["aer"].items():
+            if total > int(before.get("aer", {}).get(aer_kind, 0)):
+                new.append(event(now, name, dev.bdf, f"aer-{aer_kind}", total, table))
+        old_group = before.get("group")
+        if (
+            not before.get("gone")
+            and old_group is not None
+            and facts["group"] != old_group
+            and VFIO in (facts["driver"], before.get("driver"))
+        ):
+            new.append(event(now, name, dev.bdf, "iommu-group-changed", facts["group"] or -1, table))
+    for bdf, before in record.pci.items():
+        if bdf in pci or scan.exists(bdf) or _disabled_vf(before, pci):
+            continue  # still there (no longer watched), or a VF whose PF's VFs were disabled on purpose
+        name, kind = str(before.get("name", bdf)), str(before.get("kind", "pci"))
+        devices[bdf] = (name, kind)
+        pci[bdf] = {**before, "gone": True}
+        findings.setdefault(bdf, []).append(("pci-gone", 0))
+        if not before.get("gone"):
+            new.append(event(now, name, bdf, "pci-gone", 0, table))
+    for bdf in devices:  # a device whose lasting condition went away (reset, back on the bus) starts afresh
+        now_bad = sorted({k for k, _ in findings.get(bdf, [])})
+        before_bad = record.pci.get(bdf, {}).get("bad", [])
+        cleared = record.pci.get(bdf, {}).get("cleared", 0)
+        pci.setdefault(bdf, {}).update(bad=now_bad, cleared=now if before_bad and not now_bad else cleared)
+    record.pci = pci
+    record.add([{k: getattr(e, k) for k in ("time", "device", "bdf", "kind", "data")} for e in new])
+    past = [event(float(r["time"]), r["device"], r["bdf"], r["kind"], r["data"], table) for r in record.events]
+    out = []
+    for bdf, (name, kind) in devices.items():
+        evs = [e for e in past if e.bdf == bdf]
+        since = float(pci[bdf].get("cleared", 0))
+        counted = [e for e in evs if e.time >= since]  # a new event of this very look counts
+        out.append(summarize(name, bdf, kind, findings.get(bdf, []), evs, table, now, window, counted))
+    return Look(out, new)

@@ -1,0 +1,149 @@
+"""``vgpukit health [DEVICE] [--watch]``: each device's health, its recent events, the action to take."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..clikit.context import App
+from ..clikit.options import json_option
+from ..clikit.output import emit, json_doc, say, table
+from ..clikit.params import AsciiFloat, DeviceName
+from ..errors import NotFound
+from ..naming import PCI, resolve
+from ..nvml.model import EventWatcher
+from . import check, xid
+from . import log as record_log
+from .model import DEFAULT_WINDOW, DeviceHealth, HealthEvent, exit_code
+
+SHOWN_EVENTS = 10  # recent events listed under the table (--json: all a device has)
+
+
+def _table(app: App, path: Path | None) -> xid.XidTable:
+    if path is None:
+        return xid.builtin()
+    text = app.host.read_doc(path, "XID table", xid.MAX_TABLE_BYTES, user_file=True)
+    assert text is not None
+    return xid.parse(text, str(path))
+
+
+def _select(app: App, device: str | None, devices: list[DeviceHealth]) -> list[DeviceHealth]:
+    if device is None:
+        return devices
+    bdf = resolve(app.host, device, frozenset({PCI}), nvml=lambda: app.nvml).bdf
+    chosen = [d for d in devices if d.bdf == bdf]
+    if not chosen:
+        raise NotFound(f"{device} is not a device the health layer watches", hint="GPUs, their VFs, vfio-pci devices")
+    return chosen
+
+
+def _look(app: App, table: xid.XidTable, window: float, watcher: EventWatcher | None = None) -> check.Look:
+    record = record_log.load(app.host)
+    found = check.look(app.host, app.nvml, table, record, watcher=watcher, window=window)
+    record_log.save(app.host, record)
+    return found
+
+
+def _render(devices: list[DeviceHealth]) -> None:
+    rows = [[d.device, d.bdf, d.state, d.action, "; ".join(d.reasons)] for d in devices]
+    table(None, ["DEVICE", "BDF", "STATE", "ACTION", "REASONS"], rows)
+    recent = sorted((e for d in devices for e in d.events), key=lambda e: e.time)[-SHOWN_EVENTS:]
+    if recent:
+        say("")
+        say("recent events:")
+        for e in recent:
+            say(f"  {_stamp(e.time)}  {e.line()}")
+
+
+def _stamp(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _stream(app: App, e: HealthEvent) -> None:
+    if app.json:
+        click.echo(json.dumps(json_doc("health-event", e.as_dict()), separators=(",", ":")))  # JSON lines
+    else:
+        click.echo(f"{_stamp(e.time)}  {e.line()}")
+
+
+@click.command("health")
+@click.argument("device", required=False, type=DeviceName("pci", "gpu"))
+@click.option("--watch", is_flag=True, help="Stream events as they come (one line each) until interrupted.")
+@click.option(
+    "--for", "seconds", type=AsciiFloat(0, 31536000), metavar="SECONDS", help="With --watch: stop after SECONDS."
+)
+@click.option(
+    "--window",
+    type=AsciiFloat(0, 31536000),
+    default=DEFAULT_WINDOW,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long an event counts toward its device's state.",
+)
+@click.option(
+    "--xid-table", "xid_table", type=click.Path(dir_okay=False, path_type=Path), help="Another XID table (YAML)."
+)
+@json_option
+@click.pass_context
+def health(
+    ctx: click.Context,
+    device: str | None,
+    watch: bool,
+    seconds: float | None,
+    window: float,
+    xid_table: Path | None,
+) -> None:
+    """Each device's health (GPUs, their VFs, vfio-pci devices), its recent events, the action to take.
+
+    Exit 0 all healthy, 1 one degraded, 4 one unusable. States, events, XIDs: docs/health.md.
+    """
+    app: App = ctx.obj
+    table = _table(app, xid_table)
+    found = _look(app, table, window)
+    devices = _select(app, device, found.devices)
+    if not watch:
+        emit(app, "health", {"devices": [d.as_dict() for d in devices], "window": window}, lambda: _render(devices))
+        ctx.exit(exit_code(devices))
+    chosen = {d.bdf for d in devices} if device is not None else None
+    for e in found.new_events:  # what came since the last look, first
+        if chosen is None or e.bdf in chosen:
+            _stream(app, e)
+    nvml = app.nvml
+    watcher = nvml.watch_events(None) if nvml is not None else None
+    end = None if seconds is None else time.monotonic() + seconds
+    try:
+        while end is None or time.monotonic() < end:
+            left = 1.0 if end is None else max(0.0, min(1.0, end - time.monotonic()))
+            if watcher is not None:
+                events = watcher.wait(left)  # returns as soon as one comes
+                found = _look(app, table, window, _Replay(events))
+            else:
+                time.sleep(left)
+                found = _look(app, table, window)
+            for e in found.new_events:
+                if chosen is None or e.bdf in chosen:
+                    _stream(app, e)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if watcher is not None:
+            watcher.close()
+    ctx.exit(exit_code(_select(app, device, found.devices)))
+
+
+class _Replay:
+    """The events a watcher already delivered, handed to one look (which waits no further)."""
+
+    def __init__(self, events: list[Any]) -> None:
+        self.events = events
+
+    def wait(self, timeout: float) -> list[Any]:
+        out, self.events = self.events, []
+        return out
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,97 @@
+"""The real backend's health calls: an NVML event set over every GPU and the ECC counters.
+
+Used by :class:`vgpukit.nvml.real.RealNvml` (``condition``, ``watch_events``); ``n`` is its mapped
+pynvml module (NVML failures arrive as :class:`~vgpukit.nvml.errors.NvmlError` with the code).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from .errors import GPU_IS_LOST, NOT_SUPPORTED, TIMEOUT, NvmlError
+from .model import GpuCondition, NvmlEvent
+
+log = logging.getLogger("vgpukit.nvml")
+
+# nvmlEventType* bits (nvml.h) and the kind each becomes
+EVENT_BITS = {0x1: "ecc-single", 0x2: "ecc-double", 0x8: "xid", 0x10: "clock", 0x80: "power-source"}
+WANTED = sum(EVENT_BITS)
+CORRECTED, UNCORRECTED, VOLATILE = 0, 1, 0  # nvmlMemoryErrorType_t, nvmlEccCounterType_t
+
+
+def condition(n: Any, gpu: int) -> GpuCondition:
+    try:
+        h = n.nvmlDeviceGetHandleByIndex(gpu)
+        n.nvmlDeviceGetUUID(h)  # a lost GPU answers GPU_IS_LOST here already
+    except NvmlError as exc:
+        if exc.code == GPU_IS_LOST:
+            return GpuCondition(True, None, None)
+        raise
+    counts: list[int | None] = []
+    for kind in (CORRECTED, UNCORRECTED):
+        try:
+            counts.append(int(n.nvmlDeviceGetTotalEccErrors(h, kind, VOLATILE)))
+        except NvmlError as exc:
+            if exc.code == GPU_IS_LOST:
+                return GpuCondition(True, None, None)
+            counts.append(None)  # no ECC on this board, or ECC off
+    return GpuCondition(False, counts[0], counts[1])
+
+
+class RealEventWatcher:
+    """nvmlEventSetCreate, nvmlDeviceRegisterEvents per GPU (the supported subset), nvmlEventSetWait_v2."""
+
+    def __init__(self, n: Any, count: int) -> None:
+        self.n = n
+        self.count = count
+        self.pending: list[NvmlEvent] = []  # failures found while registering, delivered by the first wait
+        self.lost: set[int] = set()
+        self.set = n.nvmlEventSetCreate()
+        for gpu in range(count):
+            try:
+                h = n.nvmlDeviceGetHandleByIndex(gpu)
+                mask = int(n.nvmlDeviceGetSupportedEventTypes(h)) & WANTED
+                if mask:
+                    n.nvmlDeviceRegisterEvents(h, mask, self.set)
+            except NvmlError as exc:
+                if exc.code == NOT_SUPPORTED:
+                    continue
+                self._failed(gpu, exc.code)
+
+    def _failed(self, gpu: int, code: int) -> None:
+        if code == GPU_IS_LOST:
+            if gpu in self.lost:
+                return
+            self.lost.add(gpu)
+            self.pending.append(NvmlEvent(gpu, "lost", 0, time.time()))
+        else:
+            self.pending.append(NvmlEvent(gpu, "error", code, time.time()))
+
+    def wait(self, timeout: float) -> list[NvmlEvent]:
+        if self.pending:
+            out, self.pending = self.pending, []
+            return out
+        try:
+            data = self.n.nvmlEventSetWait_v2(self.set, max(0, int(timeout * 1000)))
+        except NvmlError as exc:
+            if exc.code == TIMEOUT:
+                return []
+            if exc.code == GPU_IS_LOST:  # which one: ask each
+                for gpu in range(self.count):
+                    if condition(self.n, gpu).lost:
+                        self._failed(gpu, GPU_IS_LOST)
+            else:
+                log.debug("nvmlEventSetWait_v2: %s", exc)
+            out, self.pending = self.pending, []
+            return out
+        gpu = int(self.n.nvmlDeviceGetIndex(data.device))
+        kind = EVENT_BITS.get(int(data.eventType), "error")
+        return [NvmlEvent(gpu, kind, int(data.eventData), time.time())]
+
+    def close(self) -> None:
+        try:
+            self.n.nvmlEventSetFree(self.set)
+        except NvmlError as exc:
+            log.debug("nvmlEventSetFree: %s", exc)
