@@ -38,6 +38,8 @@ GOOD_CONFIG = "version: v1\nmig-configs:\n  one:\n    - devices: all\n      mig-
 
 # commands that serve forever: their parameters are fuzzed through click's parsing only
 SERVE = {("qos", "daemon"), ("k8s", "device-plugin"), ("k8s", "node-agent")}
+# commands that stream until interrupted with --watch: fuzzed with the stream bounded (--for 0)
+WATCH = {("health",)}
 # commands that document exit 1 (a difference found; no libvirt daemon to talk to)
 EXIT_1 = {("mig", "assert"), ("assert",), ("mdev", "start"), ("attach",), ("detach",)}  # assert: 1 = differs
 
@@ -121,9 +123,27 @@ def test_every_option_of_every_command(fuzz_host: FuzzHost, path: tuple[str, ...
         if path in SERVE:
             parse_only(fuzz_host, [*path, *argv])
             return
+        if path in WATCH and "--watch" in argv:
+            argv = bounded(argv)
         fuzz_host.run([*front, *path, *argv], group="cli", allow_1=path in EXIT_1)
 
     case()
+
+
+def bounded(argv: list[str]) -> list[str]:
+    """``argv`` of a ``--watch`` command with its ``--for`` replaced by 0 (the stream ends at once)."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    opts, rest = argv[:end], argv[end:]
+    out: list[str] = []
+    skip = False
+    for word in opts:
+        if skip:
+            skip = False
+        elif word == "--for":
+            skip = True
+        elif not word.startswith("--for="):
+            out.append(word)
+    return ["--for", "0", *out, *rest]
 
 
 def parse_only(fuzz_host: FuzzHost, argv: list[str]) -> None:

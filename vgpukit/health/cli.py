@@ -103,8 +103,10 @@ def health(
     """
     app: App = ctx.obj
     table = _table(app, xid_table)
-    found = _look(app, table, window)
-    devices = _select(app, device, found.devices)
+    record = record_log.load(app.host)
+    found = check.look(app.host, app.nvml, table, record, window=window)
+    devices = _select(app, device, found.devices)  # a name it does not watch: refused, nothing recorded
+    record_log.save(app.host, record)
     if not watch:
         emit(app, "health", {"devices": [d.as_dict() for d in devices], "window": window}, lambda: _render(devices))
         ctx.exit(exit_code(devices))
