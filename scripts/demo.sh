@@ -47,7 +47,7 @@ section "MIG slices through (simulated) NVML"
 step vgpukit partition gpu0 --mig 3g.20gb
 step vgpukit partition gpu0 --mig 3g.20gb
 step vgpukit partition gpu1 --mig 3g.20gb,2g.10gb,1g.5gb=2 --dry-run
-refused 4 vgpukit partition gpu1 --mig 4g.20gb,3g.20gb,1g.5gb --dry-run
+refused 2 vgpukit partition gpu1 --mig 4g.20gb,3g.20gb,1g.5gb --dry-run   # can never fit an A100: invalid input
 step vgpukit mig status gpu0
 step vgpukit mig export -c demo
 
