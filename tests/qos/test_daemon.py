@@ -147,6 +147,22 @@ def test_fixed_share_time_slicing_of_real_processes(daemon: DaemonProc, spawn) -
     assert st["a"]["frozen_s"] > 0.5 and st["b"]["frozen_s"] > 0.3
 
 
+def _guardian_gone(root: Path) -> bool:
+    """No live process of this test's daemon is left (the guardian is a fork of it: same command line
+    and environment)."""
+    mark = f"VGPUKIT_ROOT={root}".encode()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ours = b"qos\0daemon" in (d / "cmdline").read_bytes() and mark in (d / "environ").read_bytes()
+            if ours and ") Z" not in (d / "stat").read_text():
+                return False
+        except OSError:
+            continue
+    return True
+
+
 def test_kill9_guardian_thaws_and_restart_thaws(daemon: DaemonProc, spawn) -> None:  # type: ignore[no-untyped-def]
     daemon.start()
     a, b = spawn(), spawn()
@@ -157,6 +173,9 @@ def test_kill9_guardian_thaws_and_restart_thaws(daemon: DaemonProc, spawn) -> No
     assert wait_for(lambda: stopped(a.pid) or stopped(b.pid), timeout=2)
     daemon.stop(signal.SIGKILL)
     assert wait_for(lambda: not stopped(a.pid) and not stopped(b.pid), timeout=3)  # the guardian
+    # it has thawed and exited (a watchdog thaw on a loaded machine can come before the one on EOF:
+    # a SIGSTOP below must not race the guardian's last thaw)
+    assert wait_for(lambda: _guardian_gone(daemon.root), timeout=10)
     managed = json.loads(daemon.host.state_dir("qos", "frozen.json").read_text())["targets"]
     assert sorted(managed) == sorted([f"pids:{a.pid}", f"pids:{b.pid}"])
     # a restarted daemon thaws the persisted set first (stop one by hand to see it)
