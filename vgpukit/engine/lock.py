@@ -12,8 +12,9 @@ import errno
 import fcntl
 import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import Busy, from_oserror
@@ -40,28 +41,49 @@ def holder(host: Host) -> str:
     return f"pid {pid}" + (f" ({cmd})" if cmd else "")
 
 
+def try_flock(fd: int, shown: str) -> bool:
+    """Take an exclusive ``flock`` on ``fd`` without waiting: False when another process holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError as exc:
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise from_oserror(exc, path=shown, action="locking") from exc
+        return False
+
+
 @contextmanager
-def host_lock(host: Host, command: str, wait: float, progress: Progress | None = None) -> Iterator[None]:
-    """Hold the host lock; wait up to ``wait`` seconds for it, telling ``progress`` at once who holds it."""
-    path = host.state_dir("lock")
+def flocked(host: Host, path: Path, what: str, take: Callable[[int, str], None], record: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the state file ``path`` (one holder per host): ``take(fd, shown)``
+    gets it or raises; the holder's ``record`` (its pid first) is written into the file while it holds
+    it and cleared after. The kernel drops the lock when the holder dies, even on ``kill -9``."""
     host.mkdir(path.parent)
-    host.resolve(path.parent)  # refuse a run/vgpukit that leads outside the root
+    host.resolve(path.parent)  # refuse a state directory that leads outside the root
     shown = host.display(path)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
-        raise from_oserror(exc, path=shown, action="opening the host lock") from exc
+        raise from_oserror(exc, path=shown, action=f"opening {what}") from exc
     try:
+        take(fd, shown)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record.encode(errors="replace"), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # closing drops the flock
+
+
+def host_lock(host: Host, command: str, wait: float, progress: Progress | None = None) -> AbstractContextManager[None]:
+    """Hold the host lock; wait up to ``wait`` seconds for it, telling ``progress`` at once who holds it."""
+
+    def take(fd: int, shown: str) -> None:
         start = time.monotonic()
         deadline = start + max(wait, 0.0)
         told = progress is None or wait <= 0
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise from_oserror(exc, path=shown, action="locking") from exc
+        while not try_flock(fd, shown):
             if time.monotonic() >= deadline:
                 who = holder(host) or "another process"
                 raise Busy(
@@ -75,11 +97,5 @@ def host_lock(host: Host, command: str, wait: float, progress: Progress | None =
                     progress.waiting(who or "another process", wait)  # type: ignore[union-attr]
                     told = True
             time.sleep(POLL)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n{command}\n".encode(errors="replace"), 0)
-        try:
-            yield
-        finally:
-            os.ftruncate(fd, 0)
-    finally:
-        os.close(fd)  # closing drops the flock
+
+    return flocked(host, host.state_dir("lock"), "the host lock", take, f"{os.getpid()}\n{command}\n")

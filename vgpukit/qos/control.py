@@ -7,18 +7,17 @@ The server checks the peer's credentials (SO_PEERCRED): root or the socket's own
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import os
 import socket
 import struct
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from ..errors import EXIT_FAILED, Busy, HostIOError, InvalidInput, NotFound, VgpukitError, from_oserror
+from ..engine.lock import flocked, try_flock
+from ..errors import EXIT_FAILED, Busy, HostIOError, InvalidInput, NotFound, VgpukitError
 from ..host import Host
 
 MAX_REQUEST = 1 << 20
@@ -31,39 +30,24 @@ def socket_path(host: Host) -> Path:
     return host.state_dir("qos", "control.sock")
 
 
-@contextmanager
-def daemon_lock(host: Host) -> Iterator[None]:
+def daemon_lock(host: Host) -> AbstractContextManager[None]:
     """One QoS daemon per host: an exclusive ``flock`` on ``/run/vgpukit/qos/daemon.pid`` (holding the
     holder's pid), taken before the daemon touches anything. A second daemon exits 4 naming the first;
     the kernel drops the lock when its holder dies, so a killed daemon never blocks the next one."""
+
+    def take(fd: int, shown: str) -> None:
+        if try_flock(fd, shown):
+            return
+        pid = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        who = f"pid {pid}" if pid.isascii() and pid.isdigit() else "another process"
+        raise Busy(
+            f"a QoS daemon already runs on this host: {who}",
+            path=shown,
+            hint="talk to it with vgpukit qos status, or stop it first",
+        )
+
     path = host.state_dir("qos", "daemon.pid")
-    host.mkdir(path.parent)
-    host.resolve(path.parent)  # refuse a run/vgpukit/qos that leads outside the root
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise from_oserror(exc, path=host.display(path), action="opening the QoS daemon's pid file") from exc
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise from_oserror(exc, path=host.display(path), action="locking") from exc
-            pid = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-            who = f"pid {pid}" if pid.isascii() and pid.isdigit() else "another process"
-            raise Busy(
-                f"a QoS daemon already runs on this host: {who}",
-                path=host.display(path),
-                hint="talk to it with vgpukit qos status, or stop it first",
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        try:
-            yield
-        finally:
-            os.ftruncate(fd, 0)
-    finally:
-        os.close(fd)  # closing drops the flock
+    return flocked(host, path, "the QoS daemon's pid file", take, f"{os.getpid()}\n")
 
 
 def error_reply(err: VgpukitError) -> dict[str, Any]:
