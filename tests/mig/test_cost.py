@@ -71,3 +71,24 @@ def test_the_driver_state_is_folded_in_proportion_to_its_size(tmp_path: Path) ->
     past a fixed 64 KiB of lines made it grow as the state: 5x from 8 to 40 GPUs)."""
     small, large = _fold_share(tmp_path / "8", 8), _fold_share(tmp_path / "40", 40)
     assert small > 0 and large <= 1.5 * small
+
+
+def test_apply_without_hooks_plans_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a hooks file there is nothing to fail before: the plan made under the host lock is
+    the only one (before, a first plan ran outside the lock and read every GPU's health twice)."""
+    from vgpukit.mig import migparted
+
+    sim = tmp_path / "hgx"
+    init_sim(sim, "hgx-a100")
+    (tmp_path / "mig.yaml").write_text(CONFIG)
+    calls = [0]
+    build = migparted.build_plans
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(migparted, "build_plans", counted)
+    r = invoke(sim, "mig", "apply", "-f", str(tmp_path / "mig.yaml"), "--reset")
+    assert r.exit_code == 0, r.output
+    assert calls[0] == 1

@@ -85,3 +85,15 @@ def test_enable_to_vfio_reads_each_attribute_once(sim_dir: Path) -> None:
     for vf in after.vfs:
         per_vf = sum(n for p, n in host.links.items() if vf.bdf in p)
         assert per_vf <= 3, (vf.bdf, {p: n for p, n in host.links.items() if vf.bdf in p})
+
+
+def test_enable_on_a_device_health_does_not_watch_opens_no_nvml(sim_dir: Path) -> None:
+    """A NIC's PF is no device the health layer watches: planning its VFs asks no NVML and reads no
+    health record (before, every enable loaded NVML and looked at every GPU's health)."""
+
+    def no_nvml() -> None:
+        raise AssertionError("NVML opened to plan VFs of a NIC")
+
+    facts = planner.Facts(Host(sim_dir), nvml=no_nvml)
+    steps = planner.plan(facts, planner.EnableRequest(NIC0, 4, "vfio-pci", timeout=5))
+    assert steps and facts.unusable(NIC0) is None

@@ -19,10 +19,10 @@ from ..nvml.model import EventWatcher, Nvml, NvmlEvent
 from ..pci import PciDevice, Scan
 from .log import Record
 from .model import DEFAULT_WINDOW, DeviceHealth, HealthEvent, event, summarize
+from .scope import VFIO, watched
 from .xid import XidTable
 
 AER_FILES = {"fatal": AER_DEV_FATAL, "nonfatal": AER_DEV_NONFATAL, "correctable": AER_DEV_CORRECTABLE}
-VFIO = "vfio-pci"
 
 
 @dataclass
@@ -40,20 +40,6 @@ def aer_total(text: str | None) -> int | None:
         if name.startswith("TOTAL_ERR_") and value.strip().isdigit():
             return int(value.strip())
     return None
-
-
-def _interesting(scan: Scan, names: dict[str, str]) -> list[tuple[PciDevice, str, str]]:
-    """(device, name, kind) of the GPUs, their VFs and the vfio-pci functions, in bus order."""
-    out = []
-    gpus = {bdf for bdf, name in names.items() if name.startswith("gpu")}
-    for dev in scan.devices():
-        if dev.bdf in gpus:
-            out.append((dev, names[dev.bdf], "gpu"))
-        elif dev.physfn in gpus:
-            out.append((dev, dev.bdf, "vf"))
-        elif dev.driver == VFIO:
-            out.append((dev, dev.bdf, "vf" if dev.physfn else "pci"))
-    return out
 
 
 def _pci_facts(host: Host, dev: PciDevice) -> dict[str, Any]:
@@ -133,7 +119,7 @@ def look(
         new.append(event(e.time or now, name_of.get(bdf, bdf), bdf, e.kind, e.data, table))
     devices: dict[str, tuple[str, str]] = {}
     pci: dict[str, dict[str, Any]] = {}
-    for dev, name, kind in _interesting(scan, names):
+    for dev, name, kind in watched(scan, names):
         devices[dev.bdf] = (name, kind)
         facts = _pci_facts(host, dev)
         before = record.pci.get(dev.bdf, {})

@@ -160,12 +160,13 @@ def apply_cmd(
         dry = plan()
         report_plans(app, "mig-apply", dry, [s for p in dry for s in p.steps], head, scan=scan)
         return
-    try:  # bad input fails before any hook runs; busy/capacity may change once the hooks ran
-        plan()
-    except (InvalidInput, NotFound, Unsupported, layout.Unusable):  # no hook makes a GPU usable again
-        raise
-    except VgpukitError:
-        pass
+    if hk.by_name:  # without hooks the plan made under the lock is the only one needed
+        try:  # bad input fails before any hook runs; busy/capacity may change once the hooks ran
+            plan()
+        except (InvalidInput, NotFound, Unsupported, layout.Unusable):  # no hook makes a GPU usable again
+            raise
+        except VgpukitError:
+            pass
     env = hooks.environment(_abs(source), chosen, str(hooks_path or ""), skip_reset, mode_only, _host_env(app))
     show = app.debug
     done: list[Any] = []

@@ -162,7 +162,11 @@ class Facts:
     def unusable(self, bdf: str) -> str | None:
         """Why the health layer finds ``bdf`` unusable for SR-IOV (None: usable); read once."""
         if self._unusable is None:
-            from ..health import fact  # loaded only by the commands that plan an enable
+            from ..health import scope  # loaded only by the commands that plan an enable
+
+            if not scope.is_watched(self.scan, bdf):  # a NIC's PF: no NVML, no record to read
+                return None
+            from ..health import fact
 
             nvml = self.nvml() if self.nvml is not None else None
             self._unusable = fact.unusable_now(self.host, nvml, ("vfs-missing",), self.scan)

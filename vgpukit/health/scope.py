@@ -1,0 +1,30 @@
+"""Which devices the health layer watches, from PCI facts only (no NVML, no record): every GPU
+(``gpuN``), the VFs of a GPU, and every function bound to vfio-pci (a VM's device). A device it does
+not watch is never found unusable, so a planner asks here first and loads nothing more for it."""
+
+from __future__ import annotations
+
+from ..naming import aliases
+from ..pci import PciDevice, Scan
+
+VFIO = "vfio-pci"
+
+
+def watched(scan: Scan, names: dict[str, str]) -> list[tuple[PciDevice, str, str]]:
+    """(device, name, kind) of the GPUs, their VFs and the vfio-pci functions, in bus order;
+    ``names``: :func:`vgpukit.naming.aliases` of ``scan``."""
+    out = []
+    gpus = {bdf for bdf, name in names.items() if name.startswith("gpu")}
+    for dev in scan.devices():
+        if dev.bdf in gpus:
+            out.append((dev, names[dev.bdf], "gpu"))
+        elif dev.physfn in gpus:
+            out.append((dev, dev.bdf, "vf"))
+        elif dev.driver == VFIO:
+            out.append((dev, dev.bdf, "vf" if dev.physfn else "pci"))
+    return out
+
+
+def is_watched(scan: Scan, bdf: str) -> bool:
+    """Whether the health layer looks at ``bdf`` at all (what :func:`watched` lists)."""
+    return any(dev.bdf == bdf for dev, _, _ in watched(scan, aliases(scan)))
