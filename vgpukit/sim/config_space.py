@@ -8,6 +8,7 @@ from typing import Any
 # (0x0604, and 0x0609 semi-transparent) have type 1, CardBus bridges (0x0607) type 2, every other
 # function type 0 (a normal endpoint). A profile model may say otherwise (``header_type: N``).
 HEADER_TYPES = {0x0604: 1, 0x0609: 1, 0x0607: 2}
+HEADER_TYPE_OFFSET = 0x0E  # the header-type byte (bit 7: multi-function)
 CONFIG_BYTES = 256  # conventional configuration space (what the kernel shows a reader without root: 64)
 
 
@@ -20,7 +21,7 @@ def config_space(spec: dict[str, Any]) -> bytes:
     data = bytearray(CONFIG_BYTES)
     data[0:4] = vendor.to_bytes(2, "little") + device.to_bytes(2, "little")
     data[0x09:0x0C] = class_code.to_bytes(3, "little")
-    data[0x0E] = header
+    data[HEADER_TYPE_OFFSET] = header
     if header == 0:
         sub_vendor, sub_device = (int(x, 16) for x in spec.get("subsystem", spec["ids"]).split(":"))
         data[0x2C:0x30] = sub_vendor.to_bytes(2, "little") + sub_device.to_bytes(2, "little")

@@ -123,6 +123,7 @@ class SimKernel:
         self.stamp: tuple[object, ...] = ()  # the state files' stamp when it was
         self.lock_fd: int | None = None
         self.real_dirs: set[str] = set()
+        self.headers: dict[str, int] = {}  # header types of the functions this kernel created (SimTree)
         self.umask: int | None = None  # the process's, read at the first file a reaction creates
         self.char_nodes: bool | None = None  # whether device nodes are real ones (sim init --char-devices)
         if (sim_meta_dir(self.root) / LOG).exists():
@@ -139,11 +140,19 @@ class SimKernel:
         # command's Host does; forgotten when a reaction is undone)
         from .tree import SimTree  # a command that only reads loads none of the write machinery
 
-        tree = SimTree(self.root, resolved=True, real_dirs=self.real_dirs, umask=self.umask, char_nodes=self.char_nodes)
+        tree = SimTree(
+            self.root,
+            resolved=True,
+            real_dirs=self.real_dirs,
+            umask=self.umask,
+            char_nodes=self.char_nodes,
+            headers=self.headers,
+        )
         real = Path(tree.inside(path, follow=False))
         with self._locked():
             if recover(self.root) is not None:
                 self.real_dirs.clear()
+                self.headers.clear()
             tree.journal = Journal(
                 self.root, sim_meta_dir(self.root), {"path": os.path.relpath(real, self.root), "value": data}
             )
@@ -156,6 +165,7 @@ class SimKernel:
             except BaseException:
                 self.state = None  # it may hold what the failed reaction changed
                 self.real_dirs.clear()  # and the undo removes the directories it made
+                self.headers.clear()
                 journal.rollback()
                 raise
             finally:

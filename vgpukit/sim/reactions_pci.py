@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from .config_space import HEADER_TYPE_OFFSET
 from .files import HeldOpen, read_attr
 from .kernel import Reaction, Write, fail
 
@@ -59,12 +60,15 @@ def _ids(w: Write, bdf: str) -> tuple[str, str]:
 
 def header_type(w: Write, bdf: str) -> int:
     """The function's configuration-space header type (byte 0x0e, without the multi-function bit)."""
+    known = w.tree.headers.get(bdf)
+    if known is not None:  # created by this kernel: what its config file holds
+        return known
     try:
         fd = os.open(w.tree.device_dir(bdf) / "config", os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:  # a host simulated before config was
         return 0
     try:
-        data = os.pread(fd, 1, 0x0E)  # the one byte: an open, a read and a close per probe
+        data = os.pread(fd, 1, HEADER_TYPE_OFFSET)  # the one byte: an open, a read and a close per probe
     finally:
         os.close(fd)
     return data[0] & 0x7F if data else 0

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInput
-from .config_space import config_space
+from .config_space import HEADER_TYPE_OFFSET, config_space
 from .files import HeldOpen, process_umask, write_fd
 from .journal import Journal
 
@@ -55,6 +55,9 @@ class SimTree:
     char_nodes: bool | None = None  # :func:`char_devices`, looked up at the first device node
     links: dict[str, str] = field(default_factory=dict, repr=False)  # link -> real path, for this tree's life
     held: HeldOpen | None = field(default=None, repr=False)  # set: new files are closed by it, together
+    # bdf -> header type of the functions this tree created (what their config file holds), so a probe
+    # of a VF made moments ago does not read back the byte the simulator just wrote
+    headers: dict[str, int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not self.resolved:
@@ -329,7 +332,9 @@ class SimTree:
         self.write_attr(d / "subsystem_vendor", f"0x{sub[0]}")
         self.write_attr(d / "subsystem_device", f"0x{sub[1]}")
         self.write_attr(d / "class", spec["class"])
-        self._create(self._entry(d / "config"), config_space(spec), RO)  # binary; in a new directory
+        config = config_space(spec)
+        self._create(self._entry(d / "config"), config, RO)  # binary; in a new directory
+        self.headers[bdf] = config[HEADER_TYPE_OFFSET] & 0x7F
         self.write_attr(d / "numa_node", -1 if numa is None else numa)
         if cpulist is not None:
             self.write_attr(d / "local_cpulist", cpulist)
@@ -366,6 +371,7 @@ class SimTree:
             self.unlink(self.devnode("vfio", group))
 
     def remove_pci_device(self, bdf: str) -> None:
+        self.headers.pop(bdf, None)
         d = self.device_dir(bdf)
         drv = os.readlink(d / "driver") if os.path.lexists(d / "driver") else None
         if drv:
