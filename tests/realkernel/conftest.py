@@ -19,6 +19,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
+import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -118,37 +121,83 @@ def _install_mdevctl(rk: RealKernel) -> str:
         return f"(echo {shlex.quote(f'mdevctl unavailable: {exc}')} >&2; false)"
 
 
+class _Background:
+    """The one guest run of this session, started in a thread as soon as the cases are collected, so
+    QEMU boots and runs while the rest of the suite runs on the host (the first real case waits)."""
+
+    def __init__(self, nodeids: list[str], steps_of: list[pytest.Item]) -> None:
+        self.session = GuestSession(nodeids=nodeids)
+        self.unavailable: str | None = None
+        self.crashed: BaseException | None = None
+        self.seconds: float | None = None
+        self.cancel = threading.Event()
+        self.keep = Path(tempfile.mkdtemp(prefix="vgpukit-guest."))  # removed when the session ends
+        self._items = steps_of
+        self.thread = threading.Thread(target=self._run, name="realkernel-guest", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            rk = RealKernel()
+            rk.config.timeout = max(rk.config.timeout, 1500.0)  # every module's steps + the in-guest cases, under TCG
+            try:
+                assets = rk.prepare()
+            except Unavailable as exc:
+                self.unavailable = f"real kernel unavailable: {exc}"
+                return
+            session = self.session
+            session.mtty = assets.mtty
+            t0 = time.monotonic()
+            run = rk.run(
+                _guest_steps(rk, self._items, session.nodeids),
+                keep_dir=self.keep,
+                env={"VGPUKIT_GUEST_MTTY": "1" if assets.mtty else "0"},
+                cancel=self.cancel,
+            )
+            session.run = run
+            results = run.out_dir / RESULTS
+            if results.exists():
+                session.outcomes = json.loads(results.read_text())
+            elif session.nodeids:
+                pytest_step = run.steps["pytest"].describe() + "\n" if "pytest" in run.steps else ""
+                session.error = f"the guest's pytest wrote no results:\n{pytest_step}--- guest console (tail)\n" + (
+                    run.console_tail()
+                )
+            self.seconds = time.monotonic() - t0
+        except BaseException as exc:  # reported by the first real case, not lost in the thread
+            self.crashed = exc
+
+
+_GUEST = pytest.StashKey[_Background]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the guest now (in the background) when real cases were collected and can run."""
+    if IN_GUEST or skip_reason():
+        return
+    items = [i for i in session.items if _is_real_case(i)]
+    if not items:
+        return
+    bg = _Background([i.nodeid for i in items], list(session.items))
+    session.config.stash[_GUEST] = bg
+    bg.thread.start()
+
+
 @pytest.fixture(scope="session")
-def guest_session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> GuestSession:
+def guest_session(request: pytest.FixtureRequest) -> GuestSession:
     reason = skip_reason()
     if reason:
         skip_or_fail(reason)
-    items = [i for i in request.session.items if _is_real_case(i)]
-    session = GuestSession(nodeids=[i.nodeid for i in items])
-    rk = RealKernel()
-    rk.config.timeout = max(rk.config.timeout, 1500.0)  # every module's steps + the in-guest cases, under TCG
-    try:
-        assets = rk.prepare()
-    except Unavailable as exc:
-        skip_or_fail(f"real kernel unavailable: {exc}")
-    session.mtty = assets.mtty
-    t0 = time.monotonic()
-    run = rk.run(
-        _guest_steps(rk, list(request.session.items), session.nodeids),
-        keep_dir=tmp_path_factory.mktemp("guest"),
-        env={"VGPUKIT_GUEST_MTTY": "1" if assets.mtty else "0"},
-    )
-    session.run = run
-    results = run.out_dir / RESULTS
-    if results.exists():
-        session.outcomes = json.loads(results.read_text())
-    elif session.nodeids:
-        pytest_step = run.steps["pytest"].describe() + "\n" if "pytest" in run.steps else ""
-        session.error = f"the guest's pytest wrote no results:\n{pytest_step}--- guest console (tail)\n" + (
-            run.console_tail()
-        )
-    request.config.stash[_SECONDS] = time.monotonic() - t0
-    return session
+    bg = request.config.stash.get(_GUEST, None)
+    if bg is None:  # no real case was collected at the start (cannot happen for a real case's fixture)
+        skip_or_fail("the guest was not started")
+    bg.thread.join()
+    if bg.unavailable:
+        skip_or_fail(bg.unavailable)
+    if bg.crashed is not None:
+        raise bg.crashed
+    if bg.seconds is not None:
+        request.config.stash[_SECONDS] = bg.seconds
+    return bg.session
 
 
 _SECONDS = pytest.StashKey[float]()
@@ -226,6 +275,12 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    bg = session.config.stash.get(_GUEST, None)
+    if bg is not None and bg.thread.is_alive():  # the session ended first (-x, ^C): no QEMU left behind
+        bg.cancel.set()
+        bg.thread.join(timeout=30)
+    if bg is not None and not bg.thread.is_alive():
+        shutil.rmtree(bg.keep, ignore_errors=True)
     if IN_GUEST:
         out = Path(os.environ.get("VGPUKIT_GUEST_OUT", GUEST_OUT))
         (out / RESULTS).write_text(json.dumps(_outcomes, indent=1))

@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -553,9 +554,14 @@ class RealKernel:
         return "\n".join(lines) + "\n"
 
     def run(
-        self, steps: Sequence[GuestStep], keep_dir: Path | None = None, env: dict[str, str] | None = None
+        self,
+        steps: Sequence[GuestStep],
+        keep_dir: Path | None = None,
+        env: dict[str, str] | None = None,
+        cancel: threading.Event | None = None,
     ) -> GuestRun:
-        """Boot one guest, run ``steps`` in order, power off; every step's outcome."""
+        """Boot one guest, run ``steps`` in order, power off; every step's outcome. ``cancel``: set
+        it to stop the guest early (the steps not finished then have no outcome)."""
         names = [s.name for s in steps]
         if len(set(names)) != len(names):
             raise ValueError("step names must be unique")
@@ -569,11 +575,14 @@ class RealKernel:
             proc = subprocess.Popen(
                 self.qemu_argv(assets, out_dir), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
             )
-            try:
-                proc.wait(timeout=limit)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            while proc.poll() is None:
+                left = limit - (time.monotonic() - t0)
+                if left <= 0 or (cancel is not None and cancel.is_set()):
+                    proc.kill()
+                    proc.wait()
+                    break
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=min(left, 1.0))
         seconds = time.monotonic() - t0
         console = (out_dir / "console.log").read_text(errors="replace")
         results: dict[str, StepResult] = {}
