@@ -115,7 +115,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_sees_lazy_imports() -> None:
     graph = import_graph()
     assert "vgpukit.host" in graph["vgpukit.clikit.context"]  # module level
-    assert "vgpukit.sim.kernel" in graph["vgpukit.clikit.context"]  # in a function
+    assert "vgpukit.sim.kernel" in graph["vgpukit.wiring"]  # in a function
     assert "vgpukit.nvml" in graph["vgpukit.clikit.context"]  # under TYPE_CHECKING
     assert "vgpukit.nvml.table" in graph["vgpukit.sim.nvml"]  # "from ..nvml import table" names the submodule
 
@@ -244,3 +244,20 @@ def test_no_front_end_fills_the_steps_cache() -> None:
     in the steps (``was``): a front end only reads it for its report."""
     bad = sorted(seen_fillers())
     assert not bad, "front ends filling env.seen:\n" + "\n".join(bad)
+
+
+def test_the_click_toolkit_names_no_area_and_no_simulator() -> None:
+    """vgpukit/clikit is below every command: what a command is wired to (the simulated or real
+    kernel and NVML, the CDI specs kept current) comes from vgpukit.wiring, given by whoever starts it."""
+    graph = import_graph()
+    low = ("vgpukit.clikit", "vgpukit.errors", "vgpukit.host", "vgpukit.inputs", "vgpukit.engine", "vgpukit.nvml")
+    low += ("vgpukit.naming", "vgpukit.pci", "vgpukit.hostio", "vgpukit.host_layout", "vgpukit.words", "vgpukit.data")
+    low += ("vgpukit.records", "vgpukit.extras", "vgpukit.processes", "vgpukit.holders", "vgpukit.iommu")
+    bad = sorted(
+        f"{m} -> {d}"
+        for m, deps in graph.items()
+        if m.startswith("vgpukit.clikit")
+        for d in deps
+        if not any(d == p or d.startswith(p + ".") for p in low)
+    )
+    assert not bad, "the click toolkit importing an area, the simulator or a front end:\n" + "\n".join(bad)

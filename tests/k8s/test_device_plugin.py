@@ -20,6 +20,7 @@ from tests.k8s.kubelet import Kubelet
 from vgpukit.clikit.context import App
 from vgpukit.k8s.inventory import Inventory, Options, Poller, collect
 from vgpukit.k8s.plugin import HEALTHY, UNHEALTHY, Manager, plugin_dir
+from vgpukit.wiring import Wiring
 
 VF_POOL = "vgpukit.io/vf-15b3-101b"
 MIG_3G = "vgpukit.io/mig-3g.20gb"
@@ -49,7 +50,7 @@ def hgx(path: Path) -> Path:
 
 
 def collector(sim: Path, replicas: int = 2) -> Inventory:
-    app = App(sim_dir=sim)
+    app = App(sim_dir=sim, wiring=Wiring())
     try:
         return collect(app.host, app.nvml, Options(replicas=replicas))
     finally:
@@ -60,7 +61,7 @@ def poller(sim: Path, replicas: int = 2) -> Poller:
     """As the CLI builds it: a fresh App per poll, full collect only when the signature changes."""
 
     def open_host() -> tuple[object, object, object]:
-        app = App(sim_dir=sim)
+        app = App(sim_dir=sim, wiring=Wiring())
         return app.host, app.nvml, app.close
 
     return Poller(open_host, lambda _host: Options(replicas=replicas))  # type: ignore[arg-type]
@@ -218,7 +219,7 @@ def test_gpu_share_carries_the_qos_tenants_share_and_memory_cap(tmp_path: Path) 
         "      train: {class: offline, share: 30, pids: [4242], memory: 4GiB}\n"
         "      serve: {class: online, share: 70, pids: [4343]}\n"
     )
-    app = App(sim_dir=sim)
+    app = App(sim_dir=sim, wiring=Wiring())
     from vgpukit.qos.config import default_config_path, load_base
 
     inv = collect(app.host, app.nvml, Options(replicas=2, qos=load_base(app.host, default_config_path(app.host))))
@@ -303,7 +304,7 @@ def test_an_unusable_gpu_is_unhealthy_and_recovers_after_the_debounce(short_tmp:
     host = sim_host(sim)
 
     def unusable() -> dict[str, str]:
-        app = App(sim_dir=sim)
+        app = App(sim_dir=sim, wiring=Wiring())
         try:
             return fact.unusable(fact.current(app.host, app.nvml))
         finally:

@@ -8,13 +8,14 @@ from tests.conftest import invoke, make_sim
 from vgpukit.clikit.context import App
 from vgpukit.k8s.inventory import Options, collect
 from vgpukit.k8s.preferred import Distances, preferred
+from vgpukit.wiring import Wiring
 
 
 def test_closest_devices_first_and_must_include_kept(tmp_path: Path) -> None:
     sim = make_sim(tmp_path / "h")
     for nic in ("nic0", "nic1", "nic2"):  # nic0 + nic1 share a root complex (socket 0), nic2 on socket 1
         assert invoke(sim, "sriov", "enable", nic, "--vfs", "2", "--driver", "vfio-pci").exit_code == 0
-    app = App(sim_dir=sim)
+    app = App(sim_dir=sim, wiring=Wiring())
     inv = collect(app.host, app.nvml, Options(replicas=1))
     vfs = inv.resources["vgpukit.io/vf-15b3-101b"]
     dist = Distances(vfs, inv.pci)

@@ -18,6 +18,7 @@ from ..clikit.lazy import LazyGroup
 from ..clikit.params import AsciiFloat
 from ..errors import EXIT_INVALID, InvalidInput, VgpukitError
 from ..inputs import has_control
+from ..wiring import Wiring
 
 # name -> (module, attribute, one-line help): the top-level commands, imported when run (LazyGroup).
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -53,7 +54,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+# the wiring (vgpukit.wiring) rides in the root context's obj until the group's callback makes the App;
+# shell completion, which runs no callback, finds it there
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"], "obj": Wiring()})
 @click.option("--root", metavar="DIR", help="Host root directory (default: /; env VGPUKIT_ROOT).")
 @click.option("--sim", "sim", metavar="DIR", help="Act on the simulated host in DIR (env VGPUKIT_SIM).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (also accepted after the command).")
@@ -83,7 +86,10 @@ def cli(
     elif not isinstance(logging.lastResort, _Warnings):
         # warnings logged where no handler is set up (a rollback step that failed) read like our errors
         logging.lastResort = _Warnings()
-    ctx.obj = App.from_env(root, sim, json=as_json, dry_run=dry_run, debug=debug, wait=wait, command=_command_line())
+    wiring = ctx.obj if isinstance(ctx.obj, Wiring) else Wiring()
+    ctx.obj = App.from_env(
+        root, sim, json=as_json, dry_run=dry_run, debug=debug, wait=wait, command=_command_line(), wiring=wiring
+    )
     ctx.call_on_close(ctx.obj.close)  # runs when the command ends, error or not
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import InvalidInput, NotFound
+from ..errors import InvalidInput
 from ..host import Host
 from ..inputs import check_text
 
@@ -14,7 +15,16 @@ if TYPE_CHECKING:
     from ..engine import Env
     from ..nvml import Nvml
 
-SIM_MARKER = ".vgpukit-sim"
+
+class Wiring(Protocol):
+    """What a command is wired to (:class:`vgpukit.wiring.Wiring`): given by whoever starts it, so
+    this toolkit names no kernel, NVML backend or area."""
+
+    def open_host(self, root: Path | None, sim_dir: Path | None, dry_run: bool) -> Host: ...
+
+    def open_nvml(self, sim_dir: Path | None) -> Nvml | None: ...
+
+    def derived(self) -> tuple[Callable[[Env], list[Any]], ...]: ...
 
 
 class App:
@@ -30,6 +40,7 @@ class App:
         debug: bool = False,
         wait: float = 30.0,
         command: str = "",
+        wiring: Wiring | None = None,
     ) -> None:
         self.root = root
         self.sim_dir = sim_dir
@@ -38,6 +49,7 @@ class App:
         self.debug = debug
         self.wait = wait  # seconds a mutating command waits for the host lock (--wait / VGPUKIT_WAIT)
         self.command = command  # the command line, recorded in the host lock and the journal
+        self.wiring = wiring  # None: this App only says where the host is (shell completion)
         self._env: Env | None = None
         self._host: Host | None = None
         self._nvml: Any = None
@@ -61,27 +73,23 @@ class App:
     @property
     def host(self) -> Host:
         if self._host is None:
-            if self.sim_dir is not None:
-                from ..sim.kernel import SimKernel  # opening it completes or undoes a reaction cut short
-
-                check_sim_dir(self.sim_dir)
-                self._host = Host(self.sim_dir, kernel=SimKernel(self.sim_dir), dry_run=self.dry_run)
-            else:
-                if self.root is not None and not self.root.is_dir():
-                    raise NotFound(f"--root {self.root}: no such directory", path=str(self.root))
-                self._host = Host(self.root or Path("/"), dry_run=self.dry_run)
+            self._host = self._wired().open_host(self.root, self.sim_dir, self.dry_run)
         return self._host
+
+    def _wired(self) -> Wiring:
+        if self.wiring is None:
+            raise RuntimeError("this App was made without its wiring (vgpukit.wiring.Wiring)")
+        return self.wiring
 
     @property
     def env(self) -> Env:
         """What the change engine acts on: this command's host, NVML (opened on demand), lock settings."""
         if self._env is None:
-            from ..cdi.refresh import derived_steps as cdi_specs
             from ..engine import Env
             from .progress import progress_for
 
-            # the composition: the derived files kept current after every change (the CDI specs)
-            self._env = Env(self.host, lambda: self.nvml, command=self.command, wait=self.wait, derived=(cdi_specs,))
+            derived = self._wired().derived()  # the files kept current after every change
+            self._env = Env(self.host, lambda: self.nvml, command=self.command, wait=self.wait, derived=derived)
             self._env.progress = progress_for(self.json)
         return self._env
 
@@ -89,7 +97,7 @@ class App:
     def nvml(self) -> Nvml | None:
         """The NVML facade: simulated on a sim host, pynvml otherwise; None where no driver is loaded."""
         if not self._nvml_loaded:
-            self._nvml = open_nvml(self.sim_dir)
+            self._nvml = self._wired().open_nvml(self.sim_dir)
             self._nvml_loaded = True
         return self._nvml  # type: ignore[no-any-return]
 
@@ -98,17 +106,6 @@ class App:
         if self._nvml is not None:
             self._nvml.close()
         self._nvml, self._nvml_loaded = None, False
-
-
-def open_nvml(sim_dir: Path | None) -> Nvml | None:
-    """The composition's choice of NVML backend: the simulated driver on a simulated host, else pynvml."""
-    if sim_dir is not None:
-        from ..sim.nvml import SimNvml
-
-        return SimNvml(sim_dir)
-    from ..nvml.real import RealNvml
-
-    return RealNvml.try_open()
 
 
 def _given(option: str | None, name: str, env: str) -> str | None:
@@ -123,12 +120,3 @@ def _given(option: str | None, name: str, env: str) -> str | None:
         raise InvalidInput(f"{name} is empty: give a directory (unset it to act on the real host)")
     check_text(option, name, max_len=4096)
     return option
-
-
-def check_sim_dir(path: Path) -> None:
-    if not (path / SIM_MARKER / "sim.json").is_file():
-        raise NotFound(
-            f"{path} is not a simulated host",
-            path=str(path),
-            hint=f"create one with: vgpukit sim init {path} --profile hgx-a100",
-        )

@@ -162,7 +162,7 @@ def host_names(ctx: click.Context, kinds: frozenset[str]) -> list[str]:
     return names
 
 
-def _offer(names: list[str], incomplete: str, prefix: str = "") -> list[Any]:
+def offer(names: list[str], incomplete: str, prefix: str = "") -> list[Any]:
     from click.shell_completion import CompletionItem
 
     return [CompletionItem(prefix + n) for n in names if n.startswith(incomplete)]
@@ -175,9 +175,9 @@ class MdevCreateArgs(Name):
         given = list(ctx.params.get(param.name or "") or ())
         try:
             if not given:
-                return _offer(host_names(ctx, frozenset({"parent"})), incomplete)
+                return offer(host_names(ctx, frozenset({"parent"})), incomplete)
             if len(given) == 1:
-                return _offer(parent_types(ctx, given[0]), incomplete)
+                return offer(parent_types(ctx, given[0]), incomplete)
         except Exception:  # completion is silent
             pass
         return []
@@ -204,16 +204,16 @@ class MigProfiles(Name):
             names = gpu_profiles(ctx, str(gpu))
         except Exception:  # completion is silent
             return []
-        return _offer(names, last, head + "," if head else "")
+        return offer(names, last, head + "," if head else "")
 
 
 def gpu_profiles(ctx: click.Context, gpu: str) -> list[str]:
     """The MIG profile names of the GPU the command line names (through NVML, simulated on a sim host)."""
     from .. import naming
-    from .context import open_nvml
 
     host, sim_dir = completion_host(ctx)
-    nvml = open_nvml(sim_dir)
+    wiring = ctx.find_root().obj  # the command line's wiring (vgpukit.wiring), given to the root context
+    nvml = wiring.open_nvml(sim_dir) if hasattr(wiring, "open_nvml") else None
     if nvml is None or not gpu:
         return []
     try:
@@ -222,18 +222,6 @@ def gpu_profiles(ctx: click.Context, gpu: str) -> list[str]:
         return [p.name for p in nvml.gi_profiles(t.nvml_index)]
     finally:
         nvml.close()
-
-
-class SimProfile(Name):
-    """``sim init --profile``: the built-in profile names (or a YAML file)."""
-
-    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
-        from click.shell_completion import CompletionItem
-
-        from ..sim.build import builtin_profiles
-
-        names = _offer(sorted(builtin_profiles()), incomplete)
-        return names or [CompletionItem(incomplete, type="file")]
 
 
 DEVICE = DeviceName("pci")  # a PCI function

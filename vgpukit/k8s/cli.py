@@ -44,7 +44,7 @@ def _poller(app: App, replicas: int) -> Poller:
     from .inventory import Poller
 
     def open_host() -> tuple[Host, Nvml | None, Callable[[], None]]:
-        fresh = App(root=app.root, sim_dir=app.sim_dir)
+        fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
         return fresh.host, fresh.nvml, fresh.close
 
     return Poller(open_host, lambda host: _options(host, replicas))
@@ -55,7 +55,7 @@ def _health(app: App) -> Callable[[], dict[str, str]]:
     from ..health import fact
 
     def look() -> dict[str, str]:
-        fresh = App(root=app.root, sim_dir=app.sim_dir)
+        fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
         try:
             return fact.unusable(fact.current(fresh.host, fresh.nvml))
         finally:

@@ -75,10 +75,11 @@ def fast_read(args: list[str]) -> int | None:
         return None
     glob, verb, opts = parsed
     from ..clikit.context import App
+    from ..wiring import Wiring
     from . import listing
 
     try:
-        app = App.from_env(glob.get("--root"), glob.get("--sim"))
+        app = App.from_env(glob.get("--root"), glob.get("--sim"), wiring=Wiring())
         host = app.host
         if verb == "types":
             from . import sysfs

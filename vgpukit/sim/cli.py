@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from ..clikit.context import App, check_sim_dir
+from ..clikit.context import App
 from ..clikit.lazy import LazyGroup
 from ..clikit.options import json_option
 from ..clikit.output import emit, say, table
-from ..clikit.params import NAME, VM_DEVICE, AsciiInt, SimProfile
+from ..clikit.params import NAME, VM_DEVICE, AsciiInt, Name, offer
 from ..errors import InvalidInput, NotFound
 from ..words import plural
+from .state import check_sim_dir
+
+
+class SimProfile(Name):
+    """``sim init --profile``: the built-in profile names (or a YAML file)."""
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        from click.shell_completion import CompletionItem
+
+        from .build import builtin_profiles
+
+        names = offer(sorted(builtin_profiles()), incomplete)
+        return names or [CompletionItem(incomplete, type="file")]
 
 
 @click.group(cls=LazyGroup)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, NotFound
 from ..inputs import load_json
 
 META = ".vgpukit-sim"
@@ -20,6 +20,16 @@ MAX_STATE_BYTES = 64 * 1024 * 1024  # the simulated NVML state of a big host wit
 
 def sim_meta_dir(root: Path) -> Path:
     return root / META
+
+
+def check_sim_dir(path: Path) -> None:
+    """NotFound unless ``path`` is a simulated host (``vgpukit sim init`` made it)."""
+    if not (path / META / "sim.json").is_file():
+        raise NotFound(
+            f"{path} is not a simulated host",
+            path=str(path),
+            hint=f"create one with: vgpukit sim init {path} --profile hgx-a100",
+        )
 
 
 # What the reactions read from kernel.json (keys ending in "?" are optional): checked at load, so a

@@ -55,9 +55,7 @@ class SimTree:
     char_nodes: bool | None = None  # :func:`char_devices`, looked up at the first device node
     links: dict[str, str] = field(default_factory=dict, repr=False)  # link -> real path, for this tree's life
     held: HeldOpen | None = field(default=None, repr=False)  # set: new files are closed by it, together
-    # bdf -> header type of the functions this tree created (what their config file holds), so a probe
-    # of a VF made moments ago does not read back the byte the simulator just wrote
-    headers: dict[str, int] = field(default_factory=dict, repr=False)
+    headers: dict[str, int] = field(default_factory=dict, repr=False)  # bdf -> header type, of what it created
 
     def __post_init__(self) -> None:
         if not self.resolved:
