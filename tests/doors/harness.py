@@ -73,13 +73,14 @@ def _json(text: str) -> dict[str, object]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _cli(door: str, sim: Path, argv: Sequence[str]) -> Answer:
+def _cli(door: str, sim: Path | None, argv: Sequence[str]) -> Answer:
     r = invoke(sim, *argv)
     kind, message = _error(_json(r.stdout)) if r.exit_code else (None, "")
     return Answer(door, r.exit_code, kind, message, r.stderr.strip())
 
 
-def area(sim: Path, args: Sequence[str]) -> Answer:
+def area(sim: Path | None, args: Sequence[str]) -> Answer:
+    """The area command on the simulated host ``sim`` (None: ``args`` say which host, ``--root DIR``)."""
     return _cli("area", sim, ["--json", *args])
 
 
