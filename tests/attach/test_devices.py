@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from vgpukit.attach import render
-from vgpukit.attach.checks import check_iommu
 from vgpukit.attach.devices import resolve
 from vgpukit.attach.hostfacts import detect_firmware, parse_cpulist
+from vgpukit.attach.planner import check_iommu
 from vgpukit.errors import Conflict, InvalidInput, NotFound, Unsupported
 from vgpukit.host import Host
 from vgpukit.libvirt.domain import HostdevInterface, MdevHostdev, PciHostdev

@@ -195,7 +195,7 @@ def test_json_devices_carry_boot_vga(tmp_path: Path, run_cli: Run) -> None:
 
 
 def test_the_console_goes_to_a_vm_only_after_a_forced_bind(tmp_path: Path, run_cli: Run) -> None:
-    from vgpukit.attach.ops import targets_for
+    from vgpukit.attach.planner import targets_for
     from vgpukit.errors import Busy
 
     sim = make_sim(tmp_path / "t4", "t4-mdev")

@@ -120,8 +120,8 @@ def _group_of_three(fake: FakeHost, other_driver: str, other_class: int = 0x0200
 )
 def test_one_iommu_viability_rule(tmp_path: Path, driver: str, cls: int, viable: bool) -> None:
     """bind's warnings and attach's check agree, because both ask vgpukit.iommu."""
-    from vgpukit.attach.checks import check_iommu
     from vgpukit.attach.devices import resolve
+    from vgpukit.attach.planner import check_iommu
     from vgpukit.errors import Conflict
 
     fake = FakeHost(tmp_path)

@@ -11,18 +11,8 @@ from pathlib import Path
 
 from tests.conftest import invoke, make_sim
 from tests.doors import harness
+from tests.health import documents
 
-HOST = f"""version: vgpukit.host/v1
-configs:
-  {harness.CONFIG}:
-    mig: all-3g
-mig-configs:
-  all-3g:
-    - devices: all
-      mig-enabled: true
-      mig-devices:
-        "3g.20gb": 2
-"""
 SAYS = "gpu0 (0000:03:00.0) is unusable: uncorrected ECC errors"
 
 
@@ -30,19 +20,9 @@ def test_mig_onto_an_unusable_gpu_is_refused_through_every_door(tmp_path: Path) 
     sim = make_sim(tmp_path / "host", "hgx-a100")
     r = invoke(sim, "sim", "fault", "ecc", "gpu0", "--double")
     assert r.exit_code == 0, r.stderr
-    before = harness.host_state(sim)
-    path = tmp_path / "host.yaml"
-    path.write_text(HOST)
-    doors = {
-        "area": lambda s: harness.area(s, ["partition", "gpu0", "--mig", "3g.20gb"]),
-        **harness.config_doors(path, tmp_path),
-    }
-    answers = []
-    for name, door in doors.items():
-        answer = door(sim)
-        answers.append(answer)
-        assert harness.host_state(sim) == before, f"{name} changed the host"
+    answers = harness.every_door(
+        sim, tmp_path, "mig: all-3g", ["partition", "gpu0", "--mig", "3g.20gb"], top=documents.MIG_CONFIGS
+    )
+    for answer in answers:
         assert (answer.code, answer.kind) == (4, "unusable"), answer
         assert SAYS in answer.message, answer
-    assert harness.same_answer(answers[1:], answers[0]) == []
-    assert answers[0].line.count("\n") == 0 and answers[0].line.startswith("vgpukit: error: " + answers[0].message)

@@ -260,7 +260,8 @@ def test_simulator_profile(fuzz_host: FuzzHost) -> None:
 # --------------------------------------------------------------------------- the QoS daemon's files
 def test_qos_config_and_runtime_record(fuzz_host: FuzzHost) -> None:
     """``qos daemon`` serves forever, so its two files go through the loaders it starts with."""
-    from vgpukit.qos.config import Overlay, default_config_path, load_base
+    from vgpukit.qos.config import Overlay, default_config_path
+    from vgpukit.qos.planner import effective, load
 
     valid = {
         "watchdog_s": 2,
@@ -283,12 +284,12 @@ def test_qos_config_and_runtime_record(fuzz_host: FuzzHost) -> None:
         plant(Overlay.path(host), record)
         fuzz_host.cases["formats"] = fuzz_host.cases.get("formats", 0) + 1
         try:
-            base = load_base(host, default_config_path(host))
+            base = load(host, default_config_path(host))
         except VgpukitError as err:
             assert err.exit_code == 2 and "\n" not in str(err), str(err)
             no_content_in(str(err))
             return
-        _cfg, problems = Overlay.load(host).apply(base)
+        _cfg, problems = effective(base, Overlay.load(host))
         for p in problems:
             assert "\n" not in p
             no_content_in(p)

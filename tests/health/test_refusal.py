@@ -8,28 +8,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Run, make_sim
+from tests.health import documents
 from vgpukit.mig import layout
 from vgpukit.nvml import NvmlGpu
 
-MIG = """version: v1
-mig-configs:
-  all-3g:
-    - devices: all
-      mig-enabled: true
-      mig-devices:
-        "3g.20gb": 2
-"""
-HOST = """version: vgpukit.host/v1
-configs:
-  vms:
-    mig: all-3g
-mig-configs:
-  all-3g:
-    - devices: all
-      mig-enabled: true
-      mig-devices:
-        "3g.20gb": 2
-"""
+MIG, HOST = documents.MIG, documents.host("vms")
 
 
 def test_the_rule() -> None:

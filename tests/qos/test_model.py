@@ -6,8 +6,9 @@ import pytest
 
 from vgpukit.errors import Conflict, InvalidInput, NoCapacity, NotFound
 from vgpukit.host import Host
-from vgpukit.qos.config import Overlay, load_base
+from vgpukit.qos.config import Overlay
 from vgpukit.qos.model import MAX_TENANTS, Gpu, QosConfig, Tenant
+from vgpukit.qos.planner import AddTenant, RemoveTenant, change, effective, load
 
 
 def t(name: str, share: int = 10, cls: str = "offline") -> Tenant:
@@ -68,25 +69,26 @@ def test_bad_configs_rejected(doc: object) -> None:
 
 def test_share_sum_per_class() -> None:
     cfg = QosConfig()
-    cfg.add_tenant("gpu0", t("a", 60, "online"))
-    cfg.add_tenant("gpu0", t("b", 60, "offline"))  # other class: fine
+    cfg = change(cfg, AddTenant("gpu0", t("a", 60, "online"))).config
+    cfg = change(cfg, AddTenant("gpu0", t("b", 60, "offline"))).config  # other class: fine
     with pytest.raises(Conflict, match="online shares add up to 101"):
-        cfg.add_tenant("gpu0", t("c", 41, "online"))
+        change(cfg, AddTenant("gpu0", t("c", 41, "online")))
     assert [x.name for x in cfg.gpus["gpu0"].tenants] == ["a", "b"]
 
 
 def test_tenant_limit_and_duplicates() -> None:
     cfg = QosConfig()
     for i in range(MAX_TENANTS):
-        cfg.add_tenant("gpu0", t(f"t{i}", 1))
+        cfg = change(cfg, AddTenant("gpu0", t(f"t{i}", 1))).config
     with pytest.raises(NoCapacity):
-        cfg.add_tenant("gpu0", Tenant("x", "online", 1, "pids", pids=(9,)))
+        change(cfg, AddTenant("gpu0", Tenant("x", "online", 1, "pids", pids=(9,))))
+    assert change(cfg, AddTenant("gpu0", t("t0", 1))).plan == []  # the same tenant again: nothing to do
     with pytest.raises(Conflict):
-        cfg.add_tenant("gpu0", t("t0", 1))
+        change(cfg, AddTenant("gpu0", t("t0", 2)))
     with pytest.raises(NotFound):
-        cfg.remove_tenant("gpu0", "nope")
+        change(cfg, RemoveTenant("gpu0", "nope"))
     with pytest.raises(NotFound):
-        cfg.remove_tenant("gpu9", "t0")
+        change(cfg, RemoveTenant("gpu9", "t0"))
 
 
 def test_overlay_applies_on_top_of_base() -> None:
@@ -97,7 +99,7 @@ def test_overlay_applies_on_top_of_base() -> None:
     ov.record_tenant("gpu0", "b", t("b", 30))
     ov.record_tenant("gpu1", "c", t("c", 80))
     ov.record_tenant("gpu1", "d", t("d", 80))  # no longer fits: skipped, reported
-    cfg, problems = ov.apply(base)
+    cfg, problems = effective(base, ov)
     assert cfg.gpus["gpu0"].policy == "burst-share" and cfg.gpus["gpu0"].slice_ms == 20
     assert [x.name for x in cfg.gpus["gpu0"].tenants] == ["b"]
     assert [x.name for x in cfg.gpus["gpu1"].tenants] == ["c"]
@@ -119,11 +121,11 @@ def test_config_errors_name_file_and_line_never_content(tmp_path: Path) -> None:
     for text, line in cases:
         path.write_text(text)
         with pytest.raises(InvalidInput) as exc:
-            load_base(host, path)
+            load(host, path)
         msg = str(exc.value)
         assert msg.startswith("/etc/vgpukit/qos.yaml: " + line + ": ") and "SECRET" not in msg, msg
         assert len(msg) < 200
-    assert load_base(host, tmp_path / "missing.yaml").gpus == {}
+    assert load(host, tmp_path / "missing.yaml").gpus == {}
 
 
 def test_default_demand_is_auto() -> None:
@@ -137,5 +139,5 @@ def test_corrupt_overlay_is_ignored(tmp_path: Path) -> None:
         host.write_file(Overlay.path(host), text)
         ov = Overlay.load(host)
         assert ov.tenants in ({}, {"gpu0": {}})
-        _, problems = ov.apply(QosConfig())
+        _, problems = effective(QosConfig(), ov)
         assert all("gpu1" in p for p in problems)

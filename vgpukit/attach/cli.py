@@ -155,26 +155,16 @@ def attach(
 ) -> None:
     """Attach DEVICEs to libvirt DOMAIN (default: its config, and the live VM if running)."""
     from ..libvirt.connection import connect
-    from . import ops
+    from . import planner
+    from .ops import run
 
-    mac = mac.lower() if mac else None
-    nvml = _nvml(app, devices)
-    targets = ops.targets_for(app.host, list(devices), nvml=nvml, mac=mac, vlan=vlan)  # bad ones fail before connecting
+    req = planner.Attach(domain, devices, live, config, mac.lower() if mac else None, vlan)
+    targets = planner.targets(app.host, req, _nvml(app, devices))  # bad ones fail before connecting
     lv = connect(uri)
     try:
-        out = ops.attach(
-            app.host,
-            lv,
-            domain,
-            [],
-            dry_run=app.dry_run,
-            live=live,
-            config=config,
-            mac=mac,
-            vlan=vlan,
-            targets=targets,
-            env=app.env,
-        )
+        out = planner.plan_attach(app.host, lv, req, targets)
+        if out.steps and not app.dry_run:
+            run(app.host, lv, out.steps, app.env)
     finally:
         lv.close()
     emit_result(
@@ -199,14 +189,16 @@ def attach(
 def detach(app: App, domain: str, devices: tuple[str, ...], live: bool, config: bool, uri: str) -> None:
     """Detach DEVICEs from libvirt DOMAIN (default: its config, and the live VM if running)."""
     from ..libvirt.connection import connect
-    from . import ops
+    from . import planner
+    from .ops import run
 
-    keys = ops.detach_keys(app.host, list(devices), _nvml(app, devices))
+    req = planner.Detach(domain, devices, live, config)
+    keys = planner.detach_keys(app.host, list(devices), _nvml(app, devices))
     lv = connect(uri)
     try:
-        out = ops.detach(
-            app.host, lv, domain, [], dry_run=app.dry_run, live=live, config=config, keys=keys, env=app.env
-        )
+        out = planner.plan_detach(lv, req, keys)
+        if out.steps and not app.dry_run:
+            run(app.host, lv, out.steps, app.env)
     finally:
         lv.close()
     emit_result(

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 from ..errors import Busy, Conflict
 from ..host import Host
 from ..libvirt.domain import Device
-from .checks import check_iommu, check_not_console
 from .devices import AttachTarget, resolve
 from .hostfacts import firmware_for, hugepage_warnings, placement_for
 from .model import DomainSpec
+from .planner import check_iommu, check_not_console
 
 if TYPE_CHECKING:
     from ..nvml import Nvml

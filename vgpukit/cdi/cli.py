@@ -11,11 +11,8 @@ from ..clikit.context import App
 from ..clikit.lazy import LazyGroup
 from ..clikit.options import dry_run_option, json_option, mutating
 from ..clikit.output import emit, emit_result, json_doc, print_json, say, table
-from ..errors import InvalidInput
 from ..host_layout import CDI_SPEC_DIRS
-from ..inputs import check_text
 from .settings import CLASSES
-from .spec import NVML_CLASSES
 
 CLASS_OPTION = click.option(
     "--class", "classes", multiple=True, type=click.Choice(CLASSES), help="Only these classes (repeat)."
@@ -65,41 +62,26 @@ def _warn(warnings: list[str]) -> None:
 @mutating
 def generate(app: App, output: str | None, classes: tuple[str, ...]) -> None:
     """Write CDI specs for this host's VFIO devices, mdevs, GPUs, MIG devices and QoS tenants."""
-    from . import files as f
-    from . import spec as c
+    from .planner import Generate, plan
 
-    host = app.host
-    settings = f.load_settings(host)
-    wanted = classes or (settings.classes if settings else CLASSES)
-    specs, warnings = c.collect(host, app.nvml if NVML_CLASSES & set(wanted) else None, wanted, settings)
-    _warn(warnings)
+    todo = plan(app.host, lambda: app.nvml, Generate(output, classes))
+    _warn(todo.warnings)
     if output == "-":
         if app.json:
-            print_json(json_doc("cdi", {"specs": [s.to_dict() for s in specs], "warnings": warnings}))
+            print_json(json_doc("cdi", {"specs": [s.to_dict() for s in todo.specs], "warnings": todo.warnings}))
         else:
-            sys.stdout.write("---\n".join(s.render("yaml") for s in specs if s.devices))
+            sys.stdout.write("---\n".join(s.render("yaml") for s in todo.specs if s.devices))
         return
-    given = output
-    if output is None:
-        output = f"{settings.dir if settings else f.DIRS[0]}/{f.SPEC_STEM}.yaml"
-    else:
-        check_text(output, "--output", max_len=4096)
-        if not output.startswith("/"):
-            raise InvalidInput(f"--output {output}: give an absolute path (or '-')", value=output)
-        f.check_abs(output, "--output")
-    # an --output the user named is reported where it is written (under --sim/--root: inside that root)
-    plans = f.plan_files(host, output, specs, real_paths=given is not None and str(host.root) != "/")
-    done = _execute(app, f.file_steps(plans))
-    emit_result(app, "cdi", plan=done, data={"files": _files(host, plans), "warnings": warnings},
-                human=lambda: _human(plans))  # fmt: skip
+    _done(app, todo)
 
 
-def _execute(app: App, steps: list[Any]) -> list[str]:
+def _done(app: App, todo: Any) -> None:
+    """Run the plan (a dry run lists it) and report its files."""
     from ..engine import execute
 
-    if app.dry_run:
-        return [s.describe() for s in steps]
-    return execute(app.env, steps)
+    done = [s.describe() for s in todo.preview] if app.dry_run else execute(app.env, todo.steps)
+    emit_result(app, "cdi", plan=done, data={"files": _files(app.host, todo.files), "warnings": todo.warnings},
+                human=lambda: _human(todo.files))  # fmt: skip
 
 
 @cdi.command("enable")
@@ -125,36 +107,15 @@ def _execute(app: App, steps: list[Any]) -> list[str]:
 @mutating
 def enable(app: App, directory: str, classes: tuple[str, ...], hook: str | None, cuda_library: str | None) -> None:
     """Keep CDI specs current: every later change to the host rewrites the specs it affects."""
-    from ..engine.files import PutFile
-    from . import files as f
-    from . import spec as c
+    from .planner import Enable, plan
+    from .settings import Settings, check_abs
 
     given = (("hook", hook), ("cuda_library", cuda_library))
-    kw = {k: f.check_abs(v, f"--{k.replace('_', '-')}") for k, v in given if v}
-    settings = f.Settings(f.check_abs(directory, "--dir"), classes or CLASSES, **kw).validate()
-    host = app.host
-    path = host.display(f.settings_path(host))
-    specs, warnings = c.collect(host, app.nvml if NVML_CLASSES & set(settings.classes) else None, settings.classes,
-                                settings)  # fmt: skip
-    _warn(warnings)
-    plans = f.plan_files(host, f"{settings.dir}/{f.SPEC_STEM}.yaml", specs)
-    old = host.read_raw_opt(f.settings_path(host))
-    before = f.load_settings(host) if old is not None else None
-    steps: list[Any] = []
-    if old != settings.to_text():
-        steps.append(PutFile(path, settings.to_text(), 0o644, f"keep CDI specs in {settings.dir} current ({path})"))
-    if before is not None:  # moved: what vgpukit wrote in the old place goes; narrowed: the dropped classes'
-        moved = before.dir != settings.dir
-        gone = [c.Spec(k) for k in CLASSES if moved or (k in before.classes and k not in settings.classes)]
-        steps += f.file_steps(f.plan_files(host, f"{before.dir}/{f.SPEC_STEM}.yaml", gone))
-    if app.dry_run:
-        done = [s.describe() for s in steps + f.file_steps(plans)]
-    else:
-        from ..engine import execute
-
-        done = execute(app.env, steps) if steps else _execute(app, f.file_steps(plans))
-    emit_result(app, "cdi", plan=done, data={"files": _files(host, plans), "warnings": warnings},
-                human=lambda: _human(plans))  # fmt: skip
+    kw = {k: check_abs(v, f"--{k.replace('_', '-')}") for k, v in given if v}
+    settings = Settings(check_abs(directory, "--dir"), classes or CLASSES, **kw).validate()
+    todo = plan(app.host, lambda: app.nvml, Enable(settings))
+    _warn(todo.warnings)
+    _done(app, todo)
 
 
 @cdi.command("disable")
@@ -164,21 +125,9 @@ def enable(app: App, directory: str, classes: tuple[str, ...], hook: str | None,
 @mutating
 def disable(app: App) -> None:
     """Stop keeping CDI specs current and remove the spec files vgpukit wrote there."""
-    from ..engine.files import PutFile
-    from . import files as f
-    from . import spec as c
+    from .planner import Disable, plan
 
-    host = app.host
-    settings = f.load_settings(host)
-    if settings is None:
-        emit_result(app, "cdi", plan=[], data={"files": [], "warnings": []})
-        return
-    empty = [c.Spec(cls) for cls in CLASSES]
-    plans = f.plan_files(host, f"{settings.dir}/{f.SPEC_STEM}.yaml", empty)
-    path = host.display(f.settings_path(host))
-    steps = [PutFile(path, None, 0o644, f"stop keeping CDI specs current (remove {path})"), *f.file_steps(plans)]
-    done = _execute(app, steps)
-    emit_result(app, "cdi", plan=done, data={"files": _files(host, plans), "warnings": []})
+    _done(app, plan(app.host, lambda: app.nvml, Disable()))
 
 
 @cdi.command("list")

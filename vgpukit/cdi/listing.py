@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidInput
 from ..host import Host
 from ..inputs import load_yaml
-from .files import DIRS, SPEC_STEM, derived_plans, load_settings
+from .planner import DIRS, SPEC_STEM, derived_plans, load_settings
 
 if TYPE_CHECKING:
     from ..nvml import Nvml

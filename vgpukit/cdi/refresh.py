@@ -25,9 +25,9 @@ def derived_steps(env: Env) -> list[Step]:
         settings = load_settings(env.host)
         if settings is None:
             return []
-        from .files import derived_plans, file_steps
+        from .planner import Refresh, plan
 
-        return file_steps(derived_plans(env.host, settings, lambda: env.nvml))
+        return plan(env.host, lambda: env.nvml, Refresh()).steps
     except VgpukitError as err:
         log.warning("CDI specs not refreshed: %s (fix it, or run 'vgpukit cdi disable')", err)
         return []

@@ -32,9 +32,9 @@ RW_OPTIONS = ("rw", "nosuid", "nodev", "rbind", "rprivate")
 
 def tenants(host: Host) -> list[tuple[str, str]]:
     """(GPU key, tenant name) of every tenant the QoS daemon applies (base config + runtime record)."""
-    from ..qos.config import Overlay, default_config_path, load_base
+    from ..qos.planner import running
 
-    cfg, _ = Overlay.load(host).apply(load_base(host, default_config_path(host)))
+    cfg, _ = running(host)
     return [(key, t.name) for key, gpu in sorted(cfg.gpus.items()) for t in gpu.tenants]
 
 

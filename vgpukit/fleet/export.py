@@ -68,14 +68,15 @@ def _qos(host: Host) -> dict[str, Any] | None:
     """The QoS configuration the daemon runs: ``/etc/vgpukit/qos.yaml`` with the run-time changes
     (``qos set``, ``qos tenant add|rm``, kept in /run) on top, as ``k8s resources`` and the gpu-share
     CDI spec see it (docs/fleet.md: applying it elsewhere makes them permanent there)."""
-    from ..qos.config import Overlay, default_config_path, load_base
+    from ..qos.config import Overlay, default_config_path
+    from ..qos.planner import effective, load
 
     path = default_config_path(host)
     overlay = Overlay.load(host)
     if not host.exists(path) and not overlay.gpus and not overlay.tenants:
         return None
     try:
-        cfg, _skipped = overlay.apply(load_base(host, path))  # what no longer fits, the daemon skips too
+        cfg, _skipped = effective(load(host, path), overlay)  # what no longer fits, the daemon skips too
     except VgpukitError:  # a broken qos.yaml is not part of a config to reproduce
         return None
     return cfg.to_dict()

@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 
 from .. import naming
 from ..engine import Env, Step
-from ..engine.files import PutFile
 from ..engine.step import STAGES
 from ..errors import Busy, DeviceUnusable, InUse, InvalidInput, Unsupported, VgpukitError
 from ..holders import OpenFiles
@@ -45,7 +44,7 @@ T = TypeVar("T")
 @dataclass
 class Plan:
     steps: list[tuple[str, Step]] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)  # the MIG planner's, about this host
+    warnings: list[str] = field(default_factory=list)  # the MIG and QoS planners', about this host
 
     def add(self, area: str, steps: list[Step]) -> None:
         self.steps += [(area, s) for s in steps]
@@ -173,7 +172,7 @@ def _plan(ctx: _Ctx) -> Plan:
     out.add("mig", mig_steps)
     out.add("mdev", mdev_add)
     out.add("vgpu", vgpu_add)
-    out.add("qos", _qos(ctx))
+    out.add("qos", _qos(ctx, out))
     return out
 
 
@@ -299,24 +298,18 @@ def _vgpu(ctx: _Ctx) -> tuple[list[Step], list[Step]]:
 
 
 # ----------------------------------------------------------------------------- QoS
-def _qos(ctx: _Ctx) -> list[Step]:
+def _qos(ctx: _Ctx, out: Plan) -> list[Step]:
+    """The ``qos:`` section, by the QoS planner (the rules of ``qos tenant add``, its warnings)."""
     if ctx.cfg.qos is None:
         return []
-    import yaml
-
-    from ..qos.config import Overlay, default_config_path, load_base
+    from ..qos import planner as qos_planner
     from ..qos.model import QosConfig
 
     try:
         want = QosConfig.from_dict(ctx.cfg.qos)
     except VgpukitError as err:
         raise InvalidInput(f"{ctx.cfg.source}:{ctx.cfg.line}: config {ctx.cfg.name}: qos: {err}") from None
-    path = default_config_path(ctx.host)
-    base = load_base(ctx.host, path)
-    # the host matches when its YAML, or what the daemon runs (the YAML + run-time changes, which
-    # 'export' writes), is the config; apply manages the YAML and leaves the run-time changes alone
-    if want.to_dict() in (base.to_dict(), Overlay.load(ctx.host).apply(base)[0].to_dict()):
-        return []
-    text = yaml.safe_dump(want.to_dict(), sort_keys=False)
-    shown = ctx.host.display(path)
-    return [PutFile(shown, text, 0o644, what=f"write the QoS config {shown}")]
+    ctx.line = ctx.cfg.line
+    found = qos_planner.plan_config(ctx.host, want)
+    out.warnings += found.warnings
+    return found.steps

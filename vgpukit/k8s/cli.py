@@ -32,10 +32,10 @@ def k8s() -> None:
 
 def _options(host: Host, replicas: int) -> Options:
     """gpu-share replicas and the QoS daemon's effective config (tenants' shares and memory caps)."""
-    from ..qos.config import Overlay, default_config_path, load_base
+    from ..qos.planner import running
     from .inventory import Options
 
-    qos, _problems = Overlay.load(host).apply(load_base(host, default_config_path(host)))
+    qos, _problems = running(host)
     return Options(replicas=replicas, qos=qos)
 
 

@@ -16,7 +16,7 @@ from ..clikit.lazy import LazyGroup
 from ..clikit.options import dry_run_option, json_option
 from ..clikit.output import emit, emit_result, say, table
 from ..clikit.params import NAME, AsciiFloat, AsciiInt, Size
-from ..errors import InvalidInput, VgpukitError
+from ..errors import InvalidInput
 from . import control
 from .model import CLASSES, DEMANDS, MAX_INFLIGHT, MAX_INFLIGHT_MS, MAX_PID, POLICIES, Tenant
 
@@ -160,22 +160,10 @@ def tenant_add(
 
 
 def _cuda_warnings(app: App, name: str, given: list[str]) -> list[str]:
-    """What the tenant asked of the CUDA interception library that cannot happen because the library is
-    missing: its caps (``given``: --memory...) and, with the gpu-share CDI class enabled, its spec."""
-    from ..cdi.nvidia import host_path
-    from ..cdi.settings import DEFAULT_CUDA_LIBRARY, load_settings
+    """The QoS planner's CUDA library rule for this tenant (``given``: its caps, --memory...)."""
+    from .planner import library, library_warnings
 
-    try:
-        settings = load_settings(app.host)
-    except VgpukitError:  # a broken settings file: the refresh above said so
-        settings = None
-    shared = settings is not None and "gpu-share" in settings.classes
-    library = settings.cuda_library if settings is not None else DEFAULT_CUDA_LIBRARY
-    if not (given or shared) or app.host.is_file(host_path(app.host, library)):
-        return []
-    lost = [f"its {'/'.join(given)} cap is not enforced"] if given else []
-    lost += ["no gpu-share CDI spec can carry it"] if shared else []
-    return [f"tenant {name}: {library} is missing (see docs/cuda.md): {' and '.join(lost)}"]
+    return library_warnings(library(app.host), name, given)
 
 
 @tenant.command("rm")

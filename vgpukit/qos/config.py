@@ -8,7 +8,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,9 @@ def default_config_path(host: Host) -> Path:
     return host.config_dir("qos.yaml")
 
 
-def load_base(host: Host, path: Path) -> QosConfig:
-    """The admin's config; any problem is one InvalidInput naming the file and the line."""
+def load_base(host: Host, path: Path, rules: Callable[[Gpu], object] | None = None) -> QosConfig:
+    """The admin's config; any problem is one InvalidInput naming the file and the line. ``rules``:
+    what each GPU's tenants must satisfy together (the QoS planner's, :func:`vgpukit.qos.planner.load`)."""
     user_file = path != default_config_path(host)  # --config PATH: the user's own file, not contained
     text = host.read_doc(path, "QoS config", MAX_CONFIG_BYTES, missing_ok=True, user_file=user_file)
     if text is None:
@@ -34,12 +36,15 @@ def load_base(host: Host, path: Path) -> QosConfig:
     where = str(path) if user_file else host.display(path)
     doc = load_yaml(text, str(where))  # size, syntax and nesting: the message names the line
     try:
-        return QosConfig.from_dict(doc)
+        cfg = QosConfig.from_dict(doc)
+        for gpu in cfg.gpus.values() if rules else ():
+            rules(gpu)  # type: ignore[misc]
+        return cfg
     except VgpukitError as err:
-        raise InvalidInput(f"{where}: {_line(text, doc)}{err}") from None
+        raise InvalidInput(f"{where}: {_line(text, doc, rules)}{err}") from None
 
 
-def _line(text: str, doc: Any) -> str:
+def _line(text: str, doc: Any, rules: Callable[[Gpu], object] | None) -> str:
     """``line N: `` of the GPU or tenant entry a value error is in (validated again one by one)."""
     import yaml
 
@@ -61,7 +66,9 @@ def _line(text: str, doc: Any) -> str:
         if path:
             break
         try:
-            Gpu.from_dict(str(key), gdoc)
+            gpu = Gpu.from_dict(str(key), gdoc)
+            if rules:
+                rules(gpu)
         except VgpukitError:
             path = ["gpus", key]
             break
@@ -113,27 +120,6 @@ class Overlay:
         import json
 
         host.write_file(self.path(host), json.dumps(doc, indent=1, sort_keys=True) + "\n", mode=0o600)
-
-    def apply(self, base: QosConfig) -> tuple[QosConfig, list[str]]:
-        """The effective config; entries that no longer fit are skipped and reported."""
-        cfg = QosConfig(gpus=dict(base.gpus), watchdog_s=base.watchdog_s, sample_ms=base.sample_ms)
-        problems: list[str] = []
-        for key, settings in self.gpus.items():
-            try:
-                cfg.set_policy(key, settings.get("policy"), settings.get("slice_ms"))
-            except VgpukitError as err:
-                problems.append(f"runtime setting for {key} skipped: {err}")
-        for key, tenants in self.tenants.items():
-            for name, doc in tenants.items():
-                try:
-                    gpu = cfg.gpus.get(key)
-                    if gpu is not None and any(t.name == name for t in gpu.tenants):
-                        cfg.gpus[key] = replace(gpu, tenants=tuple(t for t in gpu.tenants if t.name != name))
-                    if doc is not None:
-                        cfg.add_tenant(key, Tenant.from_dict(name, doc))
-                except VgpukitError as err:
-                    problems.append(f"runtime tenant {key}/{name} skipped: {err}")
-        return cfg, problems
 
     def record_policy(self, key: str, policy: str, slice_ms: int) -> None:
         self.gpus[key] = {"policy": policy, "slice_ms": slice_ms}

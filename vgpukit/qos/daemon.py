@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from ..cuda import region as cuda_region
-from ..errors import Conflict, InvalidInput, NotFound, VgpukitError
+from ..errors import InvalidInput, NotFound, VgpukitError
 from ..host import Host
 from ..libvirt.connection import Session
 from ..words import plural
 from . import demand as demand_proto
+from . import planner
 from .backends import Backend, backend_for
-from .config import Overlay, load_base
+from .config import Overlay
 from .control import ControlServer, daemon_lock
 from .model import POLICIES, QosConfig, Tenant, check_key
 from .runtime import GpuRuntime, Observer
@@ -66,7 +67,7 @@ class Daemon:
         self.clock = clock
         self.observer = observer
         self.libvirt = libvirt or Session()  # the one libvirt connection of domain tenants, opened on use
-        self.base = load_base(host, config_path)  # a broken config fails the start, before any freeze
+        self.base = planner.load(host, config_path)  # a broken config fails the start, before any freeze
         self.overlay = Overlay.load(host)
         self.cfg = QosConfig()
         self.sampling = False
@@ -91,7 +92,7 @@ class Daemon:
                     out[key][t.name] = backend_for(self.host, t, self.libvirt)
                 except VgpukitError as err:
                     log.warning("%s: tenant %s dropped: %s", key, t.name, err)
-                    cfg.remove_tenant(key, t.name)
+                    cfg = planner.change(cfg, planner.RemoveTenant(key, t.name)).config
         return cfg, out
 
     def apply_config(self, cfg: QosConfig) -> None:
@@ -141,7 +142,7 @@ class Daemon:
         self.sampling = any(rt.sampled(t) for rt in self.gpus.values() for t in rt.spec.tenants)
 
     def effective(self) -> QosConfig:
-        cfg, problems = self.overlay.apply(self.base)
+        cfg, problems = planner.effective(self.base, self.overlay)
         for p in problems:
             log.warning("%s", p)
         return cfg
@@ -149,7 +150,7 @@ class Daemon:
     def reload(self) -> str | None:
         """Re-read the config file; a broken one is refused (one log line) and the running config kept."""
         try:
-            base = load_base(self.host, self.config_path)
+            base = planner.load(self.host, self.config_path)
         except VgpukitError as err:
             why = str(err)
         except Exception as exc:  # a parser bug must not stop a scheduler holding tenants frozen
@@ -182,11 +183,11 @@ class Daemon:
         """Tenants whose cgroup, processes or domain are gone leave the configuration."""
         if not vanished:
             return
-        cfg = QosConfig(gpus=dict(self.cfg.gpus), watchdog_s=self.cfg.watchdog_s, sample_ms=self.cfg.sample_ms)
+        cfg = self.cfg
         for name in vanished:
             log.warning("%s: dropping vanished tenant %s", key, name)
             with contextlib.suppress(NotFound):
-                cfg.remove_tenant(key, name)
+                cfg = planner.change(cfg, planner.RemoveTenant(key, name)).config
             if name in self.overlay.tenants.get(key, {}):
                 self.overlay.forget_tenant(key, name)
             self.sampler.forget(f"{key}/{name}")
@@ -222,53 +223,38 @@ class Daemon:
             return self._op_rm(key, str(req.get("name", "")), dry)
         raise InvalidInput(f"unknown op {op!r}")
 
-    def _copy(self) -> QosConfig:
-        return QosConfig(gpus=dict(self.cfg.gpus), watchdog_s=self.cfg.watchdog_s, sample_ms=self.cfg.sample_ms)
-
     def _op_set(self, key: str, req: dict[str, Any], dry: bool) -> dict[str, Any]:
         policy, slice_ms = req.get("policy"), req.get("slice_ms")
         if policy is not None and policy not in POLICIES:
             raise InvalidInput(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
-        cfg = self._copy()
-        old = cfg.gpus.get(key)
-        new = cfg.set_policy(key, policy, slice_ms)
-        plan = []
-        if old is None or (old.policy, old.slice_ms) != (new.policy, new.slice_ms):
-            plan.append(f"{key}: policy {new.policy}, slice {new.slice_ms} ms")
-        if plan and not dry:
-            self.overlay.record_policy(key, new.policy, new.slice_ms)
+        done = planner.change(self.cfg, planner.SetPolicy(key, policy, slice_ms))
+        assert done.gpu is not None
+        if done.plan and not dry:
+            self.overlay.record_policy(key, done.gpu.policy, done.gpu.slice_ms)
             self.overlay.save(self.host)
-            self.apply_config(cfg)
-        return {"ok": True, "plan": plan, "gpu": new.to_dict()}
+            self.apply_config(done.config)
+        return {"ok": True, "plan": done.plan, "gpu": done.gpu.to_dict()}
 
     def _op_add(self, key: str, req: dict[str, Any], dry: bool) -> dict[str, Any]:
         name = check_key(str(req.get("name", "")), "tenant name")
         tenant = Tenant.from_dict(name, req.get("tenant"))
-        cfg = self._copy()
-        gpu = cfg.gpus.get(key)
-        if gpu is not None and any(t.name == name for t in gpu.tenants):
-            if gpu.tenant(name) == tenant:
-                return {"ok": True, "plan": [], "tenant": tenant.to_dict()}
-            raise Conflict(f"{key}: tenant {name!r} exists with other settings (remove it first)")
-        cfg.add_tenant(key, tenant)
+        done = planner.change(self.cfg, planner.AddTenant(key, tenant))
+        if not done.plan:
+            return {"ok": True, "plan": [], "tenant": tenant.to_dict()}
         backend_for(self.host, tenant, self.libvirt)  # its cgroup / processes / domain must exist
-        plan = [f"{key}: add {tenant.cls} tenant {name} ({tenant.share}%, {tenant.target})"]
         if not dry:
             self.overlay.record_tenant(key, name, tenant)
             self.overlay.save(self.host)
-            self.apply_config(cfg)
-        return {"ok": True, "plan": plan, "tenant": tenant.to_dict()}
+            self.apply_config(done.config)
+        return {"ok": True, "plan": done.plan, "tenant": tenant.to_dict()}
 
     def _op_rm(self, key: str, name: str, dry: bool) -> dict[str, Any]:
-        check_key(name, "tenant name")
-        cfg = self._copy()
-        cfg.remove_tenant(key, name)
-        plan = [f"{key}: remove tenant {name} (thawed first)"]
+        done = planner.change(self.cfg, planner.RemoveTenant(key, name))
         if not dry:
             self.overlay.record_tenant(key, name, None)
             self.overlay.save(self.host)
-            self.apply_config(cfg)
-        return {"ok": True, "plan": plan}
+            self.apply_config(done.config)
+        return {"ok": True, "plan": done.plan}
 
     # ------------------------------------------------------------------ demand
     def on_demand(self, data: bytes, pid: int, uid: int) -> None:

@@ -7,10 +7,10 @@ address, a MIG UUID); the device need not exist, so a MIG slice or a whole host 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import Conflict, InvalidInput, NoCapacity, NotFound
+from ..errors import InvalidInput, NotFound
 from ..inputs import has_control, parse_float, parse_int, parse_size
 
 POLICIES = ("best-effort", "fixed-share", "burst-share")
@@ -179,15 +179,6 @@ class Gpu:
         if not isinstance(self.policy, str) or self.policy not in POLICIES:
             raise InvalidInput(f"{self.key}: policy must be one of {', '.join(POLICIES)}")
         number(self.slice_ms, f"{self.key}: slice_ms", MIN_SLICE_MS, MAX_SLICE_MS, integer=True)
-        if len(self.tenants) > MAX_TENANTS:
-            raise NoCapacity(f"{self.key}: at most {MAX_TENANTS} tenants per GPU")
-        names = [t.name for t in self.tenants]
-        if len(set(names)) != len(names):
-            raise Conflict(f"{self.key}: duplicate tenant names")
-        for cls in CLASSES:
-            total = sum(t.share for t in self.tenants if t.cls == cls)
-            if total > 100:
-                raise Conflict(f"{self.key}: {cls} shares add up to {total}% (at most 100)")
         for t in self.tenants:
             t.validate()
         return self
@@ -266,30 +257,3 @@ class QosConfig:
             watchdog_s=doc.get("watchdog_s", 2.0),
             sample_ms=doc.get("sample_ms", 10),
         ).validate()
-
-    # ------------------------------------------------------------- runtime changes
-    def set_policy(self, key: str, policy: str | None, slice_ms: int | None) -> Gpu:
-        gpu = self.gpus.get(check_key(key, "GPU key"), Gpu(key))
-        new = replace(
-            gpu, policy=policy or gpu.policy, slice_ms=gpu.slice_ms if slice_ms is None else slice_ms
-        ).validate()
-        self.gpus[key] = new
-        return new
-
-    def add_tenant(self, key: str, tenant: Tenant) -> Gpu:
-        tenant.validate()
-        gpu = self.gpus.get(check_key(key, "GPU key"), Gpu(key))
-        if any(t.name == tenant.name for t in gpu.tenants):
-            raise Conflict(f"{key}: tenant {tenant.name} exists (remove it first)")
-        new = replace(gpu, tenants=(*gpu.tenants, tenant)).validate()
-        self.gpus[key] = new
-        return new
-
-    def remove_tenant(self, key: str, name: str) -> Gpu:
-        gpu = self.gpus.get(key)
-        if gpu is None:
-            raise NotFound(f"no QoS settings for {key}")
-        gpu.tenant(name)
-        new = replace(gpu, tenants=tuple(t for t in gpu.tenants if t.name != name))
-        self.gpus[key] = new
-        return new
