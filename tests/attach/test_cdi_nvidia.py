@@ -11,7 +11,7 @@ import yaml
 from tests.conftest import Run
 from vgpukit.cdi import ldcache
 from vgpukit.cdi import spec as cdi
-from vgpukit.cdi.settings import Settings
+from vgpukit.cdi_settings import Settings
 from vgpukit.host import Host
 from vgpukit.nvml import NvmlGpu
 

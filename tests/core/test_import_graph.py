@@ -263,3 +263,23 @@ def test_the_click_toolkit_names_no_area_and_no_simulator() -> None:
         if not any(d == p or d.startswith(p + ".") for p in low)
     )
     assert not bad, "the click toolkit importing an area, the simulator or a front end:\n" + "\n".join(bad)
+
+
+def package_of(mod: str) -> str:
+    """``vgpukit.<package>`` for a module in a package; a top-level module is its own."""
+    return ".".join(mod.split(".")[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for mod, deps in graph.items():
+        out.setdefault(package_of(mod), set()).update(package_of(d) for d in deps if package_of(d) != package_of(mod))
+    return out
+
+
+def test_no_package_loops() -> None:
+    """Packages (folders) import each other in no loop either: a loop through two packages' modules
+    (the click toolkit and the simulator whose commands use it; CDI and QoS) is an arrow running back up
+    a layer in the structure picture, even when no two modules import each other."""
+    found = cycles(package_graph(import_graph()))
+    assert not found, "package loops (move the shared fact below both):\n" + "\n".join(" <-> ".join(c) for c in found)

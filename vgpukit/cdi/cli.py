@@ -7,12 +7,12 @@ from typing import Any
 
 import click
 
+from ..cdi_settings import CLASSES
 from ..clikit.context import App
 from ..clikit.lazy import LazyGroup
 from ..clikit.options import dry_run_option, json_option, mutating
 from ..clikit.output import emit, emit_result, json_doc, print_json, say, table
 from ..host_layout import CDI_SPEC_DIRS
-from .settings import CLASSES
 
 CLASS_OPTION = click.option(
     "--class", "classes", multiple=True, type=click.Choice(CLASSES), help="Only these classes (repeat)."
@@ -107,8 +107,8 @@ def _done(app: App, todo: Any) -> None:
 @mutating
 def enable(app: App, directory: str, classes: tuple[str, ...], hook: str | None, cuda_library: str | None) -> None:
     """Keep CDI specs current: every later change to the host rewrites the specs it affects."""
+    from ..cdi_settings import Settings, check_abs
     from .planner import Enable, plan
-    from .settings import Settings, check_abs
 
     given = (("hook", hook), ("cuda_library", cuda_library))
     kw = {k: check_abs(v, f"--{k.replace('_', '-')}") for k, v in given if v}

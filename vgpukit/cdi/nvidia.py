@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..cdi_settings import DEFAULT_HOOK, host_path
 from ..errors import OutsideRoot
 from ..host import Host
 from ..host_layout import NVIDIA_IPC_PATHS
 from . import ldcache
-from .settings import DEFAULT_HOOK
 
 MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "rbind", "rprivate")
 IPC_OPTIONS = (*MOUNT_OPTIONS, "noexec")
@@ -87,11 +87,6 @@ class Edits:
             if value:
                 out[key] = [dict(v) if isinstance(v, dict) else v for v in value]
         return out
-
-
-def host_path(host: Host, path: str) -> Path:
-    """``path`` as the host sees it (``/dev/nvidia0``) -> the real path under the host root."""
-    return host.path(*[p for p in path.split("/") if p])
 
 
 def node(host: Host, real: Path) -> dict[str, Any]:

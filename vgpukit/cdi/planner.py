@@ -5,7 +5,7 @@ Typed request in (:class:`Generate`, :class:`Enable`, :class:`Disable`, :class:`
 :class:`CdiPlan` (engine steps, the files with their action) or a typed refusal out (:func:`plan`);
 nothing here executes or prints.
 
-* ``/etc/vgpukit/cdi.json`` (``vgpukit cdi enable``; cdi/settings.py): the spec directory
+* ``/etc/vgpukit/cdi.json`` (``vgpukit cdi enable``; vgpukit/cdi_settings.py): the spec directory
   (``/etc/cdi`` or ``/var/run/cdi``), the classes kept, the hook program and the CUDA library the specs name. When
   it exists, the change engine calls ``cdi.refresh.derived_steps`` (a :class:`Refresh`) after every successful change
   and after recovery, so each spec file whose content the change affected is rewritten (or removed) in the same
@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..cdi_settings import CLASSES, DIRS, SPEC_STEM, Settings, check_abs, load_settings, settings_path
 from ..engine.files import PutFile
 from ..errors import InvalidInput
 from ..host import Host
 from ..inputs import check_text, load_yaml
 from ..words import plural
-from .settings import CLASSES, DIRS, SPEC_STEM, Settings, check_abs, load_settings, settings_path
 from .spec import ALL, NVML_CLASSES, Spec, collect
 
 __all__ = ["DIRS", "SPEC_STEM", "Settings", "check_abs", "load_settings", "settings_path"]

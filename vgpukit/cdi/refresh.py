@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from ..cdi_settings import load_settings
 from ..errors import VgpukitError
-from .settings import load_settings
 
 if TYPE_CHECKING:
     from ..engine import Env, Step

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..cdi_settings import host_path
 from ..cuda.region import tenant_dir
 from ..errors import VgpukitError
 from ..host import Host
@@ -24,8 +25,8 @@ from . import nvidia
 from .nvidia import Edits
 
 if TYPE_CHECKING:
+    from ..cdi_settings import Settings
     from ..nvml import Nvml
-    from .settings import Settings
 
 RW_OPTIONS = ("rw", "nosuid", "nodev", "rbind", "rprivate")
 
@@ -51,7 +52,7 @@ def collect_share(
         return []
     if not wanted:
         return []
-    library = nvidia.host_path(host, settings.cuda_library)
+    library = host_path(host, settings.cuda_library)
     if not host.is_file(library):
         warnings.append(f"gpu-share: {settings.cuda_library} is missing (see docs/cuda.md); no tenants")
         return []

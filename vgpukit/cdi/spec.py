@@ -32,13 +32,13 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..cdi_settings import CLASSES, Settings
 from ..host import Host
 from ..host_layout import IOMMU_GROUP
 from ..pci import Scan
 from . import nvidia
 from .mig import gpu_minor, mig_slices
 from .nvidia import Edits
-from .settings import CLASSES, Settings
 
 if TYPE_CHECKING:
     from ..nvml import Nvml

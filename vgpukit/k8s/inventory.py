@@ -108,7 +108,7 @@ def cdi_entries(host: Host, nvml: Nvml | None, warnings: list[str]) -> dict[str,
     """``vgpukit.io/vf=0000:05:00.2`` -> its entry, for every device the CDI collector
     (:mod:`vgpukit.cdi.spec`, with the host's ``cdi enable`` settings: what ``vgpukit cdi generate``
     writes) names; the one place this module reads CDI. ``all`` devices are left out."""
-    from ..cdi.settings import load_settings
+    from ..cdi_settings import load_settings
 
     specs, found = cdi.collect(host, nvml, settings=load_settings(host))
     warnings += found

@@ -165,8 +165,7 @@ class Library:
 
 
 def library(host: Host) -> Library:
-    from ..cdi.nvidia import host_path
-    from ..cdi.settings import DEFAULT_CUDA_LIBRARY, load_settings
+    from ..cdi_settings import DEFAULT_CUDA_LIBRARY, host_path, load_settings
 
     try:
         settings = load_settings(host)

@@ -1,5 +1,8 @@
 """The host's one-time choice to keep CDI specs current: ``/etc/vgpukit/cdi.json`` (``vgpukit cdi enable``).
 
+Read by the CDI area (``vgpukit/cdi/``) and by QoS's planner (whether the gpu-share class carries its
+tenants, where the CUDA library is), so it sits below both.
+
 ``{"schema": "vgpukit.cdi-settings/v1", "dir": DIR, "classes": [...], "hook": PATH,
 "cuda_library": PATH}``: the spec directory (DIR: one of ``host_layout.CDI_SPEC_DIRS``), the classes
 kept, the ``nvidia-cdi-hook`` the GPU specs run (a path the container runtime runs, never taken under
@@ -13,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidInput
-from ..host import Host
-from ..host_layout import CDI_SPEC_DIRS
-from ..inputs import check_text, load_json
+from .errors import InvalidInput
+from .host import Host
+from .host_layout import CDI_SPEC_DIRS
+from .inputs import check_text, load_json
 
 SCHEMA = "vgpukit.cdi-settings/v1"
 CLASSES = ("vf", "pci", "mdev", "gpu", "mig", "gpu-share")
@@ -81,3 +84,8 @@ def load_settings(host: Host) -> Settings | None:
         return None
     where = host.display(path)
     return Settings.from_doc(load_json(text, where), where)
+
+
+def host_path(host: Host, path: str) -> Path:
+    """``path`` as the host sees it (``/dev/nvidia0``, the CUDA library) -> the real path under the host root."""
+    return host.path(*[p for p in path.split("/") if p])
