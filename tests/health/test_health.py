@@ -163,6 +163,34 @@ def test_a_bad_xid_table_is_one_line(run_cli: Run, sim_dir: Path, tmp_path: Path
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
 
 
+def test_xid_109_now_follows_the_catalog_a_gpu_reset(run_cli: Run, sim_dir: Path) -> None:
+    fault(run_cli, sim_dir, "xid", "gpu2", "109")  # context switch timeout: the catalog says RESET_GPU
+    g = dev(doc(run_cli, sim_dir, code=4), "gpu2")
+    assert g["state"] == "unusable" and g["action"] == "reset"
+
+
+def test_a_site_table_of_version_2_is_read_and_checked_against_its_catalog_bucket(
+    run_cli: Run, sim_dir: Path, tmp_path: Path
+) -> None:
+    table = tmp_path / "site.yaml"
+    row = (
+        '{meaning: "engine exception", severity: degraded, action: restart-app, stricter: "seen with bad risers here",'
+        " nvidia: {mnemonic: ROBUST_CHANNEL_GR_EXCEPTION, gpus: [A100], immediate: RESTART_APP,"
+        " investigatory: WORKFLOW_XID_13}}"
+    )
+    head = 'version: 2\ndate: "2026-11-27"\nsources: [{title: "our notes", took: "all"}]\n'
+    head += "default: {meaning: unknown, severity: degraded, action: drain}\n"
+    table.write_text(head + f"xids:\n  13: {row}\n")
+    fault(run_cli, sim_dir, "xid", "gpu1", "13")
+    r = run_cli(sim_dir, "health", "--xid-table", str(table), "--json")
+    assert r.exit_code == 1, r.output  # degraded: the site's stricter row
+    assert dev(json.loads(r.stdout), "gpu1")["action"] == "restart-app"
+    table.write_text(head + "xids:\n  13: " + row.replace(' stricter: "seen with bad risers here",', ""))
+    r = run_cli(sim_dir, "health", "--xid-table", str(table))
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "RESTART_APP gives severity info" in r.stderr
+
+
 def test_a_broken_record_starts_afresh(run_cli: Run, sim_dir: Path) -> None:
     record = sim_dir / "run" / "vgpukit" / "health" / "state.json"
     record.parent.mkdir(parents=True)
