@@ -13,4 +13,4 @@ mypy
 echo "== pytest"
 # Simulated hosts are trees of small files: build them on tmpfs when there is one (much faster).
 if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then export TMPDIR=/dev/shm; fi
-python -m pytest -q "$@"
+python -m pytest -q --durations=20 "$@"
