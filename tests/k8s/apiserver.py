@@ -6,6 +6,8 @@
   one JSON event per line, ``ADDED`` first, then ``MODIFIED`` on every change, until the timeout
 * ``PATCH /api/v1/nodes/NAME`` with a merge / strategic-merge patch of labels and annotations
   (CoreV1Api.patch_node); a ``null`` value deletes the key, as the API server does.
+* ``GET /apis/resource.k8s.io/v1/namespaces/NS/resourceclaims/NAME``
+  (ResourceV1Api.read_namespaced_resource_claim): the claims a test put in ``claims``.
 
 Every request is recorded (method, path, query, content type) so tests can assert what the client sent.
 """
@@ -34,6 +36,7 @@ class ApiServer:
         self.requests: list[tuple[str, str, dict[str, list[str]], str]] = []
         self.changed = threading.Condition()
         self.label_history: list[dict[str, str]] = []
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}  # (namespace, name) -> ResourceClaim
         self.closing = False
         handler = type("Handler", (_Handler,), {"api": self})
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -132,6 +135,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(403, {"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403})
                 return
             self._watch(float(query.get("timeoutSeconds", ["30"])[0]))
+        elif path.startswith("/apis/resource.k8s.io/v1/namespaces/") and "/resourceclaims/" in path:
+            ns, _, claim = path.removeprefix("/apis/resource.k8s.io/v1/namespaces/").partition("/resourceclaims/")
+            doc = self.api.claims.get((ns, claim))
+            if doc is None:
+                self._not_found()
+            else:
+                self._send(200, doc)
         elif path == "/api/v1/nodes":
             self._send(200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": [self._node()]})
         else:
