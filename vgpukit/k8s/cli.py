@@ -259,20 +259,23 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
     metavar="SECONDS",
     default=5.0,
     show_default=True,
-    help="How often the health stream looks at the host.",
+    help="How often the host is looked at (the health stream, the ResourceSlice).",
 )
 @click.pass_obj
 def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float) -> None:
     """Serve the kubelet's DRA plugin API v1 for driver gpu.vgpukit.io: existing GPUs, MIG slices, VFs, mdevs.
 
-    Runs until SIGTERM/SIGINT; the registration socket is
+    Publishes the node's ResourceSlice (resource.k8s.io/v1, one pool named after the node) and keeps
+    it current. Runs until SIGTERM/SIGINT; the registration socket is
     <root>/var/lib/kubelet/plugins_registry/gpu.vgpukit.io-reg.sock.
     """
     from .dra.api import ClaimReader, resource_api
     from .dra.server import Driver, Plugin, registry_socket
+    from .dra.slices import Publisher
 
-    reader = ClaimReader(resource_api(kubeconfig))
-    plugin = Plugin(app.host, Driver(node, _dra_opener(app), reader, _health(app)), interval).start()
+    api = resource_api(kubeconfig)
+    driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app))
+    plugin = Plugin(app.host, driver, interval, Publisher(api, node)).start()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

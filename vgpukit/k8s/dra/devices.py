@@ -29,6 +29,7 @@ class DraDevice:
     name: str  # a DNS label, unique in the node's pool
     kind: str
     device: Device  # the inventory's record: id, PCI function, NUMA node, CDI name
+    resource: str = ""  # its device plugin resource (vgpukit.io/mig-3g.20gb): the MIG profile, vGPU type
 
 
 def device_name(kind: str, ident: str) -> str:
@@ -59,5 +60,5 @@ def dra_devices(inv: Inventory) -> dict[str, DraDevice]:
             if kind is None or dev.cdi_name is None:
                 continue
             name = device_name(kind, dev.topo_bdf if kind == "gpu" else dev.id)
-            out.setdefault(name, DraDevice(name, kind, dev))
+            out.setdefault(name, DraDevice(name, kind, dev, resource))
     return out

@@ -33,7 +33,7 @@ from ..drahealth_v1 import api_pb2_grpc as hl_grpc
 from ..inventory import Inventory
 from ..pluginreg_v1 import api_pb2 as reg
 from ..pluginreg_v1 import api_pb2_grpc as reg_grpc
-from . import claims
+from . import claims, slices
 from .devices import DRIVER, DraDevice, dra_devices
 
 log = logging.getLogger("vgpukit.k8s.dra")
@@ -66,17 +66,33 @@ class Driver:
         self.lock = threading.Lock()
         self.registered: bool | None = None
         self.registration_error = ""
-        self.last: dict[str, DraDevice] = {}  # the devices at the last good read (a lost GPU fails a read)
+        self.last = (Inventory(), slices.NvmlFacts(None))  # the last good read (a lost GPU fails a read)
 
-    def devices(self) -> dict[str, DraDevice]:
-        _env, collect, close = self.open_host()
+    def read(self) -> tuple[Inventory, slices.NvmlFacts]:
+        """The inventory and NVML's facts now; where a read fails (a GPU fell off the bus), the last good one."""
+        env, collect, close = self.open_host()
+        inv, facts = self.last
         try:
-            self.last = dra_devices(collect())
+            inv = collect()
         except VgpukitError as err:
             log.warning("reading the host failed (devices unchanged): %s", err)
+        try:
+            facts = slices.NvmlFacts(env.nvml)
+        except VgpukitError as err:
+            log.warning("reading NVML failed (facts unchanged): %s", err)
         finally:
             close()
-        return self.last
+        self.last = (inv, facts)
+        return inv, facts
+
+    def devices(self) -> dict[str, DraDevice]:
+        return dra_devices(self.read()[0])
+
+    def slice_entries(self) -> list[dict[str, Any]]:
+        """The ResourceSlice's devices now (:mod:`.slices`): usable static devices with their attributes."""
+        sick = self.health()
+        inv, facts = self.read()
+        return [slices.device_entry(d, inv.pci, facts) for d in slices.offered(dra_devices(inv), sick)]
 
     def prepare(self, claim: dra.Claim) -> dra.NodePrepareResourceResponse:
         with self.lock:
@@ -202,9 +218,12 @@ class HealthService:
 class Plugin:
     """Both servers: the DRA socket and the registration socket (stale sockets of a previous run removed)."""
 
-    def __init__(self, host: Host, driver: Driver, interval: float = 5.0) -> None:
+    def __init__(
+        self, host: Host, driver: Driver, interval: float = 5.0, publisher: slices.Publisher | None = None
+    ) -> None:
         self.host = host
         self.driver = driver
+        self.publisher = publisher
         self.stop = threading.Event()
         self.servers: list[grpc.Server] = []
         self.interval = interval
@@ -232,7 +251,20 @@ class Plugin:
         self._serve(dra_sock, node)
         registration = Registration(self.driver, self.host.display(dra_sock))
         self._serve(reg_sock, lambda server: REG.add_RegistrationServicer_to_server(registration, server))
+        if self.publisher is not None:
+            threading.Thread(target=self._publish, args=(self.publisher,), daemon=True, name="vgpukit-dra-pub").start()
         return self
+
+    def _publish(self, publisher: slices.Publisher) -> None:
+        """Keep the ResourceSlice current; a failure is logged and tried again at the next poll."""
+        while not self.stop.is_set():
+            try:
+                done = publisher.publish(self.driver.slice_entries())
+                if done:
+                    log.info("%s", done)
+            except VgpukitError as err:
+                log.warning("publishing the ResourceSlice failed (tried again): %s", err)
+            self.stop.wait(self.interval)
 
     def close(self) -> None:
         self.stop.set()
