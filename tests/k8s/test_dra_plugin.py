@@ -205,3 +205,52 @@ def test_health_stream_marks_a_lost_gpus_slices_unhealthy(short_tmp: Path, api: 
         assert all(node.kubelet.health[m][1] for m in migs)  # with the health layer's reason
     finally:
         node.close()
+
+
+def test_the_cli_serves_prepares_publishes_and_stops_on_sigterm(short_tmp: Path, api: ApiServer) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    sim = hgx(short_tmp / "h")
+    host = sim_host(sim)
+    kubeconfig = api.kubeconfig(short_tmp / "kubeconfig")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    cmd = [sys.executable, "-m", "vgpukit", "--sim", str(sim), "k8s", "dra-plugin", "--node", NODE]
+    cmd += ["--kubeconfig", str(kubeconfig), "--interval", "0.2"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not registry_socket(host).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        resolve = lambda shown: host.socket_address(host.path(*shown.strip("/").split("/")))  # noqa: E731
+        kubelet = DraKubelet(registry_socket(host).parent, resolve)
+        kubelet.register()
+        assert api.wait(lambda: f"{NODE}-{DRIVER}" in api.slices, timeout=30)
+        vf = next(d["name"] for d in api.slices[f"{NODE}-{DRIVER}"]["spec"]["devices"] if d["name"].startswith("vf-"))
+        api.claims[("ns1", "c")] = claim("u-cli", "c", vf, ns="ns1")
+        resp = kubelet.prepare(("ns1", "c", "u-cli")).claims["u-cli"]
+        assert resp.error == "" and list(resp.devices[0].cdi_device_ids) == [f"vgpukit.io/claim=u-cli-{vf}"]
+        kubelet.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "vgpukit DRA plugin" in out
+    assert "vgpukit: registered with the kubelet" in err and "(generation 1)" in err
+    assert not registry_socket(host).exists()
+    assert host.dra_claim_record("u-cli").exists()  # prepared claims outlive the plugin
+
+
+def test_an_unreadable_claim_record_is_an_error_without_its_content(short_tmp: Path, api: ApiServer) -> None:
+    node = Node(hgx(short_tmp / "h"), api)
+    try:
+        record = node.host.dra_claim_record("u-bad")
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text("{secret-garbage")
+        out = node.kubelet.unprepare(("default", "x", "u-bad")).claims["u-bad"]
+        assert "unreadable" in out.error and "secret" not in out.error
+    finally:
+        node.close()

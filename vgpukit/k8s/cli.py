@@ -273,6 +273,7 @@ def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float) -> 
     from .dra.server import Driver, Plugin, registry_socket
     from .dra.slices import Publisher
 
+    _log_to_stderr("vgpukit.k8s.dra")
     api = resource_api(kubeconfig)
     driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app))
     plugin = Plugin(app.host, driver, interval, Publisher(api, node)).start()
@@ -284,6 +285,21 @@ def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float) -> 
         stop.wait()
     finally:
         plugin.close()
+
+
+def _log_to_stderr(name: str) -> None:
+    """The plugin's events (registration, publishing, failures) as ``vgpukit: ...`` lines on stderr."""
+    import logging
+
+    class Say(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            _log(record.getMessage())
+
+    logger = logging.getLogger(name)
+    if not any(type(h).__name__ == "Say" for h in logger.handlers):
+        logger.addHandler(Say())
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
 
 
 def _dra_opener(app: App) -> Callable[[], tuple[Env, Callable[[], Inventory], Callable[[], None]]]:

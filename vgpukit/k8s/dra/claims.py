@@ -18,7 +18,7 @@ from ...cdi.settings import load_settings
 from ...engine import execute
 from ...engine.env import Env
 from ...engine.files import PutFile
-from ...errors import InvalidInput, NotFound
+from ...errors import HostIOError, InvalidInput, NotFound
 from .devices import DRIVER, DraDevice
 
 CLAIM_CLASS = "claim"  # CDI kind vgpukit.io/claim
@@ -69,10 +69,15 @@ def recorded(env: Env, uid: str) -> list[Prepared] | None:
     text = env.host.read_raw_opt(env.host.dra_claim_record(uid))
     if not isinstance(text, str):
         return None
-    doc = json.loads(text)
-    return [
-        Prepared(tuple(d["requestNames"]), d["pool"], d["device"], tuple(d["cdiDeviceIDs"])) for d in doc["devices"]
-    ]
+    try:
+        doc = json.loads(text)
+        return [
+            Prepared(tuple(d["requestNames"]), d["pool"], d["device"], tuple(d["cdiDeviceIDs"])) for d in doc["devices"]
+        ]
+    except (ValueError, KeyError, TypeError):  # not quoted: file content stays out of messages
+        raise HostIOError(
+            f"the record of claim {uid} is unreadable: {env.host.display(env.host.dra_claim_record(uid))}"
+        ) from None
 
 
 def prepare(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import VgpukitError
 from ...pci import PciDevice
+from ...words import plural
 from ..agent import api_error
 from .devices import DRIVER, DraDevice
 
@@ -150,14 +151,14 @@ class Publisher:
                 self._call(self.api.delete_resource_slice, item["metadata"]["name"])  # a stale slice of ours
         if current is None:
             self._call(self.api.create_resource_slice, self._doc(entries, 1))
-            return f"published {len(entries)} devices (generation 1)"
+            return f"published {plural(len(entries), 'device')} (generation 1)"
         if current["spec"].get("devices", []) == entries:
             return None
         gen = int(current["spec"]["pool"].get("generation", 0)) + 1
         doc = self._doc(entries, gen)
         doc["metadata"]["resourceVersion"] = current["metadata"].get("resourceVersion")
         self._call(self.api.replace_resource_slice, name, doc)  # 409 on a stale resourceVersion: next poll
-        return f"published {len(entries)} devices (generation {gen})"
+        return f"published {plural(len(entries), 'device')} (generation {gen})"
 
     def _doc(self, entries: list[dict[str, Any]], generation: int) -> dict[str, Any]:
         return {
