@@ -45,20 +45,28 @@ class Prepared:
     cdi_ids: tuple[str, ...]
 
 
-def results_of(claim: dict[str, Any], pool: str) -> list[Result]:
-    """This driver's results in a ResourceClaim (the API object as a dict); refuses what phase 1 cannot do."""
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    devices = allocation.get("devices") or {}
-    for cfg in devices.get("config") or []:
-        if ((cfg or {}).get("opaque") or {}).get("driver") == DRIVER:
+def _map(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def results_of(claim: Any, pool: str) -> list[Result]:
+    """This driver's results in a ResourceClaim (the API object as a dict); refuses what phase 1 cannot
+    do. A claim of another shape than the API's is refused as one with no device of this driver."""
+    devices = _map(_map(_map(_map(claim).get("status")).get("allocation")).get("devices"))
+    for cfg in _list(devices.get("config")):
+        if _map(_map(cfg).get("opaque")).get("driver") == DRIVER:
             raise InvalidInput(REFUSED_CONFIG.format(driver=DRIVER))
     out = []
-    for r in devices.get("results") or []:
+    for r in map(_map, _list(devices.get("results"))):
         if r.get("driver") != DRIVER:
             continue
         if r.get("pool") != pool:
-            raise NotFound(f"device {r.get('device')} of pool {r.get('pool')} is not on this node (pool {pool})")
-        out.append(Result(str(r.get("request", "")), pool, str(r.get("device", ""))))
+            raise NotFound(f"a device of pool {str(r.get('pool'))[:64]} is not on this node (pool {pool})")
+        out.append(Result(str(r.get("request", ""))[:64], pool, str(r.get("device", ""))[:64]))
     if not out:
         raise InvalidInput(f"the claim has no device of {DRIVER} allocated")
     return out
