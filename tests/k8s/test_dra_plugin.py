@@ -254,3 +254,29 @@ def test_an_unreadable_claim_record_is_an_error_without_its_content(short_tmp: P
         assert "unreadable" in out.error and "secret" not in out.error
     finally:
         node.close()
+
+
+def test_a_vf_on_its_host_driver_is_bound_to_vfio_at_prepare_and_back_at_unprepare(
+    short_tmp: Path, api: ApiServer
+) -> None:
+    from vgpukit.sriov.binding import current_driver
+
+    sim = make_sim(short_tmp / "h")
+    _ok(sim, "sriov", "enable", "nic1", "--vfs", "2")  # VFs on mlx5_core
+    node = Node(sim, api)
+    try:
+        vfs = {n: d for n, d in node.driver.devices().items() if d.kind == "vf"}
+        name, dev = sorted(vfs.items())[0]
+        assert dev.host_driver == "mlx5_core" and current_driver(node.host, dev.device.id) == "mlx5_core"
+        ref = node.add(claim("u-vf", "vf", name))
+        out = node.kubelet.prepare(ref).claims["u-vf"]
+        assert out.error == "", out.error
+        assert current_driver(node.host, dev.device.id) == "vfio-pci"
+        spec = json.loads(node.files("u-vf")[0].read_text())
+        assert any(n["path"].startswith("/dev/vfio/") for n in spec["devices"][0]["containerEdits"]["deviceNodes"])
+        assert node.kubelet.prepare(ref).claims["u-vf"] == out  # again: the same, nothing moved
+        assert node.kubelet.unprepare(ref).claims["u-vf"].error == ""
+        assert current_driver(node.host, dev.device.id) == "mlx5_core"
+        assert not any(p.exists() for p in node.files("u-vf"))
+    finally:
+        node.close()

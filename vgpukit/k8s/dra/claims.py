@@ -18,7 +18,7 @@ from ...cdi.settings import load_settings
 from ...engine import execute
 from ...engine.env import Env
 from ...engine.files import PutFile
-from ...errors import HostIOError, InvalidInput, NotFound
+from ...errors import HostIOError, InvalidInput, NotFound, VgpukitError
 from .devices import DRIVER, DraDevice
 
 CLAIM_CLASS = "claim"  # CDI kind vgpukit.io/claim
@@ -88,10 +88,20 @@ def recorded(env: Env, uid: str) -> list[Prepared] | None:
         ) from None
 
 
+def _bind_steps(env: Env, bdfs: list[str], restore: bool) -> list[Any]:
+    """The sriov planner's steps moving VFs to vfio-pci, or (``restore``) back where they were."""
+    from ...sriov.planner import BindRequest, Facts, plan_bind
+
+    facts = Facts(env.host, nvml=lambda: env.nvml)
+    driver = None if restore else "vfio-pci"
+    return [s for b in bdfs for s in plan_bind(facts, BindRequest(b, driver=driver, restore=restore, name=b))]
+
+
 def prepare(
     env: Env, uid: str, ref: dict[str, str], results: list[Result], offered: dict[str, DraDevice]
 ) -> list[Prepared]:
-    """Write the claim's CDI spec (one CDI device per allocated device) and its record; idempotent."""
+    """Write the claim's CDI spec (one CDI device per allocated device) and its record; idempotent. A VF on a
+    host driver is first bound to vfio-pci (the sriov planner's rules: not while in use), back at unprepare."""
     again = recorded(env, uid)
     if again is not None:
         return again
@@ -101,6 +111,20 @@ def prepare(
             f"no device {', '.join(missing)[:200]} on this node: {DRIVER} prepares existing GPUs, MIG slices, "
             "VFs and mdevs only (made-on-demand MIG/vGPU partitions are not implemented yet)"
         )
+    bound = sorted({offered[r.device].device.id for r in results if offered[r.device].host_driver})
+    if bound:
+        execute(env, _bind_steps(env, bound, restore=False))
+    try:
+        return _write(env, uid, ref, results, offered, bound)
+    except VgpukitError:
+        if bound:
+            execute(env, _bind_steps(env, bound, restore=True))
+        raise
+
+
+def _write(
+    env: Env, uid: str, ref: dict[str, str], results: list[Result], offered: dict[str, DraDevice], bound: list[str]
+) -> list[Prepared]:
     specs, _warnings = cdi.collect(env.host, env.nvml, settings=load_settings(env.host))
     edits = {f"{s.kind}={d.name}": d.edits + s.edits for s in specs for d in s.devices}
     spec = cdi.Spec(CLAIM_CLASS)
@@ -120,6 +144,7 @@ def prepare(
             {"requestNames": list(p.request_names), "pool": p.pool, "device": p.device, "cdiDeviceIDs": list(p.cdi_ids)}
             for p in prepared
         ],
+        "boundToVfio": bound,
     }
     host = env.host
     steps = [
@@ -137,9 +162,12 @@ def unprepare(env: Env, uid: str) -> bool:
     if recorded(env, uid) is None:
         return False
     host = env.host
+    text = host.read_raw_opt(host.dra_claim_record(uid))
+    bound = json.loads(text).get("boundToVfio", []) if isinstance(text, str) else []
     steps = [
+        *_bind_steps(env, [b for b in bound if isinstance(b, str)], restore=True),
         PutFile(host.display(host.dra_claim_cdi_spec(uid)), None),
         PutFile(host.display(host.dra_claim_record(uid)), None),
     ]
-    execute(env, steps, derived=False)
+    execute(env, steps, derived=bool(bound))  # a VF moved back: the host's CDI specs follow
     return True

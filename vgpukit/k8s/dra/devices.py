@@ -5,7 +5,9 @@ kind     from (:mod:`vgpukit.k8s.inventory`)              DRA device name
 =======  ===============================================  ============================================
 gpu      whole NVIDIA GPUs (one per GPU)                  ``gpu-0000-03-00-0``
 mig      existing MIG compute instances                   ``mig-<uuid>``
-vf       VFs bound to VFIO (and VFs with a vGPU type)     ``vf-0000-05-00-2``
+vf       VFs bound to VFIO (and VFs with a vGPU type);     ``vf-0000-05-00-2``
+         VFs of other PFs on a host driver (bound to
+         vfio-pci at prepare, back at unprepare)
 mdev     existing mediated devices (vGPUs included)       ``mdev-<uuid>``
 =======  ===============================================  ============================================
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..inventory import Device, Inventory
+from ..inventory import PREFIX, Device, Inventory
 
 DRIVER = "gpu.vgpukit.io"
 KINDS = ("gpu", "mig", "vf", "mdev")
@@ -30,6 +32,7 @@ class DraDevice:
     kind: str
     device: Device  # the inventory's record: id, PCI function, NUMA node, CDI name
     resource: str = ""  # its device plugin resource (vgpukit.io/mig-3g.20gb): the MIG profile, vGPU type
+    host_driver: str | None = None  # a VF on a host driver (mlx5_core): bound to vfio-pci at prepare
 
 
 def device_name(kind: str, ident: str) -> str:
@@ -61,4 +64,11 @@ def dra_devices(inv: Inventory) -> dict[str, DraDevice]:
                 continue
             name = device_name(kind, dev.topo_bdf if kind == "gpu" else dev.id)
             out.setdefault(name, DraDevice(name, kind, dev, resource))
+    for bdf, fn in sorted(inv.pci.items()):  # VFs not on VFIO (no CDI entry yet), of PFs that are not GPUs
+        pf = inv.pci.get(fn.physfn or "")
+        name = device_name("vf", bdf)
+        if not fn.is_vf or pf is None or pf.kind == "gpu" or name in out:
+            continue
+        dev = Device(bdf, bdf, fn.numa_node, f"{PREFIX}/vf={bdf}")
+        out.setdefault(name, DraDevice(name, "vf", dev, host_driver=fn.driver or "none"))
     return out
