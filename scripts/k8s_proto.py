@@ -5,7 +5,7 @@
     python scripts/k8s_proto.py generate [OUTDIR]          # grpcio-tools -> *_pb2.py, *_pb2.pyi, *_pb2_grpc.py
 
 The APIs (``APIS``: repository directory -> upstream path): the Device Plugin API v1beta1 (default
-API), the DRA node plugin API v1, DRA resource health v1 and plugin registration v1.
+API), the DRA node plugin API v1 and v1beta1, DRA resource health v1 and plugin registration v1.
 ``vendor`` reads the upstream ``api.proto`` from a checkout of github.com/kubernetes/kubelet at COMMIT,
 removes the gogo-proto import and every ``(gogoproto.*)``
 option (the Go-only annotations older releases carried; since the 2025 conversion to plain protoc
@@ -29,6 +29,7 @@ GRPCIO_TOOLS = "1.85.1"  # also pinned in pyproject.toml's dev extra
 APIS = {  # directory under vgpukit/k8s -> path in github.com/kubernetes/kubelet
     "v1beta1": "pkg/apis/deviceplugin/v1beta1/api.proto",
     "dra_v1": "pkg/apis/dra/v1/api.proto",
+    "dra_v1beta1": "pkg/apis/dra/v1beta1/api.proto",
     "drahealth_v1": "pkg/apis/dra-health/v1/api.proto",
     "pluginreg_v1": "pkg/apis/pluginregistration/v1/api.proto",
 }

@@ -117,7 +117,8 @@ def test_registration_names_the_driver_its_socket_and_the_dra_v1_service(short_t
     node = Node(hgx(short_tmp / "h"), api)
     try:
         info = node.kubelet.info
-        assert (info.type, info.name, list(info.supported_versions)) == ("DRAPlugin", DRIVER, ["v1.DRAPlugin"])
+        versions = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+        assert (info.type, info.name, list(info.supported_versions)) == ("DRAPlugin", DRIVER, versions)
         assert info.endpoint == f"/var/lib/kubelet/plugins/{DRIVER}/dra.sock"
         assert node.driver.registered is True
     finally:
@@ -278,5 +279,25 @@ def test_a_vf_on_its_host_driver_is_bound_to_vfio_at_prepare_and_back_at_unprepa
         assert node.kubelet.unprepare(ref).claims["u-vf"].error == ""
         assert current_driver(node.host, dev.device.id) == "mlx5_core"
         assert not any(p.exists() for p in node.files("u-vf"))
+    finally:
+        node.close()
+
+
+def test_the_v1beta1_service_answers_the_same(short_tmp: Path, api: ApiServer) -> None:
+    from vgpukit.k8s.dra_v1beta1 import api_pb2 as beta
+    from vgpukit.k8s.dra_v1beta1 import api_pb2_grpc as beta_rpc
+
+    node = Node(hgx(short_tmp / "h"), api)
+    try:
+        mig = next(n for n, d in node.driver.devices().items() if d.kind == "mig")
+        ns, name, uid = node.add(claim("u-b", "b", mig))
+        stub = beta_rpc.DRAPluginStub(node.kubelet.channel)
+        req = beta.NodePrepareResourcesRequest(claims=[beta.Claim(namespace=ns, name=name, uid=uid)])
+        out = stub.NodePrepareResources(req, timeout=30).claims[uid]
+        assert out.error == "" and list(out.devices[0].cdi_device_ids) == [f"vgpukit.io/claim=u-b-{mig}"]
+        assert node.kubelet.prepare((ns, name, uid)).claims[uid].devices[0].device_name == mig  # v1: the same claim
+        req2 = beta.NodeUnprepareResourcesRequest(claims=[beta.Claim(namespace=ns, name=name, uid=uid)])
+        assert stub.NodeUnprepareResources(req2, timeout=30).claims[uid].error == ""
+        assert not any(p.exists() for p in node.files(uid))
     finally:
         node.close()

@@ -13,6 +13,7 @@ PKG = Path("vgpukit/k8s/v1beta1")
 APIS = {  # the kubelet APIs vgpukit serves: repository directory -> upstream path
     "v1beta1": "pkg/apis/deviceplugin/v1beta1/api.proto",
     "dra_v1": "pkg/apis/dra/v1/api.proto",
+    "dra_v1beta1": "pkg/apis/dra/v1beta1/api.proto",
     "drahealth_v1": "pkg/apis/dra-health/v1/api.proto",
     "pluginreg_v1": "pkg/apis/pluginregistration/v1/api.proto",
 }

@@ -5,7 +5,8 @@ Life cycle, as the kubelet's plugin manager expects it (k8s.io/kubelet pluginreg
 1. ``DRAPlugin`` and ``DRAResourceHealth`` are served on ``<kubelet dir>/plugins/gpu.vgpukit.io/dra.sock``;
 2. ``Registration`` on ``<kubelet dir>/plugins_registry/gpu.vgpukit.io-reg.sock``: the kubelet watches
    that directory, calls ``GetInfo`` (type ``DRAPlugin``, the driver name, the DRA socket's path,
-   ``v1.DRAPlugin``), dials the DRA socket and tells the outcome with ``NotifyRegistrationStatus``;
+   ``v1.DRAPlugin`` and ``v1beta1.DRAPlugin``, for kubelets before 1.34), dials the DRA socket and
+   tells the outcome with ``NotifyRegistrationStatus``;
 3. before a pod's containers start, ``NodePrepareResources`` names its claims (namespace, name, UID):
    the plugin reads each claim's allocation from the API server and answers CDI device names;
    ``NodeUnprepareResources`` after the pod is gone. The work is :mod:`.claims`'.
@@ -28,6 +29,8 @@ from ...errors import VgpukitError
 from ...host import Host
 from ..dra_v1 import api_pb2 as dra
 from ..dra_v1 import api_pb2_grpc as dra_grpc
+from ..dra_v1beta1 import api_pb2 as dra_beta
+from ..dra_v1beta1 import api_pb2_grpc as dra_beta_grpc
 from ..drahealth_v1 import api_pb2 as hl
 from ..drahealth_v1 import api_pb2_grpc as hl_grpc
 from ..inventory import Inventory
@@ -38,9 +41,10 @@ from .devices import DRIVER, DraDevice, dra_devices
 
 log = logging.getLogger("vgpukit.k8s.dra")
 
-SERVICES = ("v1.DRAPlugin",)  # the DRA API versions served (GetInfo's supported_versions)
+SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # the DRA API versions served (GetInfo's supported_versions)
 HEALTH_TIMEOUT = 30  # seconds the kubelet waits for a new health report before a device is UNKNOWN
 DRA: Any = dra_grpc  # generated without type annotations
+DRA_BETA: Any = dra_beta_grpc
 HEALTH: Any = hl_grpc
 REG: Any = reg_grpc
 ClaimReader = Callable[[str, str, str], dict[str, Any]]  # namespace, name, uid -> the ResourceClaim
@@ -158,23 +162,23 @@ class Registration:
 
 
 class NodeService:
-    def __init__(self, driver: Driver) -> None:
-        self.driver = driver
+    """``DRAPlugin`` of one API version: ``pb`` is its generated module (v1, v1beta1: the same messages,
+    field for field, so an answer is carried over by its wire form)."""
 
-    def NodePrepareResources(
-        self, request: dra.NodePrepareResourcesRequest, context: grpc.ServicerContext
-    ) -> dra.NodePrepareResourcesResponse:
-        out = dra.NodePrepareResourcesResponse()
+    def __init__(self, driver: Driver, pb: Any = dra) -> None:
+        self.driver = driver
+        self.pb = pb
+
+    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        out = self.pb.NodePrepareResourcesResponse()
         for claim in request.claims:
-            out.claims[claim.uid].CopyFrom(self.driver.prepare(claim))
+            out.claims[claim.uid].ParseFromString(self.driver.prepare(claim).SerializeToString())
         return out
 
-    def NodeUnprepareResources(
-        self, request: dra.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
-    ) -> dra.NodeUnprepareResourcesResponse:
-        out = dra.NodeUnprepareResourcesResponse()
+    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        out = self.pb.NodeUnprepareResourcesResponse()
         for claim in request.claims:
-            out.claims[claim.uid].CopyFrom(self.driver.unprepare(claim))
+            out.claims[claim.uid].ParseFromString(self.driver.unprepare(claim).SerializeToString())
         return out
 
 
@@ -246,6 +250,7 @@ class Plugin:
 
         def node(server: grpc.Server) -> None:
             DRA.add_DRAPluginServicer_to_server(NodeService(self.driver), server)
+            DRA_BETA.add_DRAPluginServicer_to_server(NodeService(self.driver, dra_beta), server)
             HEALTH.add_DRAResourceHealthServicer_to_server(HealthService(self.driver, self.interval, self.stop), server)
 
         self._serve(dra_sock, node)
