@@ -77,13 +77,14 @@ class Driver:
         env, collect, close = self.open_host()
         inv, facts = self.last
         try:
-            inv = collect()
-        except VgpukitError as err:
-            log.warning("reading the host failed (devices unchanged): %s", err)
-        try:
-            facts = slices.NvmlFacts(env.nvml)
-        except VgpukitError as err:
-            log.warning("reading NVML failed (facts unchanged): %s", err)
+            try:
+                inv = collect()
+            except VgpukitError as err:
+                log.warning("reading the host failed (devices unchanged): %s", err)
+            try:
+                facts = slices.NvmlFacts(env.nvml)
+            except VgpukitError as err:
+                log.warning("reading NVML failed (facts unchanged): %s", err)
         finally:
             close()
         self.last = (inv, facts)
