@@ -163,6 +163,16 @@ class SysfsLayout:
         of each device (IOMMU group, VF count, AER totals), to compare the next look with."""
         return self.run("vgpukit", "health", "state.json")
 
+    def dra_claim_record(self, uid: str) -> Path:
+        """``/run/vgpukit/dra/claims/<uid>.json``: a ResourceClaim the DRA plugin prepared (its devices
+        and CDI names), until unprepared; a restarted plugin unprepares from it."""
+        return self.run("vgpukit", "dra", "claims", check_component(uid, "claim UID") + ".json")
+
+    def dra_claim_cdi_spec(self, uid: str) -> Path:
+        """``/run/cdi/vgpukit.io-claim-<uid>.json`` (``/var/run/cdi``, where CDI consumers look for
+        transient specs): the CDI spec of one prepared claim."""
+        return self.run("cdi", "vgpukit.io-claim-" + check_component(uid, "claim UID") + ".json")
+
     # ------------------------------------------------------------------ /etc
     def ld_cache(self) -> Path:
         """``/etc/ld.so.cache``: the dynamic linker's cache (where the driver's libraries are)."""

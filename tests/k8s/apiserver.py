@@ -6,6 +6,11 @@
   one JSON event per line, ``ADDED`` first, then ``MODIFIED`` on every change, until the timeout
 * ``PATCH /api/v1/nodes/NAME`` with a merge / strategic-merge patch of labels and annotations
   (CoreV1Api.patch_node); a ``null`` value deletes the key, as the API server does.
+* ``GET /apis/resource.k8s.io/v1/namespaces/NS/resourceclaims/NAME``
+  (ResourceV1Api.read_namespaced_resource_claim): the claims a test put in ``claims``.
+* ``/apis/resource.k8s.io/v1/resourceslices[/NAME]``: list (``fieldSelector`` on ``spec.nodeName``
+  and ``spec.driver``), read, create (409 AlreadyExists), replace (409 Conflict on a stale
+  ``metadata.resourceVersion``), delete (ResourceV1Api.*_resource_slice).
 
 Every request is recorded (method, path, query, content type) so tests can assert what the client sent.
 """
@@ -20,6 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 
 
@@ -34,6 +40,8 @@ class ApiServer:
         self.requests: list[tuple[str, str, dict[str, list[str]], str]] = []
         self.changed = threading.Condition()
         self.label_history: list[dict[str, str]] = []
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}  # (namespace, name) -> ResourceClaim
+        self.slices: dict[str, dict[str, Any]] = {}  # name -> ResourceSlice (resourceVersion set)
         self.closing = False
         handler = type("Handler", (_Handler,), {"api": self})
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -132,6 +140,15 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(403, {"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403})
                 return
             self._watch(float(query.get("timeoutSeconds", ["30"])[0]))
+        elif path.startswith("/apis/resource.k8s.io/v1/namespaces/") and "/resourceclaims/" in path:
+            ns, _, claim = path.removeprefix("/apis/resource.k8s.io/v1/namespaces/").partition("/resourceclaims/")
+            doc = self.api.claims.get((ns, claim))
+            if doc is None:
+                self._not_found()
+            else:
+                self._send(200, doc)
+        elif path.startswith(SLICES):
+            self._slices_get(path, query)
         elif path == "/api/v1/nodes":
             self._send(200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": [self._node()]})
         else:
@@ -172,3 +189,68 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.api.patch(body)
         self._send(200, self._node())
+
+    def _status(self, code: int, reason: str) -> None:
+        self._send(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "code": code})
+
+    def _slices_get(self, path: str, query: dict[str, list[str]]) -> None:
+        with self.api.changed:
+            if path == SLICES:
+                want = dict(kv.split("=", 1) for s in query.get("fieldSelector", []) for kv in s.split(","))
+                items = [
+                    doc
+                    for doc in self.api.slices.values()
+                    if all(
+                        {"spec.nodeName": doc["spec"].get("nodeName"), "spec.driver": doc["spec"].get("driver")}[k] == v
+                        for k, v in want.items()
+                    )
+                ]
+                self._send(200, {"kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1", "items": items})
+                return
+            doc = self.api.slices.get(path.removeprefix(SLICES + "/"))
+        self._send(200, doc) if doc is not None else self._not_found()
+
+    def _body(self) -> dict[str, Any]:
+        return json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+
+    def do_POST(self) -> None:
+        path, _ = self._record()
+        body = self._body()
+        if path != SLICES:
+            self._not_found()
+            return
+        with self.api.changed:
+            name = body["metadata"]["name"]
+            if name in self.api.slices:
+                self._status(409, "AlreadyExists")
+                return
+            self.api.version += 1
+            body["metadata"]["resourceVersion"] = str(self.api.version)
+            self.api.slices[name] = body
+            self.api.changed.notify_all()
+        self._send(201, body)
+
+    def do_PUT(self) -> None:
+        path, _ = self._record()
+        body = self._body()
+        name = path.removeprefix(SLICES + "/")
+        with self.api.changed:
+            old = self.api.slices.get(name)
+            if not path.startswith(SLICES + "/") or old is None:
+                self._not_found()
+                return
+            if body["metadata"].get("resourceVersion") != old["metadata"]["resourceVersion"]:
+                self._status(409, "Conflict")
+                return
+            self.api.version += 1
+            body["metadata"]["resourceVersion"] = str(self.api.version)
+            self.api.slices[name] = body
+            self.api.changed.notify_all()
+        self._send(200, body)
+
+    def do_DELETE(self) -> None:
+        path, _ = self._record()
+        with self.api.changed:
+            doc = self.api.slices.pop(path.removeprefix(SLICES + "/"), None)
+            self.api.changed.notify_all()
+        self._send(200, doc) if doc is not None else self._not_found()

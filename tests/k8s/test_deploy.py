@@ -82,3 +82,37 @@ def test_fleet_configmap_names_the_file_the_agent_reads() -> None:
     assert next(v for v in spec["volumes"] if v["name"] == "fleet")["configMap"]["name"] == cm["metadata"]["name"]
     fleet = yaml.safe_load(cm["data"][path.name])
     assert fleet["version"] == "vgpukit.host/v1" and "a100-vms" in fleet["configs"]
+
+
+DRA = DEPLOY / "dra"
+DRA_VERSION = "1.34"  # resource.k8s.io/v1 (DRA GA)
+
+
+def dra_documents() -> list[tuple[str, dict[str, Any]]]:
+    return [(p.name, d) for p in sorted(DRA.glob("*.yaml")) for d in yaml.safe_load_all(p.read_text()) if d]
+
+
+@pytest.mark.parametrize(("name", "doc"), dra_documents(), ids=lambda v: v if isinstance(v, str) else v["kind"])
+@pytest.mark.parametrize("version", [DRA_VERSION, "1.37"])
+def test_dra_manifest_validates_against_the_kubernetes_schemas(name: str, doc: dict[str, Any], version: str) -> None:
+    kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_dra_plugin_rbac_and_command() -> None:
+    docs = [d for _n, d in dra_documents()]
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert role["rules"] == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceslices"],
+            "verbs": ["list", "create", "update", "delete"],
+        },
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+    ]
+    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    command = ds["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:3] == ["vgpukit", "--root", "/host"]
+    r = invoke(None, *command[3:], "--node", "n1", "--help")
+    assert r.exit_code == 0, r.stderr
+    classes = {d["metadata"]["name"]: d for d in docs if d["kind"] == "DeviceClass"}
+    assert set(classes) == {"gpu.vgpukit.io", "mig.gpu.vgpukit.io", "vf.gpu.vgpukit.io", "mdev.gpu.vgpukit.io"}

@@ -84,7 +84,15 @@ def outcome(code: int, stdout: str) -> ApplyOutcome:
 
 def kube_api(kubeconfig: str | None) -> Any:
     """CoreV1Api from the in-cluster service account, else the kubeconfig file."""
-    from kubernetes import client, config
+    from kubernetes import client
+
+    load_kube_config(kubeconfig)
+    return client.CoreV1Api()
+
+
+def load_kube_config(kubeconfig: str | None) -> None:
+    """Configure the official client: the in-cluster service account, else the kubeconfig file."""
+    from kubernetes import config
 
     try:
         if kubeconfig:
@@ -97,7 +105,6 @@ def kube_api(kubeconfig: str | None) -> Any:
     except Exception as err:  # the client's own errors name the file's content at times: not quoted
         where = f"--kubeconfig {kubeconfig}" if kubeconfig else "no in-cluster service account and no ~/.kube/config"
         raise InvalidInput(f"cannot load the Kubernetes client configuration: {where} ({type(err).__name__})") from None
-    return client.CoreV1Api()
 
 
 def api_error(err: Exception) -> VgpukitError:

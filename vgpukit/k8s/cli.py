@@ -20,9 +20,10 @@ from ..clikit.params import NAME, AsciiFloat, AsciiInt
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ..engine.env import Env
     from ..host import Host
     from ..nvml import Nvml
-    from .inventory import Options, Poller
+    from .inventory import Inventory, Options, Poller
 
 
 @click.group(cls=LazyGroup)
@@ -243,3 +244,71 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
             raise api_error(err) from None
         return
     agent.run(stop)
+
+
+@k8s.command("dra-plugin")
+@click.option("--node", "node", type=NAME, envvar="NODE_NAME", required=True, help="This node's name (env NODE_NAME).")
+@click.option(
+    "--kubeconfig",
+    metavar="FILE",
+    help="kubeconfig file (default: the in-cluster service account, else ~/.kube/config).",
+)
+@click.option(
+    "--interval",
+    type=AsciiFloat(0.1, 3600),
+    metavar="SECONDS",
+    default=5.0,
+    show_default=True,
+    help="How often the host is looked at (the health stream, the ResourceSlice).",
+)
+@click.pass_obj
+def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float) -> None:
+    """Serve the kubelet's DRA plugin API v1 for driver gpu.vgpukit.io: existing GPUs, MIG slices, VFs, mdevs.
+
+    Publishes the node's ResourceSlice (resource.k8s.io/v1, one pool named after the node) and keeps
+    it current. Runs until SIGTERM/SIGINT; the registration socket is
+    <root>/var/lib/kubelet/plugins_registry/gpu.vgpukit.io-reg.sock.
+    """
+    from .dra.api import ClaimReader, resource_api
+    from .dra.server import Driver, Plugin, registry_socket
+    from .dra.slices import Publisher
+
+    _log_to_stderr("vgpukit.k8s.dra")
+    api = resource_api(kubeconfig)
+    driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app))
+    plugin = Plugin(app.host, driver, interval, Publisher(api, node)).start()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    say(f"vgpukit DRA plugin: {app.host.display(registry_socket(app.host))}, node {node}")
+    try:
+        stop.wait()
+    finally:
+        plugin.close()
+
+
+def _log_to_stderr(name: str) -> None:
+    """The plugin's events (registration, publishing, failures) as ``vgpukit: ...`` lines on stderr."""
+    import logging
+
+    class Say(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            _log(record.getMessage())
+
+    logger = logging.getLogger(name)
+    if not any(type(h).__name__ == "Say" for h in logger.handlers):
+        logger.addHandler(Say())
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
+def _dra_opener(app: App) -> Callable[[], tuple[Env, Callable[[], Inventory], Callable[[], None]]]:
+    """A fresh host, NVML and engine environment for each kubelet call (nothing cached between calls)."""
+    from .inventory import Options, collect
+
+    def open_host() -> tuple[Env, Callable[[], Inventory], Callable[[], None]]:
+        fresh = App(root=app.root, sim_dir=app.sim_dir, command="vgpukit k8s dra-plugin", wiring=app.wiring)
+        env = fresh.env
+        return env, lambda: collect(fresh.host, fresh.nvml, Options(replicas=1)), fresh.close
+
+    return open_host

@@ -1,0 +1,50 @@
+"""Property tests of the DRA plugin's formats: device names, and ResourceClaims of any shape."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vgpukit.errors import VgpukitError
+from vgpukit.k8s.dra.claims import results_of
+from vgpukit.k8s.dra.devices import DRIVER, KINDS, device_name
+
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@given(st.sampled_from(KINDS), st.text(max_size=120))
+def test_a_device_name_is_always_a_dns_label(kind: str, ident: str) -> None:
+    assert DNS_LABEL.fullmatch(device_name(kind, ident))
+
+
+def _claim(devices: Any) -> dict[str, Any]:
+    return {"status": {"allocation": {"devices": devices}}}
+
+
+@settings(max_examples=300)
+@given(
+    st.one_of(
+        json_values,
+        st.builds(_claim, json_values),
+        st.builds(lambda rs: _claim({"results": rs}), st.lists(json_values, max_size=3)),
+        st.builds(
+            lambda rs: _claim({"results": rs}),
+            st.lists(st.fixed_dictionaries({"driver": st.just(DRIVER)}, optional={"pool": json_values}), max_size=3),
+        ),
+    )
+)
+def test_a_claim_of_any_shape_gives_results_or_a_vgpukit_error(doc: Any) -> None:
+    try:
+        out = results_of(doc, "node-1")
+    except VgpukitError:
+        return
+    assert out and all(r.pool == "node-1" for r in out)

@@ -1,0 +1,126 @@
+"""The DRA plugin's ResourceSlice through the official client against the API-server stub."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import invoke, make_sim
+from tests.k8s.apiserver import SLICES, ApiServer
+from tests.k8s.test_dra_plugin import NODE, opener, unusable
+from vgpukit.errors import VgpukitError
+from vgpukit.k8s.dra.api import ClaimReader, resource_api
+from vgpukit.k8s.dra.devices import DRIVER
+from vgpukit.k8s.dra.server import Driver
+from vgpukit.k8s.dra.slices import Publisher, slice_name
+
+
+def _ok(sim: Path, *args: str) -> None:
+    r = invoke(sim, *args)
+    assert r.exit_code == 0, r.stderr
+
+
+@pytest.fixture
+def api() -> Iterator[ApiServer]:
+    server = ApiServer(NODE)
+    yield server
+    server.close()
+
+
+def setup(tmp_path: Path, api: ApiServer) -> tuple[Path, Driver, Publisher]:
+    sim = make_sim(tmp_path / "h")
+    _ok(sim, "sriov", "enable", "nic0", "--vfs", "2", "--driver", "vfio-pci")
+    _ok(sim, "partition", "gpu0", "--mig", "3g.20gb,3g.20gb")
+    client = resource_api(str(api.kubeconfig(tmp_path / "kubeconfig")))
+    driver = Driver(NODE, opener(sim), ClaimReader(client), unusable(sim))
+    return sim, driver, Publisher(client, NODE)
+
+
+def _slice(api: ApiServer) -> dict[str, Any]:
+    return api.slices[slice_name(NODE)]
+
+
+def by_kind(doc: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [d for d in doc["spec"]["devices"] if d["attributes"]["kind"]["string"] == kind]
+
+
+def test_the_slice_has_one_pool_per_node_and_device_attributes(tmp_path: Path, api: ApiServer) -> None:
+    _sim, driver, pub = setup(tmp_path, api)
+    assert pub.publish(driver.slice_entries()) is not None
+    doc = _slice(api)
+    assert doc["spec"]["driver"] == DRIVER and doc["spec"]["nodeName"] == NODE
+    assert doc["spec"]["pool"] == {"name": NODE, "generation": 1, "resourceSliceCount": 1}
+    gpu = by_kind(doc, "gpu")[0]["attributes"]
+    assert gpu["productName"]["string"].startswith("NVIDIA A100")
+    assert gpu["uuid"]["string"].startswith("GPU-") and gpu["pcieRoot"]["string"].startswith("pci")
+    assert "memory" in by_kind(doc, "gpu")[0]["capacity"]
+    mig = by_kind(doc, "mig")
+    assert len(mig) == 2 and mig[0]["attributes"]["migProfile"]["string"] == "3g.20gb"
+    assert mig[0]["attributes"]["parentUUID"]["string"].startswith("GPU-")
+    assert int(mig[0]["capacity"]["multiprocessors"]["value"]) > 0
+    vf = by_kind(doc, "vf")
+    assert len(vf) == 2 and vf[0]["attributes"]["driver"]["string"] == "vfio-pci" and "pf" in vf[0]["attributes"]
+    assert pub.publish(driver.slice_entries()) is None  # nothing changed: no call
+    assert _slice(api)["spec"]["pool"]["generation"] == 1
+
+
+def test_a_change_bumps_the_generation_and_an_unusable_gpu_leaves(tmp_path: Path, api: ApiServer) -> None:
+    sim, driver, pub = setup(tmp_path, api)
+    pub.publish(driver.slice_entries())
+    _ok(sim, "sim", "fault", "xid", "gpu0", "79")  # gpu0 lost: its slices leave the slice
+    assert pub.publish(driver.slice_entries()) is not None
+    assert _slice(api)["spec"]["pool"]["generation"] == 2
+    assert by_kind(_slice(api), "mig") == []
+
+
+def test_a_stale_resource_version_conflicts_and_the_next_poll_succeeds(tmp_path: Path, api: ApiServer) -> None:
+    _sim, driver, pub = setup(tmp_path, api)
+    pub.publish(driver.slice_entries())
+    entries = driver.slice_entries()[1:]
+    real = pub.api.replace_resource_slice
+
+    def racing(name: str, body: dict[str, Any], **kw: Any) -> Any:  # someone else writes first
+        with api.changed:
+            api.version += 1
+            api.slices[name]["metadata"]["resourceVersion"] = str(api.version)
+        return real(name, body, **kw)
+
+    pub.api.replace_resource_slice = racing
+    with pytest.raises(VgpukitError, match="409"):
+        pub.publish(entries)
+    pub.api.replace_resource_slice = real
+    assert pub.publish(entries) is not None  # tried again: re-read, replaced
+    assert _slice(api)["spec"]["devices"] == entries and _slice(api)["spec"]["pool"]["generation"] == 2
+
+
+def test_a_stale_slice_of_this_driver_and_node_is_deleted(tmp_path: Path, api: ApiServer) -> None:
+    _sim, driver, pub = setup(tmp_path, api)
+    pub.publish(driver.slice_entries())
+    old = copy.deepcopy(_slice(api))
+    old["metadata"]["name"] = "old-name"
+    other = copy.deepcopy(old)
+    other["metadata"]["name"], other["spec"]["nodeName"] = "other-node-slice", "node-2"
+    api.slices.update({"old-name": old, "other-node-slice": other})
+    pub.published = None
+    pub.publish(driver.slice_entries())
+    assert sorted(api.slices) == sorted([slice_name(NODE), "other-node-slice"])
+    assert ("DELETE", f"{SLICES}/old-name") in [(m, p) for m, p, _q, _c in api.requests]
+
+
+def test_the_running_plugin_publishes_its_slice(tmp_path: Path, api: ApiServer) -> None:
+    import tempfile
+
+    from tests.conftest import sim_host
+    from vgpukit.k8s.dra.server import Plugin
+
+    with tempfile.TemporaryDirectory(prefix="dra", dir="/dev/shm") as d:
+        _sim, driver, pub = setup(Path(d), api)
+        plugin = Plugin(sim_host(_sim), driver, interval=0.1, publisher=pub).start()
+        try:
+            assert api.wait(lambda: slice_name(NODE) in api.slices)
+        finally:
+            plugin.close()

@@ -1,0 +1,281 @@
+"""The DRA kubelet plugin: plugin registration, ``DRAPlugin`` v1 and ``DRAResourceHealth`` v1 over Unix sockets.
+
+Life cycle, as the kubelet's plugin manager expects it (k8s.io/kubelet pluginregistration v1, dra v1):
+
+1. ``DRAPlugin`` and ``DRAResourceHealth`` are served on ``<kubelet dir>/plugins/gpu.vgpukit.io/dra.sock``;
+2. ``Registration`` on ``<kubelet dir>/plugins_registry/gpu.vgpukit.io-reg.sock``: the kubelet watches
+   that directory, calls ``GetInfo`` (type ``DRAPlugin``, the driver name, the DRA socket's path,
+   ``v1.DRAPlugin`` and ``v1beta1.DRAPlugin``, for kubelets before 1.34), dials the DRA socket and
+   tells the outcome with ``NotifyRegistrationStatus``;
+3. before a pod's containers start, ``NodePrepareResources`` names its claims (namespace, name, UID):
+   the plugin reads each claim's allocation from the API server and answers CDI device names;
+   ``NodeUnprepareResources`` after the pod is gone. The work is :mod:`.claims`'.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from ...engine.env import Env
+from ...errors import VgpukitError
+from ...host import Host
+from ..dra_v1 import api_pb2 as dra
+from ..dra_v1 import api_pb2_grpc as dra_grpc
+from ..dra_v1beta1 import api_pb2 as dra_beta
+from ..dra_v1beta1 import api_pb2_grpc as dra_beta_grpc
+from ..drahealth_v1 import api_pb2 as hl
+from ..drahealth_v1 import api_pb2_grpc as hl_grpc
+from ..inventory import Inventory
+from ..pluginreg_v1 import api_pb2 as reg
+from ..pluginreg_v1 import api_pb2_grpc as reg_grpc
+from . import claims, slices
+from .devices import DRIVER, DraDevice, dra_devices
+
+log = logging.getLogger("vgpukit.k8s.dra")
+
+SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # the DRA API versions served (GetInfo's supported_versions)
+HEALTH_TIMEOUT = 30  # seconds the kubelet waits for a new health report before a device is UNKNOWN
+DRA: Any = dra_grpc  # generated without type annotations
+DRA_BETA: Any = dra_beta_grpc
+HEALTH: Any = hl_grpc
+REG: Any = reg_grpc
+ClaimReader = Callable[[str, str, str], dict[str, Any]]  # namespace, name, uid -> the ResourceClaim
+Opener = Callable[[], tuple[Env, Callable[[], Inventory], Callable[[], None]]]
+
+
+def registry_socket(host: Host) -> Path:
+    return host.path("var", "lib", "kubelet", "plugins_registry", f"{DRIVER}-reg.sock")
+
+
+def plugin_socket(host: Host) -> Path:
+    return host.path("var", "lib", "kubelet", "plugins", DRIVER, "dra.sock")
+
+
+class Driver:
+    """What the services share: the host (opened afresh per call), the node's pool, one request at a time."""
+
+    def __init__(self, node: str, open_host: Opener, read_claim: ClaimReader, health: Callable[[], dict[str, str]]):
+        self.pool = node
+        self.open_host = open_host
+        self.read_claim = read_claim
+        self.health = health
+        self.lock = threading.Lock()
+        self.registered: bool | None = None
+        self.registration_error = ""
+        self.last = (Inventory(), slices.NvmlFacts(None))  # the last good read (a lost GPU fails a read)
+
+    def read(self) -> tuple[Inventory, slices.NvmlFacts]:
+        """The inventory and NVML's facts now; where a read fails (a GPU fell off the bus), the last good one."""
+        env, collect, close = self.open_host()
+        inv, facts = self.last
+        try:
+            try:
+                inv = collect()
+            except VgpukitError as err:
+                log.warning("reading the host failed (devices unchanged): %s", err)
+            try:
+                facts = slices.NvmlFacts(env.nvml)
+            except VgpukitError as err:
+                log.warning("reading NVML failed (facts unchanged): %s", err)
+        finally:
+            close()
+        self.last = (inv, facts)
+        return inv, facts
+
+    def devices(self) -> dict[str, DraDevice]:
+        return dra_devices(self.read()[0])
+
+    def slice_entries(self) -> list[dict[str, Any]]:
+        """The ResourceSlice's devices now (:mod:`.slices`): usable static devices with their attributes."""
+        sick = self.health()
+        inv, facts = self.read()
+        return [slices.device_entry(d, inv.pci, facts) for d in slices.offered(dra_devices(inv), sick)]
+
+    def prepare(self, claim: dra.Claim) -> dra.NodePrepareResourceResponse:
+        with self.lock:
+            env, collect, close = self.open_host()
+            try:
+                done = claims.recorded(env, claim.uid)
+                if done is None:
+                    results = claims.results_of(self.read_claim(claim.namespace, claim.name, claim.uid), self.pool)
+                    ref = {"namespace": claim.namespace, "name": claim.name}
+                    done = claims.prepare(env, claim.uid, ref, results, dra_devices(collect()))
+            except VgpukitError as err:
+                return dra.NodePrepareResourceResponse(error=str(err)[:1000])
+            finally:
+                close()
+        devices = [
+            dra.Device(request_names=p.request_names, pool_name=p.pool, device_name=p.device, cdi_device_ids=p.cdi_ids)
+            for p in done
+        ]
+        return dra.NodePrepareResourceResponse(devices=devices)
+
+    def unprepare(self, claim: dra.Claim) -> dra.NodeUnprepareResourceResponse:
+        with self.lock:
+            env, _collect, close = self.open_host()
+            try:
+                claims.unprepare(env, claim.uid)
+            except VgpukitError as err:
+                return dra.NodeUnprepareResourceResponse(error=str(err)[:1000])
+            finally:
+                close()
+        return dra.NodeUnprepareResourceResponse()
+
+    def health_report(self) -> list[tuple[str, int, str]]:
+        """(device, status, message) of every device: UNHEALTHY where the health layer finds its PCI
+        function (a MIG slice's: its GPU's) unusable."""
+        try:
+            sick = self.health()
+        except VgpukitError as err:
+            return [(name, hl.UNKNOWN, f"health check failed: {err}"[:1024]) for name in self.devices()]
+        out: list[tuple[str, int, str]] = []
+        for name, dev in sorted(self.devices().items()):
+            why = sick.get(dev.device.topo_bdf)
+            out.append((name, hl.UNHEALTHY, why[:1024]) if why else (name, hl.HEALTHY, ""))
+        return out
+
+
+class Registration:
+    def __init__(self, driver: Driver, endpoint: str) -> None:
+        self.driver = driver
+        self.endpoint = endpoint
+
+    def GetInfo(self, request: reg.InfoRequest, context: grpc.ServicerContext) -> reg.PluginInfo:
+        return reg.PluginInfo(type="DRAPlugin", name=DRIVER, endpoint=self.endpoint, supported_versions=SERVICES)
+
+    def NotifyRegistrationStatus(
+        self, request: reg.RegistrationStatus, context: grpc.ServicerContext
+    ) -> reg.RegistrationStatusResponse:
+        self.driver.registered, self.driver.registration_error = request.plugin_registered, request.error[:200]
+        if request.plugin_registered:
+            log.info("registered with the kubelet")
+        else:
+            log.warning("the kubelet refused the registration: %s", request.error[:200])
+        return reg.RegistrationStatusResponse()
+
+
+class NodeService:
+    """``DRAPlugin`` of one API version: ``pb`` is its generated module (v1, v1beta1: the same messages,
+    field for field, so an answer is carried over by its wire form)."""
+
+    def __init__(self, driver: Driver, pb: Any = dra) -> None:
+        self.driver = driver
+        self.pb = pb
+
+    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        out = self.pb.NodePrepareResourcesResponse()
+        for claim in request.claims:
+            out.claims[claim.uid].ParseFromString(self.driver.prepare(claim).SerializeToString())
+        return out
+
+    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        out = self.pb.NodeUnprepareResourcesResponse()
+        for claim in request.claims:
+            out.claims[claim.uid].ParseFromString(self.driver.unprepare(claim).SerializeToString())
+        return out
+
+
+class HealthService:
+    def __init__(self, driver: Driver, interval: float, stop: threading.Event) -> None:
+        self.driver = driver
+        self.interval = interval
+        self.stop = stop
+
+    def NodeWatchResources(
+        self, request: hl.NodeWatchResourcesRequest, context: grpc.ServicerContext
+    ) -> Iterator[hl.NodeWatchResourcesResponse]:
+        """The whole list at once, then again whenever a device's health changes (and every
+        HEALTH_TIMEOUT/2 seconds, so the kubelet never times a healthy device out)."""
+        last: list[tuple[str, int, str]] | None = None
+        sent = 0.0
+        while context.is_active() and not self.stop.is_set():
+            try:
+                now = self.driver.health_report()
+            except VgpukitError as err:
+                log.warning("reading the host failed: %s", err)
+                now = last or []
+            if now != last or time.monotonic() - sent > HEALTH_TIMEOUT / 2:
+                stamp = int(time.time())
+                yield hl.NodeWatchResourcesResponse(
+                    devices=[
+                        hl.DeviceHealth(
+                            device=hl.DeviceIdentifier(pool_name=self.driver.pool, device_name=name),
+                            health=status,  # type: ignore[arg-type]
+                            last_updated_time=stamp,
+                            health_check_timeout_seconds=HEALTH_TIMEOUT,
+                            message=why,
+                        )
+                        for name, status, why in now
+                    ]
+                )
+                last, sent = now, time.monotonic()
+            self.stop.wait(self.interval)
+
+
+class Plugin:
+    """Both servers: the DRA socket and the registration socket (stale sockets of a previous run removed)."""
+
+    def __init__(
+        self, host: Host, driver: Driver, interval: float = 5.0, publisher: slices.Publisher | None = None
+    ) -> None:
+        self.host = host
+        self.driver = driver
+        self.publisher = publisher
+        self.stop = threading.Event()
+        self.servers: list[grpc.Server] = []
+        self.interval = interval
+
+    def _serve(self, path: Path, add: Callable[[grpc.Server], None]) -> None:
+        self.host.mkdir(path.parent)
+        self.host.remove(path)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="vgpukit-dra"))
+        add(server)
+        try:
+            server.add_insecure_port("unix://" + self.host.socket_address(path))
+        except RuntimeError as err:
+            server.stop(None)
+            raise OSError(f"cannot serve on {self.host.display(path)}") from err
+        server.start()
+        self.servers.append(server)
+
+    def start(self) -> Plugin:
+        dra_sock, reg_sock = plugin_socket(self.host), registry_socket(self.host)
+
+        def node(server: grpc.Server) -> None:
+            DRA.add_DRAPluginServicer_to_server(NodeService(self.driver), server)
+            DRA_BETA.add_DRAPluginServicer_to_server(NodeService(self.driver, dra_beta), server)
+            HEALTH.add_DRAResourceHealthServicer_to_server(HealthService(self.driver, self.interval, self.stop), server)
+
+        self._serve(dra_sock, node)
+        registration = Registration(self.driver, self.host.display(dra_sock))
+        self._serve(reg_sock, lambda server: REG.add_RegistrationServicer_to_server(registration, server))
+        if self.publisher is not None:
+            threading.Thread(target=self._publish, args=(self.publisher,), daemon=True, name="vgpukit-dra-pub").start()
+        return self
+
+    def _publish(self, publisher: slices.Publisher) -> None:
+        """Keep the ResourceSlice current; a failure is logged and tried again at the next poll."""
+        while not self.stop.is_set():
+            try:
+                done = publisher.publish(self.driver.slice_entries())
+                if done:
+                    log.info("%s", done)
+            except VgpukitError as err:
+                log.warning("publishing the ResourceSlice failed (tried again): %s", err)
+            self.stop.wait(self.interval)
+
+    def close(self) -> None:
+        self.stop.set()
+        for server in self.servers:
+            server.stop(grace=0.5).wait()
+        self.servers.clear()
+        for path in (registry_socket(self.host), plugin_socket(self.host)):
+            self.host.remove(path)

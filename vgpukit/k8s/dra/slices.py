@@ -1,0 +1,174 @@
+"""ResourceSlices: the node's static devices published for the scheduler (``resource.k8s.io/v1``).
+
+One pool per node (named after the node), one slice (``<node>-gpu.vgpukit.io``); the pool's
+generation goes up whenever the device list changes. A device the health layer finds unusable, or
+one held open by a process outside Kubernetes (a VM), is left out until it is usable again (device
+taints are an alpha feature of Kubernetes 1.34; leaving a device out works on every 1.34 cluster).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ...errors import VgpukitError
+from ...pci import PciDevice
+from ...words import plural
+from ..agent import api_error
+from .devices import DRIVER, DraDevice
+
+if TYPE_CHECKING:
+    from ...nvml import Nvml
+
+log = logging.getLogger("vgpukit.k8s.dra")
+API_VERSION = "resource.k8s.io/v1"
+MIB = 1024 * 1024
+
+
+def _s(value: str) -> dict[str, Any]:
+    return {"string": value}
+
+
+class NvmlFacts:
+    """What NVML says of the GPUs, read once per publish: product, UUID, memory and SMs of a whole
+    GPU (its full-size GPU instance profile) and of each MIG compute instance."""
+
+    def __init__(self, nvml: Nvml | None) -> None:
+        self.gpus: dict[str, Any] = {}  # BDF -> NvmlGpu
+        self.whole: dict[str, tuple[int, int]] = {}  # BDF -> (memory MiB, SMs)
+        self.mig: dict[str, tuple[str, int, int]] = {}  # MIG UUID -> (profile, memory MiB, SMs)
+        for gpu in nvml.gpus() if nvml is not None else []:
+            self.gpus[gpu.bdf] = gpu
+            if not gpu.mig_capable:
+                continue
+            try:
+                profiles = {p.id: p for p in nvml.gi_profiles(gpu.index)} if nvml else {}
+                if profiles:
+                    full = max(profiles.values(), key=lambda p: p.size)
+                    self.whole[gpu.bdf] = (full.memory_mib, full.sms)
+                instances = nvml.gpu_instances(gpu.index) if nvml and gpu.mig_current else []
+            except VgpukitError:
+                continue
+            for gi in instances:
+                prof = profiles.get(gi.profile_id)
+                for ci in gi.compute_instances:
+                    if prof is not None:
+                        self.mig[ci.uuid] = (prof.name, prof.memory_mib, prof.sms)
+
+
+def device_entry(dev: DraDevice, pci: dict[str, PciDevice], facts: NvmlFacts) -> dict[str, Any]:
+    """One ``spec.devices[]`` entry: attributes (kind, uuid, productName, pciBusID, pcieRoot, numaNode,
+    parentUUID, migProfile, vgpuType, pf, driver) and capacities (memory, multiprocessors)."""
+    d = dev.device
+    attrs: dict[str, Any] = {"kind": _s(dev.kind)}
+    cap: dict[str, Any] = {}
+    fn = pci.get(d.topo_bdf)
+    gpu = facts.gpus.get(d.topo_bdf)
+    if d.numa is not None and d.numa >= 0:
+        attrs["numaNode"] = {"int": d.numa}
+    if fn is not None and fn.host_bridge:
+        attrs["pcieRoot"] = _s(fn.host_bridge)
+    if dev.kind in ("gpu", "vf"):
+        attrs["pciBusID"] = _s(d.topo_bdf)
+    if gpu is not None:
+        attrs["productName"] = _s(gpu.name)
+    if dev.kind == "gpu" and gpu is not None:
+        attrs["uuid"] = _s(gpu.uuid)
+        if d.topo_bdf in facts.whole:
+            mem, sms = facts.whole[d.topo_bdf]
+            cap = {"memory": {"value": str(mem * MIB)}, "multiprocessors": {"value": str(sms)}}
+    elif dev.kind == "mig":
+        attrs["uuid"] = _s(d.id)
+        if gpu is not None:
+            attrs["parentUUID"] = _s(gpu.uuid)
+        if d.id in facts.mig:
+            profile, mem, sms = facts.mig[d.id]
+            attrs["migProfile"] = _s(profile)
+            cap = {"memory": {"value": str(mem * MIB)}, "multiprocessors": {"value": str(sms)}}
+    elif dev.kind == "vf":
+        own = pci.get(d.id)
+        if own is not None and own.physfn:
+            attrs["pf"] = _s(own.physfn)
+        if own is not None and own.driver:
+            attrs["driver"] = _s(own.driver)
+    elif dev.kind == "mdev":
+        attrs["uuid"] = _s(d.id)
+        attrs["parentBusID"] = _s(d.topo_bdf)
+    part = dev.resource.rpartition("/")[2]
+    if part.startswith("vgpu-"):
+        attrs["vgpuType"] = _s(part.removeprefix("vgpu-"))
+    entry: dict[str, Any] = {"name": dev.name, "attributes": attrs}
+    if cap:
+        entry["capacity"] = cap
+    return entry
+
+
+def offered(devices: dict[str, DraDevice], sick: dict[str, str]) -> list[DraDevice]:
+    """The devices to publish: not unusable (health layer), not held by a user outside Kubernetes."""
+    return [d for _, d in sorted(devices.items()) if d.device.topo_bdf not in sick and not d.device.held_by]
+
+
+def slice_name(node: str) -> str:
+    return f"{node}-{DRIVER}"
+
+
+class Publisher:
+    """Keeps this node's ResourceSlice equal to the devices; a failed call is tried again at the next poll."""
+
+    def __init__(self, api: Any, node: str) -> None:
+        self.api = api  # kubernetes.client.ResourceV1Api
+        self.node = node
+        self.published: list[dict[str, Any]] | None = None  # what the API server has, as far as we know
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        raw = fn(*args, _preload_content=False, **kw)
+        return json.loads(raw.data) if raw.data else None
+
+    def publish(self, entries: list[dict[str, Any]]) -> str | None:
+        """Create or update the slice (generation + 1) when the devices differ; what was done, or None."""
+        if entries == self.published:
+            return None
+        try:
+            done = self._publish(entries)
+        except VgpukitError:
+            raise
+        except Exception as err:  # ApiException, connection errors: reported; the next poll tries again
+            raise api_error(err) from None
+        self.published = entries
+        return done
+
+    def _publish(self, entries: list[dict[str, Any]]) -> str | None:
+        name = slice_name(self.node)
+        selector = f"spec.nodeName={self.node},spec.driver={DRIVER}"
+        listing = self._call(self.api.list_resource_slice, field_selector=selector) or {}
+        current = None
+        for item in listing.get("items") or []:
+            if item["metadata"]["name"] == name:
+                current = item
+            elif item.get("spec", {}).get("driver") == DRIVER and item.get("spec", {}).get("nodeName") == self.node:
+                self._call(self.api.delete_resource_slice, item["metadata"]["name"])  # a stale slice of ours
+        if current is None:
+            self._call(self.api.create_resource_slice, self._doc(entries, 1))
+            return f"published {plural(len(entries), 'device')} (generation 1)"
+        if current["spec"].get("devices", []) == entries:
+            return None
+        gen = int(current["spec"]["pool"].get("generation", 0)) + 1
+        doc = self._doc(entries, gen)
+        doc["metadata"]["resourceVersion"] = current["metadata"].get("resourceVersion")
+        self._call(self.api.replace_resource_slice, name, doc)  # 409 on a stale resourceVersion: next poll
+        return f"published {plural(len(entries), 'device')} (generation {gen})"
+
+    def _doc(self, entries: list[dict[str, Any]], generation: int) -> dict[str, Any]:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": "ResourceSlice",
+            "metadata": {"name": slice_name(self.node)},
+            "spec": {
+                "driver": DRIVER,
+                "nodeName": self.node,
+                "pool": {"name": self.node, "generation": generation, "resourceSliceCount": 1},
+                "devices": entries,
+            },
+        }
