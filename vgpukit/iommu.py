@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from .host import Host
 from .host_layout import DRIVER
-from .pci import kind_of
+from .pci_kind import kind_of
 
 HARMLESS_DRIVERS = ("pcieport", "shpchp")
 

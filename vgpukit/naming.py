@@ -142,7 +142,7 @@ def unnamable(name: str, accept: frozenset[str], why: str = "") -> InvalidInput:
     return InvalidInput(f"cannot name a device by {name!r}{why}: use {forms}", value=name)
 
 
-def aliases(scan: Scan) -> dict[str, str]:
+def aliases(scan: Scan, *, light: bool = False) -> dict[str, str]:
     """BDF -> ``gpuN`` / ``nicN`` / ``nvmeN`` for every physical GPU, NIC and NVMe controller.
 
     The one place that decides what the aliases mean, from PCI facts only (vendor, class, bus
@@ -155,18 +155,19 @@ def aliases(scan: Scan) -> dict[str, str]:
       BMC's VGA controller, see :func:`vgpukit.pci.kind_of`) is never a ``gpuN``.
     * ``nicN``, ``nvmeN``: physical functions of that kind in PCI bus order.
 
-    VFs are never counted.
+    VFs are never counted. ``light``: see :meth:`vgpukit.pci.Scan.kinds` (a command that shows
+    aliases and reads no more of the devices).
     """
     counters: dict[str, int] = {}
     out = {}
     others: list[str] = []
-    for dev in scan.physical():
-        if dev.kind == "gpu" and dev.vendor != "10de":  # not NVIDIA: after the GPUs NVML counts
-            others.append(dev.bdf)
-        elif dev.kind in ("gpu", "nic", "nvme"):
-            n = counters.get(dev.kind, 0)
-            counters[dev.kind] = n + 1
-            out[dev.bdf] = f"{dev.kind}{n}"
+    for bdf, vendor, kind in scan.kinds(light=light):
+        if kind == "gpu" and vendor != "10de":  # not NVIDIA: after the GPUs NVML counts
+            others.append(bdf)
+        elif kind in ("gpu", "nic", "nvme"):
+            n = counters.get(kind, 0)
+            counters[kind] = n + 1
+            out[bdf] = f"{kind}{n}"
     n = counters.get("gpu", 0)
     for i, bdf in enumerate(others):
         out[bdf] = f"gpu{n + i}"

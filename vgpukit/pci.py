@@ -33,6 +33,7 @@ from .host_layout import (
     SRIOV_VF_DEVICE,
     VIRTFN,
 )
+from .pci_kind import hex_id, kind_of, read_kind
 from .records import Record
 
 HOST_BRIDGE_RE = re.compile(r"^pci([0-9a-f]{4}):([0-9a-f]{2})\Z", re.ASCII)
@@ -58,26 +59,6 @@ def bdf_sort_key(bdf: str) -> tuple[int, int, int, int]:
     if not m:
         return (0xFFFF, 0xFF, 0xFF, 0xF)
     return (int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16), int(m.group(4), 16))
-
-
-NVIDIA = 0x10DE
-BMC_VENDORS = frozenset({0x1A03})  # ASPEED: BMC video only, never a GPU anyone computes on
-
-
-def kind_of(class_code: int, vendor: int, boot_vga: bool = False) -> str:
-    """``gpu``, ``display`` (a console: the firmware's boot VGA device or a BMC's VGA controller --
-    an NVIDIA GPU that is the console stays a ``gpu``, NVML counts it), ``nic``, ``nvme``,
-    ``bridge`` or ``other``."""
-    base, sub = class_code >> 16, (class_code >> 8) & 0xFF
-    if base == 0x03:
-        return "display" if vendor != NVIDIA and (boot_vga or vendor in BMC_VENDORS) else "gpu"
-    if base == 0x02:
-        return "nic"
-    if base == 0x01 and sub == 0x08:
-        return "nvme"
-    if base == 0x06 and sub in (0x04, 0x09):
-        return "bridge"
-    return "other"
 
 
 HEADER_TYPE_OFFSET = 0x0E  # the configuration-space byte naming the header layout (bit 7: multi-function)
@@ -248,12 +229,6 @@ class PciDevice(Record):
         return d
 
 
-def _hex(text: str | None) -> str:
-    if not text:
-        return "0000"
-    return text.lower().removeprefix("0x").zfill(4)
-
-
 def _chain(host: Host, dev_link: Path) -> tuple[str, tuple[str, ...]]:
     """(host bridge, ancestor BDFs) from where ``/sys/bus/pci/devices/<bdf>`` leads.
 
@@ -289,10 +264,10 @@ def read_device(host: Host, bdf: str, names: PciNames | None = None) -> PciDevic
     def link(name: str) -> str | None:
         return host.link_name(base + name) if name in entries else None
 
-    vendor, device = _hex(attr("vendor")), _hex(attr("device"))
+    vendor, device = hex_id(attr("vendor")), hex_id(attr("device"))
     class_code = number("class") or 0
     subsys = attr("subsystem_vendor")
-    subsystem = f"{_hex(subsys)}:{_hex(attr('subsystem_device'))}" if subsys else None
+    subsystem = f"{hex_id(subsys)}:{hex_id(attr('subsystem_device'))}" if subsys else None
     names = names or PciNames(host)
     host_bridge, parents = _chain(host, d)
     numa = number("numa_node")
@@ -401,6 +376,7 @@ class Scan:
         self._bdf_set: set[str] = set()
         self._read: dict[str, PciDevice] = {}
         self._physical: list[PciDevice] | None = None
+        self._kinds: list[tuple[str, str, str]] | None = None
         self.names = PciNames(host)  # device names, from the host's PCI ID database
 
     def bdfs(self) -> list[str]:
@@ -443,6 +419,24 @@ class Scan:
                     out.append(dev)
             self._physical = out
         return self._physical
+
+    def kinds(self, *, light: bool = False) -> list[tuple[str, str, str]]:
+        """(bdf, vendor, kind) of every function that is not a VF, in bus order (what the aliases need).
+        ``light``: for a command that reads no more of the devices (``mig status``), a few attributes of
+        each function not read yet (:func:`read_kind`) instead of the whole records (:meth:`physical`)."""
+        if self._kinds is None:
+            if self._physical is not None or not light:
+                self._kinds = [(d.bdf, d.vendor, d.kind) for d in self.physical()]
+            else:
+                read = ((b, self._kind(b)) for b in self.bdfs())
+                self._kinds = [(b, *k) for b, k in read if k is not None]
+        return self._kinds
+
+    def _kind(self, bdf: str) -> tuple[str, str] | None:
+        dev = self._read.get(bdf)
+        if dev is None:
+            return read_kind(self.host, bdf)
+        return None if dev.is_vf else (dev.vendor, dev.kind)
 
 
 def device_basename(path: str) -> str:

@@ -2,7 +2,7 @@
 
 Were it to compute its answers with the toolkit's formulas or catalogues, a wrong formula would be
 wrong on both sides and every test would pass. What it may use: the host door, errors, input hygiene,
-the NVML facade's records (and the MIG tables of the simulated driver), and its own modules.
+the NVML facade's records (and the MIG tables of the simulated driver), the loggers, and its own modules.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ ALLOWED = {
     "vgpukit.host",
     "vgpukit.inputs",
     "vgpukit.records",  # the immutable record base class (no facts, no rules)
+    "vgpukit.logs",  # the loggers and the `vgpukit: warning:` prefix (no facts, no rules)
     "vgpukit.nvml",
     "vgpukit.nvml.model",  # the facade's records (GiProfile, NvmlGpu, ...)
     "vgpukit.nvml.errors",

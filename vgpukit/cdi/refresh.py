@@ -4,16 +4,16 @@ enabled spec generation it costs one missing file and imports nothing more."""
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 from ..cdi_settings import load_settings
 from ..errors import VgpukitError
+from ..logs import logger
 
 if TYPE_CHECKING:
     from ..engine import Env, Step
 
-log = logging.getLogger("vgpukit.cdi")
+log = logger("vgpukit.cdi")
 
 
 def derived_steps(env: Env) -> list[Step]:

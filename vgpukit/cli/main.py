@@ -6,7 +6,6 @@ Sub-commands are registered in :data:`COMMANDS` by module path and imported only
 
 from __future__ import annotations
 
-import logging
 import sys
 
 import click
@@ -82,10 +81,11 @@ def cli(
     (0000:3b:00.0 or 3b:00.0), or by GPU UUID where NVML is available.
     """
     if debug:
-        logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
-    elif not isinstance(logging.lastResort, _Warnings):
-        # warnings logged where no handler is set up (a rollback step that failed) read like our errors
-        logging.lastResort = _Warnings()
+        from ..logs import debug_logging
+
+        debug_logging()
+    # else the loggers set up the ``vgpukit: warning:`` last resort when a module that logs is loaded
+    # (vgpukit.logs): a read-only command loads no logging
     wiring = ctx.obj if isinstance(ctx.obj, Wiring) else Wiring()
     ctx.obj = App.from_env(
         root, sim, json=as_json, dry_run=dry_run, debug=debug, wait=wait, command=_command_line(), wiring=wiring
@@ -96,19 +96,6 @@ def cli(
 def _command_line() -> str:
     words = ["vgpukit", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith(("vgpukit", "__main__.py")) else []
     return " ".join(words)[:400] or "vgpukit"
-
-
-class _Warnings(logging.StreamHandler):  # type: ignore[type-arg]
-    """Python's last-resort handler with the ``vgpukit: warning:`` prefix (stderr of the moment)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.setLevel(logging.WARNING)
-        self.setFormatter(logging.Formatter("vgpukit: warning: %(message)s"))
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.stream = sys.stderr
-        super().emit(record)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from ..errors import VgpukitError
+from ..logs import logger
 from ..words import plural
 from . import journal as jr
 from .env import Env
 from .lock import host_lock
 from .step import AFTER, BEFORE, STAGES, Step, from_dict, to_entry
 
-log = logging.getLogger("vgpukit.engine")
+log = logger("vgpukit.engine")
 
 
 @contextmanager

@@ -9,15 +9,15 @@ one's file wins, each a whole valid file; an event both saw is recorded by both,
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidInput
 from ..host import Host
 from ..inputs import load_json
+from ..logs import logger
 
-log = logging.getLogger("vgpukit.health")
+log = logger("vgpukit.health")
 MAX_EVENTS = 256  # the oldest go first
 MAX_BYTES = 1 << 20
 

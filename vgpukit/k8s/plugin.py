@@ -17,7 +17,6 @@ register again.
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 import threading
@@ -31,13 +30,14 @@ import grpc
 
 from ..errors import VgpukitError
 from ..host import Host
+from ..logs import logger
 from ..words import plural
 from . import preferred as pref
 from .inventory import Device, Inventory
 from .v1beta1 import api_pb2 as api
 from .v1beta1 import api_pb2_grpc
 
-log = logging.getLogger("vgpukit.k8s")
+log = logger("vgpukit.k8s")
 
 API_VERSION = "v1beta1"
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"

@@ -26,7 +26,6 @@ each has a time limit (:data:`TIMEOUT`), and a dry run runs none.
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,13 +34,14 @@ from ..errors import VgpukitError
 from ..host import Host
 from ..hostio import ProgramResult
 from ..inputs import load_json
+from ..logs import logger
 from .mdevctl import parse_attrs
 from .model import Definition
 
 if TYPE_CHECKING:
     pass
 
-log = logging.getLogger("vgpukit.mdev")
+log = logger("vgpukit.mdev")
 
 # Where the scripts are, in the order they are asked (mdevctl 1.4: the packaged directory first).
 SCRIPT_DIRS = (("usr", "lib", "mdevctl", "scripts.d"), ("etc", "mdevctl.d", "scripts.d"))

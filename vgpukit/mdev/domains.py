@@ -7,15 +7,15 @@ the daemon is missing, the lookup is skipped and commands show only what /proc s
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from ..errors import VgpukitError
 from ..libvirt.connection import connect
 from ..libvirt.domain import DomainSource
 from ..libvirt.domain import assignments as all_assignments
+from ..logs import logger
 
-log = logging.getLogger("vgpukit.mdev")
+log = logger("vgpukit.mdev")
 
 
 def assignments(source: DomainSource) -> dict[str, list[dict[str, Any]]]:

@@ -6,7 +6,6 @@ creation is all-or-nothing (a failure half-way removes what this call created).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,11 +13,12 @@ from ..engine import Env, execute
 from ..engine.files import PutFile
 from ..errors import InvalidInput, NotFound, VgpukitError
 from ..host import Host
+from ..logs import logger
 from . import callouts, mdevctl, planner, planner_modify
 from .model import PACK, Definition, check_uuid, new_uuid
 from .steps import RemoveMdev, SetLiveAttr
 
-log = logging.getLogger("vgpukit.mdev")
+log = logger("vgpukit.mdev")
 
 
 @dataclass

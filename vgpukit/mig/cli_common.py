@@ -39,8 +39,8 @@ def resolve_gpu(app: App, name: str, scan: Scan) -> NvmlGpu:
 
 
 def aliases(scan: Scan) -> dict[str, str]:
-    try:
-        return naming.aliases(scan)
+    try:  # the mig commands show the GPUs' aliases and read no more of the PCI devices: the light read
+        return naming.aliases(scan, light=True)
     except VgpukitError:  # no sysfs (odd root): fall back to NVML order
         return {}
 

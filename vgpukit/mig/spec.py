@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from ..data import load_yaml
 from ..errors import InvalidInput
 from ..inputs import parse_int
 from ..nvml import GiProfile
+from ..nvml.table import ci_allowed_table, ci_enums
 from ..records import Record
 
 ITEM_RE = re.compile(r"^\s*(?P<name>[^=\s]+)\s*(?:=\s*(?P<count>\S+))?\s*\Z", re.ASCII)
@@ -43,14 +43,12 @@ class WantGi(Record):
 
 def ci_enum(slices: int) -> int:
     """NVML_COMPUTE_INSTANCE_PROFILE_* for a compute instance of ``slices`` compute slices."""
-    enums: dict[int, int] = load_yaml("mig/profiles.yaml")["ci_enums"]
-    return int(enums[slices])
+    return ci_enums()[slices]
 
 
 def ci_allowed(gi: GiProfile) -> dict[int, int]:
     """slice count -> max count of compute instances a GPU instance of profile ``gi`` allows."""
-    allowed: dict[int, dict[int, int]] = load_yaml("mig/profiles.yaml")["ci_allowed"]
-    return {int(k): int(v) for k, v in allowed.get(gi.slices, {}).items()}
+    return dict(ci_allowed_table().get(gi.slices, {}))
 
 
 def split_items(values: Iterable[str]) -> list[tuple[str, int]]:

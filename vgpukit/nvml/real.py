@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import ctypes
 import importlib
-import logging
 import shutil
 import subprocess
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..errors import HostIOError, Unsupported
+from ..logs import logger
 from . import real_events
 from .errors import INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, UNKNOWN, NvmlError, nvml_error
 from .model import (
@@ -31,7 +31,7 @@ from .model import (
     NvmlProcess,
 )
 
-log = logging.getLogger("vgpukit.nvml")
+log = logger("vgpukit.nvml")
 T = TypeVar("T")
 GI_PROFILE_COUNT = 0x12
 CI_PROFILE_COUNT = 0x09

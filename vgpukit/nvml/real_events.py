@@ -6,14 +6,14 @@ pynvml module (NVML failures arrive as :class:`~vgpukit.nvml.errors.NvmlError` w
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
+from ..logs import logger
 from .errors import GPU_IS_LOST, NOT_SUPPORTED, TIMEOUT, NvmlError
 from .model import GpuCondition, NvmlEvent
 
-log = logging.getLogger("vgpukit.nvml")
+log = logger("vgpukit.nvml")
 
 # nvmlEventType* bits (nvml.h) and the kind each becomes
 EVENT_BITS = {0x1: "ecc-single", 0x2: "ecc-double", 0x8: "xid", 0x10: "clock", 0x80: "power-source"}

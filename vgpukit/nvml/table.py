@@ -1,11 +1,12 @@
-"""MIG profile tables (vgpukit/data/mig/profiles.yaml) as records: what the simulated driver plays."""
+"""MIG profile tables (vgpukit/data/mig/profiles.json, described in docs/mig.md) as records: what the
+simulated driver plays. JSON, not YAML: ``mig status`` reads it on every MIG host and needs no YAML parser."""
 
 from __future__ import annotations
 
 from functools import cache
 from typing import Any
 
-from ..data import load_yaml
+from ..data import load_json
 from ..errors import NotFound
 from ..records import Record
 from .model import CiProfile, GiProfile
@@ -53,8 +54,18 @@ class MigModel(Record):
 
 
 def _data() -> dict[str, Any]:
-    data: dict[str, Any] = load_yaml("mig/profiles.yaml")
+    data: dict[str, Any] = load_json("mig/profiles.json")
     return data
+
+
+def ci_enums() -> dict[int, int]:
+    """NVML_COMPUTE_INSTANCE_PROFILE_* per compute-slice count (JSON keys are strings: here ints)."""
+    return {int(k): int(v) for k, v in _data()["ci_enums"].items()}
+
+
+def ci_allowed_table() -> dict[int, dict[int, int]]:
+    """A GPU instance's compute-slice count -> {compute-instance slices: max count}."""
+    return {int(g): {int(c): int(n) for c, n in row.items()} for g, row in _data()["ci_allowed"].items()}
 
 
 @cache
@@ -109,9 +120,8 @@ def model(key: str | None, product_name: str | None = None) -> MigModel:
 
 def ci_profiles(gi: GiProfile) -> list[CiProfile]:
     """Compute-instance profiles a GPU instance of profile ``gi`` allows."""
-    data = _data()
-    allowed: dict[int, int] = data["ci_allowed"].get(gi.slices, {})
-    enums: dict[int, int] = data["ci_enums"]
+    allowed = ci_allowed_table().get(gi.slices, {})
+    enums = ci_enums()
     out = []
     for c, max_count in allowed.items():
         full = c == gi.slices

@@ -12,7 +12,6 @@ metrics) and the running configuration kept. At start it is exit 2, before anyth
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import select
 import signal
@@ -26,6 +25,7 @@ from ..cuda import region as cuda_region
 from ..errors import InvalidInput, NotFound, VgpukitError
 from ..host import Host
 from ..libvirt.connection import Session
+from ..logs import logger
 from ..words import plural
 from . import demand as demand_proto
 from . import planner
@@ -37,7 +37,7 @@ from .runtime import GpuRuntime, Observer
 from .safety import Guardian, load_managed, save_managed, thaw_all
 from .sampler import Sampler
 
-log = logging.getLogger("vgpukit.qos")
+log = logger("vgpukit.qos")
 HOUSEKEEPING_NS = 250_000_000
 LIVENESS_NS = 1_000_000_000
 

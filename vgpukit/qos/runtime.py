@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..errors import NotFound, VgpukitError
+from ..logs import logger
 from .backends import Backend
 from .model import Gpu, Tenant
 from .policy import Decision, Scheduler
 from .stats import Samples, ShareWindows
 
-log = logging.getLogger("vgpukit.qos")
+log = logger("vgpukit.qos")
 S = 1_000_000_000
 
 

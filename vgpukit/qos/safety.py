@@ -15,7 +15,6 @@ Three layers (docs/qos.md, "Crash safety"):
 from __future__ import annotations
 
 import json
-import logging
 import os
 import select
 import signal
@@ -26,9 +25,10 @@ from ..errors import InvalidInput, VgpukitError
 from ..host import Host
 from ..inputs import load_json
 from ..libvirt.connection import Session
+from ..logs import logger
 from .backends import backend_from_target
 
-log = logging.getLogger("vgpukit.qos")
+log = logger("vgpukit.qos")
 
 
 def frozen_path(host: Host) -> os.PathLike[str]:

@@ -104,9 +104,9 @@ def recover(root: Path) -> str | None:
     if header is None:
         return None
     what = f"write {header.get('value', '?')!r} to {header.get('path', '?')}"
-    import logging
+    from ..logs import logger
 
-    logging.getLogger(__name__).warning("simulated kernel: undid the interrupted %s", what)
+    logger(__name__).warning("simulated kernel: undid the interrupted %s", what)
     return what
 
 

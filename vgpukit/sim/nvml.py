@@ -89,7 +89,7 @@ def initial_state(gpus: list[dict[str, Any]]) -> dict[str, Any]:
 
     ``gpus``: one dict per physical GPU in PCI bus order with ``bdf``, ``uuid``, ``name`` (NVML
     product name, e.g. ``NVIDIA A100-SXM4-40GB``), ``model`` (profile-table key of
-    vgpukit/data/mig/profiles.yaml, optional when ``name`` is a known product) and ``mig_capable``.
+    vgpukit/data/mig/profiles.json, optional when ``name`` is a known product) and ``mig_capable``.
     """
     out = []
     for g in gpus:

@@ -14,7 +14,6 @@ Life cycle, as the kubelet's plugin manager expects it (k8s.io/kubelet pluginreg
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +26,7 @@ import grpc
 from ...engine.env import Env
 from ...errors import VgpukitError
 from ...host import Host
+from ...logs import logger
 from ..dra_v1 import api_pb2 as dra
 from ..dra_v1 import api_pb2_grpc as dra_grpc
 from ..dra_v1beta1 import api_pb2 as dra_beta
@@ -39,7 +39,7 @@ from ..pluginreg_v1 import api_pb2_grpc as reg_grpc
 from . import claims, slices
 from .devices import DRIVER, DraDevice, dra_devices
 
-log = logging.getLogger("vgpukit.k8s.dra")
+log = logger("vgpukit.k8s.dra")
 
 SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # the DRA API versions served (GetInfo's supported_versions)
 HEALTH_TIMEOUT = 30  # seconds the kubelet waits for a new health report before a device is UNKNOWN

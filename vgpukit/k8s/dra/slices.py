@@ -9,11 +9,11 @@ taints are an alpha feature of Kubernetes 1.34; leaving a device out works on ev
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import VgpukitError
+from ...logs import logger
 from ...pci import PciDevice
 from ...words import plural
 from ..agent import api_error
@@ -22,7 +22,7 @@ from .devices import DRIVER, DraDevice
 if TYPE_CHECKING:
     from ...nvml import Nvml
 
-log = logging.getLogger("vgpukit.k8s.dra")
+log = logger("vgpukit.k8s.dra")
 API_VERSION = "resource.k8s.io/v1"
 MIB = 1024 * 1024
 
