@@ -14,9 +14,15 @@ from .snapshot import take
 
 
 class HostCollector:
+    """Host state is read at every scrape; the shipped tables (DCGM mapping, XID table) once."""
+
     def __init__(self, host: Host, nvml: Callable[[], Nvml | None]) -> None:
+        from ..health import xid
+
         self.host = host
         self.nvml = nvml  # the composition's lazy NVML handle (opened on the first scrape)
+        self.fields = devices.fields()
+        self.xids = xid.builtin()
 
     def describe(self) -> list[Any]:
         return []  # registering does not scrape the host
@@ -26,7 +32,7 @@ class HostCollector:
 
         start = time.perf_counter()
         cpu = time.process_time()
-        snap = take(self.host, self.nvml())
+        snap = take(self.host, self.nvml(), self.xids)
         out: list[Any] = []
         for families in (
             devices.dcgm_families,
@@ -36,7 +42,7 @@ class HostCollector:
             tenants.memory_families,
             slices.slice_families,
         ):
-            out.extend(families(snap))
+            out.extend(families(snap, self.fields))
         errors = GaugeMetricFamily(
             "vgpukit_exporter_source_errors", "1 when a source could not be read this scrape.", labels=["source"]
         )

@@ -30,7 +30,7 @@ class FieldTable:
 
 
 def fields() -> FieldTable:
-    """The shipped DCGM mapping (read anew: nothing is cached between scrapes)."""
+    """The shipped DCGM mapping (the collector loads it once: shipped data, not host state)."""
     from ..data import DATA_DIR
     from ..inputs import load_yaml
 
@@ -63,10 +63,9 @@ def _last_xid(snap: Snapshot) -> dict[str, int]:
     return out
 
 
-def dcgm_families(snap: Snapshot) -> Iterator[Any]:
+def dcgm_families(snap: Snapshot, table: FieldTable) -> Iterator[Any]:
     from prometheus_client.core import GaugeMetricFamily
 
-    table = fields()
     xids = _last_xid(snap)
     for f in table.fields:
         # every DCGM field is exposed as a gauge: dcgm-exporter's counters carry no _total suffix, and
@@ -81,7 +80,7 @@ def dcgm_families(snap: Snapshot) -> Iterator[Any]:
         yield fam
 
 
-def health_families(snap: Snapshot) -> Iterator[Any]:
+def health_families(snap: Snapshot, table: FieldTable) -> Iterator[Any]:
     from prometheus_client.core import GaugeMetricFamily
 
     fam = GaugeMetricFamily(
@@ -94,11 +93,10 @@ def health_families(snap: Snapshot) -> Iterator[Any]:
     yield fam
 
 
-def mig_families(snap: Snapshot) -> Iterator[Any]:
+def mig_families(snap: Snapshot, table: FieldTable) -> Iterator[Any]:
     """Each MIG GPU instance with dcgm-exporter's MIG labels, and the memory its profile gives it."""
     from prometheus_client.core import GaugeMetricFamily
 
-    table = fields()
     labels = [*table.labels, *table.mig_labels]
     info = GaugeMetricFamily("vgpukit_mig_instance_info", "1 per MIG GPU instance.", labels=[*labels, "mig_uuid"])
     mem = GaugeMetricFamily("vgpukit_mig_instance_memory_bytes", "Memory of the instance's profile.", labels=labels)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from .devices import FieldTable
 from .snapshot import Snapshot
 
 
@@ -13,7 +14,7 @@ def holder_name(held: str) -> str:
     return held.rsplit(" (pid ", 1)[0]
 
 
-def slice_families(snap: Snapshot) -> Iterator[Any]:
+def slice_families(snap: Snapshot, table: FieldTable) -> Iterator[Any]:
     from prometheus_client.core import GaugeMetricFamily
 
     info = GaugeMetricFamily(

@@ -16,8 +16,10 @@ from typing import Any
 
 from ..cuda import region
 from ..errors import VgpukitError
-from ..health.fact import current
+from ..health import check
+from ..health import log as record_log
 from ..health.model import DeviceHealth
+from ..health.xid import XidTable
 from ..host import Host
 from ..nvml.errors import NvmlError
 from ..nvml.model import GpuInstance, GpuTelemetry, Nvml, NvmlGpu
@@ -96,10 +98,10 @@ def _qos(host: Host) -> dict[str, Any] | None:
     return control.request(host, {"op": "status"}, timeout=2.0)
 
 
-def _slices(host: Host, nvml: Nvml | None) -> list[Slice]:
+def _slices(host: Host, nvml: Nvml | None, scan: Scan) -> list[Slice]:
     from ..k8s.inventory import PREFIX, Options, collect
 
-    inv = collect(host, nvml, Options(replicas=0))
+    inv = collect(host, nvml, Options(replicas=0), scan=scan)
     out = []
     for resource, devices in inv.resources.items():
         short = resource.removeprefix(f"{PREFIX}/")
@@ -109,15 +111,20 @@ def _slices(host: Host, nvml: Nvml | None) -> list[Slice]:
     return out
 
 
-def take(host: Host, nvml: Nvml | None) -> Snapshot:
-    """Everything, read now."""
+def _health(host: Host, nvml: Nvml | None, table: XidTable, scan: Scan) -> list[DeviceHealth]:
+    """What ``vgpukit health`` answers, its record not saved (the exporter only reads)."""
+    return check.look(host, nvml, table, record_log.load(host), scan=scan).devices
+
+
+def take(host: Host, nvml: Nvml | None, xids: XidTable) -> Snapshot:
+    """Everything, read now (``xids``: the XID table, loaded once by the caller)."""
     snap = Snapshot(hostname())
-    scan = Scan(host)
+    scan = Scan(host)  # one PCI read, shared by the health layer and the inventory
     steps: list[tuple[str, Any]] = [
-        ("health", lambda: setattr(snap, "health", current(host, nvml, save=False, scan=scan))),
+        ("health", lambda: setattr(snap, "health", _health(host, nvml, xids, scan))),
         ("qos", lambda: setattr(snap, "qos", _qos(host))),
         ("cuda", lambda: setattr(snap, "cuda", _cuda(host))),
-        ("inventory", lambda: setattr(snap, "slices", _slices(host, nvml))),
+        ("inventory", lambda: setattr(snap, "slices", _slices(host, nvml, scan))),
     ]
     if nvml is not None:
         steps.insert(0, ("nvml", lambda: setattr(snap, "gpus", _gpus(nvml))))

@@ -8,12 +8,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..qos.metrics import SnapshotCollector
+from .devices import FieldTable
 from .snapshot import Snapshot
 
 LATENCY_KINDS = ("detection", "enforcement", "preemption", "timer")
 
 
-def qos_families(snap: Snapshot) -> Iterator[Any]:
+def qos_families(snap: Snapshot, table: FieldTable) -> Iterator[Any]:
     from prometheus_client.core import GaugeMetricFamily
 
     up = GaugeMetricFamily("vgpukit_qos_daemon_up", "1 when the QoS daemon answered this scrape.")
@@ -39,7 +40,7 @@ def qos_families(snap: Snapshot) -> Iterator[Any]:
     yield lat
 
 
-def memory_families(snap: Snapshot) -> Iterator[Any]:
+def memory_families(snap: Snapshot, table: FieldTable) -> Iterator[Any]:
     from prometheus_client.core import GaugeMetricFamily
 
     used = GaugeMetricFamily(
