@@ -73,6 +73,7 @@ def test_an_injected_fault_reaches_the_exporter(host: tuple[str, Path], fault: s
         assert value(after, "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", gpu="0") == 1
     else:  # XID 79: the GPU fell off the bus, as a lost GPU: it reports nothing more
         assert value(after, "DCGM_FI_DEV_GPU_UTIL", gpu="0") is None
+        assert value(after, "DCGM_FI_DEV_XID_ERRORS", gpu="0") == (79 if fault == "xid" else 0)
         assert value(after, "DCGM_FI_DEV_GPU_UTIL", gpu="1") is not None or profile == "h100-vgpu"
 
 

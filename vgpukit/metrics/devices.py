@@ -72,9 +72,12 @@ def dcgm_families(snap: Snapshot, table: FieldTable) -> Iterator[Any]:
         # the exact DCGM name is what dashboards written for dcgm-exporter query (docs/metrics.md)
         fam = GaugeMetricFamily(f.name, f.help, labels=list(table.labels))
         for g in snap.gpus:
-            if g.telemetry is None:
+            if f.source == "last_xid":  # the health layer's record: there for a lost GPU too
+                value: Any = xids.get(g.gpu.bdf, 0)
+            elif g.telemetry is None:
                 continue  # a lost GPU reports nothing (its health says why)
-            value = xids.get(g.gpu.bdf, 0) if f.source == "last_xid" else getattr(g.telemetry, f.source)
+            else:
+                value = getattr(g.telemetry, f.source)
             if value is not None:
                 fam.add_metric(gpu_labels(snap, g), float(value))
         yield fam
