@@ -13,6 +13,7 @@ Every refusal is an :class:`~vgpukit.errors.InvalidInput` (exit 2) with one line
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 import unicodedata
@@ -244,3 +245,29 @@ def _shown(value: object) -> str:
     text = value if isinstance(value, str) else type(value).__name__
     text = "".join(ch if not has_control(ch) else "?" for ch in text)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+_HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``ADDR:PORT`` (``:PORT`` all addresses, ``[v6]:PORT``) -> (address, port); ValueError: why."""
+    addr, sep, port_text = text.rpartition(":")
+    if not sep:
+        raise ValueError("expected ADDR:PORT (or :PORT)")
+    try:
+        port = parse_int(port_text, "port", lo=1, hi=65535)
+    except InvalidInput as exc:
+        raise ValueError("the port must be a number from 1 to 65535") from exc
+    if addr.startswith("[") and addr.endswith("]"):
+        try:
+            return str(ipaddress.IPv6Address(addr[1:-1])), port
+        except ValueError as exc:
+            raise ValueError("not an IPv6 address between the brackets") from exc
+    if addr == "":
+        return "", port
+    if ":" in addr:
+        raise ValueError("an IPv6 address goes between brackets: [::1]:PORT")
+    if not addr.isascii() or _HOSTNAME.match(addr) is None:
+        raise ValueError("not an address or a host name")
+    return addr, port

@@ -87,7 +87,13 @@ def test_units_run_the_installed_entry_point(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     (tmp_path / "a").mkdir()
     execs = _installed_units(tmp_path / "a", [str(script)], env)
-    assert set(execs) == {"vgpukit-mdev-restore.service", "vgpukit-mdev-start@.service", "vgpukit-qos.service"}
+    assert set(execs) == {
+        "vgpukit-mdev-restore.service",
+        "vgpukit-mdev-start@.service",
+        "vgpukit-qos.service",
+        "vgpukit-exporter.service",
+    }
+    assert execs["vgpukit-exporter.service"] == f"ExecStart={script} exporter --listen :9401"
     assert execs["vgpukit-mdev-restore.service"] == f"ExecStart={script} mdev start --all"
     assert execs["vgpukit-mdev-start@.service"] == f"ExecStart={script} mdev start --all --parent %I"
     assert execs["vgpukit-qos.service"] == f"ExecStart={script} qos daemon --config /etc/vgpukit/qos.yaml"

@@ -37,7 +37,7 @@ PATHS = ["good.yaml", "missing.yaml", "/dev/zero", "/dev/null", "", ".", "..", "
 GOOD_CONFIG = "version: v1\nmig-configs:\n  one:\n    - devices: all\n      mig-enabled: true\n"
 
 # commands that serve forever: their parameters are fuzzed through click's parsing only
-SERVE = {("qos", "daemon"), ("k8s", "device-plugin"), ("k8s", "node-agent")}
+SERVE = {("qos", "daemon"), ("k8s", "device-plugin"), ("k8s", "node-agent"), ("exporter",)}
 # commands that stream until interrupted with --watch: fuzzed with the stream bounded (--for 0)
 WATCH = {("health",)}
 # commands that document exit 1 (a difference found; no libvirt daemon to talk to)

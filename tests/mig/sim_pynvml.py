@@ -277,8 +277,31 @@ class Shim:
 
     def nvmlDeviceGetTotalEccErrors(self, h: Any, error_type: int, counter: int) -> int:
         self._alive(h)
+        if counter == 1:  # NVML_AGGREGATE_ECC
+            t = self.sim.telemetry(h[1])
+            return int((t.ecc_sbe_agg if error_type == 0 else t.ecc_dbe_agg) or 0)
         c = self.sim.condition(h[1])
         return int((c.ecc_corrected if error_type == 0 else c.ecc_uncorrected) or 0)
+
+    # ------------------------------------------------------------------ monitoring (vgpukit exporter), NVML's units
+    def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:
+        self._alive(h)
+        t = self.sim.telemetry(h[1])
+        return SimpleNamespace(gpu=t.util, memory=t.mem_util)
+
+    def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:
+        self._alive(h)
+        t = self.sim.telemetry(h[1])
+        used, free = (t.fb_used_mib or 0) << 20, (t.fb_free_mib or 0) << 20
+        return SimpleNamespace(total=used + free, used=used, free=free)
+
+    def nvmlDeviceGetPowerUsage(self, h: Any) -> int:
+        self._alive(h)
+        return round((self.sim.telemetry(h[1]).power_w or 0) * 1000)  # milliwatts
+
+    def nvmlDeviceGetTemperature(self, h: Any, sensor: int) -> int:
+        self._alive(h)
+        return int(self.sim.telemetry(h[1]).temp_c or 0)
 
     def nvmlDeviceGetSupportedEventTypes(self, h: Any) -> int:
         self._alive(h)

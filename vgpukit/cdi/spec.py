@@ -150,10 +150,10 @@ def vfio_edits(host: Host, group: int) -> Edits | None:
     return Edits(nodes=(vfio_node(host, "vfio", "vfio").to_dict(), vfio_node(host, "vfio", str(group)).to_dict()))
 
 
-def collect_pci(host: Host, warnings: list[str]) -> tuple[list[CdiDevice], list[CdiDevice]]:
+def collect_pci(host: Host, warnings: list[str], scan: Scan | None = None) -> tuple[list[CdiDevice], list[CdiDevice]]:
     vfs: list[CdiDevice] = []
     others: list[CdiDevice] = []
-    for dev in Scan(host).devices():
+    for dev in (scan or Scan(host)).devices():
         bdf = dev.bdf
         if not dev.driver or "vfio" not in dev.driver or dev.iommu_group is None:
             continue
@@ -215,15 +215,20 @@ def collect_gpus(host: Host, nvml: Nvml | None) -> dict[str, list[CdiDevice]]:
 
 
 def collect(
-    host: Host, nvml: Nvml | None, classes: tuple[str, ...] = CLASSES, settings: Settings | None = None
+    host: Host,
+    nvml: Nvml | None,
+    classes: tuple[str, ...] = CLASSES,
+    settings: Settings | None = None,
+    scan: Scan | None = None,
 ) -> tuple[list[Spec], list[str]]:
     """One spec per requested class (possibly empty) and the warnings worth showing (``nvml``: the GPU
-    classes; ``settings``: the hook and library paths, defaults when None)."""
+    classes; ``settings``: the hook and library paths, defaults when None; ``scan``: the caller's PCI
+    snapshot, whose reads are not made again)."""
     settings = settings or Settings()
     warnings: list[str] = []
     specs = {c: Spec(c) for c in classes}
     if "vf" in specs or "pci" in specs:
-        vfs, others = collect_pci(host, warnings)
+        vfs, others = collect_pci(host, warnings, scan)
         if "vf" in specs:
             specs["vf"].devices = with_all(vfs)
         if "pci" in specs:

@@ -47,6 +47,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "health",
         "Device health (XIDs, ECC, lost GPUs, AER, VFs gone), the action to take.",
     ),
+    "exporter": (
+        "vgpukit.cli.cmd_exporter",
+        "exporter",
+        "Serve Prometheus metrics: GPUs (dcgm-exporter names), health, QoS tenants, slices.",
+    ),
     "k8s": ("vgpukit.k8s.cli", "k8s", "Kubernetes: device plugin, node labels, node config agent."),
     "sim": ("vgpukit.sim.cli", "sim", "Create and inspect simulated hosts."),
     "units": ("vgpukit.cli.cmd_units", "units", "Install the systemd units and udev rules (with this vgpukit's path)."),

@@ -29,7 +29,7 @@ ENVIRONMENT: dict[str, str] = {
     "VGPUKIT_MIG_STRICT": "mig apply, assert, service refuse what mig-parted accepts silently (as --strict)",
     "VGPUKIT_STRICT": "apply, diff, assert refuse what mig-parted accepts silently in mig-configs (as --strict)",
     "MIG_PARTED_CONFIG_LABEL": "config name written by mig export (as -l)",
-    "NODE_NAME": "this node's name for the Kubernetes node agent (as --node)",
+    "NODE_NAME": "this node's name for the Kubernetes node agent (as --node) and the exporter's Hostname label",
     "NOTIFY_SOCKET, WATCHDOG_USEC": "set by systemd: the QoS daemon reports readiness and keeps the watchdog fed",
     "VGPUKIT_SIM_CRASH_AT_WRITE": "testing: a command on a sim host kills itself before its Nth control-file write",
     "VGPUKIT_SIM_CRASH_AT_NVML_CALL": "testing: the simulated NVIDIA driver kills the command before its Nth change",

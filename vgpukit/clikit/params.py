@@ -10,7 +10,7 @@ import click
 
 from ..errors import InvalidInput
 from ..host_layout import MDEV_TYPES
-from ..inputs import check_range, check_text, parse_float, parse_int, parse_size
+from ..inputs import check_range, check_text, parse_float, parse_int, parse_listen, parse_size
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -230,3 +230,18 @@ MDEV_DEVICE = DeviceName("mdev")  # an mdev instance's UUID
 GPU_DEVICE = DeviceName("gpu")  # a GPU
 PARENT_DEVICE = DeviceName("parent")  # an mdev parent
 VM_DEVICE = DeviceName("pci", "mdev")  # what goes to a VM: a PCI function or an mdev
+
+
+class Listen(_Base):
+    name = "listen"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return "ADDRESS"  # ADDR:PORT (the help says so)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, int]:
+        if isinstance(value, tuple):
+            return value
+        try:
+            return parse_listen(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)

@@ -104,13 +104,13 @@ class CdiEntry:
     mounts: tuple[Mount, ...] = ()
 
 
-def cdi_entries(host: Host, nvml: Nvml | None, warnings: list[str]) -> dict[str, CdiEntry]:
+def cdi_entries(host: Host, nvml: Nvml | None, warnings: list[str], scan: Scan | None = None) -> dict[str, CdiEntry]:
     """``vgpukit.io/vf=0000:05:00.2`` -> its entry, for every device the CDI collector
     (:mod:`vgpukit.cdi.spec`, with the host's ``cdi enable`` settings: what ``vgpukit cdi generate``
     writes) names; the one place this module reads CDI. ``all`` devices are left out."""
     from ..cdi_settings import load_settings
 
-    specs, found = cdi.collect(host, nvml, settings=load_settings(host))
+    specs, found = cdi.collect(host, nvml, settings=load_settings(host), scan=scan)
     warnings += found
     out = {}
     for spec in specs:
@@ -123,12 +123,13 @@ def cdi_entries(host: Host, nvml: Nvml | None, warnings: list[str]) -> dict[str,
     return out
 
 
-def collect(host: Host, nvml: Nvml | None, options: Options) -> Inventory:
-    """Every device the node offers, by resource (one read of sysfs, /proc and NVML)."""
+def collect(host: Host, nvml: Nvml | None, options: Options, scan: Scan | None = None) -> Inventory:
+    """Every device the node offers, by resource (one read of sysfs, /proc and NVML; ``scan``: the
+    caller's PCI snapshot, whose reads are not made again)."""
     inv = Inventory()
-    scan = Scan(host)
+    scan = scan or Scan(host)
     inv.pci = {d.bdf: d for d in scan.devices()}
-    cdi_devices = cdi_entries(host, nvml, inv.warnings)
+    cdi_devices = cdi_entries(host, nvml, inv.warnings, scan)
     views = hostview.gpus(host, scan)
     vgpus = hostview.vgpus(host, views)
     taken = {v.id for v in vgpus}

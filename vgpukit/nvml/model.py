@@ -206,6 +206,40 @@ class GpuCondition(Record):
         self._init(lost=lost, ecc_corrected=ecc_corrected, ecc_uncorrected=ecc_uncorrected)
 
 
+class GpuTelemetry(Record):
+    """What a GPU reports of itself now, for monitoring (None: the GPU does not report it).
+
+    NVML calls: nvmlDeviceGetUtilizationRates (``util``, ``mem_util``: percent), nvmlDeviceGetMemoryInfo
+    (``fb_used_mib``, ``fb_free_mib``), nvmlDeviceGetPowerUsage (``power_w``, from milliwatts),
+    nvmlDeviceGetTemperature (``temp_c``), nvmlDeviceGetTotalEccErrors (volatile and aggregate counts)."""
+
+    __slots__ = (  # noqa: RUF023 (field order)
+        "util",
+        "mem_util",
+        "fb_used_mib",
+        "fb_free_mib",
+        "power_w",
+        "temp_c",
+        "ecc_sbe_vol",
+        "ecc_dbe_vol",
+        "ecc_sbe_agg",
+        "ecc_dbe_agg",
+    )
+    util: int | None
+    mem_util: int | None
+    fb_used_mib: int | None
+    fb_free_mib: int | None
+    power_w: float | None
+    temp_c: int | None
+    ecc_sbe_vol: int | None
+    ecc_dbe_vol: int | None
+    ecc_sbe_agg: int | None
+    ecc_dbe_agg: int | None
+
+    def __init__(self, **values: int | float | None) -> None:
+        self._init(**{k: values.get(k) for k in self.__slots__})
+
+
 class EventWatcher(Protocol):
     """An event set with every GPU's supported events registered (nvmlEventSetCreate + RegisterEvents)."""
 
@@ -275,6 +309,10 @@ class Nvml(Protocol):
 
     def condition(self, gpu: int) -> GpuCondition:
         """The GPU's health as NVML reports it now (lost, volatile ECC counts)."""
+        ...
+
+    def telemetry(self, gpu: int) -> GpuTelemetry:
+        """Utilization, memory, power, temperature and ECC counts now (raises NvmlError: a lost GPU)."""
         ...
 
     def watch_events(self, since: dict[int, int] | None = None) -> EventWatcher:

@@ -26,6 +26,7 @@ from .model import (
     GpuIndex,
     GpuInstance,
     GpuLinks,
+    GpuTelemetry,
     NvLink,
     NvmlGpu,
     NvmlProcess,
@@ -115,6 +116,9 @@ class RealNvml(GpuIndex):
 
     def condition(self, gpu: int) -> GpuCondition:
         return real_events.condition(self.n, gpu)
+
+    def telemetry(self, gpu: int) -> GpuTelemetry:
+        return real_events.telemetry(self.n, gpu)
 
     def watch_events(self, since: dict[int, int] | None = None) -> real_events.RealEventWatcher:
         return real_events.RealEventWatcher(self.n, int(self.n.nvmlDeviceGetCount()))

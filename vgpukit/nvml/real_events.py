@@ -11,14 +11,15 @@ from typing import Any
 
 from ..logs import logger
 from .errors import GPU_IS_LOST, NOT_SUPPORTED, TIMEOUT, NvmlError
-from .model import GpuCondition, NvmlEvent
+from .model import GpuCondition, GpuTelemetry, NvmlEvent
 
 log = logger("vgpukit.nvml")
 
 # nvmlEventType* bits (nvml.h) and the kind each becomes
 EVENT_BITS = {0x1: "ecc-single", 0x2: "ecc-double", 0x8: "xid", 0x10: "clock", 0x80: "power-source"}
 WANTED = sum(EVENT_BITS)
-CORRECTED, UNCORRECTED, VOLATILE = 0, 1, 0  # nvmlMemoryErrorType_t, nvmlEccCounterType_t
+CORRECTED, UNCORRECTED, VOLATILE, AGGREGATE = 0, 1, 0, 1  # nvmlMemoryErrorType_t, nvmlEccCounterType_t
+TEMPERATURE_GPU = 0  # NVML_TEMPERATURE_GPU
 
 
 def condition(n: Any, gpu: int) -> GpuCondition:
@@ -38,6 +39,44 @@ def condition(n: Any, gpu: int) -> GpuCondition:
                 return GpuCondition(True, None, None)
             counts.append(None)  # no ECC on this board, or ECC off
     return GpuCondition(False, counts[0], counts[1])
+
+
+def telemetry(n: Any, gpu: int) -> GpuTelemetry:
+    """One GPU's monitoring values; a value the board does not report (NOT_SUPPORTED...) is None; a
+    lost GPU raises (the health layer reports it)."""
+    h = n.nvmlDeviceGetHandleByIndex(gpu)
+
+    def ask(fn: Any, *args: Any) -> Any:
+        try:
+            return fn(h, *args)
+        except NvmlError as exc:
+            if exc.code == GPU_IS_LOST:
+                raise
+            return None
+
+    util, mem, power = (
+        ask(n.nvmlDeviceGetUtilizationRates),
+        ask(n.nvmlDeviceGetMemoryInfo),
+        ask(n.nvmlDeviceGetPowerUsage),
+    )
+    ecc = {
+        (kind, counter): ask(n.nvmlDeviceGetTotalEccErrors, kind, counter)
+        for kind in (CORRECTED, UNCORRECTED)
+        for counter in (VOLATILE, AGGREGATE)
+    }
+    mib = 1 << 20
+    return GpuTelemetry(
+        util=None if util is None else int(util.gpu),
+        mem_util=None if util is None else int(util.memory),
+        fb_used_mib=None if mem is None else int(mem.used) // mib,
+        fb_free_mib=None if mem is None else int(mem.free) // mib,
+        power_w=None if power is None else int(power) / 1000,
+        temp_c=ask(n.nvmlDeviceGetTemperature, TEMPERATURE_GPU),
+        ecc_sbe_vol=ecc[CORRECTED, VOLATILE],
+        ecc_dbe_vol=ecc[UNCORRECTED, VOLATILE],
+        ecc_sbe_agg=ecc[CORRECTED, AGGREGATE],
+        ecc_dbe_agg=ecc[UNCORRECTED, AGGREGATE],
+    )
 
 
 class RealEventWatcher:

@@ -15,7 +15,7 @@ LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.
 STATES = ("running", "frozen", "idle")
 
 
-class _SnapshotCollector:
+class SnapshotCollector:
     def __init__(self) -> None:
         self.snapshot: list[dict[str, Any]] = []
         self.daemon: dict[str, Any] = {}
@@ -71,7 +71,7 @@ class Metrics:
         from prometheus_client import CollectorRegistry, Histogram
 
         self.registry = CollectorRegistry()
-        self.snap = _SnapshotCollector()
+        self.snap = SnapshotCollector()
         self.registry.register(self.snap)
         self.h_detect = Histogram(
             "vgpukit_qos_detection_latency_seconds",

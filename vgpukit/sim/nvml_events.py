@@ -19,7 +19,8 @@ from typing import Any
 
 from ..errors import InvalidInput, NotFound
 from ..inputs import load_yaml
-from ..nvml.model import GpuCondition, NvmlEvent
+from ..nvml.errors import GPU_IS_LOST, nvml_error
+from ..nvml.model import GpuCondition, GpuTelemetry, NvmlEvent
 from .nvml_state import STATE_DIR, _locked
 from .state import corrupt
 
@@ -34,6 +35,14 @@ def driver_faults() -> dict[int, dict[str, Any]]:
     path = Path(__file__).resolve().parent / "data" / "driver-faults.yaml"
     doc = load_yaml(path.read_text(), "vgpukit/sim/data/driver-faults.yaml")
     return {int(k): dict(v or {}) for k, v in doc["xid"].items()}
+
+
+@cache
+def telemetry_table() -> dict[str, dict[str, Any]]:
+    """The simulator's table: NVML product name -> what an idle board of it reports."""
+    path = Path(__file__).resolve().parent / "data" / "gpu-telemetry.yaml"
+    doc = load_yaml(path.read_text(), "vgpukit/sim/data/gpu-telemetry.yaml")
+    return {str(k): dict(v) for k, v in doc.items()}
 
 
 def events_file(sim_dir: Path, gpu: int) -> Path:
@@ -97,6 +106,7 @@ def inject_ecc(sim_dir: Path, gpu: int, double: bool) -> None:
     with _locked(sim_dir, write=True) as state:
         g = _gpu_entry(state, gpu)
         g[key] = int(g.get(key, 0)) + 1
+        g[f"{key}_agg"] = int(g.get(f"{key}_agg", 0)) + 1  # the aggregate count survives a reset
     _append(sim_dir, gpu, "ecc-double" if double else "ecc-single")
 
 
@@ -213,6 +223,27 @@ class SimHealth:
             if g.get("lost"):
                 return GpuCondition(True, None, None)
             return GpuCondition(False, int(g.get("ecc_corrected", 0)), int(g.get("ecc_uncorrected", 0)))
+
+    def telemetry(self, gpu: int) -> GpuTelemetry:
+        with _locked(self.sim_dir, write=False) as state:
+            g = _gpu_entry(state, gpu)
+            if g.get("lost"):
+                raise nvml_error(GPU_IS_LOST, f"GPU {gpu}")
+            table = telemetry_table()
+            t = {**table.get(g["name"], table["default"]), **dict(g.get("telemetry") or {})}
+            total, used = int(t["fb_total_mib"]), int(t["fb_used_mib"])
+            return GpuTelemetry(
+                util=int(t["util"]),
+                mem_util=int(t["mem_util"]),
+                fb_used_mib=used,
+                fb_free_mib=max(0, total - used),
+                power_w=float(t["power_w"]),
+                temp_c=int(t["temp_c"]),
+                ecc_sbe_vol=int(g.get("ecc_corrected", 0)),
+                ecc_dbe_vol=int(g.get("ecc_uncorrected", 0)),
+                ecc_sbe_agg=int(g.get("ecc_corrected_agg", 0)),
+                ecc_dbe_agg=int(g.get("ecc_uncorrected_agg", 0)),
+            )
 
     def watch_events(self, since: dict[int, int] | None = None) -> SimEventWatcher:
         with _locked(self.sim_dir, write=False) as state:
