@@ -208,3 +208,16 @@ def test_bad_sources_are_one_clear_line(key: str, value: object) -> None:
     with pytest.raises(InvalidInput) as exc:
         xid.parse(yaml.safe_dump(doc))
     assert "\n" not in str(exc.value) and MARKER not in str(exc.value)
+
+
+def test_the_shipped_table_is_not_read_by_the_guarded_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guarded YAML parser (depth, size, control characters: for a site's --xid-table) is pure Python:
+    ~0.15 s on the shipped table, paid by every planner that reads the health fact. The shipped file is
+    the package's own and goes through libyaml (vgpukit.data), checked by the same rules."""
+    from vgpukit.health import xid
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("the shipped XID table went through the guarded parser")
+
+    monkeypatch.setattr(xid, "load_yaml", refuse)
+    assert len(xid.builtin().xids) > 50
