@@ -28,7 +28,7 @@ through the facades, each fact once per command, in :class:`Facts`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .. import naming
@@ -38,6 +38,7 @@ from ..errors import DeviceUnusable, InUse, InvalidInput, Unsupported
 from ..holders import OpenFiles
 from ..host import Host
 from ..pci import HEADER_NORMAL, PciDevice, Scan, header_type, vf_address
+from ..records import Record
 from . import binding
 from .binding import DRIVER_MODES, VFIO, Remembered
 from .model import PfInfo, VfInfo, read_pf
@@ -51,57 +52,93 @@ FORCE_FLAG = "pass --force"  # how the area commands override a refusal that can
 
 
 # ----------------------------------------------------------------------------- requests
-@dataclass(frozen=True)
-class EnableRequest:
-    """Exactly ``count`` VFs on ``pf``, bound as ``driver`` says (``default``, ``vfio-pci``, ``none``)."""
+class EnableRequest(Record):  # records, not dataclasses: ~10 ms less at import (vgpukit/records.py)
+    """Exactly ``count`` VFs on ``pf``, bound as ``driver`` says (``default``, ``vfio-pci``, ``none``).
+    ``force_how``: how the door forces (None: it has no way to)."""
 
+    __slots__ = ("pf", "count", "driver", "no_autoprobe", "force", "timeout", "force_how")  # noqa: RUF023
     pf: str
     count: int
-    driver: str = "default"
-    no_autoprobe: bool = False
-    force: bool = False
-    timeout: float = 10.0
-    force_how: str | None = FORCE_FLAG  # None: the door has no way to force
+    driver: str
+    no_autoprobe: bool
+    force: bool
+    timeout: float
+    force_how: str | None
+
+    def __init__(
+        self,
+        pf: str,
+        count: int,
+        driver: str = "default",
+        no_autoprobe: bool = False,
+        force: bool = False,
+        timeout: float = 10.0,
+        force_how: str | None = FORCE_FLAG,
+    ) -> None:
+        values = dict(pf=pf, count=count, driver=driver, no_autoprobe=no_autoprobe, force=force, timeout=timeout)
+        self._init(**values, force_how=force_how)
 
 
-@dataclass(frozen=True)
-class DisableRequest:
+class DisableRequest(Record):
+    __slots__ = ("pf", "force", "force_how")  # noqa: RUF023
     pf: str
-    force: bool = False
-    force_how: str | None = FORCE_FLAG
+    force: bool
+    force_how: str | None
+
+    def __init__(self, pf: str, force: bool = False, force_how: str | None = FORCE_FLAG) -> None:
+        self._init(pf=pf, force=force, force_how=force_how)
 
 
-@dataclass(frozen=True)
-class BindRequest:
+class BindRequest(Record):
     """Move ``bdf`` to ``driver``, or (``restore``) back where vgpukit found it. ``name``: how the user
     named it (shown in refusals)."""
 
+    __slots__ = ("bdf", "driver", "restore", "force", "name", "force_how")  # noqa: RUF023
     bdf: str
-    driver: str | None = None
-    restore: bool = False
-    force: bool = False
-    name: str = ""
-    force_how: str | None = FORCE_FLAG
+    driver: str | None
+    restore: bool
+    force: bool
+    name: str
+    force_how: str | None
+
+    def __init__(
+        self,
+        bdf: str,
+        driver: str | None = None,
+        restore: bool = False,
+        force: bool = False,
+        name: str = "",
+        force_how: str | None = FORCE_FLAG,
+    ) -> None:
+        self._init(bdf=bdf, driver=driver, restore=restore, force=force, name=name, force_how=force_how)
 
 
-@dataclass(frozen=True)
-class UnbindRequest:
+class UnbindRequest(Record):
+    __slots__ = ("bdf", "force", "name", "force_how")  # noqa: RUF023
     bdf: str
-    force: bool = False
-    name: str = ""
-    force_how: str | None = FORCE_FLAG
+    force: bool
+    name: str
+    force_how: str | None
+
+    def __init__(self, bdf: str, force: bool = False, name: str = "", force_how: str | None = FORCE_FLAG) -> None:
+        self._init(bdf=bdf, force=force, name=name, force_how=force_how)
 
 
-@dataclass(frozen=True)
-class VfioRequest:
+class VfioRequest(Record):
     """Every device of ``bdfs`` on vfio-pci (a host config's ``vfio:`` entry). ``match``: they were
     selected by this pattern, not named -- devices vfio-pci cannot or must not take (bridges,
     host-critical functions) are then left out, and refused only when nothing else matched."""
 
+    __slots__ = ("bdfs", "match", "force", "force_how")  # noqa: RUF023
     bdfs: tuple[str, ...]
-    match: str | None = None
-    force: bool = False
-    force_how: str | None = FORCE_FLAG
+    match: str | None
+    force: bool
+    force_how: str | None
+
+    def __init__(
+        self, bdfs: tuple[str, ...], match: str | None = None, force: bool = False, force_how: str | None = FORCE_FLAG
+    ) -> None:
+        self._init(bdfs=bdfs, match=match, force=force, force_how=force_how)
 
 
 Request = EnableRequest | DisableRequest | BindRequest | UnbindRequest | VfioRequest
