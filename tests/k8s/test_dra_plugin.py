@@ -214,6 +214,7 @@ def test_the_cli_serves_prepares_publishes_and_stops_on_sigterm(short_tmp: Path,
     import signal
     import subprocess
     import sys
+    import threading
     import time
 
     sim = hgx(short_tmp / "h")
@@ -223,6 +224,9 @@ def test_the_cli_serves_prepares_publishes_and_stops_on_sigterm(short_tmp: Path,
     cmd = [sys.executable, "-m", "vgpukit", "--sim", str(sim), "k8s", "dra-plugin", "--node", NODE]
     cmd += ["--kubeconfig", str(kubeconfig), "--interval", "0.2"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []  # stderr as it comes: the publisher logs from its own thread, after the API answered
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
     try:
         deadline = time.monotonic() + 30
         while not registry_socket(host).exists() and time.monotonic() < deadline:
@@ -236,9 +240,15 @@ def test_the_cli_serves_prepares_publishes_and_stops_on_sigterm(short_tmp: Path,
         resp = kubelet.prepare(("ns1", "c", "u-cli")).claims["u-cli"]
         assert resp.error == "" and list(resp.devices[0].cdi_device_ids) == [f"vgpukit.io/claim=u-cli-{vf}"]
         kubelet.close()
+        deadline = time.monotonic() + 30  # a loaded machine: the slice is stored before its answer is read
+        while not any("(generation 1)" in line for line in lines) and time.monotonic() < deadline:
+            time.sleep(0.05)
     finally:
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=20)
+        proc.wait(timeout=20)
+        reader.join(timeout=20)
+        out = proc.stdout.read()  # type: ignore[union-attr]
+    err = "".join(lines)
     assert proc.returncode == 0, err
     assert "vgpukit DRA plugin" in out
     assert "vgpukit: registered with the kubelet" in err and "(generation 1)" in err
