@@ -53,9 +53,10 @@ class Kubelet(rpc.RegistrationServicer):  # type: ignore[misc]
         channel = grpc.insecure_channel("unix://" + str(self.dir / request.endpoint))
         stub = rpc.DevicePluginStub(channel)
         options = stub.GetDevicePluginOptions(api.Empty(), timeout=5)
-        old = self.endpoints.get(request.resource_name)
         ep = Endpoint(request.resource_name, channel, stub, options)
-        self.endpoints[request.resource_name] = ep
+        with self.changed:  # stop() may be closing the endpoints while a Register is still in its handler
+            old = self.endpoints.get(request.resource_name)
+            self.endpoints[request.resource_name] = ep
         if old is not None:
             old.channel.close()
         ep.stream = stub.ListAndWatch(api.Empty())
@@ -107,9 +108,11 @@ class Kubelet(rpc.RegistrationServicer):  # type: ignore[misc]
         if self.server is not None:
             self.server.stop(grace=0).wait()
             self.server = None
-        for ep in self.endpoints.values():
+        with self.changed:
+            gone = list(self.endpoints.values())
+            self.endpoints.clear()
+        for ep in gone:
             ep.channel.close()
-        self.endpoints.clear()
 
     def restart(self) -> None:
         """As a kubelet restart looks to a plugin: kubelet.sock and every plugin socket removed, a new kubelet.sock."""
