@@ -72,20 +72,28 @@ def results_of(claim: Any, pool: str) -> list[Result]:
     return out
 
 
-def recorded(env: Env, uid: str) -> list[Prepared] | None:
-    """The devices a claim was prepared with, None when it is not prepared."""
+def _record(env: Env, uid: str) -> tuple[list[Prepared], list[str]] | None:
+    """The devices a claim was prepared with and the VFs bound to vfio-pci for it; None when it is not
+    prepared. The record is read once."""
     text = env.host.read_raw_opt(env.host.dra_claim_record(uid))
     if not isinstance(text, str):
         return None
     try:
         doc = json.loads(text)
-        return [
+        devices = [
             Prepared(tuple(d["requestNames"]), d["pool"], d["device"], tuple(d["cdiDeviceIDs"])) for d in doc["devices"]
         ]
+        return devices, [b for b in doc.get("boundToVfio", []) if isinstance(b, str)]
     except (ValueError, KeyError, TypeError):  # not quoted: file content stays out of messages
         raise HostIOError(
             f"the record of claim {uid} is unreadable: {env.host.display(env.host.dra_claim_record(uid))}"
         ) from None
+
+
+def recorded(env: Env, uid: str) -> list[Prepared] | None:
+    """The devices a claim was prepared with, None when it is not prepared."""
+    found = _record(env, uid)
+    return None if found is None else found[0]
 
 
 def _bind_steps(env: Env, bdfs: list[str], restore: bool) -> list[Any]:
@@ -159,13 +167,12 @@ def _write(
 
 def unprepare(env: Env, uid: str) -> bool:
     """Remove the claim's spec and record; False (nothing done) for a claim not prepared here."""
-    if recorded(env, uid) is None:
+    found = _record(env, uid)
+    if found is None:
         return False
-    host = env.host
-    text = host.read_raw_opt(host.dra_claim_record(uid))
-    bound = json.loads(text).get("boundToVfio", []) if isinstance(text, str) else []
+    host, bound = env.host, found[1]
     steps = [
-        *_bind_steps(env, [b for b in bound if isinstance(b, str)], restore=True),
+        *_bind_steps(env, bound, restore=True),
         PutFile(host.display(host.dra_claim_cdi_spec(uid)), None),
         PutFile(host.display(host.dra_claim_record(uid)), None),
     ]
