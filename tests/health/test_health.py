@@ -197,3 +197,14 @@ def test_a_broken_record_starts_afresh(run_cli: Run, sim_dir: Path) -> None:
     record.write_text("{not json")
     assert run_cli(sim_dir, "health").exit_code == 0
     assert json.loads(record.read_text())["version"] == 1
+
+
+def test_a_second_look_at_an_unchanged_host_writes_nothing(run_cli: Run, sim_dir: Path) -> None:
+    """Pollers (the device plugin, the DRA plugin's health stream, labels) look every few seconds: the
+    record is rewritten only when it changes (it was rewritten at every look: its trailing newline)."""
+    assert run_cli(sim_dir, "health").exit_code == 0
+    record = sim_dir / "run" / "vgpukit" / "health" / "state.json"
+    before = record.stat()
+    assert run_cli(sim_dir, "health").exit_code == 0
+    after = record.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)

@@ -72,7 +72,7 @@ def load(host: Host) -> Record:
 def save(host: Host, record: Record) -> None:
     path = host.health_record()
     text = record.to_json()
-    if host.read_opt(path) == text:
+    if host.read_raw_opt(path) == text:
         return  # nothing new: a poller looking every second writes nothing
     host.mkdir(path.parent)
     host.write_file(path, text)
