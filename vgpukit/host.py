@@ -27,16 +27,8 @@ from typing import TypeVar
 from . import hostio
 from .errors import InvalidInput, NotFound, OutsideRoot, from_oserror
 from .host_layout import SELF_FD, SysfsLayout
-from .hostio import Change, KernelPort, ProgramResult, RealKernel, _real_path, follow_link, run_program
+from .hostio import Change, KernelPort, ProgramResult, RealKernel, _debug, _real_path, follow_link, run_program
 from .inputs import MAX_DOC_BYTES, check_component
-
-
-def _debug(msg: str, *args: object) -> None:
-    """Debug logging, loaded when a change or a program run needs it (mdevctl's reads load no logging)."""
-    import logging
-
-    logging.getLogger("vgpukit.host").debug(msg, *args)
-
 
 T = TypeVar("T")
 
@@ -59,8 +51,10 @@ class Host(SysfsLayout):
         kernel: KernelPort | None = None,
         dry_run: bool = False,
         changes: list[Change] | None = None,
+        watch: Callable[[Change], None] | None = None,
     ) -> None:
         self.kernel: KernelPort = kernel if kernel is not None else RealKernel()
+        self.watch = watch  # told of every change before it is made (the simulator's crash testing)
         self.dry_run = dry_run
         self.changes: list[Change] = [] if changes is None else changes
         self.root = Path(os.path.abspath(root))
@@ -417,6 +411,8 @@ class Host(SysfsLayout):
             self.changes.append(shown)
             return
         _debug("%s", shown.describe())
+        if self.watch is not None:
+            self.watch(shown)
         try:
             apply()
         except OSError as exc:

@@ -14,6 +14,14 @@ from .host_layout import SELF_FD
 from .records import Record
 
 
+def _debug(msg: str, *args: object) -> None:
+    """The host door's debug logging, loaded when a change or a program run needs it (mdevctl's reads
+    load no logging)."""
+    import logging
+
+    logging.getLogger("vgpukit.host").debug(msg, *args)
+
+
 class KernelPort(Protocol):
     """How a control-file write reaches the kernel."""
 

@@ -30,7 +30,8 @@ class Wiring:
             from .sim.state import check_sim_dir
 
             check_sim_dir(sim_dir)
-            return Host(sim_dir, kernel=SimKernel(sim_dir), dry_run=dry_run)
+            kernel = SimKernel(sim_dir)
+            return Host(sim_dir, kernel=kernel, dry_run=dry_run, watch=kernel.changing)
         if root is not None and not root.is_dir():
             raise NotFound(f"--root {root}: no such directory", path=str(root))
         return Host(root or Path("/"), dry_run=dry_run)

@@ -95,6 +95,7 @@ def load_reactions() -> list[Reaction]:
 
 
 CRASH_ENV = "VGPUKIT_SIM_CRASH_AT_WRITE"
+CRASH_CHANGE_ENV = "VGPUKIT_SIM_CRASH_AT_CHANGE"
 COMPACT_BYTES = 64 * 1024  # kernel.jsonl is folded into kernel.json past this and kernel.json's own size
 
 
@@ -119,6 +120,11 @@ class SimKernel:
         crash = os.environ.get(CRASH_ENV, "")
         self.crash_at = int(crash) if crash.isascii() and crash.isdigit() else 0
         self.writes = 0
+        # ... or just before its Nth change of any file through the host door (control files, records,
+        # specs, removals): every point between two durable changes of a command.
+        crash = os.environ.get(CRASH_CHANGE_ENV, "")
+        self.crash_at_change = int(crash) if crash.isascii() and crash.isdigit() else 0
+        self.changes = 0
         self.state: KernelState | None = None  # as loaded or last saved by this process
         self.stamp: tuple[object, ...] = ()  # the state files' stamp when it was
         self.lock_fd: int | None = None
@@ -129,6 +135,14 @@ class SimKernel:
         if (sim_meta_dir(self.root) / LOG).exists():
             with locked(self.root):
                 recover(self.root)
+
+    def changing(self, change: object) -> None:
+        """The host door's watch: counts the changes of this host, for ``VGPUKIT_SIM_CRASH_AT_CHANGE``."""
+        self.changes += 1
+        if self.crash_at_change and self.changes >= self.crash_at_change:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def write(self, path: Path, data: str) -> None:
         self.writes += 1

@@ -3,25 +3,37 @@
 ``prepare`` answers the same devices again for a claim it prepared already (the record is read back);
 ``unprepare`` removes the spec and the record, and does nothing for a claim it does not know. The
 record lives under the run directory (:meth:`vgpukit.host_layout.Layout.dra_claim_record`), so a
-plugin restarted between the two still unprepares. Both files change in one journaled engine run
-(host lock, rollback, ``vgpukit recover``).
+plugin restarted between the two still unprepares.
+
+Crash safety: a prepare is two journaled engine runs (host lock, rollback on failure, repair of a
+killed run by the next command):
+
+1. the **intent**: the record, in state ``preparing`` (the allocation and every host change about to
+   be made, e.g. the VFs moved to vfio-pci), written *first*, then the host changes themselves;
+2. the claim's CDI spec (its edits are read from the host as it is after run 1) and the record, in
+   state ``prepared``.
+
+A kill -9 inside a run is rolled back by the next command (the record with it); a kill between the
+two runs leaves a ``preparing`` record naming every change made, so the kubelet's retried prepare
+finishes it and an unprepare undoes exactly it. Nothing the plugin did is ever unrecorded.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...cdi import spec as cdi
 from ...cdi_settings import load_settings
-from ...engine import execute
+from ...engine import execute, session
 from ...engine.env import Env
 from ...engine.files import PutFile
 from ...errors import HostIOError, InvalidInput, NotFound, VgpukitError
 from .devices import DRIVER, DraDevice
 
 CLAIM_CLASS = "claim"  # CDI kind vgpukit.io/claim
+PREPARING, PREPARED = "preparing", "prepared"
 REFUSED_CONFIG = (
     "opaque driver configuration (MPS, time-slicing, QoS shares) is not implemented yet by {driver}: "
     "the claim asks for it"
@@ -43,6 +55,35 @@ class Prepared:
     pool: str
     device: str
     cdi_ids: tuple[str, ...]
+
+
+@dataclass
+class Record:
+    """What the plugin did for a claim, as the record file holds it."""
+
+    claim: dict[str, str]
+    state: str
+    results: list[Result]
+    bound: list[str] = field(default_factory=list)  # VFs moved to vfio-pci for the claim
+    devices: list[Prepared] = field(default_factory=list)  # the answer, once prepared
+
+    def render(self) -> str:
+        doc: dict[str, Any] = {
+            "claim": self.claim,
+            "state": self.state,
+            "results": [{"request": r.request, "pool": r.pool, "device": r.device} for r in self.results],
+            "devices": [
+                {
+                    "requestNames": list(p.request_names),
+                    "pool": p.pool,
+                    "device": p.device,
+                    "cdiDeviceIDs": list(p.cdi_ids),
+                }
+                for p in self.devices
+            ],
+            "boundToVfio": self.bound,
+        }
+        return json.dumps(doc, indent=2) + "\n"
 
 
 def _map(value: Any) -> dict[str, Any]:
@@ -72,28 +113,35 @@ def results_of(claim: Any, pool: str) -> list[Result]:
     return out
 
 
-def _record(env: Env, uid: str) -> tuple[list[Prepared], list[str]] | None:
-    """The devices a claim was prepared with and the VFs bound to vfio-pci for it; None when it is not
-    prepared. The record is read once."""
-    text = env.host.read_raw_opt(env.host.dra_claim_record(uid))
+def read_record(env: Env, uid: str) -> Record | None:
+    """The claim's record, None when the plugin never prepared it (or it was unprepared). A record of
+    phase 1 (no ``state``) is a prepared one."""
+    path = env.host.dra_claim_record(uid)
+    text = env.host.read_raw_opt(path)
     if not isinstance(text, str):
         return None
     try:
         doc = json.loads(text)
         devices = [
-            Prepared(tuple(d["requestNames"]), d["pool"], d["device"], tuple(d["cdiDeviceIDs"])) for d in doc["devices"]
+            Prepared(tuple(d["requestNames"]), d["pool"], d["device"], tuple(d["cdiDeviceIDs"]))
+            for d in doc.get("devices", [])
         ]
-        return devices, [b for b in doc.get("boundToVfio", []) if isinstance(b, str)]
-    except (ValueError, KeyError, TypeError):  # not quoted: file content stays out of messages
-        raise HostIOError(
-            f"the record of claim {uid} is unreadable: {env.host.display(env.host.dra_claim_record(uid))}"
-        ) from None
+        results = [Result(r["request"], r["pool"], r["device"]) for r in doc.get("results", [])]
+        state = doc.get("state", PREPARED)
+        if state not in (PREPARING, PREPARED):
+            raise ValueError(state)
+        claim = {str(k): str(v) for k, v in doc.get("claim", {}).items()}
+        return Record(claim, state, results, [b for b in doc.get("boundToVfio", []) if isinstance(b, str)], devices)
+    except (ValueError, KeyError, TypeError, AttributeError):  # not quoted: file content stays out of messages
+        raise HostIOError(f"the record of claim {uid} is unreadable: {env.host.display(path)}") from None
 
 
 def recorded(env: Env, uid: str) -> list[Prepared] | None:
-    """The devices a claim was prepared with, None when it is not prepared."""
-    found = _record(env, uid)
-    return None if found is None else found[0]
+    """The devices a claim was prepared with, None when it is not (or not wholly) prepared. Under the host
+    lock, an interrupted run repaired first (a killed run's record is not the host's truth)."""
+    with session(env):
+        found = read_record(env, uid)
+    return found.devices if found is not None and found.state == PREPARED else None
 
 
 def _bind_steps(env: Env, bdfs: list[str], restore: bool) -> list[Any]:
@@ -105,76 +153,92 @@ def _bind_steps(env: Env, bdfs: list[str], restore: bool) -> list[Any]:
     return [s for b in bdfs for s in plan_bind(facts, BindRequest(b, driver=driver, restore=restore, name=b))]
 
 
+def _record_step(env: Env, record: Record) -> PutFile:
+    path = env.host.display(env.host.dra_claim_record(record.claim.get("uid", "")))
+    return PutFile(path, record.render(), 0o600, what=f"record claim {record.claim.get('uid', '')} ({record.state})")
+
+
 def prepare(
     env: Env, uid: str, ref: dict[str, str], results: list[Result], offered: dict[str, DraDevice]
 ) -> list[Prepared]:
-    """Write the claim's CDI spec (one CDI device per allocated device) and its record; idempotent. A VF on a
-    host driver is first bound to vfio-pci (the sriov planner's rules: not while in use), back at unprepare."""
-    again = recorded(env, uid)
-    if again is not None:
-        return again
-    missing = [r.device for r in results if r.device not in offered]
-    if missing:
-        raise NotFound(
-            f"no device {', '.join(missing)[:200]} on this node: {DRIVER} prepares existing GPUs, MIG slices, "
-            "VFs and mdevs only (made-on-demand MIG/vGPU partitions are not implemented yet)"
-        )
-    bound = sorted({offered[r.device].device.id for r in results if offered[r.device].host_driver})
-    if bound:
-        execute(env, _bind_steps(env, bound, restore=False))
+    """Prepare a claim (idempotent): the intent and the host changes (a VF on a host driver is bound to
+    vfio-pci, the sriov planner's rules: not while in use), then the CDI spec (one CDI device per
+    allocated device) and the record. A claim left ``preparing`` by a killed plugin is finished.
+    The host lock is held throughout, and an interrupted run is repaired before the record is read."""
+    with session(env):
+        return _prepare(env, uid, ref, results, offered)
+
+
+def _prepare(
+    env: Env, uid: str, ref: dict[str, str], results: list[Result], offered: dict[str, DraDevice]
+) -> list[Prepared]:
+    found = read_record(env, uid)
+    if found is not None and found.state == PREPARED:
+        return found.devices
+    if found is None:
+        missing = [r.device for r in results if r.device not in offered]
+        if missing:
+            raise NotFound(
+                f"no device {', '.join(missing)[:200]} on this node: {DRIVER} prepares existing GPUs, MIG slices, "
+                "VFs and mdevs only (made-on-demand MIG/vGPU partitions are not implemented yet)"
+            )
+        bound = sorted({offered[r.device].device.id for r in results if offered[r.device].host_driver})
+        found = Record({"uid": uid, **ref}, PREPARING, list(results), bound)
+        execute(env, [_record_step(env, found), *_bind_steps(env, bound, restore=False)], derived=bool(bound))
     try:
-        return _write(env, uid, ref, results, offered, bound)
+        return _write(env, found, offered)
     except VgpukitError:
-        if bound:
-            execute(env, _bind_steps(env, bound, restore=True))
+        _undo(env, found)
         raise
 
 
-def _write(
-    env: Env, uid: str, ref: dict[str, str], results: list[Result], offered: dict[str, DraDevice], bound: list[str]
-) -> list[Prepared]:
+def _write(env: Env, record: Record, offered: dict[str, DraDevice]) -> list[Prepared]:
+    """Run 2: the claim's CDI spec from the host as it is now, and the record marked prepared."""
+    uid = record.claim["uid"]
     specs, _warnings = cdi.collect(env.host, env.nvml, settings=load_settings(env.host))
     edits = {f"{s.kind}={d.name}": d.edits + s.edits for s in specs for d in s.devices}
     spec = cdi.Spec(CLAIM_CLASS)
     by_device: dict[str, list[str]] = {}
-    for r in results:
+    for r in record.results:
         by_device.setdefault(r.device, []).append(r.request)
     prepared = []
     for name, requests in by_device.items():
+        if name not in offered:
+            raise NotFound(f"device {name} is no longer on this node")
         source = offered[name].device.cdi_name or ""
         if source not in edits:
             raise NotFound(f"device {name}: no CDI entry for {source}")
         spec.devices.append(cdi.CdiDevice(f"{uid}-{name}", edits[source]))
-        prepared.append(Prepared(tuple(requests), results[0].pool, name, (f"{spec.kind}={uid}-{name}",)))
-    record = {
-        "claim": {"uid": uid, **ref},
-        "devices": [
-            {"requestNames": list(p.request_names), "pool": p.pool, "device": p.device, "cdiDeviceIDs": list(p.cdi_ids)}
-            for p in prepared
-        ],
-        "boundToVfio": bound,
-    }
+        prepared.append(Prepared(tuple(requests), record.results[0].pool, name, (f"{spec.kind}={uid}-{name}",)))
+    done = Record(record.claim, PREPARED, record.results, record.bound, prepared)
     host = env.host
     steps = [
         PutFile(
             host.display(host.dra_claim_cdi_spec(uid)), spec.render("json"), what=f"write the CDI spec of claim {uid}"
         ),
-        PutFile(host.display(host.dra_claim_record(uid)), json.dumps(record, indent=2) + "\n", 0o600),
+        _record_step(env, done),
     ]
     execute(env, steps, derived=False)
     return prepared
 
 
-def unprepare(env: Env, uid: str) -> bool:
-    """Remove the claim's spec and record; False (nothing done) for a claim not prepared here."""
-    found = _record(env, uid)
-    if found is None:
-        return False
-    host, bound = env.host, found[1]
+def _undo(env: Env, record: Record) -> None:
+    """Every change the record names put back, the spec and the record removed: one engine run."""
+    host, uid = env.host, record.claim.get("uid", "")
     steps = [
-        *_bind_steps(env, bound, restore=True),
+        *_bind_steps(env, record.bound, restore=True),
         PutFile(host.display(host.dra_claim_cdi_spec(uid)), None),
         PutFile(host.display(host.dra_claim_record(uid)), None),
     ]
-    execute(env, steps, derived=bool(bound))  # a VF moved back: the host's CDI specs follow
-    return True
+    execute(env, steps, derived=bool(record.bound))  # a VF moved back: the host's CDI specs follow
+
+
+def unprepare(env: Env, uid: str) -> bool:
+    """Undo a claim, prepared or left preparing; False (nothing done) for a claim not known here."""
+    with session(env):  # an interrupted run repaired first: the record read is the host's truth
+        found = read_record(env, uid)
+        if found is None:
+            return False
+        found.claim.setdefault("uid", uid)
+        _undo(env, found)
+        return True

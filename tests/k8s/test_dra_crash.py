@@ -1,0 +1,197 @@
+"""kill -9 of the DRA plugin at every change of a prepare and of an unprepare: nothing leaks.
+
+The plugin killed runs as the real command (``vgpukit k8s dra-plugin``) on a simulated host that kills it just
+before its Nth change through the host door (``VGPUKIT_SIM_CRASH_AT_CHANGE``, counted per host the
+plugin opens: one per call). For every N until the call completes without a kill, a restarted plugin
+(the same code, in the test's process) is asked what the kubelet would ask next: the same prepare
+again (the kubelet retries until it succeeds), or the unprepare (the pod was deleted meanwhile).
+Either way the host ends where it must:
+
+* after a retried prepare, exactly what an uninterrupted prepare gives (the VF on vfio-pci, the
+  claim's spec and record), and its unprepare then puts everything back;
+* after an unprepare, the host as before the claim: the VF on its own driver, no spec, no record,
+  no journal left.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import invoke, sim_host
+from tests.engine.helpers import fresh, journal_left
+from tests.k8s.apiserver import ApiServer
+from tests.k8s.drakubelet import DraKubelet
+from tests.k8s.test_dra_plugin import NODE, Node, _ok, api, claim, short_tmp  # noqa: F401 (fixtures)
+from vgpukit.host import Host
+from vgpukit.k8s.dra.server import plugin_socket, registry_socket
+from vgpukit.sim.kernel import CRASH_CHANGE_ENV
+from vgpukit.sriov.binding import current_driver
+
+ROOT = str(Path(__file__).resolve().parents[2])
+LIMIT = 60  # kill points tried at most per call (a prepare of a VF makes about a dozen changes)
+
+
+class Plugin:
+    """``vgpukit k8s dra-plugin`` as a process, and the kubelet peer registered with it."""
+
+    def __init__(self, sim: Path, kubeconfig: Path, crash_at: int = 0) -> None:
+        self.host = sim_host(sim)
+        for sock in (registry_socket(self.host), plugin_socket(self.host)):
+            self.host.remove(sock)  # a killed plugin's sockets: the test waits for new ones
+        env = {**os.environ, "PYTHONPATH": ROOT}
+        env.pop(CRASH_CHANGE_ENV, None)
+        if crash_at:
+            env[CRASH_CHANGE_ENV] = str(crash_at)
+        cmd = [sys.executable, "-m", "vgpukit", "--sim", str(sim), "k8s", "dra-plugin", "--node", NODE]
+        cmd += ["--kubeconfig", str(kubeconfig), "--interval", "30"]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not registry_socket(self.host).exists() and time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.proc.stderr.read()  # type: ignore[union-attr]
+            time.sleep(0.05)
+        resolve = lambda shown: self.host.socket_address(self.host.path(*shown.strip("/").split("/")))  # noqa: E731
+        self.kubelet = DraKubelet(registry_socket(self.host).parent, resolve)
+        self.kubelet.register()
+
+    def call(self, verb: str, ref: tuple[str, str, str]) -> Any:
+        """The claim's answer, or None when the plugin died during the call."""
+        try:
+            return getattr(self.kubelet, verb)(ref).claims[ref[2]]
+        except Exception:  # grpc.RpcError: UNAVAILABLE, the connection lost with the process
+            if self.proc.wait(timeout=30) != -9:
+                raise
+            return None
+
+    def close(self) -> None:
+        self.kubelet.close()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        self.proc.wait(timeout=30)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    setup: tuple[tuple[str, ...], ...]
+    kind: str  # the DRA device kind claimed (its first device of the static view)
+
+
+CASES = [
+    Case("vf-bound-at-prepare", (("sriov", "enable", "nic1", "--vfs", "2"),), "vf"),
+    Case("whole-gpu", (), "gpu"),
+]
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = {}
+    for case in CASES:
+        sim = fresh(tmp_path_factory.mktemp("dra-crash"), "hgx-a100", case.name)
+        for args in case.setup:
+            _ok(sim, *args)
+        invoke(sim, "health")  # the health layer's state, as a host that ran before has it
+        host = sim_host(sim)  # the kubelet's directories, as a running kubelet has them
+        host.mkdir(registry_socket(host).parent)
+        host.mkdir(plugin_socket(host).parent)
+        out[case.name] = sim
+    return out
+
+
+def state(host: Host, uid: str, bdf: str) -> dict[str, Any]:
+    return {
+        "driver": current_driver(host, bdf) if bdf.count(":") == 2 else None,
+        "spec": host.dra_claim_cdi_spec(uid).exists(),
+        "record": host.dra_claim_record(uid).exists(),
+        "journal": journal_left(host.root),
+    }
+
+
+@pytest.fixture
+def copy(short_tmp: Path, pristine: dict[str, Path]) -> Iterator[Any]:  # noqa: F811
+    n = 0
+
+    def make(case: Case) -> Path:
+        nonlocal n
+        n += 1
+        dst = short_tmp / f"h{n}"
+        subprocess.run(["cp", "-a", str(pristine[case.name]), str(dst)], check=True)
+        return dst
+
+    yield make
+
+
+def _pick(sim: Path, kind: str) -> tuple[str, str]:
+    from tests.k8s.test_dra_plugin import opener
+    from vgpukit.k8s.dra.devices import dra_devices
+
+    _env, collect, close = opener(sim)()
+    try:
+        name, dev = sorted((n, d) for n, d in dra_devices(collect()).items() if d.kind == kind)[0]
+        return name, dev.device.topo_bdf or dev.device.id
+    finally:
+        close()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("verb", ["prepare", "unprepare"])
+def test_a_kill_at_every_change_leaks_nothing(
+    case: Case,
+    verb: str,
+    copy: Any,
+    api: ApiServer,  # noqa: F811
+    short_tmp: Path,  # noqa: F811
+) -> None:
+    first = copy(case)
+    device, bdf = _pick(first, case.kind)
+    ref = ("default", "c", "u-crash")
+    api.claims[("default", "c")] = claim("u-crash", "c", device)
+    kubeconfig = api.kubeconfig(short_tmp / "kubeconfig")
+    before = state(sim_host(first), "u-crash", bdf)
+    points = 0
+    for n in range(1, LIMIT + 1):
+        sim = first if n == 1 else copy(case)
+        host = sim_host(sim)
+        if verb == "unprepare":  # a prepared claim, then the unprepare is the call killed
+            node = Node(sim, api)
+            try:
+                assert node.kubelet.prepare(ref).claims["u-crash"].error == ""
+            finally:
+                node.close()
+        p = Plugin(sim, kubeconfig, crash_at=n)
+        try:
+            out = p.call(verb, ref)
+        finally:
+            p.close()
+        if out is not None:  # no kill: every change point was tried
+            assert out.error == "", out.error
+            break
+        points += 1
+        node = Node(sim, api)  # restarted (in this process): its first call repairs, the kubelet asks again
+        try:
+            if verb == "prepare" and n % 2:  # the kubelet retries the prepare...
+                assert node.kubelet.prepare(ref).claims["u-crash"].error == ""
+                again = state(host, "u-crash", bdf)
+                assert again["spec"] and again["record"] and not again["journal"], (n, again)
+                if case.kind == "vf":
+                    assert again["driver"] == "vfio-pci", (n, again)
+            # ... or the pod is gone: the unprepare leaves the host as before the claim
+            assert node.kubelet.unprepare(ref).claims["u-crash"].error == ""
+            assert state(host, "u-crash", bdf) == before, n
+            assert node.kubelet.unprepare(ref).claims["u-crash"].error == ""  # an unknown claim: nothing to do
+        finally:
+            node.close()
+    else:
+        pytest.fail(f"{verb} still killed after {LIMIT} changes")
+    print(f"{verb} {case.name}: {points} kill points")
+    assert points >= (4 if case.kind == "vf" else 2), points
