@@ -216,3 +216,37 @@ def test_example_claims_name_published_attributes_and_find_a_device(published: d
             domain, _, name = c["matchAttribute"].partition("/")
             assert domain == DRIVER_NAME and name in attributes
     assert used == set(classes)  # one example per class
+
+
+def _runs_on(ds: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a DaemonSet's pod goes to a node with these labels (nodeSelector and required node
+    affinity with In / NotIn, the forms the manifests use)."""
+    spec = ds["spec"]["template"]["spec"]
+    if any(labels.get(k) != v for k, v in spec.get("nodeSelector", {}).items()):
+        return False
+    required = spec.get("affinity", {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not required:
+        return True
+    ops = {"In": lambda v, vs: v in vs, "NotIn": lambda v, vs: v not in vs}
+    return any(
+        all(ops[e["operator"]](labels.get(e["key"]), e["values"]) for e in term["matchExpressions"])
+        for term in required["nodeSelectorTerms"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("labels", "serving"),
+    [
+        ({}, set()),
+        ({"vgpukit.io/node": "true"}, {"vgpukit-device-plugin"}),
+        ({"vgpukit.io/node": "true", "vgpukit.io/dra": "true"}, {"vgpukit-dra-plugin"}),
+        ({"vgpukit.io/node": "true", "vgpukit.io/dra": "false"}, {"vgpukit-device-plugin"}),
+    ],
+)
+def test_the_device_plugin_and_the_dra_plugin_never_serve_one_node_together(
+    labels: dict[str, str], serving: set[str]
+) -> None:
+    """Both would offer the same devices, neither knowing of the other's allocations."""
+    plugins = [d for d in of_kind("DaemonSet") if d["metadata"]["name"] == "vgpukit-device-plugin"]
+    plugins += [d for _n, d in dra_documents() if d["kind"] == "DaemonSet"]
+    assert {d["metadata"]["name"] for d in plugins if _runs_on(d, labels)} == serving
