@@ -131,7 +131,8 @@ class Node:
         return int(doc["spec"]["pool"]["generation"]) if doc else 0
 
     def devices(self) -> list[dict[str, Any]]:
-        return list(self.api.slices[SLICE]["spec"]["devices"]) if SLICE in self.api.slices else []
+        """Every device of the node's pool (several slices beyond 128 devices)."""
+        return [d for doc in list(self.api.slices.values()) for d in doc["spec"]["devices"]]
 
     def memory_kib(self) -> tuple[int, int]:
         """(VmRSS, VmHWM) of the plugin process."""
@@ -246,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         for pf in range(4):
             vg(big, "sriov", "enable", f"0000:{0x10 + 8 * pf:02x}:00.0", "--vfs", str(a.vfs), "--driver", "vfio-pci")
         with serving(big, base, 5.0) as node:
+            node.api.wait(lambda: len(node.devices()) >= 4 * a.vfs, timeout=120)  # every slice of the pool
             first = time.monotonic() - node.started
             rss, hwm = node.memory_kib()
             n = len(node.devices())
