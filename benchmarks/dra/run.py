@@ -68,6 +68,7 @@ class Kind:
     label: str
     host: str
     select: dict[str, str]  # published attribute -> value ("*": present)
+    config: dict[str, Any] | None = None  # the driver's opaque parameters in the claim (a sharing configuration)
 
 
 KINDS = [
@@ -160,10 +161,12 @@ def serving(sim: Path, base: Path, interval: float) -> Iterator[Node]:
         api.close()
 
 
-def claim(uid: str, device: str) -> dict[str, Any]:
-    results = [{"request": "r0", "driver": DRIVER, "pool": NODE, "device": device}]
+def claim(uid: str, device: str, config: dict[str, Any] | None) -> dict[str, Any]:
+    devices: dict[str, Any] = {"results": [{"request": "r0", "driver": DRIVER, "pool": NODE, "device": device}]}
+    if config:
+        devices["config"] = [{"opaque": {"driver": DRIVER, "parameters": config}, "requests": ["r0"]}]
     meta = {"name": uid, "namespace": "bench", "uid": uid}
-    return {"metadata": meta, "status": {"allocation": {"devices": {"results": results}}}}
+    return {"metadata": meta, "status": {"allocation": {"devices": devices}}}
 
 
 def prepare_times(node: Node, kind: Kind, calls: int) -> tuple[list[float], list[float]]:
@@ -174,7 +177,7 @@ def prepare_times(node: Node, kind: Kind, calls: int) -> tuple[list[float], list
     prep, unprep = [], []
     for i in range(calls):
         uid = f"{kind.host}-{device}-{i}"[-60:]
-        node.api.claims[("bench", uid)] = claim(uid, device)
+        node.api.claims[("bench", uid)] = claim(uid, device, kind.config)
         ref = ("bench", uid, uid)
         t0 = time.perf_counter()
         out = node.kubelet.prepare(ref).claims[uid]

@@ -30,6 +30,7 @@ from tests import containers
 from tests.conftest import invoke
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.test_dra_plugin import NODE, Node, claim
+from vgpukit.k8s.dra.devices import DRIVER
 
 VFIO = (r"/dev/vfio/vfio", r"/dev/vfio/\d+")  # the VFIO container node and the device's group node
 NVIDIA = (r"/dev/nvidiactl", r"/dev/nvidia-uvm")
@@ -44,11 +45,13 @@ class Row:
     nodes: tuple[str, ...]  # container paths (regular expressions) the device's CDI entry must have
     host_driver: str | None = None  # the VF's driver before prepare and after unprepare (None: not a VF on one)
     gap: str = ""  # why the product cannot pass this row yet (an expected failure that must not pass)
+    config: dict[str, Any] | None = None  # the driver's opaque parameters in the claim (a sharing configuration)
+    env: tuple[str, ...] = ()  # what the container's environment must have (regular expressions, one per line)
 
 
 HOOK = ("cdi", "enable", "--dir", "/var/run/cdi", "--hook", "{sim}/usr/bin/nvidia-cdi-hook")
 ROWS = [
-    Row("gpu", "hgx-a100", (HOOK,), {"kind": "gpu"}, (r"/dev/nvidia\d+", *NVIDIA)),
+    Row("gpu", "hgx-a100", (HOOK,), {"kind": "gpu"}, (r"/dev/nvidia\d+", *NVIDIA), env=(r"NVIDIA_VISIBLE_DEVICES=.*",)),
     Row(
         "mig-3g.20gb",
         "hgx-a100",
@@ -88,8 +91,19 @@ ROWS = [
         gap="a VF with a vGPU type stays on the nvidia driver (vendor-specific VFIO): the CDI collector writes "
         "entries for VFs on a VFIO driver only, so neither the device plugin nor the DRA driver offers it",
     ),
-    # gpu-share: the static view offers no share (a GPU's replicas are the one `gpu` device); the
-    # sharing configurations (QoS time-slice, memory cap, MPS) come as rows with a claim config.
+    # gpu-share: the static view offers no share (a GPU's replicas are the one `gpu` device); a sharing
+    # configuration is a whole GPU with the driver's parameters in the claim, as the class
+    # gpu-share.gpu.vgpukit.io puts them (deploy/kubernetes/dra/deviceclasses.yaml).
+    Row(
+        "gpu-share-qos",
+        "hgx-a100",
+        (HOOK,),
+        {"kind": "gpu"},
+        (r"/dev/nvidia\d+", *NVIDIA),
+        config={"sharing": "QoS"},
+        env=(r"LD_PRELOAD=.*libvgpukit-cuda\.so",),
+        gap="sharing in the claim (QoS time slices, memory cap, MPS) is refused at prepare: not implemented yet",
+    ),
 ]
 
 
@@ -143,7 +157,8 @@ def test_a_prepared_claim_runs_in_podman(row: Row, rootfs: tuple[Path, Path], ap
         bdf = node.driver.devices()[name].device.id
         if row.host_driver:
             assert current_driver(node.host, bdf) == row.host_driver
-        ref = node.add(claim(f"u-{row.name}", row.name, name))
+        extra = {"config": [{"opaque": {"driver": DRIVER, "parameters": row.config}}]} if row.config else {}
+        ref = node.add(claim(f"u-{row.name}", row.name, name, **extra))
         out = node.kubelet.prepare(ref).claims[ref[2]]
         assert out.error == "" and [d.device_name for d in out.devices] == [name]
         (cdi_id,) = out.devices[0].cdi_device_ids
@@ -153,10 +168,13 @@ def test_a_prepared_claim_runs_in_podman(row: Row, rootfs: tuple[Path, Path], ap
         for pattern in set(row.nodes):
             found = [p for p in paths if re.fullmatch(pattern, p)]
             assert len(found) >= row.nodes.count(pattern), (pattern, paths)
-        script = " && ".join(f"test -c {p}" for p in paths) + " && ls -l " + " ".join(paths)
+        script = " && ".join(f"test -c {p}" for p in paths) + " && ls -l " + " ".join(paths) + " && echo && env"
         res = containers.run(base, fs, [spec_file], [cdi_id], script)
         assert res.returncode == 0, res.stderr
-        assert res.stdout.count("crw") == len(paths) and all(p in res.stdout for p in paths)
+        listing, _, env = res.stdout.partition("\n\n")
+        assert listing.count("crw") == len(paths) and all(p in listing for p in paths)
+        for pattern in row.env:
+            assert any(re.fullmatch(pattern, line) for line in env.splitlines()), (pattern, env)
         assert node.kubelet.unprepare(ref).claims[ref[2]].error == ""
         assert not spec_file.exists() and not node.host.dra_claim_record(ref[2]).exists()
         if row.host_driver:
