@@ -2,100 +2,41 @@
 
 The simulated host is made with ``--char-devices`` (its nodes are real character devices with
 /dev/null's numbers), spec generation is enabled once, and every later change is followed by the
-engine's refresh. podman 4.3 (Debian 12) reads specs only from /etc/cdi and /var/run/cdi, so for each
-run the simulated host's current specs are copied into /run/cdi under this test's own file names and
-removed afterwards. The container's root filesystem is the host's static busybox.
+engine's refresh. For each run the simulated host's current specs are copied into the real /run/cdi
+(podman 4.3 reads only /etc/cdi and /var/run/cdi) and removed afterwards; the container's root
+filesystem is the host's static busybox (tests/containers.py, shared with the DRA end-to-end test).
 
 Needs root, podman and runc (scripts/setup.sh installs them); in CI a missing tool fails the test.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests import containers
 from tests.conftest import Run
 
 from .test_cdi import validate_cdi
 
 NIC = "0000:05:00.0"
-PODMAN_OPTS = ["--runtime", "runc", "--cgroup-manager", "cgroupfs", "run", "--rm", "--network", "none",
-               "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]  # fmt: skip
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _need_tools() -> None:
-    missing = [t for t in ("podman", "runc", "busybox") if shutil.which(t) is None]
-    why = f"missing {', '.join(missing)} (bash scripts/setup.sh installs podman and runc)" if missing else ""
-    if os.geteuid() != 0:
-        why = "podman runs as root here"
-    if why:
-        if os.environ.get("CI") == "true":
-            pytest.fail(why)
-        pytest.skip(why)
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    _need_tools()
+    containers.need_tools()
     base = tmp_path_factory.mktemp("podman")
-    rootfs = base / "rootfs"
-    (rootfs / "bin").mkdir(parents=True)
-    busybox = shutil.which("busybox")
-    assert busybox
-    shutil.copy(busybox, rootfs / "bin" / "busybox")
-    for tool in ("sh", "ls", "cat", "env", "test"):
-        (rootfs / "bin" / tool).symlink_to("busybox")
-    return {"base": base, "rootfs": rootfs}
-
-
-def _root_is_a_mount() -> bool:
-    """False in a chroot whose root directory is not itself a mount point (the fresh-machine check)."""
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == "/" for line in f if len(line.split()) > 4)
-
-
-def _rerooted(top: Path, cmd: list[str]) -> list[str]:
-    """``cmd`` in its own mount namespace whose root is a recursive bind mount of this one.
-
-    runc makes the container's / a slave mount ("mount /, flags: 0x84000: invalid argument" where /
-    is not a mount point, as in a chroot). A new mount namespace that binds / onto a directory and
-    chroots there gives runc a / that is a mount point. The namespace keeps the host's propagation
-    (private on these machines), and its mounts vanish with it.
-    """
-    top.mkdir(exist_ok=True)
-    inner = f"mount --rbind / '{top}' && exec chroot '{top}' \"$@\""
-    return ["unshare", "--mount", "--propagation", "unchanged", "sh", "-c", inner, "sh", *cmd]
+    return {"base": base, "rootfs": containers.busybox_rootfs(base)}
 
 
 def podman(world: dict[str, Path], sim: Path, device: str, script: str) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` in a container with ``--device device``, the simulated host's specs in view.
-
-    podman 4.3 reads specs only from /etc/cdi and /var/run/cdi, so the simulated host's current specs
-    are copied into /run/cdi (the dynamic directory, which wins over /etc/cdi for the same device
-    name) under names of this test's own, for this one run, and removed afterwards. (A private mount
-    namespace would touch nothing, but cannot be made where / is not a mount point, as in a chroot.)
-    """
-    live = Path("/run/cdi")
-    live.mkdir(parents=True, exist_ok=True)
-    placed: list[Path] = []
-    try:
-        for spec in sorted((sim / "var" / "run" / "cdi").iterdir()):
-            if spec.suffix in (".yaml", ".json"):
-                placed.append(live / f"vgpukit-test-{os.getpid()}-{spec.name}")
-                shutil.copyfile(spec, placed[-1])
-        cmd = ["podman", *PODMAN_OPTS, "--device", device, "--rootfs", str(world["rootfs"]), "/bin/sh", "-c", script]
-        if os.environ.get("VGPUKIT_TEST_PODMAN_REROOT") == "1" or not _root_is_a_mount():
-            cmd = _rerooted(world["base"] / "reroot", cmd)
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    finally:
-        for path in placed:
-            path.unlink(missing_ok=True)
+    """Run ``script`` in a container with ``--device device``, the simulated host's current specs in view."""
+    specs = [s for s in sorted((sim / "var" / "run" / "cdi").iterdir()) if s.suffix in (".yaml", ".json")]
+    return containers.run(world["base"], world["rootfs"], specs, [device], script)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@
   (ResourceV1Api.read_namespaced_resource_claim): the claims a test put in ``claims``.
 * ``/apis/resource.k8s.io/v1/resourceslices[/NAME]``: list (``fieldSelector`` on ``spec.nodeName``
   and ``spec.driver``), read, create (409 AlreadyExists), replace (409 Conflict on a stale
-  ``metadata.resourceVersion``), delete (ResourceV1Api.*_resource_slice).
+  ``metadata.resourceVersion``), delete (ResourceV1Api.*_resource_slice); a slice of more than 128
+  devices is refused (422 Invalid), as the API server's validation does.
 
 Every request is recorded (method, path, query, content type) so tests can assert what the client sent.
 """
@@ -26,6 +27,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+MAX_SLICE_DEVICES = 128  # resource.k8s.io/v1 ResourceSliceSpec.devices
 PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 
 
@@ -219,6 +221,9 @@ class _Handler(BaseHTTPRequestHandler):
         if path != SLICES:
             self._not_found()
             return
+        if len(body.get("spec", {}).get("devices") or []) > MAX_SLICE_DEVICES:
+            self._status(422, "Invalid")
+            return
         with self.api.changed:
             name = body["metadata"]["name"]
             if name in self.api.slices:
@@ -234,6 +239,9 @@ class _Handler(BaseHTTPRequestHandler):
         path, _ = self._record()
         body = self._body()
         name = path.removeprefix(SLICES + "/")
+        if len(body.get("spec", {}).get("devices") or []) > MAX_SLICE_DEVICES:
+            self._status(422, "Invalid")
+            return
         with self.api.changed:
             old = self.api.slices.get(name)
             if not path.startswith(SLICES + "/") or old is None:

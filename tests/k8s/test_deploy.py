@@ -3,6 +3,9 @@ strict: unknown fields rejected), and the RBAC is the least the agent needs."""
 
 from __future__ import annotations
 
+import ast
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,7 @@ import pytest
 import yaml
 
 from tests.conftest import invoke
+from vgpukit.k8s.dra.devices import DRIVER as DRIVER_NAME
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 K8S_VERSION = "1.30"  # the oldest release the manifests are written for (ValidatingAdmissionPolicy v1)
@@ -114,5 +118,135 @@ def test_dra_plugin_rbac_and_command() -> None:
     assert command[:3] == ["vgpukit", "--root", "/host"]
     r = invoke(None, *command[3:], "--node", "n1", "--help")
     assert r.exit_code == 0, r.stderr
-    classes = {d["metadata"]["name"]: d for d in docs if d["kind"] == "DeviceClass"}
-    assert set(classes) == {"gpu.vgpukit.io", "mig.gpu.vgpukit.io", "vf.gpu.vgpukit.io", "mdev.gpu.vgpukit.io"}
+
+
+# ---- the DeviceClasses' and example claims' CEL against the devices the plugin publishes
+# No CEL library is in the environment: the subset these manifests use (==, in, &&, ||, !, has() on
+# this driver's attributes) is translated to a Python expression whose syntax tree is checked node by
+# node; anything outside the subset fails here (then add a CEL library rather than widen this). A
+# missing attribute read without has() raises, as CEL's "no such key" does (the allocation fails).
+DOMAIN = 'device.attributes["gpu.vgpukit.io"]'
+ALLOWED = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.Compare, ast.Eq, ast.NotEq,
+           ast.In, ast.NotIn, ast.Name, ast.Constant, ast.List, ast.Subscript, ast.Load)  # fmt: skip
+
+
+def cel(expression: str) -> Callable[[dict[str, Any]], bool]:
+    e = expression.replace("device.driver", "DRIVER")
+    e = re.sub(r"!has\(" + re.escape(DOMAIN) + r"\.(\w+)\)", r'("\1" not in A)', e)
+    e = re.sub(r"has\(" + re.escape(DOMAIN) + r"\.(\w+)\)", r'("\1" in A)', e)
+    e = re.sub(re.escape(DOMAIN) + r"\.(\w+)", r'A["\1"]', e)
+    e = e.replace("&&", " and ").replace("||", " or ")
+    tree = ast.parse(e, mode="eval")
+    bad = [type(n).__name__ for n in ast.walk(tree) if not isinstance(n, ALLOWED)]
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    assert not bad and names <= {"DRIVER", "A"}, (expression, bad, names)
+    code = compile(tree, "<cel>", "eval")
+
+    def match(entry: dict[str, Any]) -> bool:
+        attrs = {k: next(iter(v.values())) for k, v in entry["attributes"].items()}
+        return bool(eval(code, {"__builtins__": {}}, {"DRIVER": DRIVER_NAME, "A": attrs}))
+
+    return match
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Every static kind as published: hgx-a100 (GPUs, a MIG slice, a VF on vfio-pci, a VF on
+    mlx5_core), qemu-guest (an mtty mdev), t4-mdev (a GRID T4-4Q vGPU); by ``<host>/<device>``."""
+    from vgpukit.k8s.dra.server import Driver
+
+    from .test_dra_plugin import opener, unusable
+
+    base = tmp_path_factory.mktemp("dra-cel")
+    setups = {
+        "hgx-a100": [("partition", "gpu1", "--mig", "3g.20gb"), ("sriov", "enable", "nic0", "--vfs", "1",
+                     "--driver", "vfio-pci"), ("sriov", "enable", "nic1", "--vfs", "1")],
+        "qemu-guest": [("mdev", "create", "mtty", "--type", "mtty-2")],
+        "t4-mdev": [("vgpu", "create", "gpu0", "--type", "GRID T4-4Q")],
+    }  # fmt: skip
+    out = {}
+    for profile, commands in setups.items():
+        sim = base / profile
+        assert invoke(None, "sim", "init", str(sim), "--profile", profile).exit_code == 0
+        for cmd in commands:
+            assert invoke(sim, *cmd).exit_code == 0, cmd
+        driver = Driver("n1", opener(sim), lambda *_: {}, unusable(sim))
+        out.update({f"{profile}/{e['name']}": e for e in driver.slice_entries()})
+    return out
+
+
+def _class_of(entry: dict[str, Any]) -> str:
+    a = entry["attributes"]
+    return "vgpu" if "vgpuType" in a else a["kind"]["string"]
+
+
+def test_every_deviceclass_selects_its_kind_of_the_published_devices(published: dict[str, dict[str, Any]]) -> None:
+    classes = {d["metadata"]["name"]: d for _n, d in dra_documents() if d["kind"] == "DeviceClass"}
+    wanted = {"gpu": {"gpu"}, "mig": {"mig"}, "vf": {"vf"}, "mdev": {"mdev"}, "vgpu": {"vgpu"}, "gpu-share": {"gpu"}}
+    assert set(classes) == {f"{k}.gpu.vgpukit.io" if k != "gpu" else "gpu.vgpukit.io" for k in wanted}
+    assert {_class_of(e) for e in published.values()} == {"gpu", "mig", "vf", "mdev", "vgpu"}
+    for short, kinds in wanted.items():
+        doc = classes["gpu.vgpukit.io" if short == "gpu" else f"{short}.gpu.vgpukit.io"]
+        (sel,) = doc["spec"]["selectors"]
+        assert sel["cel"]["expression"].startswith(f'device.driver == "{DRIVER_NAME}" && ')
+        match = cel(sel["cel"]["expression"])
+        chosen = {_class_of(e) for e in published.values() if match(e)}
+        assert chosen == kinds, (short, chosen)
+    share = classes["gpu-share.gpu.vgpukit.io"]["spec"]["config"]
+    assert [c["opaque"]["driver"] for c in share] == [DRIVER_NAME]
+
+
+def test_example_claims_name_published_attributes_and_find_a_device(published: dict[str, dict[str, Any]]) -> None:
+    classes = {d["metadata"]["name"]: d for _n, d in dra_documents() if d["kind"] == "DeviceClass"}
+    attributes = {k for e in published.values() for k in e["attributes"]}
+    templates = [d for _n, d in dra_documents() if d["kind"] == "ResourceClaimTemplate"]
+    used = set()
+    for t in templates:
+        devices = t["spec"]["spec"]["devices"]
+        for req in devices["requests"]:
+            ask = req["exactly"]
+            used.add(ask["deviceClassName"])
+            exprs = [s["cel"]["expression"] for s in classes[ask["deviceClassName"]]["spec"]["selectors"]]
+            exprs += [s["cel"]["expression"] for s in ask.get("selectors", [])]
+            assert set(re.findall(re.escape(DOMAIN) + r"\.(\w+)", " ".join(exprs))) <= attributes
+            matches = [cel(x) for x in exprs]
+            found = [n for n, e in published.items() if all(m(e) for m in matches)]
+            assert found, t["metadata"]["name"]
+        for c in devices.get("constraints", []):
+            domain, _, name = c["matchAttribute"].partition("/")
+            assert domain == DRIVER_NAME and name in attributes
+    assert used == set(classes)  # one example per class
+
+
+def _runs_on(ds: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a DaemonSet's pod goes to a node with these labels (nodeSelector and required node
+    affinity with In / NotIn, the forms the manifests use)."""
+    spec = ds["spec"]["template"]["spec"]
+    if any(labels.get(k) != v for k, v in spec.get("nodeSelector", {}).items()):
+        return False
+    required = spec.get("affinity", {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not required:
+        return True
+    ops = {"In": lambda v, vs: v in vs, "NotIn": lambda v, vs: v not in vs}
+    return any(
+        all(ops[e["operator"]](labels.get(e["key"]), e["values"]) for e in term["matchExpressions"])
+        for term in required["nodeSelectorTerms"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("labels", "serving"),
+    [
+        ({}, set()),
+        ({"vgpukit.io/node": "true"}, {"vgpukit-device-plugin"}),
+        ({"vgpukit.io/node": "true", "vgpukit.io/dra": "true"}, {"vgpukit-dra-plugin"}),
+        ({"vgpukit.io/node": "true", "vgpukit.io/dra": "false"}, {"vgpukit-device-plugin"}),
+    ],
+)
+def test_the_device_plugin_and_the_dra_plugin_never_serve_one_node_together(
+    labels: dict[str, str], serving: set[str]
+) -> None:
+    """Both would offer the same devices, neither knowing of the other's allocations."""
+    plugins = [d for d in of_kind("DaemonSet") if d["metadata"]["name"] == "vgpukit-device-plugin"]
+    plugins += [d for _n, d in dra_documents() if d["kind"] == "DaemonSet"]
+    assert {d["metadata"]["name"] for d in plugins if _runs_on(d, labels)} == serving

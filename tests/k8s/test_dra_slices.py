@@ -124,3 +124,23 @@ def test_the_running_plugin_publishes_its_slice(tmp_path: Path, api: ApiServer) 
             assert api.wait(lambda: slice_name(NODE) in api.slices)
         finally:
             plugin.close()
+
+
+def test_a_pool_of_more_than_128_devices_is_published_in_several_slices(tmp_path: Path, api: ApiServer) -> None:
+    """The API refuses a slice of more than 128 devices (the stub too, 422): 300 VFs are three slices
+    of one pool, each at the pool's generation; fewer devices later, the slices not needed go."""
+    client = resource_api(str(api.kubeconfig(tmp_path / "kubeconfig")))
+    pub = Publisher(client, NODE)
+    entries = [{"name": f"vf-{i:04d}", "attributes": {"kind": {"string": "vf"}}} for i in range(300)]
+    assert pub.publish(entries) == "published 300 devices in 3 slices (generation 1)"
+    names = [slice_name(NODE), slice_name(NODE, 1), slice_name(NODE, 2)]
+    assert sorted(api.slices) == sorted(names)
+    assert [len(api.slices[n]["spec"]["devices"]) for n in names] == [128, 128, 44]
+    assert [d for n in names for d in api.slices[n]["spec"]["devices"]] == entries
+    assert {(api.slices[n]["spec"]["pool"]["generation"], api.slices[n]["spec"]["pool"]["resourceSliceCount"])
+            for n in names} == {(1, 3)}  # fmt: skip
+    pub.published = None  # a restarted plugin: the same devices change nothing
+    assert pub.publish(entries) is None
+    assert pub.publish(entries[:100]) == "published 100 devices (generation 2)"
+    assert list(api.slices) == [slice_name(NODE)]
+    assert api.slices[slice_name(NODE)]["spec"]["pool"] == {"name": NODE, "generation": 2, "resourceSliceCount": 1}

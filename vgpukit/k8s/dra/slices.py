@@ -1,7 +1,8 @@
 """ResourceSlices: the node's static devices published for the scheduler (``resource.k8s.io/v1``).
 
-One pool per node (named after the node), one slice (``<node>-gpu.vgpukit.io``); the pool's
-generation goes up whenever the device list changes. A device the health layer finds unusable, or
+One pool per node (named after the node), in slices of at most 128 devices (the API's limit):
+``<node>-gpu.vgpukit.io``, then ``<node>-gpu.vgpukit.io-1``, ``-2``...; the pool's generation, on
+every slice, goes up whenever the device list changes. A device the health layer finds unusable, or
 one held open by a process outside Kubernetes (a VM), is left out until it is usable again (device
 taints are an alpha feature of Kubernetes 1.34; leaving a device out works on every 1.34 cluster).
 """
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 log = logger("vgpukit.k8s.dra")
 API_VERSION = "resource.k8s.io/v1"
 MIB = 1024 * 1024
+MAX_DEVICES = 128  # devices in one ResourceSlice (resource.k8s.io/v1; 64 once devices carry taints or counters)
 
 
 def _s(value: str) -> dict[str, Any]:
@@ -110,8 +112,18 @@ def offered(devices: dict[str, DraDevice], sick: dict[str, str]) -> list[DraDevi
     return [d for _, d in sorted(devices.items()) if d.device.topo_bdf not in sick and not d.device.held_by]
 
 
-def slice_name(node: str) -> str:
-    return f"{node}-{DRIVER}"
+def slice_name(node: str, index: int = 0) -> str:
+    return f"{node}-{DRIVER}" + (f"-{index}" if index else "")
+
+
+def _unchanged(current: dict[str, dict[str, Any]], wanted: dict[str, list[dict[str, Any]]]) -> bool:
+    """The slices the API server has are the wanted ones: each with its devices, one generation, the count."""
+    if set(current) != set(wanted):
+        return False
+    pools = {(str(c["spec"].get("pool", {}).get("generation")), c["spec"].get("pool", {}).get("resourceSliceCount"))
+             for c in current.values()}  # fmt: skip
+    same = len(pools) == 1 and next(iter(pools))[1] == len(wanted)
+    return same and all(current[n]["spec"].get("devices", []) == devices for n, devices in wanted.items())
 
 
 class Publisher:
@@ -140,35 +152,41 @@ class Publisher:
         return done
 
     def _publish(self, entries: list[dict[str, Any]]) -> str | None:
-        name = slice_name(self.node)
+        chunks = [entries[i : i + MAX_DEVICES] for i in range(0, len(entries), MAX_DEVICES)] or [[]]
+        names = [slice_name(self.node, i) for i in range(len(chunks))]
         selector = f"spec.nodeName={self.node},spec.driver={DRIVER}"
         listing = self._call(self.api.list_resource_slice, field_selector=selector) or {}
-        current = None
-        for item in listing.get("items") or []:
-            if item["metadata"]["name"] == name:
-                current = item
-            elif item.get("spec", {}).get("driver") == DRIVER and item.get("spec", {}).get("nodeName") == self.node:
-                self._call(self.api.delete_resource_slice, item["metadata"]["name"])  # a stale slice of ours
-        if current is None:
-            self._call(self.api.create_resource_slice, self._doc(entries, 1))
-            return f"published {plural(len(entries), 'device')} (generation 1)"
-        if current["spec"].get("devices", []) == entries:
+        ours = [i for i in listing.get("items") or [] if (i.get("spec") or {}).get("driver") == DRIVER]
+        ours = [i for i in ours if i["spec"].get("nodeName") == self.node]
+        current = {i["metadata"]["name"]: i for i in ours if i["metadata"]["name"] in names}
+        stale = [i["metadata"]["name"] for i in ours if i["metadata"]["name"] not in names]
+        pools = [c["spec"].get("pool") or {} for c in current.values()]
+        gen = None
+        if not _unchanged(current, dict(zip(names, chunks, strict=True))):
+            gen = max((int(p.get("generation", 0)) for p in pools), default=0) + 1
+            for name, chunk in zip(names, chunks, strict=True):  # every slice at the new generation
+                doc = self._doc(name, chunk, gen, len(names))
+                if name in current:
+                    doc["metadata"]["resourceVersion"] = current[name]["metadata"].get("resourceVersion")
+                    self._call(self.api.replace_resource_slice, name, doc)  # 409 on a stale resourceVersion: next poll
+                else:
+                    self._call(self.api.create_resource_slice, doc)
+        for name in stale:
+            self._call(self.api.delete_resource_slice, name)
+        if gen is None:
             return None
-        gen = int(current["spec"]["pool"].get("generation", 0)) + 1
-        doc = self._doc(entries, gen)
-        doc["metadata"]["resourceVersion"] = current["metadata"].get("resourceVersion")
-        self._call(self.api.replace_resource_slice, name, doc)  # 409 on a stale resourceVersion: next poll
-        return f"published {plural(len(entries), 'device')} (generation {gen})"
+        where = f" in {len(names)} slices" if len(names) > 1 else ""
+        return f"published {plural(len(entries), 'device')}{where} (generation {gen})"
 
-    def _doc(self, entries: list[dict[str, Any]], generation: int) -> dict[str, Any]:
+    def _doc(self, name: str, entries: list[dict[str, Any]], generation: int, count: int) -> dict[str, Any]:
         return {
             "apiVersion": API_VERSION,
             "kind": "ResourceSlice",
-            "metadata": {"name": slice_name(self.node)},
+            "metadata": {"name": name},
             "spec": {
                 "driver": DRIVER,
                 "nodeName": self.node,
-                "pool": {"name": self.node, "generation": generation, "resourceSliceCount": 1},
+                "pool": {"name": self.node, "generation": generation, "resourceSliceCount": count},
                 "devices": entries,
             },
         }

@@ -1,0 +1,270 @@
+"""DRA driver timings: prepare/unprepare per kind, ResourceSlice republish delay, memory at ~1,000 devices.
+
+Usage: .venv/bin/python benchmarks/dra/run.py [--calls N] [--changes N] [--interval S] [--quick]
+
+As a node runs it: ``vgpukit k8s dra-plugin`` is its own process on a simulated host, the API-server
+stub of the tests (tests/k8s/apiserver.py) holds the ResourceClaims and receives the ResourceSlice,
+and the kubelet-side peer of the tests (tests/k8s/drakubelet.py) registers the plugin and calls
+``NodePrepareResources`` / ``NodeUnprepareResources`` over its Unix socket, one claim of one device
+at a time (a claim made for each call: the first prepare of a claim, not the recorded answer).
+
+* prepare / unprepare: one row per kind (``KINDS``), the device chosen from the published slice by
+  its attributes, as a DeviceClass would.
+* republish: another door changes the host (``CHANGES``: ``vgpukit partition``, ``vgpukit sriov``, a
+  process of its own) at a random point of the polling period; the delay is from the command's exit
+  to the API server holding the slice of the next generation.
+* memory: the plugin's RSS (and peak) once it published every VF of a 1,024-VF host (4 PFs x 256 VFs
+  on vfio-pci, benchmarks/scale/hosts.py), and the time to that first publish.
+
+Rows are data: a kind made on demand, or a sharing configuration, is one more entry.
+Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks" / "scale"))
+
+from hosts import sriov_host, write_profile  # type: ignore[import-not-found]  # noqa: E402
+
+from tests.conftest import sim_host  # noqa: E402
+from tests.k8s.apiserver import ApiServer  # noqa: E402
+from tests.k8s.drakubelet import DraKubelet  # noqa: E402
+from vgpukit.k8s.dra.devices import DRIVER  # noqa: E402
+from vgpukit.k8s.dra.server import registry_socket  # noqa: E402
+
+NODE = "node-1"
+SLICE = f"{NODE}-{DRIVER}"
+# simulated hosts: profile, then the commands that make their devices
+HOSTS: dict[str, tuple[str, list[list[str]]]] = {
+    "hgx-a100": (
+        "hgx-a100",
+        [["partition", "gpu0", "--mig", "3g.20gb,3g.20gb"], ["partition", "gpu2", "--mig", "3g.20gb"],
+         ["sriov", "enable", "nic0", "--vfs", "4", "--driver", "vfio-pci"], ["sriov", "enable", "nic1", "--vfs", "4"],
+         ["sriov", "enable", "nic2", "--vfs", "1", "--driver", "vfio-pci"]],
+    ),
+    "qemu-guest": ("qemu-guest", [["mdev", "create", "mtty", "--type", "mtty-2"]]),
+    "t4-mdev": ("t4-mdev", [["vgpu", "create", "gpu0", "--type", "GRID T4-4Q"]]),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Kind:
+    label: str
+    host: str
+    select: dict[str, str]  # published attribute -> value ("*": present)
+    config: dict[str, Any] | None = None  # the driver's opaque parameters in the claim (a sharing configuration)
+
+
+KINDS = [
+    Kind("whole GPU", "hgx-a100", {"kind": "gpu"}),
+    Kind("MIG slice 3g.20gb", "hgx-a100", {"kind": "mig", "migProfile": "3g.20gb"}),
+    Kind("VF on vfio-pci", "hgx-a100", {"kind": "vf", "driver": "vfio-pci"}),
+    Kind("VF bound to vfio-pci at prepare", "hgx-a100", {"kind": "vf", "driver": "mlx5_core"}),
+    Kind("mdev (mtty)", "qemu-guest", {"kind": "mdev"}),
+    Kind("vGPU mdev (GRID T4-4Q)", "t4-mdev", {"kind": "mdev", "vgpuType": "*"}),
+]
+
+
+@dataclass(frozen=True)
+class Change:
+    label: str
+    host: str
+    there: list[str]  # the command that changes the device list; `back` changes it back
+    back: list[str]
+
+
+CHANGES = [
+    Change("vgpukit partition (a MIG slice more / less)", "hgx-a100",
+           ["partition", "gpu2", "--mig", "3g.20gb=2"], ["partition", "gpu2", "--mig", "3g.20gb=1", "--replace"]),
+    Change("vgpukit sriov enable (a VF more / less)", "hgx-a100",
+           ["sriov", "enable", "nic2", "--vfs", "2", "--driver", "vfio-pci"],
+           ["sriov", "enable", "nic2", "--vfs", "1", "--driver", "vfio-pci"]),
+]  # fmt: skip
+
+
+def vg(sim: Path, *args: str) -> None:
+    subprocess.run([sys.executable, "-m", "vgpukit", "--sim", str(sim), *args], check=True, stdout=subprocess.DEVNULL)
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
+
+
+class Node:
+    """One simulated host served by its own ``vgpukit k8s dra-plugin`` process, registered with the peer."""
+
+    def __init__(self, sim: Path, api: ApiServer, kubeconfig: Path, interval: float) -> None:
+        self.sim, self.api = sim, api
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        cmd = [sys.executable, "-m", "vgpukit", "--sim", str(sim), "k8s", "dra-plugin", "--node", NODE]
+        cmd += ["--kubeconfig", str(kubeconfig), "--interval", str(interval)]
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        host = sim_host(sim)
+        deadline = time.monotonic() + 120
+        while not registry_socket(host).exists():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise SystemExit(f"the plugin did not start on {sim}")
+            time.sleep(0.02)
+        resolve = lambda shown: host.socket_address(host.path(*shown.strip("/").split("/")))  # noqa: E731
+        self.kubelet = DraKubelet(registry_socket(host).parent, resolve)
+        self.kubelet.register()
+
+    def generation(self) -> int:
+        doc = self.api.slices.get(SLICE)
+        return int(doc["spec"]["pool"]["generation"]) if doc else 0
+
+    def devices(self) -> list[dict[str, Any]]:
+        """Every device of the node's pool (several slices beyond 128 devices)."""
+        return [d for doc in list(self.api.slices.values()) for d in doc["spec"]["devices"]]
+
+    def memory_kib(self) -> tuple[int, int]:
+        """(VmRSS, VmHWM) of the plugin process."""
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines())
+        return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
+
+    def close(self) -> None:
+        self.kubelet.close()
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+        self.api.slices.clear()
+
+
+@contextmanager
+def serving(sim: Path, base: Path, interval: float) -> Iterator[Node]:
+    api = ApiServer(NODE)
+    api.http.handle_error = lambda *_: None  # type: ignore[method-assign]  # the plugin hanging up at its end
+    node = Node(sim, api, api.kubeconfig(base / f"kubeconfig-{sim.name}"), interval)
+    try:
+        if not api.wait(lambda: SLICE in api.slices, timeout=120):
+            raise SystemExit("no ResourceSlice published")
+        yield node
+    finally:
+        node.close()
+        api.close()
+
+
+def claim(uid: str, device: str, config: dict[str, Any] | None) -> dict[str, Any]:
+    devices: dict[str, Any] = {"results": [{"request": "r0", "driver": DRIVER, "pool": NODE, "device": device}]}
+    if config:
+        devices["config"] = [{"opaque": {"driver": DRIVER, "parameters": config}, "requests": ["r0"]}]
+    meta = {"name": uid, "namespace": "bench", "uid": uid}
+    return {"metadata": meta, "status": {"allocation": {"devices": devices}}}
+
+
+def prepare_times(node: Node, kind: Kind, calls: int) -> tuple[list[float], list[float]]:
+    def fits(attrs: dict[str, Any]) -> bool:
+        return all(k in attrs and (v == "*" or attrs[k].get("string") == v) for k, v in kind.select.items())
+
+    device = next(d["name"] for d in node.devices() if fits(d["attributes"]))
+    prep, unprep = [], []
+    for i in range(calls):
+        uid = f"{kind.host}-{device}-{i}"[-60:]
+        node.api.claims[("bench", uid)] = claim(uid, device, kind.config)
+        ref = ("bench", uid, uid)
+        t0 = time.perf_counter()
+        out = node.kubelet.prepare(ref).claims[uid]
+        t1 = time.perf_counter()
+        if out.error:
+            raise SystemExit(f"{kind.label}: prepare failed: {out.error}")
+        done = node.kubelet.unprepare(ref).claims[uid]
+        t2 = time.perf_counter()
+        if done.error:
+            raise SystemExit(f"{kind.label}: unprepare failed: {done.error}")
+        prep.append(t1 - t0)
+        unprep.append(t2 - t1)
+    return prep, unprep
+
+
+def republish_delays(node: Node, change: Change, count: int, interval: float) -> list[float]:
+    rng = random.Random(23)
+    out = []
+    for i in range(count):
+        before = node.generation()
+        time.sleep(rng.uniform(0, interval))  # the change comes at any point of the polling period
+        vg(node.sim, *(change.there if i % 2 == 0 else change.back))
+        t0 = time.monotonic()
+        if not node.api.wait(lambda b=before: node.generation() > b, timeout=max(30, 10 * interval)):
+            raise SystemExit(f"{change.label}: no new generation")
+        out.append(time.monotonic() - t0)
+    return out
+
+
+def row(label: str, xs: list[float]) -> str:
+    ms = [x * 1000 for x in xs]
+    return f"| {label} | {len(ms)} | {pct(ms, 50):.1f} | {pct(ms, 99):.1f} | {max(ms):.1f} |"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--calls", type=int, default=30, help="claims prepared and unprepared per kind")
+    ap.add_argument("--changes", type=int, default=10, help="host changes per door")
+    ap.add_argument("--interval", type=float, default=1.0, help="the plugin's --interval for the republish rows")
+    ap.add_argument("--vfs", type=int, default=256, help="VFs per PF (4 PFs) of the memory row")
+    ap.add_argument("--quick", action="store_true", help="5 calls, 2 changes, 16 VFs per PF")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.calls, a.changes, a.vfs = 5, 2, 16
+    lines = ["| measurement | n | p50 ms | p99 ms | max ms |", "| --- | ---: | ---: | ---: | ---: |"]
+    later: list[str] = []  # the republish rows, after every kind's
+    with tempfile.TemporaryDirectory(prefix="drab", dir="/dev/shm") as d:  # short: Unix socket paths
+        base = Path(d)
+        sims = {}
+        for name, (profile, commands) in HOSTS.items():
+            sims[name] = base / name
+            subprocess.run([sys.executable, "-m", "vgpukit", "sim", "init", str(sims[name]), "--profile", profile],
+                           check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+            for cmd in commands:
+                vg(sims[name], *cmd)
+        for name, sim in sims.items():
+            kinds = [k for k in KINDS if k.host == name]
+            changes = [c for c in CHANGES if c.host == name]
+            with serving(sim, base, a.interval) as node:
+                for k in kinds:
+                    prep, unprep = prepare_times(node, k, a.calls)
+                    lines += [row(f"prepare, {k.label}", prep), row(f"unprepare, {k.label}", unprep)]
+                for c in changes:
+                    later.append(row(f"republish after {c.label}, --interval {a.interval:g}",
+                                     republish_delays(node, c, a.changes, a.interval)))  # fmt: skip
+        big = base / "vfs"
+        profile = write_profile(base / "vfs.json", sriov_host(4, a.vfs))
+        subprocess.run([sys.executable, "-m", "vgpukit", "sim", "init", str(big), "--profile", str(profile)],
+                       check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        for pf in range(4):
+            vg(big, "sriov", "enable", f"0000:{0x10 + 8 * pf:02x}:00.0", "--vfs", str(a.vfs), "--driver", "vfio-pci")
+        with serving(big, base, 5.0) as node:
+            node.api.wait(lambda: len(node.devices()) >= 4 * a.vfs, timeout=120)  # every slice of the pool
+            first = time.monotonic() - node.started
+            rss, hwm = node.memory_kib()
+            n = len(node.devices())
+            vf = Kind(f"VF on vfio-pci, host of {n} VFs", "vfs", {"kind": "vf"})
+            prep, unprep = prepare_times(node, vf, max(3, a.calls // 3))
+            lines += [row(f"prepare, {vf.label}", prep), row(f"unprepare, {vf.label}", unprep)]
+    lines += later
+    lines.append("")
+    lines.append(f"| plugin process, {n} devices published | RSS MiB | peak RSS MiB | start to first publish s |")
+    lines.append("| --- | ---: | ---: | ---: |")
+    lines.append(f"| `vgpukit k8s dra-plugin` | {rss / 1024:.1f} | {hwm / 1024:.1f} | {first:.1f} |")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,185 @@
+"""DRA end to end with a real container engine: a claim prepared through the kubelet peer, podman resolving it.
+
+For each kind of device the driver offers, one row of ``ROWS``: a simulated host (``--char-devices``:
+its nodes are real character devices), the commands that make the device (``vgpukit partition``,
+``sriov``, ``mdev``, ``vgpu``), which published device to allocate (the slice attributes a DeviceClass
+and a claim's selectors would match), and the container paths its CDI device must bring. The test
+publishes the slice, allocates the first matching device in a ResourceClaim on the API-server stub,
+prepares the claim through the kubelet-side peer (``NodePrepareResources`` over gRPC, the plugin's
+real services), finds the CDI name it answers in the claim's spec, and starts a podman container
+with ``--device <that name>``: podman itself resolves the name, and the container lists the nodes.
+Unprepared, the spec is gone and podman refuses the name.
+
+A new kind (a MIG slice made at prepare, a shared GPU) is one more row.
+Needs root, podman, runc and busybox (tests/containers.py); in CI a missing tool fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import containers
+from tests.conftest import invoke
+from tests.k8s.apiserver import ApiServer
+from tests.k8s.test_dra_plugin import NODE, Node, claim
+from vgpukit.k8s.dra.devices import DRIVER
+
+VFIO = (r"/dev/vfio/vfio", r"/dev/vfio/\d+")  # the VFIO container node and the device's group node
+NVIDIA = (r"/dev/nvidiactl", r"/dev/nvidia-uvm")
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    profile: str
+    setup: tuple[tuple[str, ...], ...]  # vgpukit commands ("{sim}": the simulated host's directory)
+    select: dict[str, str]  # published attribute -> value ("*": present) of the device to allocate
+    nodes: tuple[str, ...]  # container paths (regular expressions) the device's CDI entry must have
+    host_driver: str | None = None  # the VF's driver before prepare and after unprepare (None: not a VF on one)
+    gap: str = ""  # why the product cannot pass this row yet (an expected failure that must not pass)
+    config: dict[str, Any] | None = None  # the driver's opaque parameters in the claim (a sharing configuration)
+    env: tuple[str, ...] = ()  # what the container's environment must have (regular expressions, one per line)
+
+
+HOOK = ("cdi", "enable", "--dir", "/var/run/cdi", "--hook", "{sim}/usr/bin/nvidia-cdi-hook")
+ROWS = [
+    Row("gpu", "hgx-a100", (HOOK,), {"kind": "gpu"}, (r"/dev/nvidia\d+", *NVIDIA), env=(r"NVIDIA_VISIBLE_DEVICES=.*",)),
+    Row(
+        "mig-3g.20gb",
+        "hgx-a100",
+        (HOOK, ("partition", "gpu1", "--mig", "3g.20gb")),
+        {"kind": "mig", "migProfile": "3g.20gb"},
+        (r"/dev/nvidia1", r"/dev/nvidia-caps/nvidia-cap\d+", r"/dev/nvidia-caps/nvidia-cap\d+", *NVIDIA),
+    ),
+    Row(
+        "vf-vfio",
+        "hgx-a100",
+        (("sriov", "enable", "nic0", "--vfs", "1", "--driver", "vfio-pci"),),
+        {"kind": "vf", "driver": "vfio-pci"},
+        VFIO,
+    ),
+    Row(
+        "vf-bound-at-prepare",
+        "hgx-a100",
+        (("sriov", "enable", "nic1", "--vfs", "1"),),
+        {"kind": "vf", "driver": "mlx5_core"},
+        VFIO,
+        host_driver="mlx5_core",
+    ),
+    Row("mdev", "qemu-guest", (("mdev", "create", "mtty", "--type", "mtty-2"),), {"kind": "mdev"}, VFIO),
+    Row(
+        "vgpu-mdev",
+        "t4-mdev",
+        (("vgpu", "create", "gpu0", "--type", "GRID T4-4Q"),),
+        {"kind": "mdev", "vgpuType": "*"},
+        VFIO,
+    ),
+    Row(
+        "vgpu-vf",
+        "h100-vgpu",
+        (("vgpu", "create", "gpu0", "--type", "H100-20C"),),
+        {"kind": "vf", "vgpuType": "*"},
+        VFIO,
+        gap="a VF with a vGPU type stays on the nvidia driver (vendor-specific VFIO): the CDI collector writes "
+        "entries for VFs on a VFIO driver only, so neither the device plugin nor the DRA driver offers it",
+    ),
+    # gpu-share: the static view offers no share (a GPU's replicas are the one `gpu` device); a sharing
+    # configuration is a whole GPU with the driver's parameters in the claim, as the class
+    # gpu-share.gpu.vgpukit.io puts them (deploy/kubernetes/dra/deviceclasses.yaml).
+    Row(
+        "gpu-share-qos",
+        "hgx-a100",
+        (HOOK,),
+        {"kind": "gpu"},
+        (r"/dev/nvidia\d+", *NVIDIA),
+        config={"sharing": "QoS"},
+        env=(r"LD_PRELOAD=.*libvgpukit-cuda\.so",),
+        gap="sharing in the claim (QoS time slices, memory cap, MPS) is refused at prepare: not implemented yet",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def rootfs() -> Iterator[tuple[Path, Path]]:
+    containers.need_tools()
+    with tempfile.TemporaryDirectory(prefix="drap", dir="/dev/shm") as d:  # short: Unix socket paths
+        base = Path(d)
+        yield base, containers.busybox_rootfs(base)
+
+
+@pytest.fixture
+def api() -> Iterator[ApiServer]:
+    server = ApiServer(NODE)
+    yield server
+    server.close()
+
+
+def _matches(attrs: dict[str, Any], select: dict[str, str]) -> bool:
+    return all(k in attrs and (v == "*" or attrs[k].get("string") == v) for k, v in select.items())
+
+
+def _spec_device(spec: dict[str, Any], cdi_id: str) -> dict[str, Any]:
+    """The device a CDI name (``vendor/class=name``) names in a spec, as a CDI consumer resolves it."""
+    kind, _, name = cdi_id.partition("=")
+    assert spec["kind"] == kind
+    (dev,) = [d for d in spec["devices"] if d["name"] == name]
+    assert isinstance(dev, dict)
+    return dev
+
+
+def _params() -> list[Any]:
+    gap = pytest.mark.xfail
+    return [pytest.param(r, id=r.name, marks=[gap(strict=True, reason=r.gap)] if r.gap else []) for r in ROWS]
+
+
+@pytest.mark.parametrize("row", _params())
+def test_a_prepared_claim_runs_in_podman(row: Row, rootfs: tuple[Path, Path], api: ApiServer) -> None:
+    from vgpukit.sriov.binding import current_driver
+
+    base, fs = rootfs
+    sim = base / row.name
+    assert invoke(None, "sim", "init", str(sim), "--profile", row.profile, "--char-devices").exit_code == 0
+    for cmd in row.setup:
+        r = invoke(sim, *(a.format(sim=sim) for a in cmd))
+        assert r.exit_code == 0, (cmd, r.stderr)
+    node = Node(sim, api)
+    try:
+        entries = node.driver.slice_entries()
+        name = next(e["name"] for e in entries if _matches(e["attributes"], row.select))
+        bdf = node.driver.devices()[name].device.id
+        if row.host_driver:
+            assert current_driver(node.host, bdf) == row.host_driver
+        extra = {"config": [{"opaque": {"driver": DRIVER, "parameters": row.config}}]} if row.config else {}
+        ref = node.add(claim(f"u-{row.name}", row.name, name, **extra))
+        out = node.kubelet.prepare(ref).claims[ref[2]]
+        assert out.error == "" and [d.device_name for d in out.devices] == [name]
+        (cdi_id,) = out.devices[0].cdi_device_ids
+        spec_file = node.host.dra_claim_cdi_spec(ref[2])
+        dev = _spec_device(json.loads(spec_file.read_text()), cdi_id)
+        paths = [n["path"] for n in dev["containerEdits"]["deviceNodes"]]
+        for pattern in set(row.nodes):
+            found = [p for p in paths if re.fullmatch(pattern, p)]
+            assert len(found) >= row.nodes.count(pattern), (pattern, paths)
+        script = " && ".join(f"test -c {p}" for p in paths) + " && ls -l " + " ".join(paths) + " && echo && env"
+        res = containers.run(base, fs, [spec_file], [cdi_id], script)
+        assert res.returncode == 0, res.stderr
+        listing, _, env = res.stdout.partition("\n\n")
+        assert listing.count("crw") == len(paths) and all(p in listing for p in paths)
+        for pattern in row.env:
+            assert any(re.fullmatch(pattern, line) for line in env.splitlines()), (pattern, env)
+        assert node.kubelet.unprepare(ref).claims[ref[2]].error == ""
+        assert not spec_file.exists() and not node.host.dra_claim_record(ref[2]).exists()
+        if row.host_driver:
+            assert current_driver(node.host, bdf) == row.host_driver
+        res = containers.run(base, fs, [], [cdi_id], "true")
+        assert res.returncode != 0 and "unresolvable CDI devices" in res.stderr
+    finally:
+        node.close()
