@@ -10,22 +10,21 @@ plugin restarted between the two still unprepares. Both files change in one jour
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...cdi import spec as cdi
-from ...cdi_settings import load_settings
+from ...cdi.nvidia import Edits
+from ...cdi_settings import Settings, load_settings
 from ...engine import execute
 from ...engine.env import Env
 from ...engine.files import PutFile
 from ...errors import HostIOError, InvalidInput, NotFound, VgpukitError
+from . import sharing
+from .config import Sharing, configs
 from .devices import DRIVER, DraDevice
 
 CLAIM_CLASS = "claim"  # CDI kind vgpukit.io/claim
-REFUSED_CONFIG = (
-    "opaque driver configuration (MPS, time-slicing, QoS shares) is not implemented yet by {driver}: "
-    "the claim asks for it"
-)
 
 
 @dataclass(frozen=True)
@@ -35,6 +34,8 @@ class Result:
     request: str
     pool: str
     device: str
+    sharing: Sharing = field(default_factory=Sharing)  # the request's opaque configuration (:mod:`.config`)
+    pods: tuple[str, ...] = ()  # UIDs of the pods the claim is reserved for (status.reservedFor)
 
 
 @dataclass(frozen=True)
@@ -54,27 +55,29 @@ def _list(value: Any) -> list[Any]:
 
 
 def results_of(claim: Any, pool: str) -> list[Result]:
-    """This driver's results in a ResourceClaim (the API object as a dict); refuses what phase 1 cannot
-    do. A claim of another shape than the API's is refused as one with no device of this driver."""
-    devices = _map(_map(_map(_map(claim).get("status")).get("allocation")).get("devices"))
-    for cfg in _list(devices.get("config")):
-        if _map(_map(cfg).get("opaque")).get("driver") == DRIVER:
-            raise InvalidInput(REFUSED_CONFIG.format(driver=DRIVER))
+    """This driver's results in a ResourceClaim (the API object as a dict), each with its request's sharing
+    configuration. A claim of another shape than the API's is refused as one with no device of this driver."""
+    status = _map(_map(claim).get("status"))
+    devices = _map(_map(status.get("allocation")).get("devices"))
+    found = configs(devices.get("config"), DRIVER)
+    reserved = map(_map, _list(status.get("reservedFor")))
+    pods = tuple(str(r["uid"])[:64] for r in reserved if r.get("resource") == "pods" and r.get("uid"))
     out = []
     for r in map(_map, _list(devices.get("results"))):
         if r.get("driver") != DRIVER:
             continue
         if r.get("pool") != pool:
             raise NotFound(f"a device of pool {str(r.get('pool'))[:64]} is not on this node (pool {pool})")
-        out.append(Result(str(r.get("request", ""))[:64], pool, str(r.get("device", ""))[:64]))
+        request = str(r.get("request", ""))[:64]
+        out.append(Result(request, pool, str(r.get("device", ""))[:64], found.for_request(request), pods))
     if not out:
         raise InvalidInput(f"the claim has no device of {DRIVER} allocated")
     return out
 
 
-def _record(env: Env, uid: str) -> tuple[list[Prepared], list[str]] | None:
-    """The devices a claim was prepared with and the VFs bound to vfio-pci for it; None when it is not
-    prepared. The record is read once."""
+def _record(env: Env, uid: str) -> tuple[list[Prepared], list[str], list[Any]] | None:
+    """The devices a claim was prepared with, the VFs bound to vfio-pci for it and what its sharing made
+    (:mod:`.sharing`); None when it is not prepared. The record is read once."""
     text = env.host.read_raw_opt(env.host.dra_claim_record(uid))
     if not isinstance(text, str):
         return None
@@ -83,7 +86,8 @@ def _record(env: Env, uid: str) -> tuple[list[Prepared], list[str]] | None:
         devices = [
             Prepared(tuple(d["requestNames"]), d["pool"], d["device"], tuple(d["cdiDeviceIDs"])) for d in doc["devices"]
         ]
-        return devices, [b for b in doc.get("boundToVfio", []) if isinstance(b, str)]
+        shared = doc.get("sharing", [])
+        return devices, [b for b in doc.get("boundToVfio", []) if isinstance(b, str)], _list(shared)
     except (ValueError, KeyError, TypeError):  # not quoted: file content stays out of messages
         raise HostIOError(
             f"the record of claim {uid} is unreadable: {env.host.display(env.host.dra_claim_record(uid))}"
@@ -133,8 +137,10 @@ def prepare(
 def _write(
     env: Env, uid: str, ref: dict[str, str], results: list[Result], offered: dict[str, DraDevice], bound: list[str]
 ) -> list[Prepared]:
-    specs, _warnings = cdi.collect(env.host, env.nvml, settings=load_settings(env.host))
+    settings = load_settings(env.host)
+    specs, _warnings = cdi.collect(env.host, env.nvml, settings=settings)
     edits = {f"{s.kind}={d.name}": d.edits + s.edits for s in specs for d in s.devices}
+    shared = sharing.plan(env, uid, results, offered, settings or Settings())  # refused here: nothing done yet
     spec = cdi.Spec(CLAIM_CLASS)
     by_device: dict[str, list[str]] = {}
     for r in results:
@@ -144,7 +150,7 @@ def _write(
         source = offered[name].device.cdi_name or ""
         if source not in edits:
             raise NotFound(f"device {name}: no CDI entry for {source}")
-        spec.devices.append(cdi.CdiDevice(f"{uid}-{name}", edits[source]))
+        spec.devices.append(cdi.CdiDevice(f"{uid}-{name}", edits[source] + shared.edits.get(name, Edits())))
         prepared.append(Prepared(tuple(requests), results[0].pool, name, (f"{spec.kind}={uid}-{name}",)))
     record = {
         "claim": {"uid": uid, **ref},
@@ -153,9 +159,11 @@ def _write(
             for p in prepared
         ],
         "boundToVfio": bound,
+        "sharing": shared.record,
     }
     host = env.host
     steps = [
+        *shared.steps,
         PutFile(
             host.display(host.dra_claim_cdi_spec(uid)), spec.render("json"), what=f"write the CDI spec of claim {uid}"
         ),
@@ -172,6 +180,7 @@ def unprepare(env: Env, uid: str) -> bool:
         return False
     host, bound = env.host, found[1]
     steps = [
+        *sharing.undo(env, uid, found[2]),
         *_bind_steps(env, bound, restore=True),
         PutFile(host.display(host.dra_claim_cdi_spec(uid)), None),
         PutFile(host.display(host.dra_claim_record(uid)), None),

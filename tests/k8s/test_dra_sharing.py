@@ -1,0 +1,183 @@
+"""Sharing in the claim: opaque vgpukit.io/v1 parameters, parsed strictly and served through the kubelet peer."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
+
+from tests.conftest import make_sim
+from tests.k8s.apiserver import ApiServer
+from tests.k8s.test_dra_plugin import Node, _ok, api, claim, short_tmp  # noqa: F401 (fixtures)
+from vgpukit.errors import InvalidInput
+from vgpukit.k8s.dra import mps
+from vgpukit.k8s.dra.config import Mps, TimeSlice, configs, parameters
+from vgpukit.k8s.dra.devices import DRIVER
+
+SCHEMA = json.loads((Path(__file__).parents[2] / "vgpukit/data/schemas/dra/sharing-config.json").read_text())
+V = "vgpukit.io/v1"
+SECRET = "zz-not-to-be-quoted"  # a value a refusal must never repeat
+
+
+def opaque(params: dict[str, Any], source: str = "FromClaim", requests: list[str] | None = None) -> dict[str, Any]:
+    return {"source": source, "requests": requests or [], "opaque": {"driver": DRIVER, "parameters": params}}
+
+
+values = st.one_of(
+    st.integers(-5, 200), st.sampled_from(["4Gi", "512Mi", "1", "4G", SECRET, "", "online", "offline"]), st.none()
+)
+docs = st.fixed_dictionaries(
+    {
+        "apiVersion": st.sampled_from([V, "v1", SECRET]),
+        "kind": st.sampled_from(["TimeSliceConfig", "MemoryCapConfig", "MpsConfig", "X"]),
+    },
+    optional={
+        k: values
+        for k in ("class", "share", "policy", "limit", "activeThreadPercentage", "pinnedDeviceMemoryLimit", "bogus")
+    },
+)
+
+
+@given(docs)
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+def test_the_parser_accepts_exactly_what_the_schema_does_and_refuses_in_one_line(doc: dict[str, Any]) -> None:
+    valid = Draft202012Validator(SCHEMA).is_valid(doc)
+    try:
+        parameters(doc, "config entry 1")
+        ok = True
+    except InvalidInput as err:
+        ok = False
+        text = str(err)
+        assert "\n" not in text and text.startswith("config entry 1: ") and len(text) < 200
+        assert SECRET not in text
+    assert ok == valid, doc
+
+
+def test_precedence_class_first_then_claim_later_entries_win_requests_and_subrequests() -> None:
+    entries = [
+        opaque({"apiVersion": V, "kind": "TimeSliceConfig", "share": 30}),
+        opaque({"apiVersion": V, "kind": "TimeSliceConfig", "share": 50, "class": "online"}, source="FromClass"),
+        opaque({"apiVersion": V, "kind": "MpsConfig", "activeThreadPercentage": 20}, requests=["b"]),
+        opaque({"apiVersion": V, "kind": "TimeSliceConfig", "share": 10}, requests=["a"]),
+        {"opaque": {"driver": "other.example.com", "parameters": {"anything": 1}}},
+    ]
+    found = configs(entries, DRIVER)
+    assert found.for_request("a").time_slice == TimeSlice("offline", 10)
+    assert found.for_request("a/sub").time_slice == TimeSlice("offline", 10)
+    assert found.for_request("b").time_slice == TimeSlice("offline", 30)
+    assert found.for_request("b").mps == Mps(20, None)
+    assert found.for_request("c").mps is None
+
+
+def _spec(node: Node, uid: str) -> dict[str, Any]:
+    return json.loads(node.host.dra_claim_cdi_spec(uid).read_text())
+
+
+def _env(node: Node, uid: str) -> list[str]:
+    return [e for d in _spec(node, uid)["devices"] for e in d["containerEdits"].get("env", [])]
+
+
+def sim_with_library(path: Path) -> Path:
+    sim = make_sim(path)
+    _ok(sim, "partition", "gpu0", "--mig", "3g.20gb,3g.20gb")
+    lib = sim / "usr/lib/vgpukit/libvgpukit-cuda.so"
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    lib.write_text("simulated library\n")
+    return sim
+
+
+def _kinds(node: Node) -> dict[str, str]:
+    return {d.kind: n for n, d in sorted(node.driver.devices().items(), reverse=True)}
+
+
+@pytest.fixture
+def node(short_tmp: Path, api: ApiServer):  # type: ignore[no-untyped-def]  # noqa: F811
+    n = Node(sim_with_library(short_tmp / "h"), api)
+    yield n
+    n.close()
+    base = n.host.state_dir("dra", "mps")
+    for d in base.iterdir() if base.is_dir() else []:  # no daemon outlives a test
+        p = mps.pid(n.host, d.name)
+        if p:
+            os.kill(p, signal.SIGKILL)
+
+
+def test_memory_cap_preloads_the_cuda_library_with_the_cap(node: Node) -> None:
+    gpu = _kinds(node)["gpu"]
+    cfg = [opaque({"apiVersion": V, "kind": "MemoryCapConfig", "limit": "4Gi"})]
+    ref = node.add(claim("m-1", "m1", gpu, config=cfg))
+    out = node.kubelet.prepare(ref).claims["m-1"]
+    assert out.error == ""
+    env = _env(node, "m-1")
+    assert "VGPUKIT_CUDA_MEMORY=4294967296" in env and "LD_PRELOAD=/usr/lib/vgpukit/libvgpukit-cuda.so" in env
+    assert "VGPUKIT_CUDA_TENANT=dra-m-1" in env
+    assert node.kubelet.unprepare(ref).claims["m-1"].error == ""
+
+
+def test_mps_daemon_per_device_started_once_limits_set_stopped_with_the_last_claim(node: Node) -> None:
+    kinds = _kinds(node)
+    gpu = kinds["gpu"]
+    uuid = node.driver.devices()[gpu].device.id
+    first = [
+        opaque({"apiVersion": V, "kind": "MpsConfig", "activeThreadPercentage": 40, "pinnedDeviceMemoryLimit": "2Gi"})
+    ]
+    r1 = node.add(claim("p-1", "p1", gpu, config=first))
+    assert node.kubelet.prepare(r1).claims["p-1"].error == ""
+    pid = mps.pid(node.host, uuid)
+    assert pid is not None
+    log = (mps.directory(node.host, uuid) / "log" / "control.log").read_text()
+    assert f"CUDA_VISIBLE_DEVICES={uuid}" in log and "set_default_active_thread_percentage 40" in log
+    assert "set_default_device_pinned_mem_limit 0 2048M" in log
+    env = _env(node, "p-1")
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40" in env and any(e.startswith("CUDA_MPS_PIPE_DIRECTORY=") for e in env)
+    # a second claim: same daemon, tighter limits allowed, looser refused
+    r2 = node.add(
+        claim("p-2", "p2", gpu, config=[opaque({"apiVersion": V, "kind": "MpsConfig", "activeThreadPercentage": 20})])
+    )
+    assert node.kubelet.prepare(r2).claims["p-2"].error == ""
+    assert mps.pid(node.host, uuid) == pid
+    r3 = node.add(
+        claim("p-3", "p3", gpu, config=[opaque({"apiVersion": V, "kind": "MpsConfig", "activeThreadPercentage": 90})])
+    )
+    bad = node.kubelet.prepare(r3).claims["p-3"]
+    assert "at most 40%" in bad.error and not node.host.dra_claim_record("p-3").exists()
+    # restart between prepare and unprepare: the record still knows the daemon
+    node.restart()
+    assert node.kubelet.unprepare(r1).claims["p-1"].error == ""
+    assert mps.pid(node.host, uuid) == pid  # p-2 still uses it
+    assert node.kubelet.unprepare(r2).claims["p-2"].error == ""
+    assert mps.pid(node.host, uuid) is None
+    assert node.kubelet.unprepare(r2).claims["p-2"].error == ""  # unknown now: a no-op
+
+
+def test_mps_on_a_mig_slice(node: Node) -> None:
+    mig = _kinds(node)["mig"]
+    uuid = node.driver.devices()[mig].device.id
+    ref = node.add(claim("g-1", "g1", mig, config=[opaque({"apiVersion": V, "kind": "MpsConfig"})]))
+    assert node.kubelet.prepare(ref).claims["g-1"].error == ""
+    assert mps.pid(node.host, uuid) is not None
+    assert f"CUDA_VISIBLE_DEVICES={uuid}" in (mps.directory(node.host, uuid) / "log" / "control.log").read_text()
+    assert node.kubelet.unprepare(ref).claims["g-1"].error == ""
+    assert mps.pid(node.host, uuid) is None
+
+
+def test_conflicting_sharing_is_refused_with_nothing_done(node: Node) -> None:
+    gpu = _kinds(node)["gpu"]
+    cfg = [
+        opaque({"apiVersion": V, "kind": "MpsConfig"}),
+        opaque({"apiVersion": V, "kind": "TimeSliceConfig", "share": 10}),
+    ]
+    out = node.kubelet.prepare(node.add(claim("c-1", "c1", gpu, config=cfg))).claims["c-1"]
+    assert "MPS and time-slicing" in out.error and not out.devices
+    assert not node.host.dra_claim_record("c-1").exists()
+    assert mps.pid(node.host, node.driver.devices()[gpu].device.id) is None
+    bad = [opaque({"apiVersion": V, "kind": "MemoryCapConfig", "limit": "lots"})]
+    out = node.kubelet.prepare(node.add(claim("c-2", "c2", gpu, config=bad))).claims["c-2"]
+    assert out.error.startswith("config entry 1: MemoryCapConfig: limit must be") and "lots" not in out.error
