@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from jsonschema import Draft202012Validator
 from tests.conftest import make_sim
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.test_dra_plugin import Node, _ok, api, claim, short_tmp  # noqa: F401 (fixtures)
+from tests.qos.conftest import DaemonProc
 from vgpukit.errors import InvalidInput
 from vgpukit.k8s.dra import mps
 from vgpukit.k8s.dra.config import Mps, TimeSlice, configs, parameters
@@ -181,3 +184,125 @@ def test_conflicting_sharing_is_refused_with_nothing_done(node: Node) -> None:
     bad = [opaque({"apiVersion": V, "kind": "MemoryCapConfig", "limit": "lots"})]
     out = node.kubelet.prepare(node.add(claim("c-2", "c2", gpu, config=bad))).claims["c-2"]
     assert out.error.startswith("config entry 1: MemoryCapConfig: limit must be") and "lots" not in out.error
+
+
+def _pod_cgroup(sim: Path, pod: str) -> Path:
+    cg = (
+        sim
+        / "sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice"
+        / f"kubepods-besteffort-pod{pod.replace('-', '_')}.slice"
+    )
+    cg.mkdir(parents=True)
+    (cg / "cgroup.freeze").write_text("0")
+    (cg / "cgroup.events").write_text("populated 0\nfrozen 0\n")
+    (cg / "cgroup.procs").write_text("")
+    return cg
+
+
+def _reserved(pod: str) -> list[dict[str, str]]:
+    return [{"resource": "pods", "name": pod, "uid": pod}]
+
+
+@pytest.fixture
+def qos(node: Node):  # type: ignore[no-untyped-def]
+    d = DaemonProc(node.sim, sim=True).start()
+    yield d
+    d.stop()
+
+
+def _tenants(d: DaemonProc, key: str) -> dict[str, Any]:
+    gpus = d.req(op="status")["gpus"]
+    return {t["name"]: t for g in gpus if g["gpu"] == key for t in g["tenants"]}
+
+
+def test_time_slice_is_a_qos_tenant_of_the_pods_cgroup_refused_over_100_percent(node: Node, qos: DaemonProc) -> None:
+    gpu = _kinds(node)["gpu"]
+    key = node.driver.devices()[gpu].device.id
+    _pod_cgroup(node.sim, "pod-a")
+    _pod_cgroup(node.sim, "pod-b")
+    ts = [
+        opaque({"apiVersion": V, "kind": "TimeSliceConfig", "class": "online", "share": 60}),
+        opaque({"apiVersion": V, "kind": "MemoryCapConfig", "limit": "1Gi"}),
+    ]
+    a = claim("t-1", "t1", gpu, config=ts)
+    a["status"]["reservedFor"] = _reserved("pod-a")
+    ra = node.add(a)
+    assert node.kubelet.prepare(ra).claims["t-1"].error == ""
+    tenant = _tenants(qos, key)["dra-t-1"]
+    assert (tenant["class"], tenant["share"], tenant["memory"]) == ("online", 60, 1 << 30)
+    env = _env(node, "t-1")
+    assert {"VGPUKIT_QOS_TENANT=dra-t-1", f"VGPUKIT_QOS_GPU={key}", "VGPUKIT_CUDA_MEMORY=1073741824"} <= set(env)
+    # 60% + 50% online on one GPU: the QoS planner's refusal, nothing done
+    b = claim(
+        "t-2", "t2", gpu, config=[opaque({"apiVersion": V, "kind": "TimeSliceConfig", "class": "online", "share": 50})]
+    )
+    b["status"]["reservedFor"] = _reserved("pod-b")
+    out = node.kubelet.prepare(node.add(b)).claims["t-2"]
+    assert "online shares add up to 110%" in out.error and "dra-t-2" not in _tenants(qos, key)
+    # MPS on a time-sliced device: refused
+    m = node.add(claim("t-3", "t3", gpu, config=[opaque({"apiVersion": V, "kind": "MpsConfig"})]))
+    assert "time-slices it" in node.kubelet.prepare(m).claims["t-3"].error
+    assert mps.pid(node.host, key) is None
+    node.restart()
+    assert node.kubelet.unprepare(ra).claims["t-1"].error == ""
+    assert "dra-t-1" not in _tenants(qos, key)
+
+
+CRASH = """
+import os, signal, sys
+from pathlib import Path
+from vgpukit.clikit.context import App
+from vgpukit.k8s.dra import claims, mps, sharing
+from vgpukit.k8s.dra.devices import dra_devices
+from vgpukit.k8s.inventory import Options, collect
+from vgpukit.wiring import Wiring
+import json
+
+sim, kind, doc = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+cls = {"mps": mps.MpsDaemon, "qos": sharing.QosTenant}[kind]
+done = cls.apply
+
+def apply(self, env):
+    done(self, env)
+    os.kill(os.getpid(), signal.SIGKILL)  # kill -9 right after the step changed the host
+
+cls.apply = apply
+app = App(sim_dir=sim, command="vgpukit k8s dra-plugin", wiring=Wiring())
+offered = dra_devices(collect(app.host, app.nvml, Options(replicas=1)))
+claims.prepare(app.env, doc["metadata"]["uid"], {"namespace": "default", "name": "x"}, claims.results_of(doc, "node-1"), offered)
+"""
+
+
+def _crash(sim: Path, kind: str, doc: dict[str, Any]) -> int:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
+    return subprocess.run(
+        [sys.executable, "-c", CRASH, str(sim), kind, json.dumps(doc)], env=env, check=False
+    ).returncode
+
+
+def test_kill_9_after_the_mps_daemon_started_is_repaired_by_the_next_command(node: Node) -> None:
+    gpu = _kinds(node)["gpu"]
+    key = node.driver.devices()[gpu].device.id
+    doc = claim("k-1", "k1", gpu, config=[opaque({"apiVersion": V, "kind": "MpsConfig", "activeThreadPercentage": 50})])
+    assert _crash(node.sim, "mps", doc) == -signal.SIGKILL
+    assert mps.pid(node.host, key) is not None and not node.host.dra_claim_record("k-1").exists()
+    _ok(node.sim, "recover")
+    assert mps.pid(node.host, key) is None
+    # the plugin serves the claim afterwards as if nothing happened
+    ref = node.add(doc)
+    assert node.kubelet.prepare(ref).claims["k-1"].error == "" and mps.pid(node.host, key) is not None
+    assert node.kubelet.unprepare(ref).claims["k-1"].error == "" and mps.pid(node.host, key) is None
+
+
+def test_kill_9_after_the_qos_tenant_was_added_is_repaired_by_the_next_command(node: Node, qos: DaemonProc) -> None:
+    gpu = _kinds(node)["gpu"]
+    key = node.driver.devices()[gpu].device.id
+    _pod_cgroup(node.sim, "pod-k")
+    doc = claim("k-2", "k2", gpu, config=[opaque({"apiVersion": V, "kind": "TimeSliceConfig", "share": 30})])
+    doc["status"]["reservedFor"] = _reserved("pod-k")
+    assert _crash(node.sim, "qos", doc) == -signal.SIGKILL
+    assert "dra-k-2" in _tenants(qos, key) and not node.host.dra_claim_record("k-2").exists()
+    ref = node.add(doc)  # the plugin's next prepare repairs first (the engine's session), then prepares again
+    assert node.kubelet.prepare(ref).claims["k-2"].error == ""
+    assert node.kubelet.unprepare(ref).claims["k-2"].error == ""
+    assert "dra-k-2" not in _tenants(qos, key)
