@@ -269,7 +269,8 @@ def apply(self, env):
 cls.apply = apply
 app = App(sim_dir=sim, command="vgpukit k8s dra-plugin", wiring=Wiring())
 offered = dra_devices(collect(app.host, app.nvml, Options(replicas=1)))
-claims.prepare(app.env, doc["metadata"]["uid"], {"namespace": "default", "name": "x"}, claims.results_of(doc, "node-1"), offered)
+results = claims.results_of(doc, "node-1")
+claims.prepare(app.env, doc["metadata"]["uid"], {"namespace": "default", "name": "x"}, results, offered)
 """
 
 
