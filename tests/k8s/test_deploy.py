@@ -115,4 +115,32 @@ def test_dra_plugin_rbac_and_command() -> None:
     r = invoke(None, *command[3:], "--node", "n1", "--help")
     assert r.exit_code == 0, r.stderr
     classes = {d["metadata"]["name"]: d for d in docs if d["kind"] == "DeviceClass"}
-    assert set(classes) == {"gpu.vgpukit.io", "mig.gpu.vgpukit.io", "vf.gpu.vgpukit.io", "mdev.gpu.vgpukit.io"}
+    names = {
+        "gpu.vgpukit.io",
+        "mig.gpu.vgpukit.io",
+        "vf.gpu.vgpukit.io",
+        "mdev.gpu.vgpukit.io",
+        "gpu-share.gpu.vgpukit.io",
+    }
+    assert set(classes) == names
+
+
+def test_dra_sharing_parameters_in_the_manifests_are_what_the_driver_parses() -> None:
+    """Every opaque configuration of the DRA examples and classes passes the driver's parser and its schema."""
+    import json
+
+    from jsonschema import Draft202012Validator
+
+    from vgpukit.k8s.dra.config import configs
+    from vgpukit.k8s.dra.devices import DRIVER
+
+    schema = json.loads((Path(__file__).parents[2] / "vgpukit/data/schemas/dra/sharing-config.json").read_text())
+    found = []
+    for _name, doc in dra_documents():
+        spec = doc.get("spec") or {}
+        entries = (spec.get("spec") or {}).get("devices", {}).get("config") or spec.get("config") or []
+        for e in entries:
+            Draft202012Validator(schema).validate(e["opaque"]["parameters"])
+            found.append(e["opaque"]["parameters"]["kind"])
+        assert len(configs(entries, DRIVER).entries) == len(entries)
+    assert set(found) == {"TimeSliceConfig", "MemoryCapConfig", "MpsConfig"}
