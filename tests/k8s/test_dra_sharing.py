@@ -269,16 +269,17 @@ def apply(self, env):
 cls.apply = apply
 app = App(sim_dir=sim, command="vgpukit k8s dra-plugin", wiring=Wiring())
 offered = dra_devices(collect(app.host, app.nvml, Options(replicas=1)))
+if sys.argv[4:] == ["unprepare"]:
+    claims.unprepare(app.env, doc["metadata"]["uid"])
 results = claims.results_of(doc, "node-1")
 claims.prepare(app.env, doc["metadata"]["uid"], {"namespace": "default", "name": "x"}, results, offered)
 """
 
 
-def _crash(sim: Path, kind: str, doc: dict[str, Any]) -> int:
+def _crash(sim: Path, kind: str, doc: dict[str, Any], *more: str) -> int:
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
-    return subprocess.run(
-        [sys.executable, "-c", CRASH, str(sim), kind, json.dumps(doc)], env=env, check=False
-    ).returncode
+    argv = [sys.executable, "-c", CRASH, str(sim), kind, json.dumps(doc), *more]
+    return subprocess.run(argv, env=env, check=False).returncode
 
 
 def test_kill_9_after_the_mps_daemon_started_is_repaired_by_the_next_command(node: Node) -> None:
@@ -303,7 +304,27 @@ def test_kill_9_after_the_qos_tenant_was_added_is_repaired_by_the_next_command(n
     doc["status"]["reservedFor"] = _reserved("pod-k")
     assert _crash(node.sim, "qos", doc) == -signal.SIGKILL
     assert "dra-k-2" in _tenants(qos, key) and not node.host.dra_claim_record("k-2").exists()
+    _ok(node.sim, "recover")
+    assert "dra-k-2" not in _tenants(qos, key)
+    assert _crash(node.sim, "qos", doc) == -signal.SIGKILL
     ref = node.add(doc)  # the plugin's next prepare repairs first (the engine's session), then prepares again
     assert node.kubelet.prepare(ref).claims["k-2"].error == ""
     assert node.kubelet.unprepare(ref).claims["k-2"].error == ""
     assert "dra-k-2" not in _tenants(qos, key)
+
+
+def test_kill_9_after_the_mps_daemon_stopped_in_unprepare_leaves_the_claim_prepared_then_unprepares(node: Node) -> None:
+    gpu = _kinds(node)["gpu"]
+    key = node.driver.devices()[gpu].device.id
+    doc = claim("k-3", "k3", gpu, config=[opaque({"apiVersion": V, "kind": "MpsConfig", "activeThreadPercentage": 50})])
+    ref = node.add(doc)
+    assert node.kubelet.prepare(ref).claims["k-3"].error == ""
+    assert _crash(node.sim, "mps", doc, "unprepare") == -signal.SIGKILL  # killed once the daemon stopped
+    assert mps.pid(node.host, key) is None and node.host.dra_claim_record("k-3").exists()
+    _ok(node.sim, "recover")  # the unprepare is undone as a whole: the claim is prepared, its daemon runs
+    assert mps.pid(node.host, key) is not None
+    assert (
+        "set_default_active_thread_percentage 50" in (mps.directory(node.host, key) / "log" / "control.log").read_text()
+    )
+    assert node.kubelet.unprepare(ref).claims["k-3"].error == ""
+    assert mps.pid(node.host, key) is None and not node.host.dra_claim_record("k-3").exists()
