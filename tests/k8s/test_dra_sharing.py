@@ -207,7 +207,8 @@ def _reserved(pod: str) -> list[dict[str, str]]:
 def qos(node: Node):  # type: ignore[no-untyped-def]
     d = DaemonProc(node.sim, sim=True).start()
     yield d
-    d.stop()
+    if d.proc is not None and d.proc.poll() is None:
+        d.stop()
 
 
 def _tenants(d: DaemonProc, key: str) -> dict[str, Any]:
@@ -246,6 +247,13 @@ def test_time_slice_is_a_qos_tenant_of_the_pods_cgroup_refused_over_100_percent(
     node.restart()
     assert node.kubelet.unprepare(ra).claims["t-1"].error == ""
     assert "dra-t-1" not in _tenants(qos, key)
+    # with the QoS daemon stopped, unprepare takes the tenant out of its run-time record
+    assert node.kubelet.prepare(ra).claims["t-1"].error == ""
+    qos.stop()
+    runtime = node.sim / "run/vgpukit/qos/runtime.json"
+    assert "dra-t-1" in json.loads(runtime.read_text())["tenants"][key]
+    assert node.kubelet.unprepare(ra).claims["t-1"].error == ""
+    assert "dra-t-1" not in json.loads(runtime.read_text())["tenants"][key]
 
 
 CRASH = """
@@ -328,3 +336,38 @@ def test_kill_9_after_the_mps_daemon_stopped_in_unprepare_leaves_the_claim_prepa
     )
     assert node.kubelet.unprepare(ref).claims["k-3"].error == ""
     assert mps.pid(node.host, key) is None and not node.host.dra_claim_record("k-3").exists()
+
+
+kinds_params = st.sampled_from(
+    [
+        ("TimeSliceConfig", {"share": 10}),
+        ("TimeSliceConfig", {"share": 20, "class": "online"}),
+        ("MemoryCapConfig", {"limit": "1Gi"}),
+        ("MemoryCapConfig", {"limit": 4096}),
+        ("MpsConfig", {"activeThreadPercentage": 30}),
+        ("MpsConfig", {}),
+    ]
+)
+entry_lists = st.lists(
+    st.tuples(
+        kinds_params, st.sampled_from(["FromClass", "FromClaim"]), st.sampled_from([[], ["a"], ["b"], ["a", "b"]])
+    ),
+    max_size=8,
+)
+
+
+@given(entry_lists, st.sampled_from(["a", "b", "a/x", "c"]))
+def test_for_each_kind_the_last_applicable_entry_wins_class_entries_before_the_claims(
+    entries: list[Any], request: str
+) -> None:
+    docs = [opaque({"apiVersion": V, "kind": k, **p}, src, reqs) for (k, p), src, reqs in entries]
+    got = configs(docs, DRIVER).for_request(request)
+    ordered = [e for e in entries if e[1] == "FromClass"] + [e for e in entries if e[1] == "FromClaim"]
+    applies = [(k, p) for (k, p), _src, reqs in ordered if not reqs or request.partition("/")[0] in reqs]
+    last = {k: p for k, p in applies}
+    assert (got.time_slice is None) == ("TimeSliceConfig" not in last)
+    assert got.time_slice is None or got.time_slice.share == last["TimeSliceConfig"]["share"]
+    assert (got.memory is None) == ("MemoryCapConfig" not in last)
+    assert got.memory is None or got.memory in ({"1Gi": 1 << 30}.get(str(last["MemoryCapConfig"]["limit"]), 4096),)
+    assert (got.mps is None) == ("MpsConfig" not in last)
+    assert got.mps is None or got.mps.thread_percentage == last["MpsConfig"].get("activeThreadPercentage")

@@ -210,6 +210,7 @@ class QosTenant(Step):
     def apply(self, env: Env) -> None:
         from ...qos import control
         from ...qos.config import Overlay
+        from ...qos.model import Tenant
 
         now = _tenant_now(env.host, self.gpu, self.name)
         if now == self.tenant:
@@ -217,12 +218,15 @@ class QosTenant(Step):
         try:
             control.request(env.host, {"op": "ping"}, timeout=5)
         except NotFound:
-            if self.tenant is not None:
+            if self.tenant is not None and not env.recovering:
                 raise NotFound(
                     "the QoS daemon is not running: a time-sliced claim needs it (vgpukit qos daemon)"
                 ) from None
             overlay = Overlay.load(env.host)  # no daemon: its record, applied when it starts
-            overlay.forget_tenant(self.gpu, self.name)
+            if self.tenant is None:
+                overlay.forget_tenant(self.gpu, self.name)
+            else:  # putting back a tenant an interrupted unprepare removed
+                overlay.record_tenant(self.gpu, self.name, Tenant.from_dict(self.name, self.tenant))
             overlay.save(env.host)
             return
         if now is not None:
