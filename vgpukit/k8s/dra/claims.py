@@ -4,7 +4,9 @@
 ``unprepare`` removes the spec and the record, and does nothing for a claim it does not know. The
 record lives under the run directory (:meth:`vgpukit.host_layout.Layout.dra_claim_record`), so a
 plugin restarted between the two still unprepares. Both files change in one journaled engine run
-(host lock, rollback, ``vgpukit recover``).
+(host lock, rollback, ``vgpukit recover``). A request's opaque configuration (:mod:`.config`) shares its
+device: :mod:`.sharing` plans the steps (QoS tenant, MPS daemon) and the container edits, which run in
+the same engine run, and the record's ``sharing`` lists what they made for unprepare.
 """
 
 from __future__ import annotations

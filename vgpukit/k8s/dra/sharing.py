@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ...cdi.nvidia import Edits
+from ...cdi_settings import host_path
 from ...engine.env import Env
 from ...engine.step import Step, step_kind
 from ...errors import Conflict, InvalidInput, NotFound, Unsupported, VerifyFailed
@@ -112,7 +113,7 @@ def plan(env: Env, uid: str, results: Sequence[Result], offered: dict[str, DraDe
             raise Conflict(f"device {name}: MPS and time-slicing (TimeSliceConfig) cannot share one device at once")
         key = dev.device.id  # the GPU's or MIG device's UUID: the QoS GPU key
         tenant = tenant_name(uid)
-        library = env.host.is_file(env.host.path(*settings.cuda_library.strip("/").split("/")))
+        library = env.host.is_file(host_path(env.host, settings.cuda_library))
         if want.memory is not None and not library:
             raise Unsupported(
                 f"a memory cap needs the CUDA interception library {settings.cuda_library} (docs/cuda.md)"
