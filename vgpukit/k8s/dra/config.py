@@ -131,6 +131,9 @@ def parameters(doc: Any, where: str) -> tuple[str, Any]:
     unknown = set(doc) - required - optional - {"apiVersion", "kind"}
     if unknown:
         raise InvalidInput(f"{where}: {kind}: unknown fields {unknown_keys(unknown) or '(not names)'}")
+    nulls = sorted(k for k in required | optional if k in doc and doc[k] is None)
+    if nulls:
+        raise InvalidInput(f"{where}: {kind}: {nulls[0]} must not be null (leave it out)")
     missing = sorted(required - set(doc))
     if missing:
         raise InvalidInput(f"{where}: {kind}: {', '.join(missing)} is required")
