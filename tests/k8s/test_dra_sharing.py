@@ -222,7 +222,7 @@ def test_time_slice_is_a_qos_tenant_of_the_pods_cgroup_refused_over_100_percent(
     _pod_cgroup(node.sim, "pod-a")
     _pod_cgroup(node.sim, "pod-b")
     ts = [
-        opaque({"apiVersion": V, "kind": "TimeSliceConfig", "class": "online", "share": 60}),
+        opaque({"apiVersion": V, "kind": "TimeSliceConfig", "class": "online", "share": 60, "policy": "fixed-share"}),
         opaque({"apiVersion": V, "kind": "MemoryCapConfig", "limit": "1Gi"}),
     ]
     a = claim("t-1", "t1", gpu, config=ts)
@@ -240,6 +240,13 @@ def test_time_slice_is_a_qos_tenant_of_the_pods_cgroup_refused_over_100_percent(
     b["status"]["reservedFor"] = _reserved("pod-b")
     out = node.kubelet.prepare(node.add(b)).claims["t-2"]
     assert "online shares add up to 110%" in out.error and "dra-t-2" not in _tenants(qos, key)
+    (status,) = [g for g in qos.req(op="status")["gpus"] if g["gpu"] == key]
+    assert status["policy"] == "fixed-share"  # the first time-sliced claim of a GPU without tenants sets it
+    burst = {"apiVersion": V, "kind": "TimeSliceConfig", "share": 10, "policy": "burst-share"}
+    c = claim("t-4", "t4", gpu, config=[opaque(burst)])
+    c["status"]["reservedFor"] = _reserved("pod-b")
+    out = node.kubelet.prepare(node.add(c)).claims["t-4"]
+    assert "QoS tenants run under fixed-share, the claim asks burst-share" in out.error
     # MPS on a time-sliced device: refused
     m = node.add(claim("t-3", "t3", gpu, config=[opaque({"apiVersion": V, "kind": "MpsConfig"})]))
     assert "time-slices it" in node.kubelet.prepare(m).claims["t-3"].error

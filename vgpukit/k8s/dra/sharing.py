@@ -27,6 +27,7 @@ from ...engine.env import Env
 from ...engine.step import Step, step_kind
 from ...errors import Conflict, InvalidInput, NotFound, Unsupported, VerifyFailed
 from ...host import Host
+from ...qos.model import DEFAULT_SLICE_MS
 from . import mps
 from .config import Sharing
 
@@ -125,7 +126,11 @@ def plan(env: Env, uid: str, results: Sequence[Result], offered: dict[str, DraDe
             ts = want.time_slice
             gpu = cfg.gpus.get(key)
             if ts.policy and (gpu.policy if gpu else "best-effort") != ts.policy:
-                raise Conflict(f"device {name}: the claim asks QoS policy {ts.policy}; set it with vgpukit qos set")
+                if gpu is not None and gpu.tenants:  # the policy is the GPU's: its tenants run under it
+                    why = f"its {len(gpu.tenants)} QoS tenants run under {gpu.policy}, the claim asks {ts.policy}"
+                    raise Conflict(f"device {name}: {why}")
+                cfg = planner.change(cfg, planner.SetPolicy(key, ts.policy, None)).config
+                out.steps.append(QosPolicy(key, ts.policy))
             if mps.running(env.host, key):
                 raise Conflict(f"device {name}: an MPS daemon serves it (another claim): no time-slicing on it")
             t = Tenant(
@@ -238,3 +243,49 @@ class QosTenant(Step):
     def verify(self, env: Env) -> None:
         if _tenant_now(env.host, self.gpu, self.name) != self.tenant:
             raise VerifyFailed(f"QoS tenant {self.name} of {self.gpu} is not as asked")
+
+
+def _policy_now(host: Host, gpu: str) -> str:
+    from ...qos.planner import running
+
+    found = running(host)[0].gpus.get(gpu)
+    return found.policy if found else "best-effort"
+
+
+@step_kind
+@dataclass(frozen=True)
+class QosPolicy(Step):
+    """Ensure the QoS policy of ``gpu`` (through the daemon; a recovery with no daemon edits its run-time
+    record). The first time-sliced claim of a GPU without tenants sets it; it stays after the claim (a
+    GPU without tenants is not scheduled, whatever its policy)."""
+
+    kind: ClassVar[str] = "dra-qos-policy"
+    gpu: str
+    policy: str
+
+    def describe(self) -> str:
+        return f"set the QoS policy of {self.gpu} to {self.policy}"
+
+    def inverse(self, env: Env) -> Step:
+        return QosPolicy(self.gpu, _policy_now(env.host, self.gpu))
+
+    def apply(self, env: Env) -> None:
+        from ...qos import control
+        from ...qos.config import Overlay
+        from ...qos.planner import running
+
+        if _policy_now(env.host, self.gpu) == self.policy:
+            return
+        try:
+            control.request(env.host, {"op": "set", "gpu": self.gpu, "policy": self.policy})
+        except NotFound:
+            if not env.recovering:
+                raise NotFound("the QoS daemon is not running: a time-sliced claim needs it") from None
+            gpu = running(env.host)[0].gpus.get(self.gpu)
+            overlay = Overlay.load(env.host)
+            overlay.record_policy(self.gpu, self.policy, gpu.slice_ms if gpu else DEFAULT_SLICE_MS)
+            overlay.save(env.host)
+
+    def verify(self, env: Env) -> None:
+        if _policy_now(env.host, self.gpu) != self.policy:
+            raise VerifyFailed(f"the QoS policy of {self.gpu} is not {self.policy}")
