@@ -274,7 +274,7 @@ from vgpukit.wiring import Wiring
 import json
 
 sim, kind, doc = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
-cls = {"mps": mps.MpsDaemon, "qos": sharing.QosTenant}[kind]
+cls = {"mps": mps.MpsDaemon, "qos": sharing.QosTenant, "policy": sharing.QosPolicy}[kind]
 done = cls.apply
 
 def apply(self, env):
@@ -378,3 +378,18 @@ def test_for_each_kind_the_last_applicable_entry_wins_class_entries_before_the_c
     assert got.memory is None or got.memory in ({"1Gi": 1 << 30}.get(str(last["MemoryCapConfig"]["limit"]), 4096),)
     assert (got.mps is None) == ("MpsConfig" not in last)
     assert got.mps is None or got.mps.thread_percentage == last["MpsConfig"].get("activeThreadPercentage")
+
+
+def test_kill_9_after_the_qos_policy_was_set_puts_the_policy_back(node: Node, qos: DaemonProc) -> None:
+    gpu = _kinds(node)["gpu"]
+    key = node.driver.devices()[gpu].device.id
+    _pod_cgroup(node.sim, "pod-p")
+    ts = {"apiVersion": V, "kind": "TimeSliceConfig", "share": 30, "policy": "burst-share"}
+    doc = claim("k-4", "k4", gpu, config=[opaque(ts)])
+    doc["status"]["reservedFor"] = _reserved("pod-p")
+    policy = lambda: {g["gpu"]: g["policy"] for g in qos.req(op="status")["gpus"]}.get(key)  # noqa: E731
+    before = policy()
+    assert _crash(node.sim, "policy", doc) == -signal.SIGKILL
+    assert policy() == "burst-share" and "dra-k-4" not in _tenants(qos, key)
+    _ok(node.sim, "recover")
+    assert policy() == (before or "best-effort") and not node.host.dra_claim_record("k-4").exists()
