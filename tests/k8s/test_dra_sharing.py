@@ -17,7 +17,7 @@ from jsonschema import Draft202012Validator
 
 from tests.conftest import make_sim
 from tests.k8s.apiserver import ApiServer
-from tests.k8s.test_dra_plugin import Node, _ok, api, claim, short_tmp  # noqa: F401 (fixtures)
+from tests.k8s.test_dra_plugin import Node, _ok, api, claim, hgx, short_tmp  # noqa: F401 (fixtures)
 from tests.qos.conftest import DaemonProc
 from vgpukit.errors import InvalidInput
 from vgpukit.k8s.dra import mps
@@ -135,6 +135,9 @@ def test_mps_daemon_per_device_started_once_limits_set_stopped_with_the_last_cla
     assert node.kubelet.prepare(r1).claims["p-1"].error == ""
     pid = mps.pid(node.host, uuid)
     assert pid is not None
+    again = node.kubelet.prepare(r1).claims["p-1"]  # prepared already: the same answer, no second daemon
+    assert again.error == "" and list(again.devices[0].cdi_device_ids) == [f"vgpukit.io/claim=p-1-{gpu}"]
+    assert mps.pid(node.host, uuid) == pid
     log = (mps.directory(node.host, uuid) / "log" / "control.log").read_text()
     assert f"CUDA_VISIBLE_DEVICES={uuid}" in log and "set_default_active_thread_percentage 40" in log
     assert "set_default_device_pinned_mem_limit 0 2048M" in log
@@ -393,3 +396,15 @@ def test_kill_9_after_the_qos_policy_was_set_puts_the_policy_back(node: Node, qo
     assert policy() == "burst-share" and "dra-k-4" not in _tenants(qos, key)
     _ok(node.sim, "recover")
     assert policy() == (before or "best-effort") and not node.host.dra_claim_record("k-4").exists()
+
+
+def test_sharing_a_vf_is_refused(short_tmp: Path, api: ApiServer) -> None:  # noqa: F811
+    node = Node(hgx(short_tmp / "h"), api)
+    try:
+        vf = _kinds(node)["vf"]
+        cfg = [opaque({"apiVersion": V, "kind": "MpsConfig"})]
+        out = node.kubelet.prepare(node.add(claim("v-1", "v1", vf, config=cfg))).claims["v-1"]
+        assert out.error == f"device {vf}: sharing applies to whole GPUs and MIG devices, not a vf"
+        assert not node.host.dra_claim_record("v-1").exists()
+    finally:
+        node.close()
