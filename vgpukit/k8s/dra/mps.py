@@ -108,7 +108,7 @@ def plan(env: Env, uid: str, uuid: str, want: Mps) -> Made:
             raise Conflict(f"the MPS daemon of {uuid} pins at most {_mib(pinned)} MiB per client: the claim asks more")
     else:
         made.steps.append(MpsDaemon(uuid, pipe, log, True, want.thread_percentage, want.pinned_memory))
-    env_vars = [f"CUDA_MPS_PIPE_DIRECTORY={pipe}", f"CUDA_MPS_LOG_DIRECTORY={log}"]
+    env_vars = [f"CUDA_MPS_PIPE_DIRECTORY={pipe}"]  # what a client needs (the log is the daemon's)
     if want.thread_percentage is not None:
         env_vars.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={want.thread_percentage}")
     if want.pinned_memory is not None:

@@ -99,10 +99,16 @@ def _per_device(results: Sequence[Result]) -> dict[str, Result]:
 def plan(env: Env, uid: str, results: Sequence[Result], offered: dict[str, DraDevice], settings: Settings) -> Plan:
     """The steps, edits and record of the claim's sharing; refused (nothing done) on a conflict."""
     from ...qos import planner
-    from ...qos.model import Tenant
+    from ...qos.model import QosConfig, Tenant
 
     out = Plan()
-    cfg = None
+    qos: dict[str, QosConfig] = {}  # what the QoS daemon runs, read once when a time-slice or MPS asks
+
+    def running() -> QosConfig:
+        if "cfg" not in qos:
+            qos["cfg"] = planner.running(env.host)[0]
+        return qos["cfg"]
+
     for name, r in sorted(_per_device(results).items()):
         want: Sharing = r.sharing
         if want.empty:
@@ -120,16 +126,14 @@ def plan(env: Env, uid: str, results: Sequence[Result], offered: dict[str, DraDe
                 f"a memory cap needs the CUDA interception library {settings.cuda_library} (docs/cuda.md)"
             )
         edits = Edits()
-        if cfg is None:
-            cfg = planner.running(env.host)[0]
         if want.time_slice:
             ts = want.time_slice
-            gpu = cfg.gpus.get(key)
+            gpu = running().gpus.get(key)
             if ts.policy and (gpu.policy if gpu else "best-effort") != ts.policy:
                 if gpu is not None and gpu.tenants:  # the policy is the GPU's: its tenants run under it
                     why = f"its {len(gpu.tenants)} QoS tenants run under {gpu.policy}, the claim asks {ts.policy}"
                     raise Conflict(f"device {name}: {why}")
-                cfg = planner.change(cfg, planner.SetPolicy(key, ts.policy, None)).config
+                qos["cfg"] = planner.change(running(), planner.SetPolicy(key, ts.policy, None)).config
                 out.steps.append(QosPolicy(key, ts.policy))
             if mps.running(env.host, key):
                 raise Conflict(f"device {name}: an MPS daemon serves it (another claim): no time-slicing on it")
@@ -142,7 +146,7 @@ def plan(env: Env, uid: str, results: Sequence[Result], offered: dict[str, DraDe
                 demand="auto",
                 memory=want.memory,
             ).validate()
-            cfg = planner.change(cfg, planner.AddTenant(key, t)).config  # the QoS planner's refusals
+            qos["cfg"] = planner.change(running(), planner.AddTenant(key, t)).config  # the QoS planner's refusals
             out.steps.append(QosTenant(key, tenant, t.to_dict()))
             out.record.append({"device": name, "qosTenant": {"gpu": key, "name": tenant}})
             if library:
@@ -154,7 +158,7 @@ def plan(env: Env, uid: str, results: Sequence[Result], offered: dict[str, DraDe
         if want.memory is not None:
             edits += Edits(env=(f"VGPUKIT_CUDA_MEMORY={want.memory}",))
         if want.mps:
-            gpu = cfg.gpus.get(key)
+            gpu = running().gpus.get(key)
             if gpu is not None and gpu.tenants:
                 raise Conflict(
                     f"device {name}: the QoS daemon time-slices it ({len(gpu.tenants)} tenants): no MPS on it"
