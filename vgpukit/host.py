@@ -376,12 +376,13 @@ class Host(SysfsLayout):
             raise self._outside(path)
         return str(path)
 
-    def run_program(self, path: Path, args: list[str], stdin: str | None, timeout: float) -> ProgramResult:
-        """Run the program at ``path`` (a hook script under the root, e.g. /etc/mdevctl.d/scripts.d),
-        refused when it resolves outside the root; VGPUKIT_ROOT tells it which host it acts on."""
+    def run_program(
+        self, path: Path, args: list[str], stdin: str | None, timeout: float, env: dict[str, str] | None = None
+    ) -> ProgramResult:
+        """Run ``path`` (a hook script under the root), refused outside the root; VGPUKIT_ROOT and ``env`` set."""
         self.check_inside(path)
         _debug("run %s %s", self.display(path), " ".join(args))
-        return run_program([str(path), *args], stdin, {"VGPUKIT_ROOT": str(self.root)}, timeout)
+        return run_program([str(path), *args], stdin, {**(env or {}), "VGPUKIT_ROOT": str(self.root)}, timeout)
 
     # ----------------------------------------------------------------- changes
     def _change(self, change: Change, target: Path, apply: Callable[[], None]) -> None:

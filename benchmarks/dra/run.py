@@ -63,6 +63,9 @@ HOSTS: dict[str, tuple[str, list[list[str]]]] = {
 }  # fmt: skip
 
 
+V1 = {"apiVersion": "vgpukit.io/v1"}
+
+
 @dataclass(frozen=True)
 class Kind:
     label: str
@@ -78,7 +81,10 @@ KINDS = [
     Kind("VF bound to vfio-pci at prepare", "hgx-a100", {"kind": "vf", "driver": "mlx5_core"}),
     Kind("mdev (mtty)", "qemu-guest", {"kind": "mdev"}),
     Kind("vGPU mdev (GRID T4-4Q)", "t4-mdev", {"kind": "mdev", "vgpuType": "*"}),
-]
+    Kind("whole GPU, memory cap", "hgx-a100", {"kind": "gpu"}, {**V1, "kind": "MemoryCapConfig", "limit": "4Gi"}),
+    Kind("whole GPU, MPS (daemon started/stopped)", "hgx-a100", {"kind": "gpu"},
+         {**V1, "kind": "MpsConfig", "activeThreadPercentage": 50}),
+]  # fmt: skip
 
 
 @dataclass(frozen=True)

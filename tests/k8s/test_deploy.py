@@ -182,7 +182,8 @@ def _class_of(entry: dict[str, Any]) -> str:
 
 def test_every_deviceclass_selects_its_kind_of_the_published_devices(published: dict[str, dict[str, Any]]) -> None:
     classes = {d["metadata"]["name"]: d for _n, d in dra_documents() if d["kind"] == "DeviceClass"}
-    wanted = {"gpu": {"gpu"}, "mig": {"mig"}, "vf": {"vf"}, "mdev": {"mdev"}, "vgpu": {"vgpu"}, "gpu-share": {"gpu"}}
+    wanted = {"gpu": {"gpu"}, "mig": {"mig"}, "vf": {"vf"}, "mdev": {"mdev"}, "vgpu": {"vgpu"}}
+    wanted["gpu-share"] = {"gpu", "mig"}
     assert set(classes) == {f"{k}.gpu.vgpukit.io" if k != "gpu" else "gpu.vgpukit.io" for k in wanted}
     assert {_class_of(e) for e in published.values()} == {"gpu", "mig", "vf", "mdev", "vgpu"}
     for short, kinds in wanted.items():
@@ -250,3 +251,24 @@ def test_the_device_plugin_and_the_dra_plugin_never_serve_one_node_together(
     plugins = [d for d in of_kind("DaemonSet") if d["metadata"]["name"] == "vgpukit-device-plugin"]
     plugins += [d for _n, d in dra_documents() if d["kind"] == "DaemonSet"]
     assert {d["metadata"]["name"] for d in plugins if _runs_on(d, labels)} == serving
+
+
+def test_dra_sharing_parameters_in_the_manifests_are_what_the_driver_parses() -> None:
+    """Every opaque configuration of the DRA examples and classes passes the driver's parser and its schema."""
+    import json
+
+    from jsonschema import Draft202012Validator
+
+    from vgpukit.k8s.dra.config import configs
+    from vgpukit.k8s.dra.devices import DRIVER
+
+    schema = json.loads((Path(__file__).parents[2] / "vgpukit/data/schemas/dra/sharing-config.json").read_text())
+    found = []
+    for _name, doc in dra_documents():
+        spec = doc.get("spec") or {}
+        entries = (spec.get("spec") or {}).get("devices", {}).get("config") or spec.get("config") or []
+        for e in entries:
+            Draft202012Validator(schema).validate(e["opaque"]["parameters"])
+            found.append(e["opaque"]["parameters"]["kind"])
+        assert len(configs(entries, DRIVER).entries) == len(entries)
+    assert set(found) == {"TimeSliceConfig", "MemoryCapConfig", "MpsConfig"}

@@ -26,6 +26,9 @@ def test_a_device_name_is_always_a_dns_label(kind: str, ident: str) -> None:
     assert DNS_LABEL.fullmatch(device_name(kind, ident))
 
 
+RESULT = {"request": "r", "driver": DRIVER, "pool": "node-1", "device": "gpu-0000-03-00-0"}
+
+
 def _claim(devices: Any) -> dict[str, Any]:
     return {"status": {"allocation": {"devices": devices}}}
 
@@ -39,6 +42,27 @@ def _claim(devices: Any) -> dict[str, Any]:
         st.builds(
             lambda rs: _claim({"results": rs}),
             st.lists(st.fixed_dictionaries({"driver": st.just(DRIVER)}, optional={"pool": json_values}), max_size=3),
+        ),
+        st.builds(  # a result of this node, with opaque configuration and reservations of any shape
+            lambda cfg, reserved: {
+                "status": {
+                    "allocation": {"devices": {"results": [RESULT], "config": cfg}},
+                    "reservedFor": reserved,
+                }
+            },
+            st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "opaque": st.fixed_dictionaries(
+                            {"driver": st.just(DRIVER)}, optional={"parameters": json_values}
+                        )
+                    },
+                    optional={"requests": json_values, "source": json_values},
+                )
+                | json_values,
+                max_size=3,
+            ),
+            json_values,
         ),
     )
 )

@@ -47,6 +47,7 @@ class Row:
     gap: str = ""  # why the product cannot pass this row yet (an expected failure that must not pass)
     config: dict[str, Any] | None = None  # the driver's opaque parameters in the claim (a sharing configuration)
     env: tuple[str, ...] = ()  # what the container's environment must have (regular expressions, one per line)
+    files: tuple[tuple[str, str], ...] = ()  # (path in the host, content) put there after `sim init`
 
 
 HOOK = ("cdi", "enable", "--dir", "/var/run/cdi", "--hook", "{sim}/usr/bin/nvidia-cdi-hook")
@@ -91,18 +92,17 @@ ROWS = [
         gap="a VF with a vGPU type stays on the nvidia driver (vendor-specific VFIO): the CDI collector writes "
         "entries for VFs on a VFIO driver only, so neither the device plugin nor the DRA driver offers it",
     ),
-    # gpu-share: the static view offers no share (a GPU's replicas are the one `gpu` device); a sharing
-    # configuration is a whole GPU with the driver's parameters in the claim, as the class
-    # gpu-share.gpu.vgpukit.io puts them (deploy/kubernetes/dra/deviceclasses.yaml).
+    # a sharing configuration (here a memory cap: the CUDA library in the container) is a whole GPU with the
+    # driver's parameters in the claim (the class gpu-share.gpu.vgpukit.io puts a time-slice's there).
     Row(
-        "gpu-share-qos",
+        "gpu-memory-cap",
         "hgx-a100",
         (HOOK,),
         {"kind": "gpu"},
         (r"/dev/nvidia\d+", *NVIDIA),
-        config={"sharing": "QoS"},
-        env=(r"LD_PRELOAD=.*libvgpukit-cuda\.so",),
-        gap="sharing in the claim (QoS time slices, memory cap, MPS) is refused at prepare: not implemented yet",
+        config={"apiVersion": "vgpukit.io/v1", "kind": "MemoryCapConfig", "limit": "4Gi"},
+        env=(r"LD_PRELOAD=.*libvgpukit-cuda\.so", r"VGPUKIT_CUDA_MEMORY=\d+"),
+        files=(("usr/lib/vgpukit/libvgpukit-cuda.so", "a stand-in: the container's static busybox loads none\n"),),
     ),
 ]
 
@@ -147,6 +147,9 @@ def test_a_prepared_claim_runs_in_podman(row: Row, rootfs: tuple[Path, Path], ap
     base, fs = rootfs
     sim = base / row.name
     assert invoke(None, "sim", "init", str(sim), "--profile", row.profile, "--char-devices").exit_code == 0
+    for path, content in row.files:
+        (sim / path).parent.mkdir(parents=True, exist_ok=True)
+        (sim / path).write_text(content)
     for cmd in row.setup:
         r = invoke(sim, *(a.format(sim=sim) for a in cmd))
         assert r.exit_code == 0, (cmd, r.stderr)

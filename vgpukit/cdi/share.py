@@ -39,6 +39,24 @@ def tenants(host: Host) -> list[tuple[str, str]]:
     return [(key, t.name) for key, gpu in sorted(cfg.gpus.items()) for t in gpu.tenants]
 
 
+def tenant_edits(host: Host, settings: Settings, name: str, key: str | None) -> Edits:
+    """A tenant's edits: the library preloaded and mounted, its identity (the QoS GPU ``key`` when it is
+    one), its directory and the daemon's demand socket where they exist."""
+    directory = tenant_dir(host, name)
+    shown_dir = host.display(directory)
+    env = [f"LD_PRELOAD={settings.cuda_library}", f"VGPUKIT_CUDA_TENANT={name}"]
+    if key is not None:
+        env += [f"VGPUKIT_QOS_TENANT={name}", f"VGPUKIT_QOS_GPU={key}"]
+    mounts = [nvidia.mount(host, settings.cuda_library)]
+    if host.is_dir(directory):
+        env.append(f"VGPUKIT_CUDA_DIR={shown_dir}")
+        mounts.append(nvidia.mount(host, shown_dir, RW_OPTIONS))
+    demand = host.state_dir("qos", "demand.sock")
+    if key is not None and host.exists(demand):
+        mounts.append(nvidia.mount(host, host.display(demand), RW_OPTIONS))
+    return Edits(env=tuple(env), mounts=tuple(mounts))
+
+
 def collect_share(
     host: Host, nvml: Nvml | None, by_name: dict[str, Edits], settings: Settings, warnings: list[str]
 ) -> list[tuple[str, Edits]]:
@@ -56,7 +74,6 @@ def collect_share(
     if not host.is_file(library):
         warnings.append(f"gpu-share: {settings.cuda_library} is missing (see docs/cuda.md); no tenants")
         return []
-    demand = host.state_dir("qos", "demand.sock")
     out: list[tuple[str, Edits]] = []
     seen: set[str] = set()
     for key, name in wanted:
@@ -73,19 +90,5 @@ def collect_share(
             warnings.append(f"gpu-share: tenant name {name} is used on two GPUs; only the first is shared")
             continue
         seen.add(name)
-        directory = tenant_dir(host, name)
-        shown_dir = host.display(directory)
-        env = [
-            f"LD_PRELOAD={settings.cuda_library}",
-            f"VGPUKIT_CUDA_TENANT={name}",
-            f"VGPUKIT_QOS_TENANT={name}",
-            f"VGPUKIT_QOS_GPU={key}",
-        ]
-        mounts = [nvidia.mount(host, settings.cuda_library)]
-        if host.is_dir(directory):
-            env.append(f"VGPUKIT_CUDA_DIR={shown_dir}")
-            mounts.append(nvidia.mount(host, shown_dir, RW_OPTIONS))
-        if host.exists(demand):
-            mounts.append(nvidia.mount(host, host.display(demand), RW_OPTIONS))
-        out.append((name, device + Edits(env=tuple(env), mounts=tuple(mounts))))
+        out.append((name, device + tenant_edits(host, settings, name, key)))
     return out

@@ -10,6 +10,7 @@ engine runs it for the GPU specs; the real hook edits the container's linker cac
 from __future__ import annotations
 
 import struct
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -40,6 +41,10 @@ HOOK = """#!/bin/sh
 # simulated nvidia-cdi-hook: records its arguments, reads the OCI state from stdin, succeeds
 cat >/dev/null
 echo "$*" >> "$(dirname "$0")/../../run/nvidia-cdi-hook.log"
+"""
+MPS_CONTROL = """#!/bin/sh
+# simulated nvidia-cuda-mps-control (vgpukit/sim/mps_control.py)
+exec {python} -m vgpukit.sim.mps_control "$@"
 """
 X8664_LIBC6 = 0x0303  # FLAG_ELF_LIBC6 | FLAG_X8664_LIB64
 
@@ -77,6 +82,8 @@ def write_driver_files(tree: SimTree) -> None:
     for b in BINARIES:
         (bindir / b).write_text(f"#!/bin/sh\necho 'simulated {b}'\n")
         (bindir / b).chmod(0o755)
+    # the MPS control daemon's command interface (vgpukit/sim/mps_control.py), by this Python
+    (bindir / "nvidia-cuda-mps-control").write_text(MPS_CONTROL.format(python=sys.executable))
     (bindir / "nvidia-cdi-hook").write_text(HOOK)
     (bindir / "nvidia-cdi-hook").chmod(0o755)
     firmware = root / "lib" / "firmware" / "nvidia" / VERSION

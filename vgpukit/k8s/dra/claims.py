@@ -16,6 +16,10 @@ killed run by the next command):
 A kill -9 inside a run is rolled back by the next command (the record with it); a kill between the
 two runs leaves a ``preparing`` record naming every change made, so the kubelet's retried prepare
 finishes it and an unprepare undoes exactly it. Nothing the plugin did is ever unrecorded.
+
+A request's opaque configuration (:mod:`.config`) shares its device: :mod:`.sharing` plans the steps
+(QoS tenant, MPS daemon) and the container edits, which run in run 2 with the spec and the record,
+and the record's ``sharing`` lists what they made for unprepare.
 """
 
 from __future__ import annotations
@@ -25,19 +29,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...cdi import spec as cdi
-from ...cdi_settings import load_settings
+from ...cdi.nvidia import Edits
+from ...cdi_settings import Settings, load_settings
 from ...engine import execute, session
 from ...engine.env import Env
 from ...engine.files import PutFile
 from ...errors import HostIOError, InvalidInput, NotFound, VgpukitError
+from . import sharing
+from .config import Sharing, configs
 from .devices import DRIVER, DraDevice
 
 CLAIM_CLASS = "claim"  # CDI kind vgpukit.io/claim
 PREPARING, PREPARED = "preparing", "prepared"
-REFUSED_CONFIG = (
-    "opaque driver configuration (MPS, time-slicing, QoS shares) is not implemented yet by {driver}: "
-    "the claim asks for it"
-)
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ class Result:
     request: str
     pool: str
     device: str
+    sharing: Sharing = field(default_factory=Sharing)  # the request's opaque configuration (:mod:`.config`)
+    pods: tuple[str, ...] = ()  # UIDs of the pods the claim is reserved for (status.reservedFor)
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ class Record:
     results: list[Result]
     bound: list[str] = field(default_factory=list)  # VFs moved to vfio-pci for the claim
     devices: list[Prepared] = field(default_factory=list)  # the answer, once prepared
+    sharing: list[Any] = field(default_factory=list)  # what the claim's sharing made (:mod:`.sharing`)
 
     def render(self) -> str:
         doc: dict[str, Any] = {
@@ -82,6 +88,7 @@ class Record:
                 for p in self.devices
             ],
             "boundToVfio": self.bound,
+            "sharing": self.sharing,
         }
         return json.dumps(doc, indent=2) + "\n"
 
@@ -95,19 +102,21 @@ def _list(value: Any) -> list[Any]:
 
 
 def results_of(claim: Any, pool: str) -> list[Result]:
-    """This driver's results in a ResourceClaim (the API object as a dict); refuses what phase 1 cannot
-    do. A claim of another shape than the API's is refused as one with no device of this driver."""
-    devices = _map(_map(_map(_map(claim).get("status")).get("allocation")).get("devices"))
-    for cfg in _list(devices.get("config")):
-        if _map(_map(cfg).get("opaque")).get("driver") == DRIVER:
-            raise InvalidInput(REFUSED_CONFIG.format(driver=DRIVER))
+    """This driver's results in a ResourceClaim (the API object as a dict), each with its request's sharing
+    configuration. A claim of another shape than the API's is refused as one with no device of this driver."""
+    status = _map(_map(claim).get("status"))
+    devices = _map(_map(status.get("allocation")).get("devices"))
+    found = configs(devices.get("config"), DRIVER)
+    reserved = map(_map, _list(status.get("reservedFor")))
+    pods = tuple(str(r["uid"])[:64] for r in reserved if r.get("resource") == "pods" and r.get("uid"))
     out = []
     for r in map(_map, _list(devices.get("results"))):
         if r.get("driver") != DRIVER:
             continue
         if r.get("pool") != pool:
             raise NotFound(f"a device of pool {str(r.get('pool'))[:64]} is not on this node (pool {pool})")
-        out.append(Result(str(r.get("request", ""))[:64], pool, str(r.get("device", ""))[:64]))
+        request = str(r.get("request", ""))[:64]
+        out.append(Result(request, pool, str(r.get("device", ""))[:64], found.for_request(request), pods))
     if not out:
         raise InvalidInput(f"the claim has no device of {DRIVER} allocated")
     return out
@@ -131,7 +140,8 @@ def read_record(env: Env, uid: str) -> Record | None:
         if state not in (PREPARING, PREPARED):
             raise ValueError(state)
         claim = {str(k): str(v) for k, v in doc.get("claim", {}).items()}
-        return Record(claim, state, results, [b for b in doc.get("boundToVfio", []) if isinstance(b, str)], devices)
+        bound = [b for b in doc.get("boundToVfio", []) if isinstance(b, str)]
+        return Record(claim, state, results, bound, devices, _list(doc.get("sharing", [])))
     except (ValueError, KeyError, TypeError, AttributeError):  # not quoted: file content stays out of messages
         raise HostIOError(f"the record of claim {uid} is unreadable: {env.host.display(path)}") from None
 
@@ -185,6 +195,8 @@ def _prepare(
         bound = sorted({offered[r.device].device.id for r in results if offered[r.device].host_driver})
         found = Record({"uid": uid, **ref}, PREPARING, list(results), bound)
         execute(env, [_record_step(env, found), *_bind_steps(env, bound, restore=False)], derived=bool(bound))
+    elif results:  # left preparing: the allocation as the API server has it (the record keeps no sharing)
+        found.results = list(results)
     try:
         return _write(env, found, offered)
     except VgpukitError:
@@ -193,10 +205,13 @@ def _prepare(
 
 
 def _write(env: Env, record: Record, offered: dict[str, DraDevice]) -> list[Prepared]:
-    """Run 2: the claim's CDI spec from the host as it is now, and the record marked prepared."""
+    """Run 2: the claim's sharing (QoS tenant, MPS daemon), its CDI spec from the host as it is now, and the
+    record marked prepared."""
     uid = record.claim["uid"]
-    specs, _warnings = cdi.collect(env.host, env.nvml, settings=load_settings(env.host))
+    settings = load_settings(env.host)
+    specs, _warnings = cdi.collect(env.host, env.nvml, settings=settings)
     edits = {f"{s.kind}={d.name}": d.edits + s.edits for s in specs for d in s.devices}
+    shared = sharing.plan(env, uid, record.results, offered, settings or Settings())  # refused: nothing done
     spec = cdi.Spec(CLAIM_CLASS)
     by_device: dict[str, list[str]] = {}
     for r in record.results:
@@ -208,11 +223,12 @@ def _write(env: Env, record: Record, offered: dict[str, DraDevice]) -> list[Prep
         source = offered[name].device.cdi_name or ""
         if source not in edits:
             raise NotFound(f"device {name}: no CDI entry for {source}")
-        spec.devices.append(cdi.CdiDevice(f"{uid}-{name}", edits[source]))
+        spec.devices.append(cdi.CdiDevice(f"{uid}-{name}", edits[source] + shared.edits.get(name, Edits())))
         prepared.append(Prepared(tuple(requests), record.results[0].pool, name, (f"{spec.kind}={uid}-{name}",)))
-    done = Record(record.claim, PREPARED, record.results, record.bound, prepared)
+    done = Record(record.claim, PREPARED, record.results, record.bound, prepared, shared.record)
     host = env.host
     steps = [
+        *shared.steps,
         PutFile(
             host.display(host.dra_claim_cdi_spec(uid)), spec.render("json"), what=f"write the CDI spec of claim {uid}"
         ),
@@ -226,6 +242,7 @@ def _undo(env: Env, record: Record) -> None:
     """Every change the record names put back, the spec and the record removed: one engine run."""
     host, uid = env.host, record.claim.get("uid", "")
     steps = [
+        *sharing.undo(env, uid, record.sharing),
         *_bind_steps(env, record.bound, restore=True),
         PutFile(host.display(host.dra_claim_cdi_spec(uid)), None),
         PutFile(host.display(host.dra_claim_record(uid)), None),
