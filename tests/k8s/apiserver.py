@@ -10,7 +10,9 @@
   (ResourceV1Api.read_namespaced_resource_claim): the claims a test put in ``claims``.
 * ``/apis/resource.k8s.io/v1/resourceslices[/NAME]``: list (``fieldSelector`` on ``spec.nodeName``
   and ``spec.driver``), read, create (409 AlreadyExists), replace (409 Conflict on a stale
-  ``metadata.resourceVersion``), delete (ResourceV1Api.*_resource_slice).
+  ``metadata.resourceVersion``), delete (ResourceV1Api.*_resource_slice). With ``partitionable``
+  False (the cluster's ``DRAPartitionableDevices`` feature gate off), a stored slice loses
+  ``spec.sharedCounters`` and its devices' ``consumesCounters``, as the API server drops disabled fields.
 
 Every request is recorded (method, path, query, content type) so tests can assert what the client sent.
 """
@@ -42,6 +44,7 @@ class ApiServer:
         self.label_history: list[dict[str, str]] = []
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}  # (namespace, name) -> ResourceClaim
         self.slices: dict[str, dict[str, Any]] = {}  # name -> ResourceSlice (resourceVersion set)
+        self.partitionable = True  # the DRAPartitionableDevices feature gate
         self.closing = False
         handler = type("Handler", (_Handler,), {"api": self})
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -211,7 +214,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, doc) if doc is not None else self._not_found()
 
     def _body(self) -> dict[str, Any]:
-        return json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        body: dict[str, Any] = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        spec = body.get("spec")
+        if not self.api.partitionable and isinstance(spec, dict):  # the gate off: its fields are dropped
+            spec.pop("sharedCounters", None)
+            for dev in spec.get("devices") or []:
+                dev.pop("consumesCounters", None)
+        return body
 
     def do_POST(self) -> None:
         path, _ = self._record()

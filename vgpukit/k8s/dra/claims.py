@@ -19,6 +19,7 @@ from ...engine import execute
 from ...engine.env import Env
 from ...engine.files import PutFile
 from ...errors import HostIOError, InvalidInput, NotFound, VgpukitError
+from . import ondemand
 from .devices import DRIVER, DraDevice
 
 CLAIM_CLASS = "claim"  # CDI kind vgpukit.io/claim
@@ -113,11 +114,14 @@ def prepare(
     again = recorded(env, uid)
     if again is not None:
         return again
+    # made on demand (a MIG slice at the placement the scheduler chose): created now, see .ondemand
+    made = ondemand.prepare(env, uid, [r.device for r in results if r.device not in offered])
+    offered = {**offered, **made}
     missing = [r.device for r in results if r.device not in offered]
     if missing:
         raise NotFound(
             f"no device {', '.join(missing)[:200]} on this node: {DRIVER} prepares existing GPUs, MIG slices, "
-            "VFs and mdevs only (made-on-demand MIG/vGPU partitions are not implemented yet)"
+            "VFs and mdevs, and MIG slices made on demand on GPUs in MIG mode"
         )
     bound = sorted({offered[r.device].device.id for r in results if offered[r.device].host_driver})
     if bound:
@@ -127,6 +131,8 @@ def prepare(
     except VgpukitError:
         if bound:
             execute(env, _bind_steps(env, bound, restore=True))
+        if made:
+            execute(env, ondemand.unprepare_steps(env, uid))
         raise
 
 
@@ -168,13 +174,17 @@ def _write(
 def unprepare(env: Env, uid: str) -> bool:
     """Remove the claim's spec and record; False (nothing done) for a claim not prepared here."""
     found = _record(env, uid)
+    made = ondemand.unprepare_steps(env, uid)  # what was made on demand for it (also without a claim record)
     if found is None:
-        return False
+        if made:
+            execute(env, made)
+        return bool(made)
     host, bound = env.host, found[1]
     steps = [
+        *made,
         *_bind_steps(env, bound, restore=True),
         PutFile(host.display(host.dra_claim_cdi_spec(uid)), None),
         PutFile(host.display(host.dra_claim_record(uid)), None),
     ]
-    execute(env, steps, derived=bool(bound))  # a VF moved back: the host's CDI specs follow
+    execute(env, steps, derived=bool(bound) or bool(made))  # a VF moved back, a slice gone: the host's CDI specs
     return True

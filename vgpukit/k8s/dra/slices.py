@@ -115,60 +115,80 @@ def slice_name(node: str) -> str:
 
 
 class Publisher:
-    """Keeps this node's ResourceSlice equal to the devices; a failed call is tried again at the next poll."""
+    """Keeps this node's ResourceSlices equal to the devices; a failed call is tried again at the next poll.
+
+    ``publish(entries, parts)``: the static devices in the node's slice, and (partitionable devices,
+    :mod:`.partitions`) one more slice per part, ``<node>-gpu.vgpukit.io-<part>``, all in the node's pool.
+    ``counters_dropped`` tells whether the API server stored a part without its counters (the cluster's
+    ``DRAPartitionableDevices`` feature gate is off: it drops the fields it does not serve)."""
 
     def __init__(self, api: Any, node: str) -> None:
         self.api = api  # kubernetes.client.ResourceV1Api
         self.node = node
-        self.published: list[dict[str, Any]] | None = None  # what the API server has, as far as we know
+        self.published: Any = None  # what the API server has, as far as we know
+        self.counters_dropped = False
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         raw = fn(*args, _preload_content=False, **kw)
         return json.loads(raw.data) if raw.data else None
 
-    def publish(self, entries: list[dict[str, Any]]) -> str | None:
-        """Create or update the slice (generation + 1) when the devices differ; what was done, or None."""
-        if entries == self.published:
+    def publish(self, entries: list[dict[str, Any]], parts: dict[str, dict[str, Any]] | None = None) -> str | None:
+        """Create or update the slices (generation + 1) when the devices differ; what was done, or None."""
+        wanted = {slice_name(self.node): {"devices": entries}}
+        wanted.update({f"{slice_name(self.node)}-{k}": v for k, v in sorted((parts or {}).items())})
+        if wanted == self.published:
             return None
         try:
-            done = self._publish(entries)
+            done = self._publish(wanted)
         except VgpukitError:
             raise
         except Exception as err:  # ApiException, connection errors: reported; the next poll tries again
             raise api_error(err) from None
-        self.published = entries
+        self.published = wanted
         return done
 
-    def _publish(self, entries: list[dict[str, Any]]) -> str | None:
-        name = slice_name(self.node)
+    def _publish(self, wanted: dict[str, dict[str, Any]]) -> str | None:
         selector = f"spec.nodeName={self.node},spec.driver={DRIVER}"
         listing = self._call(self.api.list_resource_slice, field_selector=selector) or {}
-        current = None
+        current: dict[str, Any] = {}
         for item in listing.get("items") or []:
-            if item["metadata"]["name"] == name:
-                current = item
+            name = item["metadata"]["name"]
+            if name in wanted:
+                current[name] = item
             elif item.get("spec", {}).get("driver") == DRIVER and item.get("spec", {}).get("nodeName") == self.node:
-                self._call(self.api.delete_resource_slice, item["metadata"]["name"])  # a stale slice of ours
-        if current is None:
-            self._call(self.api.create_resource_slice, self._doc(entries, 1))
-            return f"published {plural(len(entries), 'device')} (generation 1)"
-        if current["spec"].get("devices", []) == entries:
+                self._call(self.api.delete_resource_slice, name)  # a stale slice of ours
+        count = len(wanted)
+        same = set(current) == set(wanted) and all(
+            {k: v for k, v in current[n]["spec"].items() if k in ("devices", "sharedCounters")} == wanted[n]
+            and current[n]["spec"]["pool"].get("resourceSliceCount") == count
+            for n in wanted
+        )
+        if same:
             return None
-        gen = int(current["spec"]["pool"].get("generation", 0)) + 1
-        doc = self._doc(entries, gen)
-        doc["metadata"]["resourceVersion"] = current["metadata"].get("resourceVersion")
-        self._call(self.api.replace_resource_slice, name, doc)  # 409 on a stale resourceVersion: next poll
-        return f"published {plural(len(entries), 'device')} (generation {gen})"
+        gen = max((int(c["spec"]["pool"].get("generation", 0)) for c in current.values()), default=0) + 1
+        devices = 0
+        for name, part in wanted.items():
+            doc = self._doc(name, part, gen, count)
+            if name in current:
+                doc["metadata"]["resourceVersion"] = current[name]["metadata"].get("resourceVersion")
+                stored = self._call(self.api.replace_resource_slice, name, doc)  # 409 when stale: next poll
+            else:
+                stored = self._call(self.api.create_resource_slice, doc)
+            if "sharedCounters" in part and not (stored or {}).get("spec", {}).get("sharedCounters"):
+                self.counters_dropped = True
+            devices += len(part.get("devices", []))
+        extra = f" in {plural(count, 'slice')}" if count > 1 else ""
+        return f"published {plural(devices, 'device')}{extra} (generation {gen})"
 
-    def _doc(self, entries: list[dict[str, Any]], generation: int) -> dict[str, Any]:
+    def _doc(self, name: str, part: dict[str, Any], generation: int, count: int = 1) -> dict[str, Any]:
         return {
             "apiVersion": API_VERSION,
             "kind": "ResourceSlice",
-            "metadata": {"name": slice_name(self.node)},
+            "metadata": {"name": name},
             "spec": {
                 "driver": DRIVER,
                 "nodeName": self.node,
-                "pool": {"name": self.node, "generation": generation, "resourceSliceCount": 1},
-                "devices": entries,
+                "pool": {"name": self.node, "generation": generation, "resourceSliceCount": count},
+                **part,
             },
         }

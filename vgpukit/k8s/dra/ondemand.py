@@ -1,0 +1,173 @@
+"""Made-on-demand MIG slices: a DRA device for every (profile, placement) of a GPU in MIG mode, created at
+prepare and destroyed at unprepare.
+
+The device name says where: ``gpu-0000-07-00-0-mig-3g-20gb-4`` is a 3g.20gb GPU instance at memory slot 4
+of the GPU at 0000:07:00.0. The placement is the scheduler's (it chose that device); the MIG area's
+planner (:func:`vgpukit.mig.layout.plan_gi_at`) plans the GPU instance and its full-size compute
+instance there, or refuses (slots taken, MIG mode off), and the change engine runs the steps.
+
+Crash safety: the claim's *made record* (:meth:`vgpukit.host_layout.Layout.dra_made_record`: GPU,
+profile, placement) is written in the same journaled engine run as the GPU instance, before it; a
+kill -9 during that run is rolled back whole by the next command's recovery. Once the run is
+committed the record names the slice, so the next prepare of the claim finds it (and keeps it) and
+its unprepare destroys exactly it, whatever happened in between (the plugin restarted, the claim's
+CDI spec not written yet).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ...engine import execute
+from ...engine.env import Env
+from ...engine.files import PutFile
+from ...engine.step import Step
+from ...errors import HostIOError
+from ...logs import logger
+from ...mig import layout
+from ...mig.steps import find_gi
+from ...nvml import GiProfile, Nvml, NvmlGpu
+from ..inventory import PREFIX, Device
+from .devices import DraDevice, device_name
+
+log = logger("vgpukit.k8s.dra")
+
+
+@dataclass(frozen=True)
+class Made:
+    """A made-on-demand device: a GPU instance of ``profile`` at ``start`` on the GPU at ``bdf``."""
+
+    name: str
+    gpu: NvmlGpu
+    profile: GiProfile
+    start: int
+
+
+def catalog(gpu: NvmlGpu, profiles: list[GiProfile]) -> dict[str, Made]:
+    """Every (profile, placement) of the GPU's profiles, by DRA device name. Two profiles whose names
+    read the same as a DNS label (``+me``, ``-me``) carry their profile id too."""
+
+    def part(p: GiProfile) -> str:
+        return p.name.lower().replace("+", "-").replace(".", "-")
+
+    seen: dict[str, int] = {}
+    for p in profiles:
+        seen[part(p)] = seen.get(part(p), 0) + 1
+    out: dict[str, Made] = {}
+    for p in profiles:
+        label = part(p) if seen[part(p)] == 1 else f"{part(p)}-p{p.id}"
+        for s in p.starts:
+            name = device_name("gpu", f"{gpu.bdf}-mig-{label}-{s}")
+            out[name] = Made(name, gpu, p, s)
+    return out
+
+
+def mig_gpus(nvml: Nvml) -> list[NvmlGpu]:
+    """The GPUs made-on-demand slices are offered on: MIG-capable and in MIG mode now (turning MIG mode on
+    may need a GPU reset, which a pod's start never does)."""
+    return [g for g in nvml.gpus() if g.mig_capable and g.mig_current]
+
+
+def lookup(nvml: Nvml, names: list[str]) -> dict[str, Made]:
+    """The made-on-demand devices among ``names`` (a name of no GPU in MIG mode is not one)."""
+    want = {n for n in names if "-mig-" in n}
+    out: dict[str, Made] = {}
+    for gpu in mig_gpus(nvml) if want else []:
+        if not any(n.startswith(device_name("gpu", gpu.bdf) + "-") for n in want):
+            continue
+        table = catalog(gpu, nvml.gi_profiles(gpu.index))
+        out.update({n: table[n] for n in want if n in table})
+    return out
+
+
+def read_made(env: Env, uid: str) -> list[dict[str, Any]] | None:
+    """The slices made for a claim (GPU, profile id and name, start, size, device), None without a record."""
+    path = env.host.dra_made_record(uid)
+    text = env.host.read_raw_opt(path)
+    if not isinstance(text, str):
+        return None
+    try:
+        made = json.loads(text)["made"]
+        for m in made:
+            str(m["device"]), str(m["gpu"]), int(m["profileId"]), int(m["start"])
+        return [m for m in made if isinstance(m, dict)]
+    except (ValueError, KeyError, TypeError):  # not quoted: file content stays out of messages
+        raise HostIOError(f"the made record of claim {uid} is unreadable: {env.host.display(path)}") from None
+
+
+def made_placements(env: Env) -> set[tuple[str, int, int]]:
+    """(GPU BDF, profile id, start) of every slice made for a claim on this node."""
+    out: set[tuple[str, int, int]] = set()
+    for name in env.host.listdir(env.host.dra_made_record()):
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        try:
+            made = read_made(env, name.removesuffix(".json")) or []
+        except (HostIOError, ValueError) as err:
+            log.warning("%s", err)
+            continue
+        out.update((str(m["gpu"]), int(m["profileId"]), int(m["start"])) for m in made)
+    return out
+
+
+def _entry(m: Made) -> dict[str, Any]:
+    return {
+        "device": m.name,
+        "gpu": m.gpu.bdf,
+        "profileId": m.profile.id,
+        "profile": m.profile.name,
+        "start": m.start,
+        "size": m.profile.size,
+    }
+
+
+def prepare(env: Env, uid: str, names: list[str]) -> dict[str, DraDevice]:
+    """Create the made-on-demand devices among ``names`` (one engine run: the made record, then each GPU
+    instance and its compute instance) and return them as devices whose CDI name is the new MIG device's.
+    Slices the claim's record names already are kept (a prepare again after a crash)."""
+    nvml = env.nvml
+    wanted = lookup(nvml, names) if nvml is not None and names else {}
+    if not wanted or nvml is None:
+        return {}
+    old = read_made(env, uid) or []
+    ours = {(str(m["gpu"]), int(m["profileId"]), int(m["start"])) for m in old}
+    steps: list[Step] = []
+    for m in wanted.values():
+        mine = (m.gpu.bdf, m.profile.id, m.start) in ours
+        steps += layout.plan_gi_at(nvml, layout.GiAtRequest(m.gpu, m.profile.id, m.start, ours=mine)).steps
+    entries = old + [_entry(m) for m in wanted.values() if (m.gpu.bdf, m.profile.id, m.start) not in ours]
+    record = json.dumps({"claim": uid, "made": entries}, indent=2) + "\n"
+    path = env.host.display(env.host.dra_made_record(uid))
+    execute(env, [PutFile(path, record, 0o600, what=f"record the MIG slices made for claim {uid}"), *steps])
+    out: dict[str, DraDevice] = {}
+    for m in wanted.values():
+        gi = find_gi(nvml, m.gpu.index, m.profile.id, m.start)
+        if gi is None or not gi.compute_instances:
+            raise HostIOError(
+                f"{m.name}: the {m.profile.name} GPU instance at slot {m.start} is not there after creating it"
+            )
+        uuid = gi.compute_instances[0].uuid
+        dev = Device(uuid, m.gpu.bdf, None, f"{PREFIX}/mig={uuid}")
+        out[m.name] = DraDevice(m.name, "mig", dev, f"{PREFIX}/mig-{m.profile.name}")
+    return out
+
+
+def unprepare_steps(env: Env, uid: str) -> list[Step]:
+    """The steps destroying what was made for the claim (the MIG planner's: refused while processes use
+    a slice) and removing its made record; none when nothing was made."""
+    made = read_made(env, uid)
+    if made is None:
+        return []
+    nvml = env.nvml
+    gpus = {g.bdf: g for g in nvml.gpus()} if nvml is not None else {}
+    steps: list[Step] = []
+    for m in made:
+        gpu = gpus.get(str(m["gpu"]))
+        if gpu is None or nvml is None:  # the GPU is gone (fell off the bus): so is what was made on it
+            log.warning("claim %s: GPU %s is gone; its MIG slice with it", uid, m["gpu"])
+            continue
+        steps += layout.plan_remove_at(nvml, gpu, int(m["profileId"]), int(m["start"])).steps
+    steps.append(PutFile(env.host.display(env.host.dra_made_record(uid)), None))
+    return steps
