@@ -198,7 +198,11 @@ def test_unprepare_of_a_slice_in_use_is_refused_and_destroys_nothing(node: OnDem
     assert layout(node.sim) == [(19, 6, 1)]
 
 
-def test_without_the_feature_gate_the_static_view_is_published(short_tmp: Path, api: ApiServer) -> None:  # noqa: F811
+def test_without_the_feature_gate_the_static_view_is_published(
+    short_tmp: Path,  # noqa: F811
+    api: ApiServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     sim = mig_host(short_tmp / "h")
     api.partitionable = False  # the cluster drops sharedCounters / consumesCounters
     client = resource_api(str(api.kubeconfig(short_tmp / "kubeconfig")))
@@ -213,6 +217,8 @@ def test_without_the_feature_gate_the_static_view_is_published(short_tmp: Path, 
         assert api.wait(lambda: not driver.counters_ok and static(), timeout=30)
         doc = api.slices[slice_name(NODE)]
         assert doc["spec"]["pool"]["generation"] == 2  # the partitionable view (1), then the static one
+        api.wait(lambda: False, timeout=0.5)  # a few more polls: said once
+        assert sum("dropped the shared counters" in r.getMessage() for r in caplog.records) == 1
         assert not any(d["name"].startswith(GPU0 + "-mig-") for d in doc["spec"]["devices"])
     finally:
         plugin.close()
