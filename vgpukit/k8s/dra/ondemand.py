@@ -30,6 +30,7 @@ from ...mig import layout
 from ...mig.steps import find_gi
 from ...nvml import GiProfile, Nvml, NvmlGpu
 from ..inventory import PREFIX, Device
+from . import ondemand_vgpu
 from .devices import DraDevice, device_name
 
 log = logger("vgpukit.k8s.dra")
@@ -83,37 +84,47 @@ def lookup(nvml: Nvml, names: list[str]) -> dict[str, Made]:
 
 
 def read_made(env: Env, uid: str) -> list[dict[str, Any]] | None:
-    """The slices made for a claim (GPU, profile id and name, start, size, device), None without a record."""
+    """What was made for a claim, None without a record: MIG slices (``kind`` ``mig``: GPU, profile id and
+    name, start, size, device) and vGPUs (``kind`` ``vgpu``: GPU, interface, type, id, device)."""
     path = env.host.dra_made_record(uid)
     text = env.host.read_raw_opt(path)
     if not isinstance(text, str):
         return None
     try:
-        made = json.loads(text)["made"]
+        made = [m for m in json.loads(text)["made"] if isinstance(m, dict)]
         for m in made:
-            str(m["device"]), str(m["gpu"]), int(m["profileId"]), int(m["start"])
-        return [m for m in made if isinstance(m, dict)]
+            if m.get("kind", "mig") == "mig":
+                str(m["device"]), str(m["gpu"]), int(m["profileId"]), int(m["start"])
+            else:
+                str(m["device"]), str(m["gpu"]), str(m["id"]), str(m["type"])
+        return made
     except (ValueError, KeyError, TypeError):  # not quoted: file content stays out of messages
         raise HostIOError(f"the made record of claim {uid} is unreadable: {env.host.display(path)}") from None
 
 
-def made_placements(env: Env) -> set[tuple[str, int, int]]:
-    """(GPU BDF, profile id, start) of every slice made for a claim on this node."""
-    out: set[tuple[str, int, int]] = set()
+def all_made(env: Env) -> list[dict[str, Any]]:
+    """What was made for every claim on this node (an unreadable record is logged and skipped)."""
+    out: list[dict[str, Any]] = []
     for name in env.host.listdir(env.host.dra_made_record()):
         if not name.endswith(".json") or name.startswith("."):
             continue
         try:
-            made = read_made(env, name.removesuffix(".json")) or []
+            out += read_made(env, name.removesuffix(".json")) or []
         except (HostIOError, ValueError) as err:
             log.warning("%s", err)
-            continue
-        out.update((str(m["gpu"]), int(m["profileId"]), int(m["start"])) for m in made)
     return out
+
+
+def made_placements(env: Env) -> set[tuple[str, int, int]]:
+    """(GPU BDF, profile id, start) of every MIG slice made for a claim on this node."""
+    return {
+        (str(m["gpu"]), int(m["profileId"]), int(m["start"])) for m in all_made(env) if m.get("kind", "mig") == "mig"
+    }
 
 
 def _entry(m: Made) -> dict[str, Any]:
     return {
+        "kind": "mig",
         "device": m.name,
         "gpu": m.gpu.bdf,
         "profileId": m.profile.id,
@@ -123,24 +134,22 @@ def _entry(m: Made) -> dict[str, Any]:
     }
 
 
-def prepare(env: Env, uid: str, names: list[str]) -> dict[str, DraDevice]:
-    """Create the made-on-demand devices among ``names`` (one engine run: the made record, then each GPU
-    instance and its compute instance) and return them as devices whose CDI name is the new MIG device's.
-    Slices the claim's record names already are kept (a prepare again after a crash)."""
-    nvml = env.nvml
-    wanted = lookup(nvml, names) if nvml is not None and names else {}
-    if not wanted or nvml is None:
-        return {}
-    old = read_made(env, uid) or []
-    ours = {(str(m["gpu"]), int(m["profileId"]), int(m["start"])) for m in old}
+def _mig_steps(
+    nvml: Nvml, wanted: dict[str, Made], ours: set[tuple[str, int, int]], entries: list[dict[str, Any]]
+) -> list[Step]:
+    """The MIG planner's steps for each wanted slice at its placement (a slice ``ours`` is kept); the
+    made-record entries of the new ones are added to ``entries``."""
     steps: list[Step] = []
     for m in wanted.values():
         mine = (m.gpu.bdf, m.profile.id, m.start) in ours
         steps += layout.plan_gi_at(nvml, layout.GiAtRequest(m.gpu, m.profile.id, m.start, ours=mine)).steps
-    entries = old + [_entry(m) for m in wanted.values() if (m.gpu.bdf, m.profile.id, m.start) not in ours]
-    record = json.dumps({"claim": uid, "made": entries}, indent=2) + "\n"
-    path = env.host.display(env.host.dra_made_record(uid))
-    execute(env, [PutFile(path, record, 0o600, what=f"record the MIG slices made for claim {uid}"), *steps])
+        if not mine:
+            entries.append(_entry(m))
+    return steps
+
+
+def _mig_devices(nvml: Nvml, wanted: dict[str, Made]) -> dict[str, DraDevice]:
+    """The made slices as devices: the CDI entry of each one's (full-size) MIG device."""
     out: dict[str, DraDevice] = {}
     for m in wanted.values():
         gi = find_gi(nvml, m.gpu.index, m.profile.id, m.start)
@@ -154,20 +163,56 @@ def prepare(env: Env, uid: str, names: list[str]) -> dict[str, DraDevice]:
     return out
 
 
+def prepare(env: Env, uid: str, names: list[str]) -> dict[str, DraDevice]:
+    """Create the made-on-demand devices among ``names`` (one engine run: the made record, then each MIG
+    slice or vGPU) and return them as devices whose CDI entry is the new MIG device's, mdev's or VF's.
+    What the claim's record names already is kept (a prepare again after a crash)."""
+    nvml = env.nvml
+    wanted = lookup(nvml, names) if nvml is not None and names else {}
+    vgpus = ondemand_vgpu.lookup(env, names) if names else {}
+    if not wanted and not vgpus:
+        return {}
+    old = read_made(env, uid) or []
+    ours = {(str(m["gpu"]), int(m["profileId"]), int(m["start"])) for m in old if m.get("kind", "mig") == "mig"}
+    kept = {str(m["device"]): m for m in old if m.get("kind") == "vgpu" and ondemand_vgpu.exists(env, m)}
+    steps: list[Step] = []
+    entries = [m for m in old if m.get("kind", "mig") == "mig" or str(m["device"]) in kept]
+    if nvml is not None:
+        steps += _mig_steps(nvml, wanted, ours, entries)
+    for v in vgpus.values():
+        if v.name not in kept:
+            more, entry = ondemand_vgpu.plan(env, v)
+            steps += more
+            entries.append(entry)
+    record = json.dumps({"claim": uid, "made": entries}, indent=2) + "\n"
+    path = env.host.display(env.host.dra_made_record(uid))
+    execute(env, [PutFile(path, record, 0o600, what=f"record what is made for claim {uid}"), *steps])
+    out = _mig_devices(nvml, wanted) if nvml is not None else {}
+    for e in entries:
+        if e.get("kind") == "vgpu" and str(e["device"]) in vgpus:
+            out[str(e["device"])] = ondemand_vgpu.device(e)
+    return out
+
+
 def unprepare_steps(env: Env, uid: str) -> list[Step]:
-    """The steps destroying what was made for the claim (the MIG planner's: refused while processes use
-    a slice) and removing its made record; none when nothing was made."""
+    """The steps destroying what was made for the claim (the MIG and vGPU planners': refused while in
+    use) and removing its made record; none when nothing was made."""
     made = read_made(env, uid)
     if made is None:
         return []
     nvml = env.nvml
-    gpus = {g.bdf: g for g in nvml.gpus()} if nvml is not None else {}
+    gpus = (
+        {g.bdf: g for g in nvml.gpus()} if nvml is not None and any(m.get("kind", "mig") == "mig" for m in made) else {}
+    )
     steps: list[Step] = []
     for m in made:
+        if m.get("kind", "mig") != "mig":
+            continue
         gpu = gpus.get(str(m["gpu"]))
         if gpu is None or nvml is None:  # the GPU is gone (fell off the bus): so is what was made on it
             log.warning("claim %s: GPU %s is gone; its MIG slice with it", uid, m["gpu"])
             continue
         steps += layout.plan_remove_at(nvml, gpu, int(m["profileId"]), int(m["start"])).steps
+    steps += ondemand_vgpu.remove_steps(env, [m for m in made if m.get("kind") == "vgpu"])
     steps.append(PutFile(env.host.display(env.host.dra_made_record(uid)), None))
     return steps

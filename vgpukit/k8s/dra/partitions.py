@@ -32,8 +32,9 @@ from ...logs import logger
 from ...mig import planner
 from ...nvml import GiProfile, Nvml, NvmlGpu
 from ...pci import PciDevice
+from . import ondemand_vgpu
 from .devices import device_name
-from .ondemand import Made, catalog, made_placements, mig_gpus
+from .ondemand import Made, all_made, catalog, made_placements, mig_gpus
 
 log = logger("vgpukit.k8s.dra")
 MIB = 1024 * 1024
@@ -115,12 +116,12 @@ def publication(
 ) -> tuple[dict[str, dict[str, Any]], set[str]]:
     """The partitionable part of the node's pool: a slice spec part per usable GPU in MIG mode (by its
     counter set's name) and the MIG UUIDs of the slices claims made (not published as static devices)."""
+    made_vgpus = {str(m["id"]) for m in all_made(env) if m.get("kind") == "vgpu"}
+    parts, hidden = ondemand_vgpu.slice_parts(env, made_vgpus, pci, sick)
     nvml = env.nvml
     if nvml is None:
-        return {}, set()
+        return parts, hidden
     made = made_placements(env)
-    parts: dict[str, dict[str, Any]] = {}
-    hidden: set[str] = set()
     for gpu in mig_gpus(nvml):
         try:
             for gi in nvml.gpu_instances(gpu.index):
