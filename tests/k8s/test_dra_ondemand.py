@@ -311,3 +311,27 @@ def test_kill_9_mid_prepare_leaks_no_slice(short_tmp: Path, api: ApiServer, cras
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_slice_made_before_the_claim_was_recorded_is_kept_or_destroyed(node: OnDemandNode) -> None:
+    """Killed after the run that records and makes the slice, before the claim's spec and record: the
+    next prepare keeps the slice (no second one), the next unprepare destroys it."""
+    from vgpukit.clikit.context import App
+    from vgpukit.k8s.dra import ondemand
+    from vgpukit.wiring import Wiring
+
+    app = App(sim_dir=node.sim, wiring=Wiring())
+    try:
+        ondemand.prepare(app.env, "u-p", [f"{GPU0}-mig-3g-20gb-0"])
+        ondemand.prepare(app.env, "u-u", [f"{GPU0}-mig-1g-5gb-4"])
+    finally:
+        app.close()
+    assert layout(node.sim) == [(9, 0, 1), (19, 4, 1), (19, 6, 1)]
+    assert not node.host.dra_claim_record("u-p").exists() and node.host.dra_made_record("u-p").exists()
+    ref = node.add(claim("u-p", "p", f"{GPU0}-mig-3g-20gb-0"))
+    assert node.kubelet.prepare(ref).claims["u-p"].error == ""
+    assert layout(node.sim) == [(9, 0, 1), (19, 4, 1), (19, 6, 1)]  # kept: not made twice
+    assert node.kubelet.unprepare(("default", "u", "u-u")).claims["u-u"].error == ""  # no claim record
+    assert layout(node.sim) == [(9, 0, 1), (19, 6, 1)] and not node.host.dra_made_record("u-u").exists()
+    assert node.kubelet.unprepare(ref).claims["u-p"].error == ""
+    assert layout(node.sim) == [(19, 6, 1)]
