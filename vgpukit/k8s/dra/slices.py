@@ -159,7 +159,7 @@ class Publisher:
                 self._call(self.api.delete_resource_slice, name)  # a stale slice of ours
         count = len(wanted)
         same = set(current) == set(wanted) and all(
-            {k: v for k, v in current[n]["spec"].items() if k in ("devices", "sharedCounters")} == wanted[n]
+            all((current[n]["spec"].get(k) or []) == (wanted[n].get(k) or []) for k in ("devices", "sharedCounters"))
             and current[n]["spec"]["pool"].get("resourceSliceCount") == count
             for n in wanted
         )
