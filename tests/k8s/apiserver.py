@@ -12,7 +12,8 @@
   and ``spec.driver``), read, create (409 AlreadyExists), replace (409 Conflict on a stale
   ``metadata.resourceVersion``), delete (ResourceV1Api.*_resource_slice). With ``partitionable``
   False (the cluster's ``DRAPartitionableDevices`` feature gate off), a stored slice loses
-  ``spec.sharedCounters`` and its devices' ``consumesCounters``, as the API server drops disabled fields.
+  ``spec.sharedCounters`` and its devices' ``consumesCounters``, as the API server drops disabled fields;
+  with ``separate_counters`` a slice holding both counters and devices is refused (422), as 1.35 does.
 
 Every request is recorded (method, path, query, content type) so tests can assert what the client sent.
 """
@@ -45,6 +46,7 @@ class ApiServer:
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}  # (namespace, name) -> ResourceClaim
         self.slices: dict[str, dict[str, Any]] = {}  # name -> ResourceSlice (resourceVersion set)
         self.partitionable = True  # the DRAPartitionableDevices feature gate
+        self.separate_counters = False  # 1.35 and later: a slice with both counters and devices is invalid
         self.closing = False
         handler = type("Handler", (_Handler,), {"api": self})
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -222,11 +224,20 @@ class _Handler(BaseHTTPRequestHandler):
                 dev.pop("consumesCounters", None)
         return body
 
+    def _invalid(self, body: dict[str, Any]) -> bool:
+        spec = body.get("spec") or {}
+        if self.api.separate_counters and spec.get("sharedCounters") and spec.get("devices"):
+            self._status(422, "Invalid")
+            return True
+        return False
+
     def do_POST(self) -> None:
         path, _ = self._record()
         body = self._body()
         if path != SLICES:
             self._not_found()
+            return
+        if self._invalid(body):
             return
         with self.api.changed:
             name = body["metadata"]["name"]
@@ -243,6 +254,8 @@ class _Handler(BaseHTTPRequestHandler):
         path, _ = self._record()
         body = self._body()
         name = path.removeprefix(SLICES + "/")
+        if self._invalid(body):
+            return
         with self.api.changed:
             old = self.api.slices.get(name)
             if not path.startswith(SLICES + "/") or old is None:

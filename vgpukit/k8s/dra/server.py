@@ -301,8 +301,8 @@ class Plugin:
                 if publisher.counters_dropped and self.driver.partitionable == "auto" and self.driver.counters_ok:
                     self.driver.counters_ok = False  # the cluster does not serve them: the static view
                     log.warning(
-                        "the API server dropped the shared counters (feature gate DRAPartitionableDevices off?): "
-                        "publishing existing devices only, no MIG slices made on demand"
+                        "the API server dropped or refused the shared counters (feature gate "
+                        "DRAPartitionableDevices off?): publishing existing devices only, nothing made on demand"
                     )
                     continue
             except VgpukitError as err:

@@ -120,7 +120,8 @@ class Publisher:
     ``publish(entries, parts)``: the static devices in the node's slice, and (partitionable devices,
     :mod:`.partitions`) one more slice per part, ``<node>-gpu.vgpukit.io-<part>``, all in the node's pool.
     ``counters_dropped`` tells whether the API server stored a part without its counters (the cluster's
-    ``DRAPartitionableDevices`` feature gate is off: it drops the fields it does not serve)."""
+    ``DRAPartitionableDevices`` feature gate is off: it drops the fields it does not serve) or refused it
+    as invalid (422: a release that wants counter sets and devices in separate slices)."""
 
     def __init__(self, api: Any, node: str) -> None:
         self.api = api  # kubernetes.client.ResourceV1Api
@@ -169,11 +170,16 @@ class Publisher:
         devices = 0
         for name, part in wanted.items():
             doc = self._doc(name, part, gen, count)
-            if name in current:
-                doc["metadata"]["resourceVersion"] = current[name]["metadata"].get("resourceVersion")
-                stored = self._call(self.api.replace_resource_slice, name, doc)  # 409 when stale: next poll
-            else:
-                stored = self._call(self.api.create_resource_slice, doc)
+            try:
+                if name in current:
+                    doc["metadata"]["resourceVersion"] = current[name]["metadata"].get("resourceVersion")
+                    stored = self._call(self.api.replace_resource_slice, name, doc)  # 409 when stale: next poll
+                else:
+                    stored = self._call(self.api.create_resource_slice, doc)
+            except Exception as err:
+                if "sharedCounters" not in part or getattr(err, "status", None) != 422:
+                    raise
+                stored = None  # refused as invalid (a release that wants counters in slices of their own)
             if "sharedCounters" in part and not (stored or {}).get("spec", {}).get("sharedCounters"):
                 self.counters_dropped = True
             devices += len(part.get("devices", []))
