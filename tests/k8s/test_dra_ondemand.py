@@ -349,3 +349,14 @@ def test_a_server_refusing_counters_beside_devices_gets_the_static_view(short_tm
         assert sorted(api.slices) == [slice_name(NODE)]
     finally:
         plugin.close()
+
+
+def test_a_made_slice_is_in_the_health_stream_under_its_allocated_name(node: OnDemandNode) -> None:
+    from vgpukit.k8s.drahealth_v1 import api_pb2 as hl
+
+    name = f"{GPU0}-mig-2g-10gb-0"
+    assert node.kubelet.prepare(node.add(claim("u-h", "h", name))).claims["u-h"].error == ""
+    node.kubelet.watch()
+    assert node.kubelet.wait(lambda: node.kubelet.health.get(name, (0,))[0] == hl.HEALTHY)
+    _ok(node.sim, "sim", "fault", "xid", "gpu0", "79")  # gpu0 falls off the bus
+    assert node.kubelet.wait(lambda: node.kubelet.health[name][0] == hl.UNHEALTHY)

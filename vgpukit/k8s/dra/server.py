@@ -37,7 +37,7 @@ from ..drahealth_v1 import api_pb2_grpc as hl_grpc
 from ..inventory import Inventory
 from ..pluginreg_v1 import api_pb2 as reg
 from ..pluginreg_v1 import api_pb2_grpc as reg_grpc
-from . import claims, partitions, slices
+from . import claims, ondemand, partitions, slices
 from .devices import DRIVER, DraDevice, dra_devices
 
 log = logger("vgpukit.k8s.dra")
@@ -160,17 +160,27 @@ class Driver:
         return dra.NodeUnprepareResourceResponse()
 
     def health_report(self) -> list[tuple[str, int, str]]:
-        """(device, status, message) of every device: UNHEALTHY where the health layer finds its PCI
-        function (a MIG slice's: its GPU's) unusable."""
+        """(device, status, message) of every device (and of each made on demand for a claim): UNHEALTHY where
+        the health layer finds its PCI function (a MIG slice's, a vGPU's: its GPU's) unusable."""
         try:
             sick = self.health()
         except VgpukitError as err:
             return [(name, hl.UNKNOWN, f"health check failed: {err}"[:1024]) for name in self.devices()]
+        where = {name: dev.device.topo_bdf for name, dev in self.devices().items()}
+        where.update(self.made())
         out: list[tuple[str, int, str]] = []
-        for name, dev in sorted(self.devices().items()):
-            why = sick.get(dev.device.topo_bdf)
+        for name, bdf in sorted(where.items()):
+            why = sick.get(bdf)
             out.append((name, hl.UNHEALTHY, why[:1024]) if why else (name, hl.HEALTHY, ""))
         return out
+
+    def made(self) -> dict[str, str]:
+        """The devices made on demand for prepared claims (by the name the scheduler allocated), with their GPU."""
+        env, _collect, close = self.open_host()
+        try:
+            return {str(m["device"]): str(m["gpu"]) for m in ondemand.all_made(env)}
+        finally:
+            close()
 
 
 class Registration:
