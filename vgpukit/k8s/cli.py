@@ -266,8 +266,8 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
     type=click.Choice(["auto", "on", "off"]),
     default="auto",
     show_default=True,
-    help="Publish MIG slices made on demand with shared counters (KEP-4815); auto: unless the API server "
-    "drops the counters (feature gate DRAPartitionableDevices off).",
+    help="Publish MIG slices and vGPUs made on demand with shared counters (KEP-4815); auto: unless the API "
+    "server drops or refuses the counters (feature gate DRAPartitionableDevices off).",
 )
 @click.pass_obj
 def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float, partitionable: str) -> None:
@@ -275,7 +275,7 @@ def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float, par
 
     Publishes the node's ResourceSlices (resource.k8s.io/v1, one pool named after the node) and keeps
     them current; with partitionable devices, a GPU in MIG mode also offers every MIG slice it could
-    still hold, created at prepare and destroyed at unprepare. Runs until SIGTERM/SIGINT; the
+    still hold (a vGPU host: every vGPU), created at prepare and destroyed at unprepare. Runs until SIGTERM/SIGINT; the
     registration socket is <root>/var/lib/kubelet/plugins_registry/gpu.vgpukit.io-reg.sock.
     """
     from .dra.api import ClaimReader, resource_api

@@ -1,6 +1,7 @@
 """ResourceSlices: the node's static devices published for the scheduler (``resource.k8s.io/v1``).
 
-One pool per node (named after the node), one slice (``<node>-gpu.vgpukit.io``); the pool's
+One pool per node (named after the node), one slice (``<node>-gpu.vgpukit.io``), plus, with
+partitionable devices (:mod:`.partitions`), one per GPU with its shared counters; the pool's
 generation goes up whenever the device list changes. A device the health layer finds unusable, or
 one held open by a process outside Kubernetes (a VM), is left out until it is usable again (device
 taints are an alpha feature of Kubernetes 1.34; leaving a device out works on every 1.34 cluster).
