@@ -168,6 +168,14 @@ class SysfsLayout:
         and CDI names), until unprepared; a restarted plugin unprepares from it."""
         return self.run("vgpukit", "dra", "claims", check_component(uid, "claim UID") + ".json")
 
+    def dra_made_record(self, uid: str | None = None) -> Path:
+        """``/run/vgpukit/dra/made/<uid>.json``: what the DRA plugin created on demand for a claim (a MIG
+        slice's GPU and placement), written before it is created, removed once it is destroyed; without
+        ``uid``, the directory."""
+        if uid is None:
+            return self.run("vgpukit", "dra", "made")
+        return self.run("vgpukit", "dra", "made", check_component(uid, "claim UID") + ".json")
+
     def dra_claim_cdi_spec(self, uid: str) -> Path:
         """``/run/cdi/vgpukit.io-claim-<uid>.json`` (``/var/run/cdi``, where CDI consumers look for
         transient specs): the CDI spec of one prepared claim."""

@@ -11,7 +11,10 @@
 * ``/apis/resource.k8s.io/v1/resourceslices[/NAME]``: list (``fieldSelector`` on ``spec.nodeName``
   and ``spec.driver``), read, create (409 AlreadyExists), replace (409 Conflict on a stale
   ``metadata.resourceVersion``), delete (ResourceV1Api.*_resource_slice); a slice of more than 128
-  devices is refused (422 Invalid), as the API server's validation does.
+  devices is refused (422 Invalid), as the API server's validation does. With ``partitionable``
+  False (the cluster's ``DRAPartitionableDevices`` feature gate off), a stored slice loses
+  ``spec.sharedCounters`` and its devices' ``consumesCounters``, as the API server drops disabled fields;
+  with ``separate_counters`` a slice holding both counters and devices is refused (422), as 1.35 does.
 
 Every request is recorded (method, path, query, content type) so tests can assert what the client sent.
 """
@@ -44,6 +47,8 @@ class ApiServer:
         self.label_history: list[dict[str, str]] = []
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}  # (namespace, name) -> ResourceClaim
         self.slices: dict[str, dict[str, Any]] = {}  # name -> ResourceSlice (resourceVersion set)
+        self.partitionable = True  # the DRAPartitionableDevices feature gate
+        self.separate_counters = False  # 1.35 and later: a slice with both counters and devices is invalid
         self.closing = False
         handler = type("Handler", (_Handler,), {"api": self})
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -213,7 +218,21 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, doc) if doc is not None else self._not_found()
 
     def _body(self) -> dict[str, Any]:
-        return json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        body: dict[str, Any] = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        spec = body.get("spec")
+        if not self.api.partitionable and isinstance(spec, dict):  # the gate off: its fields are dropped
+            spec.pop("sharedCounters", None)
+            for dev in spec.get("devices") or []:
+                dev.pop("consumesCounters", None)
+        return body
+
+    def _invalid(self, body: dict[str, Any]) -> bool:
+        spec = body.get("spec") or {}
+        too_many = len(spec.get("devices") or []) > MAX_SLICE_DEVICES
+        if too_many or (self.api.separate_counters and spec.get("sharedCounters") and spec.get("devices")):
+            self._status(422, "Invalid")
+            return True
+        return False
 
     def do_POST(self) -> None:
         path, _ = self._record()
@@ -221,8 +240,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path != SLICES:
             self._not_found()
             return
-        if len(body.get("spec", {}).get("devices") or []) > MAX_SLICE_DEVICES:
-            self._status(422, "Invalid")
+        if self._invalid(body):
             return
         with self.api.changed:
             name = body["metadata"]["name"]
@@ -239,8 +257,7 @@ class _Handler(BaseHTTPRequestHandler):
         path, _ = self._record()
         body = self._body()
         name = path.removeprefix(SLICES + "/")
-        if len(body.get("spec", {}).get("devices") or []) > MAX_SLICE_DEVICES:
-            self._status(422, "Invalid")
+        if self._invalid(body):
             return
         with self.api.changed:
             old = self.api.slices.get(name)

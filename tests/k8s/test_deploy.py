@@ -122,7 +122,7 @@ def test_dra_plugin_rbac_and_command() -> None:
 
 # ---- the DeviceClasses' and example claims' CEL against the devices the plugin publishes
 # No CEL library is in the environment: the subset these manifests use (==, in, &&, ||, !, has() on
-# this driver's attributes) is translated to a Python expression whose syntax tree is checked node by
+# this driver's attributes, true/false) is translated to a Python expression whose syntax tree is checked node by
 # node; anything outside the subset fails here (then add a CEL library rather than widen this). A
 # missing attribute read without has() raises, as CEL's "no such key" does (the allocation fails).
 DOMAIN = 'device.attributes["gpu.vgpukit.io"]'
@@ -136,6 +136,7 @@ def cel(expression: str) -> Callable[[dict[str, Any]], bool]:
     e = re.sub(r"has\(" + re.escape(DOMAIN) + r"\.(\w+)\)", r'("\1" in A)', e)
     e = re.sub(re.escape(DOMAIN) + r"\.(\w+)", r'A["\1"]', e)
     e = e.replace("&&", " and ").replace("||", " or ")
+    e = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", e))  # CEL's bool literals
     tree = ast.parse(e, mode="eval")
     bad = [type(n).__name__ for n in ast.walk(tree) if not isinstance(n, ALLOWED)]
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
@@ -170,8 +171,10 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, A
         assert invoke(None, "sim", "init", str(sim), "--profile", profile).exit_code == 0
         for cmd in commands:
             assert invoke(sim, *cmd).exit_code == 0, cmd
-        driver = Driver("n1", opener(sim), lambda *_: {}, unusable(sim))
-        out.update({f"{profile}/{e['name']}": e for e in driver.slice_entries()})
+        driver = Driver("n1", opener(sim), lambda *_: {}, unusable(sim), partitionable="on")
+        entries, parts = driver.publication()  # static devices, and those made on demand (MIG, vGPU)
+        entries += [e for part in parts.values() for e in part.get("devices", [])]
+        out.update({f"{profile}/{e['name']}": e for e in entries})
     return out
 
 

@@ -184,7 +184,7 @@ def test_claims_phase_one_cannot_serve_are_refused_with_a_clear_error(short_tmp:
     node = Node(hgx(short_tmp / "h"), api)
     try:
         out = node.kubelet.prepare(node.add(claim("u-3", "c3", "mig-1g-5gb-0"))).claims["u-3"]
-        assert "not implemented yet" in out.error and not out.devices
+        assert "no device mig-1g-5gb-0 on this node" in out.error and not out.devices
         cfg = [{"opaque": {"driver": DRIVER, "parameters": {"sharing": "MPS"}}}]
         gpu = next(n for n, d in node.driver.devices().items() if d.kind == "gpu")
         out = node.kubelet.prepare(node.add(claim("u-4", "c4", gpu, config=cfg))).claims["u-4"]

@@ -261,13 +261,22 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
     show_default=True,
     help="How often the host is looked at (the health stream, the ResourceSlice).",
 )
+@click.option(
+    "--partitionable",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="Publish MIG slices and vGPUs made on demand with shared counters (KEP-4815); auto: unless the API "
+    "server drops or refuses the counters (feature gate DRAPartitionableDevices off).",
+)
 @click.pass_obj
-def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float) -> None:
+def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float, partitionable: str) -> None:
     """Serve the kubelet's DRA plugin API v1 for driver gpu.vgpukit.io: existing GPUs, MIG slices, VFs, mdevs.
 
-    Publishes the node's ResourceSlice (resource.k8s.io/v1, one pool named after the node) and keeps
-    it current. Runs until SIGTERM/SIGINT; the registration socket is
-    <root>/var/lib/kubelet/plugins_registry/gpu.vgpukit.io-reg.sock.
+    Publishes the node's ResourceSlices (resource.k8s.io/v1, one pool named after the node) and keeps
+    them current; with partitionable devices, a GPU in MIG mode also offers every MIG slice it could
+    still hold (a vGPU host: every vGPU), created at prepare and destroyed at unprepare. Runs until SIGTERM/SIGINT; the
+    registration socket is <root>/var/lib/kubelet/plugins_registry/gpu.vgpukit.io-reg.sock.
     """
     from .dra.api import ClaimReader, resource_api
     from .dra.server import Driver, Plugin, registry_socket
@@ -275,7 +284,7 @@ def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float) -> 
 
     _log_to_stderr("vgpukit.k8s.dra")
     api = resource_api(kubeconfig)
-    driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app))
+    driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app), partitionable)
     plugin = Plugin(app.host, driver, interval, Publisher(api, node)).start()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

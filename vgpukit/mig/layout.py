@@ -245,3 +245,62 @@ def _mode_steps(
             )
         steps.append(Reset(gpu.bdf, label, enable))
     return steps
+
+
+@dataclass
+class GiAtRequest:
+    """One GPU instance (with its default, full-size compute instance) at exactly ``start``: a placement
+    someone else chose (the Kubernetes scheduler, for a made-on-demand DRA device)."""
+
+    gpu: NvmlGpu
+    profile_id: int
+    start: int
+    label: str | None = None
+    unusable: str | None = None  # the health fact (None: usable)
+    ours: bool = False  # a GPU instance of that profile at that start already is the requester's: keep it
+
+
+def plan_gi_at(nvml: Nvml, req: GiAtRequest) -> GpuPlan:
+    """The steps creating the GPU instance and its default compute instance at the fixed placement,
+    or the refusal: not in MIG mode (turning it on may need a reset: not done here), an unknown
+    profile, a placement the profile does not have, slots taken, busy. Ensures (a GI already there,
+    when ``ours``, keeps; its compute instance is added when missing)."""
+    gpu = req.gpu
+    label = req.label or _label(gpu)
+    refuse_unusable(gpu, label, {gpu.bdf: req.unusable} if req.unusable else None)
+    if not gpu.mig_capable:
+        raise Unsupported(f"{label} ({gpu.name}) is not MIG-capable", device=gpu.bdf)
+    current, _pending = nvml.mig_mode(gpu.index)
+    if not current:
+        raise Conflict(
+            f"{label}: MIG mode is off", device=gpu.bdf, hint=f"vgpukit mig apply or partition gpu{gpu.index}"
+        )
+    profiles = nvml.gi_profiles(gpu.index)
+    by_id = {p.id: p for p in profiles}
+    prof = by_id.get(req.profile_id)
+    if prof is None:
+        raise planner.NeverFits(f"{label} has no MIG profile {req.profile_id}", device=gpu.bdf)
+    existing = nvml.gpu_instances(gpu.index)
+    mine = next((g for g in existing if g.profile_id == prof.id and g.start == req.start), None)
+    if mine is not None and req.ours:
+        full = CreateCi(gpu.bdf, label, prof.id, req.start, prof.slices, prof.name, 0)
+        return GpuPlan(gpu, [] if mine.compute_instances else [full], [mine])
+    occupants = [planner.Occupant(g.profile_id, g.start, g.size, _gi_label(g, by_id)) for g in existing]
+    why = planner.why_not_at(profiles, occupants, prof, req.start)
+    if why is not None:
+        cls = planner.NeverFits if req.start not in prof.starts else NoCapacity
+        raise cls(f"{label}: {why}", device=gpu.bdf)
+    steps: list[MigStep] = [CreateGi(gpu.bdf, label, prof.id, prof.name, req.start, prof.size)]
+    steps.append(CreateCi(gpu.bdf, label, prof.id, req.start, prof.slices, prof.name, 0))  # full size: slice 0
+    return GpuPlan(gpu, steps, [])
+
+
+def plan_remove_at(nvml: Nvml, gpu: NvmlGpu, profile_id: int, start: int, label: str | None = None) -> GpuPlan:
+    """The steps destroying the GPU instance of ``profile_id`` at ``start`` (and its compute instances);
+    :class:`Busy` while processes use it; no steps when it is gone already."""
+    current, _ = nvml.mig_mode(gpu.index)
+    existing = nvml.gpu_instances(gpu.index) if current else []
+    victims = [g for g in existing if g.profile_id == profile_id and g.start == start]
+    by_id = {p.id: p for p in nvml.gi_profiles(gpu.index)} if victims else {}
+    busy = {p.gi_id for p in nvml.processes(gpu.index) if p.gi_id is not None} if victims else set()
+    return GpuPlan(gpu, destroy_steps(nvml, gpu, victims, busy, by_id, label), [])

@@ -196,3 +196,42 @@ def why_not(profiles: Sequence[GiProfile], occupants: Sequence[Occupant], reques
 
 def _span(start: int, size: int) -> str:
     return str(start) if size == 1 else f"{start}-{start + size - 1}"
+
+
+def open_placements(profiles: Sequence[GiProfile], occupants: Sequence[Occupant]) -> list[GiPlacement]:
+    """Every (profile, start) a GPU instance could still be created at next to ``occupants``, alone."""
+    st = _initial(profiles, occupants)
+    return [GiPlacement(p, s) for p in profiles for s in p.starts if _can_place(p, s, st)]
+
+
+def why_not_at(
+    profiles: Sequence[GiProfile], occupants: Sequence[Occupant], profile: GiProfile, start: int
+) -> str | None:
+    """Why a GPU instance of ``profile`` cannot be created at exactly ``start`` next to ``occupants``
+    (None when it can): a start the profile has no placement at, slots taken, the profile's count, the
+    media engines."""
+    if start not in profile.starts:
+        where = ", ".join(str(s) for s in profile.starts) or "none"
+        return f"{profile.name} has no placement at slot {start} (its placements start at {where})"
+    st = _initial(profiles, occupants)
+    if _can_place(profile, start, st):
+        return None
+    taken = [o for o in occupants if _mask(o.start, o.size) & _mask(start, profile.size)]
+    if taken:
+        by = "; ".join(f"slots {_span(o.start, o.size)} by {o.label}" for o in sorted(taken, key=lambda o: o.start))
+        return f"{profile.name} at slots {_span(start, profile.size)}: taken ({by})"
+    return why_not(profiles, occupants, [profile])
+
+
+def most_in_a_layout(profiles: Sequence[GiProfile], value: str) -> int:
+    """The largest sum of a profile field (``memory_mib``, ``sms``, ``slices``) over GPU instances at
+    non-overlapping placements of the empty GPU: no set of co-existing instances exceeds it (per-profile
+    counts and the media engines, which only lower a layout's sum, aside)."""
+    slots = memory_slots(profiles)
+    best = [0] * (slots + 2)
+    for slot in range(slots - 1, -1, -1):
+        best[slot] = best[slot + 1]
+        for p in profiles:
+            if slot in p.starts and slot + p.size <= slots:
+                best[slot] = max(best[slot], int(getattr(p, value)) + best[slot + p.size])
+    return best[0]

@@ -35,7 +35,7 @@ from ...engine import execute, session
 from ...engine.env import Env
 from ...engine.files import PutFile
 from ...errors import HostIOError, InvalidInput, NotFound, VgpukitError
-from . import sharing
+from . import ondemand, sharing
 from .config import Sharing, configs
 from .devices import DRIVER, DraDevice
 
@@ -185,16 +185,32 @@ def _prepare(
     found = read_record(env, uid)
     if found is not None and found.state == PREPARED:
         return found.devices
+    # made on demand (a MIG slice at the placement the scheduler chose, a vGPU): created now, or kept when a
+    # killed prepare made it already (its own record, written in the same run: see .ondemand)
+    try:
+        made = ondemand.prepare(env, uid, [r.device for r in results if r.device not in offered])
+    except VgpukitError:
+        if found is not None:
+            _undo(env, found)
+        raise
+    offered = {**offered, **made}
     if found is None:
         missing = [r.device for r in results if r.device not in offered]
         if missing:
+            if made:
+                execute(env, ondemand.unprepare_steps(env, uid))
             raise NotFound(
                 f"no device {', '.join(missing)[:200]} on this node: {DRIVER} prepares existing GPUs, MIG slices, "
-                "VFs and mdevs only (made-on-demand MIG/vGPU partitions are not implemented yet)"
+                "VFs and mdevs, and MIG slices and vGPUs made on demand"
             )
         bound = sorted({offered[r.device].device.id for r in results if offered[r.device].host_driver})
         found = Record({"uid": uid, **ref}, PREPARING, list(results), bound)
-        execute(env, [_record_step(env, found), *_bind_steps(env, bound, restore=False)], derived=bool(bound))
+        try:
+            execute(env, [_record_step(env, found), *_bind_steps(env, bound, restore=False)], derived=bool(bound))
+        except VgpukitError:
+            if made:
+                execute(env, ondemand.unprepare_steps(env, uid))
+            raise
     elif results:  # left preparing: the allocation as the API server has it (the record keeps no sharing)
         found.results = list(results)
     try:
@@ -239,23 +255,30 @@ def _write(env: Env, record: Record, offered: dict[str, DraDevice]) -> list[Prep
 
 
 def _undo(env: Env, record: Record) -> None:
-    """Every change the record names put back, the spec and the record removed: one engine run."""
+    """Every change the record names put back (what its sharing made first: an MPS daemon stops before its
+    MIG slice goes), what was made on demand for the claim destroyed, the spec and the record removed:
+    one engine run."""
     host, uid = env.host, record.claim.get("uid", "")
+    made = ondemand.unprepare_steps(env, uid)
     steps = [
         *sharing.undo(env, uid, record.sharing),
+        *made,
         *_bind_steps(env, record.bound, restore=True),
         PutFile(host.display(host.dra_claim_cdi_spec(uid)), None),
         PutFile(host.display(host.dra_claim_record(uid)), None),
     ]
-    execute(env, steps, derived=bool(record.bound))  # a VF moved back: the host's CDI specs follow
+    execute(env, steps, derived=bool(record.bound) or bool(made))  # a VF back, a slice gone: CDI specs follow
 
 
 def unprepare(env: Env, uid: str) -> bool:
     """Undo a claim, prepared or left preparing; False (nothing done) for a claim not known here."""
     with session(env):  # an interrupted run repaired first: the record read is the host's truth
         found = read_record(env, uid)
-        if found is None:
-            return False
+        if found is None:  # what was made on demand for it may outlive a prepare killed before its record
+            made = ondemand.unprepare_steps(env, uid)
+            if made:
+                execute(env, made)
+            return bool(made)
         found.claim.setdefault("uid", uid)
         _undo(env, found)
         return True

@@ -12,6 +12,8 @@ mdev     existing mediated devices (vGPUs included)       ``mdev-<uuid>``
 =======  ===============================================  ============================================
 
 The container edits come from the CDI collector (:mod:`vgpukit.cdi.spec`), as the device plugin's.
+Devices made on demand (a MIG slice or vGPU created at prepare) are :mod:`.ondemand`'s and
+:mod:`.ondemand_vgpu`'s, published by :mod:`.partitions`.
 """
 
 from __future__ import annotations

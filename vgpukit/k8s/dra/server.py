@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 
+from ...engine import session
 from ...engine.env import Env
 from ...errors import VgpukitError
 from ...host import Host
@@ -36,7 +37,7 @@ from ..drahealth_v1 import api_pb2_grpc as hl_grpc
 from ..inventory import Inventory
 from ..pluginreg_v1 import api_pb2 as reg
 from ..pluginreg_v1 import api_pb2_grpc as reg_grpc
-from . import claims, slices
+from . import claims, ondemand, partitions, slices
 from .devices import DRIVER, DraDevice, dra_devices
 
 log = logger("vgpukit.k8s.dra")
@@ -62,8 +63,17 @@ def plugin_socket(host: Host) -> Path:
 class Driver:
     """What the services share: the host (opened afresh per call), the node's pool, one request at a time."""
 
-    def __init__(self, node: str, open_host: Opener, read_claim: ClaimReader, health: Callable[[], dict[str, str]]):
+    def __init__(
+        self,
+        node: str,
+        open_host: Opener,
+        read_claim: ClaimReader,
+        health: Callable[[], dict[str, str]],
+        partitionable: str = "off",
+    ):
         self.pool = node
+        self.partitionable = partitionable  # auto | on | off: publish made-on-demand MIG slices (.partitions)
+        self.counters_ok = partitionable != "off"  # auto: until the API server drops the counters
         self.open_host = open_host
         self.read_claim = read_claim
         self.health = health
@@ -95,9 +105,25 @@ class Driver:
 
     def slice_entries(self) -> list[dict[str, Any]]:
         """The ResourceSlice's devices now (:mod:`.slices`): usable static devices with their attributes."""
+        return self.publication()[0]
+
+    def publication(self) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+        """The node's slice's static devices and, where partitionable devices are published, one slice part
+        per GPU in MIG mode (:mod:`.partitions`); the static devices of slices made for claims are left out."""
         sick = self.health()
         inv, facts = self.read()
-        return [slices.device_entry(d, inv.pci, facts) for d in slices.offered(dra_devices(inv), sick)]
+        parts: dict[str, dict[str, Any]] = {}
+        hidden: set[str] = set()
+        if self.counters_ok:
+            env, _collect, close = self.open_host()
+            try:
+                parts, hidden = partitions.publication(env, inv.pci, sick)
+            except VgpukitError as err:
+                log.warning("reading the MIG slices failed (not published): %s", err)
+            finally:
+                close()
+        offered = [d for d in slices.offered(dra_devices(inv), sick) if d.device.id not in hidden]
+        return [slices.device_entry(d, inv.pci, facts) for d in offered], parts
 
     def prepare(self, claim: dra.Claim) -> dra.NodePrepareResourceResponse:
         with self.lock:
@@ -107,7 +133,10 @@ class Driver:
                 if done is None:
                     results = claims.results_of(self.read_claim(claim.namespace, claim.name, claim.uid), self.pool)
                     ref = {"namespace": claim.namespace, "name": claim.name}
-                    done = claims.prepare(env, claim.uid, ref, results, dra_devices(collect()))
+                    with session(env):  # the host lock; an interrupted change repaired before planning
+                        done = claims.recorded(env, claim.uid)
+                        if done is None:
+                            done = claims.prepare(env, claim.uid, ref, results, dra_devices(collect()))
             except VgpukitError as err:
                 return dra.NodePrepareResourceResponse(error=str(err)[:1000])
             finally:
@@ -122,7 +151,8 @@ class Driver:
         with self.lock:
             env, _collect, close = self.open_host()
             try:
-                claims.unprepare(env, claim.uid)
+                with session(env):  # the host lock; an interrupted change repaired before planning
+                    claims.unprepare(env, claim.uid)
             except VgpukitError as err:
                 return dra.NodeUnprepareResourceResponse(error=str(err)[:1000])
             finally:
@@ -130,17 +160,27 @@ class Driver:
         return dra.NodeUnprepareResourceResponse()
 
     def health_report(self) -> list[tuple[str, int, str]]:
-        """(device, status, message) of every device: UNHEALTHY where the health layer finds its PCI
-        function (a MIG slice's: its GPU's) unusable."""
+        """(device, status, message) of every device (and of each made on demand for a claim): UNHEALTHY where
+        the health layer finds its PCI function (a MIG slice's, a vGPU's: its GPU's) unusable."""
         try:
             sick = self.health()
         except VgpukitError as err:
             return [(name, hl.UNKNOWN, f"health check failed: {err}"[:1024]) for name in self.devices()]
+        where = {name: dev.device.topo_bdf for name, dev in self.devices().items()}
+        where.update(self.made())
         out: list[tuple[str, int, str]] = []
-        for name, dev in sorted(self.devices().items()):
-            why = sick.get(dev.device.topo_bdf)
+        for name, bdf in sorted(where.items()):
+            why = sick.get(bdf)
             out.append((name, hl.UNHEALTHY, why[:1024]) if why else (name, hl.HEALTHY, ""))
         return out
+
+    def made(self) -> dict[str, str]:
+        """The devices made on demand for prepared claims (by the name the scheduler allocated), with their GPU."""
+        env, _collect, close = self.open_host()
+        try:
+            return {str(m["device"]): str(m["gpu"]) for m in ondemand.all_made(env)}
+        finally:
+            close()
 
 
 class Registration:
@@ -265,9 +305,16 @@ class Plugin:
         """Keep the ResourceSlice current; a failure is logged and tried again at the next poll."""
         while not self.stop.is_set():
             try:
-                done = publisher.publish(self.driver.slice_entries())
+                done = publisher.publish(*self.driver.publication())
                 if done:
                     log.info("%s", done)
+                if publisher.counters_dropped and self.driver.partitionable == "auto" and self.driver.counters_ok:
+                    self.driver.counters_ok = False  # the cluster does not serve them: the static view
+                    log.warning(
+                        "the API server dropped or refused the shared counters (feature gate "
+                        "DRAPartitionableDevices off?): publishing existing devices only, nothing made on demand"
+                    )
+                    continue
             except VgpukitError as err:
                 log.warning("publishing the ResourceSlice failed (tried again): %s", err)
             self.stop.wait(self.interval)

@@ -1,8 +1,9 @@
 """ResourceSlices: the node's static devices published for the scheduler (``resource.k8s.io/v1``).
 
-One pool per node (named after the node), in slices of at most 128 devices (the API's limit):
-``<node>-gpu.vgpukit.io``, then ``<node>-gpu.vgpukit.io-1``, ``-2``...; the pool's generation, on
-every slice, goes up whenever the device list changes. A device the health layer finds unusable, or
+One pool per node (named after the node): the static devices in slices of at most 128 devices (the
+API's limit): ``<node>-gpu.vgpukit.io``, then ``<node>-gpu.vgpukit.io-1``, ``-2``...; plus, with
+partitionable devices (:mod:`.partitions`), one per GPU with its shared counters; the pool's
+generation, on every slice, goes up whenever the device list changes. A device the health layer finds unusable, or
 one held open by a process outside Kubernetes (a VM), is left out until it is usable again (device
 taints are an alpha feature of Kubernetes 1.34; leaving a device out works on every 1.34 cluster).
 """
@@ -116,69 +117,87 @@ def slice_name(node: str, index: int = 0) -> str:
     return f"{node}-{DRIVER}" + (f"-{index}" if index else "")
 
 
-def _unchanged(current: dict[str, dict[str, Any]], wanted: dict[str, list[dict[str, Any]]]) -> bool:
-    """The slices the API server has are the wanted ones: each with its devices, one generation, the count."""
-    if set(current) != set(wanted):
-        return False
-    pools = {(str(c["spec"].get("pool", {}).get("generation")), c["spec"].get("pool", {}).get("resourceSliceCount"))
-             for c in current.values()}  # fmt: skip
-    same = len(pools) == 1 and next(iter(pools))[1] == len(wanted)
-    return same and all(current[n]["spec"].get("devices", []) == devices for n, devices in wanted.items())
-
-
 class Publisher:
-    """Keeps this node's ResourceSlice equal to the devices; a failed call is tried again at the next poll."""
+    """Keeps this node's ResourceSlices equal to the devices; a failed call is tried again at the next poll.
+
+    ``publish(entries, parts)``: the static devices in the node's slice, and (partitionable devices,
+    :mod:`.partitions`) one more slice per part, ``<node>-gpu.vgpukit.io-<part>``, all in the node's pool.
+    ``counters_dropped`` tells whether the API server stored a part without its counters (the cluster's
+    ``DRAPartitionableDevices`` feature gate is off: it drops the fields it does not serve) or refused it
+    as invalid (422: a release that wants counter sets and devices in separate slices)."""
 
     def __init__(self, api: Any, node: str) -> None:
         self.api = api  # kubernetes.client.ResourceV1Api
         self.node = node
-        self.published: list[dict[str, Any]] | None = None  # what the API server has, as far as we know
+        self.published: Any = None  # what the API server has, as far as we know
+        self.counters_dropped = False
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         raw = fn(*args, _preload_content=False, **kw)
         return json.loads(raw.data) if raw.data else None
 
-    def publish(self, entries: list[dict[str, Any]]) -> str | None:
-        """Create or update the slice (generation + 1) when the devices differ; what was done, or None."""
-        if entries == self.published:
+    def publish(self, entries: list[dict[str, Any]], parts: dict[str, dict[str, Any]] | None = None) -> str | None:
+        """Create or update the slices (generation + 1) when the devices differ; what was done, or None."""
+        chunks = [entries[i : i + MAX_DEVICES] for i in range(0, len(entries), MAX_DEVICES)] or [[]]
+        wanted: dict[str, dict[str, Any]] = {slice_name(self.node, i): {"devices": c} for i, c in enumerate(chunks)}
+        wanted.update({f"{slice_name(self.node)}-{k}": v for k, v in sorted((parts or {}).items())})
+        if wanted == self.published:
             return None
         try:
-            done = self._publish(entries)
+            done = self._publish(wanted)
         except VgpukitError:
             raise
         except Exception as err:  # ApiException, connection errors: reported; the next poll tries again
             raise api_error(err) from None
-        self.published = entries
+        self.published = wanted
         return done
 
-    def _publish(self, entries: list[dict[str, Any]]) -> str | None:
-        chunks = [entries[i : i + MAX_DEVICES] for i in range(0, len(entries), MAX_DEVICES)] or [[]]
-        names = [slice_name(self.node, i) for i in range(len(chunks))]
+    def _publish(self, wanted: dict[str, dict[str, Any]]) -> str | None:
         selector = f"spec.nodeName={self.node},spec.driver={DRIVER}"
         listing = self._call(self.api.list_resource_slice, field_selector=selector) or {}
-        ours = [i for i in listing.get("items") or [] if (i.get("spec") or {}).get("driver") == DRIVER]
-        ours = [i for i in ours if i["spec"].get("nodeName") == self.node]
-        current = {i["metadata"]["name"]: i for i in ours if i["metadata"]["name"] in names}
-        stale = [i["metadata"]["name"] for i in ours if i["metadata"]["name"] not in names]
-        pools = [c["spec"].get("pool") or {} for c in current.values()]
-        gen = None
-        if not _unchanged(current, dict(zip(names, chunks, strict=True))):
-            gen = max((int(p.get("generation", 0)) for p in pools), default=0) + 1
-            for name, chunk in zip(names, chunks, strict=True):  # every slice at the new generation
-                doc = self._doc(name, chunk, gen, len(names))
+        current: dict[str, Any] = {}
+        stale: list[str] = []  # slices of ours no longer wanted: deleted once the wanted ones are stored
+        for item in listing.get("items") or []:
+            name = item["metadata"]["name"]
+            if name in wanted:
+                current[name] = item
+            elif item.get("spec", {}).get("driver") == DRIVER and item.get("spec", {}).get("nodeName") == self.node:
+                stale.append(name)
+        count = len(wanted)
+        same = set(current) == set(wanted) and all(
+            all((current[n]["spec"].get(k) or []) == (wanted[n].get(k) or []) for k in ("devices", "sharedCounters"))
+            and current[n]["spec"]["pool"].get("resourceSliceCount") == count
+            for n in wanted
+        )
+        if same and len({str(c["spec"]["pool"].get("generation")) for c in current.values()}) == 1:
+            self._delete(stale)
+            return None
+        gen = max((int(c["spec"]["pool"].get("generation", 0)) for c in current.values()), default=0) + 1
+        devices = 0
+        for name, part in wanted.items():
+            doc = self._doc(name, part, gen, count)
+            try:
                 if name in current:
                     doc["metadata"]["resourceVersion"] = current[name]["metadata"].get("resourceVersion")
-                    self._call(self.api.replace_resource_slice, name, doc)  # 409 on a stale resourceVersion: next poll
+                    stored = self._call(self.api.replace_resource_slice, name, doc)  # 409 when stale: next poll
                 else:
-                    self._call(self.api.create_resource_slice, doc)
-        for name in stale:
-            self._call(self.api.delete_resource_slice, name)
-        if gen is None:
-            return None
-        where = f" in {len(names)} slices" if len(names) > 1 else ""
-        return f"published {plural(len(entries), 'device')}{where} (generation {gen})"
+                    stored = self._call(self.api.create_resource_slice, doc)
+            except Exception as err:
+                if "sharedCounters" not in part or getattr(err, "status", None) != 422:
+                    raise
+                stored = None  # refused as invalid (a release that wants counters in slices of their own)
+            if "sharedCounters" in part and not (stored or {}).get("spec", {}).get("sharedCounters"):
+                self.counters_dropped = True
+            devices += len(part.get("devices", []))
+        self._delete(stale)
+        extra = f" in {plural(count, 'slice')}" if count > 1 else ""
+        return f"published {plural(devices, 'device')}{extra} (generation {gen})"
 
-    def _doc(self, name: str, entries: list[dict[str, Any]], generation: int, count: int) -> dict[str, Any]:
+    def _delete(self, names: list[str]) -> None:
+        for name in names:
+            self._call(self.api.delete_resource_slice, name)
+
+    def _doc(self, name: str, part: dict[str, Any], generation: int, count: int = 1) -> dict[str, Any]:
         return {
             "apiVersion": API_VERSION,
             "kind": "ResourceSlice",
@@ -187,6 +206,6 @@ class Publisher:
                 "driver": DRIVER,
                 "nodeName": self.node,
                 "pool": {"name": self.node, "generation": generation, "resourceSliceCount": count},
-                "devices": entries,
+                **part,
             },
         }

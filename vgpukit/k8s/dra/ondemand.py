@@ -1,0 +1,218 @@
+"""Made-on-demand MIG slices: a DRA device for every (profile, placement) of a GPU in MIG mode, created at
+prepare and destroyed at unprepare.
+
+The device name says where: ``gpu-0000-07-00-0-mig-3g-20gb-4`` is a 3g.20gb GPU instance at memory slot 4
+of the GPU at 0000:07:00.0. The placement is the scheduler's (it chose that device); the MIG area's
+planner (:func:`vgpukit.mig.layout.plan_gi_at`) plans the GPU instance and its full-size compute
+instance there, or refuses (slots taken, MIG mode off), and the change engine runs the steps.
+
+Crash safety: the claim's *made record* (:meth:`vgpukit.host_layout.Layout.dra_made_record`: GPU,
+profile, placement) is written in the same journaled engine run as the GPU instance, before it; a
+kill -9 during that run is rolled back whole by the next command's recovery. Once the run is
+committed the record names the slice, so the next prepare of the claim finds it (and keeps it) and
+its unprepare destroys exactly it, whatever happened in between (the plugin restarted, the claim's
+CDI spec not written yet).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ...engine import execute
+from ...engine.env import Env
+from ...engine.files import PutFile
+from ...engine.step import Step
+from ...errors import HostIOError
+from ...logs import logger
+from ...mig import layout
+from ...mig.steps import find_gi
+from ...nvml import GiProfile, Nvml, NvmlGpu
+from ..inventory import PREFIX, Device
+from . import ondemand_vgpu
+from .devices import DraDevice, device_name
+
+log = logger("vgpukit.k8s.dra")
+
+
+@dataclass(frozen=True)
+class Made:
+    """A made-on-demand device: a GPU instance of ``profile`` at ``start`` on the GPU at ``bdf``."""
+
+    name: str
+    gpu: NvmlGpu
+    profile: GiProfile
+    start: int
+
+
+def catalog(gpu: NvmlGpu, profiles: list[GiProfile]) -> dict[str, Made]:
+    """Every (profile, placement) of the GPU's profiles, by DRA device name. Two profiles whose names
+    read the same as a DNS label (``+me``, ``-me``) carry their profile id too."""
+
+    def part(p: GiProfile) -> str:
+        return p.name.lower().replace("+", "-").replace(".", "-")
+
+    seen: dict[str, int] = {}
+    for p in profiles:
+        seen[part(p)] = seen.get(part(p), 0) + 1
+    out: dict[str, Made] = {}
+    for p in profiles:
+        label = part(p) if seen[part(p)] == 1 else f"{part(p)}-p{p.id}"
+        for s in p.starts:
+            name = device_name("gpu", f"{gpu.bdf}-mig-{label}-{s}")
+            out[name] = Made(name, gpu, p, s)
+    return out
+
+
+def mig_gpus(nvml: Nvml) -> list[NvmlGpu]:
+    """The GPUs made-on-demand slices are offered on: MIG-capable and in MIG mode now (turning MIG mode on
+    may need a GPU reset, which a pod's start never does)."""
+    return [g for g in nvml.gpus() if g.mig_capable and g.mig_current]
+
+
+def lookup(nvml: Nvml, names: list[str]) -> dict[str, Made]:
+    """The made-on-demand devices among ``names`` (a name of no GPU in MIG mode is not one)."""
+    want = {n for n in names if "-mig-" in n}
+    out: dict[str, Made] = {}
+    for gpu in mig_gpus(nvml) if want else []:
+        if not any(n.startswith(device_name("gpu", gpu.bdf) + "-") for n in want):
+            continue
+        table = catalog(gpu, nvml.gi_profiles(gpu.index))
+        out.update({n: table[n] for n in want if n in table})
+    return out
+
+
+def read_made(env: Env, uid: str) -> list[dict[str, Any]] | None:
+    """What was made for a claim, None without a record: MIG slices (``kind`` ``mig``: GPU, profile id and
+    name, start, size, device) and vGPUs (``kind`` ``vgpu``: GPU, interface, type, id, device)."""
+    path = env.host.dra_made_record(uid)
+    text = env.host.read_raw_opt(path)
+    if not isinstance(text, str):
+        return None
+    try:
+        made = [m for m in json.loads(text)["made"] if isinstance(m, dict)]
+        for m in made:
+            if m.get("kind", "mig") == "mig":
+                str(m["device"]), str(m["gpu"]), int(m["profileId"]), int(m["start"])
+            else:
+                str(m["device"]), str(m["gpu"]), str(m["id"]), str(m["type"])
+        return made
+    except (ValueError, KeyError, TypeError):  # not quoted: file content stays out of messages
+        raise HostIOError(f"the made record of claim {uid} is unreadable: {env.host.display(path)}") from None
+
+
+def all_made(env: Env) -> list[dict[str, Any]]:
+    """What was made for every claim on this node (an unreadable record is logged and skipped)."""
+    out: list[dict[str, Any]] = []
+    for name in env.host.listdir(env.host.dra_made_record()):
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        try:
+            out += read_made(env, name.removesuffix(".json")) or []
+        except (HostIOError, ValueError) as err:
+            log.warning("%s", err)
+    return out
+
+
+def made_placements(env: Env) -> set[tuple[str, int, int]]:
+    """(GPU BDF, profile id, start) of every MIG slice made for a claim on this node."""
+    return {
+        (str(m["gpu"]), int(m["profileId"]), int(m["start"])) for m in all_made(env) if m.get("kind", "mig") == "mig"
+    }
+
+
+def _entry(m: Made) -> dict[str, Any]:
+    return {
+        "kind": "mig",
+        "device": m.name,
+        "gpu": m.gpu.bdf,
+        "profileId": m.profile.id,
+        "profile": m.profile.name,
+        "start": m.start,
+        "size": m.profile.size,
+    }
+
+
+def _mig_steps(
+    nvml: Nvml, wanted: dict[str, Made], ours: set[tuple[str, int, int]], entries: list[dict[str, Any]]
+) -> list[Step]:
+    """The MIG planner's steps for each wanted slice at its placement (a slice ``ours`` is kept); the
+    made-record entries of the new ones are added to ``entries``."""
+    steps: list[Step] = []
+    for m in wanted.values():
+        mine = (m.gpu.bdf, m.profile.id, m.start) in ours
+        steps += layout.plan_gi_at(nvml, layout.GiAtRequest(m.gpu, m.profile.id, m.start, ours=mine)).steps
+        if not mine:
+            entries.append(_entry(m))
+    return steps
+
+
+def _mig_devices(nvml: Nvml, wanted: dict[str, Made]) -> dict[str, DraDevice]:
+    """The made slices as devices: the CDI entry of each one's (full-size) MIG device."""
+    out: dict[str, DraDevice] = {}
+    for m in wanted.values():
+        gi = find_gi(nvml, m.gpu.index, m.profile.id, m.start)
+        if gi is None or not gi.compute_instances:
+            raise HostIOError(
+                f"{m.name}: the {m.profile.name} GPU instance at slot {m.start} is not there after creating it"
+            )
+        uuid = gi.compute_instances[0].uuid
+        dev = Device(uuid, m.gpu.bdf, None, f"{PREFIX}/mig={uuid}")
+        out[m.name] = DraDevice(m.name, "mig", dev, f"{PREFIX}/mig-{m.profile.name}")
+    return out
+
+
+def prepare(env: Env, uid: str, names: list[str]) -> dict[str, DraDevice]:
+    """Create the made-on-demand devices among ``names`` (one engine run: the made record, then each MIG
+    slice or vGPU) and return them as devices whose CDI entry is the new MIG device's, mdev's or VF's.
+    What the claim's record names already is kept (a prepare again after a crash)."""
+    nvml = env.nvml
+    wanted = lookup(nvml, names) if nvml is not None and names else {}
+    vgpus = ondemand_vgpu.lookup(env, names) if names else {}
+    if not wanted and not vgpus:
+        return {}
+    old = read_made(env, uid) or []
+    ours = {(str(m["gpu"]), int(m["profileId"]), int(m["start"])) for m in old if m.get("kind", "mig") == "mig"}
+    kept = {str(m["device"]): m for m in old if m.get("kind") == "vgpu" and ondemand_vgpu.exists(env, m)}
+    steps: list[Step] = []
+    entries = [m for m in old if m.get("kind", "mig") == "mig" or str(m["device"]) in kept]
+    if nvml is not None:
+        steps += _mig_steps(nvml, wanted, ours, entries)
+    for v in vgpus.values():
+        if v.name not in kept:
+            more, entry = ondemand_vgpu.plan(env, v)
+            steps += more
+            entries.append(entry)
+    record = json.dumps({"claim": uid, "made": entries}, indent=2) + "\n"
+    path = env.host.display(env.host.dra_made_record(uid))
+    execute(env, [PutFile(path, record, 0o600, what=f"record what is made for claim {uid}"), *steps])
+    out = _mig_devices(nvml, wanted) if nvml is not None else {}
+    for e in entries:
+        if e.get("kind") == "vgpu" and str(e["device"]) in vgpus:
+            out[str(e["device"])] = ondemand_vgpu.device(e)
+    return out
+
+
+def unprepare_steps(env: Env, uid: str) -> list[Step]:
+    """The steps destroying what was made for the claim (the MIG and vGPU planners': refused while in
+    use) and removing its made record; none when nothing was made."""
+    made = read_made(env, uid)
+    if made is None:
+        return []
+    nvml = env.nvml
+    gpus = (
+        {g.bdf: g for g in nvml.gpus()} if nvml is not None and any(m.get("kind", "mig") == "mig" for m in made) else {}
+    )
+    steps: list[Step] = []
+    for m in made:
+        if m.get("kind", "mig") != "mig":
+            continue
+        gpu = gpus.get(str(m["gpu"]))
+        if gpu is None or nvml is None:  # the GPU is gone (fell off the bus): so is what was made on it
+            log.warning("claim %s: GPU %s is gone; its MIG slice with it", uid, m["gpu"])
+            continue
+        steps += layout.plan_remove_at(nvml, gpu, int(m["profileId"]), int(m["start"])).steps
+    steps += ondemand_vgpu.remove_steps(env, [m for m in made if m.get("kind") == "vgpu"])
+    steps.append(PutFile(env.host.display(env.host.dra_made_record(uid)), None))
+    return steps

@@ -1,0 +1,134 @@
+"""Partitionable devices (Kubernetes ``DRAPartitionableDevices``, KEP-4815): each GPU in MIG mode published
+with its shared counters and one made-on-demand device per MIG (profile, placement) it could still hold.
+
+One ResourceSlice per such GPU, holding its counter set and its devices: Kubernetes 1.34 resolves a
+device's ``consumesCounters`` against the ``sharedCounters`` of its own slice and allows at most 32
+counters in all the sets of a slice (a GPU takes 12), so GPUs do not share slices.
+
+The counter set (named like the GPU's device, ``gpu-0000-07-00-0``) holds:
+
+==================  ========================================================================
+``memory-slice-N``  1 per memory slot (8 on A100/H100): a placement consumes the slots it
+                    occupies, so the scheduler never allocates two overlapping placements
+``compute-slices``  the compute slices of the GPU (7); a placement consumes its profile's
+``multiprocessors`` the SMs the largest layout holds; a placement consumes its profile's
+``memory``          bytes, likewise
+``media-engines``   1, where a ``+me`` profile exists (one GPU instance holds the media engines)
+==================  ========================================================================
+
+Only placements next to the GPU's existing instances that no claim made are published (an instance an
+operator made stays a static ``mig-<uuid>`` device); the slices claims made keep their devices, and the
+counters keep the scheduler from allocating what overlaps them. The static devices of slices made for
+claims are not published (they belong to their claim).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...engine.env import Env
+from ...errors import VgpukitError
+from ...logs import logger
+from ...mig import planner
+from ...nvml import GiProfile, Nvml, NvmlGpu
+from ...pci import PciDevice
+from . import ondemand_vgpu
+from .devices import device_name
+from .ondemand import Made, all_made, catalog, made_placements, mig_gpus
+
+log = logger("vgpukit.k8s.dra")
+MIB = 1024 * 1024
+
+
+def _s(value: str) -> dict[str, Any]:
+    return {"string": value}
+
+
+def _v(n: int) -> dict[str, str]:
+    return {"value": str(n)}
+
+
+def counters(profiles: list[GiProfile]) -> dict[str, dict[str, str]]:
+    """The GPU's counter set: one per memory slot, compute slices, SMs, memory, media engines."""
+    out = {f"memory-slice-{k}": _v(1) for k in range(planner.memory_slots(profiles))}
+    out["compute-slices"] = _v(planner.most_in_a_layout(profiles, "slices"))
+    out["multiprocessors"] = _v(planner.most_in_a_layout(profiles, "sms"))
+    out["memory"] = _v(planner.most_in_a_layout(profiles, "memory_mib") * MIB)
+    if any(p.media for p in profiles):
+        out["media-engines"] = _v(1)
+    return out
+
+
+def consumption(profile: GiProfile, start: int) -> dict[str, dict[str, str]]:
+    """What a GPU instance of ``profile`` at ``start`` takes of its GPU's counters."""
+    out = {f"memory-slice-{k}": _v(1) for k in range(start, start + profile.size)}
+    out["compute-slices"] = _v(profile.slices)
+    out["multiprocessors"] = _v(profile.sms)
+    out["memory"] = _v(profile.memory_mib * MIB)
+    if profile.media:
+        out["media-engines"] = _v(1)
+    return out
+
+
+def device_entry(m: Made, counter_set: str, fn: PciDevice | None) -> dict[str, Any]:
+    """A made-on-demand device: attributes as a static MIG device's (kind, migProfile, parentUUID,
+    productName, pciBusID, pcieRoot, numaNode) and its placement; capacities memory and SMs."""
+    attrs: dict[str, Any] = {
+        "kind": _s("mig"),
+        "migProfile": _s(m.profile.name),
+        "parentUUID": _s(m.gpu.uuid),
+        "productName": _s(m.gpu.name),
+        "pciBusID": _s(m.gpu.bdf),
+        "placementStart": {"int": m.start},
+        "placementSize": {"int": m.profile.size},
+        "onDemand": {"bool": True},
+    }
+    if fn is not None and fn.host_bridge:
+        attrs["pcieRoot"] = _s(fn.host_bridge)
+    if fn is not None and fn.numa_node is not None and fn.numa_node >= 0:
+        attrs["numaNode"] = {"int": fn.numa_node}
+    return {
+        "name": m.name,
+        "attributes": attrs,
+        "capacity": {"memory": _v(m.profile.memory_mib * MIB), "multiprocessors": _v(m.profile.sms)},
+        "consumesCounters": [{"counterSet": counter_set, "counters": consumption(m.profile, m.start)}],
+    }
+
+
+def gpu_slice(nvml: Nvml, gpu: NvmlGpu, made: set[tuple[str, int, int]], fn: PciDevice | None) -> dict[str, Any]:
+    """One GPU's slice spec part: ``sharedCounters`` and its made-on-demand devices."""
+    profiles = nvml.gi_profiles(gpu.index)
+    by_id = {p.id: p for p in profiles}
+    others = [
+        planner.Occupant(g.profile_id, g.start, g.size, f"GI {g.id}")
+        for g in nvml.gpu_instances(gpu.index)
+        if (gpu.bdf, g.profile_id, g.start) not in made
+    ]
+    open_ = {(pl.profile.id, pl.start) for pl in planner.open_placements(profiles, others)}
+    open_ |= {(pid, s) for bdf, pid, s in made if bdf == gpu.bdf and pid in by_id}
+    name = device_name("gpu", gpu.bdf)
+    devices = [device_entry(m, name, fn) for m in catalog(gpu, profiles).values() if (m.profile.id, m.start) in open_]
+    return {"sharedCounters": [{"name": name, "counters": counters(profiles)}], "devices": devices}
+
+
+def publication(
+    env: Env, pci: dict[str, PciDevice], sick: dict[str, str]
+) -> tuple[dict[str, dict[str, Any]], set[str]]:
+    """The partitionable part of the node's pool: a slice spec part per usable GPU in MIG mode (by its
+    counter set's name) and the MIG UUIDs of the slices claims made (not published as static devices)."""
+    made_vgpus = {str(m["id"]) for m in all_made(env) if m.get("kind") == "vgpu"}
+    parts, hidden = ondemand_vgpu.slice_parts(env, made_vgpus, pci, sick)
+    nvml = env.nvml
+    if nvml is None:
+        return parts, hidden
+    made = made_placements(env)
+    for gpu in mig_gpus(nvml):
+        try:
+            for gi in nvml.gpu_instances(gpu.index):
+                if (gpu.bdf, gi.profile_id, gi.start) in made:
+                    hidden.update(ci.uuid for ci in gi.compute_instances)
+            if gpu.bdf not in sick:
+                parts[device_name("gpu", gpu.bdf)] = gpu_slice(nvml, gpu, made, pci.get(gpu.bdf))
+        except VgpukitError as err:  # a GPU that stopped answering: left out until it answers
+            log.warning("%s: MIG slices not published: %s", gpu.bdf, err)
+    return parts, hidden
