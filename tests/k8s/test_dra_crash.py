@@ -34,6 +34,7 @@ from tests.k8s.test_dra_plugin import NODE, Node, _ok, api, claim, short_tmp  # 
 from vgpukit.host import Host
 from vgpukit.k8s.dra.server import plugin_socket, registry_socket
 from vgpukit.sim.kernel import CRASH_CHANGE_ENV
+from vgpukit.sim.nvml import CRASH_ENV as NVML_CRASH_ENV
 from vgpukit.sriov.binding import current_driver
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -43,14 +44,15 @@ LIMIT = 60  # kill points tried at most per call (a prepare of a VF makes about 
 class Plugin:
     """``vgpukit k8s dra-plugin`` as a process, and the kubelet peer registered with it."""
 
-    def __init__(self, sim: Path, kubeconfig: Path, crash_at: int = 0) -> None:
+    def __init__(self, sim: Path, kubeconfig: Path, crash_at: int = 0, killer: str = CRASH_CHANGE_ENV) -> None:
         self.host = sim_host(sim)
         for sock in (registry_socket(self.host), plugin_socket(self.host)):
             self.host.remove(sock)  # a killed plugin's sockets: the test waits for new ones
         env = {**os.environ, "PYTHONPATH": ROOT}
         env.pop(CRASH_CHANGE_ENV, None)
+        env.pop(NVML_CRASH_ENV, None)
         if crash_at:
-            env[CRASH_CHANGE_ENV] = str(crash_at)
+            env[killer] = str(crash_at)
         cmd = [sys.executable, "-m", "vgpukit", "--sim", str(sim), "k8s", "dra-plugin", "--node", NODE]
         cmd += ["--kubeconfig", str(kubeconfig), "--interval", "30"]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -84,12 +86,14 @@ class Plugin:
 class Case:
     name: str
     setup: tuple[tuple[str, ...], ...]
-    kind: str  # the DRA device kind claimed (its first device of the static view)
+    kind: str  # the DRA device kind claimed (its first device of the static view; "mig-3g.20gb": made on demand)
 
 
 CASES = [
     Case("vf-bound-at-prepare", (("sriov", "enable", "nic1", "--vfs", "2"),), "vf"),
     Case("whole-gpu", (), "gpu"),
+    # gpu0 in MIG mode with an operator's 1g.5gb (slot 6): the claim's 3g.20gb is made at prepare
+    Case("mig-made-on-demand", (("partition", "gpu0", "--mig", "1g.5gb"),), "mig-3g.20gb"),
 ]
 
 
@@ -108,9 +112,22 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
+def mig_layout(sim: Path) -> list[tuple[int, int]]:
+    """(profile id, start) of gpu0's GPU instances, as the simulated driver has them."""
+    from vgpukit.sim.nvml import SimNvml
+
+    n = SimNvml(sim)
+    try:
+        return sorted((g.profile_id, g.start) for g in n.gpu_instances(0)) if n.mig_mode(0)[0] else []
+    finally:
+        n.close()
+
+
 def state(host: Host, uid: str, bdf: str) -> dict[str, Any]:
     return {
         "driver": current_driver(host, bdf) if bdf.count(":") == 2 else None,
+        "mig": mig_layout(host.root),
+        "made": host.dra_made_record(uid).exists(),
         "spec": host.dra_claim_cdi_spec(uid).exists(),
         "record": host.dra_claim_record(uid).exists(),
         "journal": journal_left(host.root),
@@ -132,9 +149,19 @@ def copy(short_tmp: Path, pristine: dict[str, Path]) -> Iterator[Any]:  # noqa: 
 
 
 def _pick(sim: Path, kind: str) -> tuple[str, str]:
-    from tests.k8s.test_dra_plugin import opener
+    from tests.k8s.test_dra_plugin import opener, unusable
     from vgpukit.k8s.dra.devices import dra_devices
+    from vgpukit.k8s.dra.server import Driver
 
+    if kind.startswith("mig-"):  # the first placement of the profile the GPU can still hold, made on demand
+        parts = Driver(NODE, opener(sim), lambda *_: {}, unusable(sim), partitionable="on").publication()[1]
+        found = [
+            e["name"]
+            for part in parts.values()
+            for e in part["devices"]
+            if e["attributes"]["migProfile"]["string"] == kind.removeprefix("mig-")
+        ]
+        return sorted(found)[0], ""
     _env, collect, close = opener(sim)()
     try:
         name, dev = sorted((n, d) for n, d in dra_devices(collect()).items() if d.kind == kind)[0]
@@ -159,8 +186,13 @@ def test_a_kill_at_every_change_leaks_nothing(
     kubeconfig = api.kubeconfig(short_tmp / "kubeconfig")
     before = state(sim_host(first), "u-crash", bdf)
     points = 0
-    for n in range(1, LIMIT + 1):
-        sim = first if n == 1 else copy(case)
+    # every change through the host door; for a MIG slice made on demand, every change of the driver too
+    killers = [(k, n) for k in (CRASH_CHANGE_ENV, NVML_CRASH_ENV) for n in range(1, LIMIT + 1)]
+    done: set[str] = set()
+    for killer, n in killers:
+        if killer in done or (killer == NVML_CRASH_ENV and not case.kind.startswith("mig-")):
+            continue
+        sim = first if not points and n == 1 else copy(case)
         host = sim_host(sim)
         if verb == "unprepare":  # a prepared claim, then the unprepare is the call killed
             node = Node(sim, api)
@@ -168,14 +200,15 @@ def test_a_kill_at_every_change_leaks_nothing(
                 assert node.kubelet.prepare(ref).claims["u-crash"].error == ""
             finally:
                 node.close()
-        p = Plugin(sim, kubeconfig, crash_at=n)
+        p = Plugin(sim, kubeconfig, crash_at=n, killer=killer)
         try:
             out = p.call(verb, ref)
         finally:
             p.close()
-        if out is not None:  # no kill: every change point was tried
+        if out is not None:  # no kill: every point of this kind was tried
             assert out.error == "", out.error
-            break
+            done.add(killer)
+            continue
         points += 1
         node = Node(sim, api)  # restarted (in this process): its first call repairs, the kubelet asks again
         try:
@@ -185,13 +218,14 @@ def test_a_kill_at_every_change_leaks_nothing(
                 assert again["spec"] and again["record"] and not again["journal"], (n, again)
                 if case.kind == "vf":
                     assert again["driver"] == "vfio-pci", (n, again)
+                if case.kind.startswith("mig-"):
+                    assert len(again["mig"]) == len(before["mig"]) + 1, (n, again)
             # ... or the pod is gone: the unprepare leaves the host as before the claim
             assert node.kubelet.unprepare(ref).claims["u-crash"].error == ""
             assert state(host, "u-crash", bdf) == before, n
             assert node.kubelet.unprepare(ref).claims["u-crash"].error == ""  # an unknown claim: nothing to do
         finally:
             node.close()
-    else:
-        pytest.fail(f"{verb} still killed after {LIMIT} changes")
+    assert done == {CRASH_CHANGE_ENV, NVML_CRASH_ENV} or (not case.kind.startswith("mig-") and done), done
     print(f"{verb} {case.name}: {points} kill points")
-    assert points >= (4 if case.kind == "vf" else 2), points
+    assert points >= (2 if case.kind == "gpu" or verb == "unprepare" else 4), points
