@@ -42,15 +42,16 @@ def aer_total(text: str | None) -> int | None:
     return None
 
 
-def _pci_facts(host: Host, dev: PciDevice) -> dict[str, Any]:
+def _pci_facts(host: Host, dev: PciDevice, entries: frozenset[str]) -> dict[str, Any]:
+    """``entries``: the device directory's names as the scan listed them (a file not there is not opened)."""
     aer = {}
     for kind, name in AER_FILES.items():
-        total = aer_total(host.read_opt(host.pci_device(dev.bdf, name)))
+        total = aer_total(host.read_opt(host.pci_device(dev.bdf, name))) if name in entries else None
         if total is not None:
             aer[kind] = total
     facts: dict[str, Any] = {"group": dev.iommu_group, "aer": aer, "driver": dev.driver, "physfn": dev.physfn}
     if dev.sriov is not None:
-        present = sum(1 for e in host.listdir(host.pci_device(dev.bdf)) if e.startswith(VIRTFN))
+        present = sum(1 for e in entries if e.startswith(VIRTFN))
         facts["numvfs"], facts["vfs_present"] = dev.sriov.num_vfs, present
     return facts
 
@@ -121,7 +122,7 @@ def look(
     pci: dict[str, dict[str, Any]] = {}
     for dev, name, kind in watched(scan, names):
         devices[dev.bdf] = (name, kind)
-        facts = _pci_facts(host, dev)
+        facts = _pci_facts(host, dev, scan.entries(dev.bdf))
         before = record.pci.get(dev.bdf, {})
         pci[dev.bdf] = {**facts, "name": name, "kind": kind}
         if "numvfs" in facts and facts["vfs_present"] < facts["numvfs"]:
