@@ -18,7 +18,7 @@ from ..nvml.errors import GPU_IS_LOST, NvmlError
 from ..nvml.model import EventWatcher, Nvml, NvmlEvent
 from ..pci import PciDevice, Scan
 from .log import Record
-from .model import DEFAULT_WINDOW, DeviceHealth, HealthEvent, event, summarize
+from .model import DEFAULT_WINDOW, DeviceHealth, HealthEvent, event, summarize, summarize_slices
 from .scope import VFIO, watched
 from .xid import XidTable
 
@@ -117,7 +117,7 @@ def look(
     new: list[HealthEvent] = []
     for e in nvml_events:
         bdf = by_index.get(e.gpu, f"nvml{e.gpu}")
-        new.append(event(e.time or now, name_of.get(bdf, bdf), bdf, e.kind, e.data, table))
+        new.append(event(e.time or now, name_of.get(bdf, bdf), bdf, e.kind, e.data, table, e.gi))
     devices: dict[str, tuple[str, str]] = {}
     pci: dict[str, dict[str, Any]] = {}
     for dev, name, kind in watched(scan, names):
@@ -153,12 +153,35 @@ def look(
         cleared = record.pci.get(bdf, {}).get("cleared", 0)
         pci.setdefault(bdf, {}).update(bad=now_bad, cleared=now if before_bad and not now_bad else cleared)
     record.pci = pci
-    record.add([{k: getattr(e, k) for k in ("time", "device", "bdf", "kind", "data")} for e in new])
-    past = [event(float(r["time"]), r["device"], r["bdf"], r["kind"], r["data"], table) for r in record.events]
+    record.add(
+        [
+            {k: getattr(e, k) for k in ("time", "device", "bdf", "kind", "data", "gi") if k != "gi" or e.gi >= 0}
+            for e in new
+        ]
+    )
+    past = [
+        event(float(r["time"]), r["device"], r["bdf"], r["kind"], r["data"], table, r.get("gi", -1))
+        for r in record.events
+    ]
     out = []
     for bdf, (name, kind) in devices.items():
         evs = [e for e in past if e.bdf == bdf]
         since = float(pci[bdf].get("cleared", 0))
         counted = [e for e in evs if e.time >= since]  # a new event of this very look counts
-        out.append(summarize(name, bdf, kind, findings.get(bdf, []), evs, table, now, window, counted))
+        health = summarize(name, bdf, kind, findings.get(bdf, []), evs, table, now, window, counted)
+        if any(e.slice_scoped for e in counted):
+            health = summarize_slices(health, counted, now, window, _mig_devices(nvml, by_index, bdf))
+        out.append(health)
     return Look(out, new)
+
+
+def _mig_devices(nvml: Nvml | None, by_index: dict[int, str], bdf: str) -> dict[int, tuple[str, ...]]:
+    """GPU instance -> its MIG device UUIDs, of the GPU at ``bdf`` (read only for a GPU whose slices
+    have events of their own; empty when NVML cannot say)."""
+    index = next((i for i, b in by_index.items() if b == bdf), None)
+    if nvml is None or index is None:
+        return {}
+    try:
+        return {gi.id: tuple(ci.uuid for ci in gi.compute_instances) for gi in nvml.gpu_instances(index)}
+    except NvmlError:
+        return {}

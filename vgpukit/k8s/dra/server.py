@@ -138,7 +138,7 @@ class Driver:
             return [(name, hl.UNKNOWN, f"health check failed: {err}"[:1024]) for name in self.devices()]
         out: list[tuple[str, int, str]] = []
         for name, dev in sorted(self.devices().items()):
-            why = sick.get(dev.device.topo_bdf)
+            why = sick.get(dev.device.id) or sick.get(dev.device.topo_bdf)  # a MIG slice's own, else its GPU's
             out.append((name, hl.UNHEALTHY, why[:1024]) if why else (name, hl.HEALTHY, ""))
         return out
 
