@@ -77,7 +77,11 @@ class DirFiles:
             self.fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except (FileNotFoundError, NotADirectoryError):
             return
-        self.names = frozenset(os.listdir(self.fd))
+        try:
+            self.names = frozenset(os.listdir(self.fd))
+        except BaseException:
+            os.close(self.fd)
+            raise
 
     def __enter__(self) -> DirFiles:
         return self
@@ -95,7 +99,10 @@ class DirFiles:
             fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW, dir_fd=self.fd)
         except OSError as exc:
             return self.checked(self.prefix + name) if exc.errno in (errno.ELOOP, errno.ENOTDIR) else default
-        data = read_capped(fd, self.limit)
+        try:
+            data = read_capped(fd, self.limit)
+        except OSError:  # a directory, an attribute the kernel refuses to read
+            return default
         return data.decode(errors="replace").strip() if len(data) <= self.limit else self.checked(self.prefix + name)
 
     def link_name(self, name: str) -> str | None:
