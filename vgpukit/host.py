@@ -1,8 +1,7 @@
 """The one door to the host.
 
-Every path vgpukit reads or writes (/sys, /dev, /proc, /etc, /run) is derived here from one root
-(``--root`` / ``VGPUKIT_ROOT``, default ``/``), the way mdevctl derives every path from its
-environment root. Every change to the host goes through :meth:`Host._change`, which
+Every path vgpukit reads or writes (/sys, /dev, /proc, /etc, /run) is derived here from one root (``--root`` /
+``VGPUKIT_ROOT``, default ``/``), as mdevctl does. Every change to the host goes through :meth:`Host._change`, which
 
 * refuses targets that escape the root (``..``, absolute parts, symlinks pointing outside),
 * confines reads, listings, socket addresses and link resolution to the root (docs/safety.md),
@@ -105,8 +104,10 @@ class Host(SysfsLayout):
 
     def display(self, path: Path | str) -> str:
         """The path as the user would see it on the host (root stripped)."""
-        p = os.path.abspath(path)
-        rel = os.path.relpath(p, self.root)
+        text = os.fspath(path)
+        if text.startswith(self._root_text + "/") and "/." not in text and "//" not in text and text[-1] != "/":
+            return text[len(self._root_text) :]  # already plain under the root: nothing to normalize
+        rel = os.path.relpath(p := os.path.abspath(path), self.root)
         return "/" + rel if not rel.startswith("..") else p
 
     def contains(self, path: Path | str) -> bool:
@@ -150,9 +151,8 @@ class Host(SysfsLayout):
         return os.path.isdir(path)
 
     def _real_dir(self, directory: str, depth: int = 0) -> str:  # depth: links followed to get here
-        """Where ``directory`` really is, refused outside the root. Resolved component by component
-        from the root and remembered for the command: an lstat per new component, a readlink only
-        where one is a symlink (its target resolved the same way), and no open."""
+        """Where ``directory`` really is, refused outside the root. Resolved component by component and
+        remembered for the command: an lstat per new component, a readlink only where one is a link."""
         real = self._real_dirs.get(directory)
         if real is not None:
             return real
@@ -186,11 +186,9 @@ class Host(SysfsLayout):
             pass
 
     def _open_contained(self, path: Path | str, flags: int) -> int:
-        """Open the file ``path`` for reading, refusing it when it resolves outside the root.
-
-        Cheap in the common case: each directory is resolved once per command, and its files are
-        opened under the resolved directory with ``O_NOFOLLOW``; a file that is itself a symlink is
-        opened, then checked on its own (the real path of its fd)."""
+        """Open the file ``path`` for reading, refused when it resolves outside the root. Each directory
+        is resolved once per command, its files opened under it with ``O_NOFOLLOW``; a file that is
+        itself a symlink is opened, then checked on its own (the real path of its fd)."""
         if not self._confined:
             return os.open(path, flags)
         whole = os.path.abspath(path)
@@ -335,6 +333,11 @@ class Host(SysfsLayout):
         except OSError as exc:
             raise from_oserror(exc, path=self.display(path), action="listing") from exc
 
+    def files(self, path: Path | str) -> hostio.DirFiles:
+        """A directory's files read by name: resolved (contained) and listed once (``with`` it)."""
+        real = self._real_dir(os.path.abspath(path)) if self._confined else os.fspath(path)  # or OutsideRoot
+        return self._read_op("listing", path, lambda: hostio.DirFiles(real, f"{path}/", self.read_opt, MAX_ATTR_BYTES))
+
     def readlink(self, path: Path | str) -> str | None:
         """A symlink's target as text (never followed here; use :meth:`resolve` to use it as a path)."""
         try:
@@ -344,10 +347,9 @@ class Host(SysfsLayout):
 
     def link_name(self, path: Path | str) -> str | None:
         """Last component of a symlink's target (``driver`` -> ``vfio-pci``), or None."""
-        target = self.readlink(path)
-        return os.path.basename(target.rstrip("/")) if target else None
+        return os.path.basename(target.rstrip("/")) if (target := self.readlink(path)) else None
 
-    def char_device(self, path: Path) -> tuple[int, int] | None:
+    def char_device(self, path: Path | str) -> tuple[int, int] | None:
         """(major, minor) of a character device node, or None (absent, or not a real node)."""
         try:
             st = os.stat(path)
@@ -367,7 +369,8 @@ class Host(SysfsLayout):
         under a root its real path below the root, as the reads of the device's files resolve it."""
         if not self._confined:
             return self.readlink(link)
-        return "/" + os.path.relpath(self._real_dir(os.path.abspath(link)), self._real_root)  # refused outside
+        real = self._real_dir(os.path.abspath(link))  # refused outside
+        return real[len(self._real_root) :] if real.startswith(self._real_root + "/") else "/"
 
     def socket_address(self, path: Path) -> str:
         """The address to bind or connect a Unix socket at ``path``: its directory must resolve

@@ -163,6 +163,10 @@ class SysfsLayout:
         of each device (IOMMU group, VF count, AER totals), to compare the next look with."""
         return self.run("vgpukit", "health", "state.json")
 
+    def dra_claim_records(self) -> Path:
+        """``/run/vgpukit/dra/claims``: one record per prepared ResourceClaim (:meth:`dra_claim_record`)."""
+        return self.run("vgpukit", "dra", "claims")
+
     def dra_claim_record(self, uid: str) -> Path:
         """``/run/vgpukit/dra/claims/<uid>.json``: a ResourceClaim the DRA plugin prepared (its devices
         and CDI names), until unprepared; a restarted plugin unprepares from it."""

@@ -3,6 +3,7 @@ without a per-component walk, durable renames. Used only by :mod:`vgpukit.host` 
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import stat
@@ -69,6 +70,58 @@ def read_capped(fd: int, limit: int) -> bytes:
     finally:
         os.close(fd)
     return b"".join(chunks)
+
+
+class DirFiles:
+    """One directory's files read by name: the directory (its real path, resolved inside the root by
+    the host door) opened and listed once, each listed file opened relative to it without following
+    links; a name that is a link, or too large, is read by ``checked`` (the host door's checked read
+    of ``prefix`` + the name)."""
+
+    def __init__(self, real: str, prefix: str, checked: Callable[[str], str | None], limit: int) -> None:
+        self.prefix, self.checked, self.limit, self.fd = prefix, checked, limit, -1
+        self.names: frozenset[str] = frozenset()
+        try:
+            self.fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        try:
+            self.names = frozenset(os.listdir(self.fd))
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def __enter__(self) -> DirFiles:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def read(self, name: str, default: str | None = None) -> str | None:
+        """The attribute's text, stripped (``default`` when not listed or unreadable)."""
+        if name not in self.names:
+            return default
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW, dir_fd=self.fd)
+        except OSError as exc:
+            return self.checked(self.prefix + name) if exc.errno in (errno.ELOOP, errno.ENOTDIR) else default
+        try:
+            data = read_capped(fd, self.limit)
+        except OSError:  # a directory, an attribute the kernel refuses to read
+            return default
+        return data.decode(errors="replace").strip() if len(data) <= self.limit else self.checked(self.prefix + name)
+
+    def link_name(self, name: str) -> str | None:
+        """Last component of the link ``name``'s target (``driver`` -> ``vfio-pci``), or None."""
+        if name not in self.names:
+            return None
+        try:
+            target = os.readlink(name, dir_fd=self.fd)
+        except OSError:
+            return None
+        return os.path.basename(target.rstrip("/")) if target else None
 
 
 def map_regular(fd: int) -> mmap.mmap | None:

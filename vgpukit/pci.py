@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .data.pci_names import PciNames
 from .errors import InvalidInput, NotFound
@@ -17,7 +17,6 @@ from .host import Host
 from .host_layout import (
     BDF_RE,
     BOOT_VGA,
-    CONFIG,
     DRIVER,
     DRIVER_OVERRIDE,
     INFINIBAND,
@@ -35,6 +34,9 @@ from .host_layout import (
 )
 from .pci_kind import hex_id, kind_of, read_kind
 from .records import Record
+
+if TYPE_CHECKING:
+    from .hostio import DirFiles
 
 HOST_BRIDGE_RE = re.compile(r"^pci([0-9a-f]{4}):([0-9a-f]{2})\Z", re.ASCII)
 
@@ -59,19 +61,6 @@ def bdf_sort_key(bdf: str) -> tuple[int, int, int, int]:
     if not m:
         return (0xFFFF, 0xFF, 0xFF, 0xF)
     return (int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16), int(m.group(4), 16))
-
-
-HEADER_TYPE_OFFSET = 0x0E  # the configuration-space byte naming the header layout (bit 7: multi-function)
-HEADER_NORMAL = 0  # a normal endpoint; 1: a PCI-to-PCI bridge, 2: a CardBus bridge
-
-
-def header_type(host: Host, bdf: str) -> int | None:
-    """The function's configuration-space header type (0 endpoint, 1 PCI bridge, 2 CardBus bridge),
-    from its ``config`` file; None when that cannot be read (read on demand: not part of a :class:`Scan`)."""
-    data = host.read_bytes_opt(host.pci_device(bdf, CONFIG), HEADER_TYPE_OFFSET + 1)
-    if data is None or len(data) <= HEADER_TYPE_OFFSET:
-        return None
-    return data[HEADER_TYPE_OFFSET] & 0x7F
 
 
 class Link(Record):
@@ -246,29 +235,35 @@ def _chain(host: Host, dev_link: Path) -> tuple[str, tuple[str, ...]]:
     return parts[hb_index], tuple(p for p in below[:-1] if BDF_RE.match(p))
 
 
-def read_device(host: Host, bdf: str, names: PciNames | None = None) -> PciDevice:
-    """Everything sysfs says about one device: one directory listing, then only what is there.
-    ``names``: the command's device-name database (a :class:`Scan` shares one)."""
+def read_device(
+    host: Host, bdf: str, names: PciNames | None = None, listing: dict[str, frozenset[str]] | None = None
+) -> PciDevice:
+    """Everything sysfs says about one device: one listing (kept in ``listing``), then only what is there."""
     d = host.pci_device(bdf)
-    entries = set(host.listdir(d))
+    with host.files(d) as files:
+        if listing is not None:
+            listing[bdf] = files.names
+        return _read_device(host, bdf, d, files, names or PciNames(host))
+
+
+def _read_device(host: Host, bdf: str, d: Path, files: DirFiles, names: PciNames) -> PciDevice:
+    entries = files.names
     if not entries:
         raise NotFound(f"no PCI device {bdf}", device=bdf, path=host.display(d))
     base = f"{d}/"
-
-    def attr(name: str, default: str | None = None) -> str | None:
-        return host.read_opt(base + name, default) if name in entries else default
+    attr, link = files.read, files.link_name
 
     def number(name: str, base_: int = 0) -> int | None:
-        return host.read_int(base + name, None, base_) if name in entries else None
-
-    def link(name: str) -> str | None:
-        return host.link_name(base + name) if name in entries else None
+        text = files.read(name)
+        try:
+            return int(text, base_) if text else None
+        except ValueError:
+            return None
 
     vendor, device = hex_id(attr("vendor")), hex_id(attr("device"))
     class_code = number("class") or 0
     subsys = attr("subsystem_vendor")
     subsystem = f"{hex_id(subsys)}:{hex_id(attr('subsystem_device'))}" if subsys else None
-    names = names or PciNames(host)
     host_bridge, parents = _chain(host, d)
     numa = number("numa_node")
     group = link(IOMMU_GROUP)
@@ -333,7 +328,12 @@ def vf_addresses(pf: str, offset: int, stride: int, ns: list[int]) -> list[str]:
 
 
 def virtfns_listed(
-    host: Host, pf: str, base: str, entries: set[str] | list[str], offset: int | None, stride: int | None
+    host: Host,
+    pf: str,
+    base: str,
+    entries: set[str] | frozenset[str] | list[str],
+    offset: int | None,
+    stride: int | None,
 ) -> list[str]:
     """The VFs of ``pf`` whose ``virtfnN`` link is present, in index order. Where each link leads is
     fixed by the PF's offset and stride (:func:`vf_address`, as the kernel places them), so no link
@@ -375,6 +375,7 @@ class Scan:
         self._bdfs: list[str] | None = None
         self._bdf_set: set[str] = set()
         self._read: dict[str, PciDevice] = {}
+        self._entries: dict[str, frozenset[str]] = {}  # bdf -> its sysfs directory's entries, as read
         self._physical: list[PciDevice] | None = None
         self._kinds: list[tuple[str, str, str]] | None = None
         self.names = PciNames(host)  # device names, from the host's PCI ID database
@@ -396,8 +397,14 @@ class Scan:
     def device(self, bdf: str) -> PciDevice:
         dev = self._read.get(bdf)
         if dev is None:
-            dev = self._read[bdf] = read_device(self.host, bdf, self.names)
+            dev = self._read[bdf] = read_device(self.host, bdf, self.names, self._entries)
         return dev
+
+    def entries(self, bdf: str) -> frozenset[str]:
+        """The names in the device's sysfs directory, as :meth:`device` listed them."""
+        if bdf not in self._entries:
+            self.device(bdf)
+        return self._entries.get(bdf, frozenset())
 
     def devices(self) -> list[PciDevice]:
         """All PCI functions (VFs included), in bus order."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .errors import NotFound
-from .host_layout import BOOT_VGA, PHYSFN
+from .host_layout import BOOT_VGA, CONFIG, PHYSFN
 
 if TYPE_CHECKING:
     from .host import Host
@@ -56,3 +56,16 @@ def read_kind(host: Host, bdf: str) -> tuple[str, str] | None:
     class_code = (host.read_int(base + "class", None) if "class" in entries else None) or 0
     boot_vga = BOOT_VGA in entries and host.read_opt(base + BOOT_VGA) == "1"
     return vendor, kind_of(class_code, int(vendor, 16), boot_vga)
+
+
+HEADER_TYPE_OFFSET = 0x0E  # the configuration-space byte naming the header layout (bit 7: multi-function)
+HEADER_NORMAL = 0  # a normal endpoint; 1: a PCI-to-PCI bridge, 2: a CardBus bridge
+
+
+def header_type(host: Host, bdf: str) -> int | None:
+    """The function's configuration-space header type (0 endpoint, 1 PCI bridge, 2 CardBus bridge),
+    from its ``config`` file; None when that cannot be read (read on demand: not part of a :class:`Scan`)."""
+    data = host.read_bytes_opt(host.pci_device(bdf, CONFIG), HEADER_TYPE_OFFSET + 1)
+    if data is None or len(data) <= HEADER_TYPE_OFFSET:
+        return None
+    return data[HEADER_TYPE_OFFSET] & 0x7F

@@ -33,6 +33,7 @@ from hosts import sriov_host, write_profile  # noqa: E402
 from vgpukit.cli.main import main  # noqa: E402
 from vgpukit.clikit.context import App  # noqa: E402
 from vgpukit.metrics.collector import HostCollector, text  # noqa: E402
+from vgpukit.wiring import Wiring  # noqa: E402
 
 
 def _cli(sim: Path, *args: str) -> None:
@@ -103,7 +104,9 @@ def _syscr() -> int:
 
 
 def measure(sim: Path, scrapes: int) -> tuple[list[float], list[float], int, int]:
-    app = App.from_env(None, str(sim), json=False, dry_run=False, debug=False, wait=30.0, command="bench")
+    app = App.from_env(
+        None, str(sim), json=False, dry_run=False, debug=False, wait=30.0, command="bench", wiring=Wiring()
+    )
     collector = HostCollector(app.host, lambda: app.nvml)
     text(collector)  # warm: imports, NVML opened once as in the long-running exporter
     walls, cpus, reads, series = [], [], 0, 0

@@ -1,11 +1,17 @@
 /* The tenant's shared accounting region: <dir>/usage, one small file mapped by every process of the
  * tenant (layout below; vgpukit/cuda/region.py reads it for `qos status`).
  *
- *   offset 0    u32 magic "VGCU" (0x55434756), u32 version 1, u32 maxdev 32, u32 slots 64
- *   offset 16   a process-shared robust pthread mutex (64 bytes reserved)
- *   offset 80   u64 cap[32]     the cap per device the tenant allocated on, as the last process set it
- *   offset 336  u64 total[32]   bytes charged per device = the sum of the live slots
- *   offset 592  64 slots of { i32 pid, u32 pad, u64 start (starttime in /proc/pid/stat), u64 used[32] }
+ *   offset 0      u32 magic "VGCU" (0x55434756), u32 version 2, u32 maxdev 32, u32 slots 64
+ *   offset 16     a process-shared robust pthread mutex (64 bytes reserved)
+ *   offset 80     u64 cap[32]     the cap per device the tenant allocated on, as the last process set it
+ *   offset 336    u64 total[32]   bytes charged per device = the sum of the live slots
+ *   offset 592    64 slots of { i32 pid, u32 pad, u64 start (starttime in /proc/pid/stat), u64 used[32] }
+ *   offset 18000  u64 refused[32] allocation attempts the cap refused per device (version 2; atomic adds)
+ *
+ * Versions only append: version 1 is the first 18000 bytes (no refusal counters), and a reader of
+ * version N reads any later version's first bytes as version N's. A version 1 file (left by an older
+ * library) is grown to version 2 in place by the first process of this library that maps it (under the
+ * file lock; zeroed counters): older processes keep their mapping of the first 18000 bytes.
  *
  * Crash safety: a process killed while holding the mutex leaves it EOWNERDEAD; the next locker makes it
  * consistent and recomputes every total from the slots. A slot whose process is gone (no such pid, or
@@ -46,9 +52,12 @@ struct region {
     uint64_t cap[VGC_MAXDEV];
     uint64_t total[VGC_MAXDEV];
     struct slot slot[VGC_SLOTS];
+    uint64_t refused[VGC_MAXDEV]; /* version 2 */
 };
+#define VGC_VERSION 2
+#define VGC_V1_SIZE (592 + VGC_SLOTS * 272)
 _Static_assert(sizeof(pthread_mutex_t) <= 64, "mutex fits its field");
-_Static_assert(sizeof(struct region) == 592 + VGC_SLOTS * 272, "layout as documented");
+_Static_assert(sizeof(struct region) == VGC_V1_SIZE + VGC_MAXDEV * 8, "layout as documented");
 
 static struct region *rg;
 static int me = -1; /* my slot */
@@ -134,17 +143,21 @@ static struct region *map_file(const char *dir)
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return NULL;
+    int v1 = 0; /* a version 1 file, to grow in place */
     if (flock(fd, LOCK_EX) == 0 && fstat(fd, &st) == 0 &&
-        (st.st_size == (off_t)sizeof(*r) || (st.st_size == 0 && ftruncate(fd, sizeof(*r)) == 0))) {
+        (st.st_size == (off_t)sizeof(*r) ||
+         ((st.st_size == 0 || (v1 = st.st_size == VGC_V1_SIZE)) && ftruncate(fd, sizeof(*r)) == 0))) {
         void *m = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (m != MAP_FAILED) {
             r = m;
             if (r->magic != VGC_MAGIC) { /* first user (under the file lock): lay it out */
                 memset(r, 0, sizeof(*r));
                 init_mutex(r);
-                r->version = 1, r->maxdev = VGC_MAXDEV, r->slots = VGC_SLOTS;
+                r->version = VGC_VERSION, r->maxdev = VGC_MAXDEV, r->slots = VGC_SLOTS;
                 __atomic_store_n(&r->magic, VGC_MAGIC, __ATOMIC_RELEASE);
-            } else if (r->version != 1 || r->maxdev != VGC_MAXDEV || r->slots != VGC_SLOTS) {
+            } else if (v1 && r->version == 1 && r->maxdev == VGC_MAXDEV && r->slots == VGC_SLOTS) {
+                __atomic_store_n(&r->version, VGC_VERSION, __ATOMIC_RELEASE); /* grown: counters zero */
+            } else if (r->version != VGC_VERSION || r->maxdev != VGC_MAXDEV || r->slots != VGC_SLOTS) {
                 munmap(m, sizeof(*r));
                 r = NULL;
             }
@@ -215,6 +228,7 @@ int vgc_charge(int dev, uint64_t bytes)
         if (pass == 0 && !reclaim())
             break;
     }
+    __atomic_fetch_add(&rg->refused[dev], 1, __ATOMIC_RELAXED); /* the exporter's refusals counter */
     unlock();
     return -1;
 }

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vgpukit.errors import Busy, HostIOError, InvalidInput, NotFound, from_oserror
+from vgpukit.errors import Busy, HostIOError, InvalidInput, NotFound, OutsideRoot, from_oserror
 from vgpukit.host import Host, check_name
 
 
@@ -106,3 +106,28 @@ def test_char_device_numbers_only_for_real_nodes(tmp_path: Path) -> None:
     except PermissionError:
         pytest.skip("mknod needs root")
     assert h.char_device(node) == (1, 3)
+
+
+def test_files_reads_a_directory_by_name_contained(tmp_path: Path) -> None:
+    """``Host.files``: one listing, then only listed files; links are followed only inside the root,
+    a directory or an unlisted name is the default, and a link leading outside is refused."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    d = root / "sys" / "dev0"
+    (d / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret").write_text("s\n")
+    (d / "vendor").write_text("0x10de\n")
+    (root / "sys" / "shared").write_text("inside\n")
+    (d / "linked").symlink_to("../shared")
+    (d / "driver").symlink_to("../../drivers/vfio-pci")
+    (d / "escape").symlink_to(outside / "secret")
+    h = Host(root)
+    with h.files(h.sys("dev0")) as f:
+        assert f.names == {"vendor", "sub", "linked", "driver", "escape"}
+        assert f.read("vendor") == "0x10de" and f.read("linked") == "inside"
+        assert f.read("sub", "x") == "x" and f.read("missing", "y") == "y"
+        assert f.link_name("driver") == "vfio-pci" and f.link_name("vendor") is None
+        with pytest.raises(OutsideRoot):
+            f.read("escape")
+    with h.files(h.sys("absent")) as f:
+        assert f.names == frozenset() and f.read("vendor") is None

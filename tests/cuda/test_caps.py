@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
+import struct
+from pathlib import Path
 
 import pytest
 
+from tests.conftest import make_sim
+from tests.exporter.helpers import scrape, value
+from vgpukit.cuda import region
 from vgpukit.cuda.region import read_usage
 
 from .conftest import Cuda
@@ -132,3 +138,44 @@ def test_a_process_killed_inside_the_lock_blocks_nobody(cuda: Cuda) -> None:
     holder.wait()
     out = cuda.run("paths", "mem", timeout=20, **env)
     assert int(out["free"]) == CAP and int(out["peak"]) == CAP and out["over"] == "2"
+
+
+def _scrape_region(cuda: Cuda, tmp_path: Path) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """The exporter's scrape of a simulated host holding the tenant's region as the library left it."""
+    sim = make_sim(tmp_path / "sim")
+    dest = sim / "run/vgpukit/cuda" / cuda.tenant
+    dest.mkdir(parents=True)
+    shutil.copyfile(cuda.root / "run/vgpukit/cuda" / cuda.tenant / "usage", dest / "usage")
+    return scrape(sim)
+
+
+def test_refused_allocations_are_counted_and_exported(cuda: Cuda, tmp_path: Path) -> None:
+    """Each allocation attempt the cap refuses adds one to the region's counter (version 2), shown by the
+    exporter as vgpukit_tenant_memory_cap_refusals_total."""
+    out = cuda.run("paths", "mem", VGPUKIT_CUDA_MEMORY=str(CAP))
+    assert out["over"] == "2" and out["more"] == "2"  # the two attempts over the cap
+    usage = read_usage(cuda.host, cuda.tenant)
+    assert usage is not None and usage.refused == (2,)
+    cuda.run("paths", "mem", VGPUKIT_CUDA_MEMORY=str(CAP))
+    usage = read_usage(cuda.host, cuda.tenant)
+    assert usage is not None and usage.refused == (4,)
+    fam = _scrape_region(cuda, tmp_path)
+    assert value(fam, "vgpukit_tenant_memory_cap_refusals", tenant=cuda.tenant, gpu="0") == 4  # sample: ..._total
+
+
+def test_a_version_1_region_is_grown_in_place_and_read_by_both(cuda: Cuda, tmp_path: Path) -> None:
+    """A region left by an older library (version 1, no counters): the reader reads it (no refusals), and
+    this library grows it to version 2 in place, keeping what it held."""
+    path = cuda.root / "run/vgpukit/cuda" / cuda.tenant / "usage"
+    data = bytearray(region.SIZE)
+    region.HEADER.pack_into(data, 0, region.MAGIC, 1, region.MAXDEV, region.SLOTS)
+    struct.pack_into("<Q", data, region.CAPS_AT, CAP)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(bytes(data))
+    usage = read_usage(cuda.host, cuda.tenant)
+    assert usage is not None and usage.caps == (CAP,) and usage.refused == ()
+    assert value(_scrape_region(cuda, tmp_path / "a"), "vgpukit_tenant_memory_cap_refusals", gpu="0") == 0
+    cuda.run("paths", "mem", VGPUKIT_CUDA_MEMORY=str(CAP))
+    assert path.stat().st_size == region.SIZE_V2 and region.HEADER.unpack_from(path.read_bytes())[1] == 2
+    usage = read_usage(cuda.host, cuda.tenant)
+    assert usage is not None and usage.caps == (CAP,) and usage.used == (0,) and usage.refused == (2,)

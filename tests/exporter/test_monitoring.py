@@ -92,4 +92,14 @@ def test_every_queried_metric_is_emitted(name: str, emitted: set[str]) -> None:
 def test_the_alerts_named_in_the_docs_exist() -> None:
     (doc,) = yaml.safe_load_all((MONITORING / "alerts.yaml").read_text())
     alerts = {r["alert"] for g in doc["spec"]["groups"] for r in g["rules"]}
-    assert {"VgpukitDeviceUnusable", "VgpukitTenantAtMemoryCap", "VgpukitShareBelowTarget"} <= alerts
+    assert {"VgpukitDeviceUnusable", "VgpukitTenantMemoryCapRefused", "VgpukitShareBelowTarget"} <= alerts
+
+
+def test_the_memory_cap_alert_fires_on_refusals() -> None:
+    """The tenant alert is about allocations the cap refused (the region's counter), not about a tenant
+    holding its whole cap (which is no failure)."""
+    (doc,) = yaml.safe_load_all((MONITORING / "alerts.yaml").read_text())
+    rules = {r["alert"]: r for g in doc["spec"]["groups"] for r in g["rules"]}
+    expr = " ".join(rules["VgpukitTenantMemoryCapRefused"]["expr"].split())
+    assert expr == "increase(vgpukit_tenant_memory_cap_refusals_total[5m]) > 0"
+    assert not any("VgpukitTenantAtMemoryCap" in a for a in rules)

@@ -57,3 +57,4 @@ def test_memory_cap_from_the_cuda_region(sim_dir: Path) -> None:
     assert value(fam, "vgpukit_tenant_memory_cap_bytes", tenant="web", gpu="0") == 16 << 20
     assert value(fam, "vgpukit_tenant_memory_used_bytes", tenant="web", gpu="0") == 0
     assert value(fam, "vgpukit_tenant_processes", tenant="web") == 0
+    assert value(fam, "vgpukit_tenant_memory_cap_refusals", tenant="web", gpu="0") == 0  # version 1: none counted

@@ -9,7 +9,7 @@ from pathlib import Path
 from tests.conftest import Run, invoke, make_sim, sim_host
 from tests.doors.harness import host_config, host_state
 from tests.realkernel.targets import CliResult, Target
-from vgpukit.pci import header_type
+from vgpukit.pci_kind import header_type
 
 CONSOLE, BMC_BRIDGE, ROOT_PORT = "0000:02:00.0", "0000:01:00.0", "0000:00:1c.0"  # t4-mdev
 

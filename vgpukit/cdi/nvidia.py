@@ -69,6 +69,8 @@ class Edits:
     mounts: tuple[dict[str, Any], ...] = ()
 
     def __add__(self, other: Edits) -> Edits:
+        if not other:
+            return self
         seen = {n["path"] for n in self.nodes}
         return Edits(
             self.env + tuple(e for e in other.env if e not in self.env),

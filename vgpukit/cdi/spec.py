@@ -41,6 +41,8 @@ from .mig import gpu_minor, mig_slices
 from .nvidia import Edits
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..nvml import Nvml
 
 CDI_VERSION = "0.5.0"  # what these specs need (hostPath, spec-wide edits); podman 4.3 reads up to 0.5.0
@@ -112,10 +114,17 @@ def with_all(devices: list[CdiDevice]) -> list[CdiDevice]:
     """The devices followed by ``all``: every device's edits together (none when there are none)."""
     if not devices:
         return []
-    total = Edits()
+    env: dict[str, None] = {}  # what Edits.__add__ over the devices gives, in one pass (not quadratic)
+    nodes: dict[str, dict[str, Any]] = {}
+    hooks: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
     for d in devices:
-        total = total + d.edits
-    return [*devices, CdiDevice(ALL, total)]
+        env.update(dict.fromkeys(d.edits.env))
+        for n in d.edits.nodes:
+            nodes.setdefault(n["path"], n)
+        hooks += d.edits.hooks
+        mounts += (m for m in d.edits.mounts if m not in mounts)
+    return [*devices, CdiDevice(ALL, Edits(tuple(env), tuple(nodes.values()), tuple(hooks), tuple(mounts)))]
 
 
 # ----------------------------------------------------------------------------- device numbers
@@ -135,8 +144,9 @@ def proc_major(host: Host, name: str) -> int | None:
     return None
 
 
-def vfio_node(host: Host, *parts: str) -> Node:
-    path = host.dev_node(*parts)
+def vfio_node(host: Host, *parts: str, path: Path | str | None = None) -> Node:
+    """The node ``/dev/<parts>`` (``path``: the same, already joined by the caller)."""
+    path = path or host.dev_node(*parts)
     shown = host.display(path)
     nums = host.char_device(path)
     major, minor = nums if nums else (None, None)
@@ -144,20 +154,38 @@ def vfio_node(host: Host, *parts: str) -> Node:
 
 
 # ----------------------------------------------------------------------------- VFIO collectors
-def vfio_edits(host: Host, group: int) -> Edits | None:
-    if not host.exists(host.vfio_group_node(group)):
-        return None
-    return Edits(nodes=(vfio_node(host, "vfio", "vfio").to_dict(), vfio_node(host, "vfio", str(group)).to_dict()))
+class VfioEdits:
+    """Each IOMMU group's edits (``/dev/vfio/vfio`` and ``/dev/vfio/<group>``) for one collection:
+    ``/dev/vfio`` listed once and the container node read once, each group's node once."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.dir = f"{host.vfio_dir()}/"
+        self.present = set(host.listdir(self.dir))
+        self._container: dict[str, Any] | None = None
+        self._groups: dict[int, Edits] = {}
+
+    def __call__(self, group: int) -> Edits | None:
+        if str(group) not in self.present:
+            return None
+        if group not in self._groups:
+            if self._container is None:
+                self._container = vfio_node(self.host, "vfio", "vfio").to_dict()
+            self._groups[group] = Edits(
+                nodes=(self._container, vfio_node(self.host, path=self.dir + str(group)).to_dict())
+            )
+        return self._groups[group]
 
 
 def collect_pci(host: Host, warnings: list[str], scan: Scan | None = None) -> tuple[list[CdiDevice], list[CdiDevice]]:
     vfs: list[CdiDevice] = []
     others: list[CdiDevice] = []
+    vfio_edits = VfioEdits(host)
     for dev in (scan or Scan(host)).devices():
         bdf = dev.bdf
         if not dev.driver or "vfio" not in dev.driver or dev.iommu_group is None:
             continue
-        edits = vfio_edits(host, dev.iommu_group)
+        edits = vfio_edits(dev.iommu_group)
         if edits is None:
             warnings.append(f"{bdf} is bound to {dev.driver} but /dev/vfio/{dev.iommu_group} is missing; skipped")
             continue
@@ -167,12 +195,13 @@ def collect_pci(host: Host, warnings: list[str], scan: Scan | None = None) -> tu
 
 def collect_mdev(host: Host, warnings: list[str]) -> list[CdiDevice]:
     out = []
+    vfio_edits = VfioEdits(host)
     for uuid in host.listdir(host.mdev_devices()):
         group = host.link_name(host.mdev_device(uuid, IOMMU_GROUP))
         if not group or not group.isdigit():
             warnings.append(f"mdev {uuid} has no IOMMU group (vfio_mdev not bound?); skipped")
             continue
-        edits = vfio_edits(host, int(group))
+        edits = vfio_edits(int(group))
         if edits is None:
             warnings.append(f"mdev {uuid}: /dev/vfio/{group} is missing; skipped")
             continue

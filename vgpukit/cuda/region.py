@@ -2,9 +2,11 @@
 
 * ``config``: ``key=value`` lines the library reads at start (memory, inflight, inflight_ms, gpu).
 * ``usage``: the library's shared accounting region (layout in contrib/cuda/region.c): per device the
-  cap last configured and, per process slot, the bytes it holds. A slot of a dead process (no such pid,
-  or the pid now belongs to a process started at another time) is not counted here, as the library
-  reclaims it at its next allocation.
+  cap last configured and, per process slot, the bytes it holds; from version 2 on, the allocation
+  attempts the cap refused. A slot of a dead process (no such pid, or the pid now belongs to a process
+  started at another time) is not counted here, as the library reclaims it at its next allocation.
+  Versions only append: any version's first bytes read as version 1's, so a version 1 region (an older
+  library) reads with no refusals counted, and a later one as far as this reader knows it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ SLOTS = 64
 HEADER = struct.Struct("<4I")
 CAPS_AT, TOTALS_AT, SLOTS_AT = 80, 336, 592
 SLOT = struct.Struct(f"<iIQ{MAXDEV}Q")
-SIZE = SLOTS_AT + SLOTS * SLOT.size
+SIZE = SLOTS_AT + SLOTS * SLOT.size  # version 1
+REFUSED_AT = SIZE  # version 2: u64 refused[MAXDEV]
+SIZE_V2 = REFUSED_AT + 8 * MAXDEV
 CONFIG_KEYS = ("memory", "inflight", "inflight_ms", "gpu")
 
 
@@ -31,6 +35,7 @@ class Usage:
     caps: tuple[int, ...]  # per device, 0 = uncapped
     used: tuple[int, ...]  # per device, bytes held by live processes
     processes: int
+    refused: tuple[int, ...] = ()  # per device, allocation attempts the cap refused (a version 1 region: none)
 
     @property
     def cap(self) -> int:
@@ -48,13 +53,14 @@ def tenant_dir(host: Host, tenant: str) -> Path:
 
 def read_usage(host: Host, tenant: str) -> Usage | None:
     """The tenant's usage, or None when no process of it ever ran (or the file is not a region)."""
-    data = host.read_bytes_opt(tenant_dir(host, tenant) / "usage", SIZE)
+    data = host.read_bytes_opt(tenant_dir(host, tenant) / "usage", SIZE_V2)
     if data is None or len(data) < SIZE:
         return None
     magic, version, maxdev, slots = HEADER.unpack_from(data)
-    if (magic, version, maxdev, slots) != (MAGIC, 1, MAXDEV, SLOTS):
+    if (magic, maxdev, slots) != (MAGIC, MAXDEV, SLOTS) or version < 1:
         return None
     caps = struct.unpack_from(f"<{MAXDEV}Q", data, CAPS_AT)
+    refused = struct.unpack_from(f"<{MAXDEV}Q", data, REFUSED_AT) if version >= 2 and len(data) >= SIZE_V2 else ()
     used = [0] * MAXDEV
     live = 0
     for i in range(SLOTS):
@@ -64,8 +70,8 @@ def read_usage(host: Host, tenant: str) -> Usage | None:
         live += 1
         for d, n in enumerate(per_dev):
             used[d] += n
-    last = max([d + 1 for d in range(MAXDEV) if caps[d] or used[d]], default=0)
-    return Usage(caps=tuple(caps[:last]), used=tuple(used[:last]), processes=live)
+    last = max([d + 1 for d in range(MAXDEV) if caps[d] or used[d] or (refused and refused[d])], default=0)
+    return Usage(caps=tuple(caps[:last]), used=tuple(used[:last]), processes=live, refused=tuple(refused[:last]))
 
 
 def write_config(host: Host, tenant: str, **values: int | str | None) -> None:

@@ -18,7 +18,7 @@ from ..nvml.errors import GPU_IS_LOST, NvmlError
 from ..nvml.model import EventWatcher, Nvml, NvmlEvent
 from ..pci import PciDevice, Scan
 from .log import Record
-from .model import DEFAULT_WINDOW, DeviceHealth, HealthEvent, event, summarize
+from .model import DEFAULT_WINDOW, DeviceHealth, HealthEvent, event, summarize, summarize_slices
 from .scope import VFIO, watched
 from .xid import XidTable
 
@@ -42,15 +42,16 @@ def aer_total(text: str | None) -> int | None:
     return None
 
 
-def _pci_facts(host: Host, dev: PciDevice) -> dict[str, Any]:
+def _pci_facts(host: Host, dev: PciDevice, entries: frozenset[str]) -> dict[str, Any]:
+    """``entries``: the device directory's names as the scan listed them (a file not there is not opened)."""
     aer = {}
     for kind, name in AER_FILES.items():
-        total = aer_total(host.read_opt(host.pci_device(dev.bdf, name)))
+        total = aer_total(host.read_opt(host.pci_device(dev.bdf, name))) if name in entries else None
         if total is not None:
             aer[kind] = total
     facts: dict[str, Any] = {"group": dev.iommu_group, "aer": aer, "driver": dev.driver, "physfn": dev.physfn}
     if dev.sriov is not None:
-        present = sum(1 for e in host.listdir(host.pci_device(dev.bdf)) if e.startswith(VIRTFN))
+        present = sum(1 for e in entries if e.startswith(VIRTFN))
         facts["numvfs"], facts["vfs_present"] = dev.sriov.num_vfs, present
     return facts
 
@@ -116,12 +117,12 @@ def look(
     new: list[HealthEvent] = []
     for e in nvml_events:
         bdf = by_index.get(e.gpu, f"nvml{e.gpu}")
-        new.append(event(e.time or now, name_of.get(bdf, bdf), bdf, e.kind, e.data, table))
+        new.append(event(e.time or now, name_of.get(bdf, bdf), bdf, e.kind, e.data, table, e.gi))
     devices: dict[str, tuple[str, str]] = {}
     pci: dict[str, dict[str, Any]] = {}
     for dev, name, kind in watched(scan, names):
         devices[dev.bdf] = (name, kind)
-        facts = _pci_facts(host, dev)
+        facts = _pci_facts(host, dev, scan.entries(dev.bdf))
         before = record.pci.get(dev.bdf, {})
         pci[dev.bdf] = {**facts, "name": name, "kind": kind}
         if "numvfs" in facts and facts["vfs_present"] < facts["numvfs"]:
@@ -152,12 +153,35 @@ def look(
         cleared = record.pci.get(bdf, {}).get("cleared", 0)
         pci.setdefault(bdf, {}).update(bad=now_bad, cleared=now if before_bad and not now_bad else cleared)
     record.pci = pci
-    record.add([{k: getattr(e, k) for k in ("time", "device", "bdf", "kind", "data")} for e in new])
-    past = [event(float(r["time"]), r["device"], r["bdf"], r["kind"], r["data"], table) for r in record.events]
+    record.add(
+        [
+            {k: getattr(e, k) for k in ("time", "device", "bdf", "kind", "data", "gi") if k != "gi" or e.gi >= 0}
+            for e in new
+        ]
+    )
+    past = [
+        event(float(r["time"]), r["device"], r["bdf"], r["kind"], r["data"], table, r.get("gi", -1))
+        for r in record.events
+    ]
     out = []
     for bdf, (name, kind) in devices.items():
         evs = [e for e in past if e.bdf == bdf]
         since = float(pci[bdf].get("cleared", 0))
         counted = [e for e in evs if e.time >= since]  # a new event of this very look counts
-        out.append(summarize(name, bdf, kind, findings.get(bdf, []), evs, table, now, window, counted))
+        health = summarize(name, bdf, kind, findings.get(bdf, []), evs, table, now, window, counted)
+        if any(e.slice_scoped for e in counted):
+            health = summarize_slices(health, counted, now, window, _mig_devices(nvml, by_index, bdf))
+        out.append(health)
     return Look(out, new)
+
+
+def _mig_devices(nvml: Nvml | None, by_index: dict[int, str], bdf: str) -> dict[int, tuple[str, ...]]:
+    """GPU instance -> its MIG device UUIDs, of the GPU at ``bdf`` (read only for a GPU whose slices
+    have events of their own; empty when NVML cannot say)."""
+    index = next((i for i, b in by_index.items() if b == bdf), None)
+    if nvml is None or index is None:
+        return {}
+    try:
+        return {gi.id: tuple(ci.uuid for ci in gi.compute_instances) for gi in nvml.gpu_instances(index)}
+    except NvmlError:
+        return {}

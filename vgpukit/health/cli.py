@@ -49,7 +49,10 @@ def _look(app: App, table: xid.XidTable, window: float, watcher: EventWatcher | 
 
 
 def _render(devices: list[DeviceHealth]) -> None:
-    rows = [[d.device, d.bdf, d.state, d.action, "; ".join(d.reasons)] for d in devices]
+    rows = []
+    for d in devices:
+        rows.append([d.device, d.bdf, d.state, d.action, "; ".join(d.reasons)])
+        rows += [[f"  {d.device} GI {s.gi}", d.bdf, s.state, s.action, "; ".join(s.reasons)] for s in d.slices]
     table(None, ["DEVICE", "BDF", "STATE", "ACTION", "REASONS"], rows)
     recent = sorted((e for d in devices for e in d.events), key=lambda e: e.time)[-SHOWN_EVENTS:]
     if recent:

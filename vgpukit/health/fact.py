@@ -33,6 +33,12 @@ def unusable(devices: list[DeviceHealth], ignore: tuple[str, ...] = ()) -> dict[
     }
 
 
+def unusable_slices(devices: list[DeviceHealth]) -> dict[str, str]:
+    """MIG device UUID -> why, of the MIG slices unusable by events of their own (a slice of an unusable
+    GPU is in :func:`unusable` by its GPU's BDF)."""
+    return {uuid: "; ".join(s.reasons) for d in devices for s in d.slices if s.state == "unusable" for uuid in s.mig}
+
+
 def unusable_now(
     host: Host, nvml: Nvml | None, ignore: tuple[str, ...] = (), scan: Scan | None = None
 ) -> dict[str, str]:

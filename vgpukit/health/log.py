@@ -48,6 +48,8 @@ def _valid(doc: Any) -> Record | None:
     for e in events:
         if not isinstance(e, dict) or not all(isinstance(e.get(k), t) for k, t in keys.items()):
             return None
+        if type(e.get("gi", -1)) is not int:  # the MIG slice of an XID (optional)
+            return None
     if not all(isinstance(v, dict) for v in pci.values()):
         return None
     return Record({int(k): v for k, v in cursor.items()}, events[-MAX_EVENTS:], pci)

@@ -7,11 +7,16 @@ state is the worst severity among its findings and its events of the last ``wind
 XID is a one-shot report with no "cleared" signal: the window is how it stops counting), leaving
 out the events from before the device last recovered (a lasting finding went away: the GPU
 answers again after a reset, its uncorrected ECC count is back to 0, the device is back in sysfs).
+
+MIG slices: an XID the driver attributes to a GPU instance (``gi``) whose action is ``none`` or
+``restart-app`` (what runs in the slice is at fault: :data:`SLICE_ACTIONS`) counts against that slice
+only; any other XID (a reset, a drain, a reboot: 48, 79...) and every other event count against the
+GPU, and so against all its slices. A slice's state is the worst of its GPU's and its own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .xid import ACTIONS, SEVERITIES, XidTable
@@ -19,6 +24,7 @@ from .xid import ACTIONS, SEVERITIES, XidTable
 STATES = ("healthy", "degraded", "unusable")
 EXIT_BY_STATE = {"healthy": 0, "degraded": 1, "unusable": 4}
 DEFAULT_WINDOW = 600.0  # seconds an event counts toward its device's state
+SLICE_ACTIONS = ("none", "restart-app")  # an XID in a GPU instance with one of these: that slice's alone
 
 # kind -> (severity, action, meaning) of everything but XIDs (those are vgpukit/data/xid.yaml)
 KINDS: dict[str, tuple[str, str, str]] = {
@@ -48,13 +54,38 @@ class HealthEvent:
     severity: str
     action: str
     meaning: str
+    gi: int = -1  # the GPU instance (MIG slice) the driver attributed it to; -1: none
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        if self.gi < 0:
+            del d["gi"]
+        return d
 
     def line(self) -> str:
         what = f"XID {self.data}" if self.kind == "xid" else self.kind
-        return f"{self.device} ({self.bdf}): {what}: {self.meaning} [{self.severity}, action {self.action}]"
+        where = f"{self.device} GI {self.gi}" if self.gi >= 0 else self.device
+        return f"{where} ({self.bdf}): {what}: {self.meaning} [{self.severity}, action {self.action}]"
+
+    @property
+    def slice_scoped(self) -> bool:
+        """Counts against its MIG slice only (docs/health.md, "MIG slices")."""
+        return self.kind == "xid" and self.gi >= 0 and self.action in SLICE_ACTIONS
+
+
+@dataclass(frozen=True)
+class SliceHealth:
+    """A MIG slice (GPU instance ``gi``) of a GPU with events of its own: the worst of the GPU's state
+    and its own events. ``mig``: the MIG device UUIDs of its compute instances (empty if unknown)."""
+
+    gi: int
+    state: str
+    action: str
+    reasons: tuple[str, ...]
+    mig: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"gi": self.gi, "state": self.state, "action": self.action, "reasons": list(self.reasons)}
 
 
 @dataclass(frozen=True)
@@ -67,9 +98,10 @@ class DeviceHealth:
     reasons: tuple[str, ...]
     events: tuple[HealthEvent, ...]  # its recent events, oldest first
     causes: tuple[tuple[str, str], ...] = ()  # (kind, severity) of what counts against it (not in --json)
+    slices: tuple[SliceHealth, ...] = ()  # its MIG slices with events of their own
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "device": self.device,
             "bdf": self.bdf,
             "kind": self.kind,
@@ -78,6 +110,13 @@ class DeviceHealth:
             "reasons": list(self.reasons),
             "events": [e.as_dict() for e in self.events],
         }
+        if self.slices:
+            d["slices"] = [s.as_dict() for s in self.slices]
+        return d
+
+    def slice_state(self, gi: int) -> str:
+        """The state of its MIG slice ``gi`` (its GPU's, when the slice has no events of its own)."""
+        return next((s.state for s in self.slices if s.gi == gi), self.state)
 
 
 def classify(kind: str, data: int, table: XidTable) -> tuple[str, str, str]:
@@ -88,9 +127,9 @@ def classify(kind: str, data: int, table: XidTable) -> tuple[str, str, str]:
     return KINDS.get(kind, ("degraded", "none", f"unknown event {kind}"))
 
 
-def event(time: float, device: str, bdf: str, kind: str, data: int, table: XidTable) -> HealthEvent:
+def event(time: float, device: str, bdf: str, kind: str, data: int, table: XidTable, gi: int = -1) -> HealthEvent:
     severity, action, meaning = classify(kind, data, table)
-    return HealthEvent(time, device, bdf, kind, data, severity, action, meaning)
+    return HealthEvent(time, device, bdf, kind, data, severity, action, meaning, gi)
 
 
 def _rank(severity: str, action: str) -> tuple[int, int]:
@@ -114,7 +153,7 @@ def summarize(
     weighed = [classify(f_kind, f_data, table) for f_kind, f_data in findings]
     kinds = [f_kind for f_kind, _ in findings]
     for e in events if counted is None else counted:
-        if now - e.time <= window:
+        if now - e.time <= window and not e.slice_scoped:  # a slice's own: summarize_slices
             what = f"XID {e.data}: {e.meaning}" if e.kind == "xid" else e.meaning
             weighed.append((e.severity, e.action, what))
             kinds.append(e.kind)
@@ -128,6 +167,31 @@ def summarize(
     return DeviceHealth(device, bdf, kind, state, worst[1], reasons, tuple(events), causes)
 
 
+def summarize_slices(
+    gpu: DeviceHealth, counted: list[HealthEvent], now: float, window: float, mig: dict[int, tuple[str, ...]]
+) -> DeviceHealth:
+    """``gpu`` with its slices that have events of their own (of ``counted``, newer than ``window``);
+    ``mig``: GPU instance -> its MIG device UUIDs."""
+    own: dict[int, list[HealthEvent]] = {}
+    for e in counted:
+        if e.slice_scoped and now - e.time <= window:
+            own.setdefault(e.gi, []).append(e)
+    slices = []
+    for gi, evs in sorted(own.items()):
+        weighed = [(e.severity, e.action, f"XID {e.data}: {e.meaning}") for e in evs]
+        if gpu.state != "healthy":
+            weighed.append((gpu.state, gpu.action, f"its GPU is {gpu.state}"))
+        bad = [c for c in weighed if c[0] != "info"]
+        if not bad:
+            slices.append(SliceHealth(gi, "healthy", "none", (), mig.get(gi, ())))
+            continue
+        worst = max(bad, key=lambda c: _rank(c[0], c[1]))
+        reasons = tuple(dict.fromkeys(c[2] for c in sorted(bad, key=lambda c: _rank(c[0], c[1]), reverse=True)))
+        state = "unusable" if worst[0] == "unusable" else "degraded"
+        slices.append(SliceHealth(gi, state, worst[1], reasons, mig.get(gi, ())))
+    return replace(gpu, slices=tuple(slices)) if slices else gpu
+
+
 def exit_code(devices: list[DeviceHealth]) -> int:
     """0 all healthy, 1 one degraded, 4 one unusable (the worst wins)."""
-    return max((EXIT_BY_STATE[d.state] for d in devices), default=0)
+    return max((EXIT_BY_STATE[s] for d in devices for s in (d.state, *(x.state for x in d.slices))), default=0)

@@ -58,7 +58,8 @@ def _health(app: App) -> Callable[[], dict[str, str]]:
     def look() -> dict[str, str]:
         fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
         try:
-            return fact.unusable(fact.current(fresh.host, fresh.nvml))
+            devices = fact.current(fresh.host, fresh.nvml)
+            return {**fact.unusable(devices), **fact.unusable_slices(devices)}  # BDFs, and MIG devices' UUIDs
         finally:
             fresh.close()
 

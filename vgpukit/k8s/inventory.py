@@ -83,6 +83,10 @@ class Inventory:
     resources: dict[str, list[Device]] = field(default_factory=dict)  # full resource name -> devices
     pci: dict[str, PciDevice] = field(default_factory=dict)  # for topology
     warnings: list[str] = field(default_factory=list)
+    # what the collection read once for all its devices (not compared): each function's sysfs entries
+    # as the scan listed them, and /dev/vfio/ as the host shows it
+    listed: dict[str, frozenset[str]] = field(default_factory=dict, compare=False, repr=False)
+    vfio_shown: str = field(default="", compare=False, repr=False)
 
     def add(self, resource: str, dev: Device) -> None:
         self.resources.setdefault(f"{PREFIX}/{resource}", []).append(dev)
@@ -129,6 +133,8 @@ def collect(host: Host, nvml: Nvml | None, options: Options, scan: Scan | None =
     inv = Inventory()
     scan = scan or Scan(host)
     inv.pci = {d.bdf: d for d in scan.devices()}
+    inv.listed = {bdf: scan.entries(bdf) for bdf in inv.pci}
+    inv.vfio_shown = host.display(host.vfio_dir()) + "/"
     cdi_devices = cdi_entries(host, nvml, inv.warnings, scan)
     views = hostview.gpus(host, scan)
     vgpus = hostview.vgpus(host, views)
@@ -149,10 +155,14 @@ def with_holders(host: Host, inv: Inventory) -> Inventory:
     """The same devices with ``held_by`` read anew (one /proc scan: :class:`vgpukit.holders.OpenFiles`)."""
     files = OpenFiles(host)
     resources = {
-        name: [replace(d, held_by=tuple(h.describe() for n in d.watch for h in files.holders(n))) for d in devices]
+        name: [_held(d, tuple(h.describe() for n in d.watch for h in files.holders(n))) for d in devices]
         for name, devices in inv.resources.items()
     }
     return Inventory(resources, inv.pci, inv.warnings)
+
+
+def _held(d: Device, held_by: tuple[str, ...]) -> Device:
+    return d if held_by == d.held_by else replace(d, held_by=held_by)
 
 
 def signature(host: Host, nvml: Nvml | None, extra: tuple[str, ...] = ()) -> tuple[object, ...]:
@@ -184,9 +194,9 @@ def _device(
     if entry is None:
         return None
     dev = inv.pci.get(bdf)
-    vfio = host.display(host.vfio_dir()) + "/"
+    vfio = inv.vfio_shown or host.display(host.vfio_dir()) + "/"
     watch = [n for n in entry.nodes if n.startswith(vfio) and n != vfio + "vfio"]
-    if cls in ("vf", "pci"):
+    if cls in ("vf", "pci") and (id_ not in inv.listed or VFIO_DEV in inv.listed[id_]):
         watch += [host.display(host.vfio_device_node(n)) for n in host.listdir(host.pci_device(id_, VFIO_DEV))]
     env = entry.env
     if cls == "mig":  # for runtimes without CDI: the NVIDIA container runtime's selector

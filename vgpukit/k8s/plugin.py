@@ -81,7 +81,7 @@ class State:
     sick: frozenset[str] = frozenset()  # PCI functions the health layer finds unusable (debounced)
 
     def health(self, dev: Device) -> str:
-        if dev.topo_bdf in self.sick:
+        if dev.topo_bdf in self.sick or dev.id in self.sick:  # its PCI function, or a MIG slice itself
             return UNHEALTHY
         return UNHEALTHY if dev.held_by and dev.id not in self.allocated else HEALTHY
 

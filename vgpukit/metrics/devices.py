@@ -103,12 +103,22 @@ def mig_families(snap: Snapshot, table: FieldTable) -> Iterator[Any]:
     labels = [*table.labels, *table.mig_labels]
     info = GaugeMetricFamily("vgpukit_mig_instance_info", "1 per MIG GPU instance.", labels=[*labels, "mig_uuid"])
     mem = GaugeMetricFamily("vgpukit_mig_instance_memory_bytes", "Memory of the instance's profile.", labels=labels)
+    health = GaugeMetricFamily(
+        "vgpukit_mig_instance_health",
+        "The MIG slice's health: 0 healthy, 1 degraded, 2 unusable (its GPU's, or worse by XIDs of its own).",
+        labels=[*labels, "state"],
+    )
+    by_bdf = {d.bdf: d for d in snap.health}
     for g in snap.gpus:
+        gpu_health = by_bdf.get(g.gpu.bdf)
         for gi in g.instances:
             lab = [*gpu_labels(snap, g), g.profiles.get(gi.profile_id, f"gi{gi.profile_id}"), str(gi.id)]
+            if gpu_health is not None:
+                state = gpu_health.slice_state(gi.id)
+                health.add_metric([*lab, state], float(STATES.index(state)))
             for ci in gi.compute_instances or ():
                 info.add_metric([*lab, ci.uuid], 1.0)
             if not gi.compute_instances:
                 info.add_metric([*lab, ""], 1.0)
             mem.add_metric(lab, float(g.profile_mib.get(gi.profile_id, 0) * MIB))
-    yield from (info, mem)
+    yield from (info, mem, health)

@@ -20,11 +20,12 @@ def slice_families(snap: Snapshot, table: FieldTable) -> Iterator[Any]:
     info = GaugeMetricFamily(
         "vgpukit_slice_held",
         "1 while the device is held open (by a VM or a container), 0 while free.",
-        labels=["kind", "id", "resource", "parent", "vm", "pod", "namespace", "Hostname"],
+        labels=["kind", "id", "resource", "parent", "vm", "pod", "namespace", "claim", "Hostname"],
     )
     for s in snap.slices:
         vm = ",".join(sorted({holder_name(h) for h in s.holders}))
-        # pod and namespace: no vgpukit record names them yet (empty, as dcgm-exporter leaves them
-        # without a kubelet pod-resources mapping)
-        info.add_metric([s.kind, s.id, s.resource, s.parent, vm, "", "", snap.hostname], 1.0 if s.holders else 0.0)
+        # namespace and claim: the prepared DRA ResourceClaim's record; pod stays empty: a claim may be
+        # shared by several pods and the kubelet's prepare names none (docs/metrics.md)
+        labels = [s.kind, s.id, s.resource, s.parent, vm, "", s.namespace, s.claim, snap.hostname]
+        info.add_metric(labels, 1.0 if s.holders else 0.0)
     yield info

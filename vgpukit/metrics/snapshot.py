@@ -46,6 +46,8 @@ class Slice:
     resource: str
     parent: str  # the PCI function it lives on
     holders: tuple[str, ...]  # who holds it open (a VM name, else a process)
+    namespace: str = ""  # the prepared DRA ResourceClaim it is allocated to: its namespace and name
+    claim: str = ""
 
 
 @dataclass
@@ -99,15 +101,18 @@ def _qos(host: Host) -> dict[str, Any] | None:
 
 
 def _slices(host: Host, nvml: Nvml | None, scan: Scan) -> list[Slice]:
+    from ..k8s.dra.holders import claims_by_id
     from ..k8s.inventory import PREFIX, Options, collect
 
     inv = collect(host, nvml, Options(replicas=0), scan=scan)
+    claims = claims_by_id(host, inv)
     out = []
     for resource, devices in inv.resources.items():
         short = resource.removeprefix(f"{PREFIX}/")
         kind = short.split("-", 1)[0]
         for d in devices:
-            out.append(Slice(kind, d.id, short, d.topo_bdf, d.held_by))
+            c = claims.get(d.id)
+            out.append(Slice(kind, d.id, short, d.topo_bdf, d.held_by, c.namespace if c else "", c.name if c else ""))
     return out
 
 

@@ -41,7 +41,7 @@ def qos_families(snap: Snapshot, table: FieldTable) -> Iterator[Any]:
 
 
 def memory_families(snap: Snapshot, table: FieldTable) -> Iterator[Any]:
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     used = GaugeMetricFamily(
         "vgpukit_tenant_memory_used_bytes",
@@ -54,9 +54,15 @@ def memory_families(snap: Snapshot, table: FieldTable) -> Iterator[Any]:
     procs = GaugeMetricFamily(
         "vgpukit_tenant_processes", "Live processes of the tenant using the CUDA library.", labels=["tenant"]
     )
+    refused = CounterMetricFamily(
+        "vgpukit_tenant_memory_cap_refusals",
+        "Allocation attempts the tenant's memory cap refused (CUDA library's shared region; version 1: none).",
+        labels=["tenant", "gpu"],
+    )
     for tenant, usage in sorted(snap.cuda.items()):
         for dev in range(max(len(usage.used), len(usage.caps))):
             used.add_metric([tenant, str(dev)], float(usage.used[dev] if dev < len(usage.used) else 0))
             cap.add_metric([tenant, str(dev)], float(usage.caps[dev] if dev < len(usage.caps) else 0))
+            refused.add_metric([tenant, str(dev)], float(usage.refused[dev] if dev < len(usage.refused) else 0))
         procs.add_metric([tenant], float(usage.processes))
-    yield from (used, cap, procs)
+    yield from (used, cap, procs, refused)

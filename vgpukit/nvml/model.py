@@ -181,17 +181,19 @@ class NvmlEvent(Record):
 
     ``kind``: ``xid`` (``data`` = the XID), ``ecc-single`` / ``ecc-double`` (ECC errors counted),
     ``clock``, ``power-source``, ``lost`` (the GPU stopped answering: NVML_ERROR_GPU_IS_LOST) or
-    ``error`` (another NVML failure on this GPU; ``data`` = the NVML code)."""
+    ``error`` (another NVML failure on this GPU; ``data`` = the NVML code). ``gi``: the GPU instance
+    (MIG slice) the driver attributed it to (``nvmlEventData_t.gpuInstanceId``), -1 for none."""
 
-    __slots__ = ("gpu", "kind", "data", "time", "seq")  # noqa: RUF023
+    __slots__ = ("gpu", "kind", "data", "time", "seq", "gi")  # noqa: RUF023
     gpu: int  # NVML index
     kind: str
     data: int
     time: float  # seconds since the epoch, when the watcher saw it
     seq: int  # the backend's order (the simulated driver: the line of the GPU's event file)
+    gi: int
 
-    def __init__(self, gpu: int, kind: str, data: int = 0, time: float = 0.0, seq: int = 0) -> None:
-        self._init(gpu=gpu, kind=kind, data=data, time=time, seq=seq)
+    def __init__(self, gpu: int, kind: str, data: int = 0, time: float = 0.0, seq: int = 0, gi: int = -1) -> None:
+        self._init(gpu=gpu, kind=kind, data=data, time=time, seq=seq, gi=gi)
 
 
 class GpuCondition(Record):

@@ -13,6 +13,7 @@ from ..logs import logger
 from .errors import GPU_IS_LOST, NOT_SUPPORTED, TIMEOUT, NvmlError
 from .model import GpuCondition, GpuTelemetry, NvmlEvent
 
+NO_INSTANCE = 0xFFFFFFFF  # nvmlEventData_t.gpuInstanceId of an event not in a MIG slice
 log = logger("vgpukit.nvml")
 
 # nvmlEventType* bits (nvml.h) and the kind each becomes
@@ -127,7 +128,8 @@ class RealEventWatcher:
             return out
         gpu = int(self.n.nvmlDeviceGetIndex(data.device))
         kind = EVENT_BITS.get(int(data.eventType), "error")
-        return [NvmlEvent(gpu, kind, int(data.eventData), time.time())]
+        gi = int(getattr(data, "gpuInstanceId", NO_INSTANCE))  # the MIG slice, where the driver names one
+        return [NvmlEvent(gpu, kind, int(data.eventData), time.time(), gi=gi if gi != NO_INSTANCE else -1)]
 
     def close(self) -> None:
         try:

@@ -74,12 +74,13 @@ def fault_clear(app: App) -> None:
 @fault.command("xid")
 @click.argument("gpu", type=NAME)
 @click.argument("xid", type=AsciiInt(1, 65535))
+@click.option("--gi", type=AsciiInt(0, 63), help="In this GPU instance (a MIG slice) of GPU, as NVML names it.")
 @click.pass_obj
-def fault_xid(app: App, gpu: str, xid: int) -> None:
+def fault_xid(app: App, gpu: str, xid: int, gi: int | None) -> None:
     """The driver reports XID on GPU (and does what its own table says: XID 79 loses the GPU)."""
     index = simev.gpu_index(_dir(app), gpu)
-    simev.inject_xid(_dir(app), index, xid)
-    say(f"XID {xid} reported on GPU {index}")
+    simev.inject_xid(_dir(app), index, xid, gi)
+    say(f"XID {xid} reported on GPU {index}" + (f", GPU instance {gi}" if gi is not None else ""))
 
 
 @fault.command("ecc")

@@ -49,10 +49,13 @@ def events_file(sim_dir: Path, gpu: int) -> Path:
     return Path(sim_dir) / STATE_DIR / EVENTS_DIR / f"gpu{gpu}.jsonl"
 
 
-def _append(sim_dir: Path, gpu: int, kind: str, data: int = 0) -> None:
+def _append(sim_dir: Path, gpu: int, kind: str, data: int = 0, gi: int | None = None) -> None:
     path = events_file(sim_dir, gpu)
     path.parent.mkdir(exist_ok=True)
-    line = json.dumps({"kind": kind, "data": data, "time": round(time.time(), 3)}) + "\n"
+    rec: dict[str, Any] = {"kind": kind, "data": data, "time": round(time.time(), 3)}
+    if gi is not None:
+        rec["gi"] = gi  # the GPU instance the driver attributes it to
+    line = json.dumps(rec) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         os.write(fd, line.encode())  # one short write with O_APPEND: a reader never sees half a line
@@ -72,7 +75,9 @@ def _read(sim_dir: Path, gpu: int) -> list[dict[str, Any]]:
             rec = json.loads(line)
         except ValueError:
             raise corrupt(Path(sim_dir), path) from None
-        if not (isinstance(rec, dict) and isinstance(rec.get("kind"), str) and type(rec.get("data")) is int):
+        if not (isinstance(rec, dict) and isinstance(rec.get("kind"), str) and type(rec.get("data")) is int) or (
+            type(rec.get("gi", -1)) is not int
+        ):
             raise corrupt(Path(sim_dir), path)
         out.append(rec)
     return out
@@ -119,11 +124,14 @@ def inject_lost(sim_dir: Path, gpu: int) -> None:
         _append(sim_dir, gpu, "lost")  # a waiter's nvmlEventSetWait answers GPU_IS_LOST: the watcher's event
 
 
-def inject_xid(sim_dir: Path, gpu: int, xid: int) -> None:
+def inject_xid(sim_dir: Path, gpu: int, xid: int, gi: int | None = None) -> None:
+    """The driver reports ``xid`` on ``gpu``; ``gi``: in that GPU instance (a MIG slice), which must exist."""
     effect = driver_faults().get(xid, {})
     with _locked(sim_dir, write=False) as state:
-        _gpu_entry(state, gpu)
-    _append(sim_dir, gpu, "xid", xid)
+        g = _gpu_entry(state, gpu)
+        if gi is not None and str(gi) not in {str(i.get("id")) for i in g.get("gis", [])}:
+            raise NotFound(f"GPU {gpu} has no GPU instance {gi}")
+    _append(sim_dir, gpu, "xid", xid, gi)
     if effect.get("ecc") in ("single", "double"):
         inject_ecc(sim_dir, gpu, effect["ecc"] == "double")
     if effect.get("lost"):
@@ -196,7 +204,8 @@ class SimEventWatcher:
             recs = _read(self.sim_dir, gpu)
             start = min(self.seen[gpu], len(recs))
             for seq, rec in enumerate(recs[start:], start + 1):
-                out.append(NvmlEvent(gpu, rec["kind"], rec["data"], float(rec.get("time", 0)), seq))
+                gi = rec.get("gi", -1)
+                out.append(NvmlEvent(gpu, rec["kind"], rec["data"], float(rec.get("time", 0)), seq, gi))
             self.seen[gpu] = len(recs)
         return sorted(out, key=lambda e: (e.time, e.gpu, e.seq))
 

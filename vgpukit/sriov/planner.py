@@ -31,13 +31,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .. import naming
+from .. import naming, pci_kind
 from ..engine import Step
 from ..engine.files import PutFile
 from ..errors import DeviceUnusable, InUse, InvalidInput, Unsupported
 from ..holders import OpenFiles
 from ..host import Host
-from ..pci import HEADER_NORMAL, PciDevice, Scan, header_type, vf_address
+from ..pci import PciDevice, Scan, vf_address
 from ..records import Record
 from . import binding
 from .binding import DRIVER_MODES, VFIO, Remembered
@@ -172,7 +172,7 @@ class Facts:
         return self.scan.device(bdf)
 
     def header_type(self, bdf: str) -> int | None:
-        return header_type(self.host, bdf)
+        return pci_kind.header_type(self.host, bdf)
 
     def driver(self, bdf: str) -> str | None:
         return binding.current_driver(self.host, bdf)
@@ -259,7 +259,7 @@ def vfio_refusal(facts: Facts, dev: PciDevice, what: str) -> Unsupported | None:
     own rule (vfio-pci's probe answers EINVAL for anything but a normal endpoint); a bridge by class
     (0x06xx) is host-critical: the host's buses, its chipset (ISA/LPC) and PCIe ports hang on it."""
     header = facts.header_type(dev.bdf)
-    if header is not None and header != HEADER_NORMAL:
+    if header is not None and header != pci_kind.HEADER_NORMAL:
         kind = {1: "a PCI-to-PCI bridge", 2: "a CardBus bridge"}.get(header, "not a normal endpoint")
         return Unsupported(
             f"{what} to {VFIO}: it is {kind} (header type {header}); {VFIO} takes only normal endpoints "

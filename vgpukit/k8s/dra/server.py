@@ -166,11 +166,11 @@ class Driver:
             sick = self.health()
         except VgpukitError as err:
             return [(name, hl.UNKNOWN, f"health check failed: {err}"[:1024]) for name in self.devices()]
-        where = {name: dev.device.topo_bdf for name, dev in self.devices().items()}
-        where.update(self.made())
+        where: dict[str, tuple[str, ...]] = {n: (d.device.id, d.device.topo_bdf) for n, d in self.devices().items()}
+        where.update({name: (gpu,) for name, gpu in self.made().items()})
         out: list[tuple[str, int, str]] = []
-        for name, bdf in sorted(where.items()):
-            why = sick.get(bdf)
+        for name, keys in sorted(where.items()):
+            why = next((sick[k] for k in keys if k in sick), "")  # a MIG slice's own, else its GPU's
             out.append((name, hl.UNHEALTHY, why[:1024]) if why else (name, hl.HEALTHY, ""))
         return out
 

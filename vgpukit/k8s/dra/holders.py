@@ -1,0 +1,59 @@
+"""Which prepared ResourceClaim each device was prepared for: the claim records the DRA plugin writes
+(:mod:`.claims`, ``/run/vgpukit/dra/claims/<uid>.json``), only read, and read tolerantly (keys the
+reader does not know are skipped; a record it cannot read is left out) -- for the exporter's
+``namespace`` and ``claim`` labels. DRA device names are mapped back to the inventory's devices by
+:func:`.devices.dra_devices`, the one naming rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import VgpukitError
+from ...host import Host
+from ...inputs import load_json
+from ..inventory import Inventory
+from .devices import dra_devices
+
+PREPARED = "prepared"  # the record's state once the claim's devices were answered (claims.PREPARED)
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    uid: str
+    namespace: str
+    name: str
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def claims_by_device(host: Host) -> dict[str, ClaimRef]:
+    """DRA device name -> the claim it is prepared for (a claim still ``preparing`` holds nothing yet)."""
+    out: dict[str, ClaimRef] = {}
+    for entry in host.listdir(host.dra_claim_records()):
+        if not entry.endswith(".json"):
+            continue
+        uid = entry[: -len(".json")]
+        try:
+            path = host.dra_claim_record(uid)
+            doc = load_json(host.read_doc(path, "claim record", missing_ok=True) or "null", host.display(path))
+        except VgpukitError:
+            continue  # unreadable (or gone meanwhile): the plugin reports it when it reads it
+        claim = doc.get("claim") if isinstance(doc, dict) else None
+        if not isinstance(claim, dict) or doc.get("state", PREPARED) != PREPARED:
+            continue
+        ref = ClaimRef(_text(claim.get("uid")) or uid, _text(claim.get("namespace")), _text(claim.get("name")))
+        for d in doc.get("devices") if isinstance(doc.get("devices"), list) else []:
+            if isinstance(d, dict) and _text(d.get("device")):
+                out[d["device"]] = ref
+    return out
+
+
+def claims_by_id(host: Host, inv: Inventory) -> dict[str, ClaimRef]:
+    """The inventory's device id (BDF, mdev UUID, MIG UUID) -> the claim it is prepared for."""
+    by_name = claims_by_device(host)
+    if not by_name:
+        return {}
+    return {d.device.id: by_name[name] for name, d in dra_devices(inv).items() if name in by_name}
