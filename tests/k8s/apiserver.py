@@ -15,6 +15,8 @@
   False (the cluster's ``DRAPartitionableDevices`` feature gate off), a stored slice loses
   ``spec.sharedCounters`` and its devices' ``consumesCounters``, as the API server drops disabled fields;
   with ``separate_counters`` a slice holding both counters and devices is refused (422), as 1.35 does.
+  With ``device_taints`` False (gate ``DRADeviceTaints`` off) the devices' ``taints`` are dropped;
+  otherwise each taint is stamped with ``timeAdded``, as the API server does.
 
 Every request is recorded (method, path, query, content type) so tests can assert what the client sent.
 """
@@ -48,6 +50,7 @@ class ApiServer:
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}  # (namespace, name) -> ResourceClaim
         self.slices: dict[str, dict[str, Any]] = {}  # name -> ResourceSlice (resourceVersion set)
         self.partitionable = True  # the DRAPartitionableDevices feature gate
+        self.device_taints = True  # the DRADeviceTaints feature gate
         self.separate_counters = False  # 1.35 and later: a slice with both counters and devices is invalid
         self.closing = False
         handler = type("Handler", (_Handler,), {"api": self})
@@ -224,6 +227,13 @@ class _Handler(BaseHTTPRequestHandler):
             spec.pop("sharedCounters", None)
             for dev in spec.get("devices") or []:
                 dev.pop("consumesCounters", None)
+        if not self.api.device_taints and isinstance(spec, dict):
+            for dev in spec.get("devices") or []:
+                dev.pop("taints", None)
+        elif isinstance(spec, dict):  # the API server stamps when a taint was added
+            for dev in spec.get("devices") or []:
+                for t in dev.get("taints") or []:
+                    t.setdefault("timeAdded", "2026-11-27T00:00:00Z")
         return body
 
     def _invalid(self, body: dict[str, Any]) -> bool:

@@ -144,3 +144,49 @@ def test_a_pool_of_more_than_128_devices_is_published_in_several_slices(tmp_path
     assert pub.publish(entries[:100]) == "published 100 devices (generation 2)"
     assert list(api.slices) == [slice_name(NODE)]
     assert api.slices[slice_name(NODE)]["spec"]["pool"] == {"name": NODE, "generation": 2, "resourceSliceCount": 1}
+
+
+def test_an_unusable_device_is_published_with_a_taint_and_loses_it_when_it_recovers(
+    tmp_path: Path, api: ApiServer
+) -> None:
+    """With device taints (gate DRADeviceTaints on), an unusable GPU stays in the slice, tainted NoSchedule,
+    its MIG slices too; the API server's ``timeAdded`` stamp is not a change (no republish every poll)."""
+    sim, driver, pub = setup(tmp_path, api)
+    driver.taints_ok = True
+    pub.publish(*driver.publication())
+    _ok(sim, "sim", "fault", "xid", "gpu0", "79")
+    assert pub.publish(*driver.publication()) is not None
+    tainted = {d["name"] for d in _slice(api)["spec"]["devices"] if d.get("taints")}
+    assert tainted and {n.split("-")[0] for n in tainted} == {"mig"}  # gpu0 is in MIG mode: its slices
+    assert len(by_kind(_slice(api), "mig")) == 2  # still there, tainted
+    (t,) = next(d for d in _slice(api)["spec"]["devices"] if d.get("taints"))["taints"]
+    assert (t["key"], t["effect"], "timeAdded" in t) == ("gpu.vgpukit.io/unhealthy", "NoSchedule", True)
+    assert not pub.taints_dropped
+    pub.published = None  # a restarted plugin: the stamped taints are the same devices
+    assert pub.publish(*driver.publication()) is None
+    _ok(sim, "sim", "fault", "recover", "gpu0")  # reset: the health layer clears its events
+    assert pub.publish(*driver.publication()) is not None
+    assert not any(d.get("taints") for d in _slice(api)["spec"]["devices"])
+
+
+def test_a_cluster_without_device_taints_gets_unusable_devices_left_out(tmp_path: Path, api: ApiServer) -> None:
+    """The gate off: the API server drops the taints, so a tainted device would look usable; the running
+    plugin (auto) notices once and leaves unusable devices out instead."""
+    import tempfile
+
+    from tests.conftest import sim_host
+    from vgpukit.k8s.dra.server import Plugin
+
+    api.device_taints = False
+    with tempfile.TemporaryDirectory(prefix="dra", dir="/dev/shm") as d:
+        sim, driver, pub = setup(Path(d), api)
+        driver.taints, driver.taints_ok = "auto", True
+        plugin = Plugin(sim_host(sim), driver, interval=0.1, publisher=pub).start()
+        try:
+            assert api.wait(lambda: slice_name(NODE) in api.slices and by_kind(_slice(api), "mig"), timeout=30)
+            _ok(sim, "sim", "fault", "xid", "gpu0", "79")
+            assert api.wait(lambda: not by_kind(_slice(api), "mig"), timeout=30)
+        finally:
+            plugin.close()
+    assert pub.taints_dropped and driver.taints_ok is False
+    assert not any(d.get("taints") for d in _slice(api)["spec"]["devices"])

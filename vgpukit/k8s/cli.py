@@ -270,8 +270,17 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
     help="Publish MIG slices and vGPUs made on demand with shared counters (KEP-4815); auto: unless the API "
     "server drops or refuses the counters (feature gate DRAPartitionableDevices off).",
 )
+@click.option(
+    "--device-taints",
+    "taints",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="Publish a device the health layer finds unusable with a NoSchedule taint (gpu.vgpukit.io/unhealthy) "
+    "instead of leaving it out; auto: unless the API server drops the taints (feature gate DRADeviceTaints off).",
+)
 @click.pass_obj
-def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float, partitionable: str) -> None:
+def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float, partitionable: str, taints: str) -> None:
     """Serve the kubelet's DRA plugin API v1 for driver gpu.vgpukit.io: existing GPUs, MIG slices, VFs, mdevs.
 
     Publishes the node's ResourceSlices (resource.k8s.io/v1, one pool named after the node) and keeps
@@ -285,7 +294,7 @@ def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float, par
 
     _log_to_stderr("vgpukit.k8s.dra")
     api = resource_api(kubeconfig)
-    driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app), partitionable)
+    driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app), partitionable, taints)
     plugin = Plugin(app.host, driver, interval, Publisher(api, node)).start()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

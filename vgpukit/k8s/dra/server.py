@@ -70,10 +70,13 @@ class Driver:
         read_claim: ClaimReader,
         health: Callable[[], dict[str, str]],
         partitionable: str = "off",
+        taints: str = "off",
     ):
         self.pool = node
         self.partitionable = partitionable  # auto | on | off: publish made-on-demand MIG slices (.partitions)
         self.counters_ok = partitionable != "off"  # auto: until the API server drops the counters
+        self.taints = taints  # auto | on | off: publish unusable devices with a taint rather than leave them out
+        self.taints_ok = taints != "off"  # auto: until the API server drops the taints
         self.open_host = open_host
         self.read_claim = read_claim
         self.health = health
@@ -122,8 +125,10 @@ class Driver:
                 log.warning("reading the MIG slices failed (not published): %s", err)
             finally:
                 close()
-        offered = [d for d in slices.offered(dra_devices(inv), sick) if d.device.id not in hidden]
-        return [slices.device_entry(d, inv.pci, facts) for d in offered], parts
+        offered = [d for d in slices.offered(dra_devices(inv), sick, self.taints_ok) if d.device.id not in hidden]
+        entries = [slices.device_entry(d, inv.pci, facts) for d in offered]
+        marked = [slices.taint(e) if slices.unusable(d, sick) else e for d, e in zip(offered, entries, strict=True)]
+        return marked, parts
 
     def prepare(self, claim: dra.Claim) -> dra.NodePrepareResourceResponse:
         with self.lock:
@@ -313,6 +318,13 @@ class Plugin:
                     log.warning(
                         "the API server dropped or refused the shared counters (feature gate "
                         "DRAPartitionableDevices off?): publishing existing devices only, nothing made on demand"
+                    )
+                    continue
+                if publisher.taints_dropped and self.driver.taints == "auto" and self.driver.taints_ok:
+                    self.driver.taints_ok = False  # the cluster does not serve them: unusable devices left out
+                    log.warning(
+                        "the API server dropped the device taints (feature gate DRADeviceTaints off?): "
+                        "leaving unusable devices out of the slices instead"
                     )
                     continue
             except VgpukitError as err:

@@ -108,9 +108,37 @@ def device_entry(dev: DraDevice, pci: dict[str, PciDevice], facts: NvmlFacts) ->
     return entry
 
 
-def offered(devices: dict[str, DraDevice], sick: dict[str, str]) -> list[DraDevice]:
-    """The devices to publish: not unusable (health layer), not held by a user outside Kubernetes."""
-    return [d for _, d in sorted(devices.items()) if d.device.topo_bdf not in sick and not d.device.held_by]
+def unusable(dev: DraDevice, sick: dict[str, str]) -> str:
+    """Why the health layer finds a device unusable (a MIG slice: its own, else its GPU's); "" when usable."""
+    return sick.get(dev.device.id) or sick.get(dev.device.topo_bdf) or ""
+
+
+def offered(devices: dict[str, DraDevice], sick: dict[str, str], tainted: bool = False) -> list[DraDevice]:
+    """The devices to publish: not held by a user outside Kubernetes, and not unusable (health layer) unless
+    ``tainted``: then an unusable device is published with a taint (:func:`taint`)."""
+    return [
+        d for _, d in sorted(devices.items()) if not d.device.held_by and (tainted or not unusable(d, sick))
+    ]
+
+
+TAINT_KEY = f"{DRIVER}/unhealthy"
+
+
+def taint(entry: dict[str, Any]) -> dict[str, Any]:
+    """The device entry with the health layer's taint (resource.k8s.io/v1 ``DeviceTaint``, feature gate
+    ``DRADeviceTaints``): NoSchedule, so no new claim gets it; pods already running keep it (a NoExecute
+    taint, evicting them, is the operator's call: a DeviceTaintRule)."""
+    return {**entry, "taints": [{"key": TAINT_KEY, "value": "unusable", "effect": "NoSchedule"}]}
+
+
+def _stored(devices: Any) -> list[Any]:
+    """A stored slice's devices as this driver wrote them: the API server stamps a taint's ``timeAdded``."""
+    out = []
+    for d in devices or []:
+        if isinstance(d, dict) and d.get("taints"):
+            d = {**d, "taints": [{k: v for k, v in t.items() if k != "timeAdded"} for t in d["taints"]]}
+        out.append(d)
+    return out
 
 
 def slice_name(node: str, index: int = 0) -> str:
@@ -124,13 +152,15 @@ class Publisher:
     :mod:`.partitions`) one more slice per part, ``<node>-gpu.vgpukit.io-<part>``, all in the node's pool.
     ``counters_dropped`` tells whether the API server stored a part without its counters (the cluster's
     ``DRAPartitionableDevices`` feature gate is off: it drops the fields it does not serve) or refused it
-    as invalid (422: a release that wants counter sets and devices in separate slices)."""
+    as invalid (422: a release that wants counter sets and devices in separate slices); ``taints_dropped``
+    whether it stored a tainted device without its taint (feature gate ``DRADeviceTaints`` off)."""
 
     def __init__(self, api: Any, node: str) -> None:
         self.api = api  # kubernetes.client.ResourceV1Api
         self.node = node
         self.published: Any = None  # what the API server has, as far as we know
         self.counters_dropped = False
+        self.taints_dropped = False
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         raw = fn(*args, _preload_content=False, **kw)
@@ -138,7 +168,8 @@ class Publisher:
 
     def publish(self, entries: list[dict[str, Any]], parts: dict[str, dict[str, Any]] | None = None) -> str | None:
         """Create or update the slices (generation + 1) when the devices differ; what was done, or None."""
-        chunks = [entries[i : i + MAX_DEVICES] for i in range(0, len(entries), MAX_DEVICES)] or [[]]
+        size = MAX_DEVICES // 2 if any("taints" in e for e in entries) else MAX_DEVICES  # the API's limits
+        chunks = [entries[i : i + size] for i in range(0, len(entries), size)] or [[]]
         wanted: dict[str, dict[str, Any]] = {slice_name(self.node, i): {"devices": c} for i, c in enumerate(chunks)}
         wanted.update({f"{slice_name(self.node)}-{k}": v for k, v in sorted((parts or {}).items())})
         if wanted == self.published:
@@ -165,7 +196,8 @@ class Publisher:
                 stale.append(name)
         count = len(wanted)
         same = set(current) == set(wanted) and all(
-            all((current[n]["spec"].get(k) or []) == (wanted[n].get(k) or []) for k in ("devices", "sharedCounters"))
+            _stored(current[n]["spec"].get("devices")) == (wanted[n].get("devices") or [])
+            and (current[n]["spec"].get("sharedCounters") or []) == (wanted[n].get("sharedCounters") or [])
             and current[n]["spec"]["pool"].get("resourceSliceCount") == count
             for n in wanted
         )
@@ -188,6 +220,9 @@ class Publisher:
                 stored = None  # refused as invalid (a release that wants counters in slices of their own)
             if "sharedCounters" in part and not (stored or {}).get("spec", {}).get("sharedCounters"):
                 self.counters_dropped = True
+            kept = {d.get("name") for d in (stored or {}).get("spec", {}).get("devices") or [] if d.get("taints")}
+            if stored is not None and any("taints" in d and d["name"] not in kept for d in part.get("devices", [])):
+                self.taints_dropped = True
             devices += len(part.get("devices", []))
         self._delete(stale)
         extra = f" in {plural(count, 'slice')}" if count > 1 else ""
