@@ -227,3 +227,21 @@ def test_mig_on_simulator(sim_dir: Path, run_cli: Run) -> None:
     ]
     for p in paths:
         assert (sim_dir / p.lstrip("/")).exists(), p  # every node the spec names exists on the host
+
+
+def test_edits_of_reads_only_the_named_devices(fake: FakeHost) -> None:
+    """A scoped collection (a DRA claim's prepare) looks at the named functions only: a broken
+    function not asked for is not read (no warning), and the answer is the full collection's."""
+    fake.pci("0000:3b:00.4", driver="vfio-pci", group=7, physfn="0000:3b:00.0")
+    fake.pci("0000:3b:00.5", driver="vfio-pci", group=8, physfn="0000:3b:00.0")  # no /dev/vfio/8
+    fake.pci("0000:3b:00.0", driver="nvidia", group=6)
+    fake.file("dev/vfio/7", "")
+    host = Host(fake.root)
+    full, warnings = cdi.collect(host, None, ("vf", "pci"))
+    assert any("/dev/vfio/8 is missing" in w for w in warnings)
+    name = "vgpukit.io/vf=0000:3b:00.4"
+    got = cdi.edits_of(host, None, {name, "vgpukit.io/vf=0000:3b:00.6", "other.io/vf=0000:3b:00.4"})
+    assert got == {name: full[0].devices[0].edits}
+    specs, warnings = cdi.collect(host, None, ("vf",), only={"vf": {"0000:3b:00.4"}})
+    assert [d.name for d in specs[0].devices] == ["0000:3b:00.4"] and warnings == []  # no `all`, no .5
+    assert cdi.edits_of(host, None, {"vgpukit.io/vf=0000:3b:00.5", "vgpukit.io/vf=all"}) == {}

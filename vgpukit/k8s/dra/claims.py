@@ -195,8 +195,8 @@ def _prepare(
 def _write(env: Env, record: Record, offered: dict[str, DraDevice]) -> list[Prepared]:
     """Run 2: the claim's CDI spec from the host as it is now, and the record marked prepared."""
     uid = record.claim["uid"]
-    specs, _warnings = cdi.collect(env.host, env.nvml, settings=load_settings(env.host))
-    edits = {f"{s.kind}={d.name}": d.edits + s.edits for s in specs for d in s.devices}
+    wanted = {offered[r.device].device.cdi_name or "" for r in record.results if r.device in offered}
+    edits = cdi.edits_of(env.host, env.nvml, wanted, load_settings(env.host))  # the claim's devices only
     spec = cdi.Spec(CLAIM_CLASS)
     by_device: dict[str, list[str]] = {}
     for r in record.results:
