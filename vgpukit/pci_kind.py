@@ -56,3 +56,9 @@ def read_kind(host: Host, bdf: str) -> tuple[str, str] | None:
     class_code = (host.read_int(base + "class", None) if "class" in entries else None) or 0
     boot_vga = BOOT_VGA in entries and host.read_opt(base + BOOT_VGA) == "1"
     return vendor, kind_of(class_code, int(vendor, 16), boot_vga)
+
+
+def vgpu_type(host: Host, vf: str) -> int:
+    """The vGPU type id set on a VF by NVIDIA's vendor-specific VFIO (``nvidia/current_vgpu_type``;
+    0: none, or not such a VF): the one read of it, for the vgpu area and the CDI collector."""
+    return host.read_int(host.pci_device(vf, "nvidia", "current_vgpu_type"), 0, 10) or 0

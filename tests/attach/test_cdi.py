@@ -245,3 +245,38 @@ def test_edits_of_reads_only_the_named_devices(fake: FakeHost) -> None:
     specs, warnings = cdi.collect(host, None, ("vf",), only={"vf": {"0000:3b:00.4"}})
     assert [d.name for d in specs[0].devices] == ["0000:3b:00.4"] and warnings == []  # no `all`, no .5
     assert cdi.edits_of(host, None, {"vgpukit.io/vf=0000:3b:00.5", "vgpukit.io/vf=all"}) == {}
+
+
+# ----------------------------------------------------------------------------- vGPU on a VF
+def test_a_vgpu_vf_gets_its_vfio_group_and_loses_it_with_its_type(tmp_path: Path, run_cli: Run) -> None:
+    """NVIDIA's vendor VFIO (vGPU 17+): a VF with a vGPU type stays on ``nvidia``, which registers it
+    with VFIO; its CDI entry is the group node a VMM opens. A VF of no vGPU has none."""
+    from tests.conftest import make_sim
+
+    sim = make_sim(tmp_path / "h100", "h100-vgpu")
+    vf = "0000:41:00.4"
+    assert run_cli(sim, "vgpu", "create", "gpu0", "--type", "H100-20C").exit_code == 0
+    group = (sim / "sys/bus/pci/devices" / vf / "iommu_group").readlink().name
+    assert (sim / "sys/bus/pci/devices" / vf / "driver").readlink().name == "nvidia"
+    (spec,), warnings = cdi.collect(Host(sim), None, ("vf",))
+    assert [d.name for d in spec.devices] == [vf, "all"] and warnings == []
+    assert [n["path"] for n in spec.devices[0].edits.nodes] == ["/dev/vfio/vfio", f"/dev/vfio/{group}"]
+    assert list(cdi.edits_of(Host(sim), None, {f"vgpukit.io/vf={vf}", "vgpukit.io/vf=0000:41:00.5"})) == [
+        f"vgpukit.io/vf={vf}"
+    ]
+    assert run_cli(sim, "vgpu", "remove", vf).exit_code == 0
+    assert not (sim / "dev/vfio" / group).exists()
+    (spec,), _ = cdi.collect(Host(sim), None, ("vf",))
+    assert spec.devices == []
+
+
+def test_a_vgpu_vf_without_its_group_node_is_skipped_with_a_warning(fake: FakeHost) -> None:
+    fake.pci("0000:41:00.0", driver="nvidia", group=4)
+    fake.pci("0000:41:00.4", driver="nvidia", group=5, physfn="0000:41:00.0")
+    fake.file("sys/bus/pci/devices/0000:41:00.4/nvidia/current_vgpu_type", "1055\n")
+    fake.pci("0000:41:00.5", driver="nvidia", group=6, physfn="0000:41:00.0")
+    fake.file("sys/bus/pci/devices/0000:41:00.5/nvidia/current_vgpu_type", "0\n")
+    fake.file("dev/vfio/6", "")
+    specs, warnings = cdi.collect(Host(fake.root), None, ("vf", "pci"))
+    assert all(not s.devices for s in specs)  # .4: no node; .5: no vGPU; the PF: not a VF
+    assert warnings == ["0000:41:00.4 has a vGPU type but /dev/vfio/5 is missing; skipped"]

@@ -179,6 +179,24 @@ def test_prepare_reads_only_the_claims_functions_and_refuses_a_vf_gone_since(sho
         node.close()
 
 
+def test_a_vgpu_on_a_vf_is_offered_and_prepared_with_its_vfio_group(short_tmp: Path, api: ApiServer) -> None:
+    sim = make_sim(short_tmp / "v", "h100-vgpu")
+    _ok(sim, "vgpu", "create", "gpu0", "--type", "H100-20C")
+    node = Node(sim, api)
+    try:
+        (entry,) = [e for e in node.driver.slice_entries() if e["attributes"]["kind"]["string"] == "vf"]
+        assert entry["name"] == "vf-0000-41-00-4" and "vgpuType" in entry["attributes"]
+        resp = node.kubelet.prepare(node.add(claim("u-v", "v", entry["name"]))).claims["u-v"]
+        assert resp.error == ""
+        spec = json.loads(node.files("u-v")[0].read_text())
+        group = (sim / "sys/bus/pci/devices/0000:41:00.4/iommu_group").readlink().name
+        paths = [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]]
+        assert paths == ["/dev/vfio/vfio", f"/dev/vfio/{group}"]
+        assert (sim / "sys/bus/pci/devices/0000:41:00.4/driver").readlink().name == "nvidia"  # not rebound
+    finally:
+        node.close()
+
+
 def test_an_existing_mdev_is_prepared(short_tmp: Path, api: ApiServer) -> None:
     sim = make_sim(short_tmp / "g", "qemu-guest")
     _ok(sim, "mdev", "create", "mtty", "--type", "mtty-2")

@@ -88,8 +88,6 @@ ROWS = [
         (("vgpu", "create", "gpu0", "--type", "H100-20C"),),
         {"kind": "vf", "vgpuType": "*"},
         VFIO,
-        gap="a VF with a vGPU type stays on the nvidia driver (vendor-specific VFIO): the CDI collector writes "
-        "entries for VFs on a VFIO driver only, so neither the device plugin nor the DRA driver offers it",
     ),
     # gpu-share: the static view offers no share (a GPU's replicas are the one `gpu` device); a sharing
     # configuration is a whole GPU with the driver's parameters in the claim, as the class

@@ -5,7 +5,9 @@ A CDI spec has exactly one ``kind``, so vgpukit writes one spec per class (docs/
 =============  ==========================================  =========================================
 class          devices (CDI names)                         container edits
 =============  ==========================================  =========================================
-``vf``         SR-IOV VFs bound to a VFIO driver (BDF)     ``/dev/vfio/vfio``, ``/dev/vfio/<group>``
+``vf``         SR-IOV VFs bound to a VFIO driver, or       ``/dev/vfio/vfio``, ``/dev/vfio/<group>``
+               with an NVIDIA vGPU type (vendor VFIO)
+               (BDF)
 ``pci``        other functions bound to VFIO (BDF)         same
 ``mdev``       mediated devices (UUID)                     same, with the mdev's own group
 ``gpu``        whole GPUs on the NVIDIA driver             what nvidia-ctk injects (cdi/nvidia.py):
@@ -38,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 from ..cdi_settings import CLASSES, Settings
 from ..host import Host
 from ..host_layout import IOMMU_GROUP
-from ..pci import Scan
+from ..pci import PciDevice, Scan
+from ..pci_kind import vgpu_type
 from . import nvidia
 from .mig import gpu_minor, mig_slices
 from .nvidia import Edits
@@ -153,6 +156,13 @@ def vfio_edits(host: Host, group: int) -> Edits | None:
     return Edits(nodes=(vfio_node(host, "vfio", "vfio").to_dict(), vfio_node(host, "vfio", str(group)).to_dict()))
 
 
+def vendor_vfio(host: Host, dev: PciDevice) -> bool:
+    """A VF with an NVIDIA vGPU type set (vGPU 17+, vendor-specific VFIO): it stays on ``nvidia``,
+    which registers it with VFIO, and a VMM opens its ``/dev/vfio/<group>`` as a plain PCI hostdev
+    (docs/cdi.md); a VF of no vGPU is the GPU driver's, not VFIO's."""
+    return dev.is_vf and dev.driver == "nvidia" and vgpu_type(host, dev.bdf) != 0
+
+
 def collect_pci(
     host: Host, warnings: list[str], scan: Scan | None = None, only: Collection[str] | None = None
 ) -> tuple[list[CdiDevice], list[CdiDevice]]:
@@ -163,11 +173,12 @@ def collect_pci(
     devices = scan.devices() if only is None else [scan.device(b) for b in sorted(only) if scan.exists(b)]
     for dev in devices:
         bdf = dev.bdf
-        if not dev.driver or "vfio" not in dev.driver or dev.iommu_group is None:
+        if not dev.driver or dev.iommu_group is None or not ("vfio" in dev.driver or vendor_vfio(host, dev)):
             continue
         edits = vfio_edits(host, dev.iommu_group)
         if edits is None:
-            warnings.append(f"{bdf} is bound to {dev.driver} but /dev/vfio/{dev.iommu_group} is missing; skipped")
+            why = f"is bound to {dev.driver}" if "vfio" in dev.driver else "has a vGPU type"
+            warnings.append(f"{bdf} {why} but /dev/vfio/{dev.iommu_group} is missing; skipped")
             continue
         (vfs if dev.is_vf else others).append(CdiDevice(bdf, edits))
     return vfs, others
