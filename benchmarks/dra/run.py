@@ -60,6 +60,7 @@ HOSTS: dict[str, tuple[str, list[list[str]]]] = {
     ),
     "qemu-guest": ("qemu-guest", [["mdev", "create", "mtty", "--type", "mtty-2"]]),
     "t4-mdev": ("t4-mdev", [["vgpu", "create", "gpu0", "--type", "GRID T4-4Q"]]),
+    "h100-vgpu": ("h100-vgpu", [["vgpu", "create", "gpu0", "--type", "H100-20C"]]),
 }  # fmt: skip
 
 
@@ -78,6 +79,7 @@ KINDS = [
     Kind("VF bound to vfio-pci at prepare", "hgx-a100", {"kind": "vf", "driver": "mlx5_core"}),
     Kind("mdev (mtty)", "qemu-guest", {"kind": "mdev"}),
     Kind("vGPU mdev (GRID T4-4Q)", "t4-mdev", {"kind": "mdev", "vgpuType": "*"}),
+    Kind("vGPU on a VF (H100-20C, vendor VFIO)", "h100-vgpu", {"kind": "vf", "vgpuType": "*"}),
 ]
 
 
