@@ -115,7 +115,8 @@ class Driver:
                 if done is None:
                     results = claims.results_of(self.read_claim(claim.namespace, claim.name, claim.uid), self.pool)
                     ref = {"namespace": claim.namespace, "name": claim.name}
-                    offered = dra_devices(collect(only=pci_functions(r.device for r in results)))  # the claim's
+                    # the inventory of the claim's devices only: its cost follows the claim, not the host
+                    offered = dra_devices(collect(only=pci_functions(r.device for r in results)))
                     done = claims.prepare(env, claim.uid, ref, results, offered)
             except VgpukitError as err:
                 return dra.NodePrepareResourceResponse(error=str(err)[:1000])
