@@ -69,3 +69,9 @@ def header_type(host: Host, bdf: str) -> int | None:
     if data is None or len(data) <= HEADER_TYPE_OFFSET:
         return None
     return data[HEADER_TYPE_OFFSET] & 0x7F
+
+
+def vgpu_type(host: Host, vf: str) -> int:
+    """The vGPU type id set on a VF by NVIDIA's vendor-specific VFIO (``nvidia/current_vgpu_type``;
+    0: none, or not such a VF): the one read of it, for the vgpu area and the CDI collector."""
+    return host.read_int(host.pci_device(vf, "nvidia", "current_vgpu_type"), 0, 10) or 0

@@ -1,6 +1,6 @@
 """DRA driver timings: prepare/unprepare per kind, ResourceSlice republish delay, memory at ~1,000 devices.
 
-Usage: .venv/bin/python benchmarks/dra/run.py [--calls N] [--changes N] [--interval S] [--quick]
+Usage: .venv/bin/python benchmarks/dra/run.py [--calls N] [--changes N] [--interval S] [--quick] [--hosts H,...]
 
 As a node runs it: ``vgpukit k8s dra-plugin`` is its own process on a simulated host, the API-server
 stub of the tests (tests/k8s/apiserver.py) holds the ResourceClaims and receives the ResourceSlice,
@@ -60,6 +60,7 @@ HOSTS: dict[str, tuple[str, list[list[str]]]] = {
     ),
     "qemu-guest": ("qemu-guest", [["mdev", "create", "mtty", "--type", "mtty-2"]]),
     "t4-mdev": ("t4-mdev", [["vgpu", "create", "gpu0", "--type", "GRID T4-4Q"]]),
+    "h100-vgpu": ("h100-vgpu", [["vgpu", "create", "gpu0", "--type", "H100-20C"]]),
 }  # fmt: skip
 
 
@@ -84,6 +85,7 @@ KINDS = [
     Kind("whole GPU, memory cap", "hgx-a100", {"kind": "gpu"}, {**V1, "kind": "MemoryCapConfig", "limit": "4Gi"}),
     Kind("whole GPU, MPS (daemon started/stopped)", "hgx-a100", {"kind": "gpu"},
          {**V1, "kind": "MpsConfig", "activeThreadPercentage": 50}),
+    Kind("vGPU on a VF (H100-20C, vendor VFIO)", "h100-vgpu", {"kind": "vf", "vgpuType": "*"}),
 ]  # fmt: skip
 
 
@@ -225,15 +227,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", type=float, default=1.0, help="the plugin's --interval for the republish rows")
     ap.add_argument("--vfs", type=int, default=256, help="VFs per PF (4 PFs) of the memory row")
     ap.add_argument("--quick", action="store_true", help="5 calls, 2 changes, 16 VFs per PF")
+    ap.add_argument("--hosts", default=",".join([*HOSTS, "vfs"]),
+                    help="the hosts whose rows to run, comma-separated (vfs: the many-VF host)")  # fmt: skip
     a = ap.parse_args(argv)
     if a.quick:
         a.calls, a.changes, a.vfs = 5, 2, 16
+    only = set(a.hosts.split(","))
+    if only - {*HOSTS, "vfs"}:
+        raise SystemExit(f"--hosts: unknown host(s) {', '.join(sorted(only - {*HOSTS, 'vfs'}))}")
     lines = ["| measurement | n | p50 ms | p99 ms | max ms |", "| --- | ---: | ---: | ---: | ---: |"]
     later: list[str] = []  # the republish rows, after every kind's
     with tempfile.TemporaryDirectory(prefix="drab", dir="/dev/shm") as d:  # short: Unix socket paths
         base = Path(d)
         sims = {}
         for name, (profile, commands) in HOSTS.items():
+            if name not in only:
+                continue
             sims[name] = base / name
             subprocess.run([sys.executable, "-m", "vgpukit", "sim", "init", str(sims[name]), "--profile", profile],
                            check=True, stdout=subprocess.DEVNULL)  # fmt: skip
@@ -249,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
                 for c in changes:
                     later.append(row(f"republish after {c.label}, --interval {a.interval:g}",
                                      republish_delays(node, c, a.changes, a.interval)))  # fmt: skip
+        if "vfs" not in only:
+            print("\n".join([*lines, *later]))
+            return 0
         big = base / "vfs"
         profile = write_profile(base / "vfs.json", sriov_host(4, a.vfs))
         subprocess.run([sys.executable, "-m", "vgpukit", "sim", "init", str(big), "--profile", str(profile)],

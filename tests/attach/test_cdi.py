@@ -227,3 +227,56 @@ def test_mig_on_simulator(sim_dir: Path, run_cli: Run) -> None:
     ]
     for p in paths:
         assert (sim_dir / p.lstrip("/")).exists(), p  # every node the spec names exists on the host
+
+
+def test_edits_of_reads_only_the_named_devices(fake: FakeHost) -> None:
+    """A scoped collection (a DRA claim's prepare) looks at the named functions only: a broken
+    function not asked for is not read (no warning), and the answer is the full collection's."""
+    fake.pci("0000:3b:00.4", driver="vfio-pci", group=7, physfn="0000:3b:00.0")
+    fake.pci("0000:3b:00.5", driver="vfio-pci", group=8, physfn="0000:3b:00.0")  # no /dev/vfio/8
+    fake.pci("0000:3b:00.0", driver="nvidia", group=6)
+    fake.file("dev/vfio/7", "")
+    host = Host(fake.root)
+    full, warnings = cdi.collect(host, None, ("vf", "pci"))
+    assert any("/dev/vfio/8 is missing" in w for w in warnings)
+    name = "vgpukit.io/vf=0000:3b:00.4"
+    got = cdi.edits_of(host, None, {name, "vgpukit.io/vf=0000:3b:00.6", "other.io/vf=0000:3b:00.4"})
+    assert got == {name: full[0].devices[0].edits}
+    specs, warnings = cdi.collect(host, None, ("vf",), only={"vf": {"0000:3b:00.4"}})
+    assert [d.name for d in specs[0].devices] == ["0000:3b:00.4"] and warnings == []  # no `all`, no .5
+    assert cdi.edits_of(host, None, {"vgpukit.io/vf=0000:3b:00.5", "vgpukit.io/vf=all"}) == {}
+
+
+# ----------------------------------------------------------------------------- vGPU on a VF
+def test_a_vgpu_vf_gets_its_vfio_group_and_loses_it_with_its_type(tmp_path: Path, run_cli: Run) -> None:
+    """NVIDIA's vendor VFIO (vGPU 17+): a VF with a vGPU type stays on ``nvidia``, which registers it
+    with VFIO; its CDI entry is the group node a VMM opens. A VF of no vGPU has none."""
+    from tests.conftest import make_sim
+
+    sim = make_sim(tmp_path / "h100", "h100-vgpu")
+    vf = "0000:41:00.4"
+    assert run_cli(sim, "vgpu", "create", "gpu0", "--type", "H100-20C").exit_code == 0
+    group = (sim / "sys/bus/pci/devices" / vf / "iommu_group").readlink().name
+    assert (sim / "sys/bus/pci/devices" / vf / "driver").readlink().name == "nvidia"
+    (spec,), warnings = cdi.collect(Host(sim), None, ("vf",))
+    assert [d.name for d in spec.devices] == [vf, "all"] and warnings == []
+    assert [n["path"] for n in spec.devices[0].edits.nodes] == ["/dev/vfio/vfio", f"/dev/vfio/{group}"]
+    assert list(cdi.edits_of(Host(sim), None, {f"vgpukit.io/vf={vf}", "vgpukit.io/vf=0000:41:00.5"})) == [
+        f"vgpukit.io/vf={vf}"
+    ]
+    assert run_cli(sim, "vgpu", "remove", vf).exit_code == 0
+    assert not (sim / "dev/vfio" / group).exists()
+    (spec,), _ = cdi.collect(Host(sim), None, ("vf",))
+    assert spec.devices == []
+
+
+def test_a_vgpu_vf_without_its_group_node_is_skipped_with_a_warning(fake: FakeHost) -> None:
+    fake.pci("0000:41:00.0", driver="nvidia", group=4)
+    fake.pci("0000:41:00.4", driver="nvidia", group=5, physfn="0000:41:00.0")
+    fake.file("sys/bus/pci/devices/0000:41:00.4/nvidia/current_vgpu_type", "1055\n")
+    fake.pci("0000:41:00.5", driver="nvidia", group=6, physfn="0000:41:00.0")
+    fake.file("sys/bus/pci/devices/0000:41:00.5/nvidia/current_vgpu_type", "0\n")
+    fake.file("dev/vfio/6", "")
+    specs, warnings = cdi.collect(Host(fake.root), None, ("vf", "pci"))
+    assert all(not s.devices for s in specs)  # .4: no node; .5: no vGPU; the PF: not a VF
+    assert warnings == ["0000:41:00.4 has a vGPU type but /dev/vfio/5 is missing; skipped"]

@@ -332,3 +332,16 @@ def test_an_unusable_gpu_is_unhealthy_and_recovers_after_the_debounce(short_tmp:
     finally:
         manager.close()
         kubelet.stop()
+
+
+def test_a_vgpu_on_a_vf_is_offered_as_its_vgpu_type(tmp_path: Path) -> None:
+    """NVIDIA's vendor VFIO: a VF with a vGPU type (on ``nvidia``, its /dev/vfio/<group> registered) is
+    a device of the type's resource, its CDI name the VF's; the GPU's other VFs are offered as nothing."""
+    sim = make_sim(tmp_path / "h100", "h100-vgpu")
+    _ok(sim, "vgpu", "create", "gpu0", "--type", "H100-20C")
+    inv = collector(sim)
+    (dev,) = inv.resources["vgpukit.io/vgpu-h100-20c"]
+    group = (sim / "sys/bus/pci/devices/0000:41:00.4/iommu_group").readlink().name
+    assert (dev.id, dev.cdi_name) == ("0000:41:00.4", "vgpukit.io/vf=0000:41:00.4")
+    assert dev.nodes == ("/dev/vfio/vfio", f"/dev/vfio/{group}") and dev.watch == (f"/dev/vfio/{group}",)
+    assert not any(r.startswith("vgpukit.io/vf-") for r in inv.resources)

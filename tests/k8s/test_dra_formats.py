@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from vgpukit.errors import VgpukitError
 from vgpukit.k8s.dra.claims import results_of
-from vgpukit.k8s.dra.devices import DRIVER, KINDS, device_name
+from vgpukit.k8s.dra.devices import DRIVER, KINDS, device_name, pci_functions
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
@@ -24,6 +24,25 @@ json_values = st.recursive(
 @given(st.sampled_from(KINDS), st.text(max_size=120))
 def test_a_device_name_is_always_a_dns_label(kind: str, ident: str) -> None:
     assert DNS_LABEL.fullmatch(device_name(kind, ident))
+
+
+bdfs = st.builds(
+    "{:04x}:{:02x}:{:02x}.{}".format,
+    st.integers(0, 0xFFFF),
+    st.integers(0, 0xFF),
+    st.integers(0, 0x1F),
+    st.integers(0, 7),
+)
+
+
+@given(st.sampled_from(["gpu", "vf"]), bdfs, st.sampled_from(KINDS), st.text(max_size=80))
+def test_a_pci_name_gives_back_its_function_and_no_other_name_does(kind: str, bdf: str, other: str, ident: str) -> None:
+    """A claim's prepare reads the functions its names name: a GPU's or VF's name names its BDF; a
+    name of a MIG slice, an mdev or anything else names none or a well-formed BDF."""
+    assert pci_functions([device_name(kind, bdf)]) == {bdf}
+    for fn in pci_functions([device_name(other, ident), ident]):
+        assert re.fullmatch(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", fn)
+    assert pci_functions([device_name("mig", "MIG-4a2b3c4d-0000-1111-2222-333344445555")]) == frozenset()
 
 
 RESULT = {"request": "r", "driver": DRIVER, "pool": "node-1", "device": "gpu-0000-03-00-0"}

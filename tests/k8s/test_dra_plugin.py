@@ -32,7 +32,7 @@ def _ok(sim: Path, *args: str) -> None:
 def opener(sim: Path) -> Any:
     def open_host() -> Any:
         app = App(sim_dir=sim, command="vgpukit k8s dra-plugin", wiring=Wiring())
-        return app.env, lambda: collect(app.host, app.nvml, Options(replicas=1)), app.close
+        return app.env, lambda only=None: collect(app.host, app.nvml, Options(replicas=1), only=only), app.close
 
     return open_host
 
@@ -150,6 +150,49 @@ def test_prepare_each_static_kind_is_idempotent_and_unprepare_removes_it(short_t
         assert node.kubelet.unprepare(ref).claims["u-1"].error == ""
         assert not any(p.exists() for p in node.files("u-1"))
         assert node.kubelet.unprepare(ref).claims["u-1"].error == ""  # unknown claim: nothing to do
+    finally:
+        node.close()
+
+
+def test_prepare_reads_only_the_claims_functions_and_refuses_a_vf_gone_since(short_tmp: Path, api: ApiServer) -> None:
+    """A prepare's cost follows the claim, not the host: the inventory it reads is the claim's PCI
+    functions (with their PFs); a VF no longer on the node is still refused."""
+    node = Node(hgx(short_tmp / "h"), api)
+    try:
+        vf = next(n for n, d in sorted(node.driver.devices().items()) if d.kind == "vf")
+        bdf = node.driver.devices()[vf].device.id
+        asked: list[Any] = []
+        open_host = node.driver.open_host
+
+        def recording() -> Any:
+            env, collect, close = open_host()
+            return env, lambda only=None: asked.append(only) or collect(only=only), close
+
+        node.driver.open_host = recording
+        assert node.kubelet.prepare(node.add(claim("u-s", "s", vf))).claims["u-s"].error == ""
+        assert asked == [{bdf}]
+        assert node.kubelet.unprepare(("default", "s", "u-s")).claims["u-s"].error == ""
+        _ok(node.sim, "sriov", "disable", "nic0")
+        out = node.kubelet.prepare(node.add(claim("u-g", "g", vf))).claims["u-g"]
+        assert f"no device {vf} on this node" in out.error and not out.devices
+    finally:
+        node.close()
+
+
+def test_a_vgpu_on_a_vf_is_offered_and_prepared_with_its_vfio_group(short_tmp: Path, api: ApiServer) -> None:
+    sim = make_sim(short_tmp / "v", "h100-vgpu")
+    _ok(sim, "vgpu", "create", "gpu0", "--type", "H100-20C")
+    node = Node(sim, api)
+    try:
+        (entry,) = [e for e in node.driver.slice_entries() if e["attributes"]["kind"]["string"] == "vf"]
+        assert entry["name"] == "vf-0000-41-00-4" and "vgpuType" in entry["attributes"]
+        resp = node.kubelet.prepare(node.add(claim("u-v", "v", entry["name"]))).claims["u-v"]
+        assert resp.error == ""
+        spec = json.loads(node.files("u-v")[0].read_text())
+        group = (sim / "sys/bus/pci/devices/0000:41:00.4/iommu_group").readlink().name
+        paths = [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]]
+        assert paths == ["/dev/vfio/vfio", f"/dev/vfio/{group}"]
+        assert (sim / "sys/bus/pci/devices/0000:41:00.4/driver").readlink().name == "nvidia"  # not rebound
     finally:
         node.close()
 

@@ -89,8 +89,6 @@ ROWS = [
         (("vgpu", "create", "gpu0", "--type", "H100-20C"),),
         {"kind": "vf", "vgpuType": "*"},
         VFIO,
-        gap="a VF with a vGPU type stays on the nvidia driver (vendor-specific VFIO): the CDI collector writes "
-        "entries for VFs on a VFIO driver only, so neither the device plugin nor the DRA driver offers it",
     ),
     # a sharing configuration (here a memory cap: the CUDA library in the container) is a whole GPU with the
     # driver's parameters in the claim (the class gpu-share.gpu.vgpukit.io puts a time-slice's there).

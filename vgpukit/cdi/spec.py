@@ -5,7 +5,9 @@ A CDI spec has exactly one ``kind``, so vgpukit writes one spec per class (docs/
 =============  ==========================================  =========================================
 class          devices (CDI names)                         container edits
 =============  ==========================================  =========================================
-``vf``         SR-IOV VFs bound to a VFIO driver (BDF)     ``/dev/vfio/vfio``, ``/dev/vfio/<group>``
+``vf``         SR-IOV VFs bound to a VFIO driver, or       ``/dev/vfio/vfio``, ``/dev/vfio/<group>``
+               with an NVIDIA vGPU type (vendor VFIO)
+               (BDF)
 ``pci``        other functions bound to VFIO (BDF)         same
 ``mdev``       mediated devices (UUID)                     same, with the mdev's own group
 ``gpu``        whole GPUs on the NVIDIA driver             what nvidia-ctk injects (cdi/nvidia.py):
@@ -23,19 +25,23 @@ device's edits together), as nvidia-ctk writes.
 Public API for other front ends (the Kubernetes device plugin's ``Allocate`` answers CDI names):
 :func:`device_names` ``(host, nvml, settings=None) -> {class: ["vgpukit.io/<class>=<name>", ...]}``
 gives the fully qualified names a container engine resolves, per class, from the host's current
-state (what :func:`collect` would write; ``all`` included).
+state (what :func:`collect` would write; ``all`` included). :func:`edits_of` ``(host, nvml, names,
+settings=None) -> {name: Edits}`` gives the edits of a few named devices, reading only those (a
+DRA claim's prepare: its cost depends on the claim, not on the host's size).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..cdi_settings import CLASSES, Settings
 from ..host import Host
 from ..host_layout import IOMMU_GROUP
-from ..pci import Scan
+from ..pci import PciDevice, Scan
+from ..pci_kind import vgpu_type
 from . import nvidia
 from .mig import gpu_minor, mig_slices
 from .nvidia import Edits
@@ -177,26 +183,42 @@ class VfioEdits:
         return self._groups[group]
 
 
-def collect_pci(host: Host, warnings: list[str], scan: Scan | None = None) -> tuple[list[CdiDevice], list[CdiDevice]]:
+def vendor_vfio(host: Host, dev: PciDevice) -> bool:
+    """A VF with an NVIDIA vGPU type set (vGPU 17+, vendor-specific VFIO): it stays on ``nvidia``,
+    which registers it with VFIO, and a VMM opens its ``/dev/vfio/<group>`` as a plain PCI hostdev
+    (docs/cdi.md); a VF of no vGPU is the GPU driver's, not VFIO's."""
+    return dev.is_vf and dev.driver == "nvidia" and vgpu_type(host, dev.bdf) != 0
+
+
+def collect_pci(
+    host: Host, warnings: list[str], scan: Scan | None = None, only: Collection[str] | None = None
+) -> tuple[list[CdiDevice], list[CdiDevice]]:
+    """(VFs, other functions) bound to VFIO; ``only``: the functions (BDFs) to look at, None: all."""
     vfs: list[CdiDevice] = []
     others: list[CdiDevice] = []
     vfio_edits = VfioEdits(host)
-    for dev in (scan or Scan(host)).devices():
+    scan = scan or Scan(host)
+    devices = scan.devices() if only is None else [scan.device(b) for b in sorted(only) if scan.exists(b)]
+    for dev in devices:
         bdf = dev.bdf
-        if not dev.driver or "vfio" not in dev.driver or dev.iommu_group is None:
+        if not dev.driver or dev.iommu_group is None or not ("vfio" in dev.driver or vendor_vfio(host, dev)):
             continue
         edits = vfio_edits(dev.iommu_group)
         if edits is None:
-            warnings.append(f"{bdf} is bound to {dev.driver} but /dev/vfio/{dev.iommu_group} is missing; skipped")
+            why = f"is bound to {dev.driver}" if "vfio" in dev.driver else "has a vGPU type"
+            warnings.append(f"{bdf} {why} but /dev/vfio/{dev.iommu_group} is missing; skipped")
             continue
         (vfs if dev.is_vf else others).append(CdiDevice(bdf, edits))
     return vfs, others
 
 
-def collect_mdev(host: Host, warnings: list[str]) -> list[CdiDevice]:
+def collect_mdev(host: Host, warnings: list[str], only: Collection[str] | None = None) -> list[CdiDevice]:
+    """Mediated devices with a VFIO group node; ``only``: the UUIDs to look at, None: all."""
     out = []
     vfio_edits = VfioEdits(host)
     for uuid in host.listdir(host.mdev_devices()):
+        if only is not None and uuid not in only:
+            continue
         group = host.link_name(host.mdev_device(uuid, IOMMU_GROUP))
         if not group or not group.isdigit():
             warnings.append(f"mdev {uuid} has no IOMMU group (vfio_mdev not bound?); skipped")
@@ -249,21 +271,34 @@ def collect(
     classes: tuple[str, ...] = CLASSES,
     settings: Settings | None = None,
     scan: Scan | None = None,
+    only: Mapping[str, Collection[str]] | None = None,
 ) -> tuple[list[Spec], list[str]]:
     """One spec per requested class (possibly empty) and the warnings worth showing (``nvml``: the GPU
     classes; ``settings``: the hook and library paths, defaults when None; ``scan``: the caller's PCI
-    snapshot, whose reads are not made again)."""
+    snapshot, whose reads are not made again; ``only``: per class, the only device names to look at,
+    its spec then without ``all``, a class not in it whole). The same rules either way: a scoped
+    collection skips the devices not asked for, it decides nothing else."""
     settings = settings or Settings()
     warnings: list[str] = []
     specs = {c: Spec(c) for c in classes}
+    scope = dict(only or {})
+
+    def kept(cls: str, devices: list[CdiDevice]) -> list[CdiDevice]:
+        if cls not in scope:
+            return with_all(devices)
+        return [d for d in devices if d.name in scope[cls]]
+
     if "vf" in specs or "pci" in specs:
-        vfs, others = collect_pci(host, warnings, scan)
+        pci_scope = None
+        if all(c in scope for c in ("vf", "pci") if c in specs):  # every PCI class asked is scoped
+            pci_scope = {b for c in ("vf", "pci") if c in specs for b in scope[c]}
+        vfs, others = collect_pci(host, warnings, scan, pci_scope)
         if "vf" in specs:
-            specs["vf"].devices = with_all(vfs)
+            specs["vf"].devices = kept("vf", vfs)
         if "pci" in specs:
-            specs["pci"].devices = with_all(others)
+            specs["pci"].devices = kept("pci", others)
     if "mdev" in specs:
-        specs["mdev"].devices = with_all(collect_mdev(host, warnings))
+        specs["mdev"].devices = kept("mdev", collect_mdev(host, warnings, scope.get("mdev")))
     if NVML_CLASSES & set(specs):
         common = nvidia.common_edits(host, nvidia.find_driver(host), settings.hook)
         if "mig" in specs:
@@ -271,13 +306,14 @@ def collect(
         gpus = collect_gpus(host, nvml)
         for cls in ("gpu", "mig"):
             if cls in specs:
-                specs[cls].devices = with_all(gpus[cls])
+                specs[cls].devices = kept(cls, gpus[cls])
                 specs[cls].edits = common if specs[cls].devices else Edits()
         if "gpu-share" in specs:
             from .share import collect_share
 
             by_name = {d.name: d.edits for d in gpus["gpu"] + gpus["mig"]}
             share = [CdiDevice(n, e) for n, e in collect_share(host, nvml, by_name, settings, warnings)]
+            share = [d for d in share if "gpu-share" not in scope or d.name in scope["gpu-share"]]
             specs["gpu-share"].devices = share  # a container is one tenant: no `all`
             specs["gpu-share"].edits = common if share else Edits()
     return [specs[c] for c in classes], warnings
@@ -288,3 +324,21 @@ def device_names(host: Host, nvml: Nvml | None, settings: Settings | None = None
     (the Kubernetes device plugin answers ``Allocate`` with these)."""
     specs, _ = collect(host, nvml, CLASSES, settings)
     return {s.cls: s.names() for s in specs}
+
+
+def edits_of(
+    host: Host, nvml: Nvml | None, names: Collection[str], settings: Settings | None = None
+) -> dict[str, Edits]:
+    """``{"vgpukit.io/<class>=<name>": edits}`` (the device's and its spec's together) of the named
+    devices the host has now, reading only those (:func:`collect` scoped to them); a name the
+    collector does not write (gone, not on VFIO, another vendor or class) is left out."""
+    scope: dict[str, set[str]] = {}
+    for full in names:
+        kind, _, name = full.partition("=")
+        vendor, _, cls = kind.rpartition("/")
+        if vendor == VENDOR and cls in CLASSES and name and name != ALL:
+            scope.setdefault(cls, set()).add(name)
+    if not scope:
+        return {}
+    specs, _warnings = collect(host, nvml, tuple(c for c in CLASSES if c in scope), settings, only=scope)
+    return {f"{s.kind}={d.name}": d.edits + s.edits for s in specs for d in s.devices}

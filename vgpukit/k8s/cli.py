@@ -321,13 +321,17 @@ def _log_to_stderr(name: str) -> None:
     logger.propagate = False
 
 
-def _dra_opener(app: App) -> Callable[[], tuple[Env, Callable[[], Inventory], Callable[[], None]]]:
+def _dra_opener(app: App) -> Callable[[], tuple[Env, Callable[..., Inventory], Callable[[], None]]]:
     """A fresh host, NVML and engine environment for each kubelet call (nothing cached between calls)."""
     from .inventory import Options, collect
 
-    def open_host() -> tuple[Env, Callable[[], Inventory], Callable[[], None]]:
+    def open_host() -> tuple[Env, Callable[..., Inventory], Callable[[], None]]:
         fresh = App(root=app.root, sim_dir=app.sim_dir, command="vgpukit k8s dra-plugin", wiring=app.wiring)
         env = fresh.env
-        return env, lambda: collect(fresh.host, fresh.nvml, Options(replicas=1)), fresh.close
+
+        def inventory(only: frozenset[str] | None = None) -> Inventory:
+            return collect(fresh.host, fresh.nvml, Options(replicas=1), only=only)
+
+        return env, inventory, fresh.close
 
     return open_host

@@ -24,7 +24,7 @@ one ``/proc`` scan of :mod:`vgpukit.holders` answers that, as ``sriov list`` and
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -108,13 +108,17 @@ class CdiEntry:
     mounts: tuple[Mount, ...] = ()
 
 
-def cdi_entries(host: Host, nvml: Nvml | None, warnings: list[str], scan: Scan | None = None) -> dict[str, CdiEntry]:
+def cdi_entries(
+    host: Host, nvml: Nvml | None, warnings: list[str], scan: Scan | None = None, only: Collection[str] | None = None
+) -> dict[str, CdiEntry]:
     """``vgpukit.io/vf=0000:05:00.2`` -> its entry, for every device the CDI collector
     (:mod:`vgpukit.cdi.spec`, with the host's ``cdi enable`` settings: what ``vgpukit cdi generate``
-    writes) names; the one place this module reads CDI. ``all`` devices are left out."""
+    writes) names; the one place this module reads CDI. ``all`` devices are left out. ``only``: the
+    PCI functions (BDFs) whose ``vf``/``pci`` entries are read (None: every function)."""
     from ..cdi_settings import load_settings
 
-    specs, found = cdi.collect(host, nvml, settings=load_settings(host), scan=scan)
+    scope = None if only is None else {"vf": only, "pci": only}
+    specs, found = cdi.collect(host, nvml, settings=load_settings(host), scan=scan, only=scope)
     warnings += found
     out = {}
     for spec in specs:
@@ -127,15 +131,24 @@ def cdi_entries(host: Host, nvml: Nvml | None, warnings: list[str], scan: Scan |
     return out
 
 
-def collect(host: Host, nvml: Nvml | None, options: Options, scan: Scan | None = None) -> Inventory:
+def collect(
+    host: Host, nvml: Nvml | None, options: Options, scan: Scan | None = None, only: Collection[str] | None = None
+) -> Inventory:
     """Every device the node offers, by resource (one read of sysfs, /proc and NVML; ``scan``: the
-    caller's PCI snapshot, whose reads are not made again)."""
+    caller's PCI snapshot, whose reads are not made again). ``only``: the PCI functions (BDFs) to read,
+    with their PFs (None: all): the same rules over fewer functions, for a caller that needs a few
+    (a DRA claim's prepare); GPUs, MIG devices and mdevs are read as always."""
     inv = Inventory()
     scan = scan or Scan(host)
-    inv.pci = {d.bdf: d for d in scan.devices()}
+    if only is None:
+        inv.pci = {d.bdf: d for d in scan.devices()}
+    else:
+        fns = [scan.device(b) for b in sorted(only) if scan.exists(b)]
+        pfs = [scan.device(f.physfn) for f in fns if f.physfn and scan.exists(f.physfn)]
+        inv.pci = {d.bdf: d for d in sorted([*fns, *pfs], key=lambda d: d.bdf)}
     inv.listed = {bdf: scan.entries(bdf) for bdf in inv.pci}
     inv.vfio_shown = host.display(host.vfio_dir()) + "/"
-    cdi_devices = cdi_entries(host, nvml, inv.warnings, scan)
+    cdi_devices = cdi_entries(host, nvml, inv.warnings, scan, only)
     views = hostview.gpus(host, scan)
     vgpus = hostview.vgpus(host, views)
     taken = {v.id for v in vgpus}

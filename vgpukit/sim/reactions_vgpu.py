@@ -9,8 +9,10 @@ Type tables: the simulator's own (:mod:`vgpukit.sim.vgpu_types`, ``vgpukit/sim/d
 * Vendor-specific VFIO (a VF model with ``nvidia_vgpu: {catalog: h100-pcie}``): enabling VFs on the
   PF gives each VF an ``nvidia/`` directory with ``creatable_vgpu_types`` (card-wide list that
   shrinks as the framebuffer fills; homogeneous) and ``current_vgpu_type`` (``0``; write a type id
-  to create the vGPU, ``0`` to delete it). Errors: unknown id EINVAL; known but not creatable now
-  ENOSPC; a VF that already has a vGPU EBUSY; deleting while a VM holds the VF EBUSY; disabling
+  to create the vGPU, ``0`` to delete it). The VF stays on ``nvidia``, whose vendor VFIO part
+  registers the VF with VFIO while it has a vGPU: ``/dev/vfio/<group>`` appears with the type and goes
+  with it (a VMM opens it as a plain PCI hostdev, ``managed='no'``). Errors: unknown id EINVAL; known
+  but not creatable now ENOSPC; a VF that already has a vGPU EBUSY; deleting while a VM holds the VF EBUSY; disabling
   VFs while any vGPU exists EBUSY.
 """
 
@@ -143,6 +145,7 @@ def set_type(w: Write) -> None:
         for name in ("vgpu_params", "placement_id"):
             w.tree.unlink(nv / name)
         w.tree.set_attr(nv / "current_vgpu_type", 0)
+        w.tree.unlink(w.tree.devnode("vfio", group))  # unregistered from VFIO with its vGPU
         refresh(w, cat, pf_dir)
         return
     if cur != 0:
@@ -158,6 +161,8 @@ def set_type(w: Write) -> None:
     placed = [v / "nvidia" / "placement_id" for v in _vfs(pf_dir)]
     taken = {int(_read(p)) for p in placed if p.exists()}
     w.tree.write_attr(nv / "placement_id", min(set(range(len(taken) + 1)) - taken), RO)
+    group = os.path.basename(os.readlink(vf / "iommu_group"))
+    w.tree.make_devnode(w.tree.devnode("vfio", group), 243, int(group))  # registered with VFIO
     refresh(w, cat, pf_dir)
 
 

@@ -17,6 +17,7 @@ from ..mdev import sysfs as mdev_sysfs
 from ..mdev.model import MdevType
 from ..naming import aliases
 from ..pci import PciDevice, Scan
+from ..pci_kind import vgpu_type
 from .catalog import for_device, framebuffer_mb, parse_description, short_name
 from .model import MDEV, VFIO, GpuView, Vgpu, VgpuType
 
@@ -58,7 +59,7 @@ def _nvidia_types(host: Host, parent: str) -> list[str]:
 
 
 def current_type(host: Host, vf: str) -> int:
-    return host.read_int(host.pci_device(vf, "nvidia", "current_vgpu_type"), 0, 10) or 0
+    return vgpu_type(host, vf)
 
 
 def creatable(host: Host, vf: str) -> list[tuple[int, str]]:

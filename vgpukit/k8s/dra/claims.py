@@ -225,8 +225,8 @@ def _write(env: Env, record: Record, offered: dict[str, DraDevice]) -> list[Prep
     record marked prepared."""
     uid = record.claim["uid"]
     settings = load_settings(env.host)
-    specs, _warnings = cdi.collect(env.host, env.nvml, settings=settings)
-    edits = {f"{s.kind}={d.name}": d.edits + s.edits for s in specs for d in s.devices}
+    wanted = {offered[r.device].device.cdi_name or "" for r in record.results if r.device in offered}
+    edits = cdi.edits_of(env.host, env.nvml, wanted, settings)  # the claim's devices only
     shared = sharing.plan(env, uid, record.results, offered, settings or Settings())  # refused: nothing done
     spec = cdi.Spec(CLAIM_CLASS)
     by_device: dict[str, list[str]] = {}

@@ -19,6 +19,7 @@ Devices made on demand (a MIG slice or vGPU created at prepare) are :mod:`.ondem
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..inventory import PREFIX, Device, Inventory
@@ -26,6 +27,7 @@ from ..inventory import PREFIX, Device, Inventory
 DRIVER = "gpu.vgpukit.io"
 KINDS = ("gpu", "mig", "vf", "mdev")
 _UNSAFE = re.compile(r"[^a-z0-9-]+")
+_PCI_NAME = re.compile(r"(?:gpu|vf)-([0-9a-f]{4,8})-([0-9a-f]{2})-([0-9a-f]{2})-([0-7])")
 
 
 @dataclass(frozen=True)
@@ -74,3 +76,9 @@ def dra_devices(inv: Inventory) -> dict[str, DraDevice]:
         dev = Device(bdf, bdf, fn.numa_node, f"{PREFIX}/vf={bdf}")
         out.setdefault(name, DraDevice(name, "vf", dev, host_driver=fn.driver or "none"))
     return out
+
+
+def pci_functions(names: Iterable[str]) -> frozenset[str]:
+    """The PCI functions DRA device names name (``vf-0000-05-00-2`` -> ``0000:05:00.2``, ``gpu-...`` the
+    same; a MIG slice's or an mdev's name none): the part of the PCI bus a claim's prepare reads."""
+    return frozenset(f"{m[1]}:{m[2]}:{m[3]}.{m[4]}" for m in map(_PCI_NAME.fullmatch, names) if m)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -38,7 +38,7 @@ from ..inventory import Inventory
 from ..pluginreg_v1 import api_pb2 as reg
 from ..pluginreg_v1 import api_pb2_grpc as reg_grpc
 from . import claims, ondemand, partitions, slices
-from .devices import DRIVER, DraDevice, dra_devices
+from .devices import DRIVER, DraDevice, dra_devices, pci_functions
 
 log = logger("vgpukit.k8s.dra")
 
@@ -49,7 +49,15 @@ DRA_BETA: Any = dra_beta_grpc
 HEALTH: Any = hl_grpc
 REG: Any = reg_grpc
 ClaimReader = Callable[[str, str, str], dict[str, Any]]  # namespace, name, uid -> the ResourceClaim
-Opener = Callable[[], tuple[Env, Callable[[], Inventory], Callable[[], None]]]
+
+
+class Collect(Protocol):
+    """The node's inventory now; ``only``: just these PCI functions (with their PFs) read of the bus."""
+
+    def __call__(self, only: frozenset[str] | None = None) -> Inventory: ...
+
+
+Opener = Callable[[], tuple[Env, Collect, Callable[[], None]]]
 
 
 def registry_socket(host: Host) -> Path:
@@ -141,7 +149,9 @@ class Driver:
                     with session(env):  # the host lock; an interrupted change repaired before planning
                         done = claims.recorded(env, claim.uid)
                         if done is None:
-                            done = claims.prepare(env, claim.uid, ref, results, dra_devices(collect()))
+                            # the inventory of the claim's devices only: its cost follows the claim, not the host
+                            offered = dra_devices(collect(only=pci_functions(r.device for r in results)))
+                            done = claims.prepare(env, claim.uid, ref, results, offered)
             except VgpukitError as err:
                 return dra.NodePrepareResourceResponse(error=str(err)[:1000])
             finally:

@@ -116,9 +116,7 @@ def unusable(dev: DraDevice, sick: dict[str, str]) -> str:
 def offered(devices: dict[str, DraDevice], sick: dict[str, str], tainted: bool = False) -> list[DraDevice]:
     """The devices to publish: not held by a user outside Kubernetes, and not unusable (health layer) unless
     ``tainted``: then an unusable device is published with a taint (:func:`taint`)."""
-    return [
-        d for _, d in sorted(devices.items()) if not d.device.held_by and (tainted or not unusable(d, sick))
-    ]
+    return [d for _, d in sorted(devices.items()) if not d.device.held_by and (tainted or not unusable(d, sick))]
 
 
 TAINT_KEY = f"{DRIVER}/unhealthy"
