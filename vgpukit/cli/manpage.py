@@ -32,6 +32,8 @@ ENVIRONMENT: dict[str, str] = {
     "NODE_NAME": "this node's name for the Kubernetes node agent (as --node) and the exporter's Hostname label",
     "NOTIFY_SOCKET, WATCHDOG_USEC": "set by systemd: the QoS daemon reports readiness and keeps the watchdog fed",
     "VGPUKIT_SIM_CRASH_AT_WRITE": "testing: a command on a sim host kills itself before its Nth control-file write",
+    "CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY, CUDA_VISIBLE_DEVICES": "set by the DRA plugin for the MPS "
+    "control daemon it starts per GPU or MIG slice (read by the simulated nvidia-cuda-mps-control)",
     "VGPUKIT_SIM_CRASH_AT_CHANGE": "testing: a command on a sim host kills itself before its Nth file change",
     "VGPUKIT_SIM_CRASH_AT_NVML_CALL": "testing: the simulated NVIDIA driver kills the command before its Nth change",
     "_VGPUKIT_COMPLETE": "set by the completion script of vgpukit completion",
