@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from .debian import base_tarball
+
 ROOT = Path(__file__).resolve().parents[2]
 # dependency wheels for clean installs: downloaded once, then installed with --no-index from here
 WHEELHOUSE = Path(os.environ.get("VGPUKIT_WHEELHOUSE", "/var/tmp/vgpukit-wheelhouse"))
@@ -133,14 +135,22 @@ ULIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
 
 
 @pytest.fixture(scope="session")
-def image(debs: dict[str, Path]) -> str:
+def debian_base() -> Path:
+    """The one debootstrap of the session (tests/ship/debian.py): a Debian 12 minbase + python3 tarball,
+    the .deb's brand-new machine and the base of the image's root file system (build-image.sh --base)."""
+    need(("debootstrap", "tar"), root=True)
+    return base_tarball()
+
+
+@pytest.fixture(scope="session")
+def image(debs: dict[str, Path], debian_base: Path) -> str:
     """scripts/build-image.sh with this tree's package: localhost/vgpukit:<version>."""
-    need(("podman", "runc", "debootstrap"), root=True)
+    need(("podman", "runc"), root=True)
     done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "build-image.sh"), "--deb", str(debs["current"])],
-        check=True,
+        ["bash", str(ROOT / "scripts" / "build-image.sh"), "--deb", str(debs["current"]), "--base", str(debian_base)],
         capture_output=True,
         text=True,
         env=clean_env(),
     )
+    assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.strip().splitlines()[-1]

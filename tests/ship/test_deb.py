@@ -1,4 +1,4 @@
-"""The Debian package on a brand-new Debian 12 (a chroot from the fresh-machine base tarball):
+"""The Debian package on a brand-new Debian 12 (a chroot from the session's debootstrap, minbase + python3):
 install the previous version, upgrade to this one, run the demo tour's read commands on simulated
 hosts, check the mdevctl alternative, units installed but not enabled; purge leaves the file system as
 it was; lintian shows only the tags docs/install.md explains."""
@@ -25,9 +25,9 @@ EXPLAINED = {"embedded-library", "unusual-interpreter"}
 
 
 @pytest.fixture(scope="module")
-def machine(debs: dict[str, Path]) -> Iterator[Chroot]:
-    need(("debootstrap", "chroot", "mount", "tar"), root=True)
-    box = Chroot()
+def machine(debs: dict[str, Path], debian_base: Path) -> Iterator[Chroot]:
+    need(("chroot", "mount", "tar"), root=True)
+    box = Chroot(debian_base)
     try:
         for deb in debs.values():
             (box.root / "tmp" / deb.name).write_bytes(deb.read_bytes())
