@@ -13,9 +13,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
+from .debian import base_tarball
 
 ROOT = Path(__file__).resolve().parents[2]
 # dependency wheels for clean installs: downloaded once, then installed with --no-index from here
@@ -132,15 +136,41 @@ PODMAN = _podman()
 ULIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
 
 
+BASE_JOB = pytest.StashKey[Future[Path]]()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _debootstrap_early(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Start the session's debootstrap (debian_base) in the background at the first shipping test when
+    one of the session's tests needs it: it needs nothing of this tree, so it runs while the sdist, the
+    wheel and the .debs build, mostly on the other core (the builds use one)."""
+    wanted = any("debian_base" in getattr(item, "fixturenames", ()) for item in request.session.items)
+    if not wanted or os.geteuid() != 0 or not all(shutil.which(t) for t in ("debootstrap", "tar")):
+        yield
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="debootstrap") as pool:
+        request.session.stash[BASE_JOB] = pool.submit(base_tarball)
+        yield
+
+
 @pytest.fixture(scope="session")
-def image(debs: dict[str, Path]) -> str:
+def debian_base(request: pytest.FixtureRequest) -> Path:
+    """The one debootstrap of the session (tests/ship/debian.py): a Debian 12 minbase + python3 tarball,
+    the .deb's brand-new machine and the base of the image's root file system (build-image.sh --base)."""
+    need(("debootstrap", "tar"), root=True)
+    job = request.session.stash.get(BASE_JOB, None)
+    return job.result() if job is not None else base_tarball()
+
+
+@pytest.fixture(scope="session")
+def image(debs: dict[str, Path], debian_base: Path) -> str:
     """scripts/build-image.sh with this tree's package: localhost/vgpukit:<version>."""
-    need(("podman", "runc", "debootstrap"), root=True)
+    need(("podman", "runc"), root=True)
     done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "build-image.sh"), "--deb", str(debs["current"])],
-        check=True,
+        ["bash", str(ROOT / "scripts" / "build-image.sh"), "--deb", str(debs["current"]), "--base", str(debian_base)],
         capture_output=True,
         text=True,
         env=clean_env(),
     )
+    assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.strip().splitlines()[-1]

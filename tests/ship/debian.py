@@ -1,5 +1,6 @@
-"""A brand-new Debian 12 in a chroot, from the fresh-machine base tarball (debootstrap minbase +
-python3, built by ../shared/tools/fresh-machine.sh, or here the same way when missing).
+"""A brand-new Debian 12 in a chroot, from the shipping tests' base tarball: debootstrap minbase +
+python3 from this machine's mirror, made once (cached in /var/tmp/vgpukit-ship/) for the .deb's chroot
+and the node image's root file system (scripts/build-image.sh --base: the image's Depends go in by apt).
 
 Only /proc and /dev (non-recursive binds) are mounted; :meth:`Chroot.close` unmounts them and removes
 the tree only when nothing under it is still mounted (a leftover /dev bind must never be deleted
@@ -12,9 +13,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-BASE_DIR = Path("/var/tmp/fresh-machine")
-BASE = BASE_DIR / "base.tar"
-PACKAGES = "python3,python3-venv,python3-pip,ca-certificates,git,sudo"  # as fresh-machine.sh
+BASE_DIR = Path("/var/tmp/vgpukit-ship")
+BASE = BASE_DIR / "bookworm-minbase-python3.tar"
 
 
 def mirror() -> str:
@@ -30,29 +30,34 @@ def mirror() -> str:
 
 
 def base_tarball() -> Path:
+    """debootstrap --variant=minbase with python3 (nothing of the .deb's other Depends: apt must resolve
+    them), and ca-certificates only when the mirror is https (apt in the chroot needs them then)."""
+    packages = "python3,ca-certificates" if mirror().startswith("https:") else "python3"
     if not BASE.exists():
         BASE_DIR.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix="b.", dir=BASE_DIR))
         try:
             subprocess.run(
-                ["debootstrap", "--variant=minbase", f"--include={PACKAGES}", "bookworm", str(tmp), mirror()],
+                ["debootstrap", "--variant=minbase", f"--include={packages}", "bookworm", str(tmp), mirror()],
                 check=True,
                 capture_output=True,
             )
-            subprocess.run(["tar", "-C", str(tmp), "-cf", f"{BASE}.part", "."], check=True)
-            Path(f"{BASE}.part").rename(BASE)
+            part = tmp.with_suffix(".tar")
+            subprocess.run(["tar", "-C", str(tmp), "--numeric-owner", "-cf", str(part), "."], check=True)
+            part.rename(BASE)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+            tmp.with_suffix(".tar").unlink(missing_ok=True)
     return BASE
 
 
 class Chroot:
-    def __init__(self) -> None:
+    def __init__(self, base: Path) -> None:
         self.top = Path(tempfile.mkdtemp(prefix="vgpukit-ship.", dir="/var/tmp"))
         self.root = self.top / "r"
         self.root.mkdir()
         self.mounts: list[Path] = []
-        subprocess.run(["tar", "-C", str(self.root), "-xf", str(base_tarball())], check=True)
+        subprocess.run(["tar", "-C", str(self.root), "-xf", str(base)], check=True)
         shutil.copy("/etc/resolv.conf", self.root / "etc" / "resolv.conf")
         for m, fs in (("proc", "/proc"), ("dev", "/dev")):
             subprocess.run(["mount", "--bind", fs, str(self.root / m)], check=True)

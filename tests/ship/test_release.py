@@ -23,13 +23,13 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return where
 
 
-def _release(clone: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _release(clone: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", "scripts/release.sh", *args],
         cwd=clone,
         capture_output=True,
         text=True,
-        env=clean_env(PYTHON=sys.executable, TMPDIR=str(clone.parent)),
+        env=clean_env(PYTHON=sys.executable, TMPDIR=str(clone.parent), **env),
         timeout=1200,
     )
 
@@ -43,12 +43,13 @@ def test_refuses_a_dirty_tree_and_an_untagged_head(clone: Path) -> None:
     assert done.returncode == 1 and f"HEAD is not tagged v{version()}" in done.stderr
 
 
-def test_tagged_release_builds_every_artefact_with_one_version(clone: Path) -> None:
-    need(("podman", "runc", "debootstrap", "dpkg-deb"), root=True)
+def test_tagged_release_builds_every_artefact_with_one_version(clone: Path, debian_base: Path) -> None:
+    need(("podman", "runc", "dpkg-deb"), root=True)
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", "tag", "-a", f"v{version()}",
                     "-m", "test"], cwd=clone, check=True)  # fmt: skip
     out = clone.parent / "out"
-    done = _release(clone, "-o", str(out))
+    # the image's root file system from the session's debootstrap, as the image fixture's (build-image.sh)
+    done = _release(clone, "-o", str(out), VGPUKIT_IMAGE_BASE=str(debian_base))
     assert done.returncode == 0, done.stderr[-3000:]
     v = version()
     names = {p.name for p in out.iterdir()}
