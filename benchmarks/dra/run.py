@@ -140,7 +140,9 @@ class Node:
         cmd = [sys.executable, "-m", "vgpukit", "--sim", str(sim), "k8s", "dra-plugin", "--node", NODE]
         cmd += ["--kubeconfig", str(kubeconfig), "--interval", str(interval), "--partitionable", partitionable]
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.log = sim.parent / f"plugin-{sim.name}.log"
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
         host = sim_host(sim)
         deadline = time.monotonic() + 120
         while not registry_socket(host).exists():
@@ -152,8 +154,12 @@ class Node:
         self.kubelet.register()
 
     def generation(self) -> int:
-        doc = self.api.slices.get(SLICE)
-        return int(doc["spec"]["pool"]["generation"]) if doc else 0
+        """The pool's generation once every slice of it holds it (a pool is written one slice at a time)."""
+        docs = list(self.api.slices.values())
+        return min(int(doc["spec"]["pool"]["generation"]) for doc in docs) if SLICE in self.api.slices else 0
+
+    def log_tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
 
     def devices(self) -> list[dict[str, Any]]:
         """Every device of the node's pool (several slices beyond 128 devices)."""
@@ -230,7 +236,7 @@ def republish_delays(node: Node, change: Change, count: int, interval: float) ->
         vg(node.sim, *(change.there if i % 2 == 0 else change.back))
         t0 = time.monotonic()
         if not node.api.wait(lambda b=before: node.generation() > b, timeout=max(30, 10 * interval)):
-            raise SystemExit(f"{change.label}: no new generation")
+            raise SystemExit(f"{change.label}: no new generation; the plugin's log ends:\n{node.log_tail()}")
         out.append(time.monotonic() - t0)
     return out
 
