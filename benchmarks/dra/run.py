@@ -11,8 +11,9 @@ at a time (a claim made for each call: the first prepare of a claim, not the rec
 * prepare / unprepare: one row per kind (``KINDS``), the device chosen from the published slice by
   its attributes, as a DeviceClass would.
 * republish: another door changes the host (``CHANGES``: ``vgpukit partition``, ``vgpukit sriov``, a
-  process of its own) at a random point of the polling period; the delay is from the command's exit
-  to the API server holding the slice of the next generation.
+  process of its own) at a random point of the polling period, once the plugin has published all it
+  saw; the delay is from the command's exit to the API server holding every slice of the pool at
+  the next generation.
 * memory: the plugin's RSS (and peak) once it published every VF of a 1,024-VF host (4 PFs x 256 VFs
   on vfio-pci, benchmarks/scale/hosts.py), and the time to that first publish.
 
@@ -155,8 +156,19 @@ class Node:
 
     def generation(self) -> int:
         """The pool's generation once every slice of it holds it (a pool is written one slice at a time)."""
-        docs = list(self.api.slices.values())
-        return min(int(doc["spec"]["pool"]["generation"]) for doc in docs) if SLICE in self.api.slices else 0
+        with self.api.changed:  # the stub's lock (re-entrant): not while a handler stores a slice
+            docs = list(self.api.slices.values())
+            return min(int(doc["spec"]["pool"]["generation"]) for doc in docs) if SLICE in self.api.slices else 0
+
+    def settle(self, interval: float) -> None:
+        """Wait until the plugin has published what it saw (no new generation for 1.5 polling periods): a
+        publication still on its way (after the last unprepare, or a second one after a read in the middle
+        of a change) must not be taken for the answer to the next change, nor let two changes cancel out
+        within one poll."""
+        while True:
+            now = self.generation()
+            if not self.api.wait(lambda g=now: self.generation() != g, timeout=1.5 * interval + 0.2):
+                return
 
     def log_tail(self) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
@@ -231,6 +243,7 @@ def republish_delays(node: Node, change: Change, count: int, interval: float) ->
     rng = random.Random(23)
     out = []
     for i in range(count):
+        node.settle(interval)
         before = node.generation()
         time.sleep(rng.uniform(0, interval))  # the change comes at any point of the polling period
         vg(node.sim, *(change.there if i % 2 == 0 else change.back))
