@@ -11,12 +11,16 @@ at a time (a claim made for each call: the first prepare of a claim, not the rec
 * prepare / unprepare: one row per kind (``KINDS``), the device chosen from the published slice by
   its attributes, as a DeviceClass would.
 * republish: another door changes the host (``CHANGES``: ``vgpukit partition``, ``vgpukit sriov``, a
-  process of its own) at a random point of the polling period; the delay is from the command's exit
-  to the API server holding the slice of the next generation.
+  process of its own) at a random point of the polling period, once the plugin has published all it
+  saw; the delay is from the command's exit to the API server holding every slice of the pool at
+  the next generation.
 * memory: the plugin's RSS (and peak) once it published every VF of a 1,024-VF host (4 PFs x 256 VFs
   on vfio-pci, benchmarks/scale/hosts.py), and the time to that first publish.
 
-Rows are data: a kind made on demand, or a sharing configuration, is one more entry.
+Rows are data: a kind made on demand, or a sharing configuration, is one more entry. The hosts in
+``PARTITIONABLE`` are served with ``--partitionable on``: their kinds made on demand are picked among
+the published slice parts by ``onDemand``, and each prepare creates the MIG slice or the vGPU that
+its unprepare destroys (the timings include that).
 Prints a markdown table.
 """
 
@@ -61,7 +65,14 @@ HOSTS: dict[str, tuple[str, list[list[str]]]] = {
     "qemu-guest": ("qemu-guest", [["mdev", "create", "mtty", "--type", "mtty-2"]]),
     "t4-mdev": ("t4-mdev", [["vgpu", "create", "gpu0", "--type", "GRID T4-4Q"]]),
     "h100-vgpu": ("h100-vgpu", [["vgpu", "create", "gpu0", "--type", "H100-20C"]]),
+    # served with --partitionable on: gpu1 in MIG mode and empty (a 1g.5gb made and destroyed), no vGPU yet
+    "hgx-a100-on-demand": ("hgx-a100", [["partition", "gpu1", "--mig", "1g.5gb"], ["mig", "destroy", "gpu1", "--all"]]),
+    "t4-mdev-on-demand": ("t4-mdev", []),
 }  # fmt: skip
+# files put on a host after `sim init`: the CUDA interception library a memory cap needs (a stand-in: nothing
+# here loads it; the prepare only checks it is installed)
+FILES = {"hgx-a100": {"usr/lib/vgpukit/libvgpukit-cuda.so": "a stand-in for contrib/cuda's library\n"}}
+PARTITIONABLE = {"hgx-a100-on-demand", "t4-mdev-on-demand"}  # hosts whose plugin publishes devices made on demand
 
 
 V1 = {"apiVersion": "vgpukit.io/v1"}
@@ -71,7 +82,7 @@ V1 = {"apiVersion": "vgpukit.io/v1"}
 class Kind:
     label: str
     host: str
-    select: dict[str, str]  # published attribute -> value ("*": present)
+    select: dict[str, str | bool]  # published attribute -> value ("*": present)
     config: dict[str, Any] | None = None  # the driver's opaque parameters in the claim (a sharing configuration)
 
 
@@ -82,6 +93,12 @@ KINDS = [
     Kind("VF bound to vfio-pci at prepare", "hgx-a100", {"kind": "vf", "driver": "mlx5_core"}),
     Kind("mdev (mtty)", "qemu-guest", {"kind": "mdev"}),
     Kind("vGPU mdev (GRID T4-4Q)", "t4-mdev", {"kind": "mdev", "vgpuType": "*"}),
+    Kind("MIG slice 3g.20gb made on demand (created/destroyed)", "hgx-a100-on-demand",
+         {"onDemand": True, "migProfile": "3g.20gb"}),
+    Kind("vGPU mdev T4-4Q made on demand (created/removed)", "t4-mdev-on-demand",
+         {"onDemand": True, "kind": "mdev", "vgpuType": "T4-4Q"}),
+    Kind("MIG slice 3g.20gb made on demand, MPS (slice and daemon)", "hgx-a100-on-demand",
+         {"onDemand": True, "migProfile": "3g.20gb"}, {**V1, "kind": "MpsConfig", "activeThreadPercentage": 50}),
     Kind("whole GPU, memory cap", "hgx-a100", {"kind": "gpu"}, {**V1, "kind": "MemoryCapConfig", "limit": "4Gi"}),
     Kind("whole GPU, MPS (daemon started/stopped)", "hgx-a100", {"kind": "gpu"},
          {**V1, "kind": "MpsConfig", "activeThreadPercentage": 50}),
@@ -103,6 +120,8 @@ CHANGES = [
     Change("vgpukit sriov enable (a VF more / less)", "hgx-a100",
            ["sriov", "enable", "nic2", "--vfs", "2", "--driver", "vfio-pci"],
            ["sriov", "enable", "nic2", "--vfs", "1", "--driver", "vfio-pci"]),
+    Change("vgpukit partition on a partitionable GPU (the placements offered change)", "hgx-a100-on-demand",
+           ["partition", "gpu1", "--mig", "1g.5gb"], ["mig", "destroy", "gpu1", "--all"]),
 ]  # fmt: skip
 
 
@@ -118,13 +137,15 @@ def pct(xs: list[float], p: float) -> float:
 class Node:
     """One simulated host served by its own ``vgpukit k8s dra-plugin`` process, registered with the peer."""
 
-    def __init__(self, sim: Path, api: ApiServer, kubeconfig: Path, interval: float) -> None:
+    def __init__(self, sim: Path, api: ApiServer, kubeconfig: Path, interval: float, partitionable: str) -> None:
         self.sim, self.api = sim, api
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         cmd = [sys.executable, "-m", "vgpukit", "--sim", str(sim), "k8s", "dra-plugin", "--node", NODE]
-        cmd += ["--kubeconfig", str(kubeconfig), "--interval", str(interval)]
+        cmd += ["--kubeconfig", str(kubeconfig), "--interval", str(interval), "--partitionable", partitionable]
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.log = sim.parent / f"plugin-{sim.name}.log"
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
         host = sim_host(sim)
         deadline = time.monotonic() + 120
         while not registry_socket(host).exists():
@@ -136,8 +157,23 @@ class Node:
         self.kubelet.register()
 
     def generation(self) -> int:
-        doc = self.api.slices.get(SLICE)
-        return int(doc["spec"]["pool"]["generation"]) if doc else 0
+        """The pool's generation once every slice of it holds it (a pool is written one slice at a time)."""
+        with self.api.changed:  # the stub's lock (re-entrant): not while a handler stores a slice
+            docs = list(self.api.slices.values())
+            return min(int(doc["spec"]["pool"]["generation"]) for doc in docs) if SLICE in self.api.slices else 0
+
+    def settle(self, interval: float) -> None:
+        """Wait until the plugin has published what it saw (no new generation for 1.5 polling periods): a
+        publication still on its way (after the last unprepare, or a second one after a read in the middle
+        of a change) must not be taken for the answer to the next change, nor let two changes cancel out
+        within one poll."""
+        while True:
+            now = self.generation()
+            if not self.api.wait(lambda g=now: self.generation() != g, timeout=1.5 * interval + 0.2):
+                return
+
+    def log_tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
 
     def devices(self) -> list[dict[str, Any]]:
         """Every device of the node's pool (several slices beyond 128 devices)."""
@@ -159,7 +195,8 @@ class Node:
 def serving(sim: Path, base: Path, interval: float) -> Iterator[Node]:
     api = ApiServer(NODE)
     api.http.handle_error = lambda *_: None  # type: ignore[method-assign]  # the plugin hanging up at its end
-    node = Node(sim, api, api.kubeconfig(base / f"kubeconfig-{sim.name}"), interval)
+    mode = "on" if sim.name in PARTITIONABLE else "off"
+    node = Node(sim, api, api.kubeconfig(base / f"kubeconfig-{sim.name}"), interval, mode)
     try:
         if not api.wait(lambda: SLICE in api.slices, timeout=120):
             raise SystemExit("no ResourceSlice published")
@@ -179,8 +216,11 @@ def claim(uid: str, device: str, config: dict[str, Any] | None) -> dict[str, Any
 
 def prepare_times(node: Node, kind: Kind, calls: int) -> tuple[list[float], list[float]]:
     def fits(attrs: dict[str, Any]) -> bool:
-        return all(k in attrs and (v == "*" or attrs[k].get("string") == v) for k, v in kind.select.items())
+        # an attribute's value is its one typed field ({"string": ...}, {"bool": ...}, {"int": ...})
+        return all(k in attrs and (v == "*" or [v] == list(attrs[k].values())) for k, v in kind.select.items())
 
+    # a pool of several slices (the partitionable parts): each may land a moment after the first
+    node.api.wait(lambda: any(fits(d["attributes"]) for d in node.devices()), timeout=60)
     device = next(d["name"] for d in node.devices() if fits(d["attributes"]))
     prep, unprep = [], []
     for i in range(calls):
@@ -205,12 +245,13 @@ def republish_delays(node: Node, change: Change, count: int, interval: float) ->
     rng = random.Random(23)
     out = []
     for i in range(count):
+        node.settle(interval)
         before = node.generation()
         time.sleep(rng.uniform(0, interval))  # the change comes at any point of the polling period
         vg(node.sim, *(change.there if i % 2 == 0 else change.back))
         t0 = time.monotonic()
         if not node.api.wait(lambda b=before: node.generation() > b, timeout=max(30, 10 * interval)):
-            raise SystemExit(f"{change.label}: no new generation")
+            raise SystemExit(f"{change.label}: no new generation; the plugin's log ends:\n{node.log_tail()}")
         out.append(time.monotonic() - t0)
     return out
 
@@ -246,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
             sims[name] = base / name
             subprocess.run([sys.executable, "-m", "vgpukit", "sim", "init", str(sims[name]), "--profile", profile],
                            check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+            for rel, text in FILES.get(name, {}).items():
+                (sims[name] / rel).parent.mkdir(parents=True, exist_ok=True)
+                (sims[name] / rel).write_text(text)
             for cmd in commands:
                 vg(sims[name], *cmd)
         for name, sim in sims.items():

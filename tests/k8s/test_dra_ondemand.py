@@ -360,3 +360,49 @@ def test_a_made_slice_is_in_the_health_stream_under_its_allocated_name(node: OnD
     assert node.kubelet.wait(lambda: node.kubelet.health.get(name, (0,))[0] == hl.HEALTHY)
     _ok(node.sim, "sim", "fault", "xid", "gpu0", "79")  # gpu0 falls off the bus
     assert node.kubelet.wait(lambda: node.kubelet.health[name][0] == hl.UNHEALTHY)
+
+
+def test_mps_in_a_slice_made_at_prepare_serves_its_mig_device_and_stops_before_the_slice_goes(
+    node: OnDemandNode,
+) -> None:
+    import os
+    import signal
+
+    from tests.k8s.test_dra_sharing import V, _crash, opaque
+    from vgpukit.k8s.dra import mps
+
+    cfg = [opaque({"apiVersion": V, "kind": "MpsConfig", "activeThreadPercentage": 50})]
+    doc = claim("u-m", "m", f"{GPU0}-mig-3g-20gb-0", config=cfg)
+    ref = node.add(doc)
+    try:
+        out = node.kubelet.prepare(ref).claims["u-m"]
+        assert out.error == "", out.error
+        assert layout(node.sim) == [(9, 0, 1), (19, 6, 1)]  # the slice made at slots 0-3
+        gi = next(g for g in SimNvml(node.sim).gpu_instances(0) if g.start == 0)
+        uuid = gi.compute_instances[0].uuid
+        assert mps.pid(node.host, uuid) is not None  # a daemon for the new MIG device, not the GPU
+        log = (mps.directory(node.host, uuid) / "log" / "control.log").read_text()
+        assert f"CUDA_VISIBLE_DEVICES={uuid}" in log and "set_default_active_thread_percentage 50" in log
+        spec = json.loads(node.files("u-m")[0].read_text())
+        (dev,) = spec["devices"]
+        edits = dev["containerEdits"]
+        assert sorted(n["path"] for n in edits["deviceNodes"]) == sorted(mig_nodes(node, uuid))
+        pipe = node.host.display(mps.directory(node.host, uuid) / "pipe")
+        assert (
+            f"CUDA_MPS_PIPE_DIRECTORY={pipe}" in edits["env"] and "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" in edits["env"]
+        )
+        assert any(m["containerPath"] == pipe for m in edits["mounts"])
+        # killed right after the daemon stopped in unprepare: the slice is still there (the daemon goes first)
+        assert _crash(node.sim, "mps", doc, "unprepare") == -signal.SIGKILL
+        assert mps.pid(node.host, uuid) is None and (9, 0, 1) in layout(node.sim)
+        _ok(node.sim, "recover")  # the unprepare undone as a whole: the daemon runs again on the slice
+        assert mps.pid(node.host, uuid) is not None and (9, 0, 1) in layout(node.sim)
+        assert node.kubelet.unprepare(ref).claims["u-m"].error == ""
+        assert mps.pid(node.host, uuid) is None and layout(node.sim) == [(19, 6, 1)]
+        assert not node.host.dra_made_record("u-m").exists()
+    finally:
+        base = node.host.state_dir("dra", "mps")
+        for d in base.iterdir() if base.is_dir() else []:  # no daemon outlives the test
+            left = mps.pid(node.host, d.name)
+            if left:
+                os.kill(left, signal.SIGKILL)

@@ -10,7 +10,11 @@ real services), finds the CDI name it answers in the claim's spec, and starts a 
 with ``--device <that name>``: podman itself resolves the name, and the container lists the nodes.
 Unprepared, the spec is gone and podman refuses the name.
 
-A new kind (a MIG slice made at prepare, a shared GPU) is one more row.
+A device made on demand (a MIG slice at the placement the scheduler chose, a legacy vGPU) is a row with
+``partitionable``: the plugin runs with ``--partitionable on`` and the device is picked among the slice
+parts it publishes for the GPUs; its ``made`` listing (a ``vgpukit --json`` command and the key naming
+its entries) must gain exactly one entry at prepare and lose it at unprepare. A shared GPU is a row with
+the sharing configuration in the claim. A new kind is one more row.
 Needs root, podman, runc and busybox (tests/containers.py); in CI a missing tool fails the test.
 """
 
@@ -29,6 +33,7 @@ import pytest
 from tests import containers
 from tests.conftest import invoke
 from tests.k8s.apiserver import ApiServer
+from tests.k8s.test_dra_ondemand import OnDemandNode
 from tests.k8s.test_dra_plugin import NODE, Node, claim
 from vgpukit.k8s.dra.devices import DRIVER
 
@@ -41,13 +46,15 @@ class Row:
     name: str
     profile: str
     setup: tuple[tuple[str, ...], ...]  # vgpukit commands ("{sim}": the simulated host's directory)
-    select: dict[str, str]  # published attribute -> value ("*": present) of the device to allocate
+    select: dict[str, str | bool]  # published attribute -> value ("*": present) of the device to allocate
     nodes: tuple[str, ...]  # container paths (regular expressions) the device's CDI entry must have
     host_driver: str | None = None  # the VF's driver before prepare and after unprepare (None: not a VF on one)
     gap: str = ""  # why the product cannot pass this row yet (an expected failure that must not pass)
     config: dict[str, Any] | None = None  # the driver's opaque parameters in the claim (a sharing configuration)
     env: tuple[str, ...] = ()  # what the container's environment must have (regular expressions, one per line)
     files: tuple[tuple[str, str], ...] = ()  # (path in the host, content) put there after `sim init`
+    partitionable: bool = False  # the plugin publishes devices made on demand (--partitionable on)
+    made: tuple[tuple[str, ...], str] | None = None  # a --json listing and its entries' key: +1 at prepare, -1 after
 
 
 HOOK = ("cdi", "enable", "--dir", "/var/run/cdi", "--hook", "{sim}/usr/bin/nvidia-cdi-hook")
@@ -59,6 +66,17 @@ ROWS = [
         (HOOK, ("partition", "gpu1", "--mig", "3g.20gb")),
         {"kind": "mig", "migProfile": "3g.20gb"},
         (r"/dev/nvidia1", r"/dev/nvidia-caps/nvidia-cap\d+", r"/dev/nvidia-caps/nvidia-cap\d+", *NVIDIA),
+    ),
+    # made on demand: gpu1 in MIG mode with nothing on it (a 1g.5gb made and destroyed), the scheduler's pick a
+    # 3g.20gb placement; prepare creates the GPU instance and its compute instance, unprepare destroys them
+    Row(
+        "mig-3g.20gb-on-demand",
+        "hgx-a100",
+        (HOOK, ("partition", "gpu1", "--mig", "1g.5gb"), ("mig", "destroy", "gpu1", "--all")),
+        {"onDemand": True, "migProfile": "3g.20gb"},
+        (r"/dev/nvidia1", r"/dev/nvidia-caps/nvidia-cap\d+", r"/dev/nvidia-caps/nvidia-cap\d+", *NVIDIA),
+        partitionable=True,
+        made=(("mig", "status", "gpu1", "--json"), "uuid"),
     ),
     Row(
         "vf-vfio",
@@ -82,6 +100,15 @@ ROWS = [
         (("vgpu", "create", "gpu0", "--type", "GRID T4-4Q"),),
         {"kind": "mdev", "vgpuType": "*"},
         VFIO,
+    ),
+    Row(
+        "vgpu-mdev-on-demand",
+        "t4-mdev",
+        (),
+        {"onDemand": True, "kind": "mdev", "vgpuType": "T4-4Q"},
+        VFIO,
+        partitionable=True,
+        made=(("vgpu", "list", "--json"), "id"),
     ),
     Row(
         "vgpu-vf",
@@ -120,8 +147,26 @@ def api() -> Iterator[ApiServer]:
     server.close()
 
 
-def _matches(attrs: dict[str, Any], select: dict[str, str]) -> bool:
-    return all(k in attrs and (v == "*" or attrs[k].get("string") == v) for k, v in select.items())
+def _matches(attrs: dict[str, Any], select: dict[str, str | bool]) -> bool:
+    """An attribute's value is its one typed field ({"string": ...}, {"bool": ...}, {"int": ...})."""
+    return all(k in attrs and (v == "*" or [v] == list(attrs[k].values())) for k, v in select.items())
+
+
+def _listed(sim: Path, listing: tuple[tuple[str, ...], str]) -> set[str]:
+    """The values of the key anywhere in the JSON document a ``vgpukit --json`` listing prints."""
+    cmd, key = listing
+    r = invoke(sim, *cmd)
+    assert r.exit_code == 0, (cmd, r.stderr)
+
+    def walk(doc: Any) -> Iterator[str]:
+        if isinstance(doc, dict):
+            for k, v in doc.items():
+                yield from [str(v)] if k == key and not isinstance(v, dict | list) else walk(v)
+        elif isinstance(doc, list):
+            for v in doc:
+                yield from walk(v)
+
+    return set(walk(json.loads(r.stdout)))
 
 
 def _spec_device(spec: dict[str, Any], cdi_id: str) -> dict[str, Any]:
@@ -151,17 +196,23 @@ def test_a_prepared_claim_runs_in_podman(row: Row, rootfs: tuple[Path, Path], ap
     for cmd in row.setup:
         r = invoke(sim, *(a.format(sim=sim) for a in cmd))
         assert r.exit_code == 0, (cmd, r.stderr)
-    node = Node(sim, api)
+    node = OnDemandNode(sim, api) if row.partitionable else Node(sim, api)
     try:
-        entries = node.driver.slice_entries()
+        entries, parts = node.driver.publication()
+        entries += [d for part in parts.values() for d in part["devices"]]
         name = next(e["name"] for e in entries if _matches(e["attributes"], row.select))
-        bdf = node.driver.devices()[name].device.id
         if row.host_driver:
+            bdf = node.driver.devices()[name].device.id
             assert current_driver(node.host, bdf) == row.host_driver
-        extra = {"config": [{"opaque": {"driver": DRIVER, "parameters": row.config}}]} if row.config else {}
+        before = _listed(sim, row.made) if row.made else set()
+        extra: dict[str, Any] = (
+            {"config": [{"opaque": {"driver": DRIVER, "parameters": row.config}}]} if row.config else {}
+        )
         ref = node.add(claim(f"u-{row.name}", row.name, name, **extra))
         out = node.kubelet.prepare(ref).claims[ref[2]]
         assert out.error == "" and [d.device_name for d in out.devices] == [name]
+        if row.made:
+            assert len(_listed(sim, row.made) - before) == 1 and before <= _listed(sim, row.made)  # made, one
         (cdi_id,) = out.devices[0].cdi_device_ids
         spec_file = node.host.dra_claim_cdi_spec(ref[2])
         dev = _spec_device(json.loads(spec_file.read_text()), cdi_id)
@@ -178,6 +229,8 @@ def test_a_prepared_claim_runs_in_podman(row: Row, rootfs: tuple[Path, Path], ap
             assert any(re.fullmatch(pattern, line) for line in env.splitlines()), (pattern, env)
         assert node.kubelet.unprepare(ref).claims[ref[2]].error == ""
         assert not spec_file.exists() and not node.host.dra_claim_record(ref[2]).exists()
+        if row.made:
+            assert _listed(sim, row.made) == before and not node.host.dra_made_record(ref[2]).exists()  # gone
         if row.host_driver:
             assert current_driver(node.host, bdf) == row.host_driver
         res = containers.run(base, fs, [], [cdi_id], "true")

@@ -190,3 +190,30 @@ def test_a_cluster_without_device_taints_gets_unusable_devices_left_out(tmp_path
             plugin.close()
     assert pub.taints_dropped and driver.taints_ok is False
     assert not any(d.get("taints") for d in _slice(api)["spec"]["devices"])
+
+
+def test_an_unexpected_error_does_not_end_publishing(tmp_path: Path, api: ApiServer) -> None:
+    """The publisher thread logs any failure and tries again at the next poll (it caught vgpukit's
+    errors only: anything else ended it silently and the slice went stale)."""
+    import tempfile
+
+    from tests.conftest import sim_host
+    from vgpukit.k8s.dra.server import Plugin
+
+    with tempfile.TemporaryDirectory(prefix="dra", dir="/dev/shm") as d:
+        sim, driver, pub = setup(Path(d), api)
+        real, calls = driver.publication, []
+
+        def once_broken() -> Any:
+            calls.append(1)
+            if len(calls) == 1:
+                raise RuntimeError("a bug")
+            return real()
+
+        driver.publication = once_broken  # type: ignore[method-assign]
+        plugin = Plugin(sim_host(sim), driver, interval=0.1, publisher=pub).start()
+        try:
+            assert api.wait(lambda: slice_name(NODE) in api.slices, timeout=30)
+        finally:
+            plugin.close()
+    assert len(calls) >= 2

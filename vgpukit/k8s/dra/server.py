@@ -339,6 +339,8 @@ class Plugin:
                     continue
             except VgpukitError as err:
                 log.warning("publishing the ResourceSlice failed (tried again): %s", err)
+            except Exception as err:  # never end publishing silently: the device list would go stale
+                log.warning("publishing the ResourceSlice failed (tried again): %s: %s", type(err).__name__, err)
             self.stop.wait(self.interval)
 
     def close(self) -> None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 log = logger("vgpukit.k8s.dra")
 API_VERSION = "resource.k8s.io/v1"
 MIB = 1024 * 1024
+API_TIMEOUT = 30  # seconds one API call may take (connect and read)
 MAX_DEVICES = 128  # devices in one ResourceSlice (resource.k8s.io/v1; 64 once devices carry taints or counters)
 
 
@@ -161,7 +162,8 @@ class Publisher:
         self.taints_dropped = False
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        raw = fn(*args, _preload_content=False, **kw)
+        """One API call; a connection that hangs gives up after API_TIMEOUT (the next poll tries again)."""
+        raw = fn(*args, _preload_content=False, _request_timeout=API_TIMEOUT, **kw)
         return json.loads(raw.data) if raw.data else None
 
     def publish(self, entries: list[dict[str, Any]], parts: dict[str, dict[str, Any]] | None = None) -> str | None:
