@@ -103,13 +103,19 @@ def refuse_unusable(gpu: NvmlGpu, label: str | None, health: Mapping[str, str] |
         )
 
 
-def plan_gpu(nvml: Nvml, req: GpuRequest, allow_reset: bool, skip_reset: bool = False) -> GpuPlan:
-    """``skip_reset``: a mode change that needs a reset is made and left pending (mig-parted --skip-reset)."""
+def _usable_mig_gpu(req: GpuRequest | GiAtRequest) -> str:
+    """The GPU's label, or the refusal every MIG plan starts with: unusable (health), not MIG-capable."""
     gpu = req.gpu
     label = req.label or _label(gpu)
     refuse_unusable(gpu, label, {gpu.bdf: req.unusable} if req.unusable else None)
     if not gpu.mig_capable:
         raise Unsupported(f"{label} ({gpu.name}) is not MIG-capable", device=gpu.bdf)
+    return label
+
+
+def plan_gpu(nvml: Nvml, req: GpuRequest, allow_reset: bool, skip_reset: bool = False) -> GpuPlan:
+    """``skip_reset``: a mode change that needs a reset is made and left pending (mig-parted --skip-reset)."""
+    gpu, label = req.gpu, _usable_mig_gpu(req)
     current, pending = nvml.mig_mode(gpu.index)
     steps: list[MigStep] = []
     profiles = nvml.gi_profiles(gpu.index)
@@ -265,11 +271,7 @@ def plan_gi_at(nvml: Nvml, req: GiAtRequest) -> GpuPlan:
     or the refusal: not in MIG mode (turning it on may need a reset: not done here), an unknown
     profile, a placement the profile does not have, slots taken, busy. Ensures (a GI already there,
     when ``ours``, keeps; its compute instance is added when missing)."""
-    gpu = req.gpu
-    label = req.label or _label(gpu)
-    refuse_unusable(gpu, label, {gpu.bdf: req.unusable} if req.unusable else None)
-    if not gpu.mig_capable:
-        raise Unsupported(f"{label} ({gpu.name}) is not MIG-capable", device=gpu.bdf)
+    gpu, label = req.gpu, _usable_mig_gpu(req)
     current, _pending = nvml.mig_mode(gpu.index)
     if not current:
         raise Conflict(
