@@ -197,8 +197,7 @@ def _prepare(
     if found is None:
         missing = [r.device for r in results if r.device not in offered]
         if missing:
-            if made:
-                execute(env, ondemand.unprepare_steps(env, uid))
+            _drop_made(env, uid, made)
             raise NotFound(
                 f"no device {', '.join(missing)[:200]} on this node: {DRIVER} prepares existing GPUs, MIG slices, "
                 "VFs and mdevs, and MIG slices and vGPUs made on demand"
@@ -208,8 +207,7 @@ def _prepare(
         try:
             execute(env, [_record_step(env, found), *_bind_steps(env, bound, restore=False)], derived=bool(bound))
         except VgpukitError:
-            if made:
-                execute(env, ondemand.unprepare_steps(env, uid))
+            _drop_made(env, uid, made)
             raise
     elif results:  # left preparing: the allocation as the API server has it (the record keeps no sharing)
         found.results = list(results)
@@ -218,6 +216,12 @@ def _prepare(
     except VgpukitError:
         _undo(env, found)
         raise
+
+
+def _drop_made(env: Env, uid: str, made: dict[str, DraDevice]) -> None:
+    """A prepare refused before its claim was recorded: what it made on demand is destroyed again."""
+    if made:
+        execute(env, ondemand.unprepare_steps(env, uid))
 
 
 def _write(env: Env, record: Record, offered: dict[str, DraDevice]) -> list[Prepared]:

@@ -146,12 +146,10 @@ class Driver:
                 if done is None:
                     results = claims.results_of(self.read_claim(claim.namespace, claim.name, claim.uid), self.pool)
                     ref = {"namespace": claim.namespace, "name": claim.name}
-                    with session(env):  # the host lock; an interrupted change repaired before planning
-                        done = claims.recorded(env, claim.uid)
-                        if done is None:
-                            # the inventory of the claim's devices only: its cost follows the claim, not the host
-                            offered = dra_devices(collect(only=pci_functions(r.device for r in results)))
-                            done = claims.prepare(env, claim.uid, ref, results, offered)
+                    with session(env):  # the host lock: an interrupted change repaired before the inventory
+                        # the inventory of the claim's devices only: its cost follows the claim, not the host
+                        offered = dra_devices(collect(only=pci_functions(r.device for r in results)))
+                        done = claims.prepare(env, claim.uid, ref, results, offered)  # answers a prepared one
             except VgpukitError as err:
                 return dra.NodePrepareResourceResponse(error=str(err)[:1000])
             finally:
@@ -166,8 +164,7 @@ class Driver:
         with self.lock:
             env, _collect, close = self.open_host()
             try:
-                with session(env):  # the host lock; an interrupted change repaired before planning
-                    claims.unprepare(env, claim.uid)
+                claims.unprepare(env, claim.uid)  # under the host lock, an interrupted change repaired first
             except VgpukitError as err:
                 return dra.NodeUnprepareResourceResponse(error=str(err)[:1000])
             finally:
@@ -181,12 +178,11 @@ class Driver:
             sick = self.health()
         except VgpukitError as err:
             return [(name, hl.UNKNOWN, f"health check failed: {err}"[:1024]) for name in self.devices()]
-        where: dict[str, tuple[str, ...]] = {n: (d.device.id, d.device.topo_bdf) for n, d in self.devices().items()}
-        where.update({name: (gpu,) for name, gpu in self.made().items()})
+        why = {name: slices.unusable(dev, sick) for name, dev in self.devices().items()}  # a MIG slice: own, GPU's
+        why.update({name: sick.get(gpu, "") for name, gpu in self.made().items()})
         out: list[tuple[str, int, str]] = []
-        for name, keys in sorted(where.items()):
-            why = next((sick[k] for k in keys if k in sick), "")  # a MIG slice's own, else its GPU's
-            out.append((name, hl.UNHEALTHY, why[:1024]) if why else (name, hl.HEALTHY, ""))
+        for name, reason in sorted(why.items()):
+            out.append((name, hl.UNHEALTHY, reason[:1024]) if reason else (name, hl.HEALTHY, ""))
         return out
 
     def made(self) -> dict[str, str]:
