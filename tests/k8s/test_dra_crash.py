@@ -16,6 +16,7 @@ Either way the host ends where it must:
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -48,7 +49,7 @@ class Plugin:
         self.host = sim_host(sim)
         for sock in (registry_socket(self.host), plugin_socket(self.host)):
             self.host.remove(sock)  # a killed plugin's sockets: the test waits for new ones
-        env = {**os.environ, "PYTHONPATH": ROOT}
+        env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONFAULTHANDLER": "1"}
         env.pop(CRASH_CHANGE_ENV, None)
         env.pop(NVML_CRASH_ENV, None)
         if crash_at:
@@ -77,7 +78,12 @@ class Plugin:
         self.kubelet.close()
         if self.proc.poll() is None:
             self.proc.terminate()
-        self.proc.wait(timeout=30)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # where it hangs, every thread's stack (PYTHONFAULTHANDLER) in the failure
+            self.proc.send_signal(signal.SIGABRT)
+            _out, err = self.proc.communicate(timeout=30)
+            raise AssertionError(f"the plugin did not end on SIGTERM:\n{err}") from None
         if self.proc.stderr is not None:
             self.proc.stderr.close()
 

@@ -16,6 +16,7 @@ from ..clikit.lazy import LazyGroup
 from ..clikit.options import held, json_option
 from ..clikit.output import emit, say, table
 from ..clikit.params import NAME, AsciiFloat, AsciiInt
+from .stopping import Stop
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -152,9 +153,7 @@ def device_plugin(app: App, replicas: int, interval: float, mode: str) -> None:
     host = app.host
     host.mkdir(plugin_dir(host))
     manager = Manager(host, _poller(app, replicas), mode, health=_health(app))
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = Stop().on_signals()
     say(f"vgpukit device plugin: {host.display(plugin_dir(host))}, polling every {interval:g}s")
     manager.run(stop, interval, on_event=_log)
 
@@ -295,10 +294,8 @@ def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float, par
     _log_to_stderr("vgpukit.k8s.dra")
     api = resource_api(kubeconfig)
     driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app), partitionable, taints)
+    stop = Stop().on_signals()  # before the servers: a SIGTERM from then on ends the plugin cleanly
     plugin = Plugin(app.host, driver, interval, Publisher(api, node)).start()
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     say(f"vgpukit DRA plugin: {app.host.display(registry_socket(app.host))}, node {node}")
     try:
         stop.wait()

@@ -34,6 +34,7 @@ from ..logs import logger
 from ..words import plural
 from . import preferred as pref
 from .inventory import Device, Inventory
+from .stopping import Stopping
 from .v1beta1 import api_pb2 as api
 from .v1beta1 import api_pb2_grpc
 
@@ -332,7 +333,7 @@ class Manager:
             return f"{plugin.state.name}: {err}"
         return done
 
-    def run(self, stop: threading.Event, interval: float, on_event: Callable[[str], None] = log.info) -> None:
+    def run(self, stop: Stopping, interval: float, on_event: Callable[[str], None] = log.info) -> None:
         try:
             while not stop.is_set():
                 try:
