@@ -73,3 +73,19 @@ def as_json(result: Result) -> dict:  # type: ignore[type-arg]
 
 
 __all__ = ["Run", "as_json", "cli", "invoke", "make_sim", "sim_host"]
+
+
+# The slow directories last, each whole (a module's fixtures are set up once): their background work
+# (the real-kernel guest's QEMU boot, the shipping tests' debootstrap) starts when collection ends and
+# runs beside every other test instead of being waited for in the middle of the session.
+LAST = ("ship", "realkernel")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests = Path(__file__).parent
+
+    def rank(item: pytest.Item) -> int:
+        parts = item.path.relative_to(tests).parts if item.path.is_relative_to(tests) else ()
+        return LAST.index(parts[0]) + 1 if parts and parts[0] in LAST else 0
+
+    items.sort(key=rank)  # stable: the order within each part is pytest's

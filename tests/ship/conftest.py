@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -139,18 +138,16 @@ ULIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
 BASE_JOB = pytest.StashKey[Future[Path]]()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _debootstrap_early(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Start the session's debootstrap (debian_base) in the background at the first shipping test when
-    one of the session's tests needs it: it needs nothing of this tree, so it runs while the sdist, the
-    wheel and the .debs build, mostly on the other core (the builds use one)."""
-    wanted = any("debian_base" in getattr(item, "fixturenames", ()) for item in request.session.items)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the session's debootstrap (debian_base) in the background as soon as the session's tests
+    are known, when one of them needs it: it needs nothing of this tree, so it runs beside every other
+    test (the shipping tests run last: tests/conftest.py)."""
+    wanted = any("debian_base" in getattr(item, "fixturenames", ()) for item in session.items)
     if not wanted or os.geteuid() != 0 or not all(shutil.which(t) for t in ("debootstrap", "tar")):
-        yield
         return
-    with ThreadPoolExecutor(1, thread_name_prefix="debootstrap") as pool:
-        request.session.stash[BASE_JOB] = pool.submit(base_tarball)
-        yield
+    pool = ThreadPoolExecutor(1, thread_name_prefix="debootstrap")
+    session.stash[BASE_JOB] = pool.submit(base_tarball)
+    pool.shutdown(wait=False)  # the job runs on; the interpreter waits for it at exit
 
 
 @pytest.fixture(scope="session")

@@ -244,7 +244,7 @@ class ResourcePlugin:
     def close(self) -> None:
         self.state.stop()
         if self.server is not None:
-            self.server.stop(grace=0.5).wait()
+            self.server.stop(grace=0.5).wait(10)  # bounded: never kept up by a stuck handler
             self.server = None
 
 

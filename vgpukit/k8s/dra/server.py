@@ -342,7 +342,7 @@ class Plugin:
     def close(self) -> None:
         self.stop.set()
         for server in self.servers:
-            server.stop(grace=0.5).wait()
+            server.stop(grace=0.5).wait(10)  # bounded: a handler that never returns must not keep the plugin up
         self.servers.clear()
         for path in (registry_socket(self.host), plugin_socket(self.host)):
             self.host.remove(path)
