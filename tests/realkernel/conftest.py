@@ -130,6 +130,7 @@ class _Background:
         self.unavailable: str | None = None
         self.crashed: BaseException | None = None
         self.seconds: float | None = None
+        self.prepare_seconds: float | None = None  # the kernel, initrd, mtty and packages (cached after the first)
         self.cancel = threading.Event()
         self.keep = Path(tempfile.mkdtemp(prefix="vgpukit-guest."))  # removed when the session ends
         self._items = steps_of
@@ -139,11 +140,13 @@ class _Background:
         try:
             rk = RealKernel()
             rk.config.timeout = max(rk.config.timeout, 1500.0)  # every module's steps + the in-guest cases, under TCG
+            began = time.monotonic()
             try:
                 assets = rk.prepare()
             except Unavailable as exc:
                 self.unavailable = f"real kernel unavailable: {exc}"
                 return
+            self.prepare_seconds = time.monotonic() - began
             session = self.session
             session.mtty = assets.mtty
             t0 = time.monotonic()
@@ -196,11 +199,23 @@ def guest_session(request: pytest.FixtureRequest) -> GuestSession:
     if bg.crashed is not None:
         raise bg.crashed
     if bg.seconds is not None:
-        request.config.stash[_SECONDS] = bg.seconds
+        request.config.stash[_SECONDS] = _timings(bg)
     return bg.session
 
 
-_SECONDS = pytest.StashKey[float]()
+_SECONDS = pytest.StashKey[str]()
+
+
+def _timings(bg: _Background) -> str:
+    """Where the guest's time went (the session's critical path when the rest of the suite is faster)."""
+    run = bg.session.run
+    parts = [f"prepare {bg.prepare_seconds or 0:.1f} s", f"one QEMU boot {bg.seconds:.1f} s"]
+    if run is not None:
+        if run.boot_seconds is not None:
+            parts.append(f"first step at {run.boot_seconds:.0f} s of guest uptime")
+        steps = sorted((r for r in run.steps.values() if r.seconds is not None), key=lambda r: -(r.seconds or 0))
+        parts.append("slowest steps " + ", ".join(f"{r.name} {r.seconds:.0f} s" for r in steps[:4]))
+    return "; ".join(parts)
 
 
 def _make_target(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target | GuestProxy]:
@@ -287,6 +302,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    seconds = config.stash.get(_SECONDS, None)
-    if seconds is not None:
-        terminalreporter.write_line(f"real-kernel guest: one QEMU boot, {seconds:.1f} s (download/build cached)")
+    timings = config.stash.get(_SECONDS, None)
+    if timings is not None:
+        terminalreporter.write_line(f"real-kernel guest: {timings}")
