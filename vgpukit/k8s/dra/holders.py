@@ -6,6 +6,7 @@ reader does not know are skipped; a record it cannot read is left out) -- for th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,23 +30,39 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def claims_by_device(host: Host) -> dict[str, ClaimRef]:
-    """DRA device name -> the claim it is prepared for (a claim still ``preparing`` holds nothing yet)."""
-    out: dict[str, ClaimRef] = {}
+def record_docs(host: Host) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every claim record on the node as (the claim UID its file is named by, the document), read
+    tolerantly: a record that cannot be read (or is gone meanwhile) is skipped, the plugin reports it
+    when it reads it."""
     for entry in host.listdir(host.dra_claim_records()):
-        if not entry.endswith(".json"):
+        if not entry.endswith(".json") or entry.startswith("."):
             continue
         uid = entry[: -len(".json")]
         try:
             path = host.dra_claim_record(uid)
             doc = load_json(host.read_doc(path, "claim record", missing_ok=True) or "null", host.display(path))
         except VgpukitError:
-            continue  # unreadable (or gone meanwhile): the plugin reports it when it reads it
-        claim = doc.get("claim") if isinstance(doc, dict) else None
+            continue
+        if isinstance(doc, dict):
+            yield uid, doc
+
+
+def claim_uid(uid: str, doc: dict[str, Any]) -> str:
+    """The claim's UID as its record says, else as its file is named."""
+    claim = doc.get("claim")
+    return (_text(claim.get("uid")) if isinstance(claim, dict) else "") or uid
+
+
+def claims_by_device(host: Host) -> dict[str, ClaimRef]:
+    """DRA device name -> the claim it is prepared for (a claim still ``preparing`` holds nothing yet)."""
+    out: dict[str, ClaimRef] = {}
+    for uid, doc in record_docs(host):
+        claim = doc.get("claim")
         if not isinstance(claim, dict) or doc.get("state", PREPARED) != PREPARED:
             continue
-        ref = ClaimRef(_text(claim.get("uid")) or uid, _text(claim.get("namespace")), _text(claim.get("name")))
-        for d in doc.get("devices") if isinstance(doc.get("devices"), list) else []:
+        ref = ClaimRef(claim_uid(uid, doc), _text(claim.get("namespace")), _text(claim.get("name")))
+        devices = doc.get("devices")
+        for d in devices if isinstance(devices, list) else []:
             if isinstance(d, dict) and _text(d.get("device")):
                 out[d["device"]] = ref
     return out

@@ -16,12 +16,12 @@ killed plugin's run is rolled back by the journal and no daemon is left behind.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ... import processes
 from ...cdi import nvidia
 from ...cdi.nvidia import Edits
 from ...engine.env import Env
@@ -29,6 +29,7 @@ from ...engine.step import Step, step_kind
 from ...errors import Conflict, HostIOError, NotFound, VerifyFailed
 from ...host import Host
 from .config import Mps
+from .holders import claim_uid, record_docs
 
 BINARY = "nvidia-cuda-mps-control"
 PID_FILE = "nvidia-cuda-mps-control.pid"
@@ -55,13 +56,7 @@ def pid(host: Host, uuid: str) -> int | None:
     if not isinstance(text, str) or not text.strip().isdigit():
         return None
     n = int(text.strip())
-    try:
-        os.kill(n, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        return n
-    return n
+    return n if processes.alive(host, n) else None
 
 
 def running(host: Host, uuid: str) -> bool:
@@ -119,23 +114,14 @@ def plan(env: Env, uid: str, uuid: str, want: Mps) -> Made:
 
 def _users(host: Host, uuid: str, but: str) -> list[str]:
     """Claims other than ``but`` whose record names the daemon of ``uuid``."""
-    folder = host.dra_claim_record(but).parent
     out = []
-    for name in host.listdir(folder):
-        if not name.endswith(".json") or name.startswith("."):
-            continue
-        text = host.read_raw_opt(folder / name)
-        try:
-            doc = json.loads(text) if isinstance(text, str) else {}
-        except ValueError:
-            continue
-        uid = (doc.get("claim") or {}).get("uid") if isinstance(doc, dict) else None
-        shared = doc.get("sharing") if isinstance(doc, dict) else None
+    for uid, doc in record_docs(host):
+        shared = doc.get("sharing")
         ours = isinstance(shared, list) and any(
-            isinstance(e, dict) and (e.get("mps") or {}).get("uuid") == uuid for e in shared
+            isinstance(e, dict) and isinstance(e.get("mps"), dict) and e["mps"].get("uuid") == uuid for e in shared
         )
-        if uid != but and ours:
-            out.append(str(uid))
+        if ours and claim_uid(uid, doc) != but:
+            out.append(claim_uid(uid, doc))
     return out
 
 
