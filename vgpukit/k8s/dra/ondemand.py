@@ -115,11 +115,10 @@ def all_made(env: Env) -> list[dict[str, Any]]:
     return out
 
 
-def made_placements(env: Env) -> set[tuple[str, int, int]]:
-    """(GPU BDF, profile id, start) of every MIG slice made for a claim on this node."""
-    return {
-        (str(m["gpu"]), int(m["profileId"]), int(m["start"])) for m in all_made(env) if m.get("kind", "mig") == "mig"
-    }
+def placements(made: list[dict[str, Any]]) -> set[tuple[str, int, int]]:
+    """(GPU BDF, profile id, start) of every MIG slice among made-record entries (:func:`read_made`,
+    :func:`all_made`)."""
+    return {(str(m["gpu"]), int(m["profileId"]), int(m["start"])) for m in made if m.get("kind", "mig") == "mig"}
 
 
 def _entry(m: Made) -> dict[str, Any]:
@@ -173,7 +172,7 @@ def prepare(env: Env, uid: str, names: list[str]) -> dict[str, DraDevice]:
     if not wanted and not vgpus:
         return {}
     old = read_made(env, uid) or []
-    ours = {(str(m["gpu"]), int(m["profileId"]), int(m["start"])) for m in old if m.get("kind", "mig") == "mig"}
+    ours = placements(old)
     kept = {str(m["device"]): m for m in old if m.get("kind") == "vgpu" and ondemand_vgpu.exists(env, m)}
     steps: list[Step] = []
     entries = [m for m in old if m.get("kind", "mig") == "mig" or str(m["device"]) in kept]

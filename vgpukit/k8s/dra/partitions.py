@@ -34,7 +34,7 @@ from ...nvml import GiProfile, Nvml, NvmlGpu
 from ...pci import PciDevice
 from . import ondemand_vgpu
 from .devices import device_name
-from .ondemand import Made, all_made, catalog, made_placements, mig_gpus
+from .ondemand import Made, all_made, catalog, mig_gpus, placements
 
 log = logger("vgpukit.k8s.dra")
 MIB = 1024 * 1024
@@ -116,12 +116,13 @@ def publication(
 ) -> tuple[dict[str, dict[str, Any]], set[str]]:
     """The partitionable part of the node's pool: a slice spec part per usable GPU in MIG mode (by its
     counter set's name) and the MIG UUIDs of the slices claims made (not published as static devices)."""
-    made_vgpus = {str(m["id"]) for m in all_made(env) if m.get("kind") == "vgpu"}
+    records = all_made(env)  # every claim's made record, read once
+    made_vgpus = {str(m["id"]) for m in records if m.get("kind") == "vgpu"}
     parts, hidden = ondemand_vgpu.slice_parts(env, made_vgpus, pci, sick)
     nvml = env.nvml
     if nvml is None:
         return parts, hidden
-    made = made_placements(env)
+    made = placements(records)
     for gpu in mig_gpus(nvml):
         try:
             for gi in nvml.gpu_instances(gpu.index):
