@@ -197,7 +197,7 @@ def _prepare(
     if found is None:
         missing = [r.device for r in results if r.device not in offered]
         if missing:
-            _drop_made(env, uid, made)
+            _drop_made(env, uid)
             raise NotFound(
                 f"no device {', '.join(missing)[:200]} on this node: {DRIVER} prepares existing GPUs, MIG slices, "
                 "VFs and mdevs, and MIG slices and vGPUs made on demand"
@@ -207,7 +207,7 @@ def _prepare(
         try:
             execute(env, [_record_step(env, found), *_bind_steps(env, bound, restore=False)], derived=bool(bound))
         except VgpukitError:
-            _drop_made(env, uid, made)
+            _drop_made(env, uid)
             raise
     elif results:  # left preparing: the allocation as the API server has it (the record keeps no sharing)
         found.results = list(results)
@@ -218,10 +218,13 @@ def _prepare(
         raise
 
 
-def _drop_made(env: Env, uid: str, made: dict[str, DraDevice]) -> None:
-    """A prepare refused before its claim was recorded: what it made on demand is destroyed again."""
-    if made:
-        execute(env, ondemand.unprepare_steps(env, uid))
+def _drop_made(env: Env, uid: str) -> bool:
+    """What was made on demand for a claim with no record (a prepare refused, or killed, before it
+    recorded the claim) destroyed again; False when nothing was."""
+    steps = ondemand.unprepare_steps(env, uid)
+    if steps:
+        execute(env, steps)
+    return bool(steps)
 
 
 def _write(env: Env, record: Record, offered: dict[str, DraDevice]) -> list[Prepared]:
@@ -279,10 +282,7 @@ def unprepare(env: Env, uid: str) -> bool:
     with session(env):  # an interrupted run repaired first: the record read is the host's truth
         found = read_record(env, uid)
         if found is None:  # what was made on demand for it may outlive a prepare killed before its record
-            made = ondemand.unprepare_steps(env, uid)
-            if made:
-                execute(env, made)
-            return bool(made)
+            return _drop_made(env, uid)
         found.claim.setdefault("uid", uid)
         _undo(env, found)
         return True
