@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..records import Record
+from .crash import KillAt
 from .journal import LOG, Journal, undo
 from .state import CHANGES, KERNEL, KernelState, corrupt, locked, sim_meta_dir, stamp
 
@@ -115,16 +116,10 @@ class SimKernel:
     def __init__(self, root: Path) -> None:
         self.root = Path(os.path.realpath(root))
         self._reactions: list[Reaction] | None = None  # imported at the first write: a read needs none
-        # Crash testing: the process kills itself (SIGKILL) just before its Nth control-file write,
-        # as a power cut or kill -9 between two writes would on a real host.
-        crash = os.environ.get(CRASH_ENV, "")
-        self.crash_at = int(crash) if crash.isascii() and crash.isdigit() else 0
-        self.writes = 0
-        # ... or just before its Nth change of any file through the host door (control files, records,
-        # specs, removals): every point between two durable changes of a command.
-        crash = os.environ.get(CRASH_CHANGE_ENV, "")
-        self.crash_at_change = int(crash) if crash.isascii() and crash.isdigit() else 0
-        self.changes = 0
+        # Crash testing: the process kills itself just before its Nth control-file write, or before its
+        # Nth change of any file through the host door (control files, records, specs, removals).
+        self.writes = KillAt(CRASH_ENV)
+        self.changes = KillAt(CRASH_CHANGE_ENV)
         self.state: KernelState | None = None  # as loaded or last saved by this process
         self.stamp: tuple[object, ...] = ()  # the state files' stamp when it was
         self.lock_fd: int | None = None
@@ -138,18 +133,10 @@ class SimKernel:
 
     def changing(self, change: object) -> None:
         """The host door's watch: counts the changes of this host, for ``VGPUKIT_SIM_CRASH_AT_CHANGE``."""
-        self.changes += 1
-        if self.crash_at_change and self.changes >= self.crash_at_change:
-            import signal
-
-            os.kill(os.getpid(), signal.SIGKILL)
+        self.changes.tick()
 
     def write(self, path: Path, data: str) -> None:
-        self.writes += 1
-        if self.crash_at and self.writes >= self.crash_at:
-            import signal
-
-            os.kill(os.getpid(), signal.SIGKILL)
+        self.writes.tick()
         # one per write, sharing what the kernel's earlier writes found to be real directories (as a
         # command's Host does; forgotten when a reaction is undone)
         from .tree import SimTree  # a command that only reads loads none of the write machinery

@@ -16,7 +16,6 @@ simulated host, set with the module functions at the bottom.
 from __future__ import annotations
 
 import os
-import signal
 import uuid as uuidlib
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from ..nvml.model import (
     NvmlGpu,
     NvmlProcess,
 )
+from .crash import KillAt
 from .nvml_events import SimHealth
 from .nvml_state import (
     _LINK,
@@ -115,9 +115,7 @@ class SimNvml(SimHealth, GpuIndex):
         self.host = Host(self.sim_dir)  # the simulated driver writes its device nodes into the sim root
         # Crash testing: the process kills itself (SIGKILL) just before its Nth state-changing driver
         # call, as a kill -9 between two NVML calls would on a real host.
-        crash = os.environ.get(CRASH_ENV, "")
-        self.crash_at = int(crash) if crash.isascii() and crash.isdigit() else 0
-        self.changes = 0
+        self.changes = KillAt(CRASH_ENV)
         self.store = Store(self.sim_dir)
         # /dev/nvidia-caps by GPU, with the directory's stamp and the driver state it was listed under
         self.caps: tuple[dict[int, set[int]], tuple[int, int], dict[str, Any]] | None = None
@@ -133,9 +131,7 @@ class SimNvml(SimHealth, GpuIndex):
         return self.store.locked(write=False)
 
     def _write(self, gpu: int) -> Any:
-        self.changes += 1
-        if self.crash_at and self.changes >= self.crash_at:
-            os.kill(os.getpid(), signal.SIGKILL)
+        self.changes.tick()
         return self.store.locked(write=True, gpu=gpu)
 
     # ------------------------------------------------------------------ devices and mode
