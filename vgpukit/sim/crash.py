@@ -9,10 +9,10 @@ import os
 
 
 class KillAt:
-    """Counts the events of one kind; at the Nth, the process dies before the event happens."""
+    """Counts the events of one kind; at the Nth (``raw``: the variable's value), the process dies before
+    the event happens."""
 
-    def __init__(self, env: str) -> None:
-        raw = os.environ.get(env, "")
+    def __init__(self, raw: str) -> None:
         self.at = int(raw) if raw.isascii() and raw.isdigit() else 0
         self.count = 0
 

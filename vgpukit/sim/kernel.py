@@ -118,8 +118,8 @@ class SimKernel:
         self._reactions: list[Reaction] | None = None  # imported at the first write: a read needs none
         # Crash testing: the process kills itself just before its Nth control-file write, or before its
         # Nth change of any file through the host door (control files, records, specs, removals).
-        self.writes = KillAt(CRASH_ENV)
-        self.changes = KillAt(CRASH_CHANGE_ENV)
+        self.writes = KillAt(os.environ.get(CRASH_ENV, ""))
+        self.changes = KillAt(os.environ.get(CRASH_CHANGE_ENV, ""))
         self.state: KernelState | None = None  # as loaded or last saved by this process
         self.stamp: tuple[object, ...] = ()  # the state files' stamp when it was
         self.lock_fd: int | None = None

@@ -115,7 +115,7 @@ class SimNvml(SimHealth, GpuIndex):
         self.host = Host(self.sim_dir)  # the simulated driver writes its device nodes into the sim root
         # Crash testing: the process kills itself (SIGKILL) just before its Nth state-changing driver
         # call, as a kill -9 between two NVML calls would on a real host.
-        self.changes = KillAt(CRASH_ENV)
+        self.changes = KillAt(os.environ.get(CRASH_ENV, ""))
         self.store = Store(self.sim_dir)
         # /dev/nvidia-caps by GPU, with the directory's stamp and the driver state it was listed under
         self.caps: tuple[dict[int, set[int]], tuple[int, int], dict[str, Any]] | None = None
