@@ -36,8 +36,6 @@ from .pci_kind import hex_id, kind_of, read_kind
 from .records import Record
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
-
     from .hostio import DirFiles
 
 HOST_BRIDGE_RE = re.compile(r"^pci([0-9a-f]{4}):([0-9a-f]{2})\Z", re.ASCII)
@@ -408,10 +406,8 @@ class Scan:
             self.device(bdf)
         return self._entries.get(bdf, frozenset())
 
-    def devices(self, only: Collection[str] | None = None) -> list[PciDevice]:
-        """All PCI functions (VFs included), in bus order; ``only``: just those of these BDFs that exist."""
-        if only is not None:
-            return [self.device(b) for b in sorted(only) if self.exists(b)]
+    def devices(self) -> list[PciDevice]:
+        """All PCI functions (VFs included), in bus order."""
         return [self.device(b) for b in self.bdfs()]
 
     def physical(self) -> list[PciDevice]:

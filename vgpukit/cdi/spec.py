@@ -197,7 +197,9 @@ def collect_pci(
     vfs: list[CdiDevice] = []
     others: list[CdiDevice] = []
     vfio_edits = VfioEdits(host)
-    for dev in (scan or Scan(host)).devices(only):
+    scan = scan or Scan(host)
+    devices = scan.devices() if only is None else [scan.device(b) for b in sorted(only) if scan.exists(b)]
+    for dev in devices:
         bdf = dev.bdf
         if not dev.driver or dev.iommu_group is None or not ("vfio" in dev.driver or vendor_vfio(host, dev)):
             continue

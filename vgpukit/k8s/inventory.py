@@ -140,10 +140,12 @@ def collect(
     (a DRA claim's prepare); GPUs, MIG devices and mdevs are read as always."""
     inv = Inventory()
     scan = scan or Scan(host)
-    fns = scan.devices(only)
-    if only is not None:  # with their PFs
-        fns = scan.devices({*only, *(f.physfn for f in fns if f.physfn)})
-    inv.pci = {d.bdf: d for d in fns}
+    if only is None:
+        inv.pci = {d.bdf: d for d in scan.devices()}
+    else:
+        fns = [scan.device(b) for b in sorted(only) if scan.exists(b)]
+        pfs = [scan.device(f.physfn) for f in fns if f.physfn and scan.exists(f.physfn)]
+        inv.pci = {d.bdf: d for d in sorted([*fns, *pfs], key=lambda d: d.bdf)}
     inv.listed = {bdf: scan.entries(bdf) for bdf in inv.pci}
     inv.vfio_shown = host.display(host.vfio_dir()) + "/"
     cdi_devices = cdi_entries(host, nvml, inv.warnings, scan, only)
