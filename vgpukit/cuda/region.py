@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,10 +120,11 @@ def read_usage(host: Host, tenant: str) -> Usage | None:
             for d, n in enumerate(struct.unpack_from(f"<{MAXDEV}Q", data, SLOT_EVICTED_AT + i * MAXDEV * 8)):
                 evicted[d] += n
     bursts = struct.unpack_from(f"<{MAXDEV}Q", data, BURST_AT) if v3 else (0,) * MAXDEV
-    last = max(
-        [d + 1 for d in range(MAXDEV) if caps[d] or used[d] or (refused and refused[d]) or bursts[d]], default=0
-    )
-    cut = (lambda xs: tuple(xs[:last])) if v3 else (lambda xs: ())
+    last = max([d + 1 for d in range(MAXDEV) if caps[d] or used[d] or (refused and refused[d]) or bursts[d]], default=0)
+
+    def cut(xs: Sequence[int]) -> tuple[int, ...]:
+        return tuple(xs[:last]) if v3 else ()
+
     return Usage(
         caps=tuple(caps[:last]),
         used=tuple(used[:last]),
