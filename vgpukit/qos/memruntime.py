@@ -249,7 +249,7 @@ class GpuMemory:
         u = self.usage(name)
         s = self.suspended.get(name)
         return {
-            "memory_resident": 0 if u is None or s is not None and s.how == "checkpoint" else u.resident,
+            "memory_resident": 0 if u is None or (s is not None and s.how == "checkpoint") else u.resident,
             "memory_evicted": 0 if u is None else u.moved_out,
             "memory_suspended": 0 if s is None or s.how != "checkpoint" else s.bytes,
             "memory_state": "suspended"

@@ -186,7 +186,7 @@ class Gpu:
     policy: str = "best-effort"
     slice_ms: int = DEFAULT_SLICE_MS
     tenants: tuple[Tenant, ...] = ()
-    memory: MemoryPolicy = MemoryPolicy()
+    memory: MemoryPolicy = field(default_factory=MemoryPolicy)
 
     @property
     def memory_qos(self) -> bool:
