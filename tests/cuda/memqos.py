@@ -54,7 +54,11 @@ class Proc:
         raise AssertionError(f"no {prefix!r} line (rc {self.p.poll()})")
 
     def rounds(self, seconds: float) -> list[float]:
-        """The round times (ms) an offline process printed over the next ``seconds``."""
+        """The round times (ms) an offline process prints over the next ``seconds`` (earlier ones dropped,
+        and the round in progress too)."""
+        while not self.lines.empty():
+            self.lines.get_nowait()
+        self.wait_for("it=")
         out, end = [], time.monotonic() + seconds
         while time.monotonic() < end:
             try:

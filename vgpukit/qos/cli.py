@@ -108,7 +108,7 @@ def set_cmd(
     }
     if policy is None and slice_ms is None and not memory:
         raise InvalidInput("give --policy, --slice-ms and/or a --memory-* setting")
-    req = {"op": "set", "gpu": gpu, "policy": policy, "slice_ms": slice_ms, "dry_run": app.dry_run}
+    req: dict[str, Any] = {"op": "set", "gpu": gpu, "policy": policy, "slice_ms": slice_ms, "dry_run": app.dry_run}
     if memory:
         req["memory"] = memory
     reply = control.request(app.host, req)
@@ -191,13 +191,13 @@ def tenant_add(
         app.host, {"op": "tenant-add", "gpu": gpu, "name": name, "tenant": t.to_dict(), "dry_run": app.dry_run}
     )
     plan = [*reply["plan"], *_refresh(app)]
-    given = (
+    caps = (
         ("--memory", memory),
         ("--memory-burst", memory_burst),
         ("--inflight", inflight),
         ("--inflight-ms", inflight_ms),
     )
-    asked = [o for o, v in given if v]
+    asked = [o for o, v in caps if v]
     warnings = _cuda_warnings(app, name, asked)
     for w in warnings:
         sys.stderr.write(f"vgpukit: warning: {w}\n")

@@ -112,9 +112,10 @@ class Daemon:
             if rt is None:
                 rt = self.gpus[key] = GpuRuntime(gpu, backends[key], self.clock, self.observer)
                 rt.memory = GpuMemory(key, self.host)
-                rt.memory.recover(gpu, rt.hooks)
             else:
                 self._drop(rt.reconfigure(gpu, backends[key]), key)
+            if rt.memory is not None and key in self.gpus:
+                rt.memory.recover(rt.spec, rt.hooks)
         if set(old) - set(new):
             save_managed(self.host, new)
         self._update_sampling()

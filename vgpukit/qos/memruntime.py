@@ -226,8 +226,11 @@ class GpuMemory:
         self.suspended.pop(name, None)
 
     def recover(self, spec: Gpu, hooks: Hooks) -> None:
-        """At start: requests and checkpoints a previous daemon left are withdrawn and undone."""
+        """For each tenant seen for the first time (at start, or added since): the requests and checkpoints
+        a previous daemon left are withdrawn and undone."""
         for t in spec.tenants:
+            if t.name in self.seq:
+                continue
             seq, keep = region.read_request(self.host, t.name)
             self.seq[t.name] = seq
             if keep:

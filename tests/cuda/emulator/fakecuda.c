@@ -401,6 +401,7 @@ CUresult cuMemGetInfo_v2(size_t *fr, size_t *tot)
 {
     if (!cur())
         return CUDA_ERROR_INVALID_CONTEXT;
+    reclaim_dead(); /* the driver's answer is always current: a dead process holds nothing */
     *tot = total;
     *fr = total - atomic_load(&sh->dev[cur()->dev].used);
     return CUDA_SUCCESS;
@@ -876,6 +877,7 @@ int vgpuemu_stats(int dev, uint64_t *used, uint64_t *peak)
     pthread_once(&once, setup);
     if (dev < 0 || dev >= ndev)
         return -1;
+    reclaim_dead();
     *used = atomic_load(&sh->dev[dev].used);
     *peak = atomic_load(&sh->dev[dev].peak);
     return 0;
