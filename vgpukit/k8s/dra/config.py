@@ -4,7 +4,8 @@ Three kinds, one JSON Schema (``vgpukit/data/schemas/dra/sharing-config.json``):
 
 * ``TimeSliceConfig`` {``class``: online|offline (default offline), ``share``: 1..100, ``policy``}: a QoS
   tenant (the QoS planner's rules, docs/qos.md);
-* ``MemoryCapConfig`` {``limit``: bytes or ``4Gi``}: the CUDA interception library's cap (docs/cuda.md);
+* ``MemoryCapConfig`` {``limit``: bytes or ``4Gi``, ``burst``}: the CUDA interception library's cap
+  (docs/cuda.md), and for an offline tenant a burst of unified memory beyond it (docs/qos.md, "Memory QoS");
 * ``MpsConfig`` {``activeThreadPercentage``: 1..100, ``pinnedDeviceMemoryLimit``: bytes or ``4Gi``}.
 
 They come in the allocation result's ``config[]`` (``source`` FromClass/FromClaim, ``requests``: the
@@ -29,7 +30,7 @@ MAX_BYTES = 1 << 50
 _UNITS = {"": 0, "Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40}
 _FIELDS = {
     "TimeSliceConfig": ({"share"}, {"class", "policy"}),
-    "MemoryCapConfig": ({"limit"}, set()),
+    "MemoryCapConfig": ({"limit"}, {"burst"}),
     "MpsConfig": (set(), {"activeThreadPercentage", "pinnedDeviceMemoryLimit"}),
 }
 
@@ -39,6 +40,12 @@ class TimeSlice:
     cls: str  # online | offline
     share: int  # percent
     policy: str | None = None  # the GPU's policy the claim expects (None: whatever it runs)
+
+
+@dataclass(frozen=True)
+class MemoryCap:
+    limit: int  # bytes per device
+    burst: int | None = None  # unified memory beyond the limit (offline tenants: memory QoS)
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ class Sharing:
     time_slice: TimeSlice | None = None
     memory: int | None = None
     mps: Mps | None = None
+    memory_burst: int | None = None
 
     @property
     def empty(self) -> bool:
@@ -67,6 +75,8 @@ class Sharing:
                 doc["timeSlice"]["policy"] = self.time_slice.policy
         if self.memory is not None:
             doc["memoryCap"] = self.memory
+        if self.memory_burst is not None:
+            doc["memoryBurst"] = self.memory_burst
         if self.mps:
             doc["mps"] = {"activeThreadPercentage": self.mps.thread_percentage, "pinned": self.mps.pinned_memory}
         return doc
@@ -76,7 +86,7 @@ class Sharing:
 class Entry:
     requests: tuple[str, ...]
     kind: str
-    value: Any  # TimeSlice | int | Mps
+    value: Any  # TimeSlice | MemoryCap | Mps
 
     def applies(self, request: str) -> bool:
         return not self.requests or request in self.requests or request.partition("/")[0] in self.requests
@@ -92,7 +102,8 @@ class Configs:
         for e in self.entries:
             if e.applies(request):
                 got[e.kind] = e.value
-        return Sharing(got.get("TimeSliceConfig"), got.get("MemoryCapConfig"), got.get("MpsConfig"))
+        cap = got.get("MemoryCapConfig")
+        return Sharing(got.get("TimeSliceConfig"), cap and cap.limit, got.get("MpsConfig"), cap and cap.burst)
 
 
 def quantity(value: Any, what: str) -> int:
@@ -145,7 +156,8 @@ def parameters(doc: Any, where: str) -> tuple[str, Any]:
             raise InvalidInput(f"{where}: {kind}: policy must be one of {', '.join(POLICIES)}")
         return kind, TimeSlice(cls, _percent(doc["share"], f"{where}: {kind}: share"), policy)
     if kind == "MemoryCapConfig":
-        return kind, quantity(doc["limit"], f"{where}: {kind}: limit")
+        burst = None if doc.get("burst") is None else quantity(doc["burst"], f"{where}: {kind}: burst")
+        return kind, MemoryCap(quantity(doc["limit"], f"{where}: {kind}: limit"), burst)
     atp, pinned = doc.get("activeThreadPercentage"), doc.get("pinnedDeviceMemoryLimit")
     return kind, Mps(
         None if atp is None else _percent(atp, f"{where}: {kind}: activeThreadPercentage"),

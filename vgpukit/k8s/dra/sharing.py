@@ -145,6 +145,7 @@ def plan(env: Env, uid: str, results: Sequence[Result], offered: dict[str, DraDe
                 cgroup=pod_cgroup(env.host, r.pods),
                 demand="auto",
                 memory=want.memory,
+                memory_burst=want.memory_burst,
             ).validate()
             qos["cfg"] = planner.change(running(), planner.AddTenant(key, t)).config  # the QoS planner's refusals
             out.steps.append(QosTenant(key, tenant, t.to_dict()))
@@ -157,6 +158,9 @@ def plan(env: Env, uid: str, results: Sequence[Result], offered: dict[str, DraDe
             edits += tenant_edits(env, settings, tenant, None)
         if want.memory is not None:
             edits += Edits(env=(f"VGPUKIT_CUDA_MEMORY={want.memory}",))
+        if want.memory_burst is not None:
+            cls = want.time_slice.cls if want.time_slice else "offline"  # the QoS planner refuses it online
+            edits += Edits(env=(f"VGPUKIT_CUDA_MEMORY_BURST={want.memory_burst}", f"VGPUKIT_CUDA_CLASS={cls}"))
         if want.mps:
             gpu = running().gpus.get(key)
             if gpu is not None and gpu.tenants:
