@@ -90,6 +90,7 @@ class Scene:
     env: dict[str, str] = field(default_factory=dict)
     procs: list[Proc] = field(default_factory=list)
     daemon: DaemonProc | None = None
+    program: str = "memqos"  # or memreal (the real-GPU program: dlopen, PTX)
 
     def __post_init__(self) -> None:
         (self.root / "run" / "vgpukit" / "cuda").mkdir(parents=True, exist_ok=True)
@@ -100,7 +101,8 @@ class Scene:
         }
 
     def start_daemon(self, memory: dict[str, Any] | None = None) -> DaemonProc:
-        self.daemon = DaemonProc(self.root, env={**self.env, "LD_LIBRARY_PATH": str(self.bin)}).start()
+        emulated = {"LD_LIBRARY_PATH": str(self.bin)} if "VGPUKIT_EMU_SHM" in self.env else {}  # its checkpoint API
+        self.daemon = DaemonProc(self.root, env={**self.env, **emulated}).start()
         if memory is not None:
             self.daemon.req(op="set", gpu="gpu0", policy="best-effort", memory=memory)
         return self.daemon
@@ -119,7 +121,7 @@ class Scene:
         )
         p = Proc(
             subprocess.Popen(
-                [str(self.bin / "memqos"), *args],
+                [str(self.bin / self.program), *args],
                 env=env,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
