@@ -15,6 +15,7 @@ from ..errors import InvalidInput
 from ..inputs import parse_size
 
 SUSPENDS = ("off", "freeze", "checkpoint")
+KEYS = ("watermark", "suspend", "restore_ms", "reclaim_ms")
 MAX_MS = 3_600_000
 
 
@@ -55,15 +56,13 @@ class MemoryPolicy:
 
     @classmethod
     def from_dict(cls, key: str, doc: Any) -> MemoryPolicy:
+        """The policy of a document whose keys are KEYS (the caller refuses others, naming them)."""
         if doc is None:
             return cls()
         if not isinstance(doc, dict):
-            raise InvalidInput(f"{key}: memory must be a mapping (watermark, suspend, restore_ms, reclaim_ms)")
-        unknown = set(doc) - {"watermark", "suspend", "restore_ms", "reclaim_ms"}
-        if unknown:
-            from .model import unknown_keys
-
-            raise InvalidInput(f"{key}: memory: unknown keys {unknown_keys(unknown)}")
+            raise InvalidInput(f"{key}: memory must be a mapping ({', '.join(KEYS)})")
+        if set(doc) - set(KEYS):
+            raise InvalidInput(f"{key}: memory: unknown keys")
         wm = doc.get("watermark", 0)
         return cls(
             watermark=parse_size(wm, f"{key}: memory watermark") if isinstance(wm, str) else wm,

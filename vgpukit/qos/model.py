@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import InvalidInput, NotFound
 from ..inputs import has_control, parse_float, parse_int, parse_size
+from .mempolicy import KEYS as MEMORY_KEYS
 from .mempolicy import MemoryPolicy
 
 POLICIES = ("best-effort", "fixed-share", "burst-share")
@@ -244,6 +245,9 @@ class Gpu:
         tenants = doc.get("tenants") or {}
         if not isinstance(tenants, dict):
             raise InvalidInput(f"{key}: tenants must be a mapping name -> tenant")
+        memory = doc.get("memory")
+        if isinstance(memory, dict) and set(memory) - set(MEMORY_KEYS):
+            raise InvalidInput(f"{key}: memory: unknown keys {unknown_keys(set(memory) - set(MEMORY_KEYS))}")
         return Gpu(
             key=key,
             policy=doc.get("policy", "best-effort"),
