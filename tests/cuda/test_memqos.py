@@ -73,6 +73,20 @@ def test_without_memory_qos_the_online_allocation_is_refused(scene: Scene) -> No
     assert [a["rc"] for a in allocations(on, 4)] == ["0", "0", "2", "2"]
 
 
+def test_free_memory_under_the_watermark_is_pressure_too(scene: Scene) -> None:
+    """With a 64 MiB watermark, an online allocation that succeeds but leaves 32 MiB free makes its library
+    report "low": the offline tenant moves 32 MiB, and the card has the watermark free again."""
+    d = scene.start_daemon(memory={"watermark": 64 * MIB, "restore_ms": 5000})
+    scene.offline(SIZE, 6)
+    on = scene.start("web", "online", ["online", str(SIZE), "1"], VGPUKIT_CUDA_MEMORY=str(1024 * MIB),
+                     VGPUKIT_CUDA_WATERMARK=str(64 * MIB))  # fmt: skip
+    on.wait_for("ready")
+    on.send("go")
+    assert [a["rc"] for a in allocations(on, 1)] == ["0"]
+    assert wait_for(lambda: region.read_usage(d.host, "batch").evicted == (SIZE,))  # type: ignore[union-attr]
+    assert 256 * MIB - device_used(scene, on) == 64 * MIB
+
+
 def test_the_guarantee_is_not_lent(scene: Scene) -> None:
     """Only unified memory beyond the offline tenant's cap is lent: with 160 MiB guaranteed of its 192,
     the online tenant gets 32 MiB more and then waits in vain (suspend off): refused after reclaim_ms."""
