@@ -153,7 +153,9 @@ def cel(expression: str) -> Callable[[dict[str, Any]], bool]:
 @pytest.fixture(scope="module")
 def published(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """Every static kind as published: hgx-a100 (GPUs, a MIG slice, a VF on vfio-pci, a VF on
-    mlx5_core), qemu-guest (an mtty mdev), t4-mdev (a GRID T4-4Q vGPU); by ``<host>/<device>``."""
+    mlx5_core), qemu-guest (an mtty mdev), t4-mdev (a GRID T4-4Q vGPU), and the same hgx-a100 host's GPUs
+    and MIG slice shared by capacity (``shared/``); by ``<host>/<device>``."""
+    from vgpukit.k8s.dra.capacity import choice
     from vgpukit.k8s.dra.server import Driver
 
     from .test_dra_plugin import opener, unusable
@@ -175,6 +177,12 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, A
         entries, parts = driver.publication()  # static devices, and those made on demand (MIG, vGPU)
         entries += [e for part in parts.values() for e in part.get("devices", [])]
         out.update({f"{profile}/{e['name']}": e for e in entries})
+    library = base / "hgx-a100" / "usr/lib/vgpukit/libvgpukit-cuda.so"
+    library.parent.mkdir(parents=True, exist_ok=True)
+    library.write_text("a stand-in\n")  # shared devices need the CUDA library: its memory cap
+    sim = base / "hgx-a100"
+    driver = Driver("n1", opener(sim), lambda *_: {}, unusable(sim), share=choice("gpu,mig"))
+    out.update({f"shared/{e['name']}": e for e in driver.publication()[0] if e["name"].startswith("shared-")})
     return out
 
 
@@ -187,8 +195,17 @@ def test_every_deviceclass_selects_its_kind_of_the_published_devices(published: 
     classes = {d["metadata"]["name"]: d for _n, d in dra_documents() if d["kind"] == "DeviceClass"}
     wanted = {"gpu": {"gpu"}, "mig": {"mig"}, "vf": {"vf"}, "mdev": {"mdev"}, "vgpu": {"vgpu"}}
     wanted["gpu-share"] = {"gpu", "mig"}
+    wanted["shared"] = {"shared-gpu", "shared-mig"}
     assert set(classes) == {f"{k}.gpu.vgpukit.io" if k != "gpu" else "gpu.vgpukit.io" for k in wanted}
-    assert {_class_of(e) for e in published.values()} == {"gpu", "mig", "vf", "mdev", "vgpu"}
+    assert {_class_of(e) for e in published.values()} == {
+        "gpu",
+        "mig",
+        "vf",
+        "mdev",
+        "vgpu",
+        "shared-gpu",
+        "shared-mig",
+    }
     for short, kinds in wanted.items():
         doc = classes["gpu.vgpukit.io" if short == "gpu" else f"{short}.gpu.vgpukit.io"]
         (sel,) = doc["spec"]["selectors"]
@@ -274,4 +291,4 @@ def test_dra_sharing_parameters_in_the_manifests_are_what_the_driver_parses() ->
             Draft202012Validator(schema).validate(e["opaque"]["parameters"])
             found.append(e["opaque"]["parameters"]["kind"])
         assert len(configs(entries, DRIVER).entries) == len(entries)
-    assert set(found) == {"TimeSliceConfig", "MemoryCapConfig", "MpsConfig"}
+    assert set(found) == {"TimeSliceConfig", "MemoryCapConfig", "MpsConfig", "QosClassConfig"}
