@@ -224,6 +224,7 @@ class Offer:
     served: bool = True  # False once the API server dropped the fields (or its version says so)
     published: frozenset[str] = frozenset()
     said: set[str] = field(default_factory=set)
+    memory: dict[str, int] = field(default_factory=dict)  # the last memory known of each device (a lost GPU's)
 
     def once(self, message: str) -> None:
         if message not in self.said:
@@ -255,7 +256,9 @@ def arrange(
         if dev.kind not in SHAREABLE or name in exclusive or not (name in shared or offer.choice.wants(dev)):
             continue
         entry = make(dev)
-        memory = memory_of(env, dev, entry) if entry is not None else None
+        memory = (memory_of(env, dev, entry) if entry is not None else None) or offer.memory.get(name)
+        if memory is not None:  # a GPU that fell off the bus keeps its shared form (and its taint)
+            offer.memory[name] = memory
         made = shared_entry(entry, memory) if entry is not None and memory is not None else None
         why = "" if offer.served else "the API server does not serve consumable capacity (DRAConsumableCapacity)"
         why = why or ("" if has_library else f"the CUDA interception library {library} is missing")
