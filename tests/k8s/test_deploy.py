@@ -186,13 +186,19 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, A
     return out
 
 
+def claim_classes() -> list[dict[str, Any]]:
+    """The DeviceClasses claims name (the extended-resource ones, for pods' limits: test_dra_extended.py)."""
+    docs = [d for _n, d in dra_documents() if d["kind"] == "DeviceClass"]
+    return [d for d in docs if "extendedResourceName" not in d["spec"]]
+
+
 def _class_of(entry: dict[str, Any]) -> str:
     a = entry["attributes"]
     return "vgpu" if "vgpuType" in a else a["kind"]["string"]
 
 
 def test_every_deviceclass_selects_its_kind_of_the_published_devices(published: dict[str, dict[str, Any]]) -> None:
-    classes = {d["metadata"]["name"]: d for _n, d in dra_documents() if d["kind"] == "DeviceClass"}
+    classes = {d["metadata"]["name"]: d for d in claim_classes()}
     wanted = {"gpu": {"gpu"}, "mig": {"mig"}, "vf": {"vf"}, "mdev": {"mdev"}, "vgpu": {"vgpu"}}
     wanted["gpu-share"] = {"gpu", "mig"}
     wanted["shared"] = {"shared-gpu", "shared-mig"}
@@ -218,7 +224,7 @@ def test_every_deviceclass_selects_its_kind_of_the_published_devices(published: 
 
 
 def test_example_claims_name_published_attributes_and_find_a_device(published: dict[str, dict[str, Any]]) -> None:
-    classes = {d["metadata"]["name"]: d for _n, d in dra_documents() if d["kind"] == "DeviceClass"}
+    classes = {d["metadata"]["name"]: d for d in claim_classes()}
     attributes = {k for e in published.values() for k in e["attributes"]}
     templates = [d for _n, d in dra_documents() if d["kind"] == "ResourceClaimTemplate"]
     used = set()

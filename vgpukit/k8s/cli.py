@@ -380,3 +380,20 @@ def _dra_opener(app: App) -> Callable[[], tuple[Env, Callable[..., Inventory], C
         return env, inventory, fresh.close
 
     return open_host
+
+
+@k8s.command("dra-classes")
+@click.pass_obj
+def dra_classes(app: App) -> None:
+    """Print DeviceClasses mapping this host's device plugin resource names to the DRA driver (KEP-5004).
+
+    One DeviceClass per name the device plugin serves here (and vgpukit.io/gpu-share, a share of a GPU
+    shared by capacity), with spec.extendedResourceName: a pod asking resources.limits for that name is
+    then served by the DRA plugin unchanged. Apply the output (kubectl apply -f -) once per kind of node.
+    """
+    import yaml
+
+    from .dra.extended import device_classes
+
+    inv = _poller(app, 1)()
+    click.echo(yaml.safe_dump_all(device_classes(inv), sort_keys=False), nl=False)

@@ -37,7 +37,7 @@ from ..drahealth_v1 import api_pb2_grpc as hl_grpc
 from ..inventory import Inventory
 from ..pluginreg_v1 import api_pb2 as reg
 from ..pluginreg_v1 import api_pb2_grpc as reg_grpc
-from . import capacity, claims, ondemand, partitions, slices
+from . import capacity, claims, extended, ondemand, partitions, slices
 from .devices import DRIVER, DraDevice, dra_devices, pci_functions
 
 log = logger("vgpukit.k8s.dra")
@@ -146,7 +146,7 @@ class Driver:
             e = slices.device_entry(d, inv.pci, facts)
             return slices.taint(e, self.unhealthy_effect) if slices.unusable(d, sick) else e
 
-        marked = [e for e in map(entry, offered) if e is not None]
+        marked = extended.annotate([e for e in map(entry, offered) if e is not None], devices)  # KEP-5004 names
         env, _collect, close = self.open_host()
         try:  # each device exclusive or shared by capacity (.capacity)
             return capacity.arrange(self.capacity, env, devices, marked, parts, entry)
