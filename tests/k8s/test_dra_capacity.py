@@ -424,3 +424,26 @@ def test_two_shares_of_one_device_in_one_claim_are_one_tenant(node: SharedNode, 
         and tenant["name"] == f"dra-{min(d.share_id for d in out.devices)}"
     )
     assert node.kubelet.unprepare(ref).claims[ref[2]].error == "" and tenants(qos, key) == {}
+
+
+def test_the_command_shares_what_it_is_told_and_taints_with_the_effect_asked(short_tmp: Path, api: ApiServer) -> None:  # noqa: F811
+    """``vgpukit k8s dra-plugin --share-by-capacity gpu --unhealthy-effect NoExecute`` as its own process."""
+    from tests.k8s.test_dra_crash import Plugin as Process
+
+    sim = shared_host(short_tmp / "h")
+    _ok(sim, "sim", "fault", "xid", "gpu0", "79")  # lost before the plugin started: its memory unknown
+    args = ("--share-by-capacity", "gpu", "--unhealthy-effect", "NoExecute", "--interval", "0.2")
+    p = Process(sim, api.kubeconfig(short_tmp / "kc"), args=args)
+    try:
+
+        def devices() -> dict[str, Any]:
+            return {d["name"]: d for s in list(api.slices.values()) for d in s["spec"].get("devices") or []}
+
+        assert api.wait(lambda: any(n.startswith("shared-gpu-") for n in devices()), timeout=30)
+        got = devices()
+        lost = next(n for n, d in got.items() if d.get("taints"))
+        assert lost.startswith("gpu-") and got[lost]["taints"][0]["effect"] == "NoExecute"  # exclusive: no memory
+        assert not any(n.startswith("gpu-") and n != lost for n in got)  # every other GPU shared
+        assert not any(n.startswith("shared-mig-") for n in got)  # MIG slices not named
+    finally:
+        p.close()

@@ -40,7 +40,7 @@ values = st.one_of(
 docs = st.fixed_dictionaries(
     {
         "apiVersion": st.sampled_from([V, "v1", SECRET]),
-        "kind": st.sampled_from(["TimeSliceConfig", "MemoryCapConfig", "MpsConfig", "X"]),
+        "kind": st.sampled_from(["TimeSliceConfig", "MemoryCapConfig", "MpsConfig", "QosClassConfig", "X"]),
     },
     optional={
         k: values

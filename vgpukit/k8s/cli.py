@@ -339,9 +339,8 @@ def dra_plugin(
 
     _log_to_stderr("vgpukit.k8s.dra")
     api = resource_api(kubeconfig)
-    driver = Driver(
-        node, _dra_opener(app), ClaimReader(api), _health(app), partitionable, taints, unhealthy_effect, share
-    )
+    driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app), partitionable, taints)
+    driver.unhealthy_effect, driver.capacity.choice = unhealthy_effect, share  # NoExecute; shared by capacity
     stop = Stop().on_signals()  # before the servers: a SIGTERM from then on ends the plugin cleanly
     plugin = Plugin(app.host, driver, interval, Publisher(api, node)).start()
     say(f"vgpukit DRA plugin: {app.host.display(registry_socket(app.host))}, node {node}")

@@ -118,7 +118,8 @@ def plan(env: Env, uid: str, results: Sequence[Share], offered: dict[str, DraDev
     from ...cdi_settings import host_path
     from ...qos.model import Tenant
 
-    check_modes(env, uid, results)
+    if any(r.device.startswith(("gpu-", "mig-", capacity.PREFIX)) for r in results):  # others: no GPU to share
+        check_modes(env, uid, results)
     out = Plan()
     by_device: dict[str, list[Share]] = {}
     for r in results:
