@@ -298,3 +298,51 @@ def test_dra_sharing_parameters_in_the_manifests_are_what_the_driver_parses() ->
             found.append(e["opaque"]["parameters"]["kind"])
         assert len(configs(entries, DRIVER).entries) == len(entries)
     assert set(found) == {"TimeSliceConfig", "MemoryCapConfig", "MpsConfig", "QosClassConfig"}
+
+
+# ---- DeviceTaintRules for maintenance (deploy/kubernetes/dra/maintenance/): one file per API version
+MAINTENANCE = DRA / "maintenance"
+# the API version of each file -> the releases that serve it (with its gates on), and the effects they take
+SERVED = {
+    "resource.k8s.io/v1": (["1.37"], {"None", "NoSchedule", "NoExecute"}),
+    "resource.k8s.io/v1beta2": (["1.36", "1.37"], {"None", "NoSchedule", "NoExecute"}),
+    "resource.k8s.io/v1alpha3": (["1.34", "1.35", "1.36", "1.37"], {"NoSchedule", "NoExecute"}),  # None: 1.35+
+}
+DEVICE = re.compile(r"(shared-)?(gpu|vf)-[0-9a-f]{4}-[0-9a-f]{2}-[0-9a-f]{2}-[0-7]|(shared-)?mig-[0-9a-f-]{36}")
+
+
+def rules() -> list[tuple[str, dict[str, Any]]]:
+    return [(p.name, d) for p in sorted(MAINTENANCE.glob("*.yaml")) for d in yaml.safe_load_all(p.read_text()) if d]
+
+
+@pytest.mark.parametrize(("name", "doc"), rules(), ids=lambda v: v if isinstance(v, str) else v["metadata"]["name"])
+def test_maintenance_rules_validate_for_every_release_that_serves_them(name: str, doc: dict[str, Any]) -> None:
+    versions, effects = SERVED[doc["apiVersion"]]
+    for version in versions:
+        kubernetes_validate.validate(doc, version, strict=True)
+    spec = doc["spec"]
+    assert spec["taint"]["effect"] in effects, (name, doc["metadata"]["name"])
+    assert set(spec["deviceSelector"]) <= {"driver", "pool", "device"}  # deviceClassName, CEL: tombstoned in 1.35
+    assert spec["deviceSelector"]["driver"] == DRIVER_NAME and spec["taint"]["key"].startswith(f"{DRIVER_NAME}/")
+    assert "device" not in spec["deviceSelector"] or DEVICE.fullmatch(spec["deviceSelector"]["device"])
+
+
+def test_the_maintenance_files_say_the_same_for_each_release() -> None:
+    by_file: dict[str, list[dict[str, Any]]] = {}
+    for name, doc in rules():
+        by_file.setdefault(name, []).append({k: v for k, v in doc.items() if k != "apiVersion"})
+    newest = by_file.pop("device-taint-rules.yaml")
+    assert {d["apiVersion"] for _n, d in rules()} == set(SERVED)
+    for name, docs in by_file.items():
+        dropped = [d for d in newest if d not in docs]
+        assert all(d["spec"]["taint"]["effect"] == "None" for d in dropped), name  # only where a release lacks it
+        assert all(d in newest for d in docs), name
+
+
+def test_a_rule_a_release_does_not_take_is_caught() -> None:
+    (_n, doc) = next((n, d) for n, d in rules() if d["apiVersion"] == "resource.k8s.io/v1")
+    with pytest.raises(kubernetes_validate.SchemaNotFoundError):
+        kubernetes_validate.validate(doc, "1.36", strict=True)  # no v1 DeviceTaintRule before 1.37
+    bad = {**doc, "spec": {**doc["spec"], "deviceSelector": {**doc["spec"]["deviceSelector"], "deviceClassName": "x"}}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, "1.37", strict=True)
