@@ -19,7 +19,9 @@ finishes it and an unprepare undoes exactly it. Nothing the plugin did is ever u
 
 A request's opaque configuration (:mod:`.config`) shares its device: :mod:`.sharing` plans the steps
 (QoS tenant, MPS daemon) and the container edits, which run in run 2 with the spec and the record,
-and the record's ``sharing`` lists what they made for unprepare.
+and the record's ``sharing`` lists what they made for unprepare. A share of a device shared by capacity
+(the result's ``shareID`` and ``consumedCapacity``, kept in the record) is planned the same way by
+:mod:`.shares`: its QoS tenant and memory cap, the shareID answered with the device.
 """
 
 from __future__ import annotations
