@@ -21,9 +21,9 @@ every claim). At prepare each share becomes a QoS tenant and a CUDA memory cap (
 fits, so a device is published either as itself (exclusive) or as its shared device, not both: the
 operator's choice, except while claims hold it -- a device prepared for an exclusive claim stays exclusive,
 one with shares prepared stays shared (and is offered neither way while the cluster cannot take its shared
-form), until they are unprepared. Counters (KEP-4815) could let the scheduler choose per claim, but a
-multi-allocatable device's counters are not accounted once it is allocated in the releases of today
-(kubernetes/kubernetes PR 139040): a GPU shared by capacity offers no MIG slices made on demand either.
+form), until they are unprepared. Counters (KEP-4815) could let the scheduler choose per claim, but the
+allocator's accounting of a multi-allocatable device's counters was wrong until 2026 (docs/kubernetes.md):
+a GPU shared by capacity offers no MIG slices made on demand either.
 A device a process holds open stays published in its shared form (its users are its tenants).
 
 **Where the cluster serves it** (gate ``DRAConsumableCapacity``: alpha 1.34-1.35, beta and on from 1.36):
