@@ -1,12 +1,14 @@
 """Sharing in the claim: the DRA driver's opaque parameters (``apiVersion: vgpukit.io/v1``), parsed strictly.
 
-Three kinds, one JSON Schema (``vgpukit/data/schemas/dra/sharing-config.json``):
+Four kinds, one JSON Schema (``vgpukit/data/schemas/dra/sharing-config.json``):
 
 * ``TimeSliceConfig`` {``class``: online|offline (default offline), ``share``: 1..100, ``policy``}: a QoS
   tenant (the QoS planner's rules, docs/qos.md);
 * ``MemoryCapConfig`` {``limit``: bytes or ``4Gi``, ``burst``}: the CUDA interception library's cap
   (docs/cuda.md), and for an offline tenant a burst of unified memory beyond it (docs/qos.md, "Memory QoS");
-* ``MpsConfig`` {``activeThreadPercentage``: 1..100, ``pinnedDeviceMemoryLimit``: bytes or ``4Gi``}.
+* ``MpsConfig`` {``activeThreadPercentage``: 1..100, ``pinnedDeviceMemoryLimit``: bytes or ``4Gi``};
+* ``QosClassConfig`` {``class``: online|offline (default offline), ``policy``}: the QoS class of a share of a
+  device shared by capacity (:mod:`.shares`: its share and memory cap are the allocation's).
 
 They come in the allocation result's ``config[]`` (``source`` FromClass/FromClaim, ``requests``: the
 requests they apply to, empty for all, ``main`` also covering ``main/sub``; ``opaque{driver,
@@ -24,7 +26,7 @@ from ...errors import InvalidInput
 from ...qos.model import CLASSES, POLICIES, unknown_keys
 
 API_VERSION = "vgpukit.io/v1"
-KINDS = ("TimeSliceConfig", "MemoryCapConfig", "MpsConfig")
+KINDS = ("TimeSliceConfig", "MemoryCapConfig", "MpsConfig", "QosClassConfig")
 SOURCES = ("FromClass", "FromClaim")
 MAX_BYTES = 1 << 50
 _UNITS = {"": 0, "Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40}
@@ -32,6 +34,7 @@ _FIELDS = {
     "TimeSliceConfig": ({"share"}, {"class", "policy"}),
     "MemoryCapConfig": ({"limit"}, {"burst"}),
     "MpsConfig": (set(), {"activeThreadPercentage", "pinnedDeviceMemoryLimit"}),
+    "QosClassConfig": (set(), {"class", "policy"}),
 }
 
 
@@ -55,13 +58,20 @@ class Mps:
 
 
 @dataclass(frozen=True)
+class QosClass:
+    cls: str  # online | offline
+    policy: str | None = None
+
+
+@dataclass(frozen=True)
 class Sharing:
     """What one request's device is shared with (all None: not shared, a plain device)."""
 
     time_slice: TimeSlice | None = None
     memory: int | None = None
     mps: Mps | None = None
-    memory_burst: int | None = None
+    qos_class: QosClass | None = None  # a share of a device shared by capacity (:mod:`.shares`)
+    memory_burst: int | None = None  # MemoryCapConfig's burst (memory QoS)
 
     @property
     def empty(self) -> bool:
@@ -79,6 +89,10 @@ class Sharing:
             doc["memoryBurst"] = self.memory_burst
         if self.mps:
             doc["mps"] = {"activeThreadPercentage": self.mps.thread_percentage, "pinned": self.mps.pinned_memory}
+        if self.qos_class:
+            doc["qosClass"] = {"class": self.qos_class.cls}
+            if self.qos_class.policy:
+                doc["qosClass"]["policy"] = self.qos_class.policy
         return doc
 
 
@@ -103,7 +117,8 @@ class Configs:
             if e.applies(request):
                 got[e.kind] = e.value
         cap = got.get("MemoryCapConfig")
-        return Sharing(got.get("TimeSliceConfig"), cap and cap.limit, got.get("MpsConfig"), cap and cap.burst)
+        ts, mps, qc = got.get("TimeSliceConfig"), got.get("MpsConfig"), got.get("QosClassConfig")
+        return Sharing(ts, cap and cap.limit, mps, qc, cap and cap.burst)
 
 
 def quantity(value: Any, what: str) -> int:
@@ -148,12 +163,14 @@ def parameters(doc: Any, where: str) -> tuple[str, Any]:
     missing = sorted(required - set(doc))
     if missing:
         raise InvalidInput(f"{where}: {kind}: {', '.join(missing)} is required")
-    if kind == "TimeSliceConfig":
+    if kind in ("TimeSliceConfig", "QosClassConfig"):
         cls, policy = doc.get("class", "offline"), doc.get("policy")
         if not isinstance(cls, str) or cls not in CLASSES:
             raise InvalidInput(f"{where}: {kind}: class must be online or offline")
         if policy is not None and (not isinstance(policy, str) or policy not in POLICIES):
             raise InvalidInput(f"{where}: {kind}: policy must be one of {', '.join(POLICIES)}")
+        if kind == "QosClassConfig":
+            return kind, QosClass(cls, policy)
         return kind, TimeSlice(cls, _percent(doc["share"], f"{where}: {kind}: share"), policy)
     if kind == "MemoryCapConfig":
         burst = None if doc.get("burst") is None else quantity(doc["burst"], f"{where}: {kind}: burst")
