@@ -326,7 +326,7 @@ def test_memory_burst_makes_an_offline_tenant_lend_its_memory(node: Node, qos: D
     """Memory QoS through DRA: MemoryCapConfig's burst is the offline QoS tenant's burst (the daemon writes
     it to the library's config, the claim's environment carries it); on an online tenant it is refused."""
     gpu = _kinds(node)["gpu"]
-    key = node.driver.devices()[gpu].device.id
+    key = qos_key(node.driver.devices()[gpu])
     _pod_cgroup(node.sim, "pod-a")
     cfg = [
         opaque({"apiVersion": V, "kind": "TimeSliceConfig", "class": "offline", "share": 30}),
