@@ -52,6 +52,9 @@ SELF_FD = "/proc/self/fd"
 
 
 class SysfsLayout:
+    def path(self, *parts: str) -> Path:
+        raise NotImplementedError
+
     def sys(self, *parts: str) -> Path:
         raise NotImplementedError
 
@@ -184,6 +187,11 @@ class SysfsLayout:
         """``/run/cdi/vgpukit.io-claim-<uid>.json`` (``/var/run/cdi``, where CDI consumers look for
         transient specs): the CDI spec of one prepared claim."""
         return self.run("cdi", "vgpukit.io-claim-" + check_component(uid, "claim UID") + ".json")
+
+    # ------------------------------------------------------------------ programs
+    def cuda_checkpoint_tools(self) -> list[Path]:
+        """Where NVIDIA's ``cuda-checkpoint`` utility (driver R550+) is looked for, in order."""
+        return [self.path("usr", "bin", "cuda-checkpoint"), self.path("usr", "local", "bin", "cuda-checkpoint")]
 
     # ------------------------------------------------------------------ /etc
     def ld_cache(self) -> Path:
