@@ -16,6 +16,8 @@ from ..clikit.lazy import LazyGroup
 from ..clikit.options import held, json_option
 from ..clikit.output import emit, say, table
 from ..clikit.params import NAME, AsciiFloat, AsciiInt
+from ..clikit.watch import resync_option, start_watch
+from ..watch.model import view
 from .stopping import Stop
 
 if TYPE_CHECKING:
@@ -146,12 +148,14 @@ def resources(app: App, replicas: int) -> None:
 @replicas_option
 @click.option(
     "--interval",
-    type=AsciiFloat(0.05, 60),
-    default=1.0,
+    type=AsciiFloat(0.05, 3600),
+    default=3600.0,
     show_default=True,
     metavar="SECONDS",
-    help="How often the host and the kubelet socket are checked (ListAndWatch updates follow within it).",
+    help="The longest the plugin waits before it looks again at its devices and the kubelet's socket when "
+    "nothing changed (changes wake it at once: kernel uevents, NVML events, inotify).",
 )
+@resync_option
 @click.option(
     "--allocate",
     "mode",
@@ -162,20 +166,31 @@ def resources(app: App, replicas: int) -> None:
     "(older kubelets), or both.",
 )
 @click.pass_obj
-def device_plugin(app: App, replicas: int, interval: float, mode: str) -> None:
+def device_plugin(app: App, replicas: int, interval: float, resync: float, mode: str) -> None:
     """Serve the kubelet Device Plugin API v1beta1, one socket and resource per kind of device.
 
     Runs until SIGTERM/SIGINT; registers with <root>/var/lib/kubelet/device-plugins/kubelet.sock and
-    again whenever the kubelet restarts.
+    again whenever the kubelet restarts. Listens for changes (docs/engine.md, "The watch").
     """
+    from ..host_notify import CHANGED
+    from .inventory import Inventory
     from .plugin import Manager, plugin_dir
+    from .watched import health_views, inventory_views
 
     host = app.host
     host.mkdir(plugin_dir(host))
-    manager = Manager(host, _poller(app, replicas), mode, health=_health(app))
+    views = {**inventory_views(lambda h: _options(h, replicas)), **health_views(save=True)}
+    watch = start_watch(app, views, resync, dirs={str(plugin_dir(host)): (CHANGED, "kubelet")})
+    woken = threading.Event()
+    watch.listeners.append(lambda _touch: woken.set())
+    model = watch.model
+    manager = Manager(host, lambda: model.get("held") or Inventory(), mode, health=lambda: model.get("sick") or {})
     stop = Stop().on_signals()
-    say(f"vgpukit device plugin: {host.display(plugin_dir(host))}, polling every {interval:g}s")
-    manager.run(stop, interval, on_event=_log)
+    say(f"vgpukit device plugin: {host.display(plugin_dir(host))}, {watch.describe()}")
+    try:
+        manager.run(stop, interval, on_event=_log, woken=woken)
+    finally:
+        watch.close()
 
 
 @k8s.command("labels")
@@ -277,10 +292,12 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
     "--interval",
     type=AsciiFloat(0.1, 3600),
     metavar="SECONDS",
-    default=5.0,
+    default=3600.0,
     show_default=True,
-    help="How often the host is looked at (the health stream, the ResourceSlice).",
+    help="The longest the plugin waits before it publishes the ResourceSlice again when nothing changed (changes "
+    "wake it at once: kernel uevents, NVML events, inotify; the health stream is sent again every 15 s).",
 )
+@resync_option
 @click.option(
     "--partitionable",
     type=click.Choice(["auto", "on", "off"]),
@@ -321,6 +338,7 @@ def dra_plugin(
     node: str,
     kubeconfig: str | None,
     interval: float,
+    resync: float,
     partitionable: str,
     taints: str,
     unhealthy_effect: str,
@@ -338,16 +356,26 @@ def dra_plugin(
     from .dra.slices import Publisher
 
     _log_to_stderr("vgpukit.k8s.dra")
+    from .dra.slices import NvmlFacts
+    from .inventory import Options
+    from .watched import health_views, inventory_views
+
     api = resource_api(kubeconfig)
-    driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app), partitionable, taints)
-    driver.unhealthy_effect, driver.capacity.choice = unhealthy_effect, share  # NoExecute; shared by capacity
+    views = {**inventory_views(lambda _host: Options(replicas=1)), **health_views(save=True)}
+    views["facts"] = view(lambda r: NvmlFacts(r.nvml), "pci", "docs", "nvml")
     stop = Stop().on_signals()  # before the servers: a SIGTERM from then on ends the plugin cleanly
+    watch = start_watch(app, views, resync)
+    model = watch.model
+    driver = Driver(node, _dra_opener(app), ClaimReader(api), lambda: model.get("sick") or {}, partitionable, taints)
+    driver.unhealthy_effect, driver.capacity.choice = unhealthy_effect, share  # NoExecute; shared by capacity
+    driver.model = model
     plugin = Plugin(app.host, driver, interval, Publisher(api, node)).start()
-    say(f"vgpukit DRA plugin: {app.host.display(registry_socket(app.host))}, node {node}")
+    say(f"vgpukit DRA plugin: {app.host.display(registry_socket(app.host))}, node {node}, {watch.describe()}")
     try:
         stop.wait()
     finally:
         plugin.close()
+        watch.close()
 
 
 def _log_to_stderr(name: str) -> None:

@@ -9,10 +9,11 @@ Life cycle, as the kubelet's device manager expects it (k8s.io/kubelet deviceplu
    gets the whole device list again whenever a device appears, goes or changes health;
 4. ``GetPreferredAllocation`` at admission, ``Allocate`` before each container starts.
 
-The :class:`Manager` polls the host every ``interval`` seconds (one :func:`inventory.collect`) and
-watches ``kubelet.sock``: when the kubelet restarts it binds a new socket and deletes the plugins'
-sockets, so a new socket identity, or a plugin socket gone, makes every plugin serve anew and
-register again.
+The :class:`Manager` takes the devices from the watch's host model (:mod:`vgpukit.watch`: kernel
+uevents, NVML events, inotify) whenever it changes, and looks at ``kubelet.sock`` whenever the
+kubelet's directory changes (inotify): when the kubelet restarts it binds a new socket and deletes
+the plugins' sockets, so a new socket identity, or a plugin socket gone, makes every plugin serve
+anew and register again.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from ..logs import logger
 from ..words import plural
 from . import preferred as pref
 from .inventory import Device, Inventory
-from .stopping import Stopping
+from .stopping import Stopping, wait_woken
 from .v1beta1 import api_pb2 as api
 from .v1beta1 import api_pb2_grpc
 
@@ -43,6 +44,7 @@ log = logger("vgpukit.k8s")
 API_VERSION = "v1beta1"
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 RECOVER_POLLS = 3  # polls in a row a device must be found usable again before it is Healthy again
+RECOVER_WAIT = 1.0  # seconds between those polls when the plugin listens (no change wakes it meanwhile)
 KUBELET_SOCKET = "kubelet.sock"
 MODES = ("both", "cdi", "devices")  # what Allocate answers: CDI names, device specs/env/mounts, or both
 GRPC: Any = api_pb2_grpc  # generated without type annotations (see docs/kubernetes.md)
@@ -333,7 +335,16 @@ class Manager:
             return f"{plugin.state.name}: {err}"
         return done
 
-    def run(self, stop: Stopping, interval: float, on_event: Callable[[str], None] = log.info) -> None:
+    def run(
+        self,
+        stop: Stopping,
+        interval: float,
+        on_event: Callable[[str], None] = log.info,
+        woken: threading.Event | None = None,
+    ) -> None:
+        """Poll, then wait ``interval`` seconds; with ``woken`` (set by the watch when the host model or the
+        kubelet's directory changed) until it is set instead, or ``interval`` passed (a device coming back
+        to health is looked at every RECOVER_WAIT seconds until it is Healthy again)."""
         try:
             while not stop.is_set():
                 try:
@@ -342,7 +353,10 @@ class Manager:
                     events = [f"reading the host failed (devices unchanged): {err}"]
                 for event in events:
                     on_event(event)
-                stop.wait(interval)
+                if woken is None:
+                    stop.wait(interval)
+                else:
+                    wait_woken(stop, woken, min(interval, RECOVER_WAIT) if self.sick else interval)
         finally:
             self.close()
 

@@ -10,6 +10,7 @@ sets a flag, and waiting is sleeping in short steps that look at it.
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from types import FrameType
 from typing import Protocol
@@ -57,3 +58,17 @@ class Stop:
                 break
             time.sleep(step)
         return self._flag
+
+
+def wait_woken(stop: Stopping, woken: threading.Event, timeout: float) -> bool:
+    """Until ``woken`` is set (True, and it is cleared), ``stop`` is set or ``timeout`` passed (False);
+    ``stop`` looked at every POLL seconds (a signal handler only sets its flag, see above)."""
+    end = time.monotonic() + timeout
+    while not stop.is_set():
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        if woken.wait(min(POLL, left)):
+            woken.clear()
+            return True
+    return False

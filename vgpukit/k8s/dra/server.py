@@ -28,6 +28,7 @@ from ...engine.env import Env
 from ...errors import VgpukitError
 from ...host import Host
 from ...logs import logger
+from ...watch.model import HostModel
 from ..dra_v1 import api_pb2 as dra
 from ..dra_v1 import api_pb2_grpc as dra_grpc
 from ..dra_v1beta1 import api_pb2 as dra_beta
@@ -96,9 +97,14 @@ class Driver:
         self.registered: bool | None = None
         self.registration_error = ""
         self.last = (Inventory(), slices.NvmlFacts(None))  # the last good read (a lost GPU fails a read)
+        self.model: HostModel | None = None  # the watch's (vgpukit.watch): its views instead of a read per call
 
     def read(self) -> tuple[Inventory, slices.NvmlFacts]:
         """The inventory and NVML's facts now; where a read fails (a GPU fell off the bus), the last good one."""
+        if self.model is not None:  # kept current by the watch (views of .watched, "facts" below)
+            inv, facts = self.model.get("held"), self.model.get("facts")
+            self.last = (inv or self.last[0], facts or self.last[1])
+            return self.last
         env, collect, close = self.open_host()
         inv, facts = self.last
         try:
@@ -114,6 +120,16 @@ class Driver:
             close()
         self.last = (inv, facts)
         return inv, facts
+
+    def wait_change(self, stop: threading.Event, timeout: float, active: Callable[[], bool] = lambda: True) -> None:
+        """Until the watch's model changes (without one: ``timeout`` seconds), ``stop`` or ``timeout``."""
+        if self.model is None:
+            stop.wait(timeout)
+            return
+        end, seen = time.monotonic() + timeout, self.model.version
+        while not stop.is_set() and active() and time.monotonic() < end:
+            if self.model.wait(seen, min(1.0, end - time.monotonic())) != seen:
+                return
 
     def devices(self) -> dict[str, DraDevice]:
         return dra_devices(self.read()[0])
@@ -279,7 +295,7 @@ class HealthService:
             except VgpukitError as err:
                 log.warning("reading the host failed: %s", err)
                 now = last or []
-            if now != last or time.monotonic() - sent > HEALTH_TIMEOUT / 2:
+            if now != last or time.monotonic() - sent >= HEALTH_TIMEOUT / 2:
                 stamp = int(time.time())
                 yield hl.NodeWatchResourcesResponse(
                     devices=[
@@ -294,7 +310,7 @@ class HealthService:
                     ]
                 )
                 last, sent = now, time.monotonic()
-            self.stop.wait(self.interval)
+            self.driver.wait_change(self.stop, min(self.interval, HEALTH_TIMEOUT / 2), context.is_active)
 
 
 class Plugin:
@@ -370,7 +386,7 @@ class Plugin:
                 log.warning("publishing the ResourceSlice failed (tried again): %s", err)
             except Exception as err:  # never end publishing silently: the device list would go stale
                 log.warning("publishing the ResourceSlice failed (tried again): %s: %s", type(err).__name__, err)
-            self.stop.wait(self.interval)
+            self.driver.wait_change(self.stop, self.interval)
 
     def close(self) -> None:
         self.stop.set()

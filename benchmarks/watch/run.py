@@ -1,0 +1,334 @@
+"""The watch: how fast a change reaches the long-running doors, what they cost idle, what a scrape costs.
+
+Usage: .venv/bin/python benchmarks/watch/run.py [--samples N] [--idle SECONDS] [--quick] [--checkout DIR]
+                                               [--hosts hgx-a100,1024-vf]
+
+As a node runs them, each its own process with its default options on one simulated host: the device
+plugin (``vgpukit k8s device-plugin``) registered with the kubelet-side peer of the tests
+(tests/k8s/kubelet.py), the DRA plugin (``vgpukit k8s dra-plugin``) publishing to the API-server stub
+(tests/k8s/apiserver.py), and the exporter (``vgpukit exporter``).
+
+* latency: another command changes the host (``CHANGES``: VFs created, a driver bound, a MIG slice
+  made); from that command's exit to the device plugin's ListAndWatch update that shows it, and to the
+  ResourceSlice write that shows it (0 when the update came before the command exited). Between two
+  samples the change is undone (not timed) and the doors are let settle.
+* idle: the three processes' CPU time (user + system, from /proc) over ``--idle`` seconds on the quiet
+  host, in percent of one core.
+* scrape: the exporter process's CPU time for one ``GET /metrics`` (p50, p99 of ``--samples``).
+
+Hosts: hgx-a100 (nic0-nic2 with 16 VFs on vfio-pci, nic3 with 16 on mlx5_core: 64 VFs; gpu0 and gpu1 in
+MIG with 2x 3g.20gb, gpu2 with 3g.20gb; CDI specs written) and 1024-vf (4 ConnectX-6 PFs with 256 VFs
+on vfio-pci each, a fifth with 16 on mlx5_core, a sixth without VFs). ``--checkout DIR`` runs the doors
+of another checkout (say the main branch, for the numbers before a change) with this benchmark.
+Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks" / "scale"))
+
+from hosts import sriov_host, write_profile  # type: ignore[import-not-found]  # noqa: E402
+
+from tests.k8s.apiserver import ApiServer  # noqa: E402
+from tests.k8s.kubelet import Kubelet  # noqa: E402
+
+NODE = "node-1"
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Change:
+    name: str
+    do: list[str]  # the command timed (vgpukit arguments)
+    undo: list[str]  # the command that puts the host back between samples (not timed)
+    resource: str  # the device plugin resource that shows it
+    dp: Callable[[set[str]], bool]  # the device plugin's ids of that resource show it
+    dra: Callable[[dict[str, str]], bool]  # the published devices (name -> attributes as JSON text) show it
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    name: str
+    make: Callable[[Path, Path], None]
+    changes: list[Change]
+
+
+def vfs_of(pf_bus: str, n: int) -> Callable[[dict[str, str]], bool]:
+    return lambda dra: sum(name.startswith(f"vf-0000-{pf_bus}-") for name in dra) == n
+
+
+def on_vfio(bdf: str) -> Callable[[dict[str, str]], bool]:
+    name = "vf-" + bdf.replace(":", "-").replace(".", "-")
+    return lambda dra: "vfio-pci" in dra.get(name, "")
+
+
+VF_POOL = "vgpukit.io/vf-15b3-101b"
+
+
+def hgx_changes() -> list[Change]:
+    return [
+        Change("16 VFs created (vfio-pci)", ["sriov", "enable", "nic2", "--vfs", "16", "--driver", "vfio-pci"],
+               ["sriov", "disable", "nic2"], VF_POOL, lambda dp: len(dp) == 48, vfs_of("85", 16)),
+        Change("a driver bound (vfio-pci)", ["bind", "0000:a5:00.2", "--driver", "vfio-pci"],
+               ["bind", "0000:a5:00.2", "--restore"], VF_POOL, lambda dp: "0000:a5:00.2" in dp,
+               on_vfio("0000:a5:00.2")),
+        Change("a MIG slice made (1g.5gb)", ["partition", "gpu2", "--mig", "3g.20gb,1g.5gb"],
+               ["partition", "gpu2", "--mig", "3g.20gb"], "vgpukit.io/mig-1g.5gb", lambda dp: len(dp) == 1,
+               lambda dra: any(n.startswith("mig-") and "1g.5gb" in a for n, a in dra.items())),
+    ]  # fmt: skip
+
+
+def make_hgx(sim: Path, base: Path) -> None:
+    vg_init(sim, "hgx-a100")
+    for nic in ("nic0", "nic1", "nic2"):
+        vg(sim, "sriov", "enable", nic, "--vfs", "16", "--driver", "vfio-pci")
+    vg(sim, "sriov", "enable", "nic3", "--vfs", "16")
+    for gpu in ("gpu0", "gpu1"):
+        vg(sim, "partition", gpu, "--mig", "3g.20gb,3g.20gb")
+    vg(sim, "partition", "gpu2", "--mig", "3g.20gb")
+    vg(sim, "cdi", "generate")
+
+
+def vf1024_changes() -> list[Change]:
+    return [
+        Change("16 VFs created (vfio-pci)", ["sriov", "enable", "0000:38:00.0", "--vfs", "16", "--driver", "vfio-pci"],
+               ["sriov", "disable", "0000:38:00.0"], VF_POOL, lambda dp: len(dp) == 1040, vfs_of("38", 16)),
+        Change("a driver bound (vfio-pci)", ["bind", "0000:30:00.2", "--driver", "vfio-pci"],
+               ["bind", "0000:30:00.2", "--restore"], VF_POOL, lambda dp: "0000:30:00.2" in dp,
+               on_vfio("0000:30:00.2")),
+    ]  # fmt: skip
+
+
+def make_1024(sim: Path, base: Path) -> None:
+    profile = write_profile(base / "vf1024.json", sriov_host(6, 256))
+    vg_init(sim, str(profile))
+    for k in range(4):
+        vg(sim, "sriov", "enable", f"0000:{0x10 + 8 * k:02x}:00.0", "--vfs", "256", "--driver", "vfio-pci")
+    vg(sim, "sriov", "enable", "0000:30:00.0", "--vfs", "16")
+    vg(sim, "cdi", "generate")
+
+
+HOSTS = {"hgx-a100": HostSpec("hgx-a100", make_hgx, hgx_changes()),
+         "1024-vf": HostSpec("1024-vf", make_1024, vf1024_changes())}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- processes
+CHECKOUT = ROOT
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(CHECKOUT)}
+
+
+def vg(sim: Path, *args: str) -> float:
+    """Run a vgpukit command on the host; its exit time (monotonic)."""
+    cmd = [sys.executable, "-m", "vgpukit", "--sim", str(sim), *args]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=_env())
+    return time.monotonic()
+
+
+def vg_init(sim: Path, profile: str) -> None:
+    cmd = [sys.executable, "-m", "vgpukit", "sim", "init", str(sim), "--profile", profile]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=_env())
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+
+
+class Doors:
+    """The three processes on one host, and the peers that watch what they say."""
+
+    def __init__(self, sim: Path, base: Path) -> None:
+        self.sim = sim
+        self.api = ApiServer(NODE)
+        kubeconfig = self.api.kubeconfig(base / "kubeconfig")
+        self.kubelet = Kubelet(sim / "var/lib/kubelet/device-plugins").start()
+        self.port = _free_port()
+        vk = [sys.executable, "-m", "vgpukit", "--sim", str(sim)]
+        self.logs = {name: (base / f"{name}.log").open("w") for name in ("dp", "dra", "exporter")}
+        self.procs = {
+            "dp": subprocess.Popen([*vk, "k8s", "device-plugin"], env=_env(), stdout=subprocess.DEVNULL,
+                                   stderr=self.logs["dp"]),
+            "dra": subprocess.Popen([*vk, "k8s", "dra-plugin", "--node", NODE, "--kubeconfig", str(kubeconfig)],
+                                    env=_env(), stdout=subprocess.DEVNULL, stderr=self.logs["dra"]),
+            "exporter": subprocess.Popen([*vk, "exporter", "--listen", f"127.0.0.1:{self.port}"], env=_env(),
+                                         stdout=subprocess.DEVNULL, stderr=self.logs["exporter"]),
+        }  # fmt: skip
+        self.dra_log: list[tuple[float, dict[str, str]]] = []
+        self.stop = False
+        threading.Thread(target=self._record_dra, daemon=True).start()
+
+    def _record_dra(self) -> None:
+        api, last = self.api, -1
+        while not self.stop:
+            with api.changed:
+                api.changed.wait_for(lambda v=last: api.version != v or self.stop, timeout=1.0)  # type: ignore[misc]
+                last = api.version
+                devices = {
+                    d["name"]: json.dumps(d.get("attributes", {}), sort_keys=True)
+                    for doc in api.slices.values()
+                    for d in doc["spec"].get("devices", [])
+                }
+            self.dra_log.append((time.monotonic(), devices))
+
+    def dp_ids(self, resource: str) -> set[str]:
+        ep = self.kubelet.endpoints.get(resource)
+        return set(ep.devices) if ep is not None else set()
+
+    def wait_ready(self, check: Callable[[], bool], timeout: float = 180) -> None:
+        end = time.monotonic() + timeout
+        while not check():
+            for name, p in self.procs.items():
+                if p.poll() is not None:
+                    raise SystemExit(f"{name} exited with {p.returncode}")
+            if time.monotonic() > end:
+                tails = {n: f.name for n, f in self.logs.items()}
+                for f in self.logs.values():
+                    f.flush()
+                text = "\n".join(f"{n}: {Path(p).read_text()[-600:]}" for n, p in tails.items())
+                raise SystemExit(f"the doors did not come up ({len(self.kubelet.endpoints)} endpoints, "
+                                 f"{len(self.dra_log)} slice writes)\n{text}")  # fmt: skip
+            time.sleep(0.1)
+
+    def scrape(self) -> float:
+        """The exporter's CPU time for one scrape (seconds)."""
+        pid = self.procs["exporter"].pid
+        before = cpu_seconds(pid)
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=60) as resp:
+            resp.read()
+        time.sleep(0.05)  # the process's own accounting of the request's last bytes
+        return cpu_seconds(pid) - before
+
+    def close(self) -> None:
+        self.stop = True
+        for p in self.procs.values():
+            p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.kubelet.stop()
+        self.api.close()
+        for f in self.logs.values():
+            f.close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def latency(doors: Doors, change: Change, samples: int) -> tuple[list[float], list[float]]:
+    dp_out, dra_out = [], []
+    for _ in range(samples):
+        vg(doors.sim, *change.undo)  # from the state before the change (the host is set up with it made)
+        time.sleep(1.5)
+        start = time.monotonic()
+        n_dra = len(doors.dra_log)
+        exited = vg(doors.sim, *change.do)
+        dp_at = dra_at = None
+        end = exited + 60
+        while (dp_at is None or dra_at is None) and time.monotonic() < end:
+            ep = doors.kubelet.endpoints.get(change.resource)
+            if dp_at is None and ep is not None:
+                dp_at = next((t for t, devices in list(ep.updates) if t >= start and change.dp(set(devices))), None)
+            if dra_at is None:
+                dra_at = next((t for t, devices in doors.dra_log[n_dra:] if change.dra(devices)), None)
+            time.sleep(0.002)
+        if dp_at is None or dra_at is None:
+            ep = doors.kubelet.endpoints.get(change.resource)
+            seen = ep.updates[-3:] if ep is not None else "no endpoint"
+            raise SystemExit(f"{change.name}: not seen within 60 s (device plugin {dp_at}, DRA {dra_at}; {seen})")
+        dp_out.append(max(0.0, dp_at - exited))
+        dra_out.append(max(0.0, dra_at - exited))
+    return dp_out, dra_out
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
+
+
+def run_host(spec: HostSpec, base: Path, samples: int, idle: float) -> list[tuple[str, ...]]:
+    sim = base / spec.name
+    spec.make(sim, base)
+    doors = Doors(sim, base)
+    rows: list[tuple[str, ...]] = []
+    try:
+        doors.wait_ready(lambda: bool(doors.kubelet.endpoints) and bool(doors.dra_log and doors.dra_log[-1][1]))
+        doors.scrape()
+        time.sleep(3)
+        for change in spec.changes:
+            dp, dra = latency(doors, change, samples)
+            for door, xs in (("device plugin ListAndWatch", dp), ("DRA ResourceSlice", dra)):
+                rows.append((spec.name, change.name, door, str(len(xs)), f"{1000 * statistics.median(xs):.0f}",
+                             f"{1000 * pct(xs, 99):.0f}"))  # fmt: skip
+        scrapes = [doors.scrape() for _ in range(samples)]
+        rows.append((spec.name, "scrape (exporter CPU)", "exporter", str(len(scrapes)),
+                     f"{1000 * statistics.median(scrapes):.1f}", f"{1000 * pct(scrapes, 99):.1f}"))  # fmt: skip
+        if idle > 0:
+            time.sleep(5)
+            pids = {n: p.pid for n, p in doors.procs.items()}
+            before = {n: cpu_seconds(pid) for n, pid in pids.items()}
+            t0 = time.monotonic()
+            time.sleep(idle)
+            wall = time.monotonic() - t0
+            used = {n: cpu_seconds(pid) - before[n] for n, pid in pids.items()}
+            each = ", ".join(f"{n} {100 * u / wall:.3f}" for n, u in used.items())
+            rows.append((spec.name, f"idle {idle:g} s, % of one core ({each})", "all three", "1",
+                         f"{100 * sum(used.values()) / wall:.3f}", "-"))  # fmt: skip
+    finally:
+        doors.close()
+    return rows
+
+
+def main() -> int:
+    global CHECKOUT
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--idle", type=float, default=600.0, help="seconds of the idle measurement (0: none)")
+    ap.add_argument("--quick", action="store_true", help="3 samples, 30 s idle")
+    ap.add_argument("--checkout", type=Path, default=ROOT, help="run the doors of this checkout")
+    ap.add_argument("--hosts", default=",".join(HOSTS))
+    ap.add_argument("--json", type=Path, help="also write the rows here")
+    args = ap.parse_args()
+    CHECKOUT = args.checkout.resolve()
+    samples, idle = (3, 30.0) if args.quick else (args.samples, args.idle)
+    rows: list[tuple[str, ...]] = []
+    with tempfile.TemporaryDirectory(prefix="watchb", dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as tmp:
+        for name in args.hosts.split(","):
+            rows += run_host(HOSTS[name], Path(tmp), samples, idle)
+    print(f"checkout: {CHECKOUT}")
+    print("| host | change | door | n | p50 ms (idle: %) | p99 ms |")
+    print("| --- | --- | --- | ---: | ---: | ---: |")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
