@@ -17,7 +17,7 @@ plugin (``vgpukit k8s device-plugin``) registered with the kubelet-side peer of 
 * scrape: the exporter process's CPU time for one ``GET /metrics`` (p50, p99 of ``--samples``).
 
 Hosts: hgx-a100 (nic0-nic2 with 16 VFs on vfio-pci, nic3 with 16 on mlx5_core: 64 VFs; gpu0 and gpu1 in
-MIG with 2x 3g.20gb, gpu2 with 3g.20gb; CDI specs written) and 1024-vf (4 ConnectX-6 PFs with 256 VFs
+MIG with 2x 3g.20gb, gpu2 with one 3g.20gb (the MIG change makes its second); CDI specs written) and 1024-vf (4 ConnectX-6 PFs with 256 VFs
 on vfio-pci each, a fifth with 16 on mlx5_core, a sixth without VFs). ``--checkout DIR`` runs the doors
 of another checkout (say the main branch, for the numbers before a change) with this benchmark.
 Prints a markdown table.
@@ -88,9 +88,9 @@ def hgx_changes() -> list[Change]:
         Change("a driver bound (vfio-pci)", ["bind", "0000:a5:00.2", "--driver", "vfio-pci"],
                ["bind", "0000:a5:00.2", "--restore"], VF_POOL, lambda dp: "0000:a5:00.2" in dp,
                on_vfio("0000:a5:00.2")),
-        Change("a MIG slice made (1g.5gb)", ["partition", "gpu2", "--mig", "3g.20gb,1g.5gb"],
-               ["partition", "gpu2", "--mig", "3g.20gb"], "vgpukit.io/mig-1g.5gb", lambda dp: len(dp) == 1,
-               lambda dra: any(n.startswith("mig-") and "1g.5gb" in a for n, a in dra.items())),
+        Change("a MIG slice made (3g.20gb)", ["partition", "gpu2", "--mig", "3g.20gb,3g.20gb"],
+               ["partition", "gpu2", "--mig", "3g.20gb"], "vgpukit.io/mig-3g.20gb", lambda dp: len(dp) == 6,
+               lambda dra: sum(n.startswith("mig-") and "3g.20gb" in a for n, a in dra.items()) == 6),
     ]  # fmt: skip
 
 

@@ -11,6 +11,7 @@ import click
 
 from ..clikit.context import App
 from ..clikit.params import Listen
+from ..clikit.watch import resync_option, start_watch
 from ..errors import Busy, HostIOError
 
 DEFAULT_LISTEN = ":9401"  # dcgm-exporter's 9400 is left to it: both may run on one host
@@ -25,19 +26,29 @@ DEFAULT_LISTEN = ":9401"  # dcgm-exporter's 9400 is left to it: both may run on 
     help="ADDR:PORT to serve /metrics on (:PORT: every address; [::1]:PORT for IPv6).",
 )
 @click.option("--once", is_flag=True, help="Print one scrape (text exposition format) to stdout and exit.")
+@resync_option
 @click.pass_obj
-def exporter(app: App, listen: tuple[str, int], once: bool) -> None:
+def exporter(app: App, listen: tuple[str, int], once: bool, resync: float) -> None:
     """Serve Prometheus metrics: GPUs (dcgm-exporter names), health, QoS tenants, slices and holders.
 
-    Every scrape reads the host afresh through the facades (nothing cached). Series: docs/metrics.md.
+    The devices and their health are kept current by listening for changes (docs/engine.md, "The watch");
+    telemetry, holders, QoS and CUDA usage are read at each scrape. Series: docs/metrics.md.
     """
     from ..metrics.collector import HostCollector, text
 
-    collector = HostCollector(app.host, lambda: app.nvml)
     if once:
-        sys.stdout.write(text(collector))
+        sys.stdout.write(text(HostCollector(app.host, lambda: app.nvml)))
         return
-    _serve(collector, *listen)
+    from ..k8s.inventory import Options
+    from ..k8s.watched import health_views, inventory_views
+
+    views = {**inventory_views(lambda _host: Options(replicas=0)), **health_views(save=False)}
+    views.pop("held")  # holders are read at each scrape
+    watch = start_watch(app, views, resync)
+    try:
+        _serve(HostCollector(app.host, lambda: app.nvml, watch.model), *listen)
+    finally:
+        watch.close()
 
 
 def _serve(collector: Any, addr: str, port: int) -> None:

@@ -16,7 +16,6 @@ from typing import Any
 from ..health import check, fact, xid
 from ..health import log as record_log
 from ..host import Host
-from ..nvml.model import NvmlEvent
 from ..watch.model import Refresh, View, view
 from .inventory import Inventory, Options, collect, with_holders
 
@@ -34,26 +33,14 @@ def inventory_views(options: Callable[[Host], Options]) -> dict[str, View]:
     return {"inventory": view(inventory, *DEVICES), "held": view(held, *DEVICES, "holders")}
 
 
-class Replay:
-    """The NVML events the watch's thread caught, handed to one look (which waits for none)."""
-
-    def __init__(self, events: list[NvmlEvent]) -> None:
-        self.events = events
-
-    def wait(self, timeout: float) -> list[NvmlEvent]:
-        out, self.events = self.events, []
-        return out
-
-    def close(self) -> None:
-        pass
-
-
 def health_views(save: bool, table: xid.XidTable | None = None) -> dict[str, View]:
     xids = table or xid.builtin()
 
     def health(r: Refresh) -> list[Any]:
         record = record_log.load(r.host)
-        found = check.look(r.host, r.nvml, xids, record, watcher=Replay(r.nvml_events), scan=r.scan)
+        # NVML's events since the record's cursor, as every look reads them (the watch's own NVML thread
+        # only says when to look: a second consumer of the events would record them twice)
+        found = check.look(r.host, r.nvml, xids, record, scan=r.scan)
         if save:
             record_log.save(r.host, record)
         return found.devices
