@@ -18,7 +18,8 @@ plugin (``vgpukit k8s device-plugin``) registered with the kubelet-side peer of 
 
 Hosts: hgx-a100 (nic0-nic2 with 16 VFs on vfio-pci, nic3 with 16 on mlx5_core: 64 VFs; gpu0 and gpu1
 in MIG with 2x 3g.20gb, gpu2 with one 3g.20gb (the MIG change makes its second); CDI specs written) and
-1024-vf (4 ConnectX-6 PFs with 256 VFs on vfio-pci each, a fifth with 16 on mlx5_core, a sixth without VFs). ``--checkout DIR`` runs the doors
+1024-vf (4 ConnectX-6 PFs with 256 VFs on vfio-pci each, a fifth with 16 on mlx5_core, a sixth without
+VFs). ``--checkout DIR`` runs the doors
 of another checkout (say the main branch, for the numbers before a change) with this benchmark.
 Prints a markdown table.
 """
