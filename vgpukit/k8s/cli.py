@@ -266,8 +266,9 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
     type=click.Choice(["auto", "on", "off"]),
     default="auto",
     show_default=True,
-    help="Publish MIG slices and vGPUs made on demand with shared counters (KEP-4815); auto: unless the API "
-    "server drops or refuses the counters (feature gate DRAPartitionableDevices off).",
+    help="Publish MIG slices and vGPUs made on demand with shared counters (KEP-4815), in the layout of the API "
+    "server's release; auto: where the API server keeps counters (feature gate DRAPartitionableDevices, read with "
+    "a dry run before the first write).",
 )
 @click.option(
     "--device-taints",
@@ -295,7 +296,7 @@ def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float, par
     api = resource_api(kubeconfig)
     driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app), partitionable, taints)
     stop = Stop().on_signals()  # before the servers: a SIGTERM from then on ends the plugin cleanly
-    plugin = Plugin(app.host, driver, interval, Publisher(api, node)).start()
+    plugin = Plugin(app.host, driver, interval, Publisher(api, node, partitionable)).start()
     say(f"vgpukit DRA plugin: {app.host.display(registry_socket(app.host))}, node {node}")
     try:
         stop.wait()

@@ -82,7 +82,7 @@ class Driver:
     ):
         self.pool = node
         self.partitionable = partitionable  # auto | on | off: publish made-on-demand MIG slices (.partitions)
-        self.counters_ok = partitionable != "off"  # auto: until the API server drops the counters
+        self.counters_ok = partitionable == "on"  # auto: as the API server serves them (set by the publisher)
         self.taints = taints  # auto | on | off: publish unusable devices with a taint rather than leave them out
         self.taints_ok = taints != "off"  # auto: until the API server drops the taints
         self.open_host = open_host
@@ -92,6 +92,7 @@ class Driver:
         self.registered: bool | None = None
         self.registration_error = ""
         self.last = (Inventory(), slices.NvmlFacts(None))  # the last good read (a lost GPU fails a read)
+        self.said: dict[str, str] = {}  # per GPU, the note on what it offers last logged
 
     def read(self) -> tuple[Inventory, slices.NvmlFacts]:
         """The inventory and NVML's facts now; where a read fails (a GPU fell off the bus), the last good one."""
@@ -119,24 +120,31 @@ class Driver:
         return self.publication()[0]
 
     def publication(self) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-        """The node's slice's static devices and, where partitionable devices are published, one slice part
-        per GPU in MIG mode (:mod:`.partitions`); the static devices of slices made for claims are left out."""
+        """The node's static devices and, where partitionable devices are published, one part per GPU that
+        offers MIG slices or vGPUs made on demand (:mod:`.partitions`: its counter set, the devices consuming
+        it, the whole GPU among them where MIG mode changes without a reset); the static devices of what
+        claims made, and the whole GPUs in a part, are left out of the static ones."""
         sick = self.health()
         inv, facts = self.read()
-        parts: dict[str, dict[str, Any]] = {}
-        hidden: set[str] = set()
+        offered = slices.offered(dra_devices(inv), sick, self.taints_ok)
+        entries = [slices.device_entry(d, inv.pci, facts) for d in offered]
+        marked = [slices.taint(e) if slices.unusable(d, sick) else e for d, e in zip(offered, entries, strict=True)]
+        found = partitions.Publication()
         if self.counters_ok:
             env, _collect, close = self.open_host()
             try:
-                parts, hidden = partitions.publication(env, inv.pci, sick)
+                found = partitions.publication(env, inv.pci, sick, {e["name"]: e for e in marked}, facts)
             except VgpukitError as err:
                 log.warning("reading the MIG slices failed (not published): %s", err)
             finally:
                 close()
-        offered = [d for d in slices.offered(dra_devices(inv), sick, self.taints_ok) if d.device.id not in hidden]
-        entries = [slices.device_entry(d, inv.pci, facts) for d in offered]
-        marked = [slices.taint(e) if slices.unusable(d, sick) else e for d, e in zip(offered, entries, strict=True)]
-        return marked, parts
+            for bdf, note in found.notes.items():
+                if self.said.get(bdf) != note:
+                    self.said[bdf] = note
+                    log.info("%s", note)
+        ids = {d.name: d.device.id for d in offered}
+        kept = [e for e in marked if e["name"] not in found.moved and ids[e["name"]] not in found.hidden]
+        return kept, found.parts
 
     def prepare(self, claim: dra.Claim) -> dra.NodePrepareResourceResponse:
         with self.lock:
@@ -313,18 +321,23 @@ class Plugin:
         return self
 
     def _publish(self, publisher: slices.Publisher) -> None:
-        """Keep the ResourceSlice current; a failure is logged and tried again at the next poll."""
+        """Keep the ResourceSlices current; a failure is logged and tried again at the next poll. What the
+        API server serves is found out before the first write (:mod:`.cluster`): with ``--partitionable
+        auto``, partitionable devices are published where it keeps counters, the static view elsewhere."""
         while not self.stop.is_set():
             try:
+                server = publisher.detected()
+                if self.driver.partitionable == "auto" and self.driver.counters_ok != server.partitionable:
+                    self.driver.counters_ok = server.partitionable
+                    if not server.partitionable:
+                        log.warning("publishing existing devices only, nothing made on demand (%s)", server.describe())
                 done = publisher.publish(*self.driver.publication())
                 if done:
                     log.info("%s", done)
                 if publisher.counters_dropped and self.driver.partitionable == "auto" and self.driver.counters_ok:
-                    self.driver.counters_ok = False  # the cluster does not serve them: the static view
-                    log.warning(
-                        "the API server dropped or refused the shared counters (feature gate "
-                        "DRAPartitionableDevices off?): publishing existing devices only, nothing made on demand"
-                    )
+                    publisher.counters_dropped = False
+                    publisher.server = None  # its gate changed since it was read: read it again
+                    log.warning("the API server dropped the shared counters: reading what it serves again")
                     continue
                 if publisher.taints_dropped and self.driver.taints == "auto" and self.driver.taints_ok:
                     self.driver.taints_ok = False  # the cluster does not serve them: unusable devices left out
