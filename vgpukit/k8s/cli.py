@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import sys
 import threading
 from contextlib import nullcontext
@@ -17,6 +18,21 @@ from ..clikit.options import held, json_option
 from ..clikit.output import emit, say, table
 from ..clikit.params import NAME, AsciiFloat, AsciiInt
 from .stopping import Stop
+
+
+def _kubernetes(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """A Kubernetes release (``1.35``, ``v1.35.2``) the DRA rules know, or a later one (the newest known's rules)."""
+    if value is None:
+        return None
+    from ..errors import VgpukitError
+    from .dra.cluster import release
+
+    try:
+        release(value)
+    except VgpukitError as err:
+        raise click.BadParameter(err.message) from None
+    return value
+
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -88,14 +104,45 @@ def _log(line: str) -> None:
 
 @k8s.command("resources")
 @replicas_option
+@click.option(
+    "--kubernetes",
+    "version",
+    type=NAME,
+    callback=_kubernetes,
+    metavar="VERSION",
+    help="Also show the ResourceSlices the DRA plugin would publish now for an API server of that release "
+    "(1.34, 1.35, 1.36, 1.37; a later one follows the newest known).",
+)
+@click.option(
+    "--partitionable",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="With --kubernetes: as the plugin's option; auto: the release's default of the DRAPartitionableDevices gate.",
+)
+@click.option(
+    "--node",
+    "node",
+    type=NAME,
+    envvar="NODE_NAME",
+    default=lambda: socket.gethostname(),
+    show_default="env NODE_NAME, else the host name",
+    help="With --kubernetes: the node's name (its pool and slice names).",
+)
 @json_option
 @click.pass_obj
-def resources(app: App, replicas: int) -> None:
-    """Show the resources and devices the device plugin would advertise now."""
+def resources(app: App, replicas: int, version: str | None, partitionable: str, node: str) -> None:
+    """Show the resources and devices the device plugin would advertise now (and the DRA plugin's slices)."""
     inv = _poller(app, replicas)()
+    view: dict[str, Any] = {}
+    if version is not None:
+        from .cli_dra import slices_view
+
+        view = slices_view(_dra_opener(app), _health(app), version, partitionable, node)
 
     def doc() -> dict[str, Any]:
         return {
+            **view,
             "resources": {
                 name: [
                     {
@@ -118,6 +165,10 @@ def resources(app: App, replicas: int) -> None:
             for d in devices
         ]
         table(None, ["RESOURCE", "DEVICE", "NUMA", "CDI", "HELD BY"], rows)
+        if view:
+            from .cli_dra import show
+
+            show(view)
 
     emit(app, "k8s-resources", doc, human)
 

@@ -61,6 +61,7 @@ class Server:
     partitionable: bool
     limits: Limits
     git_version: str = ""
+    taints: bool = False  # the DRADeviceTaints gate's default in that release
 
     def describe(self) -> str:
         shape = (
@@ -107,7 +108,7 @@ def for_version(version: str, partitionable: bool | None = None, git_version: st
     rel = _table()["releases"][key]
     limits = Limits(**_table()["limits"][rel["layout"]])
     gate = bool(rel["partitionable_default"]) if partitionable is None else partitionable
-    return Server(key, str(rel["layout"]), gate, limits, git_version)
+    return Server(key, str(rel["layout"]), gate, limits, git_version, bool(rel["taints_default"]))
 
 
 def _get(call: Any) -> Any:
@@ -115,14 +116,14 @@ def _get(call: Any) -> Any:
     return json.loads(raw.data)
 
 
-def server_version(api_client: Any) -> str:
-    """``GET /version``'s release (``1.35``; a provider's ``35+`` minor read as 35) and git version."""
+def server_version(api_client: Any) -> tuple[str, str]:
+    """``GET /version``: the release (``1.35``; a provider's ``35+`` minor read as 35) and the git version."""
     from kubernetes import client
 
     doc = _get(client.VersionApi(api_client).get_code)
     minor = str(doc.get("minor", "")).rstrip("+")
-    text = f"{doc.get('major', '')}.{minor}" if minor.isdigit() else str(doc.get("gitVersion", ""))
-    return text
+    git = str(doc.get("gitVersion", ""))[:64]
+    return (f"{doc.get('major', '')}.{minor}" if minor.isdigit() else git), git
 
 
 def serves_resource_v1(api_client: Any) -> bool:
@@ -159,14 +160,14 @@ def detect(resource_api: Any, node: str, mode: str = "auto") -> Server:
     """What the API server behind ``resource_api`` (a ``ResourceV1Api``) serves; ``mode`` is
     ``--partitionable``: ``auto`` reads the gate with a dry run, ``on``/``off`` take it as given."""
     try:
-        text = server_version(resource_api.api_client)
-        found = for_version(text, True, text)  # raises for a release before DRA's GA
+        text, git = server_version(resource_api.api_client)
+        found = for_version(text, True, git)  # raises for a release before DRA's GA
         if not serves_resource_v1(resource_api.api_client):
             raise Unsupported(
                 f"the API server ({text}) does not serve {GROUP}/{VERSION} (disabled by --runtime-config?)"
             )
         if mode != "auto":
-            return for_version(text, mode == "on", text)
+            return for_version(text, mode == "on", git)
         raw = resource_api.create_resource_slice(
             probe_slice(node, found.layout), dry_run="All", _preload_content=False, _request_timeout=API_TIMEOUT
         )
@@ -176,4 +177,4 @@ def detect(resource_api: Any, node: str, mode: str = "auto") -> Server:
     except Exception as err:  # ApiException, connection errors: the next poll asks again
         raise api_error(err) from None
     kept = bool((stored.get("spec") or {}).get("sharedCounters"))
-    return for_version(text, kept, text)
+    return for_version(text, kept, git)

@@ -82,7 +82,8 @@ class Driver:
     ):
         self.pool = node
         self.partitionable = partitionable  # auto | on | off: publish made-on-demand MIG slices (.partitions)
-        self.counters_ok = partitionable == "on"  # auto: as the API server serves them (set by the publisher)
+        # auto: as the API server serves them, once the publisher has found out (None until then)
+        self.counters_ok: bool | None = None if partitionable == "auto" else partitionable == "on"
         self.taints = taints  # auto | on | off: publish unusable devices with a taint rather than leave them out
         self.taints_ok = taints != "off"  # auto: until the API server drops the taints
         self.open_host = open_host

@@ -244,17 +244,22 @@ class Publisher:
             self._call(self.api.delete_resource_slice, name)
 
     def _doc(self, name: str, part: dict[str, Any], generation: int, count: int = 1) -> dict[str, Any]:
-        return {
-            "apiVersion": API_VERSION,
-            "kind": "ResourceSlice",
-            "metadata": {"name": name},
-            "spec": {
-                "driver": DRIVER,
-                "nodeName": self.node,
-                "pool": {"name": self.node, "generation": generation, "resourceSliceCount": count},
-                **part,
-            },
-        }
+        return slice_doc(self.node, name, part, generation, count)
+
+
+def slice_doc(node: str, name: str, part: dict[str, Any], generation: int, count: int) -> dict[str, Any]:
+    """The ResourceSlice object of one slice of the node's pool (``part``: its devices or counter sets)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": count},
+            **part,
+        },
+    }
 
 
 def _reason(err: Exception) -> str:
