@@ -20,7 +20,9 @@ at a time (a claim made for each call: the first prepare of a claim, not the rec
 Rows are data: a kind made on demand, or a sharing configuration, is one more entry. The hosts in
 ``PARTITIONABLE`` are served with ``--partitionable on``: their kinds made on demand are picked among
 the published slice parts by ``onDemand``, and each prepare creates the MIG slice or the vGPU that
-its unprepare destroys (the timings include that).
+its unprepare destroys (the timings include that); on a Hopper GPU with MIG mode off, each prepare also
+turns MIG mode on and each unprepare turns it off. The API-server stand-in answers as Kubernetes 1.37
+(``RELEASE`` names a host served as 1.34), with partitionable devices on; a refused write ends the run.
 Prints a markdown table.
 """
 
@@ -68,11 +70,16 @@ HOSTS: dict[str, tuple[str, list[list[str]]]] = {
     # served with --partitionable on: gpu1 in MIG mode and empty (a 1g.5gb made and destroyed), no vGPU yet
     "hgx-a100-on-demand": ("hgx-a100", [["partition", "gpu1", "--mig", "1g.5gb"], ["mig", "destroy", "gpu1", "--all"]]),
     "t4-mdev-on-demand": ("t4-mdev", []),
+    # served with --partitionable on: 8 Hopper GPUs with MIG mode off (each GPU: the whole GPU and its slices)
+    "hgx-h100-on-demand": ("hgx-h100", []),
+    "hgx-h100-on-demand-1.34": ("hgx-h100", []),  # the same, to an API server of 1.34 (counters beside devices)
 }  # fmt: skip
 # files put on a host after `sim init`: the CUDA interception library a memory cap needs (a stand-in: nothing
 # here loads it; the prepare only checks it is installed)
 FILES = {"hgx-a100": {"usr/lib/vgpukit/libvgpukit-cuda.so": "a stand-in for contrib/cuda's library\n"}}
-PARTITIONABLE = {"hgx-a100-on-demand", "t4-mdev-on-demand"}  # hosts whose plugin publishes devices made on demand
+# hosts whose plugin publishes devices made on demand
+PARTITIONABLE = {"hgx-a100-on-demand", "t4-mdev-on-demand", "hgx-h100-on-demand", "hgx-h100-on-demand-1.34"}
+RELEASE = {"hgx-h100-on-demand-1.34": "1.34"}  # the API server's release (else 1.37), its gates turned on
 
 
 V1 = {"apiVersion": "vgpukit.io/v1"}
@@ -103,6 +110,9 @@ KINDS = [
     Kind("whole GPU, MPS (daemon started/stopped)", "hgx-a100", {"kind": "gpu"},
          {**V1, "kind": "MpsConfig", "activeThreadPercentage": 50}),
     Kind("vGPU on a VF (H100-20C, vendor VFIO)", "h100-vgpu", {"kind": "vf", "vgpuType": "*"}),
+    Kind("MIG slice 3g.40gb made on demand on a Hopper GPU, MIG mode turned on / off (first and last slice)",
+         "hgx-h100-on-demand", {"onDemand": True, "migProfile": "3g.40gb"}),
+    Kind("whole Hopper GPU published with its slices (one counter set)", "hgx-h100-on-demand", {"kind": "gpu"}),
 ]  # fmt: skip
 
 
@@ -122,6 +132,10 @@ CHANGES = [
            ["sriov", "enable", "nic2", "--vfs", "1", "--driver", "vfio-pci"]),
     Change("vgpukit partition on a partitionable GPU (the placements offered change)", "hgx-a100-on-demand",
            ["partition", "gpu1", "--mig", "1g.5gb"], ["mig", "destroy", "gpu1", "--all"]),
+    Change("vgpukit partition on a Hopper GPU of 8, 1.37 layout (1 counter slice, 8 device slices)",
+           "hgx-h100-on-demand", ["partition", "gpu1", "--mig", "1g.10gb"], ["mig", "destroy", "gpu1", "--all"]),
+    Change("vgpukit partition on a Hopper GPU of 8, 1.34 layout (8 slices, counters beside devices)",
+           "hgx-h100-on-demand-1.34", ["partition", "gpu1", "--mig", "1g.10gb"], ["mig", "destroy", "gpu1", "--all"]),
 ]  # fmt: skip
 
 
@@ -177,7 +191,7 @@ class Node:
 
     def devices(self) -> list[dict[str, Any]]:
         """Every device of the node's pool (several slices beyond 128 devices)."""
-        return [d for doc in list(self.api.slices.values()) for d in doc["spec"]["devices"]]
+        return [d for doc in list(self.api.slices.values()) for d in doc["spec"].get("devices") or []]
 
     def memory_kib(self) -> tuple[int, int]:
         """(VmRSS, VmHWM) of the plugin process."""
@@ -193,7 +207,9 @@ class Node:
 
 @contextmanager
 def serving(sim: Path, base: Path, interval: float) -> Iterator[Node]:
-    api = ApiServer(NODE)
+    api = ApiServer(NODE, RELEASE.get(sim.name, "1.37"))
+    api.partitionable = True
+    api.schema_check = False  # the stand-in's JSON-schema check (~60 ms a slice) is the test's cost, not the plugin's
     api.http.handle_error = lambda *_: None  # type: ignore[method-assign]  # the plugin hanging up at its end
     mode = "on" if sim.name in PARTITIONABLE else "off"
     node = Node(sim, api, api.kubeconfig(base / f"kubeconfig-{sim.name}"), interval, mode)
@@ -201,6 +217,8 @@ def serving(sim: Path, base: Path, interval: float) -> Iterator[Node]:
         if not api.wait(lambda: SLICE in api.slices, timeout=120):
             raise SystemExit("no ResourceSlice published")
         yield node
+        if api.refused or api.pool_problems():
+            raise SystemExit(f"{sim.name}: a write refused or a pool the scheduler cannot use: {api.refused[:1]}")
     finally:
         node.close()
         api.close()

@@ -82,11 +82,16 @@ def _device(dev: dict[str, Any], i: int, release: str, sets: dict[str, set[str]]
     return errs
 
 
-def spec_errors(doc: dict[str, Any], release: str) -> list[str]:
-    """Why the release's API server refuses this ResourceSlice (empty: it stores it)."""
-    errs = [
-        f"{'.'.join(map(str, e.path)) or '<root>'}: {e.message}"[:200] for e in _validator(release).iter_errors(doc)
-    ]
+def spec_errors(doc: dict[str, Any], release: str, schema: bool = True) -> list[str]:
+    """Why the release's API server refuses this ResourceSlice (empty: it stores it); ``schema`` False: the
+    rules the schema cannot say only (the schema check costs ~60 ms a slice of 26 devices)."""
+    errs = (
+        []
+        if not schema
+        else [
+            f"{'.'.join(map(str, e.path)) or '<root>'}: {e.message}"[:200] for e in _validator(release).iter_errors(doc)
+        ]
+    )
     if errs:
         return errs
     spec = doc.get("spec") or {}

@@ -4,7 +4,9 @@ prepare and destroyed at unprepare.
 The device name says where: ``gpu-0000-07-00-0-mig-3g-20gb-4`` is a 3g.20gb GPU instance at memory slot 4
 of the GPU at 0000:07:00.0. The placement is the scheduler's (it chose that device); the MIG area's
 planner (:func:`vgpukit.mig.layout.plan_gi_at`) plans the GPU instance and its full-size compute
-instance there, or refuses (slots taken, MIG mode off), and the change engine runs the steps.
+instance there, or refuses (slots taken, MIG mode off), and the change engine runs the steps. On a GPU
+whose model changes MIG mode without a reset, the first slice's steps turn MIG mode on (recorded:
+:meth:`vgpukit.host_layout.Layout.dra_mig_mode_record`) and the last slice's unprepare turns it off.
 
 Crash safety: the claim's *made record* (:meth:`vgpukit.host_layout.Layout.dra_made_record`: GPU,
 profile, placement) is written in the same journaled engine run as the GPU instance, before it; a

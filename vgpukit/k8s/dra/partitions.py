@@ -1,9 +1,11 @@
-"""Partitionable devices (Kubernetes ``DRAPartitionableDevices``, KEP-4815): each GPU in MIG mode published
-with its shared counters and one made-on-demand device per MIG (profile, placement) it could still hold.
+"""Partitionable devices (Kubernetes ``DRAPartitionableDevices``, KEP-4815): each GPU that offers MIG slices
+published with its shared counters and one made-on-demand device per MIG (profile, placement) it could
+still hold; a GPU whose MIG mode changes without a reset (Hopper and newer) also as the whole GPU,
+consuming every counter, so that the scheduler hands out the GPU or slices, never both.
 
-One ResourceSlice per such GPU, holding its counter set and its devices: Kubernetes 1.34 resolves a
-device's ``consumesCounters`` against the ``sharedCounters`` of its own slice and allows at most 32
-counters in all the sets of a slice (a GPU takes 12), so GPUs do not share slices.
+A *part* per GPU: its counter set and the devices consuming it; :mod:`.pool` lays the parts out as the
+API server's release wants them (counter sets beside their devices in 1.34, in slices of their own from
+1.35).
 
 The counter set (named like the GPU's device, ``gpu-0000-07-00-0``) holds:
 
@@ -19,7 +21,14 @@ The counter set (named like the GPU's device, ``gpu-0000-07-00-0``) holds:
 Only placements next to the GPU's existing instances that no claim made are published (an instance an
 operator made stays a static ``mig-<uuid>`` device); the slices claims made keep their devices, and the
 counters keep the scheduler from allocating what overlaps them. The static devices of slices made for
-claims are not published (they belong to their claim).
+claims are not published (they belong to their claim). Which GPUs offer what:
+
+* MIG mode on: the placements next to the instances no claim made; the whole GPU too where MIG mode was
+  turned on for claims (:mod:`.ondemand`'s record) and every instance is a claim's;
+* MIG mode off, a model that changes it without a reset: the whole GPU (the static view's device, moved
+  here) and every placement;
+* MIG mode off, a model that needs a reset (Ampere): nothing here (the whole GPU stays static), and a
+  note saying why, logged once.
 """
 
 from __future__ import annotations
