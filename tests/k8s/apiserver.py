@@ -19,8 +19,9 @@
   as the release has them, ``partitionable`` and ``device_taints`` to turn them) drop the fields of a
   gate that is off before validation, as the API server does: ``DRAPartitionableDevices`` the slice's
   ``sharedCounters`` and the devices' ``consumesCounters``, ``DRADeviceTaints`` the devices' ``taints``
-  (otherwise each taint is stamped with ``timeAdded``). ``pool_problems()`` is the scheduler's view of
-  the stored pools (incomplete, a counter set not found...).
+  (otherwise each taint is stamped with ``timeAdded``), ``DRAConsumableCapacity`` (``consumable_capacity``)
+  the devices' ``allowMultipleAllocations`` and their capacities' ``requestPolicy``. ``pool_problems()``
+  is the scheduler's view of the stored pools (incomplete, a counter set not found...).
 
 Every request is recorded (method, path, query, content type) so tests can assert what the client sent.
 """
@@ -47,7 +48,7 @@ class ApiServer:
         self.release = version
         self.git_version = git_version or f"v{version}.0"
         defaults = validation.GATE_DEFAULTS[version]
-        self.gates = {"DRAPartitionableDevices": defaults[0], "DRADeviceTaints": defaults[1]}
+        self.gates = dict(zip(validation.GATES, defaults, strict=True))
         self.refused: list[tuple[str, str, str]] = []  # (method, slice name, the Status message) of each 422
         self.schema_check = True  # the release's strict schema too (benchmarks/dra turns it off: its cost is ours)
         self.node: dict[str, Any] = {
@@ -74,6 +75,14 @@ class ApiServer:
     @partitionable.setter
     def partitionable(self, on: bool) -> None:
         self.gates["DRAPartitionableDevices"] = on
+
+    @property
+    def consumable_capacity(self) -> bool:
+        return self.gates["DRAConsumableCapacity"]
+
+    @consumable_capacity.setter
+    def consumable_capacity(self, on: bool) -> None:
+        self.gates["DRAConsumableCapacity"] = on
 
     @property
     def device_taints(self) -> bool:
@@ -305,6 +314,11 @@ class _Handler(BaseHTTPRequestHandler):
             spec.pop("sharedCounters", None)
             for dev in spec.get("devices") or []:
                 dev.pop("consumesCounters", None)
+        if not self.api.consumable_capacity and isinstance(spec, dict):
+            for dev in spec.get("devices") or []:
+                dev.pop("allowMultipleAllocations", None)
+                for cap in (dev.get("capacity") or {}).values():
+                    cap.pop("requestPolicy", None)
         if not self.api.device_taints and isinstance(spec, dict):
             for dev in spec.get("devices") or []:
                 dev.pop("taints", None)

@@ -23,8 +23,14 @@ from kubernetes_validate.utils import schema_contents
 from referencing import Registry, Resource
 
 RELEASES = ("1.34", "1.35", "1.36", "1.37")
-# feature gates of each release's defaults (kube_features.go): (partitionable devices, device taints)
-GATE_DEFAULTS = {"1.34": (False, False), "1.35": (False, False), "1.36": (True, True), "1.37": (True, True)}
+# feature gates and their defaults in each release (kube_features.go)
+GATES = ("DRAPartitionableDevices", "DRADeviceTaints", "DRAConsumableCapacity")
+GATE_DEFAULTS = {
+    "1.34": (False, False, False),
+    "1.35": (False, False, False),
+    "1.36": (True, True, True),
+    "1.37": (True, True, True),
+}
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 LISTS = ("bools", "ints", "strings", "versions")
 NODE_FIELDS = ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")

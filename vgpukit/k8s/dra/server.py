@@ -37,7 +37,7 @@ from ..drahealth_v1 import api_pb2_grpc as hl_grpc
 from ..inventory import Inventory
 from ..pluginreg_v1 import api_pb2 as reg
 from ..pluginreg_v1 import api_pb2_grpc as reg_grpc
-from . import claims, ondemand, partitions, slices
+from . import capacity, claims, extended, ondemand, partitions, slices
 from .devices import DRIVER, DraDevice, dra_devices, pci_functions
 
 log = logger("vgpukit.k8s.dra")
@@ -79,6 +79,8 @@ class Driver:
         health: Callable[[], dict[str, str]],
         partitionable: str = "off",
         taints: str = "off",
+        unhealthy_effect: str = "NoSchedule",
+        share: capacity.Choice | None = None,
     ):
         self.pool = node
         self.partitionable = partitionable  # auto | on | off: publish made-on-demand MIG slices (.partitions)
@@ -86,6 +88,8 @@ class Driver:
         self.counters_ok: bool | None = None if partitionable == "auto" else partitionable == "on"
         self.taints = taints  # auto | on | off: publish unusable devices with a taint rather than leave them out
         self.taints_ok = taints != "off"  # auto: until the API server drops the taints
+        self.unhealthy_effect = unhealthy_effect  # NoSchedule | NoExecute: the taint of an unusable device
+        self.capacity = capacity.Offer(share or capacity.Choice())  # devices shared by capacity (.capacity)
         self.open_host = open_host
         self.read_claim = read_claim
         self.health = health
@@ -124,12 +128,20 @@ class Driver:
         """The node's static devices and, where partitionable devices are published, one part per GPU that
         offers MIG slices or vGPUs made on demand (:mod:`.partitions`: its counter set, the devices consuming
         it, the whole GPU among them where MIG mode changes without a reset); the static devices of what
-        claims made, and the whole GPUs in a part, are left out of the static ones."""
+        claims made, and the whole GPUs in a part, are left out of the static ones; each device exclusive or
+        shared by capacity (:mod:`.capacity`: a GPU shared so offers no part)."""
         sick = self.health()
         inv, facts = self.read()
-        offered = slices.offered(dra_devices(inv), sick, self.taints_ok)
-        entries = [slices.device_entry(d, inv.pci, facts) for d in offered]
-        marked = [slices.taint(e) if slices.unusable(d, sick) else e for d, e in zip(offered, entries, strict=True)]
+
+        def entry(d: DraDevice) -> dict[str, Any] | None:
+            if slices.unusable(d, sick) and not self.taints_ok:
+                return None
+            e = slices.device_entry(d, inv.pci, facts)
+            return slices.taint(e, self.unhealthy_effect) if slices.unusable(d, sick) else e
+
+        every = dra_devices(inv)
+        marked = [e for e in map(entry, slices.offered(every, sick, self.taints_ok)) if e is not None]
+        marked = extended.annotate(marked, every)  # KEP-5004 names
         found = partitions.Publication()
         if self.counters_ok:
             env, _collect, close = self.open_host()
@@ -143,9 +155,16 @@ class Driver:
                 if self.said.get(bdf) != note:
                     self.said[bdf] = note
                     log.info("%s", note)
-        ids = {d.name: d.device.id for d in offered}
-        kept = [e for e in marked if e["name"] not in found.moved and ids[e["name"]] not in found.hidden]
-        return kept, found.parts
+        devices = {n: d for n, d in every.items() if d.device.id not in found.hidden}
+        marked = [e for e in marked if e["name"] in devices and e["name"] not in found.moved]
+        env, _collect, close = self.open_host()
+        try:  # each device exclusive or shared by capacity (.capacity)
+            return capacity.arrange(self.capacity, env, devices, marked, found.parts, entry)
+        except VgpukitError as err:
+            log.warning("reading the claims shared by capacity failed (published exclusively): %s", err)
+            return marked, found.parts
+        finally:
+            close()
 
     def prepare(self, claim: dra.Claim) -> dra.NodePrepareResourceResponse:
         with self.lock:
@@ -157,7 +176,10 @@ class Driver:
                     ref = {"namespace": claim.namespace, "name": claim.name}
                     with session(env):  # the host lock: an interrupted change repaired before the inventory
                         # the inventory of the claim's devices only: its cost follows the claim, not the host
-                        offered = dra_devices(collect(only=pci_functions(r.device for r in results)))
+                        names = [capacity.base_name(r.device) or r.device for r in results]
+                        offered = capacity.with_shared(
+                            dra_devices(collect(only=pci_functions(names))), [r.device for r in results]
+                        )
                         done = claims.prepare(env, claim.uid, ref, results, offered)  # answers a prepared one
             except VgpukitError as err:
                 return dra.NodePrepareResourceResponse(error=str(err)[:1000])
@@ -167,6 +189,9 @@ class Driver:
             dra.Device(request_names=p.request_names, pool_name=p.pool, device_name=p.device, cdi_device_ids=p.cdi_ids)
             for p in done
         ]
+        for d, p in zip(devices, done, strict=True):
+            if p.share_id:  # a share of a device shared by capacity: the allocation's shareID (.shares)
+                d.share_id = p.share_id
         return dra.NodePrepareResourceResponse(devices=devices)
 
     def unprepare(self, claim: dra.Claim) -> dra.NodeUnprepareResourceResponse:
@@ -189,6 +214,8 @@ class Driver:
             return [(name, hl.UNKNOWN, f"health check failed: {err}"[:1024]) for name in self.devices()]
         why = {name: slices.unusable(dev, sick) for name, dev in self.devices().items()}  # a MIG slice: own, GPU's
         why.update({name: sick.get(gpu, "") for name, gpu in self.made().items()})
+        for name in self.capacity.published:  # a shared device: its device's health
+            why[name] = why.get(capacity.base_name(name) or name, "")
         out: list[tuple[str, int, str]] = []
         for name, reason in sorted(why.items()):
             out.append((name, hl.UNHEALTHY, reason[:1024]) if reason else (name, hl.HEALTHY, ""))
@@ -339,6 +366,13 @@ class Plugin:
                     publisher.counters_dropped = False
                     publisher.server = None  # its gate changed since it was read: read it again
                     log.warning("the API server dropped the shared counters: reading what it serves again")
+                    continue
+                if publisher.capacity_dropped and self.driver.capacity.served:
+                    self.driver.capacity.served = False  # the cluster does not serve it: devices exclusive
+                    log.warning(
+                        "the API server dropped the consumable capacity of the shared devices (feature gate "
+                        "DRAConsumableCapacity off?): publishing them exclusively instead"
+                    )
                     continue
                 if publisher.taints_dropped and self.driver.taints == "auto" and self.driver.taints_ok:
                     self.driver.taints_ok = False  # the cluster does not serve them: unusable devices left out
