@@ -183,6 +183,12 @@ class SysfsLayout:
             return self.run("vgpukit", "dra", "made")
         return self.run("vgpukit", "dra", "made", check_component(uid, "claim UID") + ".json")
 
+    def dra_mig_mode_record(self, bdf: str) -> Path:
+        """``/run/vgpukit/dra/mig-mode/<BDF>.json``: the DRA plugin turned MIG mode on for the first slice
+        a claim got on this GPU (one that changes mode without a reset); removed when the last slice's
+        unprepare turns it off again."""
+        return self.run("vgpukit", "dra", "mig-mode", check_component(bdf, "PCI address") + ".json")
+
     def dra_claim_cdi_spec(self, uid: str) -> Path:
         """``/run/cdi/vgpukit.io-claim-<uid>.json`` (``/var/run/cdi``, where CDI consumers look for
         transient specs): the CDI spec of one prepared claim."""

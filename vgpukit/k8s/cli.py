@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import sys
 import threading
 from contextlib import nullcontext
@@ -17,8 +18,23 @@ from ..clikit.options import held, json_option
 from ..clikit.output import emit, say, table
 from ..clikit.params import NAME, AsciiFloat, AsciiInt
 from ..clikit.watch import resync_option, start_watch
-from ..watch.model import view
+from .cli_params import ShareChoice
 from .stopping import Stop
+
+
+def _kubernetes(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """A Kubernetes release (``1.35``, ``v1.35.2``) the DRA rules know, or a later one (the newest known's rules)."""
+    if value is None:
+        return None
+    from ..errors import VgpukitError
+    from .dra.cluster import release
+
+    try:
+        release(value)
+    except VgpukitError as err:
+        raise click.BadParameter(err.message) from None
+    return value
+
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -27,26 +43,6 @@ if TYPE_CHECKING:
     from ..host import Host
     from ..nvml import Nvml
     from .inventory import Inventory, Options, Poller
-
-
-class ShareChoice(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
-    """``--share-by-capacity``: ``off``, or ``gpu``, ``mig`` and DRA device names (:func:`.dra.capacity.choice`)."""
-
-    name = "devices"
-
-    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
-        return "DEVICES"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from ..errors import InvalidInput
-        from .dra.capacity import Choice, choice
-
-        if isinstance(value, Choice):
-            return value
-        try:
-            return choice(str(value))
-        except InvalidInput as err:
-            self.fail(err.message, param, ctx)
 
 
 @click.group(cls=LazyGroup)
@@ -110,14 +106,45 @@ def _log(line: str) -> None:
 
 @k8s.command("resources")
 @replicas_option
+@click.option(
+    "--kubernetes",
+    "version",
+    type=NAME,
+    callback=_kubernetes,
+    metavar="VERSION",
+    help="Also show the ResourceSlices the DRA plugin would publish now for an API server of that release "
+    "(1.34, 1.35, 1.36, 1.37; a later one follows the newest known).",
+)
+@click.option(
+    "--partitionable",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="With --kubernetes: as the plugin's option; auto: the release's default of the DRAPartitionableDevices gate.",
+)
+@click.option(
+    "--node",
+    "node",
+    type=NAME,
+    envvar="NODE_NAME",
+    default=lambda: socket.gethostname(),
+    show_default="env NODE_NAME, else the host name",
+    help="With --kubernetes: the node's name (its pool and slice names).",
+)
 @json_option
 @click.pass_obj
-def resources(app: App, replicas: int) -> None:
-    """Show the resources and devices the device plugin would advertise now."""
+def resources(app: App, replicas: int, version: str | None, partitionable: str, node: str) -> None:
+    """Show the resources and devices the device plugin would advertise now (and the DRA plugin's slices)."""
     inv = _poller(app, replicas)()
+    view: dict[str, Any] = {}
+    if version is not None:
+        from .cli_dra import slices_view
+
+        view = slices_view(_dra_opener(app), _health(app), version, partitionable, node)
 
     def doc() -> dict[str, Any]:
         return {
+            **view,
             "resources": {
                 name: [
                     {
@@ -140,6 +167,10 @@ def resources(app: App, replicas: int) -> None:
             for d in devices
         ]
         table(None, ["RESOURCE", "DEVICE", "NUMA", "CDI", "HELD BY"], rows)
+        if view:
+            from .cli_dra import show
+
+            show(view)
 
     emit(app, "k8s-resources", doc, human)
 
@@ -152,8 +183,7 @@ def resources(app: App, replicas: int) -> None:
     default=3600.0,
     show_default=True,
     metavar="SECONDS",
-    help="The longest the plugin waits before it looks again at its devices and the kubelet's socket when "
-    "nothing changed (changes wake it at once: kernel uevents, NVML events, inotify).",
+    help="The longest wait before the plugin looks again when nothing changed (changes wake it at once).",
 )
 @resync_option
 @click.option(
@@ -169,19 +199,17 @@ def resources(app: App, replicas: int) -> None:
 def device_plugin(app: App, replicas: int, interval: float, resync: float, mode: str) -> None:
     """Serve the kubelet Device Plugin API v1beta1, one socket and resource per kind of device.
 
-    Runs until SIGTERM/SIGINT; registers with <root>/var/lib/kubelet/device-plugins/kubelet.sock and
-    again whenever the kubelet restarts. Listens for changes (docs/engine.md, "The watch").
+    Runs until SIGTERM/SIGINT; registers with <root>/var/lib/kubelet/device-plugins/kubelet.sock (again when it restarts).
     """
     from ..host_notify import CHANGED
     from .inventory import Inventory
     from .plugin import Manager, plugin_dir
     from .watched import health_views, inventory_views
 
-    host = app.host
+    host, woken = app.host, threading.Event()
     host.mkdir(plugin_dir(host))
     views = {**inventory_views(lambda h: _options(h, replicas)), **health_views(save=True)}
     watch = start_watch(app, views, resync, dirs={str(plugin_dir(host)): (CHANGED, "kubelet")})
-    woken = threading.Event()
     watch.listeners.append(lambda _touch: woken.set())
     model = watch.model
     manager = Manager(host, lambda: model.get("held") or Inventory(), mode, health=lambda: model.get("sick") or {})
@@ -294,8 +322,7 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
     metavar="SECONDS",
     default=3600.0,
     show_default=True,
-    help="The longest the plugin waits before it publishes the ResourceSlice again when nothing changed (changes "
-    "wake it at once: kernel uevents, NVML events, inotify; the health stream is sent again every 15 s).",
+    help="The longest wait before the plugin publishes again when nothing changed (changes wake it at once).",
 )
 @resync_option
 @click.option(
@@ -303,8 +330,9 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
     type=click.Choice(["auto", "on", "off"]),
     default="auto",
     show_default=True,
-    help="Publish MIG slices and vGPUs made on demand with shared counters (KEP-4815); auto: unless the API "
-    "server drops or refuses the counters (feature gate DRAPartitionableDevices off).",
+    help="Publish MIG slices and vGPUs made on demand with shared counters (KEP-4815), in the layout of the API "
+    "server's release; auto: where the API server keeps counters (feature gate DRAPartitionableDevices, read with "
+    "a dry run before the first write).",
 )
 @click.option(
     "--device-taints",
@@ -356,20 +384,16 @@ def dra_plugin(
     from .dra.slices import Publisher
 
     _log_to_stderr("vgpukit.k8s.dra")
-    from .dra.slices import NvmlFacts
-    from .inventory import Options
-    from .watched import health_views, inventory_views
+    from .watched import dra_views
 
     api = resource_api(kubeconfig)
-    views = {**inventory_views(lambda _host: Options(replicas=1)), **health_views(save=True)}
-    views["facts"] = view(lambda r: NvmlFacts(r.nvml), "pci", "docs", "nvml")
     stop = Stop().on_signals()  # before the servers: a SIGTERM from then on ends the plugin cleanly
-    watch = start_watch(app, views, resync)
+    watch = start_watch(app, dra_views(), resync)
     model = watch.model
     driver = Driver(node, _dra_opener(app), ClaimReader(api), lambda: model.get("sick") or {}, partitionable, taints)
     driver.unhealthy_effect, driver.capacity.choice = unhealthy_effect, share  # NoExecute; shared by capacity
     driver.model = model
-    plugin = Plugin(app.host, driver, interval, Publisher(api, node)).start()
+    plugin = Plugin(app.host, driver, interval, Publisher(api, node, partitionable)).start()
     say(f"vgpukit DRA plugin: {app.host.display(registry_socket(app.host))}, node {node}, {watch.describe()}")
     try:
         stop.wait()

@@ -50,3 +50,12 @@ def health_views(save: bool, table: xid.XidTable | None = None) -> dict[str, Vie
         return {**fact.unusable(devices), **fact.unusable_slices(devices)}
 
     return {"health": view(health, *DEVICES), "sick": view(sick, *DEVICES)}
+
+
+def dra_views() -> dict[str, View]:
+    """The DRA plugin's: its inventory (one device per GPU share), health, and NVML's facts for the slices."""
+    from .dra.slices import NvmlFacts
+
+    views = {**inventory_views(lambda _host: Options(replicas=1)), **health_views(save=True)}
+    views["facts"] = view(lambda r: NvmlFacts(r.nvml), *DEVICES)
+    return views
