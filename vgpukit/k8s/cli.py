@@ -199,7 +199,7 @@ def resources(app: App, replicas: int, version: str | None, partitionable: str, 
 def device_plugin(app: App, replicas: int, interval: float, resync: float, mode: str) -> None:
     """Serve the kubelet Device Plugin API v1beta1, one socket and resource per kind of device.
 
-    Runs until SIGTERM/SIGINT; registers with <root>/var/lib/kubelet/device-plugins/kubelet.sock (again when it restarts).
+    Runs until SIGTERM/SIGINT; registers with <root>/var/lib/kubelet/device-plugins/kubelet.sock (again on restarts).
     """
     from ..host_notify import CHANGED
     from .inventory import Inventory
