@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import Busy, from_oserror
 from ..host import Host
+from ..hostio import Change
 
 if TYPE_CHECKING:
     from .progress import Progress
@@ -60,18 +61,23 @@ def flocked(host: Host, path: Path, what: str, take: Callable[[int, str], None],
     host.mkdir(path.parent)
     host.resolve(path.parent)  # refuse a state directory that leads outside the root
     shown = host.display(path)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise from_oserror(exc, path=shown, action=f"opening {what}") from exc
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = host.through(Change("create", shown), lambda: os.open(path, flags, 0o600))
     try:
         take(fd, shown)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, record.encode(errors="replace"), 0)
+
+        def put() -> None:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, record.encode(errors="replace"), 0)
+
+        host.through(Change("record", shown), put)
         try:
             yield
         finally:
-            os.ftruncate(fd, 0)
+            try:
+                os.ftruncate(fd, 0)
+            except OSError:  # a failing file system: the next holder writes its own record over it
+                pass
     finally:
         os.close(fd)  # closing drops the flock
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..engine import Env, execute
 from ..engine.files import PutFile
-from ..errors import InvalidInput, NotFound, VgpukitError
+from ..errors import InvalidInput, NotFound, StorageFault, VgpukitError
 from ..host import Host
 from ..logs import logger
 from . import callouts, mdevctl, planner, planner_modify
@@ -191,8 +191,8 @@ def start(env: Env, d: Definition, force: bool = False, keep_going: bool = False
     try:
         execute(env, todo.plan.steps)
     except VgpukitError as err:
-        if isinstance(err, callouts.CalloutRefused) and not keep_going:
-            raise
+        if isinstance(err, StorageFault) or (isinstance(err, callouts.CalloutRefused) and not keep_going):
+            raise  # a full or read-only file system fails every device alike: one line, not one per device
         out.status, out.message = "failed", str(err)
     return out
 

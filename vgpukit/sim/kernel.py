@@ -33,6 +33,7 @@ from .journal import LOG, Journal, undo
 from .state import CHANGES, KERNEL, KernelState, corrupt, locked, sim_meta_dir, stamp
 
 if TYPE_CHECKING:
+    from ..hostio import Change
     from .tree import SimTree
 
 
@@ -97,6 +98,7 @@ def load_reactions() -> list[Reaction]:
 
 CRASH_ENV = "VGPUKIT_SIM_CRASH_AT_WRITE"
 CRASH_CHANGE_ENV = "VGPUKIT_SIM_CRASH_AT_CHANGE"
+ENGINE_OWN = frozenset({"create", "append", "record"})  # the journal's and the host lock's own writes
 COMPACT_BYTES = 64 * 1024  # kernel.jsonl is folded into kernel.json past this and kernel.json's own size
 
 
@@ -120,6 +122,7 @@ class SimKernel:
         # Nth change of any file through the host door (control files, records, specs, removals).
         self.writes = KillAt(os.environ.get(CRASH_ENV, ""))
         self.changes = KillAt(os.environ.get(CRASH_CHANGE_ENV, ""))
+        self.storage: dict[str, str] | None = None  # storage faults (path -> errno name), read at the first change
         self.state: KernelState | None = None  # as loaded or last saved by this process
         self.stamp: tuple[object, ...] = ()  # the state files' stamp when it was
         self.lock_fd: int | None = None
@@ -131,9 +134,20 @@ class SimKernel:
             with locked(self.root):
                 recover(self.root)
 
-    def changing(self, change: object) -> None:
-        """The host door's watch: counts the changes of this host, for ``VGPUKIT_SIM_CRASH_AT_CHANGE``."""
-        self.changes.tick()
+    def changing(self, change: Change) -> None:
+        """The host door's watch: counts the changes of this host, for ``VGPUKIT_SIM_CRASH_AT_CHANGE``
+        (not the engine's own journal and lock writes, which come before the changes they protect), and
+        plays the storage faults of this host (``vgpukit sim fault storage``: :mod:`vgpukit.sim.storage`)."""
+        if change.action not in ENGINE_OWN:
+            self.changes.tick()
+        if self.storage is None:
+            from . import storage
+
+            self.storage = storage.load(self.root)
+        if self.storage and change.action != "write":
+            from .storage import check
+
+            check(self.storage, change.action, change.path, self.root)
 
     def write(self, path: Path, data: str) -> None:
         self.writes.tick()
