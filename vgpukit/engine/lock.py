@@ -33,12 +33,23 @@ def lock_path(host: Host) -> str:
 
 
 def holder(host: Host) -> str:
-    """Who holds the lock, as written by the holder ("pid 123: vgpukit sriov enable ..."), or ''."""
-    text = host.read_opt(host.state_dir("lock"), "") or ""
-    pid, _, cmd = text.partition("\n")
-    if not pid.isascii() or not pid.isdigit():
-        return ""
-    cmd = "".join(ch if ch.isprintable() else "?" for ch in cmd.strip())[:200]
+    """Who holds the lock: "pid 123 (vgpukit sriov enable ...)", or ''. The holder writes its pid and
+    command line into the lock file right after taking it; until it has (or when it cannot: a full
+    /run, a holder that is not vgpukit), the kernel's /proc/locks names the pid and /proc/<pid>/cmdline
+    its command line, both read through the host door."""
+    path = host.state_dir("lock")
+    text = host.read_opt(path, "") or ""
+    pid_text, _, cmd = text.partition("\n")
+    if pid_text.isascii() and pid_text.isdigit():
+        pid = int(pid_text)
+        cmd = "".join(ch if ch.isprintable() else "?" for ch in cmd.strip())[:200]
+    else:
+        from ..processes import command_line, flock_holder
+
+        found = flock_holder(host, path)
+        if found is None:
+            return ""
+        pid, cmd = found, command_line(host, found)
     return f"pid {pid}" + (f" ({cmd})" if cmd else "")
 
 
