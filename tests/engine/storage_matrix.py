@@ -64,6 +64,11 @@ mig-configs:
 NODE_XML = """<node>
   <domain type='kvm'><name>vm1</name><memory unit='MiB'>1024</memory>
     <os><type arch='x86_64' machine='q35'>hvm</type></os></domain>
+  <domain type='kvm'><name>other</name><memory unit='MiB'>1024</memory>
+    <os><type arch='x86_64' machine='q35'>hvm</type></os>
+    <devices><hostdev mode='subsystem' type='pci' managed='yes'><source>
+      <address domain='0x0000' bus='0x05' slot='0x00' function='0x3'/></source></hostdev></devices>
+  </domain>
 </node>
 """
 
@@ -80,6 +85,7 @@ class Case:
 
 SHIM_DEFINE = ("mdev", "--mdevctl", "define", "-p", T4, "-t", "nvidia-222", "-u", UUID)
 ATTACH = ("attach", "vm1", VF, "--config", "--connect", "test://{work}/node.xml")
+DETACH = ("detach", "other", "0000:05:00.3", "--config", "--connect", "test://{work}/node.xml")
 ENABLE = ("sriov", "enable", "nic0", "--vfs", "2", "--driver", "vfio-pci")
 VFS = ("sriov", "enable", "nic0", "--vfs", "2")
 CREATE = ("mdev", "create", T4, "nvidia-222", "--uuid", UUID)
@@ -127,6 +133,7 @@ CASES = (
         (),
         (ENABLE,),
     ),
+    Case("detach --config", "hgx-a100", DETACH, (), (ENABLE,)),
     Case("recover", "hgx-a100", ("recover",), (BIND_DIR,), (ENABLE,), {"VGPUKIT_SIM_CRASH_AT_CHANGE": "5"}),
 )
 

@@ -99,6 +99,7 @@ def load_reactions() -> list[Reaction]:
 CRASH_ENV = "VGPUKIT_SIM_CRASH_AT_WRITE"
 CRASH_CHANGE_ENV = "VGPUKIT_SIM_CRASH_AT_CHANGE"
 ENGINE_OWN = frozenset({"create", "append", "record"})  # the journal's and the host lock's own writes
+STORAGE_FAULTS = "storage-faults.json"  # vgpukit.sim.storage's file, in the bookkeeping directory
 COMPACT_BYTES = 64 * 1024  # kernel.jsonl is folded into kernel.json past this and kernel.json's own size
 
 
@@ -122,7 +123,6 @@ class SimKernel:
         # Nth change of any file through the host door (control files, records, specs, removals).
         self.writes = KillAt(os.environ.get(CRASH_ENV, ""))
         self.changes = KillAt(os.environ.get(CRASH_CHANGE_ENV, ""))
-        self.storage: dict[str, str] | None = None  # storage faults (path -> errno name), read at the first change
         self.state: KernelState | None = None  # as loaded or last saved by this process
         self.stamp: tuple[object, ...] = ()  # the state files' stamp when it was
         self.lock_fd: int | None = None
@@ -140,14 +140,10 @@ class SimKernel:
         plays the storage faults of this host (``vgpukit sim fault storage``: :mod:`vgpukit.sim.storage`)."""
         if change.action not in ENGINE_OWN:
             self.changes.tick()
-        if self.storage is None:
-            from . import storage
+        if change.action != "write" and (sim_meta_dir(self.root) / STORAGE_FAULTS).exists():  # each time: a
+            from . import storage  # long-running daemon sees faults set after it started
 
-            self.storage = storage.load(self.root)
-        if self.storage and change.action != "write":
-            from .storage import check
-
-            check(self.storage, change.action, change.path, self.root)
+            storage.check(storage.load(self.root), change.action, change.path, self.root)
 
     def write(self, path: Path, data: str) -> None:
         self.writes.tick()

@@ -17,9 +17,9 @@ import os
 from pathlib import Path
 
 from ..errors import InvalidInput
+from .kernel import STORAGE_FAULTS as FILE
 from .state import sim_meta_dir
 
-FILE = "storage-faults.json"
 ERRORS = {"ENOSPC": errno.ENOSPC, "EDQUOT": errno.EDQUOT, "EROFS": errno.EROFS, "EIO": errno.EIO}
 TAKES_SPACE = frozenset({"write-file", "mkdir", "create", "append", "record", "symlink"})
 KERNEL_DIRS = frozenset({"sys", "proc", "dev"})  # top-level directories of the kernel's files, not a disk's
