@@ -56,8 +56,8 @@ def flock_holder(host: Host, path: os.PathLike[str] | str) -> int | None:
     text = host.read_opt(host.file_locks())
     if not text:
         return None
-    try:
-        st = os.stat(path)
+    try:  # the lock file itself, never a link (it is opened O_NOFOLLOW in a directory checked inside the root)
+        st = os.stat(path, follow_symlinks=False)
     except OSError:
         return None
     key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
