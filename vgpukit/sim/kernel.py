@@ -25,15 +25,14 @@ import importlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..records import Record
 from .crash import KillAt
 from .journal import LOG, Journal, undo
-from .state import CHANGES, KERNEL, KernelState, corrupt, locked, sim_meta_dir, stamp
+from .state import CHANGES, KERNEL, STORAGE_FAULTS, KernelState, corrupt, locked, sim_meta_dir, stamp
 
 if TYPE_CHECKING:
-    from ..hostio import Change
     from .tree import SimTree
 
 
@@ -75,6 +74,13 @@ class Write:
         return self.path.relative_to(self.tree.root).parts
 
 
+class Change(Protocol):
+    """A change the host door is about to make, as its watch is told (``vgpukit.hostio.Change``)."""
+
+    action: str  # write | write-file | remove | mkdir | create | append | record
+    path: str  # as the host sees it
+
+
 class Reaction(Record):
     __slots__ = ("name", "matches", "handle")  # noqa: RUF023 (field order)
     name: str
@@ -99,7 +105,6 @@ def load_reactions() -> list[Reaction]:
 CRASH_ENV = "VGPUKIT_SIM_CRASH_AT_WRITE"
 CRASH_CHANGE_ENV = "VGPUKIT_SIM_CRASH_AT_CHANGE"
 ENGINE_OWN = frozenset({"create", "append", "record"})  # the journal's and the host lock's own writes
-STORAGE_FAULTS = "storage-faults.json"  # vgpukit.sim.storage's file, in the bookkeeping directory
 COMPACT_BYTES = 64 * 1024  # kernel.jsonl is folded into kernel.json past this and kernel.json's own size
 
 

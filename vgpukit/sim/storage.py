@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from ..errors import InvalidInput
-from .kernel import STORAGE_FAULTS as FILE
+from .state import STORAGE_FAULTS as FILE
 from .state import sim_meta_dir
 
 ERRORS = {"ENOSPC": errno.ENOSPC, "EDQUOT": errno.EDQUOT, "EROFS": errno.EROFS, "EIO": errno.EIO}
