@@ -135,8 +135,10 @@ class Overlay:
             self.gpus, self.tenants = before
             raise
 
-    def record_policy(self, key: str, policy: str, slice_ms: int) -> None:
+    def record_policy(self, key: str, policy: str, slice_ms: int, memory: dict[str, Any] | None = None) -> None:
         self.gpus[key] = {"policy": policy, "slice_ms": slice_ms}
+        if memory is not None:
+            self.gpus[key]["memory"] = memory
 
     def record_tenant(self, key: str, name: str, tenant: Tenant | None) -> None:
         self.tenants.setdefault(key, {})[name] = None if tenant is None else tenant.to_dict()
