@@ -84,16 +84,19 @@ class Inotify:
     def fileno(self) -> int:
         return self.fd
 
-    def add(self, path: Path | str, mask: int = CHANGED) -> bool:
+    def add(self, path: Path | str, mask: int = CHANGED, user_file: bool = False) -> bool:
         """Watch the directory ``path`` (contained: resolved inside the root, refused outside); False
-        when it does not exist (yet). A directory watched already gets the new mask."""
+        when it does not exist (yet). A directory watched already gets the new mask. ``user_file``: the
+        directory of a file the user named on the command line, watched where it is (as
+        :meth:`~vgpukit.host.Host.read_doc` reads such a file)."""
         shown = os.fspath(path)
-        real = self.host.real_directory(path)  # OutsideRoot when it leads out
+        real = os.path.abspath(path) if user_file else self.host.real_directory(path)  # OutsideRoot when out
         wd = self._libc.inotify_add_watch(self.fd, os.fsencode(real), mask | IN_ONLYDIR | IN_DONT_FOLLOW)
         if wd < 0:
             if ctypes.get_errno() in (errno.ENOENT, errno.ENOTDIR):
                 return False
-            raise from_oserror(_failed("inotify_add_watch", shown), path=self.host.display(path), action="watching")
+            where = shown if user_file else self.host.display(path)
+            raise from_oserror(_failed("inotify_add_watch", shown), path=where, action="watching")
         self.dirs[wd], self.watched[shown] = shown, wd
         return True
 

@@ -8,10 +8,12 @@ plugin (``vgpukit k8s device-plugin``) registered with the kubelet-side peer of 
 (tests/k8s/kubelet.py), the DRA plugin (``vgpukit k8s dra-plugin``) publishing to the API-server stub
 (tests/k8s/apiserver.py), and the exporter (``vgpukit exporter``).
 
-* latency: another command changes the host (``CHANGES``: VFs created, a driver bound, a MIG slice
-  made); from that command's exit to the device plugin's ListAndWatch update that shows it, and to the
-  ResourceSlice write that shows it (0 when the update came before the command exited). Between two
-  samples the change is undone (not timed) and the doors are let settle.
+* latency: another command changes the host (VFs created, a driver bound, a MIG slice made); from
+  the moment it committed the change (the change engine removed its journal: the host shows it from
+  then on) to the device plugin's ListAndWatch update that shows it, and to the ResourceSlice write
+  that shows it (0 when the update came before: a door may see a kernel change before the command
+  finishes its own bookkeeping). Between two samples the change is undone (not timed), and both doors
+  are waited for to show the undo (a poller could otherwise miss both and have nothing new to say).
 * idle: the three processes' CPU time (user + system, from /proc) over ``--idle`` seconds on the quiet
   host, in percent of one core.
 * scrape: the exporter process's CPU time for one ``GET /metrics`` (p50, p99 of ``--samples``).
@@ -29,6 +31,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
+import select
 import statistics
 import subprocess
 import sys
@@ -48,8 +52,13 @@ from hosts import sriov_host, write_profile  # type: ignore[import-not-found]  #
 
 from tests.k8s.apiserver import ApiServer  # noqa: E402
 from tests.k8s.kubelet import Kubelet  # noqa: E402
+from vgpukit.host import Host  # noqa: E402
+from vgpukit.host_notify import IN_DELETE, IN_MOVED_FROM, Inotify  # noqa: E402
 
 NODE = "node-1"
+SCRAPES = 10  # scrapes in a row per sample of the exporter's CPU
+PHASE = random.Random(34)  # the wait before each timed change (reproducible)
+LOADS: list[str] = []  # the load average around each idle measurement
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -90,7 +99,8 @@ def hgx_changes() -> list[Change]:
                ["bind", "0000:a5:00.2", "--restore"], VF_POOL, lambda dp: "0000:a5:00.2" in dp,
                on_vfio("0000:a5:00.2")),
         Change("a MIG slice made (3g.20gb)", ["partition", "gpu2", "--mig", "3g.20gb,3g.20gb"],
-               ["partition", "gpu2", "--mig", "3g.20gb"], "vgpukit.io/mig-3g.20gb", lambda dp: len(dp) == 6,
+               ["partition", "gpu2", "--mig", "3g.20gb", "--replace"], "vgpukit.io/mig-3g.20gb",
+               lambda dp: len(dp) == 6,
                lambda dra: sum(n.startswith("mig-") and "3g.20gb" in a for n, a in dra.items()) == 6),
     ]  # fmt: skip
 
@@ -209,14 +219,16 @@ class Doors:
                                  f"{len(self.dra_log)} slice writes)\n{text}")  # fmt: skip
             time.sleep(0.1)
 
-    def scrape(self) -> float:
-        """The exporter's CPU time for one scrape (seconds)."""
+    def scrape(self, n: int = 1) -> float:
+        """The exporter's CPU time per scrape (seconds), over ``n`` scrapes in a row (/proc counts in
+        clock ticks of 10 ms: one scrape alone is below its resolution)."""
         pid = self.procs["exporter"].pid
         before = cpu_seconds(pid)
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=60) as resp:
-            resp.read()
+        for _ in range(n):
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=60) as resp:
+                resp.read()
         time.sleep(0.05)  # the process's own accounting of the request's last bytes
-        return cpu_seconds(pid) - before
+        return (cpu_seconds(pid) - before) / n
 
     def close(self) -> None:
         self.stop = True
@@ -241,14 +253,67 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Commits:
+    """When the change engine committed (its journal removed from ``/run/vgpukit``), seen by inotify
+    (the benchmark's own observer, not a door's)."""
+
+    def __init__(self, sim: Path) -> None:
+        host = Host(sim)
+        self.notify = Inotify(host)
+        host.mkdir(host.state_dir())
+        self.notify.add(host.state_dir(), IN_DELETE | IN_MOVED_FROM)
+        self.times: list[float] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Commits:
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self.done.is_set():
+            ready, _, _ = select.select([self.notify], [], [], 0.05)
+            if ready:
+                now = time.monotonic()
+                self.times += [now for e in self.notify.read() if e.name == "journal"]
+
+    def __exit__(self, *exc: object) -> None:
+        time.sleep(0.05)
+        self.done.set()
+        self.thread.join()
+        self.notify.close()
+
+    def last(self, start: float, exited: float) -> float:
+        """The last commit of the command that ran from ``start`` to ``exited`` (its exit without one)."""
+        return max((t for t in self.times if start <= t <= exited), default=exited)
+
+
+def shown(doors: Doors, change: Change) -> tuple[bool, bool]:
+    """Whether the device plugin's last update and the last ResourceSlice write show ``change``."""
+    ep = doors.kubelet.endpoints.get(change.resource)
+    dp = ep is not None and bool(ep.updates) and change.dp(set(ep.updates[-1][1]))
+    return dp, bool(doors.dra_log) and change.dra(doors.dra_log[-1][1])
+
+
 def latency(doors: Doors, change: Change, samples: int) -> tuple[list[float], list[float]]:
     dp_out, dra_out = [], []
     for _ in range(samples):
         vg(doors.sim, *change.undo)  # from the state before the change (the host is set up with it made)
-        time.sleep(1.5)
+        # both doors must have seen the undo before the change is timed: a door that missed it (a poller
+        # looking neither between the two) has nothing new to say after the change
+        end = time.monotonic() + 120
+        while any(shown(doors, change)) and time.monotonic() < end:
+            time.sleep(0.01)
+        if any(shown(doors, change)):
+            raise SystemExit(
+                f"{change.name}: the undo was not seen within 120 s (device plugin, DRA: {shown(doors, change)})"
+            )
+        time.sleep(PHASE.uniform(0.5, 5.5))  # any phase of a poller's period (main's DRA plugin: 5 s)
         start = time.monotonic()
         n_dra = len(doors.dra_log)
-        exited = vg(doors.sim, *change.do)
+        with Commits(doors.sim) as commits:
+            exited = vg(doors.sim, *change.do)
+        made = commits.last(start, exited)  # the engine committed the change: the host shows it from then on
         dp_at = dra_at = None
         end = exited + 60
         while (dp_at is None or dra_at is None) and time.monotonic() < end:
@@ -262,8 +327,8 @@ def latency(doors: Doors, change: Change, samples: int) -> tuple[list[float], li
             ep = doors.kubelet.endpoints.get(change.resource)
             seen = ep.updates[-3:] if ep is not None else "no endpoint"
             raise SystemExit(f"{change.name}: not seen within 60 s (device plugin {dp_at}, DRA {dra_at}; {seen})")
-        dp_out.append(max(0.0, dp_at - exited))
-        dra_out.append(max(0.0, dra_at - exited))
+        dp_out.append(max(0.0, dp_at - made))
+        dra_out.append(max(0.0, dra_at - made))
     return dp_out, dra_out
 
 
@@ -286,16 +351,18 @@ def run_host(spec: HostSpec, base: Path, samples: int, idle: float) -> list[tupl
             for door, xs in (("device plugin ListAndWatch", dp), ("DRA ResourceSlice", dra)):
                 rows.append((spec.name, change.name, door, str(len(xs)), f"{1000 * statistics.median(xs):.0f}",
                              f"{1000 * pct(xs, 99):.0f}"))  # fmt: skip
-        scrapes = [doors.scrape() for _ in range(samples)]
-        rows.append((spec.name, "scrape (exporter CPU)", "exporter", str(len(scrapes)),
+        scrapes = [doors.scrape(SCRAPES) for _ in range(samples)]
+        rows.append((spec.name, f"scrape (exporter CPU, mean of {SCRAPES} in a row)", "exporter", str(len(scrapes)),
                      f"{1000 * statistics.median(scrapes):.1f}", f"{1000 * pct(scrapes, 99):.1f}"))  # fmt: skip
         if idle > 0:
             time.sleep(5)
             pids = {n: p.pid for n, p in doors.procs.items()}
             before = {n: cpu_seconds(pid) for n, pid in pids.items()}
-            t0 = time.monotonic()
+            t0, load0 = time.monotonic(), os.getloadavg()
             time.sleep(idle)
-            wall = time.monotonic() - t0
+            wall, load1 = time.monotonic() - t0, os.getloadavg()
+            LOADS.append(f"{spec.name}: {load0[0]:.2f} at the start, {load1[0]:.2f} at the end, {load1[1]:.2f} and "
+                         f"{load1[2]:.2f} over the last 5 and 15 minutes")  # fmt: skip
             used = {n: cpu_seconds(pid) - before[n] for n, pid in pids.items()}
             each = ", ".join(f"{n} {100 * u / wall:.3f}" for n, u in used.items())
             rows.append((spec.name, f"idle {idle:g} s, % of one core ({each})", "all three", "1",
@@ -321,7 +388,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="watchb", dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as tmp:
         for name in args.hosts.split(","):
             rows += run_host(HOSTS[name], Path(tmp), samples, idle)
-    print(f"checkout: {CHECKOUT}")
+    print(f"checkout: {CHECKOUT}; {os.cpu_count()} CPUs")
+    for line in LOADS:
+        print(f"load average around the idle measurement, {line}")
     print("| host | change | door | n | p50 ms (idle: %) | p99 ms |")
     print("| --- | --- | --- | ---: | ---: | ---: |")
     for r in rows:

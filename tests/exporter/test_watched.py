@@ -9,8 +9,9 @@ from pathlib import Path
 from tests.conftest import Run, make_sim
 from tests.watch.helpers import app_of
 from vgpukit.clikit.watch import opener
+from vgpukit.health.watched import health_views
 from vgpukit.k8s.inventory import Options
-from vgpukit.k8s.watched import health_views, inventory_views
+from vgpukit.k8s.watched import inventory_views
 from vgpukit.metrics.collector import HostCollector, text
 from vgpukit.watch.model import HostModel
 from vgpukit.watch.touch import Touch

@@ -7,8 +7,9 @@ from typing import Any
 
 from vgpukit.clikit.context import App
 from vgpukit.clikit.watch import opener
+from vgpukit.health.watched import health_views
 from vgpukit.k8s.inventory import Inventory, Options, collect, with_holders
-from vgpukit.k8s.watched import health_views, inventory_views
+from vgpukit.k8s.watched import inventory_views
 from vgpukit.watch.model import HostModel, View
 from vgpukit.wiring import Wiring
 

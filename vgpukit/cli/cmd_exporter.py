@@ -1,8 +1,13 @@
 """``vgpukit exporter``: Prometheus metrics of the host (dcgm-exporter's GPU series, health, tenants,
-slices), read afresh at every scrape; ``--once`` prints one scrape."""
+slices): the devices and their health kept by the watch, the rest read at every scrape; ``--once``
+prints one scrape (read afresh)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import select
+import signal
 import socket
 import sys
 from typing import Any
@@ -39,8 +44,9 @@ def exporter(app: App, listen: tuple[str, int], once: bool, resync: float) -> No
     if once:
         sys.stdout.write(text(HostCollector(app.host, lambda: app.nvml)))
         return
+    from ..health.watched import health_views
     from ..k8s.inventory import Options
-    from ..k8s.watched import health_views, inventory_views
+    from ..k8s.watched import inventory_views
 
     views = {**inventory_views(lambda _host: Options(replicas=0)), **health_views(save=False)}
     views.pop("held")  # holders are read at each scrape
@@ -74,9 +80,22 @@ def _serve(collector: Any, addr: str, port: int) -> None:
             raise Busy(f"port {port} is already in use", hint="another exporter? pick one with --listen") from exc
         raise HostIOError(f"cannot listen on {addr or '*'}:{port}: {exc.strerror}") from exc
     click.echo(f"vgpukit exporter: serving /metrics on {addr or '*'}:{port}", err=True)
+    wake_r, wake_w = os.pipe()  # a signal's arrival, whichever thread the kernel gave it: no polling loop
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    old = signal.set_wakeup_fd(wake_w)
     try:
-        server.serve_forever()
+        while True:  # KeyboardInterrupt (SIGINT) comes out of the select once the wake-up byte ends it
+            ready, _, _ = select.select([server, wake_r], [], [])
+            if server in ready:
+                server.handle_request()
+            if wake_r in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 512)
     except KeyboardInterrupt:
         pass
     finally:
+        signal.set_wakeup_fd(old)
+        os.close(wake_r)
+        os.close(wake_w)
         server.server_close()

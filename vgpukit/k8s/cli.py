@@ -18,23 +18,8 @@ from ..clikit.options import held, json_option
 from ..clikit.output import emit, say, table
 from ..clikit.params import NAME, AsciiFloat, AsciiInt
 from ..clikit.watch import resync_option, start_watch
-from .cli_params import ShareChoice
-from .stopping import Stop
-
-
-def _kubernetes(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    """A Kubernetes release (``1.35``, ``v1.35.2``) the DRA rules know, or a later one (the newest known's rules)."""
-    if value is None:
-        return None
-    from ..errors import VgpukitError
-    from .dra.cluster import release
-
-    try:
-        release(value)
-    except VgpukitError as err:
-        raise click.BadParameter(err.message) from None
-    return value
-
+from .cli_params import ShareChoice, kubernetes_release
+from .stopping import Bell, Stop
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -110,7 +95,7 @@ def _log(line: str) -> None:
     "--kubernetes",
     "version",
     type=NAME,
-    callback=_kubernetes,
+    callback=kubernetes_release,
     metavar="VERSION",
     help="Also show the ResourceSlices the DRA plugin would publish now for an API server of that release "
     "(1.34, 1.35, 1.36, 1.37; a later one follows the newest known).",
@@ -204,13 +189,13 @@ def device_plugin(app: App, replicas: int, interval: float, resync: float, mode:
     from ..host_notify import CHANGED
     from .inventory import Inventory
     from .plugin import Manager, plugin_dir
-    from .watched import health_views, inventory_views
+    from .watched import device_plugin_views
 
-    host, woken = app.host, threading.Event()
+    host, woken = app.host, Bell()
     host.mkdir(plugin_dir(host))
-    views = {**inventory_views(lambda h: _options(h, replicas)), **health_views(save=True)}
+    views = device_plugin_views(lambda h: _options(h, replicas))
     watch = start_watch(app, views, resync, dirs={str(plugin_dir(host)): (CHANGED, "kubelet")})
-    watch.listeners.append(lambda _touch: woken.set())
+    watch.listeners.append(lambda _touch: woken.ring())
     model = watch.model
     manager = Manager(host, lambda: model.get("held") or Inventory(), mode, health=lambda: model.get("sick") or {})
     stop = Stop().on_signals()
@@ -291,12 +276,15 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
 
     Watches this Node; on a new value runs 'vgpukit apply -f FILE -c NAME --json' and reports
     vgpukit.io/config.state (pending, success, failed). Changes that would destroy devices in use
-    are refused by apply and reported as failed (the agent drains nothing).
+    are refused by apply and reported as failed (the agent drains nothing; it tries again when the
+    devices are let go); a busy host is tried again when its lock is released.
     """
     from .agent import Agent, ApplyRunner, api_error, kube_api
+    from .agent_host import AgentHost
 
     runner = ApplyRunner(apply_command, config_file, root=app.root, sim_dir=app.sim_dir)
-    agent = Agent(kube_api(kubeconfig), node, runner, log=_log)
+    host = None if once else AgentHost(app.host, start_watch(app, {}, nvml=False))  # lock let go, devices let go
+    agent = Agent(kube_api(kubeconfig), node, runner, log=_log, host=host, check=runner.check)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # a watch blocks in a read: interrupt it
         signal.signal(sig, _exit)

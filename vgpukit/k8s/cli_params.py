@@ -25,3 +25,17 @@ class ShareChoice(click.ParamType):  # type: ignore[type-arg]  # generic only in
             return choice(str(value))
         except InvalidInput as err:
             self.fail(err.message, param, ctx)
+
+
+def kubernetes_release(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """A Kubernetes release (``1.35``, ``v1.35.2``) the DRA rules know, or a later one (the newest known's rules)."""
+    if value is None:
+        return None
+    from ..errors import VgpukitError
+    from .dra.cluster import release
+
+    try:
+        release(value)
+    except VgpukitError as err:
+        raise click.BadParameter(err.message) from None
+    return value

@@ -35,7 +35,7 @@ from ..logs import logger
 from ..words import plural
 from . import preferred as pref
 from .inventory import Device, Inventory
-from .stopping import Stopping, wait_woken
+from .stopping import Bell, Stopping, wait_woken
 from .v1beta1 import api_pb2 as api
 from .v1beta1 import api_pb2_grpc
 
@@ -130,14 +130,20 @@ class Servicer:
         return api.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
     def ListAndWatch(self, request: api.Empty, context: grpc.ServicerContext) -> Iterator[api.ListAndWatchResponse]:
-        state, seen = self.state, [-1]
+        state, seen, ended = self.state, [-1], [False]
+
+        def end() -> None:  # the kubelet went away: wake the wait below (no timer looks for it)
+            with state.cond:
+                ended[0] = True
+                state.cond.notify_all()
+
+        if not context.add_callback(end):
+            return
         while context.is_active():
             with state.cond:
-                state.cond.wait_for(lambda: state.version != seen[0] or state.stopping, timeout=1.0)
-                if state.stopping:
+                state.cond.wait_for(lambda: state.version != seen[0] or state.stopping or ended[0])
+                if state.stopping or ended[0]:
                     return
-                if state.version == seen[0]:
-                    continue
                 seen[0], listing = state.version, state.listing()
             yield _response(listing)
 
@@ -340,10 +346,10 @@ class Manager:
         stop: Stopping,
         interval: float,
         on_event: Callable[[str], None] = log.info,
-        woken: threading.Event | None = None,
+        woken: Bell | None = None,
     ) -> None:
-        """Poll, then wait ``interval`` seconds; with ``woken`` (set by the watch when the host model or the
-        kubelet's directory changed) until it is set instead, or ``interval`` passed (a device coming back
+        """Poll, then wait ``interval`` seconds; with ``woken`` (rung by the watch when the host model or the
+        kubelet's directory changed) until it rings instead, or ``interval`` passed (a device coming back
         to health is looked at every RECOVER_WAIT seconds until it is Healthy again)."""
         try:
             while not stop.is_set():

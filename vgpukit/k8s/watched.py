@@ -4,22 +4,17 @@
   are read again, the rest kept), recomputed when PCI functions, vgpukit's files or NVML change;
 * ``held``: the same devices with who holds them (one ``/proc`` scan), read again when a VFIO node is
   opened or closed too;
-* ``health``, ``sick``: the health layer's look (its record kept current, as ``vgpukit health`` does,
-  when ``save``) and the unusable devices (BDFs and MIG device UUIDs -> why).
+* ``health``, ``sick``: the health layer's (:mod:`vgpukit.health.watched`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from ..health import check, fact, xid
-from ..health import log as record_log
+from ..health.watched import DEVICES, health_views
 from ..host import Host
 from ..watch.model import Refresh, View, view
 from .inventory import Inventory, Options, collect, with_holders
-
-DEVICES = ("pci", "docs", "nvml")
 
 
 def inventory_views(options: Callable[[Host], Options]) -> dict[str, View]:
@@ -33,23 +28,9 @@ def inventory_views(options: Callable[[Host], Options]) -> dict[str, View]:
     return {"inventory": view(inventory, *DEVICES), "held": view(held, *DEVICES, "holders")}
 
 
-def health_views(save: bool, table: xid.XidTable | None = None) -> dict[str, View]:
-    xids = table or xid.builtin()
-
-    def health(r: Refresh) -> list[Any]:
-        record = record_log.load(r.host)
-        # NVML's events since the record's cursor, as every look reads them (the watch's own NVML thread
-        # only says when to look: a second consumer of the events would record them twice)
-        found = check.look(r.host, r.nvml, xids, record, scan=r.scan)
-        if save:
-            record_log.save(r.host, record)
-        return found.devices
-
-    def sick(r: Refresh) -> dict[str, str]:
-        devices = r.value("health") or []
-        return {**fact.unusable(devices), **fact.unusable_slices(devices)}
-
-    return {"health": view(health, *DEVICES), "sick": view(sick, *DEVICES)}
+def device_plugin_views(options: Callable[[Host], Options]) -> dict[str, View]:
+    """The device plugin's: its inventory with who holds the devices, health (its record kept current)."""
+    return {**inventory_views(options), **health_views(save=True)}
 
 
 def dra_views() -> dict[str, View]:

@@ -24,7 +24,7 @@ from ..host_notify import IN_CREATE, IN_MODIFY, Inotify
 from ..inputs import load_yaml
 from ..nvml.errors import GPU_IS_LOST, nvml_error
 from ..nvml.model import GpuCondition, GpuTelemetry, NvmlEvent
-from .nvml_state import STATE_DIR, _locked
+from .nvml_state import STATE_DIR, Store, _locked
 from .state import corrupt
 
 EVENTS_DIR = "events"
@@ -255,16 +255,17 @@ class SimHealth:
     """The health calls of :class:`vgpukit.sim.nvml.SimNvml` (a mixin: ``sim_dir`` is the host's)."""
 
     sim_dir: Path
+    store: Store  # the facade's own: what it read is read again only when the driver's files changed
 
     def condition(self, gpu: int) -> GpuCondition:
-        with _locked(self.sim_dir, write=False) as state:
+        with self.store.locked(write=False) as state:
             g = _gpu_entry(state, gpu)
             if g.get("lost"):
                 return GpuCondition(True, None, None)
             return GpuCondition(False, int(g.get("ecc_corrected", 0)), int(g.get("ecc_uncorrected", 0)))
 
     def telemetry(self, gpu: int) -> GpuTelemetry:
-        with _locked(self.sim_dir, write=False) as state:
+        with self.store.locked(write=False) as state:
             g = _gpu_entry(state, gpu)
             if g.get("lost"):
                 raise nvml_error(GPU_IS_LOST, f"GPU {gpu}")
@@ -285,6 +286,6 @@ class SimHealth:
             )
 
     def watch_events(self, since: dict[int, int] | None = None) -> SimEventWatcher:
-        with _locked(self.sim_dir, write=False) as state:
+        with self.store.locked(write=False) as state:
             count = len(state["gpus"])
         return SimEventWatcher(self.sim_dir, count, since)

@@ -54,7 +54,9 @@ RESYNC = 300.0  # seconds between two safety-net full re-reads
 DEBOUNCE = 0.005  # a burst ends when no event came for this long...
 BURST = 0.1  # ...or after this long (a refresh then runs, and the rest of the burst follows)
 NVML_WAIT = 5.0  # seconds the NVML thread blocks in the driver's wait before it looks at the stop flag
+NVML_THREAD = "vgpukit-watch-nvml"
 JOURNAL = "journal"  # the engine's journal (vgpukit/engine/journal.py): removed when a change is committed
+LOCK = "lock"  # the host lock (vgpukit/engine/lock.py): closed by its holder when it lets go
 HOLDERS = IN_OPEN | IN_CLOSE_WRITE | IN_CLOSE_NOWRITE
 GONE = IN_DELETE | IN_MOVED_FROM
 
@@ -138,9 +140,11 @@ class Watch:
     def start(self) -> Watch:
         """Listen from now on, read the host once (a full refresh), then follow it in a thread."""
         self._add_dirs()
+        nvml = self._open_nvml()  # before the first read: an event from then on is not missed
         self.model.refresh(self._everything("start"))
-        if self.nvml is not None:
-            self.threads.append(threading.Thread(target=self._nvml_loop, daemon=True, name="vgpukit-watch-nvml"))
+        if nvml is not None:
+            loop = threading.Thread(target=self._nvml_loop, args=nvml, daemon=True, name=NVML_THREAD)
+            self.threads.append(loop)
         self.threads.append(threading.Thread(target=self._loop, daemon=True, name="vgpukit-watch"))
         for t in self.threads:
             t.start()
@@ -172,9 +176,11 @@ class Watch:
             with contextlib.suppress(BlockingIOError):
                 os.read(self.nvml_r, 4096)
             with self.nvml_lock:
-                if self.nvml_events:
-                    touch.kinds.add("nvml")
-                    touch.why += [f"nvml {e.kind} gpu{e.gpu}" for e in self.nvml_events]
+                events, self.nvml_events = self.nvml_events, []
+            if events:  # taken with this batch: they reach the refresh that the batch makes
+                touch.kinds.add("nvml")
+                touch.nvml_events += events
+                touch.why += [f"nvml {e.kind} gpu{e.gpu}" for e in events]
 
     def _file_event(self, ev: Event, touch: Touch) -> None:
         if ev.mask & IN_Q_OVERFLOW:
@@ -188,6 +194,10 @@ class Watch:
         if not ev.name or ev.name.startswith("."):  # the directory itself, the temporary of an atomic write
             return
         _mask, kind = self.dirs[ev.dir]
+        if ev.dir == str(self.host.state_dir()) and ev.name == LOCK and ev.mask & IN_CLOSE_WRITE:
+            touch.kinds.add("lock")  # a command let go of the host lock (or a waiter gave up)
+            touch.why.append(f"{self.host.display(ev.dir)}/{ev.name} closed")
+            return
         if ev.dir == str(self.host.state_dir()) and (ev.name != JOURNAL or not ev.mask & GONE):
             return  # the engine's records, the health record: only a committed (or undone) change counts
         if ev.mask & IN_ISDIR and ev.mask & (IN_CREATE | IN_MOVED_TO) and ev.dir == str(self.host.mdevctl_dir()):
@@ -235,10 +245,8 @@ class Watch:
                     listener(touch)
 
     def _refresh(self, touch: Touch) -> None:
-        with self.nvml_lock:
-            events, self.nvml_events = self.nvml_events, []
         try:
-            changed = self.model.refresh(touch, events)
+            changed = self.model.refresh(touch, touch.nvml_events)
         except Exception as err:  # never end listening silently: the view would go stale
             log.warning("refreshing the host model failed (tried again at the next change): %s: %s",
                         type(err).__name__, err)  # fmt: skip
@@ -247,16 +255,20 @@ class Watch:
         for listener in self.listeners:
             listener(touch)
 
-    def _nvml_loop(self) -> None:
-        assert self.nvml is not None
+    def _open_nvml(self) -> tuple[EventWatcher, Callable[[], None]] | None:
+        if self.nvml is None:
+            return None
         try:
             watcher, close = self.nvml()
         except VgpukitError as err:
             log.warning("NVML events not watched: %s", err)
-            return
+            return None
         if watcher is None:
             close()
-            return
+            return None
+        return watcher, close
+
+    def _nvml_loop(self, watcher: EventWatcher, close: Callable[[], None]) -> None:
         try:
             while not self.stop.is_set():
                 events = watcher.wait(NVML_WAIT)
@@ -275,8 +287,9 @@ class Watch:
         self.stop.set()
         with contextlib.suppress(OSError):
             os.write(self.stop_w, b"x")
-        for t in self.threads:
-            t.join(NVML_WAIT + 5)
+        for t in self.threads:  # the NVML thread, blocked in the driver's wait, ends by itself (a daemon)
+            if t.name != NVML_THREAD:
+                t.join(5)
         self.inotify.close()
         if self.kernel is not None:
             self.kernel.close()

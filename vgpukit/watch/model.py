@@ -120,11 +120,17 @@ class HostModel:
         with self.cond:
             return self.values.get(name)
 
-    def wait(self, since: int, timeout: float | None) -> int:
-        """The version once it differs from ``since`` (or when ``timeout`` passed): a view changed."""
+    def wait(self, since: int, timeout: float | None, until: Callable[[], bool] | None = None) -> int:
+        """The version once it differs from ``since`` (a view changed), ``until()`` is true (looked at
+        when the model changes, or on :meth:`nudge`) or ``timeout`` passed."""
         with self.cond:
-            self.cond.wait_for(lambda: self.version != since, timeout=timeout)
+            self.cond.wait_for(lambda: self.version != since or (until is not None and until()), timeout=timeout)
             return self.version
+
+    def nudge(self) -> None:
+        """Wake every waiter to look at its ``until`` (a stop, a stream that ended), the views unchanged."""
+        with self.cond:
+            self.cond.notify_all()
 
     def poke(self) -> None:
         """Wake every waiter (a watch that closes)."""

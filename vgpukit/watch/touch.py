@@ -7,6 +7,7 @@ address, an mdev's UUID under its parent, a VFIO group). Kinds (what a view of t
 * ``docs``: a file vgpukit keeps changed (a change committed by the change engine: its journal removed;
   a config file under ``/etc/vgpukit``, an mdevctl definition);
 * ``holders``: a VFIO node was opened or closed (``/dev/vfio``): who holds a device may have changed;
+* ``lock``: the host lock's file was closed by a writer (a command let go of the lock);
 * ``nvml``: the NVIDIA driver reported events (XID, ECC, a lost GPU);
 * ``full``: events were lost, the process just started, or the safety net's time came: read it all.
 """
@@ -14,11 +15,12 @@ address, an mdev's UUID under its parent, a VFIO group). Kinds (what a view of t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..host_layout import BDF_RE
 from ..host_notify import Uevent
 
-KINDS = ("pci", "docs", "holders", "nvml", "full")
+KINDS = ("pci", "docs", "holders", "lock", "nvml", "full")
 
 
 @dataclass
@@ -27,6 +29,7 @@ class Touch:
     added: set[str] = field(default_factory=set)  # functions that appeared (their PF is read again too)
     kinds: set[str] = field(default_factory=set)
     why: list[str] = field(default_factory=list)  # for the debug log: what came
+    nvml_events: list[Any] = field(default_factory=list)  # what the watch's NVML event set delivered
 
     def __bool__(self) -> bool:
         return bool(self.kinds)
@@ -58,3 +61,4 @@ class Touch:
         self.added |= other.added
         self.kinds |= other.kinds
         self.why += other.why
+        self.nvml_events += other.nvml_events

@@ -45,6 +45,7 @@ log = logger("vgpukit.k8s.dra")
 
 SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # the DRA API versions served (GetInfo's supported_versions)
 HEALTH_TIMEOUT = 30  # seconds the kubelet waits for a new health report before a device is UNKNOWN
+RETRY = 5.0  # seconds before a publication that failed (the API server away) is tried again
 DRA: Any = dra_grpc  # generated without type annotations
 DRA_BETA: Any = dra_beta_grpc
 HEALTH: Any = hl_grpc
@@ -124,14 +125,17 @@ class Driver:
         return inv, facts
 
     def wait_change(self, stop: threading.Event, timeout: float, active: Callable[[], bool] = lambda: True) -> None:
-        """Until the watch's model changes (without one: ``timeout`` seconds), ``stop`` or ``timeout``."""
+        """Until the watch's model changes (without one: ``timeout`` seconds), ``stop`` is set, ``active``
+        turns False or ``timeout`` passed; whoever sets ``stop`` or ends a stream calls :meth:`nudge`."""
         if self.model is None:
             stop.wait(timeout)
             return
-        end, seen = time.monotonic() + timeout, self.model.version
-        while not stop.is_set() and active() and time.monotonic() < end:
-            if self.model.wait(seen, min(1.0, end - time.monotonic())) != seen:
-                return
+        self.model.wait(self.model.version, timeout, until=lambda: stop.is_set() or not active())
+
+    def nudge(self) -> None:
+        """Wake every :meth:`wait_change` to look at its stop and stream again."""
+        if self.model is not None:
+            self.model.nudge()
 
     def devices(self) -> dict[str, DraDevice]:
         return dra_devices(self.read()[0])
@@ -299,6 +303,7 @@ class HealthService:
         HEALTH_TIMEOUT/2 seconds, so the kubelet never times a healthy device out)."""
         last: list[tuple[str, int, str]] | None = None
         sent = 0.0
+        context.add_callback(self.driver.nudge)  # the kubelet went away: the wait below ends
         while context.is_active() and not self.stop.is_set():
             try:
                 now = self.driver.health_report()
@@ -320,7 +325,8 @@ class HealthService:
                     ]
                 )
                 last, sent = now, time.monotonic()
-            self.driver.wait_change(self.stop, min(self.interval, HEALTH_TIMEOUT / 2), context.is_active)
+            resend = sent + HEALTH_TIMEOUT / 2 - time.monotonic()
+            self.driver.wait_change(self.stop, max(0.0, min(self.interval, resend)), context.is_active)
 
 
 class Plugin:
@@ -369,6 +375,7 @@ class Plugin:
         API server serves is found out before the first write (:mod:`.cluster`): with ``--partitionable
         auto``, partitionable devices are published where it keeps counters, the static view elsewhere."""
         while not self.stop.is_set():
+            failed = True  # until published: tried again after RETRY seconds, changes or not
             try:
                 server = publisher.detected()
                 if self.driver.partitionable == "auto" and self.driver.counters_ok != server.partitionable:
@@ -397,14 +404,16 @@ class Plugin:
                         "leaving unusable devices out of the slices instead"
                     )
                     continue
+                failed = False
             except VgpukitError as err:
                 log.warning("publishing the ResourceSlice failed (tried again): %s", err)
             except Exception as err:  # never end publishing silently: the device list would go stale
                 log.warning("publishing the ResourceSlice failed (tried again): %s: %s", type(err).__name__, err)
-            self.driver.wait_change(self.stop, self.interval)
+            self.driver.wait_change(self.stop, min(self.interval, RETRY) if failed else self.interval)
 
     def close(self) -> None:
         self.stop.set()
+        self.driver.nudge()
         for server in self.servers:
             server.stop(grace=0.5).wait(10)  # bounded: a handler that never returns must not keep the plugin up
         self.servers.clear()
