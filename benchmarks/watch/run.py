@@ -16,7 +16,10 @@ plugin (``vgpukit k8s device-plugin``) registered with the kubelet-side peer of 
   are waited for to show the undo (a poller could otherwise miss both and have nothing new to say).
 * idle: the three processes' CPU time (user + system, from /proc) over ``--idle`` seconds on the quiet
   host, in percent of one core.
-* scrape: the exporter process's CPU time for one ``GET /metrics`` (p50, p99 of ``--samples``).
+* scrape: the exporter process's CPU time per ``GET /metrics``, from /proc over 10 scrapes in a row
+  (its clock ticks are 10 ms) (p50, p99 of ``--samples`` such means); on hgx-a100 with a QoS daemon
+  running 64 tenants (8 per GPU, each a real process, as benchmarks/exporter/run.py does), measured
+  after the idle run (a daemon slicing 64 tenants is no quiet host).
 
 Hosts: hgx-a100 (nic0-nic2 with 16 VFs on vfio-pci, nic3 with 16 on mlx5_core: 64 VFs; gpu0 and gpu1
 in MIG with 2x 3g.20gb, gpu2 with one 3g.20gb (the MIG change makes its second); CDI specs written) and
@@ -29,6 +32,7 @@ Prints a markdown table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -40,7 +44,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +61,7 @@ from vgpukit.host_notify import IN_DELETE, IN_MOVED_FROM, Inotify  # noqa: E402
 
 NODE = "node-1"
 SCRAPES = 10  # scrapes in a row per sample of the exporter's CPU
+TENANTS = 8  # QoS tenants per GPU of hgx-a100 during its scrapes (64 in all)
 PHASE = random.Random(34)  # the wait before each timed change (reproducible)
 LOADS: list[str] = []  # the load average around each idle measurement
 TICK = os.sysconf("SC_CLK_TCK")
@@ -77,6 +82,7 @@ class HostSpec:
     name: str
     make: Callable[[Path, Path], None]
     changes: list[Change]
+    tenants: bool = False  # its scrape with a QoS daemon running TENANTS tenants per GPU
 
 
 def vfs_of(pf_bus: str, n: int) -> Callable[[dict[str, str]], bool]:
@@ -135,7 +141,7 @@ def make_1024(sim: Path, base: Path) -> None:
     vg(sim, "cdi", "generate")
 
 
-HOSTS = {"hgx-a100": HostSpec("hgx-a100", make_hgx, hgx_changes()),
+HOSTS = {"hgx-a100": HostSpec("hgx-a100", make_hgx, hgx_changes(), tenants=True),
          "1024-vf": HostSpec("1024-vf", make_1024, vf1024_changes())}  # fmt: skip
 
 
@@ -337,7 +343,34 @@ def pct(xs: list[float], p: float) -> float:
     return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
-def run_host(spec: HostSpec, base: Path, samples: int, idle: float) -> list[tuple[str, ...]]:
+@contextlib.contextmanager
+def qos_tenants(sim: Path, base: Path, per_gpu: int) -> Iterator[None]:
+    """A QoS daemon with ``per_gpu`` tenants on each of the host's 8 GPUs (each a real process), as the
+    exporter benchmark runs it (benchmarks/exporter/run.py): the tenant series of a scrape."""
+    log = (base / "qos.log").open("wb")
+    daemon = subprocess.Popen([sys.executable, "-m", "vgpukit", "--sim", str(sim), "qos", "daemon"], env=_env(),
+                              stdout=log, stderr=log)  # fmt: skip
+    tenants: list[subprocess.Popen[bytes]] = []
+    try:
+        sock, end = sim / "run/vgpukit/qos/control.sock", time.monotonic() + 60
+        while not sock.exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        for gpu in range(8):
+            for t in range(per_gpu):
+                tenants.append(subprocess.Popen(["sleep", "3600"]))
+                args = ["--class", "offline", "--share", "10", "--pid", str(tenants[-1].pid), "--demand", "sample"]
+                vg(sim, "qos", "tenant", "add", f"gpu{gpu}", f"t{gpu}-{t}", *args)
+        yield
+    finally:
+        daemon.terminate()
+        daemon.wait()
+        log.close()
+        for p in tenants:
+            p.kill()
+            p.wait()
+
+
+def run_host(spec: HostSpec, base: Path, samples: int, idle: float, latency_on: bool = True) -> list[tuple[str, ...]]:
     sim = base / spec.name
     spec.make(sim, base)
     doors = Doors(sim, base)
@@ -346,14 +379,11 @@ def run_host(spec: HostSpec, base: Path, samples: int, idle: float) -> list[tupl
         doors.wait_ready(lambda: bool(doors.kubelet.endpoints) and bool(doors.dra_log and doors.dra_log[-1][1]))
         doors.scrape()
         time.sleep(3)
-        for change in spec.changes:
+        for change in spec.changes if latency_on else []:
             dp, dra = latency(doors, change, samples)
             for door, xs in (("device plugin ListAndWatch", dp), ("DRA ResourceSlice", dra)):
                 rows.append((spec.name, change.name, door, str(len(xs)), f"{1000 * statistics.median(xs):.0f}",
                              f"{1000 * pct(xs, 99):.0f}"))  # fmt: skip
-        scrapes = [doors.scrape(SCRAPES) for _ in range(samples)]
-        rows.append((spec.name, f"scrape (exporter CPU, mean of {SCRAPES} in a row)", "exporter", str(len(scrapes)),
-                     f"{1000 * statistics.median(scrapes):.1f}", f"{1000 * pct(scrapes, 99):.1f}"))  # fmt: skip
         if idle > 0:
             time.sleep(5)
             pids = {n: p.pid for n, p in doors.procs.items()}
@@ -367,6 +397,14 @@ def run_host(spec: HostSpec, base: Path, samples: int, idle: float) -> list[tupl
             each = ", ".join(f"{n} {100 * u / wall:.3f}" for n, u in used.items())
             rows.append((spec.name, f"idle {idle:g} s, % of one core ({each})", "all three", "1",
                          f"{100 * sum(used.values()) / wall:.3f}", "-"))  # fmt: skip
+        with qos_tenants(sim, base, TENANTS) if spec.tenants else contextlib.nullcontext():
+            doors.scrape()  # the tenants' first scrape (their CUDA regions, the daemon's status)
+            scrapes = [doors.scrape(SCRAPES) for _ in range(samples)]
+        what = (
+            f"scrape{f', {8 * TENANTS} QoS tenants' if spec.tenants else ''} (exporter CPU, mean of {SCRAPES} in a row)"
+        )
+        rows.append((spec.name, what, "exporter", str(len(scrapes)), f"{1000 * statistics.median(scrapes):.1f}",
+                     f"{1000 * pct(scrapes, 99):.1f}"))  # fmt: skip
     finally:
         doors.close()
     return rows
@@ -380,6 +418,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="3 samples, 30 s idle")
     ap.add_argument("--checkout", type=Path, default=ROOT, help="run the doors of this checkout")
     ap.add_argument("--hosts", default=",".join(HOSTS))
+    ap.add_argument("--no-latency", action="store_true", help="only the idle and scrape measurements")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args()
     CHECKOUT = args.checkout.resolve()
@@ -387,7 +426,7 @@ def main() -> int:
     rows: list[tuple[str, ...]] = []
     with tempfile.TemporaryDirectory(prefix="watchb", dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as tmp:
         for name in args.hosts.split(","):
-            rows += run_host(HOSTS[name], Path(tmp), samples, idle)
+            rows += run_host(HOSTS[name], Path(tmp), samples, idle, not args.no_latency)
     print(f"checkout: {CHECKOUT}; {os.cpu_count()} CPUs")
     for line in LOADS:
         print(f"load average around the idle measurement, {line}")

@@ -4,10 +4,7 @@ prints one scrape (read afresh)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import select
-import signal
 import socket
 import sys
 from typing import Any
@@ -80,22 +77,15 @@ def _serve(collector: Any, addr: str, port: int) -> None:
             raise Busy(f"port {port} is already in use", hint="another exporter? pick one with --listen") from exc
         raise HostIOError(f"cannot listen on {addr or '*'}:{port}: {exc.strerror}") from exc
     click.echo(f"vgpukit exporter: serving /metrics on {addr or '*'}:{port}", err=True)
-    wake_r, wake_w = os.pipe()  # a signal's arrival, whichever thread the kernel gave it: no polling loop
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    old = signal.set_wakeup_fd(wake_w)
+    from ..k8s.stopping import Stop
+
+    # SIGTERM and SIGINT set a flag and write a byte (never an exception in the middle of a scrape, which
+    # the WSGI handler would answer as an error and go on); the select wakes whichever thread got it
+    stop = Stop().on_signals()
     try:
-        while True:  # KeyboardInterrupt (SIGINT) comes out of the select once the wake-up byte ends it
-            ready, _, _ = select.select([server, wake_r], [], [])
-            if server in ready:
+        while not stop.is_set():
+            ready, _, _ = select.select([server.fileno(), stop.fileno()], [], [])
+            if server.fileno() in ready:
                 server.handle_request()
-            if wake_r in ready:
-                with contextlib.suppress(BlockingIOError):
-                    os.read(wake_r, 512)
-    except KeyboardInterrupt:
-        pass
     finally:
-        signal.set_wakeup_fd(old)
-        os.close(wake_r)
-        os.close(wake_w)
         server.server_close()

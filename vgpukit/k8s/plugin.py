@@ -45,6 +45,7 @@ API_VERSION = "v1beta1"
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 RECOVER_POLLS = 3  # polls in a row a device must be found usable again before it is Healthy again
 RECOVER_WAIT = 1.0  # seconds between those polls when the plugin listens (no change wakes it meanwhile)
+RETRY_WAIT = 5.0  # seconds before serving or registering that failed is tried again (when the plugin listens)
 KUBELET_SOCKET = "kubelet.sock"
 MODES = ("both", "cdi", "devices")  # what Allocate answers: CDI names, device specs/env/mounts, or both
 GRPC: Any = api_pb2_grpc  # generated without type annotations (see docs/kubernetes.md)
@@ -271,6 +272,7 @@ class Manager:
         self.mode = mode
         self.health = health  # BDF -> why, of the devices the health layer finds unusable
         self.sick: dict[str, int] = {}  # unusable BDF -> healthy polls since (recovered at RECOVER_POLLS)
+        self.unsettled = False  # a plugin not served, or not registered with the kubelet there: tried again soon
         self.plugins: dict[str, ResourcePlugin] = {}
         self.last = Inventory()
         self.lock = threading.Lock()
@@ -300,6 +302,7 @@ class Manager:
             if plugin.state.update(inv.resources.get(name, []), sick):
                 events.append(f"{name}: {plural(len(plugin.state.devices), 'device')}")
         kubelet = socket_identity(self.host, plugin_dir(self.host) / KUBELET_SOCKET)
+        self.unsettled = False
         for name, plugin in sorted(self.plugins.items()):
             if plugin.socket_gone():  # the kubelet restarted and cleared the directory (or serving failed)
                 events.append(self._serve(plugin, f"serving {name} again"))
@@ -309,6 +312,7 @@ class Manager:
                     events.append(f"registered {name}")
                 except (grpc.RpcError, VgpukitError) as err:
                     events.append(f"{name}: registration failed: {_rpc_error(err)}")
+            self.unsettled |= plugin.server is None or (kubelet is not None and plugin.registered_with != kubelet)
         if failed is not None:
             events.append(f"reading the host failed (devices unchanged): {failed}")
         return events
@@ -361,8 +365,9 @@ class Manager:
                     on_event(event)
                 if woken is None:
                     stop.wait(interval)
-                else:
-                    wait_woken(stop, woken, min(interval, RECOVER_WAIT) if self.sick else interval)
+                else:  # a device recovering, a plugin not served or registered: looked at again soon
+                    soon = RECOVER_WAIT if self.sick else RETRY_WAIT if self.unsettled else interval
+                    wait_woken(stop, woken, min(interval, soon))
         finally:
             self.close()
 
