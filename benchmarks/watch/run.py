@@ -9,11 +9,13 @@ plugin (``vgpukit k8s device-plugin``) registered with the kubelet-side peer of 
 (tests/k8s/apiserver.py), and the exporter (``vgpukit exporter``).
 
 * latency: another command changes the host (VFs created, a driver bound, a MIG slice made); from
-  the moment it committed the change (the change engine removed its journal: the host shows it from
-  then on) to the device plugin's ListAndWatch update that shows it, and to the ResourceSlice write
-  that shows it (0 when the update came before: a door may see a kernel change before the command
-  finishes its own bookkeeping). Between two samples the change is undone (not timed), and both doors
-  are waited for to show the undo (a poller could otherwise miss both and have nothing new to say).
+  the moment the host showed the change (its last write of it, seen by the benchmark's own inotify:
+  the last VF's link in ``drivers/vfio-pci``, the simulated driver's state file) to the device plugin's
+  ListAndWatch update that shows it, and to the ResourceSlice write that shows it. The command goes on
+  after that (the CDI specs, its journal); the samples' times (``--json``) also say when its change
+  engine committed and when it exited. Between two samples the change is undone (not timed), both doors
+  are waited for to show the undo (a poller could otherwise miss both and have nothing new to say), and
+  a random wait (0.5 to 5.5 s) puts the change at any phase of a poller's period.
 * idle: the three processes' CPU time (user + system, from /proc) over ``--idle`` seconds on the quiet
   host, in percent of one core.
 * scrape: the exporter process's CPU time per ``GET /metrics``, from /proc over 10 scrapes in a row
@@ -57,13 +59,14 @@ from hosts import sriov_host, write_profile  # type: ignore[import-not-found]  #
 from tests.k8s.apiserver import ApiServer  # noqa: E402
 from tests.k8s.kubelet import Kubelet  # noqa: E402
 from vgpukit.host import Host  # noqa: E402
-from vgpukit.host_notify import IN_DELETE, IN_MOVED_FROM, Inotify  # noqa: E402
+from vgpukit.host_notify import IN_CLOSE_WRITE, IN_CREATE, IN_DELETE, IN_MODIFY, IN_MOVED_FROM, IN_MOVED_TO, Inotify  # noqa: E402
 
 NODE = "node-1"
 SCRAPES = 10  # scrapes in a row per sample of the exporter's CPU
 TENANTS = 8  # QoS tenants per GPU of hgx-a100 during its scrapes (64 in all)
 PHASE = random.Random(34)  # the wait before each timed change (reproducible)
 LOADS: list[str] = []  # the load average around each idle measurement
+RAW: list[dict[str, object]] = []  # each latency sample's times (monotonic), for --json
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -75,6 +78,7 @@ class Change:
     resource: str  # the device plugin resource that shows it
     dp: Callable[[set[str]], bool]  # the device plugin's ids of that resource show it
     dra: Callable[[dict[str, str]], bool]  # the published devices (name -> attributes as JSON text) show it
+    shows: tuple[str, Callable[[str], bool]]  # where the host shows it done: a directory, the names that say it
 
 
 @dataclass(frozen=True)
@@ -97,17 +101,24 @@ def on_vfio(bdf: str) -> Callable[[dict[str, str]], bool]:
 VF_POOL = "vgpukit.io/vf-15b3-101b"
 
 
+def bound(prefix: str) -> tuple[str, Callable[[str], bool]]:
+    """Shown by the VF's link in vfio-pci's driver directory (the last one, for several VFs)."""
+    return "sys/bus/pci/drivers/vfio-pci", lambda name: name.startswith(prefix)
+
+
 def hgx_changes() -> list[Change]:
     return [
         Change("16 VFs created (vfio-pci)", ["sriov", "enable", "nic2", "--vfs", "16", "--driver", "vfio-pci"],
-               ["sriov", "disable", "nic2"], VF_POOL, lambda dp: len(dp) == 48, vfs_of("85", 16)),
+               ["sriov", "disable", "nic2"], VF_POOL, lambda dp: len(dp) == 48, vfs_of("85", 16),
+               bound("0000:85:")),
         Change("a driver bound (vfio-pci)", ["bind", "0000:a5:00.2", "--driver", "vfio-pci"],
                ["bind", "0000:a5:00.2", "--restore"], VF_POOL, lambda dp: "0000:a5:00.2" in dp,
-               on_vfio("0000:a5:00.2")),
+               on_vfio("0000:a5:00.2"), bound("0000:a5:00.2")),
         Change("a MIG slice made (3g.20gb)", ["partition", "gpu2", "--mig", "3g.20gb,3g.20gb"],
                ["partition", "gpu2", "--mig", "3g.20gb", "--replace"], "vgpukit.io/mig-3g.20gb",
                lambda dp: len(dp) == 6,
-               lambda dra: sum(n.startswith("mig-") and "3g.20gb" in a for n, a in dra.items()) == 6),
+               lambda dra: sum(n.startswith("mig-") and "3g.20gb" in a for n, a in dra.items()) == 6,
+               (".vgpukit-sim", lambda name: name.startswith("nvml.") and name.endswith((".json", ".jsonl")))),
     ]  # fmt: skip
 
 
@@ -125,10 +136,11 @@ def make_hgx(sim: Path, base: Path) -> None:
 def vf1024_changes() -> list[Change]:
     return [
         Change("16 VFs created (vfio-pci)", ["sriov", "enable", "0000:38:00.0", "--vfs", "16", "--driver", "vfio-pci"],
-               ["sriov", "disable", "0000:38:00.0"], VF_POOL, lambda dp: len(dp) == 1040, vfs_of("38", 16)),
+               ["sriov", "disable", "0000:38:00.0"], VF_POOL, lambda dp: len(dp) == 1040, vfs_of("38", 16),
+               bound("0000:38:")),
         Change("a driver bound (vfio-pci)", ["bind", "0000:30:00.2", "--driver", "vfio-pci"],
                ["bind", "0000:30:00.2", "--restore"], VF_POOL, lambda dp: "0000:30:00.2" in dp,
-               on_vfio("0000:30:00.2")),
+               on_vfio("0000:30:00.2"), bound("0000:30:00.2")),
     ]  # fmt: skip
 
 
@@ -259,20 +271,25 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Commits:
-    """When the change engine committed (its journal removed from ``/run/vgpukit``), seen by inotify
-    (the benchmark's own observer, not a door's)."""
+class Observer:
+    """The benchmark's own inotify (not a door's) on the simulated host while a command runs: when the
+    host showed the change (``shows``: a directory under the host and the entry names that say it: the
+    VF's link in ``drivers/vfio-pci``, the simulated driver's state file), and when the change engine
+    committed (its journal removed from ``/run/vgpukit``)."""
 
-    def __init__(self, sim: Path) -> None:
+    def __init__(self, sim: Path, shows: tuple[str, Callable[[str], bool]]) -> None:
         host = Host(sim)
         self.notify = Inotify(host)
         host.mkdir(host.state_dir())
         self.notify.add(host.state_dir(), IN_DELETE | IN_MOVED_FROM)
-        self.times: list[float] = []
+        self.where, self.says = str(sim / shows[0]), shows[1]
+        self.notify.add(self.where, IN_CREATE | IN_MOVED_TO | IN_MODIFY | IN_CLOSE_WRITE)
+        self.commits: list[float] = []
+        self.shown: list[float] = []
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Commits:
+    def __enter__(self) -> Observer:
         self.thread.start()
         return self
 
@@ -281,7 +298,11 @@ class Commits:
             ready, _, _ = select.select([self.notify], [], [], 0.05)
             if ready:
                 now = time.monotonic()
-                self.times += [now for e in self.notify.read() if e.name == "journal"]
+                for e in self.notify.read():
+                    if e.dir == self.where and self.says(e.name):
+                        self.shown.append(now)
+                    elif e.name == "journal":
+                        self.commits.append(now)
 
     def __exit__(self, *exc: object) -> None:
         time.sleep(0.05)
@@ -289,9 +310,9 @@ class Commits:
         self.thread.join()
         self.notify.close()
 
-    def last(self, start: float, exited: float) -> float:
-        """The last commit of the command that ran from ``start`` to ``exited`` (its exit without one)."""
-        return max((t for t in self.times if start <= t <= exited), default=exited)
+    def last(self, times: list[float], start: float, exited: float) -> float:
+        """The last of ``times`` while the command ran from ``start`` to ``exited`` (its exit without one)."""
+        return max((t for t in times if start <= t <= exited), default=exited)
 
 
 def shown(doors: Doors, change: Change) -> tuple[bool, bool]:
@@ -317,9 +338,10 @@ def latency(doors: Doors, change: Change, samples: int) -> tuple[list[float], li
         time.sleep(PHASE.uniform(0.5, 5.5))  # any phase of a poller's period (main's DRA plugin: 5 s)
         start = time.monotonic()
         n_dra = len(doors.dra_log)
-        with Commits(doors.sim) as commits:
+        with Observer(doors.sim, change.shows) as seen:
             exited = vg(doors.sim, *change.do)
-        made = commits.last(start, exited)  # the engine committed the change: the host shows it from then on
+        made = seen.last(seen.shown, start, exited)  # the host showed the change (its last write of it)
+        committed = seen.last(seen.commits, start, exited)  # the command's change engine committed it
         dp_at = dra_at = None
         end = exited + 60
         while (dp_at is None or dra_at is None) and time.monotonic() < end:
@@ -335,6 +357,8 @@ def latency(doors: Doors, change: Change, samples: int) -> tuple[list[float], li
             raise SystemExit(f"{change.name}: not seen within 60 s (device plugin {dp_at}, DRA {dra_at}; {seen})")
         dp_out.append(max(0.0, dp_at - made))
         dra_out.append(max(0.0, dra_at - made))
+        RAW.append({"change": change.name, "start": start, "made": made, "committed": committed, "exited": exited,
+                    "dp": dp_at, "dra": dra_at})  # fmt: skip
     return dp_out, dra_out
 
 
@@ -435,7 +459,7 @@ def main() -> int:
     for r in rows:
         print("| " + " | ".join(r) + " |")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps({"rows": rows, "samples": RAW}, indent=1))
     return 0
 
 

@@ -366,7 +366,8 @@ class Manager:
                 if woken is None:
                     stop.wait(interval)
                 else:  # a device recovering, a plugin not served or registered: looked at again soon
-                    soon = RECOVER_WAIT if self.sick else RETRY_WAIT if self.unsettled else interval
+                    recovering = any(self.sick.values())  # found usable again, not yet RECOVER_POLLS times
+                    soon = RECOVER_WAIT if recovering else RETRY_WAIT if self.unsettled else interval
                     wait_woken(stop, woken, min(interval, soon))
         finally:
             self.close()
