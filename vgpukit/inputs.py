@@ -42,21 +42,68 @@ def parse_int(text: object, what: str, *, lo: int | None = None, hi: int | None 
     return check_range(value, what, lo=lo, hi=hi)
 
 
-_SIZE_UNITS = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}
+_SIZE_RE = re.compile(r"([0-9]{1,20})(?:\.([0-9]{1,20}))?([kmgtp](?:i|ib)?|b)?\Z", re.ASCII | re.IGNORECASE)
+_SIZE_SHIFT = {"": 0, "b": 0, "k": 10, "m": 20, "g": 30, "t": 40, "p": 50}
+_SI_UNIT = re.compile(r"[0-9.]+[kmgtpe]b\Z", re.ASCII | re.IGNORECASE)
+SIZE_FORMS = "a size such as 4G, 4GiB, 1.5G or 512M (binary: G = GiB = 2^30 bytes)"
 
 
 def parse_size(text: object, what: str, *, lo: int = 0, hi: int = 1 << 50) -> int:
-    """A byte count: an int, or ASCII digits with an optional K/M/G/T (or KiB/MiB/GiB/TiB, KB...) suffix."""
+    """A byte count in vgpukit's own grammar (the command line, host configs, the QoS config;
+    docs/cli.md, "Sizes"): an int, or ASCII digits (a decimal fraction allowed) with an optional unit
+    ``K M G T P``, ``Ki``..., ``KiB``... (any case), every one binary, as QEMU's ``-m 4G`` and
+    Docker's ``--memory 4g``; ``B`` or none: bytes. ``KB``/``MB``/``GB``/``TB`` are refused: they mean
+    powers of 1000 elsewhere (Kubernetes' ``4G`` is 4*10^9, :func:`parse_k8s_quantity`)."""
     if isinstance(text, int) and not isinstance(text, bool):
         return check_range(text, what, lo=lo, hi=hi)
-    if not isinstance(text, str) or not text.isascii() or len(text) > 32:
-        raise InvalidInput(f"{what} must be a size such as 4GiB or 512M")
-    s = text.strip().lower()
-    digits = s.rstrip("kmgtib")
-    unit = s[len(digits) :].removesuffix("ib").removesuffix("b")
-    if not digits.isdigit() or unit not in _SIZE_UNITS:
-        raise InvalidInput(f"{what} must be a size such as 4GiB or 512M")
-    return check_range(int(digits) << _SIZE_UNITS[unit], what, lo=lo, hi=hi)
+    if not isinstance(text, str) or not text.isascii() or len(text) > 48:
+        raise InvalidInput(f"{what} must be {SIZE_FORMS}")
+    s = text.strip()
+    m = _SIZE_RE.match(s)
+    if m is None:
+        if _SI_UNIT.match(s):
+            raise InvalidInput(
+                f"{what}: KB, MB, GB and TB are ambiguous (powers of 1000 or of 1024): write G or GiB "
+                "(binary) or the number of bytes"
+            )
+        raise InvalidInput(f"{what} must be {SIZE_FORMS}")
+    whole, frac, unit = m.group(1), m.group(2) or "", (m.group(3) or "").lower()
+    scaled = int(whole + frac) << _SIZE_SHIFT[unit[:1]]
+    size, rest = divmod(scaled, 10 ** len(frac))
+    if rest:
+        raise InvalidInput(f"{what} is not a whole number of bytes")
+    return check_range(size, what, lo=lo, hi=hi)
+
+
+# Kubernetes' quantity grammar (k8s.io/apimachinery resource.Quantity): sign, digits with an optional
+# fraction, and a binary suffix (Ki..Ei), a decimal one (n u m k M G T P E) or an exponent (e3, E-2)
+_K8S_QUANTITY = re.compile(
+    r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?\Z", re.ASCII
+)
+K8S_FORMS = "bytes or a Kubernetes quantity such as 4Gi, 1.5Gi or 4G (G = 10^9, Gi = 2^30)"
+
+
+def parse_k8s_quantity(value: object, what: str, *, lo: int = 0, hi: int = 1 << 50) -> int:
+    """A byte count where Kubernetes is the source (a DRA claim's opaque configuration): an int, or a
+    quantity in Kubernetes' own grammar, valued by the Kubernetes client library's parser
+    (``kubernetes.utils.quantity.parse_quantity``, the k8s extra); it must come to whole bytes. Unlike
+    :func:`parse_size`, ``4G`` is 4*10^9 bytes here, as the API server reads it."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return check_range(value, what, lo=lo, hi=hi)
+    if not isinstance(value, str) or not value.isascii() or len(value) > 64 or not _K8S_QUANTITY.match(value):
+        raise InvalidInput(f"{what} must be {K8S_FORMS}")
+    from .extras import require
+
+    parse = require("kubernetes.utils.quantity").parse_quantity
+    try:
+        amount = parse(value)
+    except ValueError:
+        raise InvalidInput(f"{what} must be {K8S_FORMS}") from None
+    if amount != amount.to_integral_value():
+        raise InvalidInput(f"{what} is not a whole number of bytes")
+    if amount > hi:  # before int(): 1E1000000 is a valid quantity
+        raise InvalidInput(f"{what} must be at most {hi}, not {_small(hi + 1)}")
+    return check_range(int(amount), what, lo=lo, hi=hi)
 
 
 def check_range(value: int, what: str, *, lo: int | None = None, hi: int | None = None) -> int:
