@@ -248,8 +248,9 @@ def _mdev(ctx: _Ctx) -> tuple[list[Step], list[Step]]:
     seen: list[tuple[str, Selector]] = []
     for w in ctx.cfg.mdev:
         for p in _parents(ctx, ctx.at(w.sel), names):
-            seen.append((f"{p} {w.type}", w.sel))
-            groups.setdefault(p, (w.sel, {}))[1][w.type] = (w.count, w.uuids)
+            type_id = mdev_planner.type_named(ctx.mdev_facts().parents, w.type, [p])  # T4-4Q names its id
+            seen.append((f"{p} {type_id}", w.sel))
+            groups.setdefault(p, (w.sel, {}))[1][type_id] = (w.count, w.uuids)
     ctx.unique("mdev", seen)
     facts = ctx.mdev_facts()
     rm: list[Step] = []

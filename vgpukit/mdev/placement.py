@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import NoCapacity, NotFound
-from .model import PACK, SPREAD, MdevParent
+from ..errors import InvalidInput, NoCapacity, NotFound
+from .model import PACK, SPREAD, MdevParent, short_name
 
 
 @dataclass(frozen=True)
@@ -58,3 +58,22 @@ def plan(cands: list[tuple[str, int]], type_id: str, count: int, strategy: str =
             out.append(Slot(parent, take))
             need -= take
     return out
+
+
+def type_named(known: tuple[MdevParent, ...] | list[MdevParent], wanted: str, parents: list[str] | None = None) -> str:
+    """The type id ``wanted`` names on ``parents`` (all present parents when None): a type id as it is,
+    or a type's name as its parent reports it (``GRID T4-4Q``, ``T4-4Q``, any case, the vendor's
+    prefix word optional: the names ``mdev types`` and ``vgpu types`` show). Refused when the name is
+    two types'; anything else is returned as given (the type rules then refuse it by id)."""
+    present = [p for p in known if parents is None or p.name in parents]
+    if any(p.type(wanted) is not None for p in present) or not wanted.strip():
+        return wanted
+    key = short_name(wanted)
+    ids = sorted({t.type_id for p in present for t in p.types if t.name and short_name(t.name) == key})
+    if len(ids) > 1:
+        raise InvalidInput(
+            f"the type name given is the name of {len(ids)} types ({', '.join(ids)})",
+            value=wanted,
+            hint="give the type id",
+        )
+    return ids[0] if ids else wanted

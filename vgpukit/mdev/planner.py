@@ -10,7 +10,7 @@ parses command lines.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..engine import Step
 from ..errors import Conflict, InUse, InvalidInput, NotFound
@@ -29,6 +29,7 @@ from .model import (
     planned_uuids,
 )
 from .placement import candidates, plan
+from .placement import type_named as type_named  # a rule of the planner (kept in placement.py for size)
 from .steps import CreateMdev, Refuse, RemoveMdev, SetMdevAttr, callout_steps, drop_definition, put_definition
 
 Wants = dict[str, tuple[int, tuple[str, ...]]]  # type -> (count, pinned UUIDs)
@@ -160,6 +161,8 @@ class Create:
 
 
 def create(facts: Facts, req: Create) -> MdevPlan:
+    among = [req.parent] if req.parent is not None else list(req.among) if req.among is not None else None
+    req = replace(req, type_id=type_named(facts.parents, req.type_id, among))
     check_type_id(req.type_id)
     if req.count < 1:
         raise InvalidInput(f"--count must be at least 1, not {req.count}", value=req.count)
