@@ -8,7 +8,7 @@ from ..clikit.context import App
 from ..clikit.lazy import LazyGroup
 from ..clikit.options import dry_run_option, json_option, mutating
 from ..clikit.output import emit, emit_result, say, table
-from ..clikit.params import DEVICE, NAME, AsciiInt
+from ..clikit.params import DEVICE, NAME, VM_DEVICE, AsciiInt
 from ..errors import InvalidInput, NotFound
 from ..pci import Scan
 from . import hostview
@@ -23,6 +23,22 @@ def _gpu(app: App, views: list[GpuView], name: str, scan: Scan) -> GpuView:
         if g.bdf == bdf:
             return g
     raise NotFound(f"{name} ({bdf}) is not a physical NVIDIA GPU", device=bdf, hint="name the GPU, not a VF")
+
+
+def _ids(app: App, ids: tuple[str, ...]) -> list[str]:
+    """vGPU ids as the planner takes them: a VF named any way (``gpu0 vf4``, its address) is its address;
+    an mdev UUID stays as given (a vGPU that is only defined has no instance to resolve)."""
+    from .. import naming
+
+    out = []
+    for raw in ids:
+        if naming.form_of(raw) in ("alias", "bdf", "vf"):
+            bdf = naming.resolve(app.host, raw, nvml=lambda: app.nvml).bdf
+            assert bdf is not None
+            out.append(bdf)
+        else:
+            out.append(raw)
+    return out
 
 
 @click.group(cls=LazyGroup)
@@ -131,7 +147,7 @@ def create_cmd(app: App, gpu: str, type_name: str, count: int, define: bool, aut
 
 
 @vgpu.command("remove")
-@click.argument("ids", nargs=-1, required=True, metavar="ID...", type=NAME)
+@click.argument("ids", nargs=-1, required=True, metavar="ID...", type=VM_DEVICE)
 @click.option(
     "--keep-definition", is_flag=True, help="Leave legacy vGPUs' definitions (an auto one makes it again at boot)."
 )
@@ -143,12 +159,12 @@ def remove_cmd(app: App, ids: tuple[str, ...], keep_definition: bool) -> None:
     """Remove vGPUs by ID (mdev UUID or VF address) and their definitions, refused while a VM uses one."""
     from . import ops  # the change machinery loads with the commands that change things
 
-    steps = ops.remove(app.env, hostview.gpus(app.host, Scan(app.host)), list(ids), keep_definition)
+    steps = ops.remove(app.env, hostview.gpus(app.host, Scan(app.host)), _ids(app, ids), keep_definition)
     emit_result(app, "vgpu-remove", plan=steps, data={"removed": list(ids)})
 
 
 @vgpu.command("define")
-@click.argument("ids", nargs=-1, required=True, metavar="ID...", type=NAME)
+@click.argument("ids", nargs=-1, required=True, metavar="ID...", type=VM_DEVICE)
 @click.option("--auto", is_flag=True, help="Made again at boot (start=auto; default: manual).")
 @json_option
 @dry_run_option
@@ -158,12 +174,12 @@ def define_cmd(app: App, ids: tuple[str, ...], auto: bool) -> None:
     """Keep running legacy vGPUs across reboots: write their definitions (again: change the start mode)."""
     from . import ops  # the change machinery loads with the commands that change things
 
-    steps = ops.define(app.env, hostview.gpus(app.host, Scan(app.host)), list(ids), auto)
+    steps = ops.define(app.env, hostview.gpus(app.host, Scan(app.host)), _ids(app, ids), auto)
     emit_result(app, "vgpu-define", plan=steps, data={"defined": list(ids), "start": "auto" if auto else "manual"})
 
 
 @vgpu.command("undefine")
-@click.argument("ids", nargs=-1, required=True, metavar="ID...", type=NAME)
+@click.argument("ids", nargs=-1, required=True, metavar="ID...", type=VM_DEVICE)
 @json_option
 @dry_run_option
 @click.pass_obj
@@ -172,5 +188,5 @@ def undefine_cmd(app: App, ids: tuple[str, ...]) -> None:
     """Delete legacy vGPUs' definitions (running ones keep running; none comes back at boot)."""
     from . import ops  # the change machinery loads with the commands that change things
 
-    steps = ops.undefine(app.env, hostview.gpus(app.host, Scan(app.host)), list(ids))
+    steps = ops.undefine(app.env, hostview.gpus(app.host, Scan(app.host)), _ids(app, ids))
     emit_result(app, "vgpu-undefine", plan=steps, data={"undefined": list(ids)})
