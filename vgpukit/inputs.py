@@ -17,9 +17,10 @@ import ipaddress
 import math
 import re
 import unicodedata
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from .errors import InvalidInput
+from .errors import InvalidInput, VgpukitError
 
 MAX_DOC_BYTES = 4 * 1024 * 1024  # config files, definitions, state records
 MAX_DEPTH = 32  # nesting of mappings/lists in any document we read
@@ -199,6 +200,18 @@ def load_yaml(text: str, where: str, *, limit: int = MAX_DEPTH, max_bytes: int =
     reach Python's recursion limit on a 5000-level file takes seconds), and the checked node tree is
     then constructed.
     """
+    return _load_yaml(text, where, limit, max_bytes)[0]
+
+
+def load_yaml_located(
+    text: str, where: str, *, limit: int = MAX_DEPTH, max_bytes: int = MAX_DOC_BYTES
+) -> tuple[Any, Positions]:
+    """:func:`load_yaml`, and where each value of the document is (:class:`Positions`), from the same parse."""
+    doc, node = _load_yaml(text, where, limit, max_bytes)
+    return doc, positions(node) if node is not None else Positions()
+
+
+def _load_yaml(text: str, where: str, limit: int, max_bytes: int) -> tuple[Any, Any]:
     import yaml
 
     if len(text) > max_bytes:
@@ -224,9 +237,9 @@ def load_yaml(text: str, where: str, *, limit: int = MAX_DEPTH, max_bytes: int =
         loader = Loader(text)  # the reader refuses control characters here already
         node = loader.get_single_node()
         if node is None:
-            return None
+            return None, None
         _node_depth(node, where, limit)  # aliases can nest the built document deeper than its text
-        return loader.construct_document(node)
+        return loader.construct_document(node), node
     except RecursionError:
         raise InvalidInput(f"{where}: nested more than {limit} levels deep") from None
     except yaml.YAMLError as exc:
@@ -236,6 +249,99 @@ def load_yaml(text: str, where: str, *, limit: int = MAX_DEPTH, max_bytes: int =
     finally:
         if loader is not None:
             loader.dispose()
+
+
+Path = tuple[Any, ...]  # keys and list indices from a document's root to a value
+
+
+class Positions:
+    """Where each value of a YAML document is: its path from the root (mapping keys, list indices)
+    -> (line, column), both 1-based, of the value's first character (a key's own place under the path
+    + ("<key>",)). Built from the composed node tree (:func:`positions`), so a check made on the plain
+    document can say where the value it refuses is (:func:`at`, :meth:`locate`)."""
+
+    def __init__(self, marks: dict[Path, tuple[int, int]] | None = None) -> None:
+        self.marks = marks or {}
+
+    def locate(self, path: Path) -> tuple[int, int] | None:
+        """The place of the value at ``path``, else of its nearest ancestor there is one for."""
+        for cut in range(len(path), -1, -1):
+            found = self.marks.get(tuple(path[:cut]))
+            if found is not None:
+                return found
+        return None
+
+    def describe(self, path: Path) -> str:
+        """``line N, column C`` of :meth:`locate` (empty when unknown)."""
+        found = self.locate(path)
+        return f"line {found[0]}, column {found[1]}" if found else ""
+
+
+def positions(node: Any) -> Positions:
+    """The :class:`Positions` of a composed YAML node tree (keys read as plain scalars; a mapping key
+    that is not a scalar is left out)."""
+    import yaml
+
+    marks: dict[Path, tuple[int, int]] = {}
+    stack: list[tuple[Any, Path]] = [(node, ())]
+    seen: set[int] = set()
+    while stack:
+        n, path = stack.pop()
+        if n.start_mark is not None:
+            marks.setdefault(path, (n.start_mark.line + 1, n.start_mark.column + 1))
+        if id(n) in seen:  # an alias: its places are the anchor's
+            continue
+        seen.add(id(n))
+        if isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                if isinstance(k, yaml.ScalarNode):
+                    key = _scalar(k)
+                    marks.setdefault((*path, key, "<key>"), (k.start_mark.line + 1, k.start_mark.column + 1))
+                    stack.append((v, (*path, key)))
+        elif isinstance(n, yaml.SequenceNode):
+            stack += [(v, (*path, i)) for i, v in enumerate(n.value)]
+    return Positions(marks)
+
+
+def _scalar(node: Any) -> Any:
+    """A scalar key as the safe loader builds it (``1`` an int, ``gpu0`` a str)."""
+    import yaml
+
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_object(node)
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError):
+        return node.value
+    finally:
+        loader.dispose()
+
+
+E = TypeVar("E", bound=VgpukitError)
+
+
+def at(err: E, *path: Any) -> E:
+    """``err``, noted as being about the value at ``path`` (relative to the document part the code that
+    raised it was given: callers further up prefix their own part, :func:`under`)."""
+    err.__dict__["at"] = (*path, *where_in(err))
+    return err
+
+
+def where_in(err: VgpukitError) -> Path:
+    """The path :func:`at` noted on ``err`` (empty: none)."""
+    found = err.__dict__.get("at", ())
+    return tuple(found) if isinstance(found, tuple) else ()
+
+
+T = TypeVar("T")
+
+
+def under(path: Path, make: Callable[[], T]) -> T:
+    """``make()``; an error it raises is noted as being under ``path``."""
+    try:
+        return make()
+    except VgpukitError as err:
+        at(err, *path)
+        raise
 
 
 _QUOTED = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|(?:^|(?<=\s))#[^\n]*', re.MULTILINE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InvalidInput, NoCapacity, NotFound
+from ..inputs import at
 from .model import PACK, SPREAD, MdevParent, short_name
 
 
@@ -18,7 +19,9 @@ def candidates(parents: list[MdevParent], type_id: str, numa: int | None = None)
     """(parent, available_instances) of every parent offering ``type_id`` (on NUMA node ``numa``)."""
     offering = [p for p in parents if p.type(type_id) is not None]
     if not offering:
-        raise NotFound(f"no mdev parent offers type {type_id}", value=type_id, hint="see: vgpukit mdev types")
+        raise at(
+            NotFound(f"no mdev parent offers type {type_id}", value=type_id, hint="see: vgpukit mdev types"), "type"
+        )
     if numa is not None:
         offering = [p for p in offering if p.numa_node == numa]
         if not offering:
@@ -35,10 +38,13 @@ def plan(cands: list[tuple[str, int]], type_id: str, count: int, strategy: str =
     total = sum(a for _, a in cands)
     if total < count:
         detail = ", ".join(f"{p}: {a}" for p, a in cands)
-        raise NoCapacity(
-            f"{count} x {type_id} do not fit: {total} available in total ({detail})",
-            value=count,
-            hint="nothing was created",
+        raise at(
+            NoCapacity(
+                f"{count} x {type_id} do not fit: {total} available in total ({detail})",
+                value=count,
+                hint="nothing was created",
+            ),
+            "count",
         )
     if strategy == SPREAD:
         left = dict(cands)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from ..engine import Step
 from ..errors import Conflict, InUse, InvalidInput, NotFound
 from ..host import Host
+from ..inputs import at
 from ..naming import unknown
 from . import callouts, mdevctl, sysfs
 from .model import (
@@ -52,7 +53,7 @@ class Facts:
         """Parent ``name``; the one 'not on this host' refusal (exit 3) otherwise."""
         found = next((p for p in self.parents if p.name == name), None)
         if found is None:
-            raise unknown("mdev parent", name, hint="see: vgpukit mdev types")
+            raise at(unknown("mdev parent", name, hint="see: vgpukit mdev types"), "parent")
         return found
 
     def instance(self, uid: str) -> MdevInstance | None:
@@ -103,7 +104,10 @@ def type_of(facts: Facts, parent: str, type_id: str) -> None:
     """``type_id`` must be one of ``parent``'s types (parent present)."""
     check_type_id(type_id)
     if facts.parent(parent).type(type_id) is None:
-        raise NotFound(f"parent {parent} has no mdev type {type_id}", device=parent, hint="see: vgpukit mdev types")
+        raise at(
+            NotFound(f"parent {parent} has no mdev type {type_id}", device=parent, hint="see: vgpukit mdev types"),
+            "type",
+        )
 
 
 def check_type(facts: Facts, parent: str, type_id: str) -> None:
@@ -401,7 +405,7 @@ def converge(facts: Facts, parents: list[str], wants: Wants) -> tuple[list[Step]
             candidates(objs, type_id)  # "no mdev parent offers type T" when none does
         for u in pinned:
             if u in elsewhere:
-                raise Conflict(f"mdev {u} exists already on {elsewhere[u].parent}", value=u)
+                raise at(Conflict(f"mdev {u} exists already on {elsewhere[u].parent}", value=u), "uuids")
         have = [i for i in on if i.type_id == type_id]
         kept, missing = _keep(have, pinned, count, taken)
         gone += [i for i in have if i not in kept]

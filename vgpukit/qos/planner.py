@@ -24,6 +24,7 @@ exist: the daemon drops such a tenant with a warning, docs/qos.md).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -32,6 +33,7 @@ from ..engine import Step
 from ..engine.files import PutFile
 from ..errors import Conflict, NoCapacity, NotFound, VgpukitError
 from ..host import Host
+from ..inputs import at, under
 from .config import Overlay, default_config_path, load_base
 from .model import CLASSES, MAX_TENANTS, Gpu, QosConfig, Tenant, check_key
 
@@ -41,21 +43,28 @@ def check_gpu(gpu: Gpu) -> Gpu:
     """``gpu`` when its tenants fit together: at most MAX_TENANTS, unique names, each class's shares
     at most 100%."""
     if len(gpu.tenants) > MAX_TENANTS:
-        raise NoCapacity(f"{gpu.key}: at most {MAX_TENANTS} tenants per GPU")
+        raise at(
+            NoCapacity(f"{gpu.key}: at most {MAX_TENANTS} tenants per GPU"), "tenants", gpu.tenants[MAX_TENANTS].name
+        )
     names = [t.name for t in gpu.tenants]
     if len(set(names)) != len(names):
-        raise Conflict(f"{gpu.key}: duplicate tenant names")
+        raise at(Conflict(f"{gpu.key}: duplicate tenant names"), "tenants")
     for cls in CLASSES:
-        total = sum(t.share for t in gpu.tenants if t.cls == cls)
-        if total > 100:
-            raise Conflict(f"{gpu.key}: {cls} shares add up to {total}% (at most 100)")
+        total = 0
+        for t in (t for t in gpu.tenants if t.cls == cls):
+            total += t.share
+            if total > 100:  # the share that goes over is the one at fault
+                total = sum(t.share for t in gpu.tenants if t.cls == cls)
+                raise at(
+                    Conflict(f"{gpu.key}: {cls} shares add up to {total}% (at most 100)"), "tenants", t.name, "share"
+                )
     return gpu
 
 
 def check(cfg: QosConfig) -> QosConfig:
     """``cfg`` when every GPU's tenants fit (:func:`check_gpu`)."""
-    for gpu in cfg.gpus.values():
-        check_gpu(gpu)
+    for key, gpu in cfg.gpus.items():
+        under(("gpus", key), partial(check_gpu, gpu))
     return cfg
 
 

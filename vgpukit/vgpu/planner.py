@@ -17,6 +17,7 @@ from ..engine import Step
 from ..errors import InUse, InvalidInput, NoCapacity, NotFound, Unsupported
 from ..holders import Holder, group_holders
 from ..host import Host
+from ..inputs import at
 from ..mdev import planner as mdev_planner
 from ..mdev.model import Definition, MdevInstance, check_uuid
 from ..pci import is_bdf, parse_bdf
@@ -58,11 +59,12 @@ class VgpuPlan:
 # ----------------------------------------------------------------------------- the rules
 def require_interface(gpu: GpuView) -> str:
     if gpu.interface is None:
-        raise Unsupported(
+        err = Unsupported(
             f"{gpu.alias or gpu.bdf} ({gpu.name}) offers no vGPU types",
             device=gpu.bdf,
             hint="is the NVIDIA vGPU host driver loaded (and, on SR-IOV GPUs, VFs enabled with sriov-manage -e)?",
         )
+        raise at(err, "device")
     return gpu.interface
 
 
@@ -73,22 +75,24 @@ def find_type(offered: list[VgpuType] | tuple[VgpuType, ...], gpu: GpuView, want
         if t.short == key or t.type_id.lower() == wanted.strip().lower():
             return t
     names = ", ".join(t.short for t in offered) or "none"
-    raise NotFound(
+    err = NotFound(
         f"{gpu.alias or gpu.bdf} ({gpu.name}) has no vGPU type {wanted!r}",
         device=gpu.bdf,
         value=wanted,
         hint=f"types reported by the host: {names}",
     )
+    raise at(err, "type")
 
 
 def no_room(facts: Facts, count: int, name: str, why: str) -> NoCapacity:
     """The one refusal for vGPUs that do not fit (capacity, or the GPU holds another type now)."""
-    return NoCapacity(
+    err = NoCapacity(
         f"{facts.label} cannot take {count} x {name}: {why}",
         device=facts.gpu.bdf,
         hint="vGPUs on one GPU share its framebuffer and, time-sliced, one type; see: vgpukit vgpu types;"
         " nothing was changed",
     )
+    return at(err, "count")
 
 
 def in_use(vf: str, users: tuple[Holder, ...] | list[Holder]) -> InUse:
