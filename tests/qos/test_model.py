@@ -12,7 +12,8 @@ from vgpukit.qos.planner import AddTenant, RemoveTenant, change, effective, load
 
 
 def t(name: str, share: int = 10, cls: str = "offline") -> Tenant:
-    return Tenant(name, cls, share, "pids", pids=(1234,))
+    """A tenant of its own process (one per name: a process may be in one tenant only)."""
+    return Tenant(name, cls, share, "pids", pids=(int.from_bytes(name.encode()[:3], "big") % 4_000_000 + 2,))
 
 
 def test_config_roundtrip() -> None:

@@ -144,9 +144,13 @@ def assert_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
 @click.pass_obj
 def export_cmd(app: App, name: str) -> None:
     """Print the host as a vgpukit.host/v1 document (SR-IOV, vfio, mdev, vGPU, MIG, QoS); applying it is a no-op."""
-    doc = export.current(app.host, name, lambda: _mig_export(app))
-    text = export.dump(doc)
-    emit(app, "export", {"config": name, "yaml": text, "document": doc}, lambda: click.echo(text, nl=False))
+    left_out: list[str] = []
+    doc = export.current(app.host, name, lambda: _mig_export(app), left_out)
+    text = export.dump(doc, left_out)
+    for line in left_out:
+        sys.stderr.write(f"vgpukit: warning: {line}\n")
+    data = {"config": name, "yaml": text, "document": doc, "warnings": left_out}
+    emit(app, "export", data, lambda: click.echo(text, nl=False))
 
 
 def _mig_export(app: App) -> list[dict[str, Any]] | None:

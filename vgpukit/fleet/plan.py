@@ -90,6 +90,7 @@ class _Ctx:
         self.future_vfs: dict[str, list[str]] = {}  # PF -> its VFs once the SR-IOV steps ran
         self._mdev: mdev_planner.Facts | None = None
         self.path: tuple[Any, ...] = ()  # the entry being planned (under the config): an error without a place
+        self.mig_after: dict[str, bool] = {}  # GPU -> its MIG mode once the plan's MIG steps ran
 
     def mdev_facts(self) -> mdev_planner.Facts:
         """The mdev planner's facts of this host (read once per plan)."""
@@ -193,11 +194,12 @@ def _mig(ctx: _Ctx, out: Plan) -> list[Step]:
         return []
     ctx.path = ("mig",)
     from ..mig import migparted
-    from ..mig.steps import nvml_of
+    from ..mig.steps import SetMode, nvml_of
 
     req = migparted.MigRequest(ctx.cfg.mig, ctx.cfg.source, ctx.cfg.mig_name, strict=ctx.cfg.strict)
     found = migparted.plan_config(nvml_of(ctx.env), ctx.scan, req)
     out.warnings += found.warnings
+    ctx.mig_after = {s.bdf: s.enable for p in found.plans for s in p.steps if isinstance(s, SetMode)}
     return list(found.steps)
 
 
@@ -324,6 +326,6 @@ def _qos(ctx: _Ctx, out: Plan) -> list[Step]:
     except VgpukitError as err:
         where = ctx.cfg.place("qos", *where_in(err))
         raise InvalidInput(f"{where}: config {ctx.cfg.name}: qos: {err}") from None
-    found = qos_planner.plan_config(ctx.host, want)
+    found = qos_planner.plan_config(ctx.host, want, nvml=lambda: ctx.env.nvml, mig=ctx.mig_after)
     out.warnings += found.warnings
     return found.steps

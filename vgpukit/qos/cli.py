@@ -74,6 +74,7 @@ def set_cmd(app: App, gpu: str, policy: str | None, slice_ms: int | None) -> Non
     """Set the policy and slice length of GPU (any key: gpu0, a PCI address, a MIG UUID)."""
     if policy is None and slice_ms is None:
         raise InvalidInput("give --policy and/or --slice-ms")
+    _check_key(app, gpu)
     reply = control.request(
         app.host, {"op": "set", "gpu": gpu, "policy": policy, "slice_ms": slice_ms, "dry_run": app.dry_run}
     )
@@ -134,6 +135,7 @@ def tenant_add(
     if len(given) != 1:
         raise InvalidInput("give exactly one of --cgroup, --pid, --domain")
     kind = "cgroup" if cgroup else "pids" if all_pids else "domain"
+    _check_key(app, gpu)
     t = Tenant(
         name,
         cls,
@@ -157,6 +159,14 @@ def tenant_add(
         sys.stderr.write(f"vgpukit: warning: {w}\n")
     data = {"gpu": gpu, "name": name, "tenant": reply["tenant"], "warnings": warnings}
     emit_result(app, "qos-tenant", plan=plan, data=data)
+
+
+def _check_key(app: App, gpu: str) -> None:
+    """The QoS planner's host rules for the GPU key (a device it names is a GPU of this host, not in MIG
+    mode), as ``apply`` holds a host config's ``qos:`` to them."""
+    from .planner_host import check_key_here
+
+    check_key_here(app.host, gpu, nvml=lambda: app.nvml)
 
 
 def _cuda_warnings(app: App, name: str, given: list[str]) -> list[str]:
@@ -211,7 +221,7 @@ def _memory(t: dict[str, Any]) -> str:
 
 
 def _human_status(gpus: list[dict[str, Any]], daemon: dict[str, Any]) -> None:
-    if not gpus:
+    if not gpus and not (daemon.get("config") or {}).get("dropped"):
         say("no GPUs configured")
     for g in gpus:
         rows = [
@@ -242,6 +252,8 @@ def _human_status(gpus: list[dict[str, Any]], daemon: dict[str, Any]) -> None:
         if any(t.get("demand_source") == "waiting" for t in g["tenants"]):
             say("  notify:waiting: no busy/idle notification received yet, so never scheduled (see --demand)")
     conf = daemon.get("config") or {}
+    for d in conf.get("dropped") or []:
+        say(f"not running: {d['gpu']}: tenant {d['tenant']} (dropped: {d['reason']})", "yellow")
     if conf.get("reload_error"):
         err = conf["reload_error"]
         say(f"config: last reload refused at {err['at']}, the previous configuration runs: {err['message']}")

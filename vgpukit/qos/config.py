@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInput, OutsideRoot, VgpukitError
 from ..host import Host
-from ..inputs import MAX_DOC_BYTES, load_json, load_yaml_located, under, where_in
-from .model import Gpu, QosConfig, Tenant
+from ..inputs import MAX_DOC_BYTES, load_json, load_yaml_located, where_in
+from .model import QosConfig, Tenant
 
 MAX_CONFIG_BYTES = 1024 * 1024
 
@@ -26,9 +25,10 @@ def default_config_path(host: Host) -> Path:
     return host.config_dir("qos.yaml")
 
 
-def load_base(host: Host, path: Path, rules: Callable[[Gpu], object] | None = None) -> QosConfig:
-    """The admin's config; any problem is one InvalidInput naming the file and the line. ``rules``:
-    what each GPU's tenants must satisfy together (the QoS planner's, :func:`vgpukit.qos.planner.load`)."""
+def load_base(host: Host, path: Path, rules: Callable[[QosConfig], object] | None = None) -> QosConfig:
+    """The admin's config; any problem is one InvalidInput naming the file and the place of the value
+    at fault. ``rules``: what the tenants must satisfy together (the QoS planner's,
+    :func:`vgpukit.qos.planner.load`)."""
     user_file = path != default_config_path(host)  # --config PATH: the user's own file, not contained
     text = host.read_doc(path, "QoS config", MAX_CONFIG_BYTES, missing_ok=True, user_file=user_file)
     if text is None:
@@ -39,8 +39,7 @@ def load_base(host: Host, path: Path, rules: Callable[[Gpu], object] | None = No
     try:
         cfg = QosConfig.from_dict(doc)
         if rules is not None:
-            for key, gpu in cfg.gpus.items():
-                under(("gpus", key), partial(rules, gpu))
+            rules(cfg)
         return cfg
     except VgpukitError as err:
         place = places.describe(where_in(err))
