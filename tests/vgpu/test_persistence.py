@@ -121,3 +121,14 @@ def test_mdev_remove_says_an_auto_definition_stays(t4_sim: Path) -> None:
     invoke(t4_sim, "mdev", "start", "--all")
     r = invoke(t4_sim, "mdev", "remove", made["uuid"], "--json")
     assert as_json(r)["kept_definitions"] == [{"uuid": made["uuid"], "parent": GPU0, "start": "auto"}]
+
+
+def test_a_host_config_names_an_mdev_type_by_its_name(t4_sim: Path, tmp_path: Path) -> None:
+    doc = tmp_path / "host.yaml"
+    doc.write_text(
+        "version: vgpukit.host/v1\nconfigs:\n  c:\n    mdev:\n      - {parent: gpu0, type: T4-4Q, count: 2}\n"
+    )
+    r = invoke(t4_sim, "apply", "-f", str(doc), "--json")
+    assert r.exit_code == 0, r.stderr
+    assert {v["type_id"] for v in listed(t4_sim).values()} == {"nvidia-232"} and len(listed(t4_sim)) == 2
+    assert as_json(invoke(t4_sim, "apply", "-f", str(doc), "--json"))["plan"] == []
