@@ -18,6 +18,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any, TypeVar
 
 from .errors import InvalidInput, VgpukitError
@@ -77,33 +78,38 @@ def parse_size(text: object, what: str, *, lo: int = 0, hi: int = 1 << 50) -> in
 
 
 # Kubernetes' quantity grammar (k8s.io/apimachinery resource.Quantity): sign, digits with an optional
-# fraction, and a binary suffix (Ki..Ei), a decimal one (n u m k M G T P E) or an exponent (e3, E-2)
+# fraction, and a binary suffix (Ki..Ei), a decimal one (n u m k M G T P E) or an exponent (e3, E-2;
+# two digits at most here: no quantity anyone means needs more, and 1e999999 would build a huge number)
 _K8S_QUANTITY = re.compile(
-    r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?\Z", re.ASCII
+    r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]{1,2})?\Z", re.ASCII
 )
 K8S_FORMS = "bytes or a Kubernetes quantity such as 4Gi, 1.5Gi or 4G (G = 10^9, Gi = 2^30)"
 
 
-def parse_k8s_quantity(value: object, what: str, *, lo: int = 0, hi: int = 1 << 50) -> int:
-    """A byte count where Kubernetes is the source (a DRA claim's opaque configuration): an int, or a
-    quantity in Kubernetes' own grammar, valued by the Kubernetes client library's parser
-    (``kubernetes.utils.quantity.parse_quantity``, the k8s extra); it must come to whole bytes. Unlike
-    :func:`parse_size`, ``4G`` is 4*10^9 bytes here, as the API server reads it."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return check_range(value, what, lo=lo, hi=hi)
+def k8s_quantity(value: object, what: str, forms: str = "a Kubernetes quantity") -> Fraction:
+    """A number written in Kubernetes' quantity grammar (``4Gi``, ``1.5k``, ``500m``, ``2e3``), exactly,
+    valued by the Kubernetes client library's parser (``kubernetes.utils.quantity.parse_quantity``, the
+    k8s extra): the one reader of quantities where Kubernetes is the source. ``forms``: what the
+    refusal says ``what`` must be."""
     if not isinstance(value, str) or not value.isascii() or len(value) > 64 or not _K8S_QUANTITY.match(value):
-        raise InvalidInput(f"{what} must be {K8S_FORMS}")
+        raise InvalidInput(f"{what} must be {forms}")
     from .extras import require
 
-    parse = require("kubernetes.utils.quantity").parse_quantity
     try:
-        amount = parse(value)
+        return Fraction(require("kubernetes.utils.quantity").parse_quantity(value))
     except ValueError:
-        raise InvalidInput(f"{what} must be {K8S_FORMS}") from None
-    if amount != amount.to_integral_value():
+        raise InvalidInput(f"{what} must be {forms}") from None
+
+
+def parse_k8s_quantity(value: object, what: str, *, lo: int = 0, hi: int = 1 << 50) -> int:
+    """A byte count where Kubernetes is the source (a DRA claim's opaque configuration): an int, or a
+    :func:`k8s_quantity` that comes to whole bytes. Unlike :func:`parse_size`, ``4G`` is 4*10^9 bytes
+    here, as the API server reads it."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return check_range(value, what, lo=lo, hi=hi)
+    amount = k8s_quantity(value, what, K8S_FORMS)
+    if amount.denominator != 1:
         raise InvalidInput(f"{what} is not a whole number of bytes")
-    if amount > hi:  # before int(): 1E1000000 is a valid quantity
-        raise InvalidInput(f"{what} must be at most {hi}, not {_small(hi + 1)}")
     return check_range(int(amount), what, lo=lo, hi=hi)
 
 
