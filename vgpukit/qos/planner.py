@@ -9,11 +9,16 @@ typed refusal out. Nothing here executes, prints or parses argv. The rules (docs
 * tenant names are unique on a GPU; adding a tenant that exists with other settings is refused
   (``conflict``, exit 4), adding it again with the same settings changes nothing;
 * the shares of a class (online, offline) on a GPU add up to at most 100% (``conflict``, exit 4);
+* a process is in one tenant only, of any GPU (``conflict``, exit 4);
+* a GPU key that names a device names a GPU of this host not in MIG mode, or a MIG device
+  (:mod:`vgpukit.qos.planner_host`: ``apply``, ``qos set``, ``qos tenant add``);
 * a tenant with a cap of the CUDA interception library (``memory``, ``inflight``, ``inflight_ms``),
   or any tenant once the ``gpu-share`` CDI class is enabled, needs the library: when it is missing
   that is a warning (the tenant still time-slices), the same words through every door;
 * run-time changes recorded by the daemon apply on top of the base config; one that no longer fits
-  is skipped and reported (:func:`effective`).
+  is skipped and reported (:func:`effective`);
+* ``apply`` writes the file and has a running daemon reload it (:mod:`vgpukit.qos.steps`), and plans a
+  reload alone when the daemon runs an older file or a tenant it dropped could run now.
 
 What a tenant is (class, share 1..100, its cgroup, processes or domain named well) is checked where
 it is parsed (:mod:`vgpukit.qos.model`); that its cgroup, processes or domain exist right now is a
