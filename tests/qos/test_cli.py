@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import invoke, make_sim
+from tests.conftest import invoke
 from vgpukit.host import Host
 from vgpukit.qos.backends import PidBackend
 from vgpukit.qos.metrics import Metrics
@@ -20,11 +20,10 @@ from .conftest import REPO, DaemonProc, proc_state, wait_for
 
 
 def test_cli_round_trip(daemon: DaemonProc, spawn) -> None:  # type: ignore[no-untyped-def]
-    sim = make_sim(daemon.root, "hgx-a100")  # gpu0 names a GPU of the host (docs/qos.md, "GPU keys")
-    daemon.sim = True
+    root = daemon.root
 
     def qos(*args: str):  # type: ignore[no-untyped-def]
-        return invoke(sim, "qos", *args)
+        return invoke(None, "--root", str(root), "qos", *args)
 
     r = qos("status")
     assert r.exit_code == 3 and "not running" in r.stderr

@@ -44,13 +44,18 @@ def check_host(host: Host, cfg: QosConfig, nvml: NvmlSource = None, mig: dict[st
 def check_key_here(
     host: Host, key: str, nvml: NvmlSource = None, scan: Scan | None = None, mig: dict[str, bool] | None = None
 ) -> None:
-    """The host rules of one GPU key (a label that names no device passes)."""
+    """The host rules of one GPU key (a label that names no device passes, and so does any key on a host
+    root that shows no PCI device at all: a test rig or a container without /sys, where nothing can be
+    named; docs/qos.md, "GPU keys")."""
     form = naming.form_of(key)
+    scan = scan or Scan(host)
+    if form in (*DEVICE_FORMS, "mig-uuid") and not scan.bdfs():
+        return
     try:
         if form == "mig-uuid":
             naming.resolve(host, key, frozenset({naming.MIG}), nvml=nvml, scan=scan)
         elif form in DEVICE_FORMS:
-            _gpu_here(host, key, nvml, scan or Scan(host), mig or {})
+            _gpu_here(host, key, nvml, scan, mig or {})
     except VgpukitError as err:
         if not err.message.startswith(f"GPU key {key}"):
             err.message = f"GPU key {key}: {err.message}"
