@@ -18,10 +18,12 @@ import math
 import re
 import unicodedata
 from collections.abc import Callable
-from fractions import Fraction
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import InvalidInput, VgpukitError
+
+if TYPE_CHECKING:  # fractions (and decimal) load only where a Kubernetes quantity is read
+    from fractions import Fraction
 
 MAX_DOC_BYTES = 4 * 1024 * 1024  # config files, definitions, state records
 MAX_DEPTH = 32  # nesting of mappings/lists in any document we read
@@ -93,6 +95,8 @@ def k8s_quantity(value: object, what: str, forms: str = "a Kubernetes quantity")
     refusal says ``what`` must be."""
     if not isinstance(value, str) or not value.isascii() or len(value) > 64 or not _K8S_QUANTITY.match(value):
         raise InvalidInput(f"{what} must be {forms}")
+    from fractions import Fraction
+
     from .extras import require
 
     try:
