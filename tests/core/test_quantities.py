@@ -108,7 +108,8 @@ def test_kubernetes_refuses_what_kubernetes_refuses_and_fractions_of_a_byte(text
 @pytest.mark.parametrize(("limit", "value"), [("1.5Gi", 3 << 29), ("4G", 4 * 10**9), ("4Gi", 4 << 30)])
 def test_a_dra_memory_cap_takes_what_kubernetes_accepts(limit: str, value: int) -> None:
     doc = {"apiVersion": "vgpukit.io/v1", "kind": "MemoryCapConfig", "limit": limit}
-    assert parameters(doc, "config entry 1") == ("MemoryCapConfig", value)
+    kind, cap = parameters(doc, "config entry 1")
+    assert (kind, cap.limit) == ("MemoryCapConfig", value)
 
 
 def test_the_command_line_reads_4g_as_gib_and_refuses_4gb(tmp_path: Path) -> None:

@@ -174,7 +174,6 @@ def tenant_add(
     if len(given) != 1:
         raise InvalidInput("give exactly one of --cgroup, --pid, --domain")
     kind = "cgroup" if cgroup else "pids" if all_pids else "domain"
-    _check_key(app, gpu)
     t = Tenant(
         name,
         cls,
@@ -189,6 +188,7 @@ def tenant_add(
         inflight_ms=inflight_ms,
         memory_burst=memory_burst,
     ).validate()
+    _check_key(app, gpu)  # the input first, then the host
     reply = control.request(
         app.host, {"op": "tenant-add", "gpu": gpu, "name": name, "tenant": t.to_dict(), "dry_run": app.dry_run}
     )
