@@ -1,7 +1,7 @@
 """The health rule through every door: nothing is planned onto a GPU the health layer finds unusable.
 
 MIG onto an unusable GPU (an uncorrected ECC error, the GPU still answering) is refused the same way
-by the area command (``partition``), ``apply``, the node agent's apply and the Ansible module: exit 4,
+by the area command (``partition``), ``apply``, the node agent's apply and the Ansible module: exit 6,
 error kind ``unusable``, the reason, the host unchanged (the SR-IOV row is in test_doors_sriov.py).
 """
 
@@ -24,5 +24,5 @@ def test_mig_onto_an_unusable_gpu_is_refused_through_every_door(tmp_path: Path) 
         sim, tmp_path, "mig: all-3g", ["partition", "gpu0", "--mig", "3g.20gb"], top=documents.MIG_CONFIGS
     )
     for answer in answers:
-        assert (answer.code, answer.kind) == (4, "unusable"), answer
+        assert (answer.code, answer.kind) == (6, "unusable"), answer
         assert SAYS in answer.message, answer

@@ -1,4 +1,4 @@
-"""Planners consult the health fact: nothing is planned onto an unusable GPU (exit 4, the reason)."""
+"""Planners consult the health fact: nothing is planned onto an unusable GPU (exit 6, the reason)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_the_rule() -> None:
     layout.refuse_unusable(g, None, {"0000:04:00.0": "lost"})
     with pytest.raises(layout.Unusable) as err:
         layout.refuse_unusable(g, "gpu0", {"0000:03:00.0": "the GPU stopped answering"})
-    assert err.value.exit_code == 4 and "gpu0 is unusable: the GPU stopped answering" in str(err.value)
+    assert err.value.exit_code == 6 and "gpu0 is unusable: the GPU stopped answering" in str(err.value)
 
 
 def r_args(how: str, tmp_path: Path) -> list[str]:
@@ -41,19 +41,19 @@ def test_an_unusable_gpu_is_refused_and_nothing_changes(run_cli: Run, tmp_path: 
         r = run_cli(sim, "partition", "gpu0", "--mig", "3g.20gb")
     else:
         r = run_cli(sim, *r_args(how, tmp_path))
-    assert r.exit_code == 4, r.output
+    assert r.exit_code == 6, r.output
     assert "gpu0 (0000:03:00.0) is unusable: uncorrected ECC errors" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert json.loads(run_cli(sim, "mig", "status", "--json").stdout) == before
     if how != "partition":
         doc = json.loads(run_cli(sim, *r_args(how, tmp_path), "--json").stdout)
-        assert doc["error"] == "unusable" and doc["exit_code"] == 4
+        assert doc["error"] == "unusable" and doc["exit_code"] == 6
 
 
 def test_a_lost_gpu_is_refused_with_the_reason(run_cli: Run, sim_dir: Path) -> None:
     assert run_cli(sim_dir, "sim", "fault", "xid", "gpu0", "79").exit_code == 0
     r = run_cli(sim_dir, "partition", "gpu0", "--mig", "3g.20gb")
-    assert r.exit_code == 4 and "XID 79" in r.stderr
+    assert r.exit_code == 6 and "XID 79" in r.stderr
     assert run_cli(sim_dir, "partition", "gpu1", "--mig", "3g.20gb").exit_code == 0  # the others are fine
 
 
@@ -69,5 +69,5 @@ def test_sriov_enable_on_an_unusable_pf_is_refused_but_repairing_missing_vfs_is_
     assert run_cli(sim, "sriov", "enable", "gpu0", "--vfs", "4").exit_code == 0
     assert run_cli(sim, "sim", "fault", "aer", "0000:41:00.0", "fatal").exit_code == 0
     r = run_cli(sim, "sriov", "enable", "gpu0", "--vfs", "8")
-    assert r.exit_code == 4 and "0000:41:00.0 is unusable: PCIe AER fatal errors counted" in r.stderr
+    assert r.exit_code == 6 and "0000:41:00.0 is unusable: PCIe AER fatal errors counted" in r.stderr
     assert len(json.loads(run_cli(sim, "sriov", "list", "gpu0", "--json").stdout)["pfs"][0]["vfs"]) == 4

@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from ..errors import VgpukitError
 from .context import App
+
+if TYPE_CHECKING:
+    from ..partial import Unread
 
 SCHEMA_VERSION = 1
 
@@ -109,6 +112,15 @@ def emit_result(
         sys.stdout.write("".join(f"done: {step}\n" for step in plan))
     if human is not None:
         human()
+
+
+def finish_read(app: App, unread: Sequence[Unread]) -> None:
+    """End a whole-host read that printed its document: exit 6 (one line naming what it could not read)
+    when devices were left out (docs/health.md, "One bad device"); nothing when it read them all."""
+    if unread:
+        from ..partial import error
+
+        fail_after_emit(app, error(list(unread)))
 
 
 def fail_after_emit(app: App, err: VgpukitError) -> NoReturn:

@@ -13,10 +13,11 @@ import click
 
 from ..clikit.context import App
 from ..clikit.options import dry_run_option, json_option, mutating
-from ..clikit.output import emit, emit_result, fail_after_emit, say
+from ..clikit.output import emit, emit_result, fail_after_emit, finish_read, say
 from ..clikit.params import NAME
 from ..engine import execute
 from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
+from ..partial import Unread, as_json
 from ..pci import Scan
 from . import document, export, plan
 
@@ -144,13 +145,21 @@ def assert_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
 @click.pass_obj
 def export_cmd(app: App, name: str) -> None:
     """Print the host as a vgpukit.host/v1 document (SR-IOV, vfio, mdev, vGPU, MIG, QoS); applying it is a no-op."""
-    doc = export.current(app.host, name, lambda: _mig_export(app))
+    unread: list[Unread] = []  # a GPU NVML cannot answer for: left out of the document, named, exit 6
+    doc = export.current(app.host, name, lambda: _mig_export(app, unread))
     text = export.dump(doc)
-    emit(app, "export", {"config": name, "yaml": text, "document": doc}, lambda: click.echo(text, nl=False))
+    if unread:
+        from ..mig.cli_config import not_read_comment
+
+        text = not_read_comment(unread) + text
+    data = {"config": name, "yaml": text, "document": doc, "unreadable": as_json(unread)}
+    emit(app, "export", data, lambda: click.echo(text, nl=False))
+    finish_read(app, unread)
 
 
-def _mig_export(app: App) -> list[dict[str, Any]] | None:
-    """mig-parted's export of this host (vgpukit mig export's own), when it has a MIG-capable GPU."""
+def _mig_export(app: App, unread: list[Unread]) -> list[dict[str, Any]] | None:
+    """mig-parted's export of this host (vgpukit mig export's own), when it has a MIG-capable GPU (or a
+    lost GPU, which may be one)."""
     from ..mig.cli_common import nvml_of
     from ..mig.migparted import export_entries
 
@@ -158,9 +167,9 @@ def _mig_export(app: App) -> list[dict[str, Any]] | None:
         nvml = nvml_of(app)
     except Unsupported:
         return None
-    if not any(g.mig_capable for g in nvml.gpus()):
+    if not any(g.mig_capable or g.lost for g in nvml.gpus()):
         return None
-    return export_entries(Scan(app.host), nvml)
+    return export_entries(Scan(app.host), nvml, unread)
 
 
 # ----------------------------------------------------------------------------- boot unit

@@ -14,8 +14,9 @@ import click
 from ..clikit.context import App
 from ..clikit.lazy import LazyGroup
 from ..clikit.options import held, json_option
-from ..clikit.output import emit, say, table
+from ..clikit.output import emit, finish_read, say, table
 from ..clikit.params import NAME, AsciiFloat, AsciiInt
+from ..partial import as_json
 from .stopping import Stop
 
 if TYPE_CHECKING:
@@ -109,6 +110,7 @@ def resources(app: App, replicas: int) -> None:
                 for name, devices in sorted(inv.resources.items())
             },
             "warnings": inv.warnings,
+            "unreadable": as_json(inv.unread),
         }
 
     def human() -> None:
@@ -117,9 +119,11 @@ def resources(app: App, replicas: int) -> None:
             for name, devices in sorted(inv.resources.items())
             for d in devices
         ]
+        rows += [("-", u.label, "-", "-", f"not read: {u.reason}") for u in inv.unread]
         table(None, ["RESOURCE", "DEVICE", "NUMA", "CDI", "HELD BY"], rows)
 
     emit(app, "k8s-resources", doc, human)
+    finish_read(app, inv.unread)  # a GPU NVML cannot answer for: nothing of it offered, named, exit 6
 
 
 @k8s.command("device-plugin")
@@ -175,7 +179,8 @@ def labels_cmd(app: App, write: bool) -> None:
     path = lb.feature_file(host)
     plan: list[str] = []
     with held(app) if write else nullcontext():
-        found = lb.labels(host, app.nvml, collect(host, app.nvml, _options(host, 0)))
+        inv = collect(host, app.nvml, _options(host, 0))
+        found = lb.labels(host, app.nvml, inv)
         text = lb.render(found)
         if write and host.read_doc(path, "feature file", missing_ok=True) != text:
             from ..engine import execute
@@ -197,7 +202,9 @@ def labels_cmd(app: App, write: bool) -> None:
     data = {"namespace": lb.NAMESPACE, "labels": found, "file": host.display(path), "written": written}
     if write:
         data["plan"] = plan
+    data["unreadable"] = as_json(inv.unread)
     emit(app, "k8s-labels", data, human)
+    finish_read(app, inv.unread)  # labels of what could be read (health: unusable), exit 6
 
 
 @k8s.command("node-agent")

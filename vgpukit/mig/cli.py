@@ -7,9 +7,10 @@ import click
 from ..clikit.context import App
 from ..clikit.lazy import LazyGroup
 from ..clikit.options import dry_run_option, json_option, mutating
-from ..clikit.output import emit, fail_after_emit, say
+from ..clikit.output import emit, fail_after_emit, finish_read, say
 from ..clikit.params import GPU_DEVICE, AsciiInt, MigProfiles
 from ..errors import Busy, InvalidInput, Unsupported
+from ..partial import as_json
 from ..pci import Scan
 from . import view
 from .cli_common import aliases, health_of, label_of, named, nvml_of, resolve_gpu, run_plans
@@ -38,8 +39,10 @@ def status(app: App, gpu: str | None) -> None:
     nvml = nvml_of(app)
     scan = Scan(app.host)
     gpus = [resolve_gpu(app, gpu, scan)] if gpu else nvml.gpus()
-    docs = named(scan, [view.gpu_status(nvml, g) for g in gpus])
-    emit(app, "mig-status", {"gpus": docs}, lambda: show_status(docs))
+    docs, unread = view.statuses(nvml, gpus, aliases(scan))  # a GPU NVML cannot answer for: marked
+    docs = named(scan, docs)
+    emit(app, "mig-status", {"gpus": docs, "unreadable": as_json(unread)}, lambda: show_status(docs))
+    finish_read(app, unread)
 
 
 @mig.command("profiles")

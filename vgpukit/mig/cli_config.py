@@ -16,12 +16,13 @@ import click
 
 from ..clikit.context import App
 from ..clikit.options import dry_run_option, json_option
-from ..clikit.output import emit, fail_after_emit, say
+from ..clikit.output import emit, fail_after_emit, finish_read, say
 from ..clikit.params import NAME
 from ..engine import execute, session
 from ..engine.files import PutFile
 from ..entrypoint import entry_point
 from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
+from ..partial import Unread, as_json
 from ..pci import Scan
 from . import config, hooks, layout, migparted, service
 from .cli_common import nvml_of, report_plans
@@ -287,13 +288,23 @@ def assert_cmd(
 @click.pass_obj
 def export_cmd(app: App, name: str, fmt: str) -> None:
     """Print the current MIG layout as a mig-parted v1 config (every GPU, as mig-parted exports it)."""
-    entries = migparted.export_entries(Scan(app.host), nvml_of(app))
+    unread: list[Unread] = []  # a GPU NVML cannot answer for: left out, named, exit 6
+    entries = migparted.export_entries(Scan(app.host), nvml_of(app), unread)
     text = config.dump(name, entries)
     if fmt == "json":
         import json
 
         text = json.dumps({"version": "v1", "mig-configs": {name: entries}}, indent=2) + "\n"
-    emit(app, "mig-export", {"config": name, "yaml": text, "entries": entries}, lambda: click.echo(text, nl=False))
+    else:
+        text = not_read_comment(unread) + text
+    doc = {"config": name, "yaml": text, "entries": entries, "unreadable": as_json(unread)}
+    emit(app, "mig-export", doc, lambda: click.echo(text, nl=False))
+    finish_read(app, unread)
+
+
+def not_read_comment(unread: list[Unread]) -> str:
+    """YAML comment lines naming the devices an export left out (applying it leaves them alone)."""
+    return "".join(f"# not read, left out (applying this leaves it alone): {u.label}: {u.reason}\n" for u in unread)
 
 
 @click.command("service")

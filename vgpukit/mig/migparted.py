@@ -29,6 +29,7 @@ from typing import Any
 from .. import naming
 from ..errors import InvalidInput, Unsupported, VgpukitError
 from ..nvml import GiProfile, Nvml, NvmlGpu
+from ..partial import Unread, each_gpu
 from ..pci import Scan
 from . import layout
 from .config import MAX_INDEX, SAFE_NAME, DeviceId, Entry, MigName, parse_device_id
@@ -321,20 +322,30 @@ def mig_devices(nvml: Nvml, gpu: NvmlGpu) -> dict[str, int]:
     return out
 
 
-def export_entries(scan: Scan | None, nvml: Nvml) -> list[dict[str, Any]]:
+def export_entries(scan: Scan | None, nvml: Nvml, unread: list[Unread] | None = None) -> list[dict[str, Any]]:
     """mig-parted's export: one spec per GPU (MIG mode in effect, its MIG devices), merged: equal
     specs share an entry; ``device-filter`` only when GPUs of several PCI ids differ, ``devices: all``
-    when an entry covers every GPU of its ids. A host without GPUs still gets one valid entry."""
+    when an entry covers every GPU of its ids. A host without GPUs still gets one valid entry.
+    A GPU NVML cannot answer for (lost) is left out of every entry (applying the export leaves it
+    alone; no entry says ``all`` over it) and added to ``unread``."""
     gpus = nvml.gpus()
     ids = device_ids(scan, gpus)
-    specs = []
-    for g in gpus:
+
+    def spec(g: NvmlGpu) -> tuple[bool, dict[str, int]]:
         enabled = g.mig_capable and nvml.mig_mode(g.index)[0]
+        return enabled, mig_devices(nvml, g) if enabled else {}
+
+    done, missed = each_gpu(gpus, spec, _names(scan))
+    if unread is not None:
+        unread += missed
+    specs = []
+    for g, (enabled, devs) in done:
         hw = ids.get(g.index)
-        df = str(hw.primary) if hw is not None else ""
-        specs.append((df, g.index, enabled, mig_devices(nvml, g) if enabled else {}))
-    if not specs:
+        specs.append((str(hw.primary) if hw is not None else "", g.index, enabled, devs))
+    if not gpus:
         return [{"devices": "all", "mig-enabled": False, "mig-devices": {}}]
+    if not specs:  # not one GPU answered: an entry that selects none (applying it changes nothing)
+        return [{"devices": [], "mig-enabled": False, "mig-devices": {}}]
     merged: list[dict[str, Any]] = []
     for df, index, enabled, devs in specs:
         home = next((m for m in merged if m["mig-enabled"] == enabled and m["mig-devices"] == devs), None)
@@ -346,6 +357,10 @@ def export_entries(scan: Scan | None, nvml: Nvml) -> list[dict[str, Any]]:
     per_filter: dict[str, set[int]] = {}
     for df, index, _, _ in specs:
         per_filter.setdefault(df, set()).add(index)
+    for g in gpus:  # a GPU left out still counts: an entry without it does not say "all"
+        if all(g.index != index for _, index, _, _ in specs):
+            hw = ids.get(g.index)
+            per_filter.setdefault(str(hw.primary) if hw is not None else "", set()).add(g.index)
     out = []
     for m in merged:
         covered = set().union(*(per_filter[f] for f in m["device-filter"]))

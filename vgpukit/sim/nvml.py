@@ -141,6 +141,9 @@ class SimNvml(SimHealth, GpuIndex):
         out = []
         with self._read() as state:
             for i, g in enumerate(state["gpus"]):
+                if g.get("lost"):  # the simulated driver's answer for a lost GPU: docs/simulator.md
+                    out.append(NvmlGpu(i, g["bdf"], g["uuid"], g["name"], False, False, False, None, lost=True))
+                    continue
                 pci_id = g.get("pci_device_id")
                 out.append(
                     NvmlGpu(
@@ -318,6 +321,8 @@ class SimNvml(SimHealth, GpuIndex):
         out = {}
         with self._read() as state:
             for i, g in enumerate(state["gpus"]):
+                if g.get("lost"):
+                    continue  # it answers nothing: left out, as the facade's real backend leaves it
                 links = g.get("nvlinks") or []
                 numa = g.get("numa_id")
                 if not _shape_ok(links, [_LINK]) or not (numa is None or _shape_ok(numa, int)):
