@@ -143,7 +143,7 @@ ROWS = [
         "sriov:\n  - {device: gpu0, vfs: 8}",
         6,
         "unusable",
-        "0000:41:00.0 is unusable: PCIe AER fatal errors counted",
+        "gpu0 (0000:41:00.0) is unusable: PCIe AER fatal errors counted",
         [["sim", "fault", "aer", "0000:41:00.0", "fatal"]],
     ),
 ]

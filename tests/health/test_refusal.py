@@ -33,10 +33,12 @@ def r_args(how: str, tmp_path: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("how", ["partition", "mig-apply", "apply"])
-def test_an_unusable_gpu_is_refused_and_nothing_changes(run_cli: Run, tmp_path: Path, how: str) -> None:
+def test_an_unusable_gpu_is_refused_and_left_alone(run_cli: Run, tmp_path: Path, how: str) -> None:
+    """partition refuses it; a config over every GPU (mig apply, apply) leaves it alone and applies the
+    others, with the same refusal and exit 6."""
     sim = make_sim(tmp_path / "h", "hgx-a100")
     assert run_cli(sim, "sim", "fault", "ecc", "gpu0", "--double").exit_code == 0  # unusable, still answering
-    before = json.loads(run_cli(sim, "mig", "status", "--json").stdout)
+    before = json.loads(run_cli(sim, "mig", "status", "--json").stdout)["gpus"]
     if how == "partition":
         r = run_cli(sim, "partition", "gpu0", "--mig", "3g.20gb")
     else:
@@ -44,10 +46,12 @@ def test_an_unusable_gpu_is_refused_and_nothing_changes(run_cli: Run, tmp_path: 
     assert r.exit_code == 6, r.output
     assert "gpu0 (0000:03:00.0) is unusable: uncorrected ECC errors" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
-    assert json.loads(run_cli(sim, "mig", "status", "--json").stdout) == before
+    after = json.loads(run_cli(sim, "mig", "status", "--json").stdout)["gpus"]
+    assert after[0] == before[0]  # gpu0 untouched
     if how != "partition":
+        assert all(len(g["gpu_instances"]) == 2 for g in after[1:])  # the other seven: applied
         doc = json.loads(run_cli(sim, *r_args(how, tmp_path), "--json").stdout)
-        assert doc["error"] == "unusable" and doc["exit_code"] == 6
+        assert doc["plan"] == [] and [(s["device"], s["error"]) for s in doc["skipped"]] == [("gpu0", "unusable")]
 
 
 def test_a_lost_gpu_is_refused_with_the_reason(run_cli: Run, sim_dir: Path) -> None:
@@ -69,5 +73,5 @@ def test_sriov_enable_on_an_unusable_pf_is_refused_but_repairing_missing_vfs_is_
     assert run_cli(sim, "sriov", "enable", "gpu0", "--vfs", "4").exit_code == 0
     assert run_cli(sim, "sim", "fault", "aer", "0000:41:00.0", "fatal").exit_code == 0
     r = run_cli(sim, "sriov", "enable", "gpu0", "--vfs", "8")
-    assert r.exit_code == 6 and "0000:41:00.0 is unusable: PCIe AER fatal errors counted" in r.stderr
+    assert r.exit_code == 6 and "gpu0 (0000:41:00.0) is unusable: PCIe AER fatal errors counted" in r.stderr
     assert len(json.loads(run_cli(sim, "sriov", "list", "gpu0", "--json").stdout)["pfs"][0]["vfs"]) == 4

@@ -99,7 +99,9 @@ def emit_result(
     if app.json:
         print_json(json_doc(kind, doc))
         return
-    if not plan:
+    if not plan and (data or {}).get("skipped"):
+        say("nothing else to do: every device not left alone already matches the request")
+    elif not plan:
         say("nothing to do: the host already matches the request", "green")
     elif app.dry_run:
         say("dry run, nothing changed. Plan:", "bold")

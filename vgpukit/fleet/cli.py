@@ -17,6 +17,7 @@ from ..clikit.output import emit, emit_result, fail_after_emit, finish_read, say
 from ..clikit.params import NAME
 from ..engine import execute
 from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
+from ..exclusion import skipped_doc
 from ..partial import Unread, as_json
 from ..pci import Scan
 from . import document, export, plan
@@ -83,9 +84,19 @@ def apply_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
     --json output: docs/fleet.md.
     """
     cfg, todo = _plan(app, path, name, strict)
-    if not app.dry_run:
+    if not app.dry_run and todo.plain:
         execute(app.env, todo.plain)
     emit_result(app, "apply", plan=[s.describe() for s in todo.plain], data={**_head(path, cfg, todo), **_rest(todo)})
+    _left_alone(app, todo)
+
+
+def _left_alone(app: App, todo: plan.Plan) -> None:
+    """A device the config names that is left alone (unusable): everything else was done; exit 6 with
+    its refusal (docs/fleet.md, "Exit codes")."""
+    if todo.skipped:
+        from ..exclusion import outcome
+
+        fail_after_emit(app, outcome([err for _, _, err in todo.skipped]))
 
 
 def _rest(todo: plan.Plan) -> dict[str, Any]:
@@ -105,6 +116,7 @@ def diff_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
     cfg, todo = _plan(app, path, name, strict)
     doc = {**_head(path, cfg, todo), "dry_run": True, "changed": False, **todo.to_json()}
     emit(app, "diff", doc, lambda: _show(doc["plan"]))
+    _left_alone(app, todo)
 
 
 def _show(lines: list[str]) -> None:
@@ -133,7 +145,9 @@ def assert_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
         raise
     except VgpukitError as exc:  # cannot even be planned from here (in use, unsupported...): no match
         diff = [f"cannot be applied: {exc}"]
-    doc = {**_head(path, cfg, todo), "matches": not diff, "differences": diff}
+    left = [skipped_doc(area, device, err) for area, device, err in todo.skipped] if todo else []
+    diff += [f"left alone: {s['message']}" for s in left]  # apply would leave it: the host cannot match
+    doc = {**_head(path, cfg, todo), "matches": not diff, "differences": diff, "skipped": left}
     emit(app, "assert", doc, lambda: say("the host matches the config", "green") if not diff else _show(diff))
     if diff:
         fail_after_emit(app, VerifyFailed(f"the host does not match {path}" + (f" -c {cfg.name}" if cfg.name else "")))
@@ -191,6 +205,9 @@ Type=oneshot
 RemainAfterExit=yes
 Environment=VGPUKIT_WAIT=300
 ExecStart={exe} apply -f {file}{c}
+# exit 6: a device the health layer finds unusable was left alone, everything else applied: the node
+# comes up (libvirtd and the kubelet start); vgpukit health and this unit's journal name the device
+SuccessExitStatus=6
 
 [Install]
 WantedBy=multi-user.target
