@@ -67,7 +67,7 @@ def test_sriov_enable_on_an_unusable_pf_is_refused_but_repairing_missing_vfs_is_
     sim = make_sim(tmp_path / "h", "h100-vgpu")
     assert run_cli(sim, "health").exit_code == 0
     assert run_cli(sim, "sim", "fault", "pf-reset", "0000:41:00.0").exit_code == 0
-    assert run_cli(sim, "health", "gpu0").exit_code == 4  # VFs configured but missing
+    assert run_cli(sim, "health", "gpu0").exit_code == 1  # VFs configured but missing: degraded, re-create them
     r = run_cli(sim, "sriov", "disable", "gpu0")  # the repair: through 0 and back
     assert r.exit_code == 0, r.stderr
     assert run_cli(sim, "sriov", "enable", "gpu0", "--vfs", "4").exit_code == 0

@@ -229,7 +229,7 @@ def _sriov(ctx: _Ctx) -> list[Step]:
         else:
             req = planner.EnableRequest(bdf, w.vfs, w.driver, force_how=None)
         steps += ctx.plan_entry(w.sel, req)
-        if w.vfs != pf.num_vfs:
+        if w.vfs != pf.num_vfs or (w.vfs and pf.missing):  # made anew: what goes on them goes on these
             off, stride = pf.offset or 1, pf.stride or 1
             ctx.future_vfs[bdf] = [vf_address(bdf, off, stride, n) for n in range(w.vfs)]
     return steps

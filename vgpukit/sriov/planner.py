@@ -227,7 +227,7 @@ def plan_enable(facts: Facts, req: EnableRequest) -> list[Step]:
     if driver == VFIO:
         facts.require_driver(VFIO)
     steps: list[Step] = []
-    recreate = pf.num_vfs != count
+    recreate = pf.num_vfs != count or pf.missing > 0  # VFs configured but gone are re-created, any PF
     # While VFs are created, autoprobe decides whether the PF's VF driver grabs them: keep it off when
     # they must end up on vfio-pci or unbound, so no host driver ever touches them.
     want_autoprobe = pf.autoprobe and not req.no_autoprobe
@@ -236,8 +236,12 @@ def plan_enable(facts: Facts, req: EnableRequest) -> list[Step]:
         busy = [v for v in pf.vfs if v.in_use]
         if busy and not req.force:
             what = f"changing {pf.bdf} from {pf.num_vfs} to {count} VFs (through 0)"
+            if pf.num_vfs == count:
+                what = f"re-creating the {pf.missing} missing VFs of {pf.bdf} (through 0)"
             raise in_use_error(pf, busy, what, req.force_how)
         why = " (the kernel changes the count only through 0)"
+        if pf.num_vfs == count:  # the kernel ignores writing the count it has: 0 first, then the count
+            why = f" ({pf.missing} of them missing: re-created through 0, as the kernel requires)"
         steps.append(SetNumVfs(pf.bdf, 0, pf.total_vfs, req.timeout, why, was=pf.num_vfs))
     # each step carries what it starts from, as read here under the host lock (not read again)
     if recreate and create_autoprobe != pf.autoprobe:
