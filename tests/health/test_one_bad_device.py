@@ -125,3 +125,27 @@ def test_a_host_without_a_bad_device_exits_0_with_nothing_unread(run_cli: Run, t
         r = run_cli(sim, *argv, "--json")
         assert r.exit_code == 0, (argv, r.stderr)
         assert json.loads(r.stdout)["unreadable"] == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["partition", "gpu3", "--mig", "1g.5gb"],
+        ["mig", "destroy", "gpu3", "--all"],
+        ["mig", "disable", "gpu3"],
+        ["mig", "profiles", "gpu3"],
+        ["mig", "apply", "-c", "gpu3"],
+    ],
+    ids=" ".join,
+)
+def test_a_command_about_the_lost_gpu_gives_the_one_refusal(lost_host: Path, tmp_path: Path, argv: list[str]) -> None:
+    if argv[:2] == ["mig", "apply"]:
+        cfg = tmp_path / "mig.yaml"
+        cfg.write_text("version: v1\nmig-configs:\n  gpu3:\n    - {devices: [3], mig-enabled: false}\n")
+        argv = [*argv, "-f", str(cfg)]
+    r = invoke(lost_host, *argv)
+    assert r.exit_code == 6, r.output
+    partition = invoke(lost_host, "partition", "gpu3", "--mig", "1g.5gb").stderr  # the one refusal
+    assert partition.startswith(f"vgpukit: error: {LOST} is unusable: the GPU stopped answering (NVML: GPU is lost)")
+    assert partition.rstrip().endswith("(see: vgpukit health 0000:24:00.0)")
+    assert r.stderr == partition
