@@ -134,3 +134,39 @@ def test_a_gpu_with_vgpu_vfs_is_repaired_by_apply_of_its_own_export(tmp_path: Pa
     assert len(vgpus) == (2 if exported == "before" else 0)
     assert invoke(sim, "assert", "-f", str(path)).exit_code == 0
     assert invoke(sim, "health", "gpu0").exit_code == 0
+
+
+def test_a_repair_killed_at_any_write_is_recovered_and_converges(tmp_path: Path) -> None:
+    """kill -9 at every kernel write of the repair, then ``recover``: the count is as it was (2), the VFs
+    missing as before the command (killed before its first write) or there again (after it: the count
+    written back creates them; "missing" is no state a write can make); a re-run converges to the
+    uninterrupted result and a further run changes nothing."""
+    from tests.engine.helpers import journal_left, vgpukit
+
+    command = ("sriov", "enable", "nic1", "--vfs", "2", "--driver", "vfio-pci")
+
+    def broken(name: str) -> Path:
+        sim = make_sim(tmp_path / name, "hgx-a100")
+        _ok(sim, *command)
+        _ok(sim, "sim", "fault", "pf-reset", NIC1)
+        return sim
+
+    clean = broken("clean")
+    r = vgpukit(clean, "--debug", *command)
+    assert r.returncode == 0, r.stderr
+    writes = sum(1 for line in r.stderr.splitlines() if line.startswith("vgpukit.host: write '"))
+    after = _pf(clean, "nic1")
+    assert writes >= 3 and after["missing_vfs"] == 0
+    for n in range(1, writes + 1):
+        sim = broken(f"k{n}")
+        p = vgpukit(sim, *command, env={"VGPUKIT_SIM_CRASH_AT_WRITE": str(n)})
+        assert p.returncode == -9, f"write {n}/{writes} did not kill: {p.stderr}"
+        assert vgpukit(sim, "recover").returncode == 0 and not journal_left(sim)
+        pf = _pf(sim, "nic1")
+        assert pf["num_vfs"] == 2 and (pf["missing_vfs"], len(pf["vfs"])) in ((2, 0), (0, 2)), (n, pf)
+        assert vgpukit(sim, *command).returncode == 0
+        assert [(v["bdf"], v["driver"]) for v in _pf(sim, "nic1")["vfs"]] == [
+            (v["bdf"], v["driver"]) for v in after["vfs"]
+        ]
+        again = vgpukit(sim, "--json", *command)
+        assert again.returncode == 0 and json.loads(again.stdout)["changed"] is False
