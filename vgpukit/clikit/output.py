@@ -112,6 +112,8 @@ def emit_result(
             say(f"done: {step}", "green")
     else:  # a pipe: every line in one write
         sys.stdout.write("".join(f"done: {step}\n" for step in plan))
+    for left in (data or {}).get("skipped") or []:  # a config door's devices left alone (exit 6 follows)
+        say(f"left alone: {left['message']}", "yellow")
     if human is not None:
         human()
 

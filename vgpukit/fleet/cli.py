@@ -115,15 +115,17 @@ def diff_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
     """Show what 'apply' would change (the plan), changing nothing; exit 0 either way."""
     cfg, todo = _plan(app, path, name, strict)
     doc = {**_head(path, cfg, todo), "dry_run": True, "changed": False, **todo.to_json()}
-    emit(app, "diff", doc, lambda: _show(doc["plan"]))
+    emit(app, "diff", doc, lambda: _show(doc["plan"], doc["skipped"]))
     _left_alone(app, todo)
 
 
-def _show(lines: list[str]) -> None:
-    if not lines:
+def _show(lines: list[str], skipped: list[dict[str, Any]] | None = None) -> None:
+    if not lines and not skipped:
         say("no differences: the host matches the config", "green")
     for line in lines:
         say(f"  - {line}")
+    for left in skipped or []:
+        say(f"  left alone: {left['message']}")
 
 
 @click.command("assert")
