@@ -16,7 +16,9 @@
   ``spec.sharedCounters`` and its devices' ``consumesCounters``, as the API server drops disabled fields;
   with ``separate_counters`` a slice holding both counters and devices is refused (422), as 1.35 does.
   With ``device_taints`` False (gate ``DRADeviceTaints`` off) the devices' ``taints`` are dropped;
-  otherwise each taint is stamped with ``timeAdded``, as the API server does.
+  otherwise each taint is stamped with ``timeAdded``, as the API server does. With ``consumable_capacity``
+  False (gate ``DRAConsumableCapacity`` off) ``allowMultipleAllocations`` and the capacities' ``requestPolicy``
+  are dropped.
 
 Every request is recorded (method, path, query, content type) so tests can assert what the client sent.
 """
@@ -51,6 +53,7 @@ class ApiServer:
         self.slices: dict[str, dict[str, Any]] = {}  # name -> ResourceSlice (resourceVersion set)
         self.partitionable = True  # the DRAPartitionableDevices feature gate
         self.device_taints = True  # the DRADeviceTaints feature gate
+        self.consumable_capacity = True  # the DRAConsumableCapacity feature gate
         self.separate_counters = False  # 1.35 and later: a slice with both counters and devices is invalid
         self.closing = False
         handler = type("Handler", (_Handler,), {"api": self})
@@ -227,6 +230,11 @@ class _Handler(BaseHTTPRequestHandler):
             spec.pop("sharedCounters", None)
             for dev in spec.get("devices") or []:
                 dev.pop("consumesCounters", None)
+        if not self.api.consumable_capacity and isinstance(spec, dict):
+            for dev in spec.get("devices") or []:
+                dev.pop("allowMultipleAllocations", None)
+                for cap in (dev.get("capacity") or {}).values():
+                    cap.pop("requestPolicy", None)
         if not self.api.device_taints and isinstance(spec, dict):
             for dev in spec.get("devices") or []:
                 dev.pop("taints", None)

@@ -28,6 +28,26 @@ if TYPE_CHECKING:
     from .inventory import Inventory, Options, Poller
 
 
+class ShareChoice(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
+    """``--share-by-capacity``: ``off``, or ``gpu``, ``mig`` and DRA device names (:func:`.dra.capacity.choice`)."""
+
+    name = "devices"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return "DEVICES"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from ..errors import InvalidInput
+        from .dra.capacity import Choice, choice
+
+        if isinstance(value, Choice):
+            return value
+        try:
+            return choice(str(value))
+        except InvalidInput as err:
+            self.fail(err.message, param, ctx)
+
+
 @click.group(cls=LazyGroup)
 def k8s() -> None:
     """Kubernetes: device plugin (kubelet API v1beta1, CDI), NFD node labels, config agent."""
@@ -282,11 +302,37 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
     type=click.Choice(["auto", "on", "off"]),
     default="auto",
     show_default=True,
-    help="Publish a device the health layer finds unusable with a NoSchedule taint (gpu.vgpukit.io/unhealthy) "
-    "instead of leaving it out; auto: unless the API server drops the taints (feature gate DRADeviceTaints off).",
+    help="Publish a device the health layer finds unusable with a taint (gpu.vgpukit.io/unhealthy) instead of "
+    "leaving it out; auto: unless the API server drops the taints (feature gate DRADeviceTaints off).",
+)
+@click.option(
+    "--unhealthy-effect",
+    type=click.Choice(["NoSchedule", "NoExecute"]),
+    default="NoSchedule",
+    show_default=True,
+    help="The effect of that taint: NoSchedule (no new claim gets the device) or NoExecute (Kubernetes also "
+    "evicts the pods using it).",
+)
+@click.option(
+    "--share-by-capacity",
+    "share",
+    type=ShareChoice(),
+    default="off",
+    show_default=True,
+    help="Publish these devices shared by capacity (consumable capacity: memory and computeShare per claim, a QoS "
+    "tenant and a CUDA memory cap each): off, or gpu, mig and DRA device names, comma-separated.",
 )
 @click.pass_obj
-def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float, partitionable: str, taints: str) -> None:
+def dra_plugin(
+    app: App,
+    node: str,
+    kubeconfig: str | None,
+    interval: float,
+    partitionable: str,
+    taints: str,
+    unhealthy_effect: str,
+    share: Any,
+) -> None:
     """Serve the kubelet's DRA plugin API v1 for driver gpu.vgpukit.io: existing GPUs, MIG slices, VFs, mdevs.
 
     Publishes the node's ResourceSlices (resource.k8s.io/v1, one pool named after the node) and keeps
@@ -301,6 +347,7 @@ def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float, par
     _log_to_stderr("vgpukit.k8s.dra")
     api = resource_api(kubeconfig)
     driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app), partitionable, taints)
+    driver.unhealthy_effect, driver.capacity.choice = unhealthy_effect, share  # NoExecute; shared by capacity
     stop = Stop().on_signals()  # before the servers: a SIGTERM from then on ends the plugin cleanly
     plugin = Plugin(app.host, driver, interval, Publisher(api, node)).start()
     say(f"vgpukit DRA plugin: {app.host.display(registry_socket(app.host))}, node {node}")
@@ -339,3 +386,20 @@ def _dra_opener(app: App) -> Callable[[], tuple[Env, Callable[..., Inventory], C
         return env, inventory, fresh.close
 
     return open_host
+
+
+@k8s.command("dra-classes")
+@click.pass_obj
+def dra_classes(app: App) -> None:
+    """Print DeviceClasses mapping this host's device plugin resource names to the DRA driver (KEP-5004).
+
+    One DeviceClass per name the device plugin serves here (and vgpukit.io/gpu-share, a share of a GPU
+    shared by capacity), with spec.extendedResourceName: a pod asking resources.limits for that name is
+    then served by the DRA plugin unchanged. Apply the output (kubectl apply -f -) once per kind of node.
+    """
+    import yaml
+
+    from .dra.extended import device_classes
+
+    inv = _poller(app, 1)()
+    click.echo(yaml.safe_dump_all(device_classes(inv), sort_keys=False), nl=False)

@@ -1,11 +1,13 @@
 """Sharing in the claim: the DRA driver's opaque parameters (``apiVersion: vgpukit.io/v1``), parsed strictly.
 
-Three kinds, one JSON Schema (``vgpukit/data/schemas/dra/sharing-config.json``):
+Four kinds, one JSON Schema (``vgpukit/data/schemas/dra/sharing-config.json``):
 
 * ``TimeSliceConfig`` {``class``: online|offline (default offline), ``share``: 1..100, ``policy``}: a QoS
   tenant (the QoS planner's rules, docs/qos.md);
 * ``MemoryCapConfig`` {``limit``: bytes or ``4Gi``}: the CUDA interception library's cap (docs/cuda.md);
-* ``MpsConfig`` {``activeThreadPercentage``: 1..100, ``pinnedDeviceMemoryLimit``: bytes or ``4Gi``}.
+* ``MpsConfig`` {``activeThreadPercentage``: 1..100, ``pinnedDeviceMemoryLimit``: bytes or ``4Gi``};
+* ``QosClassConfig`` {``class``: online|offline (default offline), ``policy``}: the QoS class of a share of a
+  device shared by capacity (:mod:`.shares`: its share and memory cap are the allocation's).
 
 They come in the allocation result's ``config[]`` (``source`` FromClass/FromClaim, ``requests``: the
 requests they apply to, empty for all, ``main`` also covering ``main/sub``; ``opaque{driver,
@@ -23,7 +25,7 @@ from ...errors import InvalidInput
 from ...qos.model import CLASSES, POLICIES, unknown_keys
 
 API_VERSION = "vgpukit.io/v1"
-KINDS = ("TimeSliceConfig", "MemoryCapConfig", "MpsConfig")
+KINDS = ("TimeSliceConfig", "MemoryCapConfig", "MpsConfig", "QosClassConfig")
 SOURCES = ("FromClass", "FromClaim")
 MAX_BYTES = 1 << 50
 _UNITS = {"": 0, "Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40}
@@ -31,6 +33,7 @@ _FIELDS = {
     "TimeSliceConfig": ({"share"}, {"class", "policy"}),
     "MemoryCapConfig": ({"limit"}, set()),
     "MpsConfig": (set(), {"activeThreadPercentage", "pinnedDeviceMemoryLimit"}),
+    "QosClassConfig": (set(), {"class", "policy"}),
 }
 
 
@@ -48,12 +51,19 @@ class Mps:
 
 
 @dataclass(frozen=True)
+class QosClass:
+    cls: str  # online | offline
+    policy: str | None = None
+
+
+@dataclass(frozen=True)
 class Sharing:
     """What one request's device is shared with (all None: not shared, a plain device)."""
 
     time_slice: TimeSlice | None = None
     memory: int | None = None
     mps: Mps | None = None
+    qos_class: QosClass | None = None  # a share of a device shared by capacity (:mod:`.shares`)
 
     @property
     def empty(self) -> bool:
@@ -69,6 +79,10 @@ class Sharing:
             doc["memoryCap"] = self.memory
         if self.mps:
             doc["mps"] = {"activeThreadPercentage": self.mps.thread_percentage, "pinned": self.mps.pinned_memory}
+        if self.qos_class:
+            doc["qosClass"] = {"class": self.qos_class.cls}
+            if self.qos_class.policy:
+                doc["qosClass"]["policy"] = self.qos_class.policy
         return doc
 
 
@@ -92,7 +106,7 @@ class Configs:
         for e in self.entries:
             if e.applies(request):
                 got[e.kind] = e.value
-        return Sharing(got.get("TimeSliceConfig"), got.get("MemoryCapConfig"), got.get("MpsConfig"))
+        return Sharing(*(got.get(k) for k in KINDS))  # the fields in the order of KINDS
 
 
 def quantity(value: Any, what: str) -> int:
@@ -137,12 +151,14 @@ def parameters(doc: Any, where: str) -> tuple[str, Any]:
     missing = sorted(required - set(doc))
     if missing:
         raise InvalidInput(f"{where}: {kind}: {', '.join(missing)} is required")
-    if kind == "TimeSliceConfig":
+    if kind in ("TimeSliceConfig", "QosClassConfig"):
         cls, policy = doc.get("class", "offline"), doc.get("policy")
         if not isinstance(cls, str) or cls not in CLASSES:
             raise InvalidInput(f"{where}: {kind}: class must be online or offline")
         if policy is not None and (not isinstance(policy, str) or policy not in POLICIES):
             raise InvalidInput(f"{where}: {kind}: policy must be one of {', '.join(POLICIES)}")
+        if kind == "QosClassConfig":
+            return kind, QosClass(cls, policy)
         return kind, TimeSlice(cls, _percent(doc["share"], f"{where}: {kind}: share"), policy)
     if kind == "MemoryCapConfig":
         return kind, quantity(doc["limit"], f"{where}: {kind}: limit")

@@ -37,7 +37,7 @@ from ..drahealth_v1 import api_pb2_grpc as hl_grpc
 from ..inventory import Inventory, carry_unread
 from ..pluginreg_v1 import api_pb2 as reg
 from ..pluginreg_v1 import api_pb2_grpc as reg_grpc
-from . import claims, ondemand, partitions, slices
+from . import capacity, claims, extended, ondemand, partitions, slices
 from .devices import DRIVER, DraDevice, dra_devices, pci_functions
 
 log = logger("vgpukit.k8s.dra")
@@ -79,12 +79,16 @@ class Driver:
         health: Callable[[], dict[str, str]],
         partitionable: str = "off",
         taints: str = "off",
+        unhealthy_effect: str = "NoSchedule",
+        share: capacity.Choice | None = None,
     ):
         self.pool = node
         self.partitionable = partitionable  # auto | on | off: publish made-on-demand MIG slices (.partitions)
         self.counters_ok = partitionable != "off"  # auto: until the API server drops the counters
         self.taints = taints  # auto | on | off: publish unusable devices with a taint rather than leave them out
         self.taints_ok = taints != "off"  # auto: until the API server drops the taints
+        self.unhealthy_effect = unhealthy_effect  # NoSchedule | NoExecute: the taint of an unusable device
+        self.capacity = capacity.Offer(share or capacity.Choice())  # devices shared by capacity (.capacity)
         self.open_host = open_host
         self.read_claim = read_claim
         self.health = health
@@ -133,10 +137,24 @@ class Driver:
                 log.warning("reading the MIG slices failed (not published): %s", err)
             finally:
                 close()
-        offered = [d for d in slices.offered(dra_devices(inv), sick, self.taints_ok) if d.device.id not in hidden]
-        entries = [slices.device_entry(d, inv.pci, facts) for d in offered]
-        marked = [slices.taint(e) if slices.unusable(d, sick) else e for d, e in zip(offered, entries, strict=True)]
-        return marked, parts
+        devices = {n: d for n, d in dra_devices(inv).items() if d.device.id not in hidden}
+        offered = slices.offered(devices, sick, self.taints_ok)
+
+        def entry(d: DraDevice) -> dict[str, Any] | None:
+            if slices.unusable(d, sick) and not self.taints_ok:
+                return None
+            e = slices.device_entry(d, inv.pci, facts)
+            return slices.taint(e, self.unhealthy_effect) if slices.unusable(d, sick) else e
+
+        marked = extended.annotate([e for e in map(entry, offered) if e is not None], devices)  # KEP-5004 names
+        env, _collect, close = self.open_host()
+        try:  # each device exclusive or shared by capacity (.capacity)
+            return capacity.arrange(self.capacity, env, devices, marked, parts, entry)
+        except VgpukitError as err:
+            log.warning("reading the claims shared by capacity failed (published exclusively): %s", err)
+            return marked, parts
+        finally:
+            close()
 
     def prepare(self, claim: dra.Claim) -> dra.NodePrepareResourceResponse:
         with self.lock:
@@ -148,7 +166,10 @@ class Driver:
                     ref = {"namespace": claim.namespace, "name": claim.name}
                     with session(env):  # the host lock: an interrupted change repaired before the inventory
                         # the inventory of the claim's devices only: its cost follows the claim, not the host
-                        offered = dra_devices(collect(only=pci_functions(r.device for r in results)))
+                        names = [capacity.base_name(r.device) or r.device for r in results]
+                        offered = capacity.with_shared(
+                            dra_devices(collect(only=pci_functions(names))), [r.device for r in results]
+                        )
                         done = claims.prepare(env, claim.uid, ref, results, offered)  # answers a prepared one
             except VgpukitError as err:
                 return dra.NodePrepareResourceResponse(error=str(err)[:1000])
@@ -158,6 +179,9 @@ class Driver:
             dra.Device(request_names=p.request_names, pool_name=p.pool, device_name=p.device, cdi_device_ids=p.cdi_ids)
             for p in done
         ]
+        for d, p in zip(devices, done, strict=True):
+            if p.share_id:  # a share of a device shared by capacity: the allocation's shareID (.shares)
+                d.share_id = p.share_id
         return dra.NodePrepareResourceResponse(devices=devices)
 
     def unprepare(self, claim: dra.Claim) -> dra.NodeUnprepareResourceResponse:
@@ -180,6 +204,8 @@ class Driver:
             return [(name, hl.UNKNOWN, f"health check failed: {err}"[:1024]) for name in self.devices()]
         why = {name: slices.unusable(dev, sick) for name, dev in self.devices().items()}  # a MIG slice: own, GPU's
         why.update({name: sick.get(gpu, "") for name, gpu in self.made().items()})
+        for name in self.capacity.published:  # a shared device: its device's health
+            why[name] = why.get(capacity.base_name(name) or name, "")
         out: list[tuple[str, int, str]] = []
         for name, reason in sorted(why.items()):
             out.append((name, hl.UNHEALTHY, reason[:1024]) if reason else (name, hl.HEALTHY, ""))
@@ -324,6 +350,13 @@ class Plugin:
                     log.warning(
                         "the API server dropped or refused the shared counters (feature gate "
                         "DRAPartitionableDevices off?): publishing existing devices only, nothing made on demand"
+                    )
+                    continue
+                if publisher.capacity_dropped and self.driver.capacity.served:
+                    self.driver.capacity.served = False  # the cluster does not serve it: devices exclusive
+                    log.warning(
+                        "the API server dropped the consumable capacity of the shared devices (feature gate "
+                        "DRAConsumableCapacity off?): publishing them exclusively instead"
                     )
                     continue
                 if publisher.taints_dropped and self.driver.taints == "auto" and self.driver.taints_ok:

@@ -19,6 +19,7 @@ from ...logs import logger
 from ...pci import PciDevice
 from ...words import plural
 from ..agent import api_error
+from . import capacity
 from .devices import DRIVER, DraDevice
 
 if TYPE_CHECKING:
@@ -123,11 +124,14 @@ def offered(devices: dict[str, DraDevice], sick: dict[str, str], tainted: bool =
 TAINT_KEY = f"{DRIVER}/unhealthy"
 
 
-def taint(entry: dict[str, Any]) -> dict[str, Any]:
+EFFECTS = ("NoSchedule", "NoExecute")  # what --unhealthy-effect takes (the API: PreferNoSchedule is invalid)
+
+
+def taint(entry: dict[str, Any], effect: str = "NoSchedule") -> dict[str, Any]:
     """The device entry with the health layer's taint (resource.k8s.io/v1 ``DeviceTaint``, feature gate
-    ``DRADeviceTaints``): NoSchedule, so no new claim gets it; pods already running keep it (a NoExecute
-    taint, evicting them, is the operator's call: a DeviceTaintRule)."""
-    return {**entry, "taints": [{"key": TAINT_KEY, "value": "unusable", "effect": "NoSchedule"}]}
+    ``DRADeviceTaints``): NoSchedule by default, so no new claim gets it and pods already running keep it;
+    NoExecute (``--unhealthy-effect``) also has Kubernetes evict the pods using it."""
+    return {**entry, "taints": [{"key": TAINT_KEY, "value": "unusable", "effect": effect}]}
 
 
 def _stored(devices: Any) -> list[Any]:
@@ -160,6 +164,7 @@ class Publisher:
         self.published: Any = None  # what the API server has, as far as we know
         self.counters_dropped = False
         self.taints_dropped = False
+        self.capacity_dropped = False  # a shared device stored without its consumable capacity (.capacity)
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         """One API call; a connection that hangs gives up after API_TIMEOUT (the next poll tries again)."""
@@ -223,6 +228,8 @@ class Publisher:
             kept = {d.get("name") for d in (stored or {}).get("spec", {}).get("devices") or [] if d.get("taints")}
             if stored is not None and any("taints" in d and d["name"] not in kept for d in part.get("devices", [])):
                 self.taints_dropped = True
+            if stored is not None and capacity.dropped(part.get("devices", []), stored):
+                self.capacity_dropped = True
             devices += len(part.get("devices", []))
         self._delete(stale)
         extra = f" in {plural(count, 'slice')}" if count > 1 else ""
