@@ -96,8 +96,9 @@ def test_export_leaves_the_lost_gpu_out_and_applying_it_leaves_it_alone(lost_hos
 def test_the_device_plugins_resources_keep_the_other_gpus(lost_host: Path) -> None:
     doc = json.loads(invoke(lost_host, "k8s", "resources", "--json").stdout)
     shares = {d["id"].rsplit("-", 1)[0] for d in doc["resources"]["vgpukit.io/gpu-share"]}
-    assert "0000:24:00.0" not in shares and "0000:03:00.0" in shares
-    assert len(doc["resources"]["vgpukit.io/mig-1g.5gb"]) == 1  # gpu2's slice
+    assert {"0000:03:00.0", "0000:04:00.0", "0000:83:00.0"} <= shares  # the others (gpu3: kept while NVML names it)
+    assert len(doc["resources"]["vgpukit.io/mig-1g.5gb"]) == 1  # gpu2's slice (gpu3's cannot be listed)
+    assert not any(k.startswith("vgpukit.io/mig-3g") for k in doc["resources"])
     labels = json.loads(invoke(lost_host, "k8s", "labels", "--json").stdout)["labels"]
     assert labels["health"] == "unusable" and labels["health.unusable.count"] == "1"
 

@@ -305,8 +305,8 @@ def _shares(
     names = aliases(scan)
     for gpu in nvml.gpus():
         d = inv.pci.get(gpu.bdf)
-        if gpu.mig_current or gpu.lost or d is None or d.driver != "nvidia" or gpu.bdf in skip:
-            continue  # a lost GPU: no share of it is offered (the health layer reports it)
+        if gpu.mig_current or (gpu.lost and not gpu.uuid) or d is None or d.driver != "nvidia" or gpu.bdf in skip:
+            continue  # a lost GPU stays listed while NVML still names it: the health rule marks it
         whole = cdi_devices.get(f"{PREFIX}/gpu={gpu.uuid}")
         minor = gpu_minor(host, gpu.bdf, gpu.index)
         own = tuple(
