@@ -57,7 +57,7 @@ def mig_slices(host: Host, nvml: Nvml | None, warnings: list[str]) -> list[MigSl
     """Every compute instance on every MIG-enabled GPU. Empty without NVML."""
     if nvml is None:
         return []
-    mig_gpus = [g for g in nvml.gpus() if g.mig_current]
+    mig_gpus = [g for g in nvml.gpus() if g.mig_current and not g.lost]  # a lost GPU's cannot be listed
     if not mig_gpus:
         return []
     gpu_instances: Callable[[int], list[Any]] | None = getattr(nvml, "gpu_instances", None)

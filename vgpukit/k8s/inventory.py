@@ -270,7 +270,7 @@ def _mig(host: Host, inv: Inventory, nvml: Nvml | None, cdi_devices: dict[str, C
     if nvml is None:
         return
     for gpu in nvml.gpus():
-        if not gpu.mig_current:
+        if not gpu.mig_current or gpu.lost:  # a lost GPU's slices cannot be listed (inv.unread names it)
             continue
         try:
             names = {p.id: p.name for p in nvml.gi_profiles(gpu.index)}

@@ -10,8 +10,8 @@ from ..records import Record
 class NvmlGpu(Record):
     """A GPU as NVML enumerates it. ``lost``: NVML answers GPU_IS_LOST for it (it fell off the bus or
     stopped answering): then only ``index`` and what the driver still gave are known (``bdf``, ``uuid``,
-    ``name``: "" where it did not say; MIG: off) and every other call on it fails; a whole-host read
-    shows it marked (docs/health.md, "One bad device")."""
+    ``name``: "" where it did not say; the MIG mode as last known, off when unknown) and every other
+    call on it fails; a whole-host read shows it marked (docs/health.md, "One bad device")."""
 
     __slots__ = ("bdf", "index", "lost", "mig_capable", "mig_current", "mig_pending", "name", "pci_device_id", "uuid")
     index: int

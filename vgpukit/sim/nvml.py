@@ -141,11 +141,8 @@ class SimNvml(SimHealth, GpuIndex):
         out = []
         with self._read() as state:
             for i, g in enumerate(state["gpus"]):
-                if g.get("lost"):  # the simulated driver's answer for a lost GPU: docs/simulator.md
-                    out.append(NvmlGpu(i, g["bdf"], g["uuid"], g["name"], False, False, False, None, lost=True))
-                    continue
                 pci_id = g.get("pci_device_id")
-                out.append(
+                out.append(  # a lost GPU: listed with what the driver knew of it, marked (docs/simulator.md)
                     NvmlGpu(
                         i,
                         g["bdf"],
@@ -155,6 +152,7 @@ class SimNvml(SimHealth, GpuIndex):
                         bool(g.get("mig_current")),
                         bool(g.get("mig_pending")),
                         int(pci_id, 16) if isinstance(pci_id, str) else pci_id,
+                        lost=bool(g.get("lost")),
                     )
                 )
         return out
