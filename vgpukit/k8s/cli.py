@@ -6,7 +6,6 @@ import signal
 import socket
 import sys
 import threading
-from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +13,7 @@ import click
 
 from ..clikit.context import App
 from ..clikit.lazy import LazyGroup
-from ..clikit.options import held, json_option
+from ..clikit.options import json_option
 from ..clikit.output import emit, finish_read, say, table
 from ..clikit.params import NAME, AsciiFloat, AsciiInt
 from ..partial import as_json
@@ -64,7 +63,7 @@ class ShareChoice(click.ParamType):  # type: ignore[type-arg]  # generic only in
             self.fail(err.message, param, ctx)
 
 
-@click.group(cls=LazyGroup)
+@click.group(cls=LazyGroup, lazy={"labels": ("vgpukit.k8s.cli_labels", "labels_cmd", "")})
 def k8s() -> None:
     """Kubernetes: device plugin (kubelet API v1beta1, CDI), NFD node labels, config agent."""
 
@@ -231,51 +230,6 @@ def device_plugin(app: App, replicas: int, interval: float, mode: str) -> None:
     stop = Stop().on_signals()
     say(f"vgpukit device plugin: {host.display(plugin_dir(host))}, polling every {interval:g}s")
     manager.run(stop, interval, on_event=_log)
-
-
-@k8s.command("labels")
-@click.option("--write", is_flag=True, help="Write the NFD feature file (default: print the labels).")
-@json_option
-@click.pass_obj
-def labels_cmd(app: App, write: bool) -> None:
-    """Node labels for node-feature-discovery: GPU model, MIG, VF counts, vGPU types.
-
-    --write puts them in <root>/etc/kubernetes/node-feature-discovery/features.d/vgpukit (rewritten
-    only when they change), through the change engine: under the host lock, journaled, --dry-run.
-    """
-    from . import labels as lb
-    from .inventory import collect
-
-    host = app.host
-    path = lb.feature_file(host)
-    plan: list[str] = []
-    with held(app) if write else nullcontext():
-        inv = collect(host, app.nvml, _options(host, 0))
-        found = lb.labels(host, app.nvml, inv)
-        text = lb.render(found)
-        if write and host.read_doc(path, "feature file", missing_ok=True) != text:
-            from ..engine import execute
-            from ..engine.files import PutFile
-
-            step = PutFile(host.display(path), text)
-            execute(app.env, [step], derived=False)  # labels describe the host; no device changed
-            plan = [step.describe()]
-    written = bool(plan) and not app.dry_run
-
-    def human() -> None:
-        for k, v in found.items():
-            say(f"{lb.NAMESPACE}/{k}={v}")
-        if written:
-            say(f"written: {host.display(path)}")
-        elif app.dry_run and plan:
-            say(f"dry run, nothing changed: would {plan[0]}")
-
-    data = {"namespace": lb.NAMESPACE, "labels": found, "file": host.display(path), "written": written}
-    if write:
-        data["plan"] = plan
-    data["unreadable"] = as_json(inv.unread)
-    emit(app, "k8s-labels", data, human)
-    finish_read(app, inv.unread)  # labels of what could be read (health: unusable), exit 6
 
 
 @k8s.command("node-agent")
