@@ -52,6 +52,9 @@ SELF_FD = "/proc/self/fd"
 
 
 class SysfsLayout:
+    def path(self, *parts: str) -> Path:
+        raise NotImplementedError
+
     def sys(self, *parts: str) -> Path:
         raise NotImplementedError
 
@@ -184,6 +187,23 @@ class SysfsLayout:
         """``/run/cdi/vgpukit.io-claim-<uid>.json`` (``/var/run/cdi``, where CDI consumers look for
         transient specs): the CDI spec of one prepared claim."""
         return self.run("cdi", "vgpukit.io-claim-" + check_component(uid, "claim UID") + ".json")
+
+    def dra_metadata_dir(self, driver: str, namespace: str, claim: str) -> Path:
+        """``/var/lib/kubelet/plugins/<driver>/dra-device-metadata/<namespace>_<claim>``: where the
+        kubelet-plugin library (KEP-5304) keeps a prepared claim's device metadata, one directory per request."""
+        part = check_component(f"{namespace}_{claim}", "claim name")
+        return self.path(
+            "var", "lib", "kubelet", "plugins", check_component(driver, "driver"), "dra-device-metadata", part
+        )
+
+    def dra_metadata_file(self, driver: str, namespace: str, claim: str, request: str) -> Path:
+        """``.../dra-device-metadata/<namespace>_<claim>/<request>/metadata.json``: one request's metadata stream."""
+        return self.dra_metadata_dir(driver, namespace, claim) / check_component(request, "request") / "metadata.json"
+
+    def dra_metadata_cdi_spec(self, driver: str, uid: str, request: str) -> Path:
+        """``/run/cdi/<driver>-metadata-<uid>-<request>.json``: the CDI spec mounting one request's metadata file."""
+        name = f"{driver}-metadata-{check_component(uid, 'claim UID')}-{check_component(request, 'request')}.json"
+        return self.run("cdi", check_component(name, "CDI spec"))
 
     # ------------------------------------------------------------------ /etc
     def ld_cache(self) -> Path:

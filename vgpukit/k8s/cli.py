@@ -24,10 +24,10 @@ if TYPE_CHECKING:
     from ..engine.env import Env
     from ..host import Host
     from ..nvml import Nvml
-    from .inventory import Inventory, Options, Poller
+    from .inventory import Inventory, Options
 
 
-@click.group(cls=LazyGroup)
+@click.group(cls=LazyGroup, lazy={"kubevirt-config": ("vgpukit.k8s.cli_kubevirt", "kubevirt_config", "")})
 def k8s() -> None:
     """Kubernetes: device plugin (kubelet API v1beta1, CDI), NFD node labels, config agent."""
 
@@ -41,14 +41,19 @@ def _options(host: Host, replicas: int) -> Options:
     return Options(replicas=replicas, qos=qos)
 
 
-def _poller(app: App, replicas: int) -> Poller:
-    """Reads the host afresh at every poll (a new App: nothing cached from the previous one)."""
+def _poller(app: App, replicas: int, kubevirt: str | None = None) -> Callable[[], Inventory]:
+    """Reads the host afresh at every poll (a new App: nothing cached from the previous one); ``kubevirt``:
+    the KubeVirt mode's devices, named that way (vgpukit | nvidia)."""
     from .inventory import Poller
 
     def open_host() -> tuple[Host, Nvml | None, Callable[[], None]]:
         fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
         return fresh.host, fresh.nvml, fresh.close
 
+    if kubevirt is not None:
+        from . import kubevirt as kv
+
+        return kv.Poller(open_host, kubevirt)
     return Poller(open_host, lambda host: _options(host, replicas))
 
 
@@ -77,6 +82,30 @@ replicas_option = click.option(
 )
 
 
+kubevirt_option = click.option(
+    "--kubevirt",
+    "kubevirt",
+    flag_value="vgpukit",
+    default=None,
+    help="KubeVirt mode: devices for VMs (PCI functions on VFIO, mdevs, vGPUs), answered with the "
+    "PCI_RESOURCE_*/MDEV_PCI_RESOURCE_* variables and VFIO nodes virt-launcher reads (docs/kubevirt.md).",
+)
+kubevirt_naming_option = click.option(
+    "--kubevirt-naming",
+    "naming",
+    type=click.Choice(["vgpukit", "nvidia"]),
+    default=None,
+    help="With --kubevirt: resource names vgpukit.io/vm-* (default), or kubevirt-gpu-device-plugin's "
+    "nvidia.com/<pci.ids name> and nvidia.com/<vGPU type> (existing VM manifests keep working).",
+)
+
+
+def _kubevirt_mode(kubevirt: str | None, naming: str | None) -> str | None:
+    if naming is not None and kubevirt is None:
+        raise click.UsageError("--kubevirt-naming goes with --kubevirt")
+    return None if kubevirt is None else naming or kubevirt
+
+
 def _exit(*_: object) -> None:
     raise SystemExit(0)
 
@@ -88,11 +117,13 @@ def _log(line: str) -> None:
 
 @k8s.command("resources")
 @replicas_option
+@kubevirt_option
+@kubevirt_naming_option
 @json_option
 @click.pass_obj
-def resources(app: App, replicas: int) -> None:
+def resources(app: App, replicas: int, kubevirt: str | None, naming: str | None) -> None:
     """Show the resources and devices the device plugin would advertise now."""
-    inv = _poller(app, replicas)()
+    inv = _poller(app, replicas, _kubevirt_mode(kubevirt, naming))()
 
     def doc() -> dict[str, Any]:
         return {
@@ -141,8 +172,12 @@ def resources(app: App, replicas: int) -> None:
     help="What Allocate answers: CDI device names (kubelet >= 1.28 with CDI), device specs/env/mounts "
     "(older kubelets), or both.",
 )
+@kubevirt_option
+@kubevirt_naming_option
 @click.pass_obj
-def device_plugin(app: App, replicas: int, interval: float, mode: str) -> None:
+def device_plugin(
+    app: App, replicas: int, interval: float, mode: str, kubevirt: str | None, naming: str | None
+) -> None:
     """Serve the kubelet Device Plugin API v1beta1, one socket and resource per kind of device.
 
     Runs until SIGTERM/SIGINT; registers with <root>/var/lib/kubelet/device-plugins/kubelet.sock and
@@ -150,9 +185,12 @@ def device_plugin(app: App, replicas: int, interval: float, mode: str) -> None:
     """
     from .plugin import Manager, plugin_dir
 
+    vms = _kubevirt_mode(kubevirt, naming)
+    if vms is not None and mode == "cdi":
+        raise click.UsageError("--kubevirt answers the variables and nodes virt-launcher reads: not --allocate cdi")
     host = app.host
     host.mkdir(plugin_dir(host))
-    manager = Manager(host, _poller(app, replicas), mode, health=_health(app))
+    manager = Manager(host, _poller(app, replicas, vms), "devices" if vms else mode, health=_health(app))
     stop = Stop().on_signals()
     say(f"vgpukit device plugin: {host.display(plugin_dir(host))}, polling every {interval:g}s")
     manager.run(stop, interval, on_event=_log)
@@ -278,8 +316,17 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
     help="Publish a device the health layer finds unusable with a NoSchedule taint (gpu.vgpukit.io/unhealthy) "
     "instead of leaving it out; auto: unless the API server drops the taints (feature gate DRADeviceTaints off).",
 )
+@click.option(
+    "--device-metadata",
+    "metadata",
+    is_flag=True,
+    help="Write each prepared request's device metadata (KEP-5304: PCI address, mdevUUID, UUID...) and mount it "
+    "into the pod by CDI, as KubeVirt's GPUsWithDRA/HostDevicesWithDRA read it (docs/kubevirt.md).",
+)
 @click.pass_obj
-def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float, partitionable: str, taints: str) -> None:
+def dra_plugin(
+    app: App, node: str, kubeconfig: str | None, interval: float, partitionable: str, taints: str, metadata: bool
+) -> None:
     """Serve the kubelet's DRA plugin API v1 for driver gpu.vgpukit.io: existing GPUs, MIG slices, VFs, mdevs.
 
     Publishes the node's ResourceSlices (resource.k8s.io/v1, one pool named after the node) and keeps
@@ -293,7 +340,7 @@ def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float, par
 
     _log_to_stderr("vgpukit.k8s.dra")
     api = resource_api(kubeconfig)
-    driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app), partitionable, taints)
+    driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app), partitionable, taints, metadata)
     stop = Stop().on_signals()  # before the servers: a SIGTERM from then on ends the plugin cleanly
     plugin = Plugin(app.host, driver, interval, Publisher(api, node)).start()
     say(f"vgpukit DRA plugin: {app.host.display(registry_socket(app.host))}, node {node}")

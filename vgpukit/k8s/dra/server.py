@@ -37,7 +37,7 @@ from ..drahealth_v1 import api_pb2_grpc as hl_grpc
 from ..inventory import Inventory
 from ..pluginreg_v1 import api_pb2 as reg
 from ..pluginreg_v1 import api_pb2_grpc as reg_grpc
-from . import claims, ondemand, partitions, slices
+from . import claims, metadata, ondemand, partitions, slices
 from .devices import DRIVER, DraDevice, dra_devices, pci_functions
 
 log = logger("vgpukit.k8s.dra")
@@ -79,12 +79,14 @@ class Driver:
         health: Callable[[], dict[str, str]],
         partitionable: str = "off",
         taints: str = "off",
+        device_metadata: bool = False,
     ):
         self.pool = node
         self.partitionable = partitionable  # auto | on | off: publish made-on-demand MIG slices (.partitions)
         self.counters_ok = partitionable != "off"  # auto: until the API server drops the counters
         self.taints = taints  # auto | on | off: publish unusable devices with a taint rather than leave them out
         self.taints_ok = taints != "off"  # auto: until the API server drops the taints
+        self.device_metadata = device_metadata  # write each prepared request's metadata file (KEP-5304)
         self.open_host = open_host
         self.read_claim = read_claim
         self.health = health
@@ -144,12 +146,13 @@ class Driver:
             try:
                 done = claims.recorded(env, claim.uid)
                 if done is None:
-                    results = claims.results_of(self.read_claim(claim.namespace, claim.name, claim.uid), self.pool)
-                    ref = {"namespace": claim.namespace, "name": claim.name}
+                    doc = self.read_claim(claim.namespace, claim.name, claim.uid)
+                    results = claims.results_of(doc, self.pool)
+                    ref = {"namespace": claim.namespace, "name": claim.name, **metadata.pod_claim(doc)}
                     with session(env):  # the host lock: an interrupted change repaired before the inventory
                         # the inventory of the claim's devices only: its cost follows the claim, not the host
                         offered = dra_devices(collect(only=pci_functions(r.device for r in results)))
-                        done = claims.prepare(env, claim.uid, ref, results, offered)  # answers a prepared one
+                        done = claims.prepare(env, claim.uid, ref, results, offered, self.device_metadata)
             except VgpukitError as err:
                 return dra.NodePrepareResourceResponse(error=str(err)[:1000])
             finally:
