@@ -39,7 +39,7 @@ from ..mdev import sysfs as mdev_sysfs
 from ..pci import PciDevice, Scan
 from ..vgpu import hostview
 from ..vgpu.catalog import short_name
-from ..vgpu.model import Vgpu
+from ..vgpu.model import GpuView, Vgpu
 from .inventory import PREFIX, Device, Inventory, resource_part, signature, with_holders
 
 if TYPE_CHECKING:
@@ -90,7 +90,8 @@ class Offers:
     resources: dict[str, Offer] = field(default_factory=dict)
     pci: dict[str, PciDevice] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    types: dict[str, set[str]] = field(default_factory=dict)  # mdev parent -> type names it offers
+    types: dict[str, str] = field(default_factory=dict)  # every mdev type name offered here -> its resource
+    type_ids: dict[str, str] = field(default_factory=dict)  # and type id -> type name
 
     def add(self, name: str, kind: str, selector: str, dev: Device) -> None:
         self.resources.setdefault(name, Offer(name, kind, selector)).devices.append(dev)
@@ -136,7 +137,7 @@ def collect(host: Host, naming: str = "vgpukit", scan: Scan | None = None) -> Of
     vgpus = {v.id: v for v in hostview.vgpus(host, views)}
     nodes = _Nodes(host)
     _pci(host, out, nodes, vgpus, names)
-    _mdevs(host, out, nodes, vgpus, naming)
+    _mdevs(host, out, nodes, vgpus, naming, views)
     return out
 
 
@@ -173,12 +174,20 @@ def _part(type_name: str) -> str:
     return resource_part(short_name(type_name))
 
 
-def _mdevs(host: Host, out: Offers, nodes: _Nodes, vgpus: dict[str, Vgpu], naming: str) -> None:
+def _mdev_resource(type_name: str, type_id: str, vgpu: bool, naming: str) -> str:
+    if not vgpu:
+        return f"{PREFIX}/vm-mdev-{resource_part(type_id)}"
+    return f"{NVIDIA}/{nvidia_type_name(type_name)}" if naming == "nvidia" else f"{PREFIX}/vm-vgpu-{_part(type_name)}"
+
+
+def _mdevs(host: Host, out: Offers, nodes: _Nodes, vgpus: dict[str, Vgpu], naming: str, views: list[GpuView]) -> None:
     type_names: dict[tuple[str, str], str] = {}
+    gpu_parents = {p for v in views for p in v.parents}
     for p in mdev_sysfs.parents(host):
         for t in p.types:
-            out.types.setdefault(p.name, set()).add(t.name or t.type_id)
-            type_names[(p.name, t.type_id)] = t.name or t.type_id
+            tname = type_names[(p.name, t.type_id)] = t.name or t.type_id
+            out.type_ids[t.type_id] = tname
+            out.types[tname] = _mdev_resource(tname, t.type_id, p.name in gpu_parents, naming)
     for inst in mdev_sysfs.instances(host, with_holders=False):
         tname = type_names.get((inst.parent, inst.type_id)) or inst.type_id
         cdevs = [str(host.mdev_device(inst.uuid, VFIO_DEV))]
@@ -186,10 +195,7 @@ def _mdevs(host: Host, out: Offers, nodes: _Nodes, vgpus: dict[str, Vgpu], namin
         if found is None:
             out.warnings.append(f"mdev {inst.uuid} has no VFIO group node; skipped")
             continue
-        if inst.uuid in vgpus:
-            name = f"{NVIDIA}/{nvidia_type_name(tname)}" if naming == "nvidia" else f"{PREFIX}/vm-vgpu-{_part(tname)}"
-        else:
-            name = f"{PREFIX}/vm-mdev-{resource_part(inst.type_id)}"
+        name = _mdev_resource(tname, inst.type_id, inst.uuid in vgpus, naming)
         parent = out.pci.get(inst.parent)
         env = (f"{env_name(MDEV_ENV, name)}={inst.uuid}",)
         dev = Device(inst.uuid, inst.parent, parent.numa_node if parent else None, None, found[0], env, watch=found[1])
