@@ -45,7 +45,14 @@ LIMIT = 60  # kill points tried at most per call (a prepare of a VF makes about 
 class Plugin:
     """``vgpukit k8s dra-plugin`` as a process, and the kubelet peer registered with it."""
 
-    def __init__(self, sim: Path, kubeconfig: Path, crash_at: int = 0, killer: str = CRASH_CHANGE_ENV) -> None:
+    def __init__(
+        self,
+        sim: Path,
+        kubeconfig: Path,
+        crash_at: int = 0,
+        killer: str = CRASH_CHANGE_ENV,
+        extra: tuple[str, ...] = (),
+    ) -> None:
         self.host = sim_host(sim)
         for sock in (registry_socket(self.host), plugin_socket(self.host)):
             self.host.remove(sock)  # a killed plugin's sockets: the test waits for new ones
@@ -55,7 +62,7 @@ class Plugin:
         if crash_at:
             env[killer] = str(crash_at)
         cmd = [sys.executable, "-m", "vgpukit", "--sim", str(sim), "k8s", "dra-plugin", "--node", NODE]
-        cmd += ["--kubeconfig", str(kubeconfig), "--interval", "30"]
+        cmd += ["--kubeconfig", str(kubeconfig), "--interval", "30", *extra]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         while not registry_socket(self.host).exists() and time.monotonic() < deadline:

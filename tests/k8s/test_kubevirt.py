@@ -134,7 +134,9 @@ def test_nvidia_naming_uses_the_pci_ids_name_or_the_device_id(short_tmp: Path) -
     assert "nvidia.com/20b0" in kubevirt.collect(sim_host(sim), "nvidia").resources  # no database: the id
     db = sim / "usr/share/misc/pci.ids"
     db.parent.mkdir(parents=True)
-    db.write_text("# pci.ids\n10de  NVIDIA Corporation\n\t20b0  GA100 [A100 SXM4 40GB]\n\t20b2  GA100 [A100 SXM4 80GB]\n")
+    db.write_text(
+        "# pci.ids\n10de  NVIDIA Corporation\n\t20b0  GA100 [A100 SXM4 40GB]\n\t20b2  GA100 [A100 SXM4 80GB]\n"
+    )
     offers = kubevirt.collect(sim_host(sim), "nvidia")
     assert "nvidia.com/GA100_A100_SXM4_40GB" in offers.resources
     assert VF_RES in offers.resources  # not NVIDIA's: vgpukit's name

@@ -180,16 +180,17 @@ def from_metadata(vmi: dict[str, Any], base: Path) -> list[ET.Element]:
     return out
 
 
-def pod_view(cdi_specs: list[dict[str, Any]], root: Path) -> Path:
-    """What the container runtime does with the metadata CDI specs: each mount's host file at its
-    container path under ``root`` (a symlink stands for the read-only bind mount); the base directory."""
+def pod_view(cdi_specs: list[dict[str, Any]], root: Path, host_root: Path = Path("/")) -> Path:
+    """What the container runtime does with the metadata CDI specs: each mount's host file (under
+    ``host_root``: a simulated host's) at its container path under ``root`` (a symlink stands for the
+    read-only bind mount); the base directory."""
     for spec in cdi_specs:
         for dev in spec.get("devices", []):
             for m in dev.get("containerEdits", {}).get("mounts", []):
                 assert "ro" in m.get("options", []), m
                 target = root / m["containerPath"].lstrip("/")
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.symlink_to(m["hostPath"])
+                target.symlink_to(host_root / m["hostPath"].lstrip("/"))
     return root / METADATA_BASE.lstrip("/")
 
 
