@@ -47,6 +47,8 @@ SYSTEMD_UNIT_DIR = "/etc/systemd/system"
 UDEV_RULES_DIR = "/etc/udev/rules.d"
 # The NVIDIA daemons' sockets and the MPS pipe directory a container gets when they exist (nvidia-ctk's list).
 NVIDIA_IPC_PATHS = ("/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket", "/tmp/nvidia-mps")
+# Where a pod finds its DRA claims' device metadata files (KEP-5304; the CDI spec of each mounts one there).
+DRA_METADATA_CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
 # This process's open files (the host door resolves what an fd really opened): never under the root.
 SELF_FD = "/proc/self/fd"
 

@@ -42,7 +42,11 @@ PF, VF1, VF2 = "0000:00:02.0", "0000:00:02.1", "0000:00:02.2"
 U1, U2 = "5a1c0de0-0000-4000-8000-00000000e001", "5a1c0de0-0000-4000-8000-00000000e002"
 CLAIM_UID = "6b2d1ef0-0000-4000-8000-00000000c001"
 V = ["virsh", "-c", "qemu:///system"]
-QEMU_CONF = 'user = "root"\ngroup = "root"\nnamespaces = []\ncgroup_controllers = []\nsecurity_driver = "none"\n'
+# the guest has no virtlogd (QEMU logs to its file), no cgroup or mount namespace set-up, no security driver
+QEMU_CONF = (
+    'user = "root"\ngroup = "root"\nnamespaces = []\ncgroup_controllers = []\n'
+    'security_driver = "none"\nstdio_handler = "file"\n'
+)
 
 
 def driver_of(bdf: str) -> str | None:

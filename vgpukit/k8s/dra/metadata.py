@@ -30,13 +30,13 @@ from typing import Any, Protocol, TypeVar
 from ...engine.env import Env
 from ...engine.files import PutFile
 from ...errors import VgpukitError
+from ...host_layout import DRA_METADATA_CONTAINER_DIR as CONTAINER_DIR
 from ...pci import read_device
 from .attributes import standard
 from .devices import DRIVER, DraDevice
 
 GROUP = "metadata.resource.k8s.io"
 VERSIONS = ("v1beta1", "v1alpha1")  # newest first; KubeVirt 1.9 reads only v1alpha1
-CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
 POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"  # set on claims made from a template
 CDI_VERSION = "0.3.0"  # what the library writes (mounts only)
 
