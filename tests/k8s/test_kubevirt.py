@@ -182,3 +182,33 @@ def test_cli_modes_and_refusals(short_tmp: Path) -> None:
     assert invoke(sim, "k8s", "resources", "--kubevirt-naming", "nvidia").exit_code == 2
     r = invoke(sim, "k8s", "device-plugin", "--kubevirt", "--allocate", "cdi")
     assert r.exit_code == 2 and "not --allocate cdi" in r.stderr
+
+
+def test_a_sick_gpu_makes_its_vgpus_unhealthy(short_tmp: Path) -> None:
+    sim = make_sim(short_tmp / "t4", "t4-mdev")
+    _ok(sim, "vgpu", "create", "gpu0", "--type", "T4-4Q", "--count", "2")
+    gpu = kubevirt.collect(sim_host(sim)).resources["vgpukit.io/vm-vgpu-t4-4q"].devices[0].topo_bdf
+    sick: dict[str, str] = {}
+    host = sim_host(sim)
+    kubelet = Kubelet(plugin_dir(host)).start()
+
+    def open_host() -> tuple[object, object, object]:
+        app = App(sim_dir=sim, wiring=Wiring())
+        return app.host, None, app.close
+
+    manager = Manager(host, kubevirt.Poller(open_host, "vgpukit"), "devices", health=lambda: dict(sick))  # type: ignore[arg-type]
+    stop = threading.Event()
+    thread = threading.Thread(target=manager.run, args=(stop, 0.05), daemon=True)
+    thread.start()
+    try:
+        res = "vgpukit.io/vm-vgpu-t4-4q"
+        assert kubelet.wait(
+            lambda: res in kubelet.endpoints and set(kubelet.endpoints[res].devices.values()) == {"Healthy"}
+        )
+        sick[gpu] = "XID 79: fell off the bus"
+        assert kubelet.wait(lambda: set(kubelet.endpoints[res].devices.values()) == {"Unhealthy"})
+        assert len(kubelet.endpoints[res].devices) == 2
+    finally:
+        stop.set()
+        thread.join(10)
+        kubelet.stop()

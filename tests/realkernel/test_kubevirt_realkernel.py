@@ -61,6 +61,8 @@ def _started(dom: dict[str, Any], keys: set[str]) -> None:
     assert NVME_VF in dom["info_pci"] and MTTY in dom["info_pci"], dom["info_pci"]
     assert keys <= set(dom["live_keys"]), dom["live_keys"]
     assert dom["destroy"]["rc"] == 0 and dom["undefine"]["rc"] == 0, dom
+    seen = [line.strip() for line in dom["info_pci"].splitlines() if NVME_VF in line or MTTY in line]
+    print(f"domain started in {dom['start_seconds']} s; QEMU info pci: {seen}; live hostdevs: {dom['live_keys']}")
 
 
 @pytest.mark.realkernel
