@@ -185,6 +185,12 @@ class SysfsLayout:
             return self.run("vgpukit", "dra", "made")
         return self.run("vgpukit", "dra", "made", check_component(uid, "claim UID") + ".json")
 
+    def dra_mig_mode_record(self, bdf: str) -> Path:
+        """``/run/vgpukit/dra/mig-mode/<BDF>.json``: the DRA plugin turned MIG mode on for the first slice
+        a claim got on this GPU (one that changes mode without a reset); removed when the last slice's
+        unprepare turns it off again."""
+        return self.run("vgpukit", "dra", "mig-mode", check_component(bdf, "PCI address") + ".json")
+
     def dra_claim_cdi_spec(self, uid: str) -> Path:
         """``/run/cdi/vgpukit.io-claim-<uid>.json`` (``/var/run/cdi``, where CDI consumers look for
         transient specs): the CDI spec of one prepared claim."""
@@ -206,6 +212,11 @@ class SysfsLayout:
         """``/run/cdi/<driver>-metadata-<uid>-<request>.json``: the CDI spec mounting one request's metadata file."""
         name = f"{driver}-metadata-{check_component(uid, 'claim UID')}-{check_component(request, 'request')}.json"
         return self.run("cdi", check_component(name, "CDI spec"))
+
+    # ------------------------------------------------------------------ programs
+    def cuda_checkpoint_tools(self) -> list[Path]:
+        """Where NVIDIA's ``cuda-checkpoint`` utility (driver R550+) is looked for, in order."""
+        return [self.path("usr", "bin", "cuda-checkpoint"), self.path("usr", "local", "bin", "cuda-checkpoint")]
 
     # ------------------------------------------------------------------ /etc
     def ld_cache(self) -> Path:

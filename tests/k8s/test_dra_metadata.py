@@ -183,7 +183,7 @@ def test_a_kill_at_every_change_leaves_metadata_all_or_nothing(
                 node.close()
             invoke(sim, "health")
             assert all(f.exists() for f in files)
-        p = Plugin(sim, kubeconfig, crash_at=n, extra=("--device-metadata",))
+        p = Plugin(sim, kubeconfig, crash_at=n, args=("--device-metadata",))
         try:
             out = p.call(verb, ref)
         finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import sys
 import threading
 from contextlib import nullcontext
@@ -18,6 +19,21 @@ from ..clikit.output import emit, say, table
 from ..clikit.params import NAME, AsciiFloat, AsciiInt
 from .stopping import Stop
 
+
+def _kubernetes(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """A Kubernetes release (``1.35``, ``v1.35.2``) the DRA rules know, or a later one (the newest known's rules)."""
+    if value is None:
+        return None
+    from ..errors import VgpukitError
+    from .dra.cluster import release
+
+    try:
+        release(value)
+    except VgpukitError as err:
+        raise click.BadParameter(err.message) from None
+    return value
+
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -25,6 +41,26 @@ if TYPE_CHECKING:
     from ..host import Host
     from ..nvml import Nvml
     from .inventory import Inventory, Options
+
+
+class ShareChoice(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
+    """``--share-by-capacity``: ``off``, or ``gpu``, ``mig`` and DRA device names (:func:`.dra.capacity.choice`)."""
+
+    name = "devices"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return "DEVICES"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from ..errors import InvalidInput
+        from .dra.capacity import Choice, choice
+
+        if isinstance(value, Choice):
+            return value
+        try:
+            return choice(str(value))
+        except InvalidInput as err:
+            self.fail(err.message, param, ctx)
 
 
 @click.group(cls=LazyGroup, lazy={"kubevirt-config": ("vgpukit.k8s.cli_kubevirt", "kubevirt_config", "")})
@@ -117,16 +153,55 @@ def _log(line: str) -> None:
 
 @k8s.command("resources")
 @replicas_option
+@click.option(
+    "--kubernetes",
+    "version",
+    type=NAME,
+    callback=_kubernetes,
+    metavar="VERSION",
+    help="Also show the ResourceSlices the DRA plugin would publish now for an API server of that release "
+    "(1.34, 1.35, 1.36, 1.37; a later one follows the newest known).",
+)
+@click.option(
+    "--partitionable",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="With --kubernetes: as the plugin's option; auto: the release's default of the DRAPartitionableDevices gate.",
+)
+@click.option(
+    "--node",
+    "node",
+    type=NAME,
+    envvar="NODE_NAME",
+    default=lambda: socket.gethostname(),
+    show_default="env NODE_NAME, else the host name",
+    help="With --kubernetes: the node's name (its pool and slice names).",
+)
 @kubevirt_option
 @kubevirt_naming_option
 @json_option
 @click.pass_obj
-def resources(app: App, replicas: int, kubevirt: str | None, naming: str | None) -> None:
-    """Show the resources and devices the device plugin would advertise now."""
+def resources(
+    app: App,
+    replicas: int,
+    version: str | None,
+    partitionable: str,
+    node: str,
+    kubevirt: str | None,
+    naming: str | None,
+) -> None:
+    """Show the resources and devices the device plugin would advertise now (and the DRA plugin's slices)."""
     inv = _poller(app, replicas, _kubevirt_mode(kubevirt, naming))()
+    view: dict[str, Any] = {}
+    if version is not None:
+        from .cli_dra import slices_view
+
+        view = slices_view(_dra_opener(app), _health(app), version, partitionable, node)
 
     def doc() -> dict[str, Any]:
         return {
+            **view,
             "resources": {
                 name: [
                     {
@@ -149,6 +224,10 @@ def resources(app: App, replicas: int, kubevirt: str | None, naming: str | None)
             for d in devices
         ]
         table(None, ["RESOURCE", "DEVICE", "NUMA", "CDI", "HELD BY"], rows)
+        if view:
+            from .cli_dra import show
+
+            show(view)
 
     emit(app, "k8s-resources", doc, human)
 
@@ -304,8 +383,9 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
     type=click.Choice(["auto", "on", "off"]),
     default="auto",
     show_default=True,
-    help="Publish MIG slices and vGPUs made on demand with shared counters (KEP-4815); auto: unless the API "
-    "server drops or refuses the counters (feature gate DRAPartitionableDevices off).",
+    help="Publish MIG slices and vGPUs made on demand with shared counters (KEP-4815), in the layout of the API "
+    "server's release; auto: where the API server keeps counters (feature gate DRAPartitionableDevices, read with "
+    "a dry run before the first write).",
 )
 @click.option(
     "--device-taints",
@@ -313,8 +393,25 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
     type=click.Choice(["auto", "on", "off"]),
     default="auto",
     show_default=True,
-    help="Publish a device the health layer finds unusable with a NoSchedule taint (gpu.vgpukit.io/unhealthy) "
-    "instead of leaving it out; auto: unless the API server drops the taints (feature gate DRADeviceTaints off).",
+    help="Publish a device the health layer finds unusable with a taint (gpu.vgpukit.io/unhealthy) instead of "
+    "leaving it out; auto: unless the API server drops the taints (feature gate DRADeviceTaints off).",
+)
+@click.option(
+    "--unhealthy-effect",
+    type=click.Choice(["NoSchedule", "NoExecute"]),
+    default="NoSchedule",
+    show_default=True,
+    help="The effect of that taint: NoSchedule (no new claim gets the device) or NoExecute (Kubernetes also "
+    "evicts the pods using it).",
+)
+@click.option(
+    "--share-by-capacity",
+    "share",
+    type=ShareChoice(),
+    default="off",
+    show_default=True,
+    help="Publish these devices shared by capacity (consumable capacity: memory and computeShare per claim, a QoS "
+    "tenant and a CUDA memory cap each): off, or gpu, mig and DRA device names, comma-separated.",
 )
 @click.option(
     "--device-metadata",
@@ -325,7 +422,15 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
 )
 @click.pass_obj
 def dra_plugin(
-    app: App, node: str, kubeconfig: str | None, interval: float, partitionable: str, taints: str, metadata: bool
+    app: App,
+    node: str,
+    kubeconfig: str | None,
+    interval: float,
+    partitionable: str,
+    taints: str,
+    unhealthy_effect: str,
+    share: Any,
+    metadata: bool,
 ) -> None:
     """Serve the kubelet's DRA plugin API v1 for driver gpu.vgpukit.io: existing GPUs, MIG slices, VFs, mdevs.
 
@@ -340,9 +445,11 @@ def dra_plugin(
 
     _log_to_stderr("vgpukit.k8s.dra")
     api = resource_api(kubeconfig)
-    driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app), partitionable, taints, metadata)
+    driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app), partitionable, taints)
+    driver.device_metadata = metadata  # KEP-5304 (docs/kubevirt.md)
+    driver.unhealthy_effect, driver.capacity.choice = unhealthy_effect, share  # NoExecute; shared by capacity
     stop = Stop().on_signals()  # before the servers: a SIGTERM from then on ends the plugin cleanly
-    plugin = Plugin(app.host, driver, interval, Publisher(api, node)).start()
+    plugin = Plugin(app.host, driver, interval, Publisher(api, node, partitionable)).start()
     say(f"vgpukit DRA plugin: {app.host.display(registry_socket(app.host))}, node {node}")
     try:
         stop.wait()
@@ -379,3 +486,20 @@ def _dra_opener(app: App) -> Callable[[], tuple[Env, Callable[..., Inventory], C
         return env, inventory, fresh.close
 
     return open_host
+
+
+@k8s.command("dra-classes")
+@click.pass_obj
+def dra_classes(app: App) -> None:
+    """Print DeviceClasses mapping this host's device plugin resource names to the DRA driver (KEP-5004).
+
+    One DeviceClass per name the device plugin serves here (and vgpukit.io/gpu-share, a share of a GPU
+    shared by capacity), with spec.extendedResourceName: a pod asking resources.limits for that name is
+    then served by the DRA plugin unchanged. Apply the output (kubectl apply -f -) once per kind of node.
+    """
+    import yaml
+
+    from .dra.extended import device_classes
+
+    inv = _poller(app, 1)()
+    click.echo(yaml.safe_dump_all(device_classes(inv), sort_keys=False), nl=False)
