@@ -16,7 +16,8 @@ from ..clikit.context import App
 from ..clikit.lazy import LazyGroup
 from ..clikit.options import held, json_option
 from ..clikit.output import emit, say, table
-from ..clikit.params import NAME, AsciiFloat, AsciiInt
+from ..clikit.params import NAME, AsciiFloat
+from .cli_options import ShareChoice, device_metadata_option, replicas_option, vm_mode, vm_options
 from .stopping import Stop
 
 
@@ -43,26 +44,6 @@ if TYPE_CHECKING:
     from .inventory import Inventory, Options
 
 
-class ShareChoice(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
-    """``--share-by-capacity``: ``off``, or ``gpu``, ``mig`` and DRA device names (:func:`.dra.capacity.choice`)."""
-
-    name = "devices"
-
-    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
-        return "DEVICES"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from ..errors import InvalidInput
-        from .dra.capacity import Choice, choice
-
-        if isinstance(value, Choice):
-            return value
-        try:
-            return choice(str(value))
-        except InvalidInput as err:
-            self.fail(err.message, param, ctx)
-
-
 @click.group(cls=LazyGroup, lazy={"kubevirt-config": ("vgpukit.k8s.cli_kubevirt", "kubevirt_config", "")})
 def k8s() -> None:
     """Kubernetes: device plugin (kubelet API v1beta1, CDI), NFD node labels, config agent."""
@@ -77,20 +58,17 @@ def _options(host: Host, replicas: int) -> Options:
     return Options(replicas=replicas, qos=qos)
 
 
-def _poller(app: App, replicas: int, kubevirt: str | None = None) -> Callable[[], Inventory]:
-    """Reads the host afresh at every poll (a new App: nothing cached from the previous one); ``kubevirt``:
-    the KubeVirt mode's devices, named that way (vgpukit | nvidia)."""
-    from .inventory import Poller
+def _poller(app: App, replicas: int, vms: str | None = None) -> Callable[[], Inventory]:
+    """Reads the host afresh at every poll (a new App: nothing cached); ``vms``: the KubeVirt mode's naming."""
+    from . import inventory, kubevirt
 
     def open_host() -> tuple[Host, Nvml | None, Callable[[], None]]:
         fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
         return fresh.host, fresh.nvml, fresh.close
 
-    if kubevirt is not None:
-        from . import kubevirt as kv
-
-        return kv.Poller(open_host, kubevirt)
-    return Poller(open_host, lambda host: _options(host, replicas))
+    if vms:
+        return kubevirt.Poller(open_host, vms)
+    return inventory.Poller(open_host, lambda host: _options(host, replicas))
 
 
 def _health(app: App) -> Callable[[], dict[str, str]]:
@@ -106,40 +84,6 @@ def _health(app: App) -> Callable[[], dict[str, str]]:
             fresh.close()
 
     return look
-
-
-replicas_option = click.option(
-    "--share-replicas",
-    "replicas",
-    type=AsciiInt(0, 64),
-    default=4,
-    show_default=True,
-    help="vgpukit.io/gpu-share devices per GPU that has no QoS tenants (0: offer no gpu-share).",
-)
-
-
-kubevirt_option = click.option(
-    "--kubevirt",
-    "kubevirt",
-    flag_value="vgpukit",
-    default=None,
-    help="KubeVirt mode: devices for VMs (PCI functions on VFIO, mdevs, vGPUs), answered with the "
-    "PCI_RESOURCE_*/MDEV_PCI_RESOURCE_* variables and VFIO nodes virt-launcher reads (docs/kubevirt.md).",
-)
-kubevirt_naming_option = click.option(
-    "--kubevirt-naming",
-    "naming",
-    type=click.Choice(["vgpukit", "nvidia"]),
-    default=None,
-    help="With --kubevirt: resource names vgpukit.io/vm-* (default), or kubevirt-gpu-device-plugin's "
-    "nvidia.com/<pci.ids name> and nvidia.com/<vGPU type> (existing VM manifests keep working).",
-)
-
-
-def _kubevirt_mode(kubevirt: str | None, naming: str | None) -> str | None:
-    if naming is not None and kubevirt is None:
-        raise click.UsageError("--kubevirt-naming goes with --kubevirt")
-    return None if kubevirt is None else naming or kubevirt
 
 
 def _exit(*_: object) -> None:
@@ -178,21 +122,12 @@ def _log(line: str) -> None:
     show_default="env NODE_NAME, else the host name",
     help="With --kubernetes: the node's name (its pool and slice names).",
 )
-@kubevirt_option
-@kubevirt_naming_option
+@vm_options
 @json_option
 @click.pass_obj
-def resources(
-    app: App,
-    replicas: int,
-    version: str | None,
-    partitionable: str,
-    node: str,
-    kubevirt: str | None,
-    naming: str | None,
-) -> None:
+def resources(app: App, replicas: int, version: str | None, partitionable: str, node: str, vms: str | None) -> None:
     """Show the resources and devices the device plugin would advertise now (and the DRA plugin's slices)."""
-    inv = _poller(app, replicas, _kubevirt_mode(kubevirt, naming))()
+    inv = _poller(app, replicas, vms)()
     view: dict[str, Any] = {}
     if version is not None:
         from .cli_dra import slices_view
@@ -251,12 +186,9 @@ def resources(
     help="What Allocate answers: CDI device names (kubelet >= 1.28 with CDI), device specs/env/mounts "
     "(older kubelets), or both.",
 )
-@kubevirt_option
-@kubevirt_naming_option
+@vm_options
 @click.pass_obj
-def device_plugin(
-    app: App, replicas: int, interval: float, mode: str, kubevirt: str | None, naming: str | None
-) -> None:
+def device_plugin(app: App, replicas: int, interval: float, mode: str, vms: str | None) -> None:
     """Serve the kubelet Device Plugin API v1beta1, one socket and resource per kind of device.
 
     Runs until SIGTERM/SIGINT; registers with <root>/var/lib/kubelet/device-plugins/kubelet.sock and
@@ -264,12 +196,9 @@ def device_plugin(
     """
     from .plugin import Manager, plugin_dir
 
-    vms = _kubevirt_mode(kubevirt, naming)
-    if vms is not None and mode == "cdi":
-        raise click.UsageError("--kubevirt answers the variables and nodes virt-launcher reads: not --allocate cdi")
     host = app.host
     host.mkdir(plugin_dir(host))
-    manager = Manager(host, _poller(app, replicas, vms), "devices" if vms else mode, health=_health(app))
+    manager = Manager(host, _poller(app, replicas, vms), vm_mode(vms, mode), health=_health(app))
     stop = Stop().on_signals()
     say(f"vgpukit device plugin: {host.display(plugin_dir(host))}, polling every {interval:g}s")
     manager.run(stop, interval, on_event=_log)
@@ -413,13 +342,7 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
     help="Publish these devices shared by capacity (consumable capacity: memory and computeShare per claim, a QoS "
     "tenant and a CUDA memory cap each): off, or gpu, mig and DRA device names, comma-separated.",
 )
-@click.option(
-    "--device-metadata",
-    "metadata",
-    is_flag=True,
-    help="Write each prepared request's device metadata (KEP-5304: PCI address, mdevUUID, UUID...) and mount it "
-    "into the pod by CDI, as KubeVirt's GPUsWithDRA/HostDevicesWithDRA read it (docs/kubevirt.md).",
-)
+@device_metadata_option
 @click.pass_obj
 def dra_plugin(
     app: App,
