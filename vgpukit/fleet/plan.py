@@ -24,6 +24,7 @@ from .. import naming
 from ..engine import Env, Step
 from ..engine.step import STAGES
 from ..errors import Busy, DeviceUnusable, InUse, InvalidInput, Unsupported, VgpukitError
+from ..exclusion import Exclusions, skipped_doc
 from ..holders import OpenFiles
 from ..inputs import where_in
 from ..mdev import planner as mdev_planner
@@ -47,6 +48,7 @@ _NAMED = re.compile(r":[0-9]+(:[0-9]+)?: config ")  # FILE:LINE[:COLUMN]: config
 class Plan:
     steps: list[tuple[str, Step]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the MIG and QoS planners', about this host
+    skipped: list[tuple[str, str, DeviceUnusable]] = field(default_factory=list)  # (area, device, refusal)
 
     def add(self, area: str, steps: list[Step]) -> None:
         self.steps += [(area, s) for s in steps]
@@ -68,6 +70,7 @@ class Plan:
             "plan": [s.describe() for s in self.plain],
             "steps": [{"area": a, **s.to_dict()} for a, s in self.ordered],
             "areas": counts,
+            "skipped": [skipped_doc(area, device, err) for area, device, err in self.skipped],
         }
 
 
@@ -87,6 +90,8 @@ class _Ctx:
         self.scan = Scan(env.host)
         self.files = OpenFiles(env.host)
         self.facts = planner.Facts(env.host, self.scan, self.files, nvml=lambda: env.nvml)
+        self.exclusions = Exclusions(env.host, lambda: env.nvml, self.scan)  # read once, when first asked
+        self.skipped: list[tuple[str, str, DeviceUnusable]] = []
         self.future_vfs: dict[str, list[str]] = {}  # PF -> its VFs once the SR-IOV steps ran
         self._mdev: mdev_planner.Facts | None = None
         self.path: tuple[Any, ...] = ()  # the entry being planned (under the config): an error without a place
@@ -141,6 +146,18 @@ class _Ctx:
             where = self.where(sel, sel.key_of(sel.device) or "device")
             raise type(err)(f"{where}: {err.message}", device=err.device, hint=err.hint) from None
 
+    def excluded(self, area: str, sel: Selector, bdf: str, name: str | None = None) -> bool:
+        """Whether the plan leaves device ``bdf`` (an entry's) alone, and why: the one predicate of
+        the config doors (:class:`vgpukit.exclusion.Exclusions`: the health layer finds it unusable).
+        A device left alone is recorded with its refusal, located at its entry; the rest is planned."""
+        label = name or naming.aliases(self.scan).get(bdf, bdf)
+        err = self.exclusions.check(bdf, f"{label} ({bdf})" if label != bdf else bdf)
+        if err is None:
+            return False
+        where = f"{self.where(sel)}: "
+        self.skipped.append((area, label, DeviceUnusable(where + err.message, device=bdf, hint=err.hint)))
+        return True
+
     def unique(self, area: str, pairs: list[tuple[str, Selector]]) -> None:
         seen: dict[str, Selector] = {}
         for key, sel in pairs:
@@ -185,6 +202,7 @@ def _plan(ctx: _Ctx) -> Plan:
     out.add("mdev", mdev_add)
     out.add("vgpu", vgpu_add)
     out.add("qos", _qos(ctx, out))
+    out.skipped = ctx.skipped
     return out
 
 
@@ -197,9 +215,15 @@ def _mig(ctx: _Ctx, out: Plan) -> list[Step]:
     from ..mig.steps import SetMode, nvml_of
 
     req = migparted.MigRequest(ctx.cfg.mig, ctx.cfg.source, ctx.cfg.mig_name, strict=ctx.cfg.strict)
-    found = migparted.plan_config(nvml_of(ctx.env), ctx.scan, req)
+    found = migparted.plan_config(nvml_of(ctx.env), ctx.scan, req, ctx.exclusions)
     out.warnings += found.warnings
     ctx.mig_after = {s.bdf: s.enable for p in found.plans for s in p.steps if isinstance(s, SetMode)}
+    names = naming.aliases(ctx.scan)
+    where = f"{ctx.cfg.place('mig')}: config {ctx.cfg.name}"
+    for err in found.skipped:  # the GPUs the MIG planner left alone, the rest planned
+        bdf = err.device or ""
+        located = DeviceUnusable(f"{where}: {err.message}", device=bdf, hint=err.hint)
+        ctx.skipped.append(("mig", names.get(bdf, bdf), located))
     return list(found.steps)
 
 
@@ -209,6 +233,8 @@ def _sriov(ctx: _Ctx) -> list[Step]:
     steps: list[Step] = []
     for bdf, w in pairs:
         ctx.at(w.sel)
+        if ctx.excluded("sriov", w.sel, bdf, None):
+            continue
         pf = ctx.facts.pf(bdf, name=w.sel.describe())
         req: planner.Request
         if w.vfs == 0:
@@ -216,7 +242,7 @@ def _sriov(ctx: _Ctx) -> list[Step]:
         else:
             req = planner.EnableRequest(bdf, w.vfs, w.driver, force_how=None)
         steps += ctx.plan_entry(w.sel, req)
-        if w.vfs != pf.num_vfs:
+        if w.vfs != pf.num_vfs or (w.vfs and pf.missing):  # made anew: what goes on them goes on these
             off, stride = pf.offset or 1, pf.stride or 1
             ctx.future_vfs[bdf] = [vf_address(bdf, off, stride, n) for n in range(w.vfs)]
     return steps
@@ -228,6 +254,9 @@ def _vfio(ctx: _Ctx) -> list[Step]:
     steps: list[Step] = []
     for want, bdfs in wants:
         ctx.at(want.sel)
+        bdfs = [b for b in bdfs if not ctx.excluded("bind", want.sel, b)]
+        if not bdfs:
+            continue
         req = planner.VfioRequest(tuple(bdfs), want.sel.match, want.force, FORCE_KEY)
         steps += ctx.plan_entry(want.sel, req)
     return steps
@@ -271,6 +300,8 @@ def _mdev(ctx: _Ctx) -> tuple[list[Step], list[Step]]:
     add: list[Step] = []
     for parent, (sel, wants) in groups.items():
         ctx.at(sel)
+        if ctx.scan.exists(parent) and ctx.excluded("mdev", sel, parent):
+            continue
         r, a = ctx.located(sel, lambda: mdev_planner.converge(facts, [parent], wants))  # noqa: B023
         rm += r
         add += a
@@ -300,6 +331,8 @@ def _vgpu(ctx: _Ctx) -> tuple[list[Step], list[Step]]:
     add: list[Step] = []
     for bdf, wants in groups.items():
         ctx.at(wants[0].sel)
+        if ctx.excluded("vgpu", wants[0].sel, bdf):
+            continue
         gpu = views[bdf]
         facts = vgpu_planner.read(ctx.host, gpu, ctx.scan.device(bdf).ids)
         pairs = [(w.type, w.count) for w in wants]

@@ -61,7 +61,7 @@ def _show_pfs(pfs: list[PfInfo], scan: Scan) -> None:
                 pf.alias,
                 pf.ids,
                 pf.driver,
-                pf.num_vfs,
+                f"{pf.num_vfs} ({pf.missing} missing)" if pf.missing else pf.num_vfs,
                 pf.total_vfs,
                 pf.vf_device,
                 "on" if pf.autoprobe else "off",
@@ -84,6 +84,10 @@ def _show_pfs(pfs: list[PfInfo], scan: Scan) -> None:
     if rows:
         say("")
         table(None, ["VF", "NAME", "DRIVER", "IOMMU", "IN USE"], rows)
+    for pf in pfs:
+        if pf.missing:  # sriov_numvfs says more than there are: a PF reset took them away
+            say(f"{pf.alias or pf.bdf}: {pf.missing} of {pf.num_vfs} VFs missing: re-create them with "
+                f"vgpukit sriov enable {pf.alias or pf.bdf} --vfs {pf.num_vfs} (or vgpukit apply)")  # fmt: skip
 
 
 @click.group(cls=LazyGroup)
