@@ -14,8 +14,10 @@ vgpukit command holds the host lock) stays ``pending`` and is tried again when t
 released (the agent listens to its host, :mod:`.agent_host`; without, after ``RETRY_S``); 4 with
 ``in-use`` (the change would destroy devices in use) is ``failed`` with the message
 ``refused: ...``: the agent drains nothing, it leaves that to the operator, and tries again when the
-host changes (a device let go) and ``apply --dry-run`` says it would pass; anything else is
-``failed``. Both labels and the annotation go in one ``PATCH /api/v1/nodes/NAME``.
+host changes (a device let go) and ``apply --dry-run`` says it would pass; 6 (a device the health
+layer finds unusable was left alone, everything else applied) is ``partial`` with the message
+``left alone: ...``; anything else is ``failed``. Both labels and the annotation go in one
+``PATCH /api/v1/nodes/NAME``.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ from ..errors import HostIOError, InvalidInput, VgpukitError
 CONFIG_LABEL = "vgpukit.io/config"
 STATE_LABEL = "vgpukit.io/config.state"
 MESSAGE_ANNOTATION = "vgpukit.io/config.message"
-PENDING, SUCCESS, FAILED = "pending", "success", "failed"
+PENDING, SUCCESS, FAILED, PARTIAL = "pending", "success", "failed", "partial"
 EXIT_BUSY = 4  # apply's "refused, nothing changed" (error: busy | in-use | no-capacity | conflict)
+EXIT_SKIPPED = 6  # apply's "done, except the devices named" (unusable devices left alone)
 RETRY_S = 10.0  # a busy host tried again (without host events), the API server read again after an error
 LONGEST_S = 300.0  # with host events: the longest wait for a busy host's lock to be released
 HOST_CHANGES = {"holders", "pci", "docs"}  # a device let go, a device changed, a change committed
@@ -98,6 +101,10 @@ def outcome(code: int, stdout: str) -> ApplyOutcome:
         return ApplyOutcome(PENDING, f"waiting: {message or 'host busy'}")
     if code == EXIT_BUSY and doc.get("error") == "in-use":
         return ApplyOutcome(FAILED, f"refused: {message or 'devices in use'}", in_use=True)
+    skipped = doc.get("skipped")
+    if code == EXIT_SKIPPED and isinstance(skipped, list) and skipped and isinstance(skipped[0], dict):
+        more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+        return ApplyOutcome(PARTIAL, f"left alone: {str(skipped[0].get('message') or '')[:400]}{more}")
     return ApplyOutcome(FAILED, message or f"apply exited with {code}")
 
 

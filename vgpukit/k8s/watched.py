@@ -28,9 +28,28 @@ def inventory_views(options: Callable[[Host], Options]) -> dict[str, View]:
     return {"inventory": view(inventory, *DEVICES), "held": view(held, *DEVICES, "holders")}
 
 
-def device_plugin_views(options: Callable[[Host], Options]) -> dict[str, View]:
-    """The device plugin's: its inventory with who holds the devices, health (its record kept current)."""
-    return {**inventory_views(options), **health_views(save=True)}
+def kubevirt_views(naming: str) -> dict[str, View]:
+    """The KubeVirt mode's inventory (:func:`.kubevirt.collect`, ``naming``: its resource names), with holders."""
+    from . import kubevirt
+
+    def inventory(r: Refresh) -> Inventory:
+        offers = kubevirt.collect(r.host, naming, scan=r.scan)
+        inv = offers.inventory()
+        inv.warnings += offers.warnings
+        return inv
+
+    def held(r: Refresh) -> Inventory:
+        inv = r.value("inventory")
+        return with_holders(r.host, inv) if inv is not None else Inventory()
+
+    return {"inventory": view(inventory, *DEVICES), "held": view(held, *DEVICES, "holders")}
+
+
+def device_plugin_views(options: Callable[[Host], Options], vms: str | None = None) -> dict[str, View]:
+    """The device plugin's: its inventory with who holds the devices (``vms``: the KubeVirt mode's naming),
+    health (its record kept current)."""
+    devices = kubevirt_views(vms) if vms else inventory_views(options)
+    return {**devices, **health_views(save=True)}
 
 
 def dra_views() -> dict[str, View]:

@@ -1,13 +1,12 @@
 """The QoS daemon: one select loop driving every GPU's scheduler on the monotonic clock.
 
-Wakes on: a demand datagram (preemption path: receive -> decide -> freeze, no polling), a control
-request, a signal, a change of the config file's content (reloaded, as on SIGHUP), the next slice
-boundary of any GPU, the sampling tick (only while some tenant's demand is sampled: ``sample``, or
-``auto`` before its first notification), and a 250 ms housekeeping tick (guardian heartbeat, systemd
-watchdog, liveness of tenants, the refusal log's summary, metrics).
-
-A broken config file never stops a running daemon: a reload is refused (one log line, ``qos status``,
-metrics) and the running configuration kept. At start it is exit 2, before anything is frozen.
+Wakes on: a demand datagram (preemption path: receive -> decide -> freeze, no polling), a control request,
+a signal, a change of the config file's content (reloaded, as on SIGHUP), the next slice boundary of any
+GPU, the sampling tick (only while some tenant's demand is sampled: ``sample``, or ``auto`` before its
+first notification), and a 250 ms housekeeping tick (guardian heartbeat, systemd watchdog, liveness of
+tenants, the refusal log's summary, metrics). A broken config file never stops a running daemon: a
+reload is refused (one log line, ``qos status``, metrics) and the running configuration kept. At start
+it is exit 2, before anything is frozen.
 """
 
 from __future__ import annotations
@@ -81,6 +80,7 @@ class Daemon:
         self.reloads = 0
         self.reloads_refused = 0
         self.reload_error: dict[str, str] | None = None  # why the file's content is not what runs
+        self.dropped: dict[tuple[str, str], str] = {}  # (GPU key, tenant) -> why it does not run
         self.refusals = demand_proto.Refusals(log)
         self.on_tick: Callable[[Daemon], None] | None = None  # metrics hook
 
@@ -95,6 +95,7 @@ class Daemon:
                     out[key][t.name] = backend_for(self.host, t, self.libvirt)
                 except VgpukitError as err:
                     log.warning("%s: tenant %s dropped: %s", key, t.name, err)
+                    self.dropped[(key, t.name)] = str(err)
                     cfg = planner.change(cfg, planner.RemoveTenant(key, t.name)).config
         return cfg, out
 
@@ -163,6 +164,7 @@ class Daemon:
             why = f"{self.host.display(self.config_path)}: cannot be read ({type(exc).__name__})"
         else:
             self.base = base
+            self.dropped = {}  # the tenants are judged again
             self.apply_config(self.effective())
             self.reloads += 1
             self.reload_error = None
@@ -181,6 +183,8 @@ class Daemon:
                 "reloads": self.reloads,
                 "reloads_refused": self.reloads_refused,
                 "reload_error": self.reload_error,
+                "loaded": self.base.to_dict(),  # the file as loaded last: apply/assert compare it (docs/qos.md)
+                "dropped": [{"gpu": g, "tenant": t, "reason": why} for (g, t), why in sorted(self.dropped.items())],
             },
             "demand_refused": dict(self.refusals.total),
         }
@@ -192,6 +196,7 @@ class Daemon:
         cfg = self.cfg
         for name in vanished:
             log.warning("%s: dropping vanished tenant %s", key, name)
+            self.dropped[(key, name)] = "its cgroup, processes or domain went away while it ran"
             with contextlib.suppress(NotFound):
                 cfg = planner.change(cfg, planner.RemoveTenant(key, name)).config
             if name in self.overlay.tenants.get(key, {}):
@@ -254,6 +259,7 @@ class Daemon:
         if not dry:
             with self.overlay.saving(self.host):
                 self.overlay.record_tenant(key, name, tenant)
+            self.dropped.pop((key, name), None)
             self.apply_config(done.config)
         return {"ok": True, "plan": done.plan, "tenant": tenant.to_dict()}
 
@@ -351,8 +357,7 @@ class Daemon:
             self._run(ready)
 
     def _run(self, ready: Callable[[], None] | None) -> None:
-        thawed = thaw_all(self.host, load_managed(self.host))  # a previous daemon may have died
-        if thawed:
+        if thawed := thaw_all(self.host, load_managed(self.host)):  # a previous daemon may have died
             log.warning("thawed %d target(s) left by a previous daemon", len(thawed))
         guardian = Guardian.start(self.host, float(self.base.watchdog_s))
         wake_r, old_handlers = self._signals()
