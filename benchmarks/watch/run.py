@@ -164,19 +164,20 @@ CHECKOUT = ROOT
 
 
 def _env() -> dict[str, str]:
+    """The checkout's vgpukit first (``python -m`` also puts the working directory first: ``cwd=CHECKOUT``)."""
     return {**os.environ, "PYTHONPATH": str(CHECKOUT)}
 
 
 def vg(sim: Path, *args: str) -> float:
     """Run a vgpukit command on the host; its exit time (monotonic)."""
     cmd = [sys.executable, "-m", "vgpukit", "--sim", str(sim), *args]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=_env())
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=_env(), cwd=CHECKOUT)
     return time.monotonic()
 
 
 def vg_init(sim: Path, profile: str) -> None:
     cmd = [sys.executable, "-m", "vgpukit", "sim", "init", str(sim), "--profile", profile]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=_env())
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=_env(), cwd=CHECKOUT)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -196,12 +197,12 @@ class Doors:
         vk = [sys.executable, "-m", "vgpukit", "--sim", str(sim)]
         self.logs = {name: (base / f"{name}.log").open("w") for name in ("dp", "dra", "exporter")}
         self.procs = {
-            "dp": subprocess.Popen([*vk, "k8s", "device-plugin"], env=_env(), stdout=subprocess.DEVNULL,
+            "dp": subprocess.Popen([*vk, "k8s", "device-plugin"], env=_env(), cwd=CHECKOUT, stdout=subprocess.DEVNULL,
                                    stderr=self.logs["dp"]),
             "dra": subprocess.Popen([*vk, "k8s", "dra-plugin", "--node", NODE, "--kubeconfig", str(kubeconfig)],
-                                    env=_env(), stdout=subprocess.DEVNULL, stderr=self.logs["dra"]),
+                                    env=_env(), cwd=CHECKOUT, stdout=subprocess.DEVNULL, stderr=self.logs["dra"]),
             "exporter": subprocess.Popen([*vk, "exporter", "--listen", f"127.0.0.1:{self.port}"], env=_env(),
-                                         stdout=subprocess.DEVNULL, stderr=self.logs["exporter"]),
+                                         cwd=CHECKOUT, stdout=subprocess.DEVNULL, stderr=self.logs["exporter"]),
         }  # fmt: skip
         self.dra_log: list[tuple[float, dict[str, str]]] = []
         self.stop = False
@@ -384,7 +385,7 @@ def qos_tenants(sim: Path, base: Path, count: int) -> Iterator[None]:
     exporter benchmark runs them (benchmarks/exporter/run.py): the tenant series of a scrape."""
     log = (base / "qos.log").open("wb")
     daemon = subprocess.Popen([sys.executable, "-m", "vgpukit", "--sim", str(sim), "qos", "daemon"], env=_env(),
-                              stdout=log, stderr=log)  # fmt: skip
+                              cwd=CHECKOUT, stdout=log, stderr=log)  # fmt: skip
     tenants: list[subprocess.Popen[bytes]] = []
     try:
         sock, end = sim / "run/vgpukit/qos/control.sock", time.monotonic() + 60

@@ -126,13 +126,20 @@ class Driver:
         self.last = (inv, facts)
         return inv, facts
 
-    def wait_change(self, stop: threading.Event, timeout: float, active: Callable[[], bool] = lambda: True) -> None:
-        """Until the watch's model changes (without one: ``timeout`` seconds), ``stop`` is set, ``active``
-        turns False or ``timeout`` passed; whoever sets ``stop`` or ends a stream calls :meth:`nudge`."""
+    def version(self) -> int:
+        """The watch's model's version: taken before a read, handed to :meth:`wait_change` after it."""
+        return self.model.version if self.model is not None else 0
+
+    def wait_change(
+        self, stop: threading.Event, timeout: float, since: int, active: Callable[[], bool] = lambda: True
+    ) -> None:
+        """Until the watch's model differs from version ``since`` (at once when it changed while the caller
+        read and published; without a model: ``timeout`` seconds), ``stop`` is set, ``active`` turns False
+        or ``timeout`` passed; whoever sets ``stop`` or ends a stream calls :meth:`nudge`."""
         if self.model is None:
             stop.wait(timeout)
             return
-        self.model.wait(self.model.version, timeout, until=lambda: stop.is_set() or not active())
+        self.model.wait(since, timeout, until=lambda: stop.is_set() or not active())
 
     def nudge(self) -> None:
         """Wake every :meth:`wait_change` to look at its stop and stream again."""
@@ -308,6 +315,7 @@ class HealthService:
         sent = 0.0
         context.add_callback(self.driver.nudge)  # the kubelet went away: the wait below ends
         while context.is_active() and not self.stop.is_set():
+            seen = self.driver.version()  # a change while this look runs is looked at again at once
             try:
                 now = self.driver.health_report()
             except VgpukitError as err:
@@ -329,7 +337,7 @@ class HealthService:
                 )
                 last, sent = now, time.monotonic()
             resend = sent + HEALTH_TIMEOUT / 2 - time.monotonic()
-            self.driver.wait_change(self.stop, max(0.0, min(self.interval, resend)), context.is_active)
+            self.driver.wait_change(self.stop, max(0.0, min(self.interval, resend)), seen, context.is_active)
 
 
 class Plugin:
@@ -379,6 +387,7 @@ class Plugin:
         auto``, partitionable devices are published where it keeps counters, the static view elsewhere."""
         while not self.stop.is_set():
             failed = True  # until published: tried again after RETRY seconds, changes or not
+            seen = self.driver.version()  # a change while this publication runs is published next, at once
             try:
                 server = publisher.detected()
                 if self.driver.partitionable == "auto" and self.driver.counters_ok != server.partitionable:
@@ -412,7 +421,7 @@ class Plugin:
                 log.warning("publishing the ResourceSlice failed (tried again): %s", err)
             except Exception as err:  # never end publishing silently: the device list would go stale
                 log.warning("publishing the ResourceSlice failed (tried again): %s: %s", type(err).__name__, err)
-            self.driver.wait_change(self.stop, min(self.interval, RETRY) if failed else self.interval)
+            self.driver.wait_change(self.stop, min(self.interval, RETRY) if failed else self.interval, seen)
 
     def close(self) -> None:
         self.stop.set()
