@@ -36,6 +36,7 @@ from ..cdi.spec import vendor_vfio
 from ..host import Host
 from ..host_layout import VFIO_DEV
 from ..mdev import sysfs as mdev_sysfs
+from ..mdev.model import MdevParent
 from ..pci import PciDevice, Scan
 from ..vgpu import hostview
 from ..vgpu.catalog import short_name
@@ -92,6 +93,7 @@ class Offers:
     warnings: list[str] = field(default_factory=list)
     types: dict[str, str] = field(default_factory=dict)  # every mdev type name offered here -> its resource
     type_ids: dict[str, str] = field(default_factory=dict)  # and type id -> type name
+    dra: set[str] = field(default_factory=set)  # what the DRA driver offers VMs here: vf, vgpu, mdev
 
     def add(self, name: str, kind: str, selector: str, dev: Device) -> None:
         self.resources.setdefault(name, Offer(name, kind, selector)).devices.append(dev)
@@ -137,7 +139,16 @@ def collect(host: Host, naming: str = "vgpukit", scan: Scan | None = None) -> Of
     vgpus = {v.id: v for v in hostview.vgpus(host, views)}
     nodes = _Nodes(host)
     _pci(host, out, nodes, vgpus, names)
-    _mdevs(host, out, nodes, vgpus, naming, views)
+    parents = mdev_sysfs.parents(host)
+    _mdevs(host, out, nodes, vgpus, naming, views, parents)
+    pfs = {d.physfn for d in out.pci.values() if d.is_vf}
+    if any(pf in out.pci and out.pci[pf].kind != "gpu" for pf in pfs):  # bound to vfio-pci at prepare
+        out.dra.add("vf")
+    if any(v.interface for v in views):  # vGPUs there or made at prepare
+        out.dra.add("vgpu")
+    gpu_parents = {p for v in views for p in v.parents}
+    if any(p.name not in gpu_parents for p in parents):
+        out.dra.add("mdev")
     return out
 
 
@@ -180,10 +191,18 @@ def _mdev_resource(type_name: str, type_id: str, vgpu: bool, naming: str) -> str
     return f"{NVIDIA}/{nvidia_type_name(type_name)}" if naming == "nvidia" else f"{PREFIX}/vm-vgpu-{_part(type_name)}"
 
 
-def _mdevs(host: Host, out: Offers, nodes: _Nodes, vgpus: dict[str, Vgpu], naming: str, views: list[GpuView]) -> None:
+def _mdevs(
+    host: Host,
+    out: Offers,
+    nodes: _Nodes,
+    vgpus: dict[str, Vgpu],
+    naming: str,
+    views: list[GpuView],
+    parents: list[MdevParent],
+) -> None:
     type_names: dict[tuple[str, str], str] = {}
     gpu_parents = {p for v in views for p in v.parents}
-    for p in mdev_sysfs.parents(host):
+    for p in parents:
         for t in p.types:
             tname = type_names[(p.name, t.type_id)] = t.name or t.type_id
             out.type_ids[t.type_id] = tname
