@@ -90,3 +90,12 @@ def test_allocate_shows_the_answer_the_running_plugin_gives(short_tmp: Path) -> 
     assert invoke(sim, "sim", "fault", "aer", chosen[0], "fatal").exit_code == 0
     doc = _json(sim, "k8s", "allocate", "--kubevirt", chosen[0])
     assert doc["warnings"] and doc["warnings"][0].startswith(f"{chosen[0]} is Unhealthy (")
+
+
+def test_share_replicas_is_refused_with_kubevirt(tmp_path: Path) -> None:
+    """Trial 2: --share-replicas (containers' gpu-share) was silently accepted with --kubevirt."""
+    sim = make_sim(tmp_path / "h")
+    for cmd in (["k8s", "resources"], ["k8s", "device-plugin"], ["k8s", "allocate", "x"]):
+        r = invoke(sim, *cmd, "--kubevirt", "--share-replicas", "2")
+        assert r.exit_code == 2 and "--share-replicas is for containers' gpu-share" in r.stderr, r.output
+    assert invoke(sim, "k8s", "resources", "--share-replicas", "2").exit_code == 0
