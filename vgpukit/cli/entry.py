@@ -67,6 +67,7 @@ def _main(argv: list[str] | None) -> int:
         rc = fast_read(args)
         if rc is not None:
             return rc
+    shim = ""
     if "--mig-parted" in args and "mig" in args[: args.index("--mig-parted")]:  # nvidia-mig-parted's command line
         import os
 
@@ -77,7 +78,7 @@ def _main(argv: list[str] | None) -> int:
             sys.stdout.write(out[1])
             sys.stderr.write(out[2])
             return out[0]
-        args = out
+        args, shim = out, "--mig-parted"
     from .main import main as full
 
-    return full(args)
+    return full(args, shim)
