@@ -180,11 +180,11 @@ def nics(host: Host, networks: list[str], bridges: list[str], no_network: bool) 
     out = tuple(n for n in (nic(t) for t in (given or ["default"])) if n is not None)
     warnings: list[str] = []
     for n in out:
-        if n.kind == "network" and not host.exists(host.etc("libvirt", "qemu", "networks", f"{n.source}.xml")):
+        if n.kind == "network" and not host.exists(host.libvirt_network(n.source)):
             warnings.append(
                 f"libvirt network {n.source!r} is not defined on this host (virsh net-list --all):"
                 " define it, or use --bridge BR or --no-network"
             )
-        if n.kind == "bridge" and not host.exists(host.sys("class", "net", n.source, "bridge")):
+        if n.kind == "bridge" and not host.exists(host.net_device(n.source, "bridge")):
             warnings.append(f"bridge {n.source} does not exist on this host (ip link add {n.source} type bridge)")
     return out, warnings

@@ -2,7 +2,9 @@
 
 * ``--json``: one JSON document on stdout, ``{"schema": "vgpukit.<kind>/v1", ...}``.
 * a terminal: rich tables and trees; a pipe: plain aligned text, no colour, no box drawing.
-* mutating commands: :func:`emit_result` shows the plan (``--dry-run``) or what was changed.
+* mutating commands: :func:`emit_result` shows the plan (``--dry-run``) or what was changed: a
+  summary when the command has one (a line per GPU, per PF...), every step with ``-v``; the JSON
+  document always lists every step (``plan``) next to the command's summary fields.
 """
 
 from __future__ import annotations
@@ -87,14 +89,19 @@ def emit_result(
     plan: Sequence[str],
     data: dict[str, Any] | None = None,
     human: Callable[[], None] | None = None,
+    summary: Sequence[str] | None = None,
 ) -> None:
     """Report a mutating command: its plan (dry run) or its outcome.
 
     ``plan`` lists the steps in words; an empty plan means the host already matched the request.
+    ``summary``: the lines shown instead of the steps and ``human`` unless ``-v`` (a line per device).
     """
     doc = {"dry_run": app.dry_run, "changed": bool(plan) and not app.dry_run, "plan": list(plan), **(data or {})}
     if app.json:
         print_json(json_doc(kind, doc))
+        return
+    if summary is not None and not app.verbose:
+        _summarize(app, plan, summary)
         return
     if not plan:
         say("nothing to do: the host already matches the request", "green")
@@ -109,6 +116,35 @@ def emit_result(
         sys.stdout.write("".join(f"done: {step}\n" for step in plan))
     if human is not None:
         human()
+
+
+SHORT_PLAN = 3  # a plan this short is listed step by step above the summary
+
+
+def _summarize(app: App, plan: Sequence[str], summary: Sequence[str]) -> None:
+    """The summary lines under a head line; the steps themselves when there are only a few."""
+    from ..words import plural
+
+    short = len(plan) <= SHORT_PLAN
+    lines = [f"  - {step}" for step in plan] if app.dry_run and short else []
+    if not plan:
+        say("nothing to do: the host already matches the request", "green")
+    elif app.dry_run:
+        say(
+            "dry run, nothing changed. Plan:" + ("" if short else f" {plural(len(plan), 'step')} (-v lists them)"),
+            "bold",
+        )
+    elif short:
+        lines = [f"done: {step}" for step in plan]
+    else:
+        say(f"done: {plural(len(plan), 'step')} (-v lists them)", "green")
+    indent = "  " if app.dry_run and plan else ""
+    lines += [indent + text for text in summary]
+    if is_tty():
+        for text in lines:
+            say(text)
+    else:  # a pipe: every line in one write
+        sys.stdout.write("".join(f"{text}\n" for text in lines))
 
 
 def fail_after_emit(app: App, err: VgpukitError) -> NoReturn:

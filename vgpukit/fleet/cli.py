@@ -84,7 +84,25 @@ def apply_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
     cfg, todo = _plan(app, path, name, strict)
     if not app.dry_run:
         execute(app.env, todo.plain)
-    emit_result(app, "apply", plan=[s.describe() for s in todo.plain], data={**_head(path, cfg, todo), **_rest(todo)})
+    emit_result(
+        app,
+        "apply",
+        plan=[s.describe() for s in todo.plain],
+        data={**_head(path, cfg, todo), **_rest(todo)},
+        summary=_by_area(todo),
+    )
+
+
+def _by_area(todo: plan.Plan) -> list[str]:
+    """A few lines per area: its steps, those alike folded into one (``-v`` lists each)."""
+    from ..words import condense, plural
+
+    out = []
+    for area in plan.AREAS:
+        mine = [s.describe() for a, s in todo.ordered if a == area]
+        if mine:
+            out += [f"{area}: {plural(len(mine), 'step')}"] + [f"  {line}" for line in condense(mine)]
+    return out
 
 
 def _rest(todo: plan.Plan) -> dict[str, Any]:
@@ -103,12 +121,19 @@ def diff_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
     """Show what 'apply' would change (the plan), changing nothing; exit 0 either way."""
     cfg, todo = _plan(app, path, name, strict)
     doc = {**_head(path, cfg, todo), "dry_run": True, "changed": False, **todo.to_json()}
-    emit(app, "diff", doc, lambda: _show(doc["plan"]))
+    emit(app, "diff", doc, lambda: _show(app, doc["plan"]))
 
 
-def _show(lines: list[str]) -> None:
+def _show(app: App, lines: list[str]) -> None:
+    """Every difference with -v; else those alike folded into one."""
+    from ..words import condense, plural
+
     if not lines:
         say("no differences: the host matches the config", "green")
+        return
+    if not app.verbose:
+        say(f"{plural(len(lines), 'difference')} (-v lists them):")
+        lines = condense(lines)
     for line in lines:
         say(f"  - {line}")
 
@@ -133,7 +158,7 @@ def assert_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
     except VgpukitError as exc:  # cannot even be planned from here (in use, unsupported...): no match
         diff = [f"cannot be applied: {exc}"]
     doc = {**_head(path, cfg, todo), "matches": not diff, "differences": diff}
-    emit(app, "assert", doc, lambda: say("the host matches the config", "green") if not diff else _show(diff))
+    emit(app, "assert", doc, lambda: say("the host matches the config", "green") if not diff else _show(app, diff))
     if diff:
         fail_after_emit(app, VerifyFailed(f"the host does not match {path}" + (f" -c {cfg.name}" if cfg.name else "")))
 
