@@ -20,8 +20,11 @@ at a time (a claim made for each call: the first prepare of a claim, not the rec
 Rows are data: a kind made on demand, or a sharing configuration, is one more entry. The hosts in
 ``PARTITIONABLE`` are served with ``--partitionable on``: their kinds made on demand are picked among
 the published slice parts by ``onDemand``, and each prepare creates the MIG slice or the vGPU that
-its unprepare destroys (the timings include that). The hosts in ``SHARED`` are served with
-``--share-by-capacity gpu`` and run the QoS daemon of the simulated host: a kind with ``share`` is a share
+its unprepare destroys (the timings include that); on a Hopper GPU with MIG mode off, each prepare also
+turns MIG mode on and each unprepare turns it off. The API-server stand-in answers as Kubernetes 1.37
+(``RELEASE`` names a host served as 1.34), with partitionable devices on; a refused write ends the run.
+The hosts in ``SHARED`` are served with ``--share-by-capacity gpu`` and run the QoS daemon of the
+simulated host: a kind with ``share`` is a share
 of a GPU shared by capacity (the allocation's shareID and consumed capacity in the claim, reserved for a
 pod whose cgroup the host has): each prepare adds its QoS tenant and memory cap, each unprepare removes it.
 Prints a markdown table.
@@ -74,6 +77,9 @@ HOSTS: dict[str, tuple[str, list[list[str]]]] = {
     # served with --partitionable on: gpu1 in MIG mode and empty (a 1g.5gb made and destroyed), no vGPU yet
     "hgx-a100-on-demand": ("hgx-a100", [["partition", "gpu1", "--mig", "1g.5gb"], ["mig", "destroy", "gpu1", "--all"]]),
     "t4-mdev-on-demand": ("t4-mdev", []),
+    # served with --partitionable on: 8 Hopper GPUs with MIG mode off (each GPU: the whole GPU and its slices)
+    "hgx-h100-on-demand": ("hgx-h100", []),
+    "hgx-h100-on-demand-1.34": ("hgx-h100", []),  # the same, to an API server of 1.34 (counters beside devices)
     "hgx-a100-shared": ("hgx-a100", []),  # served with --share-by-capacity gpu
 }  # fmt: skip
 # files put on a host after `sim init`: the CUDA interception library a memory cap needs (a stand-in: nothing
@@ -82,7 +88,9 @@ FILES = {
     name: {"usr/lib/vgpukit/libvgpukit-cuda.so": "a stand-in for contrib/cuda's library\n"}
     for name in ("hgx-a100", "hgx-a100-shared")
 }
-PARTITIONABLE = {"hgx-a100-on-demand", "t4-mdev-on-demand"}  # hosts whose plugin publishes devices made on demand
+# hosts whose plugin publishes devices made on demand
+PARTITIONABLE = {"hgx-a100-on-demand", "t4-mdev-on-demand", "hgx-h100-on-demand", "hgx-h100-on-demand-1.34"}
+RELEASE = {"hgx-h100-on-demand-1.34": "1.34"}  # the API server's release (else 1.37), its gates turned on
 SHARED = {"hgx-a100-shared"}  # hosts whose plugin shares its GPUs by capacity (a QoS daemon runs there)
 POD = "bench-pod"  # the pod a share is reserved for (its cgroup made on the host)
 
@@ -116,6 +124,9 @@ KINDS = [
     Kind("whole GPU, MPS (daemon started/stopped)", "hgx-a100", {"kind": "gpu"},
          {**V1, "kind": "MpsConfig", "activeThreadPercentage": 50}),
     Kind("vGPU on a VF (H100-20C, vendor VFIO)", "h100-vgpu", {"kind": "vf", "vgpuType": "*"}),
+    Kind("MIG slice 3g.40gb made on demand on a Hopper GPU, MIG mode turned on / off (first and last slice)",
+         "hgx-h100-on-demand", {"onDemand": True, "migProfile": "3g.40gb"}),
+    Kind("whole Hopper GPU published with its slices (one counter set)", "hgx-h100-on-demand", {"kind": "gpu"}),
     Kind("share of a GPU shared by capacity (QoS tenant, memory cap)", "hgx-a100-shared", {"kind": "shared-gpu"},
          share={"memory": "8Gi", "computeShare": "25"}),
     Kind("share of a GPU shared by capacity, online class (QosClassConfig)", "hgx-a100-shared",
@@ -140,6 +151,10 @@ CHANGES = [
            ["sriov", "enable", "nic2", "--vfs", "1", "--driver", "vfio-pci"]),
     Change("vgpukit partition on a partitionable GPU (the placements offered change)", "hgx-a100-on-demand",
            ["partition", "gpu1", "--mig", "1g.5gb"], ["mig", "destroy", "gpu1", "--all"]),
+    Change("vgpukit partition on a Hopper GPU of 8, 1.37 layout (1 counter slice, 8 device slices)",
+           "hgx-h100-on-demand", ["partition", "gpu1", "--mig", "1g.10gb"], ["mig", "destroy", "gpu1", "--all"]),
+    Change("vgpukit partition on a Hopper GPU of 8, 1.34 layout (8 slices, counters beside devices)",
+           "hgx-h100-on-demand-1.34", ["partition", "gpu1", "--mig", "1g.10gb"], ["mig", "destroy", "gpu1", "--all"]),
 ]  # fmt: skip
 
 
@@ -197,7 +212,7 @@ class Node:
 
     def devices(self) -> list[dict[str, Any]]:
         """Every device of the node's pool (several slices beyond 128 devices)."""
-        return [d for doc in list(self.api.slices.values()) for d in doc["spec"]["devices"]]
+        return [d for doc in list(self.api.slices.values()) for d in doc["spec"].get("devices") or []]
 
     def memory_kib(self) -> tuple[int, int]:
         """(VmRSS, VmHWM) of the plugin process."""
@@ -213,7 +228,9 @@ class Node:
 
 @contextmanager
 def serving(sim: Path, base: Path, interval: float) -> Iterator[Node]:
-    api = ApiServer(NODE)
+    api = ApiServer(NODE, RELEASE.get(sim.name, "1.37"))
+    api.partitionable = True
+    api.schema_check = False  # the stand-in's JSON-schema check (~60 ms a slice) is the test's cost, not the plugin's
     api.http.handle_error = lambda *_: None  # type: ignore[method-assign]  # the plugin hanging up at its end
     mode = "on" if sim.name in PARTITIONABLE else "off"
     args = ["--share-by-capacity", "gpu"] if sim.name in SHARED else []
@@ -223,6 +240,8 @@ def serving(sim: Path, base: Path, interval: float) -> Iterator[Node]:
         if not api.wait(lambda: SLICE in api.slices, timeout=120):
             raise SystemExit("no ResourceSlice published")
         yield node
+        if api.refused or api.pool_problems():
+            raise SystemExit(f"{sim.name}: a write refused or a pool the scheduler cannot use: {api.refused[:1]}")
     finally:
         node.close()
         api.close()

@@ -100,6 +100,7 @@ class Case:
     name: str
     setup: tuple[tuple[str, ...], ...]
     kind: str  # the DRA device kind claimed (its first device of the static view; "mig-3g.20gb": made on demand)
+    profile: str = "hgx-a100"
     args: tuple[str, ...] = ()  # more arguments of the plugin
     shared: bool = False  # a share of the device shared by capacity (the QoS daemon runs; the library is there)
 
@@ -109,7 +110,10 @@ CASES = [
     Case("whole-gpu", (), "gpu"),
     # gpu0 in MIG mode with an operator's 1g.5gb (slot 6): the claim's 3g.20gb is made at prepare
     Case("mig-made-on-demand", (("partition", "gpu0", "--mig", "1g.5gb"),), "mig-3g.20gb"),
-    Case("gpu-shared-by-capacity", (), "gpu", ("--share-by-capacity", "gpu"), shared=True),
+    # a Hopper GPU with MIG mode off: prepare turns it on (and records that), then makes the 3g.40gb;
+    # unprepare destroys it and turns MIG mode off again (and forgets it)
+    Case("mig-mode-toggled", (), "mig-3g.40gb", profile="hgx-h100"),
+    Case("gpu-shared-by-capacity", (), "gpu", args=("--share-by-capacity", "gpu"), shared=True),
 ]
 SHARE = {"shareID": "0b5e4a8c-2f1d-4c3b-9a7e-6d5c4b3a2f10", "consumedCapacity": {"memory": "4Gi", "computeShare": "25"}}
 
@@ -118,7 +122,7 @@ SHARE = {"shareID": "0b5e4a8c-2f1d-4c3b-9a7e-6d5c4b3a2f10", "consumedCapacity": 
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {}
     for case in CASES:
-        sim = fresh(tmp_path_factory.mktemp("dra-crash"), "hgx-a100", case.name)
+        sim = fresh(tmp_path_factory.mktemp("dra-crash"), case.profile, case.name)
         for args in case.setup:
             _ok(sim, *args)
         invoke(sim, "health")  # the health layer's state, as a host that ran before has it
@@ -146,6 +150,16 @@ def mig_layout(sim: Path) -> list[tuple[int, int]]:
         n.close()
 
 
+def mig_mode(sim: Path) -> tuple[bool, bool]:
+    from vgpukit.sim.nvml import SimNvml
+
+    n = SimNvml(sim)
+    try:
+        return n.mig_mode(0)
+    finally:
+        n.close()
+
+
 def tenants(host: Host) -> list[str]:
     """The QoS daemon's tenants (every GPU), when it runs."""
     from vgpukit.errors import NotFound
@@ -164,6 +178,8 @@ def state(host: Host, uid: str, bdf: str) -> dict[str, Any]:
         "tenants": tenants(host),
         "driver": current_driver(host, bdf) if bdf.count(":") == 2 else None,
         "mig": mig_layout(host.root),
+        "mode": mig_mode(host.root),
+        "mode record": host.dra_mig_mode_record("0000:03:00.0").exists(),
         "made": host.dra_made_record(uid).exists(),
         "spec": host.dra_claim_cdi_spec(uid).exists(),
         "record": host.dra_claim_record(uid).exists(),
@@ -196,7 +212,7 @@ def _pick(sim: Path, kind: str) -> tuple[str, str]:
             e["name"]
             for part in parts.values()
             for e in part["devices"]
-            if e["attributes"]["migProfile"]["string"] == kind.removeprefix("mig-")
+            if e["attributes"].get("migProfile", {}).get("string") == kind.removeprefix("mig-")
         ]
         return sorted(found)[0], ""
     _env, collect, close = opener(sim)()
@@ -283,6 +299,8 @@ def test_a_kill_at_every_change_leaks_nothing(
                         assert again["driver"] == "vfio-pci", (n, again)
                     if case.kind.startswith("mig-"):
                         assert len(again["mig"]) == len(before["mig"]) + 1, (n, again)
+                    if case.profile == "hgx-h100":  # turned on for the claim, and recorded so
+                        assert again["mode"] == (True, True) and again["mode record"], (n, again)
                     if case.shared:  # the share's tenant, once
                         assert again["tenants"] == sorted(
                             [*before["tenants"], f"{share_gpu(node)}/dra-{SHARE['shareID']}"]

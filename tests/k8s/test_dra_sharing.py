@@ -322,6 +322,34 @@ def test_kill_9_after_the_mps_daemon_started_is_repaired_by_the_next_command(nod
     assert node.kubelet.unprepare(ref).claims["k-1"].error == "" and mps.pid(node.host, key) is None
 
 
+def test_memory_burst_makes_an_offline_tenant_lend_its_memory(node: Node, qos: DaemonProc) -> None:
+    """Memory QoS through DRA: MemoryCapConfig's burst is the offline QoS tenant's burst (the daemon writes
+    it to the library's config, the claim's environment carries it); on an online tenant it is refused."""
+    gpu = _kinds(node)["gpu"]
+    key = qos_key(node.driver.devices()[gpu])
+    _pod_cgroup(node.sim, "pod-a")
+    cfg = [
+        opaque({"apiVersion": V, "kind": "TimeSliceConfig", "class": "offline", "share": 30}),
+        opaque({"apiVersion": V, "kind": "MemoryCapConfig", "limit": "1Gi", "burst": "8Gi"}),
+    ]
+    a = claim("b-1", "b1", gpu, config=cfg)
+    a["status"]["reservedFor"] = _reserved("pod-a")
+    assert node.kubelet.prepare(node.add(a)).claims["b-1"].error == ""
+    tenant = _tenants(qos, key)["dra-b-1"]
+    assert (tenant["class"], tenant["memory"], tenant["memory_burst"]) == ("offline", 1 << 30, 8 << 30)
+    assert {"VGPUKIT_CUDA_MEMORY_BURST=8589934592", "VGPUKIT_CUDA_CLASS=offline"} <= set(_env(node, "b-1"))
+    config = (node.sim / "run/vgpukit/cuda/dra-b-1/config").read_text()
+    assert "memory_burst=8589934592\nclass=offline\n" in config
+    online = [
+        opaque({"apiVersion": V, "kind": "TimeSliceConfig", "class": "online", "share": 30}),
+        opaque({"apiVersion": V, "kind": "MemoryCapConfig", "limit": "1Gi", "burst": "8Gi"}),
+    ]
+    b = claim("b-2", "b2", gpu, config=online)
+    b["status"]["reservedFor"] = _reserved("pod-a")
+    out = node.kubelet.prepare(node.add(b)).claims["b-2"]
+    assert "a memory burst is for offline tenants" in out.error and "dra-b-2" not in _tenants(qos, key)
+
+
 def test_kill_9_after_the_qos_tenant_was_added_is_repaired_by_the_next_command(node: Node, qos: DaemonProc) -> None:
     gpu = _kinds(node)["gpu"]
     key = qos_key(node.driver.devices()[gpu])

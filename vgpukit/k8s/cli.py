@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import sys
 import threading
 from contextlib import nullcontext
@@ -17,6 +18,21 @@ from ..clikit.options import held, json_option
 from ..clikit.output import emit, say, table
 from ..clikit.params import NAME, AsciiFloat, AsciiInt
 from .stopping import Stop
+
+
+def _kubernetes(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """A Kubernetes release (``1.35``, ``v1.35.2``) the DRA rules know, or a later one (the newest known's rules)."""
+    if value is None:
+        return None
+    from ..errors import VgpukitError
+    from .dra.cluster import release
+
+    try:
+        release(value)
+    except VgpukitError as err:
+        raise click.BadParameter(err.message) from None
+    return value
+
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -108,14 +124,45 @@ def _log(line: str) -> None:
 
 @k8s.command("resources")
 @replicas_option
+@click.option(
+    "--kubernetes",
+    "version",
+    type=NAME,
+    callback=_kubernetes,
+    metavar="VERSION",
+    help="Also show the ResourceSlices the DRA plugin would publish now for an API server of that release "
+    "(1.34, 1.35, 1.36, 1.37; a later one follows the newest known).",
+)
+@click.option(
+    "--partitionable",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="With --kubernetes: as the plugin's option; auto: the release's default of the DRAPartitionableDevices gate.",
+)
+@click.option(
+    "--node",
+    "node",
+    type=NAME,
+    envvar="NODE_NAME",
+    default=lambda: socket.gethostname(),
+    show_default="env NODE_NAME, else the host name",
+    help="With --kubernetes: the node's name (its pool and slice names).",
+)
 @json_option
 @click.pass_obj
-def resources(app: App, replicas: int) -> None:
-    """Show the resources and devices the device plugin would advertise now."""
+def resources(app: App, replicas: int, version: str | None, partitionable: str, node: str) -> None:
+    """Show the resources and devices the device plugin would advertise now (and the DRA plugin's slices)."""
     inv = _poller(app, replicas)()
+    view: dict[str, Any] = {}
+    if version is not None:
+        from .cli_dra import slices_view
+
+        view = slices_view(_dra_opener(app), _health(app), version, partitionable, node)
 
     def doc() -> dict[str, Any]:
         return {
+            **view,
             "resources": {
                 name: [
                     {
@@ -138,6 +185,10 @@ def resources(app: App, replicas: int) -> None:
             for d in devices
         ]
         table(None, ["RESOURCE", "DEVICE", "NUMA", "CDI", "HELD BY"], rows)
+        if view:
+            from .cli_dra import show
+
+            show(view)
 
     emit(app, "k8s-resources", doc, human)
 
@@ -286,8 +337,9 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
     type=click.Choice(["auto", "on", "off"]),
     default="auto",
     show_default=True,
-    help="Publish MIG slices and vGPUs made on demand with shared counters (KEP-4815); auto: unless the API "
-    "server drops or refuses the counters (feature gate DRAPartitionableDevices off).",
+    help="Publish MIG slices and vGPUs made on demand with shared counters (KEP-4815), in the layout of the API "
+    "server's release; auto: where the API server keeps counters (feature gate DRAPartitionableDevices, read with "
+    "a dry run before the first write).",
 )
 @click.option(
     "--device-taints",
@@ -342,7 +394,7 @@ def dra_plugin(
     driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app), partitionable, taints)
     driver.unhealthy_effect, driver.capacity.choice = unhealthy_effect, share  # NoExecute; shared by capacity
     stop = Stop().on_signals()  # before the servers: a SIGTERM from then on ends the plugin cleanly
-    plugin = Plugin(app.host, driver, interval, Publisher(api, node)).start()
+    plugin = Plugin(app.host, driver, interval, Publisher(api, node, partitionable)).start()
     say(f"vgpukit DRA plugin: {app.host.display(registry_socket(app.host))}, node {node}")
     try:
         stop.wait()

@@ -4,7 +4,8 @@ Four kinds, one JSON Schema (``vgpukit/data/schemas/dra/sharing-config.json``):
 
 * ``TimeSliceConfig`` {``class``: online|offline (default offline), ``share``: 1..100, ``policy``}: a QoS
   tenant (the QoS planner's rules, docs/qos.md);
-* ``MemoryCapConfig`` {``limit``: bytes or ``4Gi``}: the CUDA interception library's cap (docs/cuda.md);
+* ``MemoryCapConfig`` {``limit``: bytes or ``4Gi``, ``burst``}: the CUDA interception library's cap
+  (docs/cuda.md), and for an offline tenant a burst of unified memory beyond it (docs/qos.md, "Memory QoS");
 * ``MpsConfig`` {``activeThreadPercentage``: 1..100, ``pinnedDeviceMemoryLimit``: bytes or ``4Gi``};
 * ``QosClassConfig`` {``class``: online|offline (default offline), ``policy``}: the QoS class of a share of a
   device shared by capacity (:mod:`.shares`: its share and memory cap are the allocation's).
@@ -31,7 +32,7 @@ MAX_BYTES = 1 << 50
 _UNITS = {"": 0, "Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40}
 _FIELDS = {
     "TimeSliceConfig": ({"share"}, {"class", "policy"}),
-    "MemoryCapConfig": ({"limit"}, set()),
+    "MemoryCapConfig": ({"limit"}, {"burst"}),
     "MpsConfig": (set(), {"activeThreadPercentage", "pinnedDeviceMemoryLimit"}),
     "QosClassConfig": (set(), {"class", "policy"}),
 }
@@ -42,6 +43,12 @@ class TimeSlice:
     cls: str  # online | offline
     share: int  # percent
     policy: str | None = None  # the GPU's policy the claim expects (None: whatever it runs)
+
+
+@dataclass(frozen=True)
+class MemoryCap:
+    limit: int  # bytes per device
+    burst: int | None = None  # unified memory beyond the limit (offline tenants: memory QoS)
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,7 @@ class Sharing:
     memory: int | None = None
     mps: Mps | None = None
     qos_class: QosClass | None = None  # a share of a device shared by capacity (:mod:`.shares`)
+    memory_burst: int | None = None  # MemoryCapConfig's burst (memory QoS)
 
     @property
     def empty(self) -> bool:
@@ -77,6 +85,8 @@ class Sharing:
                 doc["timeSlice"]["policy"] = self.time_slice.policy
         if self.memory is not None:
             doc["memoryCap"] = self.memory
+        if self.memory_burst is not None:
+            doc["memoryBurst"] = self.memory_burst
         if self.mps:
             doc["mps"] = {"activeThreadPercentage": self.mps.thread_percentage, "pinned": self.mps.pinned_memory}
         if self.qos_class:
@@ -90,7 +100,7 @@ class Sharing:
 class Entry:
     requests: tuple[str, ...]
     kind: str
-    value: Any  # TimeSlice | int | Mps
+    value: Any  # TimeSlice | MemoryCap | Mps
 
     def applies(self, request: str) -> bool:
         return not self.requests or request in self.requests or request.partition("/")[0] in self.requests
@@ -106,7 +116,9 @@ class Configs:
         for e in self.entries:
             if e.applies(request):
                 got[e.kind] = e.value
-        return Sharing(*(got.get(k) for k in KINDS))  # the fields in the order of KINDS
+        cap = got.get("MemoryCapConfig")
+        ts, mps, qc = got.get("TimeSliceConfig"), got.get("MpsConfig"), got.get("QosClassConfig")
+        return Sharing(ts, cap and cap.limit, mps, qc, cap and cap.burst)
 
 
 def quantity(value: Any, what: str) -> int:
@@ -161,7 +173,8 @@ def parameters(doc: Any, where: str) -> tuple[str, Any]:
             return kind, QosClass(cls, policy)
         return kind, TimeSlice(cls, _percent(doc["share"], f"{where}: {kind}: share"), policy)
     if kind == "MemoryCapConfig":
-        return kind, quantity(doc["limit"], f"{where}: {kind}: limit")
+        burst = None if doc.get("burst") is None else quantity(doc["burst"], f"{where}: {kind}: burst")
+        return kind, MemoryCap(quantity(doc["limit"], f"{where}: {kind}: limit"), burst)
     atp, pinned = doc.get("activeThreadPercentage"), doc.get("pinnedDeviceMemoryLimit")
     return kind, Mps(
         None if atp is None else _percent(atp, f"{where}: {kind}: activeThreadPercentage"),

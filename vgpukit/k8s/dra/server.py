@@ -84,7 +84,8 @@ class Driver:
     ):
         self.pool = node
         self.partitionable = partitionable  # auto | on | off: publish made-on-demand MIG slices (.partitions)
-        self.counters_ok = partitionable != "off"  # auto: until the API server drops the counters
+        # auto: as the API server serves them, once the publisher has found out (None until then)
+        self.counters_ok: bool | None = None if partitionable == "auto" else partitionable == "on"
         self.taints = taints  # auto | on | off: publish unusable devices with a taint rather than leave them out
         self.taints_ok = taints != "off"  # auto: until the API server drops the taints
         self.unhealthy_effect = unhealthy_effect  # NoSchedule | NoExecute: the taint of an unusable device
@@ -96,6 +97,7 @@ class Driver:
         self.registered: bool | None = None
         self.registration_error = ""
         self.last = (Inventory(), slices.NvmlFacts(None))  # the last good read (a lost GPU fails a read)
+        self.said: dict[str, str] = {}  # per GPU, the note on what it offers last logged
 
     def read(self) -> tuple[Inventory, slices.NvmlFacts]:
         """The inventory and NVML's facts now; where a read fails (a GPU fell off the bus), the last good one."""
@@ -123,22 +125,13 @@ class Driver:
         return self.publication()[0]
 
     def publication(self) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-        """The node's slice's static devices and, where partitionable devices are published, one slice part
-        per GPU in MIG mode (:mod:`.partitions`); the static devices of slices made for claims are left out."""
+        """The node's static devices and, where partitionable devices are published, one part per GPU that
+        offers MIG slices or vGPUs made on demand (:mod:`.partitions`: its counter set, the devices consuming
+        it, the whole GPU among them where MIG mode changes without a reset); the static devices of what
+        claims made, and the whole GPUs in a part, are left out of the static ones; each device exclusive or
+        shared by capacity (:mod:`.capacity`: a GPU shared so offers no part)."""
         sick = self.health()
         inv, facts = self.read()
-        parts: dict[str, dict[str, Any]] = {}
-        hidden: set[str] = set()
-        if self.counters_ok:
-            env, _collect, close = self.open_host()
-            try:
-                parts, hidden = partitions.publication(env, inv.pci, sick)
-            except VgpukitError as err:
-                log.warning("reading the MIG slices failed (not published): %s", err)
-            finally:
-                close()
-        devices = {n: d for n, d in dra_devices(inv).items() if d.device.id not in hidden}
-        offered = slices.offered(devices, sick, self.taints_ok)
 
         def entry(d: DraDevice) -> dict[str, Any] | None:
             if slices.unusable(d, sick) and not self.taints_ok:
@@ -146,13 +139,30 @@ class Driver:
             e = slices.device_entry(d, inv.pci, facts)
             return slices.taint(e, self.unhealthy_effect) if slices.unusable(d, sick) else e
 
-        marked = extended.annotate([e for e in map(entry, offered) if e is not None], devices)  # KEP-5004 names
+        every = dra_devices(inv)
+        marked = [e for e in map(entry, slices.offered(every, sick, self.taints_ok)) if e is not None]
+        marked = extended.annotate(marked, every)  # KEP-5004 names
+        found = partitions.Publication()
+        if self.counters_ok:
+            env, _collect, close = self.open_host()
+            try:
+                found = partitions.publication(env, inv.pci, sick, {e["name"]: e for e in marked}, facts)
+            except VgpukitError as err:
+                log.warning("reading the MIG slices failed (not published): %s", err)
+            finally:
+                close()
+            for bdf, note in found.notes.items():
+                if self.said.get(bdf) != note:
+                    self.said[bdf] = note
+                    log.info("%s", note)
+        devices = {n: d for n, d in every.items() if d.device.id not in found.hidden}
+        marked = [e for e in marked if e["name"] in devices and e["name"] not in found.moved]
         env, _collect, close = self.open_host()
         try:  # each device exclusive or shared by capacity (.capacity)
-            return capacity.arrange(self.capacity, env, devices, marked, parts, entry)
+            return capacity.arrange(self.capacity, env, devices, marked, found.parts, entry)
         except VgpukitError as err:
             log.warning("reading the claims shared by capacity failed (published exclusively): %s", err)
-            return marked, parts
+            return marked, found.parts
         finally:
             close()
 
@@ -339,18 +349,23 @@ class Plugin:
         return self
 
     def _publish(self, publisher: slices.Publisher) -> None:
-        """Keep the ResourceSlice current; a failure is logged and tried again at the next poll."""
+        """Keep the ResourceSlices current; a failure is logged and tried again at the next poll. What the
+        API server serves is found out before the first write (:mod:`.cluster`): with ``--partitionable
+        auto``, partitionable devices are published where it keeps counters, the static view elsewhere."""
         while not self.stop.is_set():
             try:
+                server = publisher.detected()
+                if self.driver.partitionable == "auto" and self.driver.counters_ok != server.partitionable:
+                    self.driver.counters_ok = server.partitionable
+                    if not server.partitionable:
+                        log.warning("publishing existing devices only, nothing made on demand (%s)", server.describe())
                 done = publisher.publish(*self.driver.publication())
                 if done:
                     log.info("%s", done)
                 if publisher.counters_dropped and self.driver.partitionable == "auto" and self.driver.counters_ok:
-                    self.driver.counters_ok = False  # the cluster does not serve them: the static view
-                    log.warning(
-                        "the API server dropped or refused the shared counters (feature gate "
-                        "DRAPartitionableDevices off?): publishing existing devices only, nothing made on demand"
-                    )
+                    publisher.counters_dropped = False
+                    publisher.server = None  # its gate changed since it was read: read it again
+                    log.warning("the API server dropped the shared counters: reading what it serves again")
                     continue
                 if publisher.capacity_dropped and self.driver.capacity.served:
                     self.driver.capacity.served = False  # the cluster does not serve it: devices exclusive

@@ -167,7 +167,16 @@ def plan(env: Env, uid: str, results: Sequence[Result], offered: dict[str, DraDe
         if want.time_slice:
             ts = want.time_slice
             cgroup = pod_cgroup(env.host, r.pods)
-            t = Tenant(tenant, ts.cls, ts.share, "cgroup", cgroup=cgroup, demand="auto", memory=want.memory)
+            t = Tenant(
+                tenant,
+                ts.cls,
+                ts.share,
+                "cgroup",
+                cgroup=cgroup,
+                demand="auto",
+                memory=want.memory,
+                memory_burst=want.memory_burst,
+            )
             out.steps += qos.add(name, key, t, ts.policy)
             out.record.append({"device": name, "qosTenant": {"gpu": key, "name": tenant}})
             if library:
@@ -178,6 +187,9 @@ def plan(env: Env, uid: str, results: Sequence[Result], offered: dict[str, DraDe
             edits += tenant_edits(env, settings, tenant, None)
         if want.memory is not None:
             edits += Edits(env=(f"VGPUKIT_CUDA_MEMORY={want.memory}",))
+        if want.memory_burst is not None:
+            cls = want.time_slice.cls if want.time_slice else "offline"  # the QoS planner refuses it online
+            edits += Edits(env=(f"VGPUKIT_CUDA_MEMORY_BURST={want.memory_burst}", f"VGPUKIT_CUDA_CLASS={cls}"))
         if want.mps:
             gpu = qos.running().gpus.get(key)
             if gpu is not None and gpu.tenants:
