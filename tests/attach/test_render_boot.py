@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import Run
-from vgpukit.attach import media
 from vgpukit.errors import InvalidInput
 
 from ..conftest import as_json
@@ -327,6 +326,8 @@ def test_from_refuses_the_options_of_a_new_vm(sim_dir: Path, run_cli: Run, tmp_p
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=40))
 def test_any_disk_argument_is_a_request_or_one_refusal(text: str) -> None:
+    from vgpukit.attach import media
+
     try:
         req = media.DiskRequest.parse(text)
     except InvalidInput as exc:
@@ -338,6 +339,8 @@ def test_any_disk_argument_is_a_request_or_one_refusal(text: str) -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=40))
 def test_any_network_argument_is_a_nic_or_one_refusal(text: str) -> None:
+    from vgpukit.attach import media
+
     try:
         nic = media.nic(text)
     except InvalidInput:
@@ -348,5 +351,7 @@ def test_any_network_argument_is_a_nic_or_one_refusal(text: str) -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=200))
 def test_any_header_has_a_format(data: bytes) -> None:
+    from vgpukit.attach import media
+
     assert media.image_format(data) in {*media.formats(), "vhdx"}
     media.qcow2_backing(data)  # never raises on a short or odd header

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Run
-from vgpukit.words import condense
 
 ALL_BALANCED = """version: v1
 mig-configs:
@@ -142,6 +141,8 @@ def test_mdev_list_keeps_its_own_v(sim_dir: Path, run_cli: Run) -> None:
 
 
 def test_condense_folds_lines_that_differ_in_numbers_addresses_and_aliases() -> None:
+    from vgpukit.words import condense
+
     lines = [
         "set sriov_drivers_autoprobe of 0000:05:00.0 to 0 while the VFs are created",
         "bind VF 0 (0000:05:00.2) to vfio-pci",
