@@ -16,6 +16,7 @@ EXIT_INVALID = 2
 EXIT_NOT_FOUND = 3
 EXIT_BUSY = 4
 EXIT_UNSUPPORTED = 5
+EXIT_SKIPPED = 6  # done for everything but the devices named: unusable (health) devices, left alone or not read
 
 
 class VgpukitError(Exception):
@@ -84,10 +85,21 @@ class Busy(VgpukitError):
     kind = "busy"
 
 
-class DeviceUnusable(Busy):
-    """Refused: the health layer finds the device unusable (docs/health.md); the reason is given."""
+class DeviceUnusable(VgpukitError):
+    """Refused (a command about this device) or left alone (a whole-host command, which does the rest):
+    the health layer finds the device unusable (docs/health.md); the reason is given. Exit 6 whichever
+    door (docs/decisions.md, "One bad device")."""
 
+    exit_code = EXIT_SKIPPED
     kind = "unusable"
+
+
+class Partial(VgpukitError):
+    """A whole-host command did its work for every device but those it names (unusable devices it left
+    alone, devices it could not read: each marked in its output)."""
+
+    exit_code = EXIT_SKIPPED
+    kind = "partial"
 
 
 class InUse(Busy):

@@ -12,12 +12,15 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from ..errors import VgpukitError
 from .context import App
+
+if TYPE_CHECKING:
+    from ..partial import Unread
 
 SCHEMA_VERSION = 1
 
@@ -100,11 +103,12 @@ def emit_result(
     if app.json:
         print_json(json_doc(kind, doc))
         return
-    if summary is not None and not app.verbose:
-        _summarize(app, plan, summary)
-        return
-    if not plan:
-        say("nothing to do: the host already matches the request", "green")
+    skipped = (data or {}).get("skipped") or []
+    brief = summary is not None and not app.verbose
+    if brief:
+        _summarize(app, plan, summary or [], bool(skipped))
+    elif not plan:
+        _nothing(bool(skipped))
     elif app.dry_run:
         say("dry run, nothing changed. Plan:", "bold")
         for step in plan:
@@ -114,21 +118,30 @@ def emit_result(
             say(f"done: {step}", "green")
     else:  # a pipe: every line in one write
         sys.stdout.write("".join(f"done: {step}\n" for step in plan))
-    if human is not None:
+    for left in skipped:  # a config door's devices left alone (exit 6 follows)
+        say(f"left alone: {left['message']}", "yellow")
+    if human is not None and not brief:
         human()
 
 
 SHORT_PLAN = 3  # a plan this short is listed step by step above the summary
 
 
-def _summarize(app: App, plan: Sequence[str], summary: Sequence[str]) -> None:
+def _nothing(skipped: bool) -> None:
+    if skipped:
+        say("nothing else to do: every device not left alone already matches the request")
+    else:
+        say("nothing to do: the host already matches the request", "green")
+
+
+def _summarize(app: App, plan: Sequence[str], summary: Sequence[str], skipped: bool) -> None:
     """The summary lines under a head line; the steps themselves when there are only a few."""
     from ..words import plural
 
     short = len(plan) <= SHORT_PLAN
     lines = [f"  - {step}" for step in plan] if app.dry_run and short else []
     if not plan:
-        say("nothing to do: the host already matches the request", "green")
+        _nothing(skipped)
     elif app.dry_run:
         say(
             "dry run, nothing changed. Plan:" + ("" if short else f" {plural(len(plan), 'step')} (-v lists them)"),
@@ -145,6 +158,15 @@ def _summarize(app: App, plan: Sequence[str], summary: Sequence[str]) -> None:
             say(text)
     else:  # a pipe: every line in one write
         sys.stdout.write("".join(f"{text}\n" for text in lines))
+
+
+def finish_read(app: App, unread: Sequence[Unread]) -> None:
+    """End a whole-host read that printed its document: exit 6 (one line naming what it could not read)
+    when devices were left out (docs/health.md, "One bad device"); nothing when it read them all."""
+    if unread:
+        from ..partial import error
+
+        fail_after_emit(app, error(list(unread)))
 
 
 def fail_after_emit(app: App, err: VgpukitError) -> NoReturn:

@@ -105,6 +105,6 @@ def report_plans(
             "summary": summary,
             **(extra or {}),
         },
-        human=None if app.dry_run else (lambda: show_status(docs)),
+        human=None if app.dry_run or not docs else (lambda: show_status(docs)),
         summary=[line(e) for e in summary],
     )

@@ -34,7 +34,7 @@ from ..dra_v1beta1 import api_pb2 as dra_beta
 from ..dra_v1beta1 import api_pb2_grpc as dra_beta_grpc
 from ..drahealth_v1 import api_pb2 as hl
 from ..drahealth_v1 import api_pb2_grpc as hl_grpc
-from ..inventory import Inventory
+from ..inventory import Inventory, carry_unread
 from ..pluginreg_v1 import api_pb2 as reg
 from ..pluginreg_v1 import api_pb2_grpc as reg_grpc
 from . import capacity, claims, extended, ondemand, partitions, slices
@@ -104,8 +104,8 @@ class Driver:
         env, collect, close = self.open_host()
         inv, facts = self.last
         try:
-            try:
-                inv = collect()
+            try:  # a lost GPU's devices are kept from the last read (tainted or left out by health)
+                inv = carry_unread(inv, collect())
             except VgpukitError as err:
                 log.warning("reading the host failed (devices unchanged): %s", err)
             try:
