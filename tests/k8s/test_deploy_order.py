@@ -21,12 +21,15 @@ import yaml
 
 from .test_deploy import DEPLOY, DRA, manifests
 
-# the files of deploy/kubernetes/dra/ that its kustomization leaves out, and why (docs/kubernetes.md, "Deploy")
+KUBEVIRT = DEPLOY / "kubevirt"
+# the files the kustomizations leave out, and why (docs/kubernetes.md, "Deploy")
 LEFT_OUT = {
     DRA / "examples.yaml": "example claims, to try once the plugin runs",
     DRA / "extended-resources.yaml": "needs the DRAExtendedResource gate (alpha in 1.34 and 1.35)",
+    KUBEVIRT / "kubevirt-patch.yaml": "a patch of the KubeVirt CR, in KubeVirt's namespace (kubectl patch)",
+    KUBEVIRT / "vmis.yaml": "example VMIs",
 }
-KUSTOMIZATIONS = [DEPLOY, DRA]
+KUSTOMIZATIONS = [DEPLOY, DRA, KUBEVIRT]  # the first, then either or both of the others
 
 
 def listed(directory: Path) -> list[Path]:
@@ -75,7 +78,7 @@ def test_every_manifest_is_listed_once_or_left_out_on_purpose() -> None:
 
 def test_each_object_comes_after_what_it_names() -> None:
     made: set[tuple[str, str | None, str]] = set()
-    order = objects(listed(DEPLOY)) + objects(listed(DRA))  # as the walkthrough applies them
+    order = [d for k in KUSTOMIZATIONS for d in objects(listed(k))]  # as the walkthrough applies them
     assert order[0]["kind"] == "Namespace"
     for doc in order:
         missing = [n for n in needs(doc) if n not in made]
@@ -85,11 +88,12 @@ def test_each_object_comes_after_what_it_names() -> None:
     assert kinds.index("DaemonSet") > max(i for i, k in enumerate(kinds) if k == "DeviceClass")
 
 
-def test_the_dra_kustomization_needs_only_the_namespace_of_the_first() -> None:
-    """Applied after deploy/kubernetes/ (the namespace); nothing else of it is named."""
+@pytest.mark.parametrize("directory", [DRA, KUBEVIRT], ids=lambda p: p.name)
+def test_the_other_kustomizations_need_only_the_namespace_of_the_first(directory: Path) -> None:
+    """Applied after deploy/kubernetes/ (the namespace), in either order; nothing else of it is named."""
     first = {key(d) for d in objects(listed(DEPLOY))}
-    own = {key(d) for d in objects(listed(DRA))}
-    named = {n for d in objects(listed(DRA)) for n in needs(d)} - own
+    own = {key(d) for d in objects(listed(directory))}
+    named = {n for d in objects(listed(directory)) for n in needs(d)} - own
     assert named <= first and {n[0] for n in named} == {"Namespace"}
 
 
@@ -113,4 +117,4 @@ def test_kubectl_builds_the_same_objects_where_it_is_installed(directory: Path) 
     assert done.returncode == 0, done.stderr
     built = [d for d in yaml.safe_load_all(done.stdout) if d]
     assert sorted(key(d) for d in built) == want
-    assert built[0]["kind"] == "Namespace" or directory == DRA
+    assert built[0]["kind"] == "Namespace" or directory != DEPLOY
