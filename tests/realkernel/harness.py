@@ -48,7 +48,7 @@ BASE_PACKAGES = ("qemu-system-x86", "busybox-static", "cpio", "gzip", "kmod")
 MTTY_PACKAGES = ("make", "xz-utils")
 # libvirt as a client of mdevctl (test_libvirt_mdev_realkernel.py): libvirtd with its nodedev driver
 # (pulls libvirt-daemon-driver-qemu and five small libraries) and virsh; the guest runs the host's root.
-LIBVIRT_PACKAGES = ("libvirt-daemon", "libvirt-clients")
+LIBVIRT_PACKAGES = ("libvirt-daemon", "libvirt-clients", "qemu-utils")  # qemu-img: render domain's disk
 MIN_INITRD_BYTES = 512 * 1024  # busybox alone is larger: anything smaller is a broken build
 # Guest modules in load order (their dependencies are resolved with modprobe --show-depends).
 GUEST_MODULES = (
@@ -60,6 +60,8 @@ GUEST_MODULES = (
     "vfio_iommu_type1",
     "vfio-pci",
     "mdev",
+    "bridge",  # render domain's NIC on a Linux bridge, through a tap device (tun)
+    "tun",
 )
 NVME_PF = "0000:00:02.0"
 NVME_IDS = "1b36:0010"
@@ -272,8 +274,14 @@ def _download(cache: Path, package: str) -> Path:
 
 
 def _extract_kernel(cache: Path, abi: str) -> Path:
+    """The kernel image and the modules the guest loads (``.complete`` names them: another set extracts again)."""
     kdir = cache / f"kernel-{abi}"
-    if (kdir / ".complete").exists():
+    wanted = "\n".join(GUEST_MODULES) + "\n"
+    done = kdir / ".complete"
+    if done.exists() and done.read_text() == wanted:
+        return kdir
+    if done.exists() and all(ko.exists() for ko in _module_files(kdir, abi, GUEST_MODULES)):
+        done.write_text(wanted)  # made before the set was recorded, and holding it all
         return kdir
     deb = _download(cache, f"linux-image-{abi}-amd64")
     tmp = Path(tempfile.mkdtemp(dir=cache, prefix=".kernel-"))
@@ -284,7 +292,7 @@ def _extract_kernel(cache: Path, abi: str) -> Path:
         for ko in (tmp / "lib" / "modules").rglob("*.ko"):  # ~400 MB of modules the guest never loads
             if ko not in keep:
                 ko.unlink()
-        (tmp / ".complete").touch()
+        (tmp / ".complete").write_text(wanted)
         if kdir.exists():
             shutil.rmtree(kdir)
         tmp.rename(kdir)
