@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,18 +47,27 @@ def render(*args: str) -> dict[str, Any]:
     return {"args": " ".join(args), "rc": r.exit_code, "err": r.stderr[-2000:], "doc": doc}
 
 
+def whole(*argv: str) -> str:
+    """A command's whole output (``sh`` keeps the last 4000 characters: a domain's XML or ``info pci`` is more)."""
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=300, check=False).stdout
+
+
 def started(name: str, xml: str, work: Path) -> dict[str, Any]:
     """Define and start the domain; what libvirt and QEMU show while it runs; destroyed and undefined."""
     path = work / f"{name}.xml"
     path.write_text(xml)
-    out: dict[str, Any] = {"define": sh(*V, "define", str(path)), "start": sh(*V, "start", name, timeout=600)}
+    out: dict[str, Any] = {"define": sh(*V, "define", str(path))}
+    t0 = time.monotonic()
+    out["start"] = sh(*V, "start", name, timeout=600)
+    out["start_seconds"] = round(time.monotonic() - t0, 1)
     if out["start"]["rc"] == 0:
         out["state"] = sh(*V, "domstate", name)["out"].strip()
         out["console"] = sh(*V, "ttyconsole", name)["out"].strip()
-        out["disks"] = sh(*V, "domblklist", name, "--details")["out"]
-        out["nics"] = sh(*V, "domiflist", name)["out"]
-        out["info_pci"] = sh(*V, "qemu-monitor-command", "--hmp", name, "info pci")["out"]
-        live = sh(*V, "dumpxml", name)["out"]
+        out["disks"] = whole(*V, "domblklist", name, "--details")
+        out["nics"] = whole(*V, "domiflist", name)
+        pci = whole(*V, "qemu-monitor-command", "--hmp", name, "info pci")
+        out["info_pci"] = "\n".join(line.strip() for line in pci.splitlines() if "PCI device" in line)
+        live = whole(*V, "dumpxml", name)
         out["live_keys"] = sorted(DomainXML.parse(live).keyed()) if live else []
         out["destroy"] = sh(*V, "destroy", name)
     else:

@@ -155,4 +155,5 @@ def test_render_domain_makes_a_vm_the_real_libvirtd_starts(result: dict[str, Any
     assert NVME_VF in mine["info_pci"] and MTTY in mine["info_pci"], mine["info_pci"]
     assert mine["destroy"]["rc"] == 0 and mine["undefine"]["rc"] == 0, mine
     assert all(c["rc"] == 0 for c in r["cleanup"]), r["cleanup"]
-    print(f"rendered domain: {[line.strip() for line in pci.splitlines() if 'Device' in line][:8]}")
+    print(f"rendered domain started in {dom['start_seconds']} s, QEMU info pci: {pci.splitlines()}")
+    print(f"--from domain started in {mine['start_seconds']} s")
