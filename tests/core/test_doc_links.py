@@ -5,6 +5,7 @@ elsewhere is written into the docs, its source named in the text."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -102,3 +103,33 @@ def test_github_anchors() -> None:
         "what-a-change-prints-a-summary-every-step-with--v"
     )
     assert slug("Config agent (`vgpukit k8s node-agent`)") == "config-agent-vgpukit-k8s-node-agent"
+
+
+# The user guides say what to do; measurements live in docs/benchmarks.md, how things work inside in
+# docs/design/ (and the contributor pages below). A measurement table in a guide is one whose header
+# names a statistic or a measured quantity.
+NOT_GUIDES = {"benchmarks.md", "engine.md", "decisions.md", "real-kernel-tests.md", "sysfs-abi.md", "safety.md"}
+GUIDES = [p for p in sorted((ROOT / "docs").glob("*.md")) if p.name not in NOT_GUIDES]
+MEASURED = re.compile(r"\b(p50|p90|p99|median|wall|syscalls|goal|measured|before|CPU (?:ms|s|seconds))\b", re.I)
+
+
+def measurement_tables(path: Path) -> list[str]:
+    lines = [line for _, line in prose(path.read_text())]
+    return [
+        f"{path.name}: {line.strip()}"
+        for line, nxt in itertools.pairwise(lines)
+        if line.lstrip().startswith("|") and re.match(r"^\s*\|[\s:|-]+\|\s*$", nxt) and MEASURED.search(line)
+    ]
+
+
+@pytest.mark.parametrize("path", GUIDES, ids=lambda p: p.name)
+def test_user_guides_hold_no_measurement_tables(path: Path) -> None:
+    assert measurement_tables(path) == [], "move them to docs/benchmarks.md and link it"
+
+
+def test_the_measurement_check_sees_a_table(tmp_path: Path) -> None:
+    doc = tmp_path / "guide.md"
+    doc.write_text(
+        "| case | median ms | p90 ms |\n| --- | --- | --- |\n| a | 1 | 2 |\n\n| option | what |\n| --- | --- |\n"
+    )  # noqa: E501
+    assert measurement_tables(doc) == ["guide.md: | case | median ms | p90 ms |"]

@@ -4,7 +4,7 @@ demand) and an mtty mdev (made by vgpukit). The device plugin's real Allocate an
 driver's real metadata file (read through its CDI mount), go through the virt-launcher stand-in
 (tests/k8s/virtlauncher.py); QEMU's ``info pci`` must list both devices (the NVMe VF 1b36:0010 and
 mtty's 4348:3253) and vgpukit must see them held while the domain runs. The guest work is
-``kubevirt_guest.py`` (one step in a boot of its own, its JSON read here). docs/kubevirt.md, "Proof".
+``kubevirt_guest.py`` (one step in a boot of its own, its JSON read here). docs/design/kubevirt.md, "Proof".
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One line per GPU for a MIG change (``mig apply``, ``partition``, ``mig destroy``, ``mig disable``):
 its MIG mode and slot map after the change, and how many steps it took. Every step is ``-v``'s (and
-always in the ``--json`` document's ``plan`` and ``steps``). docs/mig.md, "What a change prints".
+always in the ``--json`` document's ``plan`` and ``steps``). docs/cli.md, "What a change prints".
 
 After a change the map comes from the GPUs as NVML now reports them; on a dry run it is the GPUs as
 they are with the planned steps played over them (nothing is asked of the driver).
