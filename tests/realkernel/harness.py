@@ -50,6 +50,7 @@ MTTY_PACKAGES = ("make", "xz-utils")
 # (pulls libvirt-daemon-driver-qemu and five small libraries) and virsh; the guest runs the host's root.
 LIBVIRT_PACKAGES = ("libvirt-daemon", "libvirt-clients", "qemu-utils")  # qemu-img: render domain's disk
 MIN_INITRD_BYTES = 512 * 1024  # busybox alone is larger: anything smaller is a broken build
+INITRD_KEEP_SECONDS = 24 * 3600  # an initrd of another module set is removed once unused for this long
 # Guest modules in load order (their dependencies are resolved with modprobe --show-depends).
 GUEST_MODULES = (
     "virtio_pci",
@@ -403,6 +404,7 @@ def build_initrd(cache: Path, kdir: Path, abi: str, mtty_ko: Path | None) -> Pat
         digest.update(str(p.stat().st_size).encode())
     out = cache / f"initrd-{abi}-{digest.hexdigest()[:16]}.gz"
     if initrd_ok(out):
+        os.utime(out)  # in use: kept by the clean-up below of another checkout's build
         return out
     root = Path(tempfile.mkdtemp(dir=cache, prefix=".initrd-"))
     try:
@@ -431,8 +433,9 @@ def build_initrd(cache: Path, kdir: Path, abi: str, mtty_ko: Path | None) -> Pat
         os.replace(tmp_out, out)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    for old in cache.glob(f"initrd-{abi}-*.gz"):
-        if old != out:
+    for old in cache.glob(f"initrd-{abi}-*.gz"):  # another module set's, unused for a day: gone
+        # (not at once: a checkout with other GUEST_MODULES may be booting it now, on a shared cache)
+        if old != out and time.time() - old.stat().st_mtime > INITRD_KEEP_SECONDS:
             old.unlink(missing_ok=True)
     return out
 
