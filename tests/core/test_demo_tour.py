@@ -24,8 +24,12 @@ def test_the_tour_runs_to_its_end(tmp_path: Path) -> None:
     )
     r = subprocess.run(
         ["bash", str(ROOT / "scripts" / "demo.sh")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    tail = (r.stdout[-1500:] + r.stderr[-1500:])
+    tail = r.stdout[-1500:] + r.stderr[-1500:]
     assert r.returncode == 0, tail
     assert "Tour done." in r.stdout
