@@ -204,3 +204,18 @@ def test_an_export_taken_after_the_reset_keeps_the_driver_the_health_record_saw(
     assert r.exit_code == 0 and "driver:" not in r.stdout.split("- device: nic1")[1].split("- device")[0]
     assert "nic1: 2 VFs missing (a PF reset took them away): their driver is not known" in r.stderr
     assert r.stdout.startswith("# sriov: nic1: 2 VFs missing")
+
+
+def test_the_repair_names_the_vm_still_holding_a_gone_vfs_group(tmp_path: Path) -> None:
+    """Trial 2: after the PF reset, the repair re-created the VFs without a word about the (simulated)
+    VM that held the vanished VF's group: it lost the device, and the new VF is another one."""
+    sim = make_sim(tmp_path / "h", "hgx-a100")
+    _ok(sim, "sriov", "enable", "nic1", "--vfs", "2", "--driver", "vfio-pci")
+    _ok(sim, "sim", "hold", "0000:25:00.2", "--vm", "vm1")
+    _ok(sim, "health")
+    _ok(sim, "sim", "fault", "pf-reset", NIC1)
+    r = invoke(sim, "health", "--json")
+    repairs = {d["bdf"]: d.get("repair") or "" for d in json.loads(r.stdout)["devices"]}
+    assert repairs["0000:25:00.2"].startswith("vgpukit sriov enable 0000:25:00.0 --vfs 2 --driver vfio-pci")
+    assert "; vm1 (pid " in repairs["0000:25:00.2"] and "still holds its old VFIO group" in repairs["0000:25:00.2"]
+    assert "vm1" not in repairs["0000:25:00.3"] and "vm1" not in repairs[NIC1]
