@@ -38,6 +38,8 @@ def exporter(app: App, listen: tuple[str, int], once: bool, resync: float) -> No
     """
     from ..metrics.collector import HostCollector, text
 
+    if app.json:  # a scrape is the Prometheus text format, and nothing else
+        raise click.UsageError("the exporter writes the Prometheus text format: no --json")
     if once:
         sys.stdout.write(text(HostCollector(app.host, lambda: app.nvml)))
         _lost(app)

@@ -20,7 +20,7 @@ class Wiring(Protocol):
     """What a command is wired to (:class:`vgpukit.wiring.Wiring`): given by whoever starts it, so
     this toolkit names no kernel, NVML backend or area."""
 
-    def open_host(self, root: Path | None, sim_dir: Path | None, dry_run: bool) -> Host: ...
+    def open_host(self, root: Path | None, sim_dir: Path | None, dry_run: bool, wait: float | None = None) -> Host: ...
 
     def open_nvml(self, sim_dir: Path | None) -> Nvml | None: ...
 
@@ -43,12 +43,14 @@ class App:
         wait: float = 30.0,
         command: str = "",
         wiring: Wiring | None = None,
+        verbose: bool = False,
     ) -> None:
         self.root = root
         self.sim_dir = sim_dir
         self.json = json
         self.dry_run = dry_run
         self.debug = debug
+        self.verbose = verbose  # -v: every step of a change, not the summary
         self.wait = wait  # seconds a mutating command waits for the host lock (--wait / VGPUKIT_WAIT)
         self.command = command  # the command line, recorded in the host lock and the journal
         self.wiring = wiring  # None: this App only says where the host is (shell completion)
@@ -75,7 +77,7 @@ class App:
     @property
     def host(self) -> Host:
         if self._host is None:
-            self._host = self._wired().open_host(self.root, self.sim_dir, self.dry_run)
+            self._host = self._wired().open_host(self.root, self.sim_dir, self.dry_run, self.wait)
         return self._host
 
     def _wired(self) -> Wiring:

@@ -45,11 +45,19 @@ def _select(app: App, device: str | None, devices: list[DeviceHealth]) -> list[D
     return chosen
 
 
-def _look(app: App, table: xid.XidTable, window: float) -> check.Look:
-    record = record_log.load(app.host)
+def _look(app: App, keeper: record_log.Keeper, table: xid.XidTable, window: float) -> check.Look:
+    record = keeper.load(app.host)
     found = check.look(app.host, app.nvml, table, record, window=window)
-    record_log.save(app.host, record)
+    keeper.save(app.host, record)
+    _warn(keeper)
     return found
+
+
+def _warn(keeper: record_log.Keeper) -> None:
+    """The record could not be written: said once on stderr (the look is reported all the same)."""
+    note = keeper.news()
+    if note:
+        click.echo(f"vgpukit: warning: {note}", err=True)
 
 
 def _render(devices: list[DeviceHealth]) -> None:
@@ -117,10 +125,12 @@ def health(
     """
     app: App = ctx.obj
     table = _table(app, xid_table)
-    record = record_log.load(app.host)
+    keeper = record_log.Keeper(lasting=watch, warn=False)  # a record it cannot write: one warning, no failure
+    record = keeper.load(app.host)
     found = check.look(app.host, app.nvml, table, record, window=window)
     devices = _select(app, device, found.devices)  # a name it does not watch: refused, nothing recorded
-    record_log.save(app.host, record)
+    keeper.save(app.host, record)
+    _warn(keeper)
     if not watch:
         emit(app, "health", {"devices": [d.as_dict() for d in devices], "window": window}, lambda: _render(devices))
         ctx.exit(exit_code(devices))
@@ -132,12 +142,18 @@ def health(
 
     for e in found.new_events:  # what came since the last look, first
         show(e)
-    found = _follow(app, table, window, resync, None if seconds is None else time.monotonic() + seconds, show)
+    found = _follow(app, keeper, table, window, resync, None if seconds is None else time.monotonic() + seconds, show)
     ctx.exit(exit_code(_select(app, device, found.devices)))
 
 
 def _follow(
-    app: App, table: xid.XidTable, window: float, resync: float, end: float | None, show: Callable[[HealthEvent], None]
+    app: App,
+    keeper: record_log.Keeper,
+    table: xid.XidTable,
+    window: float,
+    resync: float,
+    end: float | None,
+    show: Callable[[HealthEvent], None],
 ) -> check.Look:
     """Stream each look's new events until ``end`` (or an interrupt): a look whenever the watch says the
     devices may have changed (kernel uevents, NVML events, a committed change; docs/engine.md, "The
@@ -146,7 +162,7 @@ def _follow(
     from .watched import health_views
 
     came: queue.SimpleQueue[list[HealthEvent]] = queue.SimpleQueue()
-    watch = start_watch(app, health_views(True, table, window, came.put), resync)
+    watch = start_watch(app, health_views(True, table, window, came.put, keeper), resync)
     try:
         while end is None or time.monotonic() < end:
             try:
@@ -155,6 +171,7 @@ def _follow(
                 break
             for e in events:
                 show(e)
+            _warn(keeper)  # the record could not be written: said once
     except KeyboardInterrupt:
         pass
     finally:
@@ -162,7 +179,7 @@ def _follow(
     while not came.empty():
         for e in came.get():
             show(e)
-    found = _look(app, table, window)  # the devices' state at the end (and what came at the last moment)
+    found = _look(app, keeper, table, window)  # the devices' state at the end (and what came at the last moment)
     for e in found.new_events:
         show(e)
     return found

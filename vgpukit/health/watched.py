@@ -41,10 +41,17 @@ class Seen:
 
 
 def look(
-    r: Refresh, table: xid.XidTable, save: bool, window: float = DEFAULT_WINDOW, seen: list[NvmlEvent] | None = None
+    r: Refresh,
+    table: xid.XidTable,
+    save: bool,
+    window: float = DEFAULT_WINDOW,
+    seen: list[NvmlEvent] | None = None,
+    keeper: record_log.Keeper | None = None,
 ) -> check.Look:
-    """One look over the refresh's PCI snapshot; the record saved when ``save``."""
-    record = record_log.load(r.host)
+    """One look over the refresh's PCI snapshot; the record saved when ``save`` (through ``keeper``: in
+    memory while the file cannot take it, docs/health.md, "The health record")."""
+    keeper = keeper or record_log.Keeper()
+    record = keeper.load(r.host)
     watcher = Seen(r.nvml, record, r.nvml_events if seen is None else seen) if r.nvml is not None else None
     try:
         found = check.look(r.host, r.nvml, table, record, watcher=watcher, window=window, scan=r.scan)
@@ -52,7 +59,7 @@ def look(
         if watcher is not None:
             watcher.close()
     if save:
-        record_log.save(r.host, record)
+        keeper.save(r.host, record)
     return found
 
 
@@ -61,12 +68,15 @@ def health_views(
     table: xid.XidTable | None = None,
     window: float = DEFAULT_WINDOW,
     new_events: Callable[[list[HealthEvent]], None] | None = None,
+    keeper: record_log.Keeper | None = None,
 ) -> dict[str, View]:
-    """``new_events``: told of each look's new events (``health --watch`` streams them)."""
+    """``new_events``: told of each look's new events (``health --watch`` streams them); ``keeper``: the
+    process's health record (one per process: kept in memory while the file cannot take it)."""
     xids = table or xid.builtin()
+    kept = keeper or record_log.Keeper()
 
     def health(r: Refresh) -> list[Any]:
-        found = look(r, xids, save, window)
+        found = look(r, xids, save, window, keeper=kept)
         if new_events is not None and found.new_events:
             new_events(found.new_events)
         return found.devices
