@@ -148,6 +148,10 @@ class SysfsLayout:
         """``/proc/<pid>/...``: ``stat``, ``comm``, ``cmdline``, ``fd/``."""
         return self.proc(str(pid), *parts)
 
+    def file_locks(self) -> Path:
+        """``/proc/locks``: every file lock held, with its holder's pid and the file's device and inode."""
+        return self.proc("locks")
+
     def proc_devices(self) -> Path:
         """``/proc/devices``: the character and block device majors by driver name."""
         return self.proc("devices")

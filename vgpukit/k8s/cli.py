@@ -6,7 +6,6 @@ import signal
 import socket
 import sys
 import threading
-from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,9 +13,10 @@ import click
 
 from ..clikit.context import App
 from ..clikit.lazy import LazyGroup
-from ..clikit.options import held, json_option
-from ..clikit.output import emit, say, table
+from ..clikit.options import json_option
+from ..clikit.output import emit, finish_read, say, table
 from ..clikit.params import NAME, AsciiFloat, AsciiInt
+from ..partial import as_json
 from .stopping import Stop
 
 
@@ -63,7 +63,7 @@ class ShareChoice(click.ParamType):  # type: ignore[type-arg]  # generic only in
             self.fail(err.message, param, ctx)
 
 
-@click.group(cls=LazyGroup)
+@click.group(cls=LazyGroup, lazy={"labels": ("vgpukit.k8s.cli_labels", "labels_cmd", "")})
 def k8s() -> None:
     """Kubernetes: device plugin (kubelet API v1beta1, CDI), NFD node labels, config agent."""
 
@@ -176,6 +176,7 @@ def resources(app: App, replicas: int, version: str | None, partitionable: str, 
                 for name, devices in sorted(inv.resources.items())
             },
             "warnings": inv.warnings,
+            "unreadable": as_json(inv.unread),
         }
 
     def human() -> None:
@@ -184,6 +185,7 @@ def resources(app: App, replicas: int, version: str | None, partitionable: str, 
             for name, devices in sorted(inv.resources.items())
             for d in devices
         ]
+        rows += [("-", u.label, "-", "-", f"not read: {u.reason}") for u in inv.unread]
         table(None, ["RESOURCE", "DEVICE", "NUMA", "CDI", "HELD BY"], rows)
         if view:
             from .cli_dra import show
@@ -191,6 +193,7 @@ def resources(app: App, replicas: int, version: str | None, partitionable: str, 
             show(view)
 
     emit(app, "k8s-resources", doc, human)
+    finish_read(app, inv.unread)  # a GPU NVML cannot answer for: nothing of it offered, named, exit 6
 
 
 @k8s.command("device-plugin")
@@ -227,48 +230,6 @@ def device_plugin(app: App, replicas: int, interval: float, mode: str) -> None:
     stop = Stop().on_signals()
     say(f"vgpukit device plugin: {host.display(plugin_dir(host))}, polling every {interval:g}s")
     manager.run(stop, interval, on_event=_log)
-
-
-@k8s.command("labels")
-@click.option("--write", is_flag=True, help="Write the NFD feature file (default: print the labels).")
-@json_option
-@click.pass_obj
-def labels_cmd(app: App, write: bool) -> None:
-    """Node labels for node-feature-discovery: GPU model, MIG, VF counts, vGPU types.
-
-    --write puts them in <root>/etc/kubernetes/node-feature-discovery/features.d/vgpukit (rewritten
-    only when they change), through the change engine: under the host lock, journaled, --dry-run.
-    """
-    from . import labels as lb
-    from .inventory import collect
-
-    host = app.host
-    path = lb.feature_file(host)
-    plan: list[str] = []
-    with held(app) if write else nullcontext():
-        found = lb.labels(host, app.nvml, collect(host, app.nvml, _options(host, 0)))
-        text = lb.render(found)
-        if write and host.read_doc(path, "feature file", missing_ok=True) != text:
-            from ..engine import execute
-            from ..engine.files import PutFile
-
-            step = PutFile(host.display(path), text)
-            execute(app.env, [step], derived=False)  # labels describe the host; no device changed
-            plan = [step.describe()]
-    written = bool(plan) and not app.dry_run
-
-    def human() -> None:
-        for k, v in found.items():
-            say(f"{lb.NAMESPACE}/{k}={v}")
-        if written:
-            say(f"written: {host.display(path)}")
-        elif app.dry_run and plan:
-            say(f"dry run, nothing changed: would {plan[0]}")
-
-    data = {"namespace": lb.NAMESPACE, "labels": found, "file": host.display(path), "written": written}
-    if write:
-        data["plan"] = plan
-    emit(app, "k8s-labels", data, human)
 
 
 @k8s.command("node-agent")

@@ -33,7 +33,7 @@ from ..host import Host
 from ..logs import logger
 from ..words import plural
 from . import preferred as pref
-from .inventory import Device, Inventory
+from .inventory import Device, Inventory, carry_unread
 from .stopping import Stopping
 from .v1beta1 import api_pb2 as api
 from .v1beta1 import api_pb2_grpc
@@ -276,12 +276,12 @@ class Manager:
         events: list[str] = []
         sick = self._health(events)
         failed = None
-        try:
-            inv = self.collect()
+        try:  # a lost GPU's devices are kept from the last read, marked below; the rest follows the host
+            inv = carry_unread(self.last, self.collect())
         except VgpukitError as err:
             if self.health is None:
                 raise
-            inv, failed = self.last, err  # a lost GPU fails the read: its devices are kept, marked below
+            inv, failed = self.last, err
         with self.lock:
             self.last = inv
         for name in sorted(set(inv.resources) | set(self.plugins)):

@@ -39,7 +39,7 @@ from ...engine.files import PutFile
 from ...errors import HostIOError, InvalidInput, NotFound, VgpukitError
 from . import ondemand, shares, sharing
 from .config import Sharing, configs
-from .devices import DRIVER, DraDevice
+from .devices import DRIVER, DraDevice, named_function
 
 CLAIM_CLASS = "claim"  # CDI kind vgpukit.io/claim
 PREPARING, PREPARED = "preparing", "prepared"
@@ -203,6 +203,8 @@ def _prepare(
     found = read_record(env, uid)
     if found is not None and found.state == PREPARED:
         return found.devices
+    if found is None:
+        refuse_unusable(env, results, offered)
     # made on demand (a MIG slice at the placement the scheduler chose, a vGPU): created now, or kept when a
     # killed prepare made it already (its own record, written in the same run: see .ondemand)
     try:
@@ -235,6 +237,32 @@ def _prepare(
     except VgpukitError:
         _undo(env, found)
         raise
+
+
+def refuse_unusable(env: Env, results: list[Result], offered: dict[str, DraDevice]) -> None:
+    """The health rule, as every door gives it (:mod:`vgpukit.exclusion`): a claim's device on a PCI
+    function the health layer finds unusable -- a MIG slice's, a vGPU's or a VF's: its GPU or PF -- is
+    refused before anything is made, with the refusal ``partition`` gives."""
+    from ...exclusion import Exclusions
+    from ...naming import aliases
+    from ...pci import Scan
+
+    scan = Scan(env.host)
+    functions: list[str] = []
+    for r in results:
+        dev = offered.get(r.device)
+        bdf = dev.device.topo_bdf if dev is not None else named_function(r.device)
+        if bdf and scan.exists(bdf):
+            pf = scan.device(bdf).physfn
+            functions += [bdf, *([pf] if pf else [])]
+    if not functions:
+        return
+    left = Exclusions(env.host, lambda: env.nvml, scan)
+    names = aliases(scan)
+    for bdf in dict.fromkeys(functions):
+        err = left.check(bdf, f"{names[bdf]} ({bdf})" if bdf in names else bdf)
+        if err is not None:
+            raise err
 
 
 def _drop_made(env: Env, uid: str) -> bool:

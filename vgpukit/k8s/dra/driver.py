@@ -14,7 +14,7 @@ from ...errors import VgpukitError
 from ...logs import logger
 from ..dra_v1 import api_pb2 as dra
 from ..drahealth_v1 import api_pb2 as hl
-from ..inventory import Inventory
+from ..inventory import Inventory, carry_unread
 from . import capacity, claims, extended, lost, ondemand, ondemand_vgpu, partitions, slices
 from .devices import DraDevice, dra_devices, pci_functions
 
@@ -81,8 +81,8 @@ class Driver:
         inv, facts = self.last
         failed: set[str] = set()
         try:
-            try:
-                inv = collect()
+            try:  # a lost GPU's devices are kept from the last read (tainted or left out by health)
+                inv = carry_unread(inv, collect())
             except VgpukitError as err:
                 failed.add(f"reading the host failed (devices unchanged): {err}")
             try:
