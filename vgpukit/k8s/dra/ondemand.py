@@ -256,8 +256,8 @@ def unprepare_steps(env: Env, uid: str) -> list[Step]:
     steps: list[Step] = []
     for bdf, where in by_gpu.items():
         gpu = gpus.get(bdf)
-        if gpu is None or nvml is None:  # the GPU is gone (fell off the bus): so is what was made on it
-            log.warning("claim %s: GPU %s is gone; its MIG slice with it", uid, bdf)
+        if gpu is None or nvml is None or gpu.lost:  # gone or lost (fell off the bus): so is what was made on it
+            log.warning("claim %s: GPU %s is %s; its MIG slice with it", uid, bdf, "lost" if gpu else "gone")
             continue
         turned_on = env.host.exists(env.host.dra_mig_mode_record(bdf))
         plan = layout.plan_release(nvml, gpu, where, turn_off=turned_on)
