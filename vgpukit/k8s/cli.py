@@ -15,8 +15,9 @@ from ..clikit.context import App
 from ..clikit.lazy import LazyGroup
 from ..clikit.options import json_option
 from ..clikit.output import emit, finish_read, say, table
-from ..clikit.params import NAME, AsciiFloat, AsciiInt
+from ..clikit.params import NAME, AsciiFloat
 from ..partial import as_json
+from .cli_options import ShareChoice, device_metadata_option, replicas_option, vm_mode, vm_options
 from .stopping import Stop
 
 
@@ -40,30 +41,16 @@ if TYPE_CHECKING:
     from ..engine.env import Env
     from ..host import Host
     from ..nvml import Nvml
-    from .inventory import Inventory, Options, Poller
+    from .inventory import Inventory, Options
 
 
-class ShareChoice(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
-    """``--share-by-capacity``: ``off``, or ``gpu``, ``mig`` and DRA device names (:func:`.dra.capacity.choice`)."""
-
-    name = "devices"
-
-    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
-        return "DEVICES"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from ..errors import InvalidInput
-        from .dra.capacity import Choice, choice
-
-        if isinstance(value, Choice):
-            return value
-        try:
-            return choice(str(value))
-        except InvalidInput as err:
-            self.fail(err.message, param, ctx)
-
-
-@click.group(cls=LazyGroup, lazy={"labels": ("vgpukit.k8s.cli_labels", "labels_cmd", "")})
+@click.group(
+    cls=LazyGroup,
+    lazy={
+        "labels": ("vgpukit.k8s.cli_labels", "labels_cmd", ""),
+        "kubevirt-config": ("vgpukit.k8s.cli_kubevirt", "kubevirt_config", ""),
+    },
+)
 def k8s() -> None:
     """Kubernetes: device plugin (kubelet API v1beta1, CDI), NFD node labels, config agent."""
 
@@ -77,15 +64,17 @@ def _options(host: Host, replicas: int) -> Options:
     return Options(replicas=replicas, qos=qos)
 
 
-def _poller(app: App, replicas: int) -> Poller:
-    """Reads the host afresh at every poll (a new App: nothing cached from the previous one)."""
-    from .inventory import Poller
+def _poller(app: App, replicas: int, vms: str | None = None) -> Callable[[], Inventory]:
+    """Reads the host afresh at every poll (a new App: nothing cached); ``vms``: the KubeVirt mode's naming."""
+    from . import inventory, kubevirt
 
     def open_host() -> tuple[Host, Nvml | None, Callable[[], None]]:
         fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
         return fresh.host, fresh.nvml, fresh.close
 
-    return Poller(open_host, lambda host: _options(host, replicas))
+    if vms:
+        return kubevirt.Poller(open_host, vms)
+    return inventory.Poller(open_host, lambda host: _options(host, replicas))
 
 
 def _health(app: App) -> Callable[[], dict[str, str]]:
@@ -101,16 +90,6 @@ def _health(app: App) -> Callable[[], dict[str, str]]:
             fresh.close()
 
     return look
-
-
-replicas_option = click.option(
-    "--share-replicas",
-    "replicas",
-    type=AsciiInt(0, 64),
-    default=4,
-    show_default=True,
-    help="vgpukit.io/gpu-share devices per GPU that has no QoS tenants (0: offer no gpu-share).",
-)
 
 
 def _exit(*_: object) -> None:
@@ -149,11 +128,12 @@ def _log(line: str) -> None:
     show_default="env NODE_NAME, else the host name",
     help="With --kubernetes: the node's name (its pool and slice names).",
 )
+@vm_options
 @json_option
 @click.pass_obj
-def resources(app: App, replicas: int, version: str | None, partitionable: str, node: str) -> None:
+def resources(app: App, replicas: int, version: str | None, partitionable: str, node: str, vms: str | None) -> None:
     """Show the resources and devices the device plugin would advertise now (and the DRA plugin's slices)."""
-    inv = _poller(app, replicas)()
+    inv = _poller(app, replicas, vms)()
     view: dict[str, Any] = {}
     if version is not None:
         from .cli_dra import slices_view
@@ -215,8 +195,9 @@ def resources(app: App, replicas: int, version: str | None, partitionable: str, 
     help="What Allocate answers: CDI device names (kubelet >= 1.28 with CDI), device specs/env/mounts "
     "(older kubelets), or both.",
 )
+@vm_options
 @click.pass_obj
-def device_plugin(app: App, replicas: int, interval: float, mode: str) -> None:
+def device_plugin(app: App, replicas: int, interval: float, mode: str, vms: str | None) -> None:
     """Serve the kubelet Device Plugin API v1beta1, one socket and resource per kind of device.
 
     Runs until SIGTERM/SIGINT; registers with <root>/var/lib/kubelet/device-plugins/kubelet.sock and
@@ -226,7 +207,7 @@ def device_plugin(app: App, replicas: int, interval: float, mode: str) -> None:
 
     host = app.host
     host.mkdir(plugin_dir(host))
-    manager = Manager(host, _poller(app, replicas), mode, health=_health(app))
+    manager = Manager(host, _poller(app, replicas, vms), vm_mode(vms, mode), health=_health(app))
     stop = Stop().on_signals()
     say(f"vgpukit device plugin: {host.display(plugin_dir(host))}, polling every {interval:g}s")
     manager.run(stop, interval, on_event=_log)
@@ -328,6 +309,7 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
     help="Publish these devices shared by capacity (consumable capacity: memory and computeShare per claim, a QoS "
     "tenant and a CUDA memory cap each): off, or gpu, mig and DRA device names, comma-separated.",
 )
+@device_metadata_option
 @click.pass_obj
 def dra_plugin(
     app: App,
@@ -338,6 +320,7 @@ def dra_plugin(
     taints: str,
     unhealthy_effect: str,
     share: Any,
+    metadata: bool,
 ) -> None:
     """Serve the kubelet's DRA plugin API v1 for driver gpu.vgpukit.io: existing GPUs, MIG slices, VFs, mdevs.
 
@@ -353,6 +336,7 @@ def dra_plugin(
     _log_to_stderr("vgpukit.k8s.dra")
     api = resource_api(kubeconfig)
     driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app), partitionable, taints)
+    driver.device_metadata = metadata  # KEP-5304 (docs/kubevirt.md)
     driver.unhealthy_effect, driver.capacity.choice = unhealthy_effect, share  # NoExecute; shared by capacity
     stop = Stop().on_signals()  # before the servers: a SIGTERM from then on ends the plugin cleanly
     plugin = Plugin(app.host, driver, interval, Publisher(api, node, partitionable)).start()
