@@ -58,7 +58,10 @@ SHARE_DEFAULT = 25
 SHARE_MIN = -(-100 // MAX_TENANTS)  # 2: at most 50 shares of a device, within the QoS daemon's 64 tenants
 PREFIX = "shared-"
 SHAREABLE = ("gpu", "mig")
-_NAME = re.compile(r"(gpu|mig)-[a-z0-9-]{1,56}")
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+# a whole GPU's DRA name (its PCI address) or an existing MIG slice's (its UUID: MIG-<uuid>, or the old
+# MIG-GPU-<uuid>/<gi>/<ci>), as .devices.device_name writes them
+_NAME = re.compile(rf"gpu-[0-9a-f]{{4,8}}-[0-9a-f]{{2}}-[0-9a-f]{{2}}-[0-7]|mig-(?:gpu-)?{_UUID}(?:-[0-9]+-[0-9]+)?")
 
 
 def shared_name(name: str) -> str:
@@ -97,7 +100,8 @@ def choice(text: str) -> Choice:
             names.add(token)
         else:
             raise InvalidInput(
-                "must be off, or gpu, mig and device names (gpu-0000-03-00-0, mig-<uuid>) separated by commas"
+                f"{token[:70]!r} is not gpu, mig or a GPU's or MIG slice's device name: give off, or gpu, mig and "
+                "device names (gpu-0000-03-00-0, mig-<uuid>) separated by commas"
             )
     return Choice(frozenset(kinds), frozenset(names))
 
@@ -250,6 +254,8 @@ def arrange(
 
     library = (load_settings(env.host) or Settings()).cuda_library
     has_library = env.host.is_file(host_path(env.host, library))
+    for name in sorted(offer.choice.names - set(devices)):  # named, but no such device here (yet)
+        offer.once(f"{name}: not shared by capacity: no such device on this node")
     drop: set[str] = set()
     out: list[dict[str, Any]] = []
     for name, dev in sorted(devices.items()):

@@ -29,14 +29,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...data import load_json
-from ...errors import Unsupported, VgpukitError
+from ...errors import InvalidInput, Unsupported, VgpukitError
 from ..agent import api_error
 from .devices import DRIVER
 
 API_TIMEOUT = 30  # seconds one call may take
 GROUP, VERSION = "resource.k8s.io", "v1"
 LIST_VALUES = ("bools", "ints", "strings", "versions")  # list-type attribute values (1.36 and later)
-_VERSION = re.compile(r"v?(\d+)\.(\d+)")
+# 1.35, v1.35.2, v1.35.3-eks-4d5a1b (a provider's), 1.35.0+k3s1: major 1, a minor of at most 3 digits
+_VERSION = re.compile(r"v?(\d{1,3})\.(\d{1,3})(?:\.\d{1,5})?(?:[-+][0-9A-Za-z.+-]{0,60})?")
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Server:
     limits: Limits
     git_version: str = ""
     taints: bool = False  # the DRADeviceTaints gate's default in that release
+    capacity: bool = False  # the DRAConsumableCapacity gate's default in that release
     kept_taints: bool | None = None  # what the dry run found (None: not asked)
     kept_capacity: bool | None = None  # consumable capacity kept by the dry run (None: not asked)
 
@@ -92,9 +94,11 @@ def _table() -> dict[str, Any]:
 
 
 def _key(version: str) -> tuple[int, int]:
-    m = _VERSION.match(version.strip())
+    m = _VERSION.fullmatch(version.strip())
     if m is None:
-        raise Unsupported(f"not a Kubernetes version: {version[:40]!r}", value=version[:40])
+        raise InvalidInput(f"not a Kubernetes version (1.35, v1.35.2): {version[:40]!r}", value=version[:40])
+    if int(m[1]) != 1:
+        raise InvalidInput(f"not a Kubernetes 1.x release: {version[:40]!r}", value=version[:40])
     return int(m[1]), int(m[2])
 
 
@@ -115,13 +119,26 @@ def release(version: str) -> str:
     return max((r for r in known if _key(r) <= want), key=_key)
 
 
+def newer_than_known(version: str) -> bool:
+    """Whether ``version`` is a release newer than the newest whose rules are known (it follows those)."""
+    return _key(version) > _key(releases()[-1])
+
+
 def for_version(version: str, partitionable: bool | None = None, git_version: str = "") -> Server:
     """The server of a release; ``partitionable`` None: the gate's default in that release."""
     key = release(version)
     rel = _table()["releases"][key]
     limits = Limits(**_table()["limits"][rel["layout"]])
     gate = bool(rel["partitionable_default"]) if partitionable is None else partitionable
-    return Server(key, str(rel["layout"]), gate, limits, git_version, bool(rel["taints_default"]))
+    return Server(
+        key,
+        str(rel["layout"]),
+        gate,
+        limits,
+        git_version,
+        bool(rel["taints_default"]),
+        bool(rel["capacity_default"]),
+    )
 
 
 def _get(call: Any) -> Any:
@@ -223,7 +240,5 @@ def detect(resource_api: Any, node: str, mode: str = "auto", features: bool = Fa
         raise
     except Exception as err:  # ApiException, connection errors: the next poll asks again
         raise api_error(err) from None
-    server = for_version(text, kept, git)
-    return Server(
-        server.version, server.layout, server.partitionable, server.limits, git, server.taints, taints, capacity
-    )
+    s = for_version(text, kept, git)
+    return Server(s.version, s.layout, s.partitionable, s.limits, git, s.taints, s.capacity, taints, capacity)

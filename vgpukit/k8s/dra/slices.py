@@ -121,6 +121,7 @@ def device_entry(
             cap["multiprocessors"] = {"value": str(sms)}
     elif dev.kind == "mig":
         attrs["uuid"] = _s(d.id)
+        attrs["pciBusID"] = _s(d.topo_bdf)  # its GPU's, as a slice made on demand says it
         if gpu is not None:
             attrs["parentUUID"] = _s(gpu.uuid)
         if d.id in facts.mig:
