@@ -26,3 +26,12 @@ def span(prefix: str, first: int, last: int, sep: str = "..") -> str:
 def slots(start: int, size: int) -> str:
     """``slot 2`` or ``slots 2-3`` (MIG placement slots)."""
     return f"slot {start}" if size <= 1 else f"slots {start}-{start + size - 1}"
+
+
+def size(n: int) -> str:
+    """A byte count as a person reads it: ``0 B``, ``512 MiB``, ``1 GiB``, ``1.5 GiB`` (binary units, at
+    most one decimal; exact byte counts stay in ``--json``)."""
+    for unit, shift in (("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f}".removesuffix(".0") + f" {unit}"
+    return f"{n} B"

@@ -87,7 +87,8 @@ def test_vendor_vfio_vgpus_are_not_made_on_demand(short_tmp: Path, api: ApiServe
         node.close()
 
 
-SAME = ("kind", "vgpuType", "vgpuTypeID", "parentBusID", "productName", "pcieRoot", "numaNode")
+SAME = ("kind", "vgpuType", "vgpuTypeID", "parentBusID", "productName", "pcieRoot", "numaNode",
+        "resource.kubernetes.io/pcieRoot", "resource.kubernetes.io/numaNode")  # fmt: skip
 
 
 def test_existing_and_on_demand_vgpus_have_one_vocabulary_on_every_profile(tmp_path: Path) -> None:
@@ -123,8 +124,8 @@ def test_existing_and_on_demand_vgpus_have_one_vocabulary_on_every_profile(tmp_p
             if dev["attributes"]["parentBusID"] != existing["attributes"]["parentBusID"]:
                 continue
             assert {k: dev["attributes"].get(k) for k in SAME} == {k: existing["attributes"].get(k) for k in SAME}
-            # the mdev's own, and the device plugin's name (it hands out existing vGPUs only: KEP-5004's classes)
-            assert set(existing["attributes"]) - set(dev["attributes"]) == {"uuid", "devicePluginResource"}
+            # the mdev's own ids, and the device plugin's name (it hands out existing vGPUs only: KEP-5004's classes)
+            assert set(existing["attributes"]) - set(dev["attributes"]) == {"uuid", "mdevUUID", "devicePluginResource"}
             assert set(dev["attributes"]) - set(existing["attributes"]) == {"onDemand"}
             assert all(m(dev) for m in selectors)
             compared.add(profile)

@@ -68,7 +68,11 @@ def daemon_cmd(app: App, config_path: str | None, metrics_port: int | None, metr
 @click.argument("gpu", type=NAME)
 @click.option("--policy", type=click.Choice(POLICIES), help="best-effort, fixed-share or burst-share.")
 @click.option("--slice-ms", type=AsciiInt(1, 1000), help="Time slice in ms (default: 10).")
-@click.option("--memory-watermark", type=Size(), help="Memory QoS: device memory kept free for online tenants.")
+@click.option(
+    "--memory-watermark",
+    type=Size(lo=0),
+    help="Memory QoS: device memory kept free for online tenants (0, the default: only refused allocations count).",
+)
 @click.option("--memory-suspend", type=click.Choice(SUSPENDS), help="Memory QoS: the last resort for offline tenants.")
 @click.option(
     "--memory-restore-ms",
@@ -296,7 +300,7 @@ def _human_status(gpus: list[dict[str, Any]], daemon: dict[str, Any]) -> None:
             ev = m.get("eviction") or {}
             say(
                 f"  memory: watermark {_size(m['watermark'])}, suspend {m['suspend']}, restore after"
-                f" {m['restore_ms']} ms; {m.get('rounds', 0)} eviction rounds"
+                f" {m['restore_ms']} ms, reclaim up to {m['reclaim_ms']} ms; {m.get('rounds', 0)} eviction rounds"
                 + (f" (p50/p99 {ev['p50_ms']}/{ev['p99_ms']} ms)" if ev.get("count") else "")
                 + f", {m.get('suspensions', 0)} suspensions"
             )

@@ -90,10 +90,14 @@ class Tenant:
         ):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi):
                 raise InvalidInput(f"tenant {self.name}: {what} must be an integer 1..{hi}")
-        if self.memory_burst is not None and (self.cls != "offline" or self.memory is None):
+        if self.memory_burst is not None and self.cls != "offline":
             raise InvalidInput(
-                f"tenant {self.name}: a memory burst is for offline tenants with a memory cap"
-                " (online tenants' memory is plain device memory)"
+                f"tenant {self.name}: a memory burst is for offline tenants (online tenants' memory is plain "
+                "device memory)"
+            )
+        if self.memory_burst is not None and self.memory is None:
+            raise InvalidInput(
+                f"tenant {self.name}: a memory burst goes beyond a memory cap: give the cap too (--memory, memory:)"
             )
         if self.kind == "cgroup":
             cg = self.cgroup

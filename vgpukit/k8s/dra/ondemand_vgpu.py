@@ -31,6 +31,7 @@ from ...vgpu import planner as vgpu_planner
 from ...vgpu.catalog import short_name
 from ...vgpu.model import MDEV, GpuView, VgpuType
 from ..inventory import PREFIX, Device, resource_part
+from .attributes import standard
 from .devices import DraDevice, device_name
 
 log = logger("vgpukit.k8s.dra")
@@ -168,6 +169,8 @@ def slice_parts(
                 attrs["pcieRoot"] = {"string": fn.host_bridge}
             if fn is not None and fn.numa_node is not None and fn.numa_node >= 0:
                 attrs["numaNode"] = {"int": fn.numa_node}
+            # the standard ones an existing vGPU carries (its mdevUUID once made: in the claim's metadata)
+            attrs.update(standard("vgpu", "", gpu.bdf, fn.host_bridge if fn else None, fn.numa_node if fn else None))
             fb = {"value": str(sizes[m.type.type_id])}
             devices.append(
                 {

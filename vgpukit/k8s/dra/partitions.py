@@ -44,6 +44,7 @@ from ...nvml import GiProfile, Nvml, NvmlGpu
 from ...pci import PciDevice
 from ..inventory import Device
 from . import ondemand_vgpu, slices
+from .attributes import standard
 from .devices import DraDevice, device_name
 from .ondemand import Made, all_made, catalog, placements
 
@@ -98,6 +99,7 @@ def device_entry(m: Made, counter_set: str, fn: PciDevice | None) -> dict[str, A
         attrs["pcieRoot"] = _s(fn.host_bridge)
     if fn is not None and fn.numa_node is not None and fn.numa_node >= 0:
         attrs["numaNode"] = {"int": fn.numa_node}
+    attrs.update(standard("mig", "", m.gpu.bdf, fn.host_bridge if fn else None, fn.numa_node if fn else None))
     return {
         "name": m.name,
         "attributes": attrs,
