@@ -42,7 +42,6 @@ def _noexecute(node: Node) -> None:
 def test_a_restarted_plugin_keeps_the_pool_and_taints_the_claimed_slice_of_a_lost_mig_gpu(
     short_tmp: Path,  # noqa: F811
     api: ApiServer,
-    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """hgx-a100, gpu1 in MIG mode with a 3g.20gb slice a claim holds, falls off the bus; the plugin restarts:
     the 7 other GPUs are published as before, the claim's slice with the taint (the placements gpu1 offered
@@ -60,14 +59,21 @@ def test_a_restarted_plugin_keeps_the_pool_and_taints_the_claimed_slice_of_a_los
         _ok(sim, "sim", "fault", "xid", "gpu1", "79")
         node.restart()
         _noexecute(node)
-        with caplog.at_level(logging.WARNING, logger="vgpukit.k8s.dra"):
+        seen: list[logging.LogRecord] = []
+        catch = logging.Handler(logging.WARNING)
+        catch.emit = seen.append  # type: ignore[method-assign]
+        dra_log = logging.getLogger("vgpukit.k8s.dra")
+        dra_log.addHandler(catch)  # the plugin's logger, whatever propagates where
+        try:
             for _ in range(3):
                 _sets, devices = gathered(publish(node, api))
+        finally:
+            dra_log.removeHandler(catch)
         placements = {n for n in before if n.startswith("gpu-0000-04-00-0-mig-")}
         assert placements and set(devices) == set(before) - placements, set(before) ^ set(devices)
         assert _effects(devices[mig]) == TAINT
         assert not any(d.get("taints") for n, d in devices.items() if n != mig)
-        lines = [r.getMessage() for r in caplog.records]
+        lines = [r.getMessage() for r in seen]
         assert lines and len(lines) == len(set(lines)), lines  # each failure once, not at every poll
         view = invoke(sim, "k8s", "resources", "--kubernetes", "1.37", "--node", NODE, "--json")
         assert view.exit_code == 6, view.stderr  # everything else shown, the lost GPU named: not exit 1
