@@ -14,6 +14,7 @@ from tests.conftest import invoke, make_sim
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.test_dra_ondemand import OnDemandNode, gathered, publish
 from tests.k8s.test_dra_plugin import NODE, Node, claim, short_tmp  # noqa: F401 (fixture)
+from vgpukit.k8s.drahealth_v1 import api_pb2 as hl
 
 TAINT = [{"key": "gpu.vgpukit.io/unhealthy", "value": "unusable", "effect": "NoExecute"}]
 
@@ -79,7 +80,28 @@ def test_a_restarted_plugin_keeps_the_pool_and_taints_the_claimed_slice_of_a_los
         assert view.exit_code == 6, view.stderr  # everything else shown, the lost GPU named: not exit 1
         shown = {d["name"]: d for s in _json(view.stdout)["resourceSlices"] for d in s["spec"].get("devices") or []}
         assert _effects(shown[mig])[0]["key"] == TAINT[0]["key"] and set(shown) == set(devices)
+        health = {name: status for name, status, _why in node.driver.health_report()}
+        assert health[mig] == hl.UNHEALTHY  # the kubelet's health stream says it too
         assert node.kubelet.unprepare(ref).claims["u-m"].error == ""
+    finally:
+        node.close()
+
+
+def test_a_running_plugin_keeps_a_lost_gpus_attributes_and_capacities(short_tmp: Path, api: ApiServer) -> None:  # noqa: F811
+    """A GPU that falls off the bus while the plugin runs is published as it was, with the taint: NVML's facts
+    of it (UUID, product, memory, SMs) are the last it gave, not dropped (a thinned device matches no
+    selector on them)."""
+    sim = make_sim(short_tmp / "h")
+    node = Node(sim, api)
+    lost = "gpu-0000-23-00-0"  # gpu2, MIG mode off
+    try:
+        _noexecute(node)
+        before = {e["name"]: e for e in node.driver.publication()[0]}
+        _ok(sim, "sim", "fault", "xid", "gpu2", "79")
+        after = {e["name"]: e for e in node.driver.publication()[0]}
+        assert set(after) == set(before)
+        assert _effects(after[lost]) == TAINT
+        assert {k: v for k, v in after[lost].items() if k != "taints"} == before[lost]
     finally:
         node.close()
 

@@ -15,7 +15,7 @@ from ...logs import logger
 from ..dra_v1 import api_pb2 as dra
 from ..drahealth_v1 import api_pb2 as hl
 from ..inventory import Inventory, carry_unread
-from . import capacity, claims, extended, lost, metadata, ondemand, ondemand_vgpu, partitions, slices
+from . import capacity, claims, extended, lost, metadata, ondemand_vgpu, partitions, slices
 from .devices import DraDevice, dra_devices, pci_functions
 
 log = logger("vgpukit.k8s.dra")
@@ -214,7 +214,14 @@ class Driver:
         except VgpukitError as err:
             return [(name, hl.UNKNOWN, f"health check failed: {err}"[:1024]) for name in self.devices()]
         why = {name: slices.unusable(dev, sick) for name, dev in self.devices().items()}  # a MIG slice: own, GPU's
-        why.update({name: sick.get(gpu, "") for name, gpu in self.made().items()})
+        env, _collect, close = self.open_host()
+        try:  # what claims hold: made on demand (by its GPU), or on a GPU not read any more (a lost one's)
+            held = lost.claimed(env)
+        finally:
+            close()
+        for name, h in held.items():
+            if name not in why and h["function"]:
+                why[name] = sick.get(h["function"], "")
         for name in self.capacity.published:  # a shared device: its device's health
             why[name] = why.get(capacity.base_name(name) or name, "")
         out: list[tuple[str, int, str]] = []
@@ -222,10 +229,3 @@ class Driver:
             out.append((name, hl.UNHEALTHY, reason[:1024]) if reason else (name, hl.HEALTHY, ""))
         return out
 
-    def made(self) -> dict[str, str]:
-        """The devices made on demand for prepared claims (by the name the scheduler allocated), with their GPU."""
-        env, _collect, close = self.open_host()
-        try:
-            return {str(m["device"]): str(m["gpu"]) for m in ondemand.all_made(env)}
-        finally:
-            close()
