@@ -187,3 +187,12 @@ def test_configured_caps_are_exported_before_any_process_runs() -> None:
     m = Metrics()
     m.update([rt.status(clock())])
     assert 'vgpukit_qos_memory_cap_bytes{class="online",gpu="gpu1",tenant="w"} 6.7108864e+07' in m.text()
+
+
+def test_qos_status_shows_the_reclaim_time(capsys: pytest.CaptureFixture[str]) -> None:
+    from vgpukit.qos.cli import _human_status
+
+    gpu = {"gpu": "gpu0", "policy": "burst-share", "slice_ms": 10, "tenants": [], "latency": {}}
+    gpu["memory"] = {**MemoryPolicy(watermark=1 << 30, reclaim_ms=2500).to_dict(), "rounds": 0, "suspensions": 0}
+    _human_status([gpu], {})
+    assert "reclaim up to 2500 ms" in capsys.readouterr().out

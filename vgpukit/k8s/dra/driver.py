@@ -228,4 +228,3 @@ class Driver:
         for name, reason in sorted(why.items()):
             out.append((name, hl.UNHEALTHY, reason[:1024]) if reason else (name, hl.HEALTHY, ""))
         return out
-
