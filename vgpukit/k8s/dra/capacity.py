@@ -28,9 +28,10 @@ A device a process holds open stays published in its shared form (its users are 
 
 **Where the cluster serves it** (gate ``DRAConsumableCapacity``: alpha 1.34-1.35, beta and on from 1.36):
 an API server with the gate off drops ``allowMultipleAllocations`` and the request policies from what it
-stores; the publisher reads that back (:func:`dropped`) and the plugin then publishes the exclusive view
-(:func:`served` is the seam for a server-version check). A shared device also needs the CUDA interception
-library (its memory cap is the enforcement): without it the device is published exclusively.
+stores; the plugin finds that out by a dry run before its first write (:mod:`.cluster`), and by reading
+back what was stored (:func:`dropped`), and then publishes the exclusive view. A shared device also needs
+the CUDA interception library (its memory cap is the enforcement): without it the device is published
+exclusively.
 """
 
 from __future__ import annotations
@@ -175,12 +176,6 @@ def dropped(wanted: Iterable[dict[str, Any]], stored: dict[str, Any]) -> bool:
         if not got.get("allowMultipleAllocations") or not all(policies):
             return True
     return False
-
-
-def served(minor: int) -> bool | None:
-    """Whether an API server of release 1.<minor> serves consumable capacity: True from 1.36 (beta, on),
-    None for 1.34 and 1.35 (alpha, off unless enabled: found out by publishing), False before."""
-    return True if minor >= 36 else None if minor >= 34 else False
 
 
 def holds(host: Host, but: str = "") -> tuple[set[str], set[str]]:

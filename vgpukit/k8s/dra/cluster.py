@@ -1,6 +1,6 @@
 """What the cluster's API server serves for ResourceSlices, found out before the plugin writes any.
 
-Three reads, none of which can be refused (docs/kubernetes.md, "What the plugin publishes for each
+Reads none of which can be refused (docs/kubernetes.md, "What the plugin publishes for each
 Kubernetes release"):
 
 1. ``GET /version``: the release, hence the layout of partitionable devices and the limits of a slice
