@@ -189,10 +189,15 @@ def test_configured_caps_are_exported_before_any_process_runs() -> None:
     assert 'vgpukit_qos_memory_cap_bytes{class="online",gpu="gpu1",tenant="w"} 6.7108864e+07' in m.text()
 
 
-def test_qos_status_shows_the_reclaim_time(capsys: pytest.CaptureFixture[str]) -> None:
-    from vgpukit.qos.cli import _human_status
+def test_qos_status_shows_the_reclaim_time_and_sizes_as_qos_set_does(capsys: pytest.CaptureFixture[str]) -> None:
+    from vgpukit.qos.cli import _human_status, _memory
 
     gpu = {"gpu": "gpu0", "policy": "burst-share", "slice_ms": 10, "tenants": [], "latency": {}}
     gpu["memory"] = {**MemoryPolicy(watermark=1 << 30, reclaim_ms=2500).to_dict(), "rounds": 0, "suspensions": 0}
     _human_status([gpu], {})
-    assert "reclaim up to 2500 ms" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "reclaim up to 2500 ms" in out and "watermark 1 GiB," in out  # qos set's plan says "1 GiB" too
+    gpu["memory"]["watermark"] = 1 << 50  # the largest accepted: in PiB, not 1024TiB
+    _human_status([gpu], {})
+    assert "watermark 1 PiB," in capsys.readouterr().out
+    assert _memory({"memory_used": 0, "memory": 1 << 50, "memory_burst": 3 << 29}) == "0B/1PiB+1.5GiB"  # the column
