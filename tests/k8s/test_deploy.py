@@ -20,9 +20,14 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 K8S_VERSION = "1.30"  # the oldest release the manifests are written for (ValidatingAdmissionPolicy v1)
 
 
+def manifests(directory: Path) -> list[Path]:
+    """The Kubernetes objects' files of a directory (its kustomization is kustomize's: test_deploy_order.py)."""
+    return [p for p in sorted(directory.glob("*.yaml")) if p.name != "kustomization.yaml"]
+
+
 def documents() -> list[tuple[str, dict[str, Any]]]:
     out = []
-    for path in sorted(DEPLOY.glob("*.yaml")):
+    for path in manifests(DEPLOY):
         out += [(path.name, d) for d in yaml.safe_load_all(path.read_text()) if d]
     return out
 
@@ -93,9 +98,9 @@ DRA_VERSION = "1.34"  # resource.k8s.io/v1 (DRA GA)
 
 
 def dra_documents(examples: bool = True) -> list[tuple[str, dict[str, Any]]]:
-    """The DRA manifests (``kubectl apply -f deploy/kubernetes/dra/``) and, ``examples``, the example claims
-    and pod of ``dra/examples/`` (applied on their own)."""
-    paths = [*sorted(DRA.glob("*.yaml")), *(sorted((DRA / "examples").glob("*.yaml")) if examples else [])]
+    """The DRA manifests of ``deploy/kubernetes/dra/`` and, ``examples``, the example claims and pod of
+    ``dra/examples/`` (applied on their own)."""
+    paths = [*manifests(DRA), *(sorted((DRA / "examples").glob("*.yaml")) if examples else [])]
     return [(p.name, d) for p in paths for d in yaml.safe_load_all(p.read_text()) if d]
 
 
@@ -103,14 +108,18 @@ INSTALL = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "
 
 
 def test_applying_the_dra_directory_installs_the_plugin_and_runs_nothing() -> None:
-    """``kubectl apply -f deploy/kubernetes/dra/`` (what the first step of the migration says, not recursive):
-    the plugin, its RBAC and the DeviceClasses, in vgpukit-system or cluster-scoped; no workload, no claim
-    template in a user's namespace, no maintenance rule (they are in examples/ and maintenance/)."""
-    docs = dra_documents(examples=False)
+    """What the first step of the migration applies (``kubectl apply -k deploy/kubernetes/dra/``, then
+    ``-f dra/extended-resources.yaml``): the plugin, its RBAC and the DeviceClasses, in vgpukit-system or
+    cluster-scoped; no workload, no claim template in a user's namespace, no maintenance rule (they are
+    in examples/ and maintenance/, which neither names)."""
+    listed = yaml.safe_load((DRA / "kustomization.yaml").read_text())["resources"]
+    paths = [DRA / r for r in listed] + [DRA / "extended-resources.yaml"]
+    docs = [(p.name, d) for p in paths for d in yaml.safe_load_all(p.read_text()) if d]
     assert {d["kind"] for _n, d in docs} == INSTALL
     assert all(d["metadata"].get("namespace") in (None, "vgpukit-system") for _n, d in docs)
     (ds,) = [d for _n, d in docs if d["kind"] == "DaemonSet"]
     assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"vgpukit.io/node": "true", "vgpukit.io/dra": "true"}
+    assert {d["kind"] for _n, d in dra_documents(examples=False)} == INSTALL  # the directory itself: no workload
     example_kinds = {d["kind"] for _n, d in dra_documents() if (_n, d) not in docs}
     assert example_kinds == {"ResourceClaimTemplate", "Pod"}
 
