@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
         "dra-plugin": ("vgpukit.k8s.cli_dra", "dra_plugin", ""),
         "dra-classes": ("vgpukit.k8s.cli_dra", "dra_classes", ""),
         "dra-taint-rules": ("vgpukit.k8s.cli_dra", "dra_taint_rules", ""),
+        "allocate": ("vgpukit.k8s.cli_allocate", "allocate_cmd", ""),
     },
 )
 def k8s() -> None:
@@ -95,11 +97,15 @@ def resources(
     node: str | None,
     vms: str | None,
 ) -> None:
-    """Show the resources and devices the device plugin would advertise now (and the DRA plugin's slices)."""
+    """Show the resources and devices the device plugin would advertise now, with the health it would list
+    them with (and the DRA plugin's slices)."""
+    from .inventory import health_of
+
     given = [o for o, v in (("--partitionable", partitionable), ("--share-by-capacity", share), ("--node", node)) if v]
     if version is None and given:
         raise click.UsageError(f"{given[0]} goes with --kubernetes (the DRA plugin's slices for that release)")
     inv = _poller(app, replicas, vms)()
+    sick = _health(app)()  # what the running plugin marks Unhealthy, by the same rule
     view: dict[str, Any] = {}
     if version is not None:
         from .cli_dra import slices_view
@@ -111,34 +117,25 @@ def resources(
             raise click.BadParameter(f"{node_problem(node)} (the host name {node[:64]!r})", param_hint="'--node'")
         mode, opener = partitionable or "auto", _dra_opener(app)
         view = slices_view(opener, _health(app), version, mode, node, share or Choice())
+    listed = [(name, d, *health_of(d, sick)) for name, devices in sorted(inv.resources.items()) for d in devices]
 
     def doc() -> dict[str, Any]:
-        return {
-            **view,
-            "resources": {
-                name: [
-                    {
-                        "id": d.id,
-                        "numa": d.numa,
-                        "cdi": d.cdi_name,
-                        "held_by": list(d.held_by),
-                    }
-                    for d in devices
-                ]
-                for name, devices in sorted(inv.resources.items())
-            },
-            "warnings": inv.warnings,
-            "unreadable": as_json(inv.unread),
-        }
+        resources: dict[str, list[dict[str, Any]]] = {name: [] for name in sorted(inv.resources)}
+        for name, d, health, why in listed:
+            entry = {"id": d.id, "numa": d.numa, "cdi": d.cdi_name, "held_by": list(d.held_by), "health": health}
+            resources[name].append({**entry, "why": why} if why else entry)
+        return {**view, "resources": resources, "warnings": inv.warnings, "unreadable": as_json(inv.unread)}
 
     def human() -> None:
         rows = [
-            (name, d.id, d.numa if d.numa is not None else "-", d.cdi_name or "-", "; ".join(d.held_by) or "-")
-            for name, devices in sorted(inv.resources.items())
-            for d in devices
-        ]
-        rows += [("-", u.label, "-", "-", f"not read: {u.reason}") for u in inv.unread]
-        table(None, ["RESOURCE", "DEVICE", "NUMA", "CDI", "HELD BY"], rows)
+            (name, d.id, d.numa if d.numa is not None else "-", d.cdi_name or "-", "; ".join(d.held_by) or "-",
+             f"{health}: {why}" if why and not d.held_by else health)
+            for name, d, health, why in listed
+        ]  # fmt: skip
+        rows += [("-", u.label, "-", "-", "-", f"not read: {u.reason}") for u in inv.unread]
+        table(None, ["RESOURCE", "DEVICE", "NUMA", "CDI", "HELD BY", "HEALTH"], rows)
+        for w in inv.warnings:
+            sys.stderr.write(f"vgpukit: warning: {w}\n")
         if view:
             from .cli_dra import show
 

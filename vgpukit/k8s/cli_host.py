@@ -39,13 +39,17 @@ def _poller(app: App, replicas: int, vms: str | None = None) -> Callable[[], Inv
 
 
 def _health(app: App) -> Callable[[], dict[str, str]]:
-    """The unusable devices (BDF -> why) at every poll, from the health layer (which records them)."""
+    """The unusable devices (BDF -> why) at every poll, from the health layer (which records them; in memory
+    while the record cannot be written, said once)."""
     from ..health import fact
+    from ..health.log import Keeper
+
+    keeper = Keeper()
 
     def look() -> dict[str, str]:
         fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
         try:
-            devices = fact.current(fresh.host, fresh.nvml)
+            devices = fact.current(fresh.host, fresh.nvml, keeper=keeper)
             return {**fact.unusable(devices), **fact.unusable_slices(devices)}  # BDFs, and MIG devices' UUIDs
         finally:
             fresh.close()
