@@ -24,7 +24,6 @@ from .test_deploy import DEPLOY, DRA, manifests
 KUBEVIRT = DEPLOY / "kubevirt"
 # the files the kustomizations leave out, and why (docs/kubernetes.md, "Deploy")
 LEFT_OUT = {
-    DRA / "examples.yaml": "example claims, to try once the plugin runs",
     DRA / "extended-resources.yaml": "needs the DRAExtendedResource gate (alpha in 1.34 and 1.35)",
     KUBEVIRT / "kubevirt-patch.yaml": "a patch of the KubeVirt CR, in KubeVirt's namespace (kubectl patch)",
     KUBEVIRT / "vmis.yaml": "example VMIs",

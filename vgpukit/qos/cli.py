@@ -17,6 +17,7 @@ from ..clikit.options import dry_run_option, json_option
 from ..clikit.output import emit, emit_result, say, table
 from ..clikit.params import NAME, AsciiFloat, AsciiInt, Size
 from ..errors import InvalidInput
+from ..words import size
 from . import control
 from .mempolicy import MAX_MS, SUSPENDS
 from .model import CLASSES, DEMANDS, MAX_INFLIGHT, MAX_INFLIGHT_MS, MAX_PID, POLICIES, Tenant
@@ -68,7 +69,11 @@ def daemon_cmd(app: App, config_path: str | None, metrics_port: int | None, metr
 @click.argument("gpu", type=NAME)
 @click.option("--policy", type=click.Choice(POLICIES), help="best-effort, fixed-share or burst-share.")
 @click.option("--slice-ms", type=AsciiInt(1, 1000), help="Time slice in ms (default: 10).")
-@click.option("--memory-watermark", type=Size(), help="Memory QoS: device memory kept free for online tenants.")
+@click.option(
+    "--memory-watermark",
+    type=Size(lo=0),
+    help="Memory QoS: device memory kept free for online tenants (0, the default: only refused allocations count).",
+)
 @click.option("--memory-suspend", type=click.Choice(SUSPENDS), help="Memory QoS: the last resort for offline tenants.")
 @click.option(
     "--memory-restore-ms",
@@ -252,10 +257,8 @@ DEMAND_SHOWN = {
 
 
 def _size(n: int) -> str:
-    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.1f}{unit}".replace(".0" + unit, unit)
-    return f"{n}B"
+    """words.size without its space, for the memory column (``1GiB/8GiB+24GiB``)."""
+    return size(n).replace(" ", "")
 
 
 def _memory(t: dict[str, Any]) -> str:
@@ -305,8 +308,8 @@ def _human_status(gpus: list[dict[str, Any]], daemon: dict[str, Any]) -> None:
             m = g["memory"]
             ev = m.get("eviction") or {}
             say(
-                f"  memory: watermark {_size(m['watermark'])}, suspend {m['suspend']}, restore after"
-                f" {m['restore_ms']} ms; {m.get('rounds', 0)} eviction rounds"
+                f"  memory: watermark {size(m['watermark'])}, suspend {m['suspend']}, restore after"
+                f" {m['restore_ms']} ms, reclaim up to {m['reclaim_ms']} ms; {m.get('rounds', 0)} eviction rounds"
                 + (f" (p50/p99 {ev['p50_ms']}/{ev['p99_ms']} ms)" if ev.get("count") else "")
                 + f", {m.get('suspensions', 0)} suspensions"
             )

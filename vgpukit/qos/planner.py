@@ -39,6 +39,7 @@ from ..engine import Step
 from ..errors import Conflict, NoCapacity, NotFound, VgpukitError
 from ..host import Host
 from ..inputs import at, under
+from ..words import size
 from .config import Overlay, default_config_path, load_base
 from .model import CLASSES, MAX_TENANTS, Gpu, QosConfig, Tenant, check_key
 from .planner_host import NvmlSource, check_host, daemon_view, target_exists
@@ -142,14 +143,16 @@ def change(cfg: QosConfig, req: Request) -> Change:
             memory=memory,
         ).validate()
         new.gpus[key] = gpu
-        same = old is not None and (old.policy, old.slice_ms, old.memory) == (gpu.policy, gpu.slice_ms, gpu.memory)
-        plan = [f"{key}: policy {gpu.policy}, slice {gpu.slice_ms} ms"]
+        plan = []  # what changes only (a memory setting changed: not the policy line again)
+        if old is None or (old.policy, old.slice_ms) != (gpu.policy, gpu.slice_ms):
+            plan.append(f"{key}: policy {gpu.policy}, slice {gpu.slice_ms} ms")
         if old is None or old.memory != gpu.memory:
             m = gpu.memory
             plan.append(
-                f"{key}: memory watermark {m.watermark} B, suspend {m.suspend}, restore after {m.restore_ms} ms"
+                f"{key}: memory watermark {size(m.watermark)}, suspend {m.suspend}, restore after {m.restore_ms} ms, "
+                f"an online allocation waits up to {m.reclaim_ms} ms"
             )
-        return Change(new, [] if same else plan, gpu)
+        return Change(new, plan, gpu)
     if isinstance(req, AddTenant):
         t = req.tenant.validate()
         if old is not None and any(x.name == t.name for x in old.tenants):
