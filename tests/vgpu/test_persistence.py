@@ -132,3 +132,41 @@ def test_a_host_config_names_an_mdev_type_by_its_name(t4_sim: Path, tmp_path: Pa
     assert r.exit_code == 0, r.stderr
     assert {v["type_id"] for v in listed(t4_sim).values()} == {"nvidia-232"} and len(listed(t4_sim)) == 2
     assert as_json(invoke(t4_sim, "apply", "-f", str(doc), "--json"))["plan"] == []
+
+
+def test_apply_removals_take_their_definitions_and_assert_counts_auto_ones(t4_sim: Path, tmp_path: Path) -> None:
+    """What apply removes does not come back at boot (as ``vgpu remove``): its definitions go with it,
+    and ``auto`` definitions of vGPUs not running that the config does not have are a difference."""
+    r = invoke(t4_sim, "vgpu", "create", "gpu0", "--type", "T4-4Q", "--count", "2", "--define", "--auto", "--json")
+    two = [v["id"] for v in as_json(r)["vgpus"]]
+    r = invoke(t4_sim, "vgpu", "create", "gpu0", "--type", "T4-4Q", "--define", "--json")  # manual
+    (manual,) = [v["id"] for v in as_json(r)["vgpus"]]
+    r = invoke(t4_sim, "vgpu", "create", "gpu0", "--type", "T4-4Q", "--define", "--auto", "--json")
+    (stopped,) = [v["id"] for v in as_json(r)["vgpus"]]
+    assert invoke(t4_sim, "vgpu", "remove", stopped, "--keep-definition").exit_code == 0  # defined, not running
+    f = tmp_path / "m.yaml"
+    f.write_text("version: vgpukit.host/v1\nconfigs:\n  m:\n    vgpu: [{device: gpu0, type: T4-4Q, count: 1}]\n")
+    r = invoke(t4_sim, "assert", "-f", str(f), "--json")
+    assert r.exit_code == 1, r.stderr
+    said = " ".join(as_json(r)["differences"])
+    removed = [w.split()[1] for w in as_json(r)["differences"] if w.startswith("remove ")]
+    assert len(removed) == 2 and set(removed) < {*two, manual}, said
+    assert all(f"undefine {u}" in said for u in (*removed, stopped)), said
+    r = invoke(t4_sim, "apply", "-f", str(f), "-v")
+    assert r.exit_code == 0, r.stderr
+    kept = {u for u, v in listed(t4_sim).items() if v["active"]}
+    assert len(kept) == 1 and kept < {*two, manual}
+    assert set(definitions(t4_sim)) == kept  # the removed ones' definitions went, and the stopped auto one
+    assert invoke(t4_sim, "assert", "-f", str(f)).exit_code == 0
+    reboot(t4_sim)  # nothing the config does not have comes back (the kept one: when its definition is auto)
+    assert {u for u, v in listed(t4_sim).items() if v["active"]} <= kept
+    assert invoke(t4_sim, "apply", "-f", str(f)).exit_code == 0  # the boot unit, after the restore unit
+    assert invoke(t4_sim, "assert", "-f", str(f)).exit_code == 0
+
+
+def test_the_boot_unit_runs_after_the_mdev_restore_unit(tmp_path: Path) -> None:
+    f = tmp_path / "h.yaml"
+    f.write_text("version: vgpukit.host/v1\nconfigs:\n  m: {}\n")
+    unit = invoke(None, "boot-unit", "-f", str(f)).stdout
+    after = " ".join(line.removeprefix("After=") for line in unit.splitlines() if line.startswith("After="))
+    assert "vgpukit-mdev-restore.service" in after.split()

@@ -225,6 +225,9 @@ Documentation=man:vgpukit(1)
 # after the kernel modules and the devices (GPU drivers, vfio-pci) are there
 After=systemd-modules-load.service systemd-udev-settle.service local-fs.target nvidia-persistenced.service
 Wants=systemd-udev-settle.service
+# after the mdevs defined start=auto are back (vgpukit's restore unit; mdevctl's udev rule starts them
+# as their parents appear, before udev settles): apply then removes what the config does not have
+After=vgpukit-mdev-restore.service
 # before anything that hands the devices out
 Before=libvirtd.service virtqemud.service kubelet.service containerd.service crio.service docker.service
 Before=vgpukit-qos.service nvidia-mig-manager.service

@@ -269,7 +269,7 @@ def plan_config(host: Host, want: QosConfig, nvml: NvmlSource = None, mig: dict[
     cgroup, processes or domain gone) are warnings, and a reload is planned when one could run now.
     ``mig``: the GPUs' MIG modes once the rest of the plan ran (:func:`check_host`)."""
     check(want)
-    check_host(host, want, nvml, mig)
+    want = check_host(host, want, nvml, mig)
     lib = library(host)
     warnings = [w for g in want.gpus.values() for t in g.tenants for w in library_warnings(lib, t.name, caps(t))]
     path = default_config_path(host)
