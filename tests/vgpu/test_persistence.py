@@ -170,3 +170,21 @@ def test_the_boot_unit_runs_after_the_mdev_restore_unit(tmp_path: Path) -> None:
     unit = invoke(None, "boot-unit", "-f", str(f)).stdout
     after = " ".join(line.removeprefix("After=") for line in unit.splitlines() if line.startswith("After="))
     assert "vgpukit-mdev-restore.service" in after.split()
+
+
+def test_a_defined_vgpu_that_is_not_running_is_managed_from_vgpu_commands(t4_sim: Path) -> None:
+    r = invoke(t4_sim, "vgpu", "create", "gpu0", "--type", "T4-4Q", "--define", "--json")
+    (uid,) = [v["id"] for v in as_json(r)["vgpus"]]
+    assert invoke(t4_sim, "vgpu", "remove", uid, "--keep-definition").exit_code == 0
+    assert "vgpukit mdev start UUID" in invoke(t4_sim, "vgpu", "list").stdout
+    r = invoke(t4_sim, "vgpu", "define", uid, "--auto")
+    assert r.exit_code == 0, r.stderr
+    assert definitions(t4_sim)[uid]["start"] == "auto" and not listed(t4_sim)[uid]["active"]
+    r = invoke(t4_sim, "mdev", "define", uid, "--auto")  # mdev's define makes a running one persistent
+    assert r.exit_code == 3 and f"vgpukit mdev modify {uid} --auto" in r.stderr, r.stderr
+    assert invoke(t4_sim, "vgpu", "undefine", uid).exit_code == 0 and definitions(t4_sim) == {}
+    r = invoke(t4_sim, "vgpu", "create", "gpu0", "--type", "T4-4Q", "--json")
+    (running,) = [v["id"] for v in as_json(r)["vgpus"]]
+    r = invoke(t4_sim, "vgpu", "undefine", running)
+    assert r.exit_code == 0 and "nothing to do" in r.stdout, r.stdout + r.stderr
+    assert invoke(t4_sim, "vgpu", "undefine", "12345678-1234-1234-1234-123456789abc").exit_code == 3

@@ -325,9 +325,10 @@ def active_one(facts: Facts, uid: str, parent: str | None) -> MdevInstance:
     if inst is None:
         if parent is not None:
             raise InvalidInput(f"mdev {uid} is not active: give its --type too")
-        raise NotFound(
-            f"no active mdev {uid}", value=uid, hint="to define a new one: vgpukit mdev define --parent P --type T"
-        )
+        hint = "to define a new one: vgpukit mdev define --parent P --type T"
+        if facts.defined(check_uuid(uid)):
+            hint = f"it is defined, not running: its start mode changes with vgpukit mdev modify {uid} --auto|--manual"
+        raise NotFound(f"no active mdev {uid}", value=uid, hint=hint)
     return inst
 
 
