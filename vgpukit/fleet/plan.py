@@ -49,6 +49,7 @@ class Plan:
     steps: list[tuple[str, Step]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the MIG and QoS planners', about this host
     skipped: list[tuple[str, str, DeviceUnusable]] = field(default_factory=list)  # (area, device, refusal)
+    unmet: list[str] = field(default_factory=list)  # what the config has that apply cannot make (QoS planner's)
 
     def add(self, area: str, steps: list[Step]) -> None:
         self.steps += [(area, s) for s in steps]
@@ -368,4 +369,5 @@ def _qos(ctx: _Ctx, out: Plan) -> list[Step]:
             err.args = (err.message,)
         raise
     out.warnings += found.warnings
+    out.unmet += found.unmet
     return found.steps

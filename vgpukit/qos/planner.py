@@ -28,7 +28,7 @@ exist: the daemon drops such a tenant with a warning, docs/qos.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -259,6 +259,7 @@ def caps(t: Tenant) -> list[str]:
 class Plan:
     steps: list[Step]
     warnings: list[str]
+    unmet: list[str] = field(default_factory=list)  # what the config has that apply cannot make (a dropped tenant)
 
 
 def plan_config(host: Host, want: QosConfig, nvml: NvmlSource = None, mig: dict[str, bool] | None = None) -> Plan:
@@ -282,13 +283,13 @@ def plan_config(host: Host, want: QosConfig, nvml: NvmlSource = None, mig: dict[
     steps: list[Step] = []
     if told is not None and told.loaded is not None and told.loaded != base.to_dict():
         steps = [ReloadQos(shown, "it runs an older configuration than the file")]
-    could_run = []
+    could_run, unmet = [], []
     for d in told.dropped if told is not None else ():
         tenant = next((t for t in want.gpus[d.gpu].tenants if t.name == d.tenant), None) if d.gpu in want.gpus else None
         if tenant is not None and target_exists(host, tenant):
             could_run.append(f"{d.gpu}: tenant {d.tenant} can run now")
-        elif tenant is not None:
-            warnings.append(f"qos: {d.gpu}: tenant {d.tenant} is not running: {d.reason}")
+        elif tenant is not None:  # its target is gone: nothing apply can do (docs/qos.md, "Vanished targets")
+            unmet.append(f"qos: {d.gpu}: tenant {d.tenant} is not running ({d.reason}): apply cannot start it")
     if could_run and not steps:
         steps = [ReloadQos(shown, "; ".join(could_run))]
-    return Plan(steps, warnings)
+    return Plan(steps, warnings, unmet)
