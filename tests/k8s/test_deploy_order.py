@@ -4,11 +4,11 @@ deploy/kubernetes/dra/``) creates everything in an order where each object finds
 kustomize is not packaged by Debian 12 or PyPI (Debian's kubernetes-client is kubectl 1.20, older than
 the 1.30 the manifests are written for), so the kustomizations are read here as kustomize reads them --
 ``resources`` in the order listed (each sets ``sortOptions: {order: fifo}``: kustomize's default
-"legacy" order would sort by kind, DeviceClasses last), files only, inside their directory -- and checked: every manifest of
-the directory is listed once (or named as left out on purpose), the namespace comes first, and each
-object comes after what it names (its namespace, service account, ConfigMap, role, admission policy;
-DeviceClasses before the plugin that serves them). Where ``kubectl`` is installed it also builds them,
-and its output must be that order.
+"legacy" order would sort by kind, DeviceClasses last), files only, inside their directory -- and
+checked: every manifest of the directory is listed once (or named as left out on purpose), the
+namespace comes first, and each object comes after what it names (its namespace, service account,
+ConfigMap, role, admission policy; DeviceClasses before the plugin that serves them). Where
+``kubectl`` is installed it also builds them, and its output must be that order.
 """
 
 from __future__ import annotations

@@ -78,3 +78,15 @@ def test_apply_writes_the_canonical_key_and_refuses_two_keys_of_one_gpu(tmp_path
     assert invoke(sim, "assert", "-f", str(f)).exit_code == 0
     r = invoke(sim, "diff", "-f", str(f), "--json")
     assert r.exit_code == 0 and as_json(r)["plan"] == []
+
+
+def test_a_key_on_a_gpu_the_configs_own_mig_switches_says_it_will_be(tmp_path: Path, sleepers: list[int]) -> None:
+    sim = make_sim(tmp_path / "host", "hgx-a100")
+    f = tmp_path / "h.yaml"
+    f.write_text(
+        "version: vgpukit.host/v1\nconfigs:\n  c:\n    mig: m\n    qos:\n      gpus:\n        gpu1:\n"
+        f"          tenants: {{t: {{class: online, share: 10, pids: [{sleepers[0]}]}}}}\n"
+        "mig-configs:\n  m:\n    - devices: [1]\n      mig-enabled: true\n      mig-devices: {'3g.20gb': 1}\n"
+    )
+    r = invoke(sim, "diff", "-f", str(f))
+    assert r.exit_code == 4 and "0000:04:00.0 will be in MIG mode (the config's mig: enables it)" in r.stderr, r.stderr

@@ -99,10 +99,11 @@ def _gpu_here(host: Host, key: str, nvml: NvmlSource, scan: Scan, mig: dict[str,
         gpu = next((g for g in nv.gpus() if g.bdf == bdf), None) if nv is not None else None
     except VgpukitError:  # no driver, a lost GPU: its MIG mode is unknown, nothing to refuse on it
         gpu = None
-    if mig.get(bdf, gpu is not None and gpu.mig_current):
+    now = gpu is not None and gpu.mig_current
+    if mig.get(bdf, now):
+        state = "is in MIG mode" if now else "will be in MIG mode (the config's mig: enables it)"
         raise Conflict(
-            f"GPU key {key}: {bdf} is in MIG mode: a time slice of the whole GPU does not reach the work in its"
-            " MIG devices",
+            f"GPU key {key}: {bdf} {state}: a time slice of the whole GPU does not reach the work in its MIG devices",
             device=bdf,
             hint="key the tenants by MIG device (MIG-<uuid>, see: vgpukit mig status)",
         )
