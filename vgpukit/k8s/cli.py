@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     lazy={
         "labels": ("vgpukit.k8s.cli_labels", "labels_cmd", ""),
         "kubevirt-config": ("vgpukit.k8s.cli_kubevirt", "kubevirt_config", ""),
+        "allocate": ("vgpukit.k8s.cli_allocate", "allocate_cmd", ""),
     },
 )
 def k8s() -> None:
@@ -77,13 +78,17 @@ def _poller(app: App, replicas: int, vms: str | None = None) -> Callable[[], Inv
 
 
 def _health(app: App) -> Callable[[], dict[str, str]]:
-    """The unusable devices (BDF -> why) at every poll, from the health layer (which records them)."""
+    """The unusable devices (BDF -> why) at every poll, from the health layer (which records them; in memory
+    while the record cannot be written, said once)."""
     from ..health import fact
+    from ..health.log import Keeper
+
+    keeper = Keeper()
 
     def look() -> dict[str, str]:
         fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
         try:
-            devices = fact.current(fresh.host, fresh.nvml)
+            devices = fact.current(fresh.host, fresh.nvml, keeper=keeper)
             return {**fact.unusable(devices), **fact.unusable_slices(devices)}  # BDFs, and MIG devices' UUIDs
         finally:
             fresh.close()
@@ -131,41 +136,36 @@ def _log(line: str) -> None:
 @json_option
 @click.pass_obj
 def resources(app: App, replicas: int, version: str | None, partitionable: str, node: str, vms: str | None) -> None:
-    """Show the resources and devices the device plugin would advertise now (and the DRA plugin's slices)."""
+    """Show the resources and devices the device plugin would advertise now, with the health it would list
+    them with (and the DRA plugin's slices)."""
+    from .inventory import health_of
+
     inv = _poller(app, replicas, vms)()
+    sick = _health(app)()  # what the running plugin marks Unhealthy, by the same rule
     view: dict[str, Any] = {}
     if version is not None:
         from .cli_dra import slices_view
 
         view = slices_view(_dra_opener(app), _health(app), version, partitionable, node)
+    listed = [(name, d, *health_of(d, sick)) for name, devices in sorted(inv.resources.items()) for d in devices]
 
     def doc() -> dict[str, Any]:
-        return {
-            **view,
-            "resources": {
-                name: [
-                    {
-                        "id": d.id,
-                        "numa": d.numa,
-                        "cdi": d.cdi_name,
-                        "held_by": list(d.held_by),
-                    }
-                    for d in devices
-                ]
-                for name, devices in sorted(inv.resources.items())
-            },
-            "warnings": inv.warnings,
-            "unreadable": as_json(inv.unread),
-        }
+        resources: dict[str, list[dict[str, Any]]] = {name: [] for name in sorted(inv.resources)}
+        for name, d, health, why in listed:
+            entry = {"id": d.id, "numa": d.numa, "cdi": d.cdi_name, "held_by": list(d.held_by), "health": health}
+            resources[name].append({**entry, "why": why} if why else entry)
+        return {**view, "resources": resources, "warnings": inv.warnings, "unreadable": as_json(inv.unread)}
 
     def human() -> None:
         rows = [
-            (name, d.id, d.numa if d.numa is not None else "-", d.cdi_name or "-", "; ".join(d.held_by) or "-")
-            for name, devices in sorted(inv.resources.items())
-            for d in devices
-        ]
-        rows += [("-", u.label, "-", "-", f"not read: {u.reason}") for u in inv.unread]
-        table(None, ["RESOURCE", "DEVICE", "NUMA", "CDI", "HELD BY"], rows)
+            (name, d.id, d.numa if d.numa is not None else "-", d.cdi_name or "-", "; ".join(d.held_by) or "-",
+             f"{health}: {why}" if why and not d.held_by else health)
+            for name, d, health, why in listed
+        ]  # fmt: skip
+        rows += [("-", u.label, "-", "-", "-", f"not read: {u.reason}") for u in inv.unread]
+        table(None, ["RESOURCE", "DEVICE", "NUMA", "CDI", "HELD BY", "HEALTH"], rows)
+        for w in inv.warnings:
+            sys.stderr.write(f"vgpukit: warning: {w}\n")
         if view:
             from .cli_dra import show
 
