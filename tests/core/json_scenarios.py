@@ -139,6 +139,7 @@ def host_session(run: Session, tmp: Path) -> None:
     run(sim, "recover")
     run(sim, "units", "list")
     run(sim, "units", "install", "vgpukit-qos.service")
+    run(sim, "sim", "reboot")
 
 
 def mdev_session(run: Session, tmp: Path) -> None:

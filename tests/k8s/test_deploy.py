@@ -296,14 +296,20 @@ def _runs_on(ds: dict[str, Any], labels: dict[str, str]) -> bool:
         ({"vgpukit.io/node": "true"}, {"vgpukit-device-plugin"}),
         ({"vgpukit.io/node": "true", "vgpukit.io/dra": "true"}, {"vgpukit-dra-plugin"}),
         ({"vgpukit.io/node": "true", "vgpukit.io/dra": "false"}, {"vgpukit-device-plugin"}),
+        ({"vgpukit.io/kubevirt": "true"}, {"vgpukit-kubevirt-device-plugin"}),
+        ({"vgpukit.io/node": "true", "vgpukit.io/kubevirt": "true"}, {"vgpukit-kubevirt-device-plugin"}),
+        ({"vgpukit.io/node": "true", "vgpukit.io/kubevirt": "false"}, {"vgpukit-device-plugin"}),
     ],
 )
 def test_the_device_plugin_and_the_dra_plugin_never_serve_one_node_together(
     labels: dict[str, str], serving: set[str]
 ) -> None:
-    """Both would offer the same devices, neither knowing of the other's allocations."""
+    """Both would offer the same devices, neither knowing of the other's allocations (so would the
+    container device plugin and the KubeVirt one: the same VFs and mdevs under two resource names)."""
     plugins = [d for d in of_kind("DaemonSet") if d["metadata"]["name"] == "vgpukit-device-plugin"]
     plugins += [d for _n, d in dra_documents() if d["kind"] == "DaemonSet"]
+    kubevirt = DEPLOY / "kubevirt" / "device-plugin.yaml"
+    plugins += [d for d in yaml.safe_load_all(kubevirt.read_text()) if d and d["kind"] == "DaemonSet"]
     assert {d["metadata"]["name"] for d in plugins if _runs_on(d, labels)} == serving
 
 
