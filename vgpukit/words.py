@@ -40,6 +40,15 @@ def slots(start: int, size: int) -> str:
     return f"slot {start}" if size <= 1 else f"slots {start}-{start + size - 1}"
 
 
+def size(n: int) -> str:
+    """A byte count as a person reads it: ``0 B``, ``512 MiB``, ``1 GiB``, ``1.5 GiB`` (binary units, at
+    most one decimal; exact byte counts stay in ``--json``)."""
+    for unit, shift in (("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f}".removesuffix(".0") + f" {unit}"
+    return f"{n} B"
+
+
 def condense(lines: Sequence[str]) -> list[str]:
     """Lines that differ only in numbers, PCI addresses and UUIDs folded into their first, in the order
     each kind first appears: ``bind VF 0 (0000:05:00.2) to vfio-pci, and 15 more like it``."""

@@ -117,7 +117,7 @@ KINDS = [
     Kind("MIG slice 3g.20gb made on demand (created/destroyed)", "hgx-a100-on-demand",
          {"onDemand": True, "migProfile": "3g.20gb"}),
     Kind("vGPU mdev T4-4Q made on demand (created/removed)", "t4-mdev-on-demand",
-         {"onDemand": True, "kind": "mdev", "vgpuType": "T4-4Q"}),
+         {"onDemand": True, "kind": "mdev", "vgpuType": "t4-4q"}),
     Kind("MIG slice 3g.20gb made on demand, MPS (slice and daemon)", "hgx-a100-on-demand",
          {"onDemand": True, "migProfile": "3g.20gb"}, {**V1, "kind": "MpsConfig", "activeThreadPercentage": 50}),
     Kind("whole GPU, memory cap", "hgx-a100", {"kind": "gpu"}, {**V1, "kind": "MemoryCapConfig", "limit": "4Gi"}),

@@ -95,6 +95,9 @@ def host_session(run: Session, tmp: Path) -> None:
     offered = run(sim, "k8s", "resources")["resources"]
     run(sim, "k8s", "allocate", next(iter(offered.values()))[0]["id"])
     run(sim, "k8s", "resources", "--kubernetes", "1.37", "--node", "n1")
+    run(sim, "k8s", "resources", "--kubernetes", "1.36", "--node", "n1", "--share-by-capacity", "gpu")
+    run(sim, "k8s", "dra-classes")
+    run(sim, "k8s", "dra-taint-rules", "gpu0", "--node", "n1")
     run(sim, "k8s", "labels")
     run(sim, "k8s", "labels", "--write")
     run(sim, "mig", "destroy", "gpu0", "--gi", str(gi))
@@ -136,6 +139,7 @@ def host_session(run: Session, tmp: Path) -> None:
     run(sim, "recover")
     run(sim, "units", "list")
     run(sim, "units", "install", "vgpukit-qos.service")
+    run(sim, "sim", "reboot")
 
 
 def mdev_session(run: Session, tmp: Path) -> None:

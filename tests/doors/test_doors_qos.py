@@ -131,6 +131,6 @@ def test_a_memory_burst_on_an_online_tenant_is_the_same_refusal_through_every_do
         assert harness.host_state(sim) == before
     finally:
         daemon.stop()
-    says = "tenant w: a memory burst is for offline tenants with a memory cap"
+    says = "tenant w: a memory burst is for offline tenants (online tenants' memory is plain device memory)"
     assert {(a.code, a.kind) for a in answers} == {(2, "invalid-input")}, answers
     assert all(a.message.removeprefix("qos: ").startswith(says) for a in answers), answers

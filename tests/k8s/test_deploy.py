@@ -97,8 +97,31 @@ DRA = DEPLOY / "dra"
 DRA_VERSION = "1.34"  # resource.k8s.io/v1 (DRA GA)
 
 
-def dra_documents() -> list[tuple[str, dict[str, Any]]]:
-    return [(p.name, d) for p in manifests(DRA) for d in yaml.safe_load_all(p.read_text()) if d]
+def dra_documents(examples: bool = True) -> list[tuple[str, dict[str, Any]]]:
+    """The DRA manifests of ``deploy/kubernetes/dra/`` and, ``examples``, the example claims and pod of
+    ``dra/examples/`` (applied on their own)."""
+    paths = [*manifests(DRA), *(sorted((DRA / "examples").glob("*.yaml")) if examples else [])]
+    return [(p.name, d) for p in paths for d in yaml.safe_load_all(p.read_text()) if d]
+
+
+INSTALL = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "DeviceClass"}
+
+
+def test_applying_the_dra_directory_installs_the_plugin_and_runs_nothing() -> None:
+    """What the first step of the migration applies (``kubectl apply -k deploy/kubernetes/dra/``, then
+    ``-f dra/extended-resources.yaml``): the plugin, its RBAC and the DeviceClasses, in vgpukit-system or
+    cluster-scoped; no workload, no claim template in a user's namespace, no maintenance rule (they are
+    in examples/ and maintenance/, which neither names)."""
+    listed = yaml.safe_load((DRA / "kustomization.yaml").read_text())["resources"]
+    paths = [DRA / r for r in listed] + [DRA / "extended-resources.yaml"]
+    docs = [(p.name, d) for p in paths for d in yaml.safe_load_all(p.read_text()) if d]
+    assert {d["kind"] for _n, d in docs} == INSTALL
+    assert all(d["metadata"].get("namespace") in (None, "vgpukit-system") for _n, d in docs)
+    (ds,) = [d for _n, d in docs if d["kind"] == "DaemonSet"]
+    assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"vgpukit.io/node": "true", "vgpukit.io/dra": "true"}
+    assert {d["kind"] for _n, d in dra_documents(examples=False)} == INSTALL  # the directory itself: no workload
+    example_kinds = {d["kind"] for _n, d in dra_documents() if (_n, d) not in docs}
+    assert example_kinds == {"ResourceClaimTemplate", "Pod"}
 
 
 @pytest.mark.parametrize(("name", "doc"), dra_documents(), ids=lambda v: v if isinstance(v, str) else v["kind"])
@@ -273,14 +296,20 @@ def _runs_on(ds: dict[str, Any], labels: dict[str, str]) -> bool:
         ({"vgpukit.io/node": "true"}, {"vgpukit-device-plugin"}),
         ({"vgpukit.io/node": "true", "vgpukit.io/dra": "true"}, {"vgpukit-dra-plugin"}),
         ({"vgpukit.io/node": "true", "vgpukit.io/dra": "false"}, {"vgpukit-device-plugin"}),
+        ({"vgpukit.io/kubevirt": "true"}, {"vgpukit-kubevirt-device-plugin"}),
+        ({"vgpukit.io/node": "true", "vgpukit.io/kubevirt": "true"}, {"vgpukit-kubevirt-device-plugin"}),
+        ({"vgpukit.io/node": "true", "vgpukit.io/kubevirt": "false"}, {"vgpukit-device-plugin"}),
     ],
 )
 def test_the_device_plugin_and_the_dra_plugin_never_serve_one_node_together(
     labels: dict[str, str], serving: set[str]
 ) -> None:
-    """Both would offer the same devices, neither knowing of the other's allocations."""
+    """Both would offer the same devices, neither knowing of the other's allocations (so would the
+    container device plugin and the KubeVirt one: the same VFs and mdevs under two resource names)."""
     plugins = [d for d in of_kind("DaemonSet") if d["metadata"]["name"] == "vgpukit-device-plugin"]
     plugins += [d for _n, d in dra_documents() if d["kind"] == "DaemonSet"]
+    kubevirt = DEPLOY / "kubevirt" / "device-plugin.yaml"
+    plugins += [d for d in yaml.safe_load_all(kubevirt.read_text()) if d and d["kind"] == "DaemonSet"]
     assert {d["metadata"]["name"] for d in plugins if _runs_on(d, labels)} == serving
 
 

@@ -3,10 +3,12 @@ deploy/kubernetes/dra/``) creates everything in an order where each object finds
 
 kustomize is not packaged by Debian 12 or PyPI (Debian's kubernetes-client is kubectl 1.20, older than
 the 1.30 the manifests are written for), so the kustomizations are read here as kustomize reads them --
-``resources`` in the order listed, files only, inside their directory -- and checked: every manifest of
-the directory is listed once (or named as left out on purpose), the namespace comes first, and each
-object comes after what it names (its namespace, service account, ConfigMap, role, admission policy;
-DeviceClasses before the plugin that serves them). Where ``kubectl`` is installed it also builds them.
+``resources`` in the order listed (each sets ``sortOptions: {order: fifo}``: kustomize's default
+"legacy" order would sort by kind, DeviceClasses last), files only, inside their directory -- and
+checked: every manifest of the directory is listed once (or named as left out on purpose), the
+namespace comes first, and each object comes after what it names (its namespace, service account,
+ConfigMap, role, admission policy; DeviceClasses before the plugin that serves them). Where
+``kubectl`` is installed it also builds them, and its output must be that order.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from .test_deploy import DEPLOY, DRA, manifests
 KUBEVIRT = DEPLOY / "kubevirt"
 # the files the kustomizations leave out, and why (docs/kubernetes.md, "Deploy")
 LEFT_OUT = {
-    DRA / "examples.yaml": "example claims, to try once the plugin runs",
     DRA / "extended-resources.yaml": "needs the DRAExtendedResource gate (alpha in 1.34 and 1.35)",
     KUBEVIRT / "kubevirt-patch.yaml": "a patch of the KubeVirt CR, in KubeVirt's namespace (kubectl patch)",
     KUBEVIRT / "vmis.yaml": "example VMIs",
@@ -35,7 +36,8 @@ KUSTOMIZATIONS = [DEPLOY, DRA, KUBEVIRT]  # the first, then either or both of th
 def listed(directory: Path) -> list[Path]:
     doc = yaml.safe_load((directory / "kustomization.yaml").read_text())
     assert doc["apiVersion"] == "kustomize.config.k8s.io/v1beta1" and doc["kind"] == "Kustomization"
-    assert set(doc) == {"apiVersion", "kind", "resources"}, "only resources: nothing kustomize must rewrite"
+    assert set(doc) == {"apiVersion", "kind", "sortOptions", "resources"}, "only resources: nothing kustomize rewrites"
+    assert doc["sortOptions"] == {"order": "fifo"}, "built in the order listed (else kustomize sorts by kind)"
     paths = [(directory / r).resolve() for r in doc["resources"]]
     for p in paths:  # kustomize's load restriction: files inside the kustomization's directory
         assert p.is_file() and p.parent == directory.resolve(), p
@@ -116,5 +118,6 @@ def test_kubectl_builds_the_same_objects_where_it_is_installed(directory: Path) 
     done = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     built = [d for d in yaml.safe_load_all(done.stdout) if d]
+    assert [key(d) for d in built] == [key(d) for d in objects(listed(directory))]  # the order read above
     assert sorted(key(d) for d in built) == want
     assert built[0]["kind"] == "Namespace" or directory != DEPLOY

@@ -447,3 +447,18 @@ def test_the_command_shares_what_it_is_told_and_taints_with_the_effect_asked(sho
         assert not any(n.startswith("shared-mig-") for n in got)  # MIG slices not named
     finally:
         p.close()
+
+
+def test_one_gpu_has_one_memory_figure_exclusive_or_shared(short_tmp: Path, api: ApiServer) -> None:  # noqa: F811
+    """A whole GPU's ``memory`` is NVML's total whichever form it is published in (it was the full-size MIG
+    profile's when exclusive: a little less than its shared form's)."""
+    n = SharedNode(shared_host(short_tmp / "h"), api)
+    try:
+        shared = {e["name"]: e for e in n.driver.publication()[0]}["shared-gpu-0000-03-00-0"]
+        n.driver.capacity.choice = capacity.Choice()
+        whole = {e["name"]: e for e in n.driver.publication()[0]}["gpu-0000-03-00-0"]
+        assert whole["capacity"]["memory"]["value"] == str(
+            int(capacity.quantity(shared["capacity"]["memory"]["value"], "m"))
+        )
+    finally:
+        n.close()

@@ -12,12 +12,13 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import invoke
+from tests.conftest import invoke, make_sim
 from tests.k8s.allocator import Allocator, extended_claim
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.test_deploy import DEPLOY, _runs_on, cel, dra_documents, of_kind
@@ -51,8 +52,13 @@ def host(base: Path, profile: str) -> Path:
     return sim
 
 
+@pytest.mark.parametrize("share", ["gpu", "off"])
 @pytest.mark.parametrize("profile", sorted(HOSTS))
-def test_each_class_selects_exactly_what_the_device_plugin_serves_under_its_name(profile: str, tmp_path: Path) -> None:
+def test_each_class_selects_exactly_what_the_device_plugin_serves_under_its_name(
+    profile: str, share: str, tmp_path: Path
+) -> None:
+    """Whole GPUs shared by capacity or exclusive: either way ``gpu-share`` selects the GPUs the device plugin
+    shares (one of them whole where exclusive), and the class exists only where it has such GPUs."""
     sim = host(tmp_path, profile)
     env, _collect, close = opener(sim)()
     try:
@@ -62,15 +68,20 @@ def test_each_class_selects_exactly_what_the_device_plugin_serves_under_its_name
     served = {
         name: {d.id.rsplit("-", 1)[0] if name == SHARE else d.id for d in devs} for name, devs in inv.resources.items()
     }
-    driver = Driver(NODE, opener(sim), lambda *_: {}, unusable(sim), share=capacity.choice("gpu"))
+    driver = Driver(NODE, opener(sim), lambda *_: {}, unusable(sim), share=capacity.choice(share))
     entries = driver.publication()[0]
     devices = capacity.with_shared(driver.devices(), [e["name"] for e in entries])
     ident = {e["name"]: devices[e["name"]].device.id for e in entries if e["name"] in devices}
     ident.update(
-        {e["name"]: e["attributes"]["pciBusID"]["string"] for e in entries if e["name"].startswith("shared-gpu-")}
+        {
+            e["name"]: e["attributes"]["pciBusID"]["string"]
+            for e in entries
+            if e["name"].startswith(("shared-gpu-", "gpu-"))
+        }
     )
     made = device_classes(inv)
-    assert {c["spec"]["extendedResourceName"] for c in made} == set(served) | {SHARE}
+    assert {c["spec"]["extendedResourceName"] for c in made} == set(served)
+    assert (SHARE in served) == (profile == "hgx-a100")  # GPUs the device plugin shares: not vGPU hosts
     for c in made:
         name = c["spec"]["extendedResourceName"]
         assert c["metadata"]["name"] == class_name(name) and c == device_class(name)
@@ -90,8 +101,12 @@ def test_the_command_prints_the_classes_of_the_host(tmp_path: Path) -> None:
     r = invoke(sim, "k8s", "dra-classes")
     assert r.exit_code == 0, r.stderr
     docs = list(yaml.safe_load_all(r.stdout))
-    assert [d["spec"]["extendedResourceName"] for d in docs] == [SHARE, "vgpukit.io/vgpu-t4-4q"]
-    assert docs[1] == device_class("vgpukit.io/vgpu-t4-4q")
+    assert [d["spec"]["extendedResourceName"] for d in docs] == ["vgpukit.io/vgpu-t4-4q"]  # no GPU it shares
+    assert docs[0] == device_class("vgpukit.io/vgpu-t4-4q")
+    as_json = invoke(sim, "--json", "k8s", "dra-classes")
+    assert as_json.exit_code == 0 and json.loads(as_json.stdout)["deviceClasses"] == docs
+    bare = invoke(make_sim(tmp_path / "q", "qemu-guest"), "k8s", "dra-classes")
+    assert bare.exit_code == 0 and bare.stdout == "" and "no DeviceClass" in bare.stderr
 
 
 POD = {
@@ -106,6 +121,37 @@ POD = {
         ]
     },
 }
+
+
+def test_a_gpu_share_pod_gets_a_whole_gpu_where_gpus_are_not_shared_by_capacity(
+    short_tmp: Path,  # noqa: F811
+    api: ApiServer,  # noqa: F811
+) -> None:
+    """Without --share-by-capacity (or a cluster without DRAConsumableCapacity) a pod asking the device
+    plugin's vgpukit.io/gpu-share is still served: by an exclusive whole GPU."""
+    sim = host(short_tmp, "hgx-a100")
+    node = SharedNode(sim, api)
+    node.share = "off"
+    node.restart()
+    try:
+        env, _c, close = opener(sim)()
+        try:
+            ours = device_classes(collect(env.host, env.nvml, Options(replicas=1)))
+        finally:
+            close()
+        pod = copy.deepcopy(POD)
+        claim = extended_claim(pod, ours, allocatable={})
+        assert claim is not None
+        pod_cgroup(sim, "pod-legacy")
+        allocated = Allocator(node.slices(), [*classes(), *ours]).allocate(claim, pod_uid="pod-legacy")
+        results = {r["request"]: r for r in allocated["status"]["allocation"]["devices"]["results"]}
+        assert results["c1-e0"]["device"].startswith("gpu-") and "shareID" not in results["c1-e0"]
+        ref = node.add(allocated)
+        out = node.kubelet.prepare(ref).claims[ref[2]]
+        assert out.error == "", out.error
+        assert node.kubelet.unprepare(ref).claims[ref[2]].error == ""
+    finally:
+        node.close()
 
 
 def test_a_pod_written_for_the_device_plugin_is_served_by_the_dra_plugin_unchanged(

@@ -115,8 +115,8 @@ def test_the_plugin_process_publishes_what_each_release_serves(release: str, gat
         assert ("gpu-0000-03-00-0" in static) == (not want)  # the whole GPU: static, or with its slices
         writes = [(m, q.get("dryRun")) for m, p, q, _ in api.requests if p.startswith(SLICES) and m != "GET"]
         assert (
-            writes.count(("POST", ["All"])) == 1 and len(writes) == len(api.slices) + 1
-        )  # one dry run, one write each
+            writes.count(("POST", ["All"])) == 2 and len(writes) == len(api.slices) + 2
+        )  # two dry runs (counters; taints and consumable capacity), one write each
     finally:
         err = _stop(proc) if proc is not None else ""
         api.close()

@@ -107,7 +107,7 @@ ROWS = [
         "vgpu-mdev-on-demand",
         "t4-mdev",
         (),
-        {"onDemand": True, "kind": "mdev", "vgpuType": "T4-4Q"},
+        {"onDemand": True, "kind": "mdev", "vgpuType": "t4-4q"},
         VFIO,
         partitionable=True,
         made=(("vgpu", "list", "--json"), "id"),

@@ -171,7 +171,8 @@ def test_an_unusable_device_is_published_with_a_taint_and_loses_it_when_it_recov
 
 def test_a_cluster_without_device_taints_gets_unusable_devices_left_out(tmp_path: Path, api: ApiServer) -> None:
     """The gate off: the API server drops the taints, so a tainted device would look usable; the running
-    plugin (auto) notices once and leaves unusable devices out instead."""
+    plugin (auto) finds that out by its dry run before the first write and leaves unusable devices out
+    instead (no tainted device is ever written)."""
     import tempfile
 
     from tests.conftest import sim_host
@@ -188,7 +189,7 @@ def test_a_cluster_without_device_taints_gets_unusable_devices_left_out(tmp_path
             assert api.wait(lambda: not by_kind(_slice(api), "mig"), timeout=30)
         finally:
             plugin.close()
-    assert pub.taints_dropped and driver.taints_ok is False
+    assert not pub.taints_dropped and driver.taints_ok is False  # found before writing, not read back
     assert not any(d.get("taints") for d in _slice(api)["spec"]["devices"])
 
 

@@ -84,6 +84,45 @@ def test_the_first_slice_turns_mig_mode_on_and_the_last_one_off(node: OnDemandNo
     assert node.kubelet.unprepare(whole).claims["u-w"].error == ""
 
 
+def test_the_node_makes_no_slice_on_a_gpu_a_claim_holds_whole(node: OnDemandNode, api: ApiServer) -> None:
+    """Whatever the scheduler did (a cluster that dropped the counters), a MIG slice is not made on a GPU a
+    claim holds whole -- MIG mode stays off under that pod -- as the whole GPU is refused while slices exist."""
+    whole = node.add(claim("u-w", "w", GPU0))
+    assert node.kubelet.prepare(whole).claims["u-w"].error == ""
+    sliced = node.add(claim("u-s", "s", f"{GPU0}-mig-1g-10gb-0"))
+    refused = node.kubelet.prepare(sliced).claims["u-s"].error
+    assert f"the whole GPU {GPU0} is prepared for a claim" in refused, refused
+    assert mode(node.sim) == (False, False) and not marker(node)
+    assert not node.host.dra_made_record("u-s").exists() and not node.host.dra_claim_record("u-s").exists()
+    both = node.add(claim("u-b", "b", GPU0, f"{GPU0}-mig-1g-10gb-0"))  # one claim, both: refused too
+    assert node.kubelet.unprepare(whole).claims["u-w"].error == ""
+    assert "the whole GPU" in node.kubelet.prepare(both).claims["u-b"].error
+    assert mode(node.sim) == (False, False)
+    assert node.kubelet.prepare(sliced).claims["u-s"].error == ""  # the GPU free: the slice is made
+    assert mode(node.sim) == (True, True)
+
+
+def test_a_lost_gpus_claimed_slice_stays_published_tainted(node: OnDemandNode, api: ApiServer) -> None:
+    """A Hopper GPU with a slice made for a claim falls off the bus: every device of its part (the whole GPU,
+    the claim's slice, the placements) stays published with the taint, so NoExecute evicts the pod; the
+    other GPUs are untouched; the GPU back, the taints go."""
+    node.driver.taints_ok, node.driver.unhealthy_effect = True, "NoExecute"
+    ref = node.add(claim("u-a", "a", f"{GPU0}-mig-3g-40gb-0"))
+    assert node.kubelet.prepare(ref).claims["u-a"].error == ""
+    _sets, before = gathered(publish(node, api))
+    _ok(node.sim, "sim", "fault", "xid", "gpu0", "79")
+    _sets, devices = gathered(publish(node, api))
+    mine = {n for n in before if n.startswith(GPU0)}
+    assert {n for n in devices if n.startswith(GPU0)} == mine and f"{GPU0}-mig-3g-40gb-0" in mine
+    assert all([t["effect"] for t in devices[n]["taints"]] == ["NoExecute"] for n in mine)
+    others = {n for n in before if not n.startswith(GPU0)}
+    assert others <= set(devices) and not any(devices[n].get("taints") for n in others)
+    _ok(node.sim, "sim", "fault", "recover", "gpu0")
+    _sets, devices = gathered(publish(node, api))
+    assert set(devices) == set(before) and not any(d.get("taints") for d in devices.values())
+    assert node.kubelet.unprepare(ref).claims["u-a"].error == ""
+
+
 def test_an_operators_mig_mode_is_kept(node: OnDemandNode, api: ApiServer) -> None:
     """MIG mode an operator turned on (``vgpukit partition``) stays on after the claims' slices go, and the
     whole GPU is not offered while it is on."""

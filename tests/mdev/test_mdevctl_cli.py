@@ -75,8 +75,9 @@ def test_list_filters_in_vgpukit_form(qemu_sim: Path, run_cli: Run) -> None:
     ok(run_cli(qemu_sim, "mdev", "create", "mtty", "mtty-2", "--uuid", U2))
     doc = json.loads(ok(run_cli(qemu_sim, "mdev", "list", "-d", "-u", U1, "--json")))
     assert [i["uuid"] for i in doc["instances"]] == [U1] and [d["uuid"] for d in doc["definitions"]] == [U1]
-    doc = json.loads(ok(run_cli(qemu_sim, "mdev", "list", "-p", "other", "--json")))
-    assert doc["instances"] == []
+    doc = json.loads(ok(run_cli(qemu_sim, "mdev", "list", "-p", "mtty", "--json")))
+    assert sorted(i["uuid"] for i in doc["instances"]) == sorted([U1, U2])
+    assert run_cli(qemu_sim, "mdev", "list", "-p", "other", "--json").exit_code == 3  # no such parent (mdev.md)
     text = ok(run_cli(qemu_sim, "mdev", "list", "-d", "-v"))
     assert "ATTRS" in text
 

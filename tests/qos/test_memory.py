@@ -125,6 +125,26 @@ def test_qos_commands_refuse_bad_memory_settings(tmp_path: Path) -> None:
     args = ["qos", "tenant", "add", "gpu0", "w", "--class", "online", "--share", "5", "--pid", "4242"]
     r = invoke(tmp_path, *args, "--memory", "1GiB", "--memory-burst", "4GiB")
     assert r.exit_code == 2 and "offline" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    offline = ["qos", "tenant", "add", "gpu0", "b", "--class", "offline", "--share", "5", "--pid", "4242"]
+    r = invoke(tmp_path, *offline, "--memory-burst", "4GiB")  # no cap: the burst goes beyond one
+    assert r.exit_code == 2 and "give the cap too" in r.stderr and "online" not in r.stderr, r.stderr
+
+
+def test_the_memory_watermark_can_be_set_to_0_as_the_host_config_can(tmp_path: Path) -> None:
+    """0 (the default: only refused allocations count) through qos set as through a host config's qos:."""
+    r = invoke(tmp_path, "qos", "set", "gpu0", "--memory-watermark", "0")
+    assert "--memory-watermark" not in r.stderr, r.stderr  # taken: it reaches the daemon (none runs here)
+    assert QosConfig.from_dict({"gpus": {"gpu0": {"memory": {"watermark": 0}}}}).gpus["gpu0"].memory.watermark == 0
+
+
+def test_qos_set_plans_only_what_changes_in_words() -> None:
+    cfg = QosConfig(gpus={"gpu0": Gpu("gpu0", policy="burst-share")})
+    done = planner.change(cfg, planner.SetPolicy("gpu0", None, None, {"watermark": 1 << 30, "reclaim_ms": 500}))
+    assert done.plan == [
+        "gpu0: memory watermark 1 GiB, suspend off, restore after 1000 ms, an online allocation waits up to 500 ms"
+    ]  # not the policy line again; bytes in words; the reclaim time shown
+    moved = planner.change(done.config, planner.SetPolicy("gpu0", None, None, {"reclaim_ms": 600}))
+    assert moved.plan and "600 ms" in moved.plan[0]
 
 
 def test_host_config_qos_section_carries_the_memory_policy(tmp_path: Path) -> None:
@@ -154,4 +174,30 @@ def test_status_and_metrics_show_where_memory_is() -> None:
     assert 'vgpukit_qos_memory_bytes{class="offline",gpu="gpu0",place="host",tenant="b"} 7.0' in text
     assert 'vgpukit_qos_memory_eviction_rounds_total{gpu="gpu0"} 3.0' in text
     assert 'vgpukit_qos_memory_eviction_p99_seconds{gpu="gpu0"} 0.009' in text
+    assert 'vgpukit_qos_memory_cap_bytes{class="offline",gpu="gpu0",tenant="b"} 6.7108864e+07' in text
+    assert 'vgpukit_qos_memory_burst_bytes{class="offline",gpu="gpu0",tenant="b"} 1.048576e+06' in text
     assert json.dumps(snap)  # the status document stays JSON
+
+
+def test_configured_caps_are_exported_before_any_process_runs() -> None:
+    """A tenant's cap (and burst) is a series as soon as it is configured, memory QoS policy or not."""
+    t = Tenant("w", "online", 40, "pids", pids=(os.getpid(),), memory=64 * MIB)
+    clock = iter(range(0, 10**12, 1000)).__next__
+    rt = GpuRuntime(Gpu("gpu1", tenants=(t,)), {"w": PidBackend(Host(Path("/")), (os.getpid(),))}, clock)
+    m = Metrics()
+    m.update([rt.status(clock())])
+    assert 'vgpukit_qos_memory_cap_bytes{class="online",gpu="gpu1",tenant="w"} 6.7108864e+07' in m.text()
+
+
+def test_qos_status_shows_the_reclaim_time_and_sizes_as_qos_set_does(capsys: pytest.CaptureFixture[str]) -> None:
+    from vgpukit.qos.cli import _human_status, _memory
+
+    gpu = {"gpu": "gpu0", "policy": "burst-share", "slice_ms": 10, "tenants": [], "latency": {}}
+    gpu["memory"] = {**MemoryPolicy(watermark=1 << 30, reclaim_ms=2500).to_dict(), "rounds": 0, "suspensions": 0}
+    _human_status([gpu], {})
+    out = capsys.readouterr().out
+    assert "reclaim up to 2500 ms" in out and "watermark 1 GiB," in out  # qos set's plan says "1 GiB" too
+    gpu["memory"]["watermark"] = 1 << 50  # the largest accepted: in PiB, not 1024TiB
+    _human_status([gpu], {})
+    assert "watermark 1 PiB," in capsys.readouterr().out
+    assert _memory({"memory_used": 0, "memory": 1 << 50, "memory_burst": 3 << 29}) == "0B/1PiB+1.5GiB"  # the column

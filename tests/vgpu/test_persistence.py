@@ -28,10 +28,8 @@ def listed(sim: Path) -> dict[str, dict[str, object]]:
 
 
 def reboot(sim: Path) -> None:
-    """What a boot does to mdevs: the running ones are gone, the boot service starts the auto ones."""
-    running = [v["id"] for v in listed(sim).values() if v["active"] and v["interface"] == "mdev"]
-    if running:
-        assert invoke(sim, "mdev", "remove", *running).exit_code == 0
+    """A boot: the simulated host reboots, then the boot service starts the auto mdevs."""
+    assert invoke(sim, "sim", "reboot").exit_code == 0
     assert invoke(sim, "mdev", "start", "--all").exit_code == 0
 
 
@@ -132,3 +130,59 @@ def test_a_host_config_names_an_mdev_type_by_its_name(t4_sim: Path, tmp_path: Pa
     assert r.exit_code == 0, r.stderr
     assert {v["type_id"] for v in listed(t4_sim).values()} == {"nvidia-232"} and len(listed(t4_sim)) == 2
     assert as_json(invoke(t4_sim, "apply", "-f", str(doc), "--json"))["plan"] == []
+
+
+def test_apply_removals_take_their_definitions_and_assert_counts_auto_ones(t4_sim: Path, tmp_path: Path) -> None:
+    """What apply removes does not come back at boot (as ``vgpu remove``): its definitions go with it,
+    and ``auto`` definitions of vGPUs not running that the config does not have are a difference."""
+    r = invoke(t4_sim, "vgpu", "create", "gpu0", "--type", "T4-4Q", "--count", "2", "--define", "--auto", "--json")
+    two = [v["id"] for v in as_json(r)["vgpus"]]
+    r = invoke(t4_sim, "vgpu", "create", "gpu0", "--type", "T4-4Q", "--define", "--json")  # manual
+    (manual,) = [v["id"] for v in as_json(r)["vgpus"]]
+    r = invoke(t4_sim, "vgpu", "create", "gpu0", "--type", "T4-4Q", "--define", "--auto", "--json")
+    (stopped,) = [v["id"] for v in as_json(r)["vgpus"]]
+    assert invoke(t4_sim, "vgpu", "remove", stopped, "--keep-definition").exit_code == 0  # defined, not running
+    f = tmp_path / "m.yaml"
+    f.write_text("version: vgpukit.host/v1\nconfigs:\n  m:\n    vgpu: [{device: gpu0, type: T4-4Q, count: 1}]\n")
+    r = invoke(t4_sim, "assert", "-f", str(f), "--json")
+    assert r.exit_code == 1, r.stderr
+    said = " ".join(as_json(r)["differences"])
+    removed = [w.split()[1] for w in as_json(r)["differences"] if w.startswith("remove ")]
+    assert len(removed) == 2 and set(removed) < {*two, manual}, said
+    assert all(f"undefine {u}" in said for u in (*removed, stopped)), said
+    r = invoke(t4_sim, "apply", "-f", str(f), "-v")
+    assert r.exit_code == 0, r.stderr
+    kept = {u for u, v in listed(t4_sim).items() if v["active"]}
+    assert len(kept) == 1 and kept < {*two, manual}
+    assert set(definitions(t4_sim)) == kept  # the removed ones' definitions went, and the stopped auto one
+    assert invoke(t4_sim, "assert", "-f", str(f)).exit_code == 0
+    reboot(t4_sim)  # nothing the config does not have comes back (the kept one: when its definition is auto)
+    assert {u for u, v in listed(t4_sim).items() if v["active"]} <= kept
+    assert invoke(t4_sim, "apply", "-f", str(f)).exit_code == 0  # the boot unit, after the restore unit
+    assert invoke(t4_sim, "assert", "-f", str(f)).exit_code == 0
+
+
+def test_the_boot_unit_runs_after_the_mdev_restore_unit(tmp_path: Path) -> None:
+    f = tmp_path / "h.yaml"
+    f.write_text("version: vgpukit.host/v1\nconfigs:\n  m: {}\n")
+    unit = invoke(None, "boot-unit", "-f", str(f)).stdout
+    after = " ".join(line.removeprefix("After=") for line in unit.splitlines() if line.startswith("After="))
+    assert "vgpukit-mdev-restore.service" in after.split()
+
+
+def test_a_defined_vgpu_that_is_not_running_is_managed_from_vgpu_commands(t4_sim: Path) -> None:
+    r = invoke(t4_sim, "vgpu", "create", "gpu0", "--type", "T4-4Q", "--define", "--json")
+    (uid,) = [v["id"] for v in as_json(r)["vgpus"]]
+    assert invoke(t4_sim, "vgpu", "remove", uid, "--keep-definition").exit_code == 0
+    assert "vgpukit mdev start UUID" in invoke(t4_sim, "vgpu", "list").stdout
+    r = invoke(t4_sim, "vgpu", "define", uid, "--auto")
+    assert r.exit_code == 0, r.stderr
+    assert definitions(t4_sim)[uid]["start"] == "auto" and not listed(t4_sim)[uid]["active"]
+    r = invoke(t4_sim, "mdev", "define", uid, "--auto")  # mdev's define makes a running one persistent
+    assert r.exit_code == 3 and f"vgpukit mdev modify {uid} --auto" in r.stderr, r.stderr
+    assert invoke(t4_sim, "vgpu", "undefine", uid).exit_code == 0 and definitions(t4_sim) == {}
+    r = invoke(t4_sim, "vgpu", "create", "gpu0", "--type", "T4-4Q", "--json")
+    (running,) = [v["id"] for v in as_json(r)["vgpus"]]
+    r = invoke(t4_sim, "vgpu", "undefine", running)
+    assert r.exit_code == 0 and "nothing to do" in r.stdout, r.stdout + r.stderr
+    assert invoke(t4_sim, "vgpu", "undefine", "12345678-1234-1234-1234-123456789abc").exit_code == 3

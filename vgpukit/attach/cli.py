@@ -12,6 +12,7 @@ from ..clikit.lazy import LazyGroup
 from ..clikit.options import dry_run_option, json_option, mutating
 from ..clikit.output import emit, emit_result, say
 from ..clikit.params import NAME, VM_DEVICE, AsciiInt, Size
+from ..errors import InvalidInput
 from ..libvirt.connection import DEFAULT_URI
 from ..naming import needs_nvml
 
@@ -87,7 +88,13 @@ def render_hostdev(app: App, device: str, mac: str | None, vlan: int | None, man
     help="PATH of a disk image or block device (repeat: vda, vdb...); the format is read from the image's header,"
     " or given as PATH,format=FMT.",
 )
-@click.option("--cdrom", metavar="ISO", type=NAME, help="An ISO image on a SATA CD-ROM, booted first (an installer).")
+@click.option(
+    "--cdrom",
+    metavar="ISO",
+    type=NAME,
+    multiple=True,
+    help="An ISO image on a SATA CD-ROM, booted first (an installer); one (the VM has one CD-ROM drive).",
+)
 @click.option(
     "--network",
     "networks",
@@ -137,7 +144,7 @@ def render_domain(
     vcpus: int | None,
     devices: tuple[str, ...],
     disks: tuple[str, ...],
-    cdrom: str | None,
+    cdrom: tuple[str, ...],
     networks: tuple[str, ...],
     bridges: tuple[str, ...],
     no_network: bool,
@@ -181,7 +188,7 @@ def render_domain(
         hugepages=hugepages,
         pin=not no_pin,
         disks=list(disks),
-        cdrom=cdrom,
+        cdrom=_one_cdrom(cdrom),
         networks=list(networks),
         bridges=list(bridges),
         no_network=no_network,
@@ -201,6 +208,12 @@ def render_domain(
         "xml": xml,
     }
     emit(app, "render", data, lambda: _print(xml))
+
+
+def _one_cdrom(given: tuple[str, ...]) -> str | None:
+    if len(given) > 1:
+        raise InvalidInput(f"--cdrom given {len(given)} times: the VM has one CD-ROM drive, give one ISO")
+    return given[0] if given else None
 
 
 _FROM_FILE = ("name", "memory", "vcpus", "disks", "cdrom", "networks", "bridges", "no_network", "graphics",

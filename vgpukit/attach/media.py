@@ -122,6 +122,8 @@ def disk(host: Host, request: DiskRequest, target: str, cdrom: bool = False) -> 
             path=shown,
             hint=f"convert it: qemu-img convert -O qcow2 {shown} {os.path.splitext(shown)[0]}.qcow2",
         )
+    if cdrom and found != "raw":  # an ISO has no header of its own: any other is an image, not a CD
+        warnings.append(f"{shown} is a {found} image, not an ISO: the CD-ROM reads it as raw bytes (give it as --disk)")
     if request.format not in (None, "raw") and request.format != found:
         raise InvalidInput(f"{what} {shown} is not {request.format} (its header says {found})", path=shown)
     if fmt == "qcow2":

@@ -26,6 +26,11 @@ def _what(param: click.Parameter | None, ctx: click.Context | None) -> str:
     return param.get_error_hint(ctx) if param is not None and ctx is not None else "value"
 
 
+def _said(message: str, param: click.Parameter | None, ctx: click.Context | None) -> str:
+    """``message`` without the option's name in front: click's ``Invalid value for '--memory':`` says it."""
+    return message.removeprefix(f"{_what(param, ctx)} ") if param is not None and ctx is not None else message
+
+
 class AsciiInt(_Base):
     """ASCII digits within [lo, hi]; ``below``: what to say to a value under ``lo`` (the way to ask for
     less, as ``sriov disable`` for no VFs)."""
@@ -43,7 +48,8 @@ class AsciiInt(_Base):
             return parse_int(value, _what(param, ctx), lo=self.lo, hi=self.hi)
         except InvalidInput as err:
             low = self.below and isinstance(err.value, int) and self.lo is not None and err.value < self.lo
-            self.fail(f"{err.message} ({self.below})" if low else err.message, param, ctx)
+            said = _said(err.message, param, ctx)
+            self.fail(f"{said} ({self.below})" if low else said, param, ctx)
 
 
 class AsciiFloat(_Base):
@@ -56,7 +62,7 @@ class AsciiFloat(_Base):
         try:
             return parse_float(value, _what(param, ctx), lo=self.lo, hi=self.hi)
         except InvalidInput as err:
-            self.fail(err.message, param, ctx)
+            self.fail(_said(err.message, param, ctx), param, ctx)
 
 
 class Size(_Base):
@@ -80,7 +86,7 @@ class Size(_Base):
                 raise InvalidInput(f"{what} must be a whole number of {self.unit} (such as 512M or 8G)")
             return check_range(size >> shift, what, lo=self.lo, hi=self.hi)
         except InvalidInput as err:
-            self.fail(err.message, param, ctx)
+            self.fail(_said(err.message, param, ctx), param, ctx)
 
 
 class Name(_Base):
@@ -92,7 +98,7 @@ class Name(_Base):
         try:
             return check_text(value, _what(param, ctx))
         except InvalidInput as err:
-            self.fail(err.message, param, ctx)
+            self.fail(_said(err.message, param, ctx), param, ctx)
 
 
 NAME = Name()

@@ -50,7 +50,7 @@ strict_option = click.option(
 def _plan(app: App, path: Path, name: str | None, strict: bool) -> tuple[document.HostConfig, plan.Plan]:
     cfg = _select(app, path, name, strict)
     todo = plan.plan(app.env, cfg)
-    for w in todo.warnings:
+    for w in todo.warnings + todo.unmet:
         sys.stderr.write(f"vgpukit: warning: {w}\n")
     return cfg, todo
 
@@ -145,8 +145,9 @@ def _show(app: App, lines: list[str], skipped: list[dict[str, Any]] | None = Non
         say("no differences: the host matches the config", "green")
         return
     if not app.verbose and lines:
-        say(f"{plural(len(lines), 'difference')} (-v lists them):")
-        lines = condense(lines)
+        folded = condense(lines)
+        say(f"{plural(len(lines), 'difference')}" + (" (-v lists them):" if len(folded) < len(lines) else ":"))
+        lines = folded
     for line in lines:
         say(f"  - {line}")
     for left in skipped or []:
@@ -167,7 +168,7 @@ def assert_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
         todo = plan.plan(app.env, cfg)
         for w in todo.warnings:
             sys.stderr.write(f"vgpukit: warning: {w}\n")
-        diff = [s.describe() for s in todo.plain]
+        diff = [s.describe() for s in todo.plain] + [f"differs: {u}" for u in todo.unmet]
     except (InvalidInput, NotFound):
         raise
     except VgpukitError as exc:  # cannot even be planned from here (in use, unsupported...): no match
@@ -225,6 +226,9 @@ Documentation=man:vgpukit(1)
 # after the kernel modules and the devices (GPU drivers, vfio-pci) are there
 After=systemd-modules-load.service systemd-udev-settle.service local-fs.target nvidia-persistenced.service
 Wants=systemd-udev-settle.service
+# after the mdevs defined start=auto are back (vgpukit's restore unit; mdevctl's udev rule starts them
+# as their parents appear, before udev settles): apply then removes what the config does not have
+After=vgpukit-mdev-restore.service
 # before anything that hands the devices out
 Before=libvirtd.service virtqemud.service kubelet.service containerd.service crio.service docker.service
 Before=vgpukit-qos.service nvidia-mig-manager.service

@@ -23,6 +23,8 @@ from ..words import article
 MAX_DOC_BYTES = 1024 * 1024
 SCHEMA = "vgpukit.host/v1"
 SAFE_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,64}\Z", re.ASCII)
+IDS = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{4}\Z", re.ASCII)  # a vendor:device filter
+IDS_LIKE = re.compile(r"[0-9a-fA-F]{4}:[^\s:]*\Z", re.ASCII)  # written as one (a model name has no "15b3:...")
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,12 @@ class Document:
         if (key in item) == ("match" in item):
             where = cfg.place(*path)
             raise InvalidInput(f"{where}: config {cfg.name}: give exactly one of {key!r} or 'match'")
+        found = item.get("match")
+        if isinstance(found, str) and IDS_LIKE.match(found) and not IDS.match(found):
+            where = cfg.place(*path, "match")
+            raise InvalidInput(
+                f"{where}: config {cfg.name}: match: a vendor:device filter is 4 hex digits each (15b3:101b)"
+            )
         fields = tuple((k, str(v)) for k, v in item.items() if isinstance(v, str | int) and not isinstance(v, bool))
         return Selector(item.get(key), item.get("match"), _line(item), (*cfg.path, *path), fields)
 

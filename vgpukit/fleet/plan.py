@@ -49,6 +49,7 @@ class Plan:
     steps: list[tuple[str, Step]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the MIG and QoS planners', about this host
     skipped: list[tuple[str, str, DeviceUnusable]] = field(default_factory=list)  # (area, device, refusal)
+    unmet: list[str] = field(default_factory=list)  # what the config has that apply cannot make (QoS planner's)
 
     def add(self, area: str, steps: list[Step]) -> None:
         self.steps += [(area, s) for s in steps]
@@ -100,7 +101,7 @@ class _Ctx:
     def mdev_facts(self) -> mdev_planner.Facts:
         """The mdev planner's facts of this host (read once per plan)."""
         if self._mdev is None:
-            self._mdev = mdev_planner.read(self.host, definitions=False)
+            self._mdev = mdev_planner.read(self.host)  # with definitions: apply's removals take theirs
         return self._mdev
 
     def located(self, sel: Selector, make: Callable[[], T]) -> T:
@@ -359,6 +360,14 @@ def _qos(ctx: _Ctx, out: Plan) -> list[Step]:
     except VgpukitError as err:
         where = ctx.cfg.place("qos", *where_in(err))
         raise InvalidInput(f"{where}: config {ctx.cfg.name}: qos: {err}") from None
-    found = qos_planner.plan_config(ctx.host, want, nvml=lambda: ctx.env.nvml, mig=ctx.mig_after)
+    try:
+        found = qos_planner.plan_config(ctx.host, want, nvml=lambda: ctx.env.nvml, mig=ctx.mig_after)
+    except VgpukitError as err:  # two keys of one GPU: the error is placed at one, name the other's line
+        also = err.__dict__.get("also")
+        if also:
+            err.message += f" (the other key: {ctx.cfg.place('qos', *also)})"
+            err.args = (err.message,)
+        raise
     out.warnings += found.warnings
+    out.unmet += found.unmet
     return found.steps

@@ -129,8 +129,19 @@ def load_kube_config(kubeconfig: str | None) -> None:
             except config.ConfigException:
                 config.load_kube_config()
     except Exception as err:  # the client's own errors name the file's content at times: not quoted
-        where = f"--kubeconfig {kubeconfig}" if kubeconfig else "no in-cluster service account and no ~/.kube/config"
-        raise InvalidInput(f"cannot load the Kubernetes client configuration: {where} ({type(err).__name__})") from None
+        if not kubeconfig:
+            where = "no in-cluster service account and no ~/.kube/config"
+        elif (
+            isinstance(err, FileNotFoundError) or not Path(kubeconfig).exists()
+        ):  # the client's own file, not the host's
+            where = f"--kubeconfig {kubeconfig}: no such file"
+        elif isinstance(err, PermissionError):
+            where = f"--kubeconfig {kubeconfig}: permission denied"
+        elif isinstance(err, config.ConfigException):  # a kubeconfig, without a usable context, cluster or user
+            where = f"--kubeconfig {kubeconfig}: no usable current context, cluster and user in it"
+        else:  # the client read something else (a TypeError, an AttributeError on a YAML that is not one)
+            where = f"--kubeconfig {kubeconfig}: not a kubeconfig file (YAML with clusters, contexts and users)"
+        raise InvalidInput(f"cannot load the Kubernetes client configuration: {where}") from None
 
 
 def api_error(err: Exception) -> VgpukitError:

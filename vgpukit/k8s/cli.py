@@ -18,16 +18,12 @@ from ..clikit.output import emit, finish_read, say, table
 from ..clikit.params import NAME, AsciiFloat
 from ..clikit.watch import resync_option, start_watch
 from ..partial import as_json
-from .cli_options import ShareChoice, device_metadata_option, kubernetes_release, replicas_option, vm_mode, vm_options
+from .cli_host import _dra_opener, _health, _log, _options, _poller
+from .cli_options import ShareChoice, kubernetes_release, node_name, replicas_option, vm_mode, vm_options
 from .stopping import Bell, Stop
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from ..engine.env import Env
-    from ..host import Host
-    from ..nvml import Nvml
-    from .inventory import Inventory, Options
+    from .dra.capacity import Choice
 
 
 @click.group(
@@ -35,6 +31,9 @@ if TYPE_CHECKING:
     lazy={
         "labels": ("vgpukit.k8s.cli_labels", "labels_cmd", ""),
         "kubevirt-config": ("vgpukit.k8s.cli_kubevirt", "kubevirt_config", ""),
+        "dra-plugin": ("vgpukit.k8s.cli_dra", "dra_plugin", ""),
+        "dra-classes": ("vgpukit.k8s.cli_dra", "dra_classes", ""),
+        "dra-taint-rules": ("vgpukit.k8s.cli_dra", "dra_taint_rules", ""),
         "allocate": ("vgpukit.k8s.cli_allocate", "allocate_cmd", ""),
     },
 )
@@ -42,53 +41,15 @@ def k8s() -> None:
     """Kubernetes: device plugin (kubelet API v1beta1, CDI), NFD node labels, config agent."""
 
 
-def _options(host: Host, replicas: int) -> Options:
-    """gpu-share replicas and the QoS daemon's effective config (tenants' shares and memory caps)."""
-    from ..qos.planner import offered
-    from .inventory import Options
-
-    return Options(replicas=replicas, qos=offered(host))  # not the tenants the daemon dropped
-
-
-def _poller(app: App, replicas: int, vms: str | None = None) -> Callable[[], Inventory]:
-    """Reads the host afresh at every poll (a new App: nothing cached); ``vms``: the KubeVirt mode's naming."""
-    from . import inventory, kubevirt
-
-    def open_host() -> tuple[Host, Nvml | None, Callable[[], None]]:
-        fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
-        return fresh.host, fresh.nvml, fresh.close
-
-    if vms:
-        return kubevirt.Poller(open_host, vms)
-    return inventory.Poller(open_host, lambda host: _options(host, replicas))
-
-
-def _health(app: App) -> Callable[[], dict[str, str]]:
-    """The unusable devices (BDF -> why) at every poll, from the health layer (which records them; in memory
-    while the record cannot be written, said once)."""
-    from ..health import fact
-    from ..health.log import Keeper
-
-    keeper = Keeper()
-
-    def look() -> dict[str, str]:
-        fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
-        try:
-            devices = fact.current(fresh.host, fresh.nvml, keeper=keeper)
-            return {**fact.unusable(devices), **fact.unusable_slices(devices)}  # BDFs, and MIG devices' UUIDs
-        finally:
-            fresh.close()
-
-    return look
-
-
 def _exit(*_: object) -> None:
     raise SystemExit(0)
 
 
-def _log(line: str) -> None:
-    sys.stderr.write(f"vgpukit: {line}\n")
-    sys.stderr.flush()
+def _default_node() -> str:
+    """``NODE_NAME``, else the host name (as the plugin's manifest sets it, as a node is named by default)."""
+    import os
+
+    return os.environ.get("NODE_NAME") or socket.gethostname().lower()
 
 
 @k8s.command("resources")
@@ -105,34 +66,58 @@ def _log(line: str) -> None:
 @click.option(
     "--partitionable",
     type=click.Choice(["auto", "on", "off"]),
-    default="auto",
-    show_default=True,
-    help="With --kubernetes: as the plugin's option; auto: the release's default of the DRAPartitionableDevices gate.",
+    default=None,
+    help="With --kubernetes: as the plugin's option; auto (the default): the release's default of the "
+    "DRAPartitionableDevices gate.",
+)
+@click.option(
+    "--share-by-capacity",
+    "share",
+    type=ShareChoice(),
+    default=None,
+    metavar="DEVICES",
+    help="With --kubernetes: as the plugin's option (where the release's DRAConsumableCapacity gate is on by "
+    "default: 1.36 and later).",
 )
 @click.option(
     "--node",
     "node",
     type=NAME,
-    envvar="NODE_NAME",
-    default=lambda: socket.gethostname(),
-    show_default="env NODE_NAME, else the host name",
-    help="With --kubernetes: the node's name (its pool and slice names).",
+    callback=node_name,
+    help="With --kubernetes: the node's name (its pool and slice names); default: env NODE_NAME, else the host name.",
 )
 @vm_options
 @json_option
 @click.pass_obj
-def resources(app: App, replicas: int, version: str | None, partitionable: str, node: str, vms: str | None) -> None:
+def resources(
+    app: App,
+    replicas: int,
+    version: str | None,
+    partitionable: str | None,
+    share: Choice | None,
+    node: str | None,
+    vms: str | None,
+) -> None:
     """Show the resources and devices the device plugin would advertise now, with the health it would list
     them with (and the DRA plugin's slices)."""
     from .inventory import health_of
 
+    given = [o for o, v in (("--partitionable", partitionable), ("--share-by-capacity", share), ("--node", node)) if v]
+    if version is None and given:
+        raise click.UsageError(f"{given[0]} goes with --kubernetes (the DRA plugin's slices for that release)")
     inv = _poller(app, replicas, vms)()
     sick = _health(app)()  # what the running plugin marks Unhealthy, by the same rule
     view: dict[str, Any] = {}
     if version is not None:
         from .cli_dra import slices_view
+        from .dra.capacity import Choice
+        from .dra.pool import node_problem
 
-        view = slices_view(_dra_opener(app), _health(app), version, partitionable, node)
+        node = node or _default_node()
+        if node_problem(node):
+            raise click.BadParameter(f"{node_problem(node)} (the host name {node[:64]!r})", param_hint="'--node'")
+        mode, opener = partitionable or "auto", _dra_opener(app)
+        view = slices_view(opener, _health(app), version, mode, node, share or Choice())
     listed = [(name, d, *health_of(d, sick)) for name, devices in sorted(inv.resources.items()) for d in devices]
 
     def doc() -> dict[str, Any]:
@@ -257,147 +242,3 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
             raise api_error(err) from None
         return
     agent.run(stop)
-
-
-@k8s.command("dra-plugin")
-@click.option("--node", "node", type=NAME, envvar="NODE_NAME", required=True, help="This node's name (env NODE_NAME).")
-@click.option(
-    "--kubeconfig",
-    metavar="FILE",
-    help="kubeconfig file (default: the in-cluster service account, else ~/.kube/config).",
-)
-@click.option(
-    "--interval",
-    type=AsciiFloat(0.1, 3600),
-    metavar="SECONDS",
-    default=3600.0,
-    show_default=True,
-    help="The longest wait before the plugin publishes again when nothing changed (changes wake it at once).",
-)
-@resync_option
-@click.option(
-    "--partitionable",
-    type=click.Choice(["auto", "on", "off"]),
-    default="auto",
-    show_default=True,
-    help="Publish MIG slices and vGPUs made on demand with shared counters (KEP-4815), in the layout of the API "
-    "server's release; auto: where the API server keeps counters (feature gate DRAPartitionableDevices, read with "
-    "a dry run before the first write).",
-)
-@click.option(
-    "--device-taints",
-    "taints",
-    type=click.Choice(["auto", "on", "off"]),
-    default="auto",
-    show_default=True,
-    help="Publish a device the health layer finds unusable with a taint (gpu.vgpukit.io/unhealthy) instead of "
-    "leaving it out; auto: unless the API server drops the taints (feature gate DRADeviceTaints off).",
-)
-@click.option(
-    "--unhealthy-effect",
-    type=click.Choice(["NoSchedule", "NoExecute"]),
-    default="NoSchedule",
-    show_default=True,
-    help="The effect of that taint: NoSchedule (no new claim gets the device) or NoExecute (Kubernetes also "
-    "evicts the pods using it).",
-)
-@click.option(
-    "--share-by-capacity",
-    "share",
-    type=ShareChoice(),
-    default="off",
-    show_default=True,
-    help="Publish these devices shared by capacity (consumable capacity: memory and computeShare per claim, a QoS "
-    "tenant and a CUDA memory cap each): off, or gpu, mig and DRA device names, comma-separated.",
-)
-@device_metadata_option
-@click.pass_obj
-def dra_plugin(
-    app: App,
-    node: str,
-    kubeconfig: str | None,
-    interval: float,
-    resync: float,
-    partitionable: str,
-    taints: str,
-    unhealthy_effect: str,
-    share: Any,
-    metadata: bool,
-) -> None:
-    """Serve the kubelet's DRA plugin API v1 for driver gpu.vgpukit.io: existing GPUs, MIG slices, VFs, mdevs.
-
-    Publishes the node's ResourceSlices (resource.k8s.io/v1, one pool named after the node) and keeps
-    them current; with partitionable devices, a GPU in MIG mode also offers every MIG slice it could
-    still hold (a vGPU host: every vGPU), created at prepare and destroyed at unprepare. Runs until SIGTERM/SIGINT; the
-    registration socket is <root>/var/lib/kubelet/plugins_registry/gpu.vgpukit.io-reg.sock.
-    """
-    from .dra.api import ClaimReader, resource_api
-    from .dra.server import Driver, Plugin, registry_socket
-    from .dra.slices import Publisher
-
-    _log_to_stderr("vgpukit.k8s.dra")
-    from .watched import dra_views
-
-    api = resource_api(kubeconfig)
-    stop = Stop().on_signals()  # before the servers: a SIGTERM from then on ends the plugin cleanly
-    watch = start_watch(app, dra_views(), resync)
-    model = watch.model
-    driver = Driver(node, _dra_opener(app), ClaimReader(api), lambda: model.get("sick") or {}, partitionable, taints)
-    driver.device_metadata = metadata  # KEP-5304 (docs/kubevirt.md)
-    driver.unhealthy_effect, driver.capacity.choice = unhealthy_effect, share  # NoExecute; shared by capacity
-    driver.model = model
-    plugin = Plugin(app.host, driver, interval, Publisher(api, node, partitionable)).start()
-    say(f"vgpukit DRA plugin: {app.host.display(registry_socket(app.host))}, node {node}, {watch.describe()}")
-    try:
-        stop.wait()
-    finally:
-        plugin.close()
-        watch.close()
-
-
-def _log_to_stderr(name: str) -> None:
-    """The plugin's events (registration, publishing, failures) as ``vgpukit: ...`` lines on stderr."""
-    import logging
-
-    class Say(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            _log(record.getMessage())
-
-    logger = logging.getLogger(name)
-    if not any(type(h).__name__ == "Say" for h in logger.handlers):
-        logger.addHandler(Say())
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-
-
-def _dra_opener(app: App) -> Callable[[], tuple[Env, Callable[..., Inventory], Callable[[], None]]]:
-    """A fresh host, NVML and engine environment for each kubelet call (nothing cached between calls)."""
-    from .inventory import Options, collect
-
-    def open_host() -> tuple[Env, Callable[..., Inventory], Callable[[], None]]:
-        fresh = App(root=app.root, sim_dir=app.sim_dir, command="vgpukit k8s dra-plugin", wiring=app.wiring)
-        env = fresh.env
-
-        def inventory(only: frozenset[str] | None = None) -> Inventory:
-            return collect(fresh.host, fresh.nvml, Options(replicas=1), only=only)
-
-        return env, inventory, fresh.close
-
-    return open_host
-
-
-@k8s.command("dra-classes")
-@click.pass_obj
-def dra_classes(app: App) -> None:
-    """Print DeviceClasses mapping this host's device plugin resource names to the DRA driver (KEP-5004).
-
-    One DeviceClass per name the device plugin serves here (and vgpukit.io/gpu-share, a share of a GPU
-    shared by capacity), with spec.extendedResourceName: a pod asking resources.limits for that name is
-    then served by the DRA plugin unchanged. Apply the output (kubectl apply -f -) once per kind of node.
-    """
-    import yaml
-
-    from .dra.extended import device_classes
-
-    inv = _poller(app, 1)()
-    click.echo(yaml.safe_dump_all(device_classes(inv), sort_keys=False), nl=False)

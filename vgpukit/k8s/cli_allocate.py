@@ -43,7 +43,7 @@ def allocate_cmd(app: App, devices: tuple[str, ...], replicas: int, mode: str, v
     allocated."""
     from google.protobuf.json_format import MessageToDict
 
-    from .cli import _health, _poller
+    from .cli_host import _health, _poller
     from .inventory import HEALTHY, health_of
     from .plugin import container_response
 

@@ -10,7 +10,7 @@ from ..clikit.context import App
 from ..clikit.options import held, json_option
 from ..clikit.output import emit, finish_read, say
 from ..partial import as_json
-from .cli import _options
+from .cli_host import _options
 
 
 @click.command("labels")

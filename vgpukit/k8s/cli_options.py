@@ -90,8 +90,22 @@ def vm_mode(vms: str | None, allocate: str) -> str:
     return "devices" if vms else allocate
 
 
+def node_name(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``--node``: a Kubernetes node name the plugin's pool and slice names can be made of
+    (:func:`.dra.pool.node_problem`), else one line and exit 2."""
+    if value is None:
+        return None
+    from .dra.pool import node_problem
+
+    why = node_problem(value)
+    if why:
+        raise click.BadParameter(why)
+    return value
+
+
 def kubernetes_release(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    """A Kubernetes release (``1.35``, ``v1.35.2``) the DRA rules know, or a later one (the newest known's rules)."""
+    """A Kubernetes release (``1.35``, ``v1.35.2``) the DRA rules know, or a later one (the newest known's
+    rules, said so where shown); anything else (``1.3e1``, ``2.0``) one line and exit 2."""
     if value is None:
         return None
     from ..errors import VgpukitError

@@ -53,9 +53,12 @@ def device_plugin_views(options: Callable[[Host], Options], vms: str | None = No
 
 
 def dra_views() -> dict[str, View]:
-    """The DRA plugin's: its inventory (one device per GPU share), health, and NVML's facts for the slices."""
+    """The DRA plugin's: its inventory (one device per GPU share), health, NVML's facts and the vGPUs' types
+    for the slices."""
+    from .dra.ondemand_vgpu import types_on
     from .dra.slices import NvmlFacts
 
     views = {**inventory_views(lambda _host: Options(replicas=1)), **health_views(save=True)}
     views["facts"] = view(lambda r: NvmlFacts(r.nvml), *DEVICES)
+    views["vgpu_types"] = view(lambda r: types_on(r.host, r.scan), *DEVICES)  # each vGPU's vgpuTypeID
     return views

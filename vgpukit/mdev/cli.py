@@ -14,6 +14,7 @@ from ..clikit.options import dry_run_option, json_option, mutating
 from ..clikit.output import emit, say, table
 from ..clikit.params import MDEV_DEVICE, NAME, PARENT_DEVICE, AsciiInt, MdevCreateArgs
 from ..errors import InvalidInput
+from ..naming import unknown
 from . import listing, mdevctl, sysfs
 from .cli_args import (
     MDEVCTL,
@@ -93,6 +94,17 @@ def types_cmd(app: App, parent: str | None, parent_opt: str | None, dumpjson: bo
     emit(app, "mdev-types", {"parents": [p.to_dict() for p in found]}, human)
 
 
+def _listed_parent(app: App, name: str) -> str:
+    """The parent ``list -p`` means, by any of its names (``gpu0``, ``3b:00.0``, ``mtty``): one present,
+    or one only definitions name (its device gone); else not found, exit 3 (docs/mdev.md)."""
+    from .cli_args import definition_parent
+
+    parent = definition_parent(app, name)
+    if parent not in sysfs.parent_names(app.host) and all(d.parent != parent for d in mdevctl.read_all(app.host)[0]):
+        raise unknown("mdev parent", name.strip(), hint="see: vgpukit mdev types")
+    return parent
+
+
 @mdev.command("list")
 @click.option("-d", "--defined", is_flag=True, help="Also list persistent definitions (mdevctl: only them).")
 @uuid_option("Only this device.")
@@ -122,6 +134,8 @@ def list_cmd(
     from .model import check_uuid
 
     want = check_uuid(uuid_opt) if uuid_opt else None
+    if parent is not None:
+        parent = _listed_parent(app, parent)
 
     def wanted(uid: str, par: str) -> bool:
         return want in (None, uid) and parent in (None, par)

@@ -325,9 +325,10 @@ def active_one(facts: Facts, uid: str, parent: str | None) -> MdevInstance:
     if inst is None:
         if parent is not None:
             raise InvalidInput(f"mdev {uid} is not active: give its --type too")
-        raise NotFound(
-            f"no active mdev {uid}", value=uid, hint="to define a new one: vgpukit mdev define --parent P --type T"
-        )
+        hint = "to define a new one: vgpukit mdev define --parent P --type T"
+        if facts.defined(check_uuid(uid)):
+            hint = f"it is defined, not running: its start mode changes with vgpukit mdev modify {uid} --auto|--manual"
+        raise NotFound(f"no active mdev {uid}", value=uid, hint=hint)
     return inst
 
 
@@ -430,5 +431,17 @@ def converge(facts: Facts, parents: list[str], wants: Wants) -> tuple[list[Step]
     gone.sort(key=lambda i: i.uuid)
     stopped = [Definition(i.uuid, i.parent, i.type_id) for i in gone]
     removals = wrapped(facts, "stop", stopped, [RemoveMdev(d.uuid, d.parent, d.type_id) for d in stopped])
+    removals += _stale_definitions(facts, parents, {i.uuid for i in gone}, {i.uuid for i in on} | taken)
     adds = wrapped(facts, "start", made, [CreateMdev(d.parent, d.type_id, d.uuid) for d in made])
     return removals, adds
+
+
+def _stale_definitions(facts: Facts, parents: list[str], gone: set[str], here: set[str]) -> list[Step]:
+    """The definitions that would bring back at boot what the request does not have: those of the
+    instances it removes (as ``vgpu remove`` does), and the ``auto`` ones of devices that are not
+    running (``here``: running or pinned UUIDs) on its parents."""
+    stale = [d for d in facts.definitions if d.parent in parents and (d.uuid in gone or d.uuid not in here)]
+    steps: list[Step] = []
+    for d in sorted((d for d in stale if d.uuid in gone or d.start == "auto"), key=lambda d: d.uuid):
+        steps += undefine(facts, d.uuid, [facts.path(d)], d.parent).steps
+    return steps

@@ -16,7 +16,8 @@ from ..clikit.lazy import LazyGroup
 from ..clikit.options import dry_run_option, json_option
 from ..clikit.output import emit, emit_result, say, table
 from ..clikit.params import NAME, AsciiFloat, AsciiInt, Size
-from ..errors import InvalidInput
+from ..errors import InvalidInput, NotFound
+from ..words import size
 from . import control
 from .mempolicy import MAX_MS, SUSPENDS
 from .model import CLASSES, DEMANDS, MAX_INFLIGHT, MAX_INFLIGHT_MS, MAX_PID, POLICIES, Tenant
@@ -68,7 +69,11 @@ def daemon_cmd(app: App, config_path: str | None, metrics_port: int | None, metr
 @click.argument("gpu", type=NAME)
 @click.option("--policy", type=click.Choice(POLICIES), help="best-effort, fixed-share or burst-share.")
 @click.option("--slice-ms", type=AsciiInt(1, 1000), help="Time slice in ms (default: 10).")
-@click.option("--memory-watermark", type=Size(), help="Memory QoS: device memory kept free for online tenants.")
+@click.option(
+    "--memory-watermark",
+    type=Size(lo=0),
+    help="Memory QoS: device memory kept free for online tenants (0, the default: only refused allocations count).",
+)
 @click.option("--memory-suspend", type=click.Choice(SUSPENDS), help="Memory QoS: the last resort for offline tenants.")
 @click.option(
     "--memory-restore-ms",
@@ -108,7 +113,7 @@ def set_cmd(
     }
     if policy is None and slice_ms is None and not memory:
         raise InvalidInput("give --policy, --slice-ms and/or a --memory-* setting")
-    _check_key(app, gpu)
+    gpu = _check_key(app, gpu)
     req: dict[str, Any] = {"op": "set", "gpu": gpu, "policy": policy, "slice_ms": slice_ms, "dry_run": app.dry_run}
     if memory:
         req["memory"] = memory
@@ -188,7 +193,7 @@ def tenant_add(
         inflight_ms=inflight_ms,
         memory_burst=memory_burst,
     ).validate()
-    _check_key(app, gpu)  # the input first, then the host
+    gpu = _check_key(app, gpu)  # the input first, then the host
     reply = control.request(
         app.host, {"op": "tenant-add", "gpu": gpu, "name": name, "tenant": t.to_dict(), "dry_run": app.dry_run}
     )
@@ -207,12 +212,32 @@ def tenant_add(
     emit_result(app, "qos-tenant", plan=plan, data=data)
 
 
-def _check_key(app: App, gpu: str) -> None:
+def _check_key(app: App, gpu: str) -> str:
     """The QoS planner's host rules for the GPU key (a device it names is a GPU of this host, not in MIG
-    mode), as ``apply`` holds a host config's ``qos:`` to them."""
+    mode), as ``apply`` holds a host config's ``qos:`` to them; the key in its canonical form (every
+    name of one GPU is one key: docs/qos.md, "GPU keys")."""
     from .planner_host import check_key_here
 
-    check_key_here(app.host, gpu, nvml=lambda: app.nvml)
+    return check_key_here(app.host, gpu, nvml=lambda: app.nvml)
+
+
+def _key(app: App, gpu: str) -> str:
+    """The canonical form of a key a command looks up (``tenant rm``, ``status``, ``notify``)."""
+    from .planner_host import canonical_key
+
+    return canonical_key(app.host, gpu, nvml=lambda: app.nvml)
+
+
+def _by_key(app: App, gpu: str, req: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The daemon's answer to ``req`` about ``gpu`` by its canonical key, else (a key written before
+    keys were canonical, a DRA claim's ``GPU-`` UUID key) by the key as given."""
+    key = _key(app, gpu)
+    try:
+        return key, control.request(app.host, {**req, "gpu": key})
+    except NotFound:
+        if key == gpu:
+            raise
+        return gpu, control.request(app.host, {**req, "gpu": gpu})
 
 
 def _cuda_warnings(app: App, name: str, given: list[str]) -> list[str]:
@@ -230,7 +255,7 @@ def _cuda_warnings(app: App, name: str, given: list[str]) -> list[str]:
 @click.pass_obj
 def tenant_rm(app: App, gpu: str, name: str) -> None:
     """Remove tenant NAME from GPU (it is thawed first)."""
-    reply = control.request(app.host, {"op": "tenant-rm", "gpu": gpu, "name": name, "dry_run": app.dry_run})
+    gpu, reply = _by_key(app, gpu, {"op": "tenant-rm", "name": name, "dry_run": app.dry_run})
     emit_result(app, "qos-tenant", plan=[*reply["plan"], *_refresh(app)], data={"gpu": gpu, "name": name})
 
 
@@ -252,10 +277,8 @@ DEMAND_SHOWN = {
 
 
 def _size(n: int) -> str:
-    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.1f}{unit}".replace(".0" + unit, unit)
-    return f"{n}B"
+    """words.size without its space, for the memory column (``1GiB/8GiB+24GiB``)."""
+    return size(n).replace(" ", "")
 
 
 def _memory(t: dict[str, Any]) -> str:
@@ -305,8 +328,8 @@ def _human_status(gpus: list[dict[str, Any]], daemon: dict[str, Any]) -> None:
             m = g["memory"]
             ev = m.get("eviction") or {}
             say(
-                f"  memory: watermark {_size(m['watermark'])}, suspend {m['suspend']}, restore after"
-                f" {m['restore_ms']} ms; {m.get('rounds', 0)} eviction rounds"
+                f"  memory: watermark {size(m['watermark'])}, suspend {m['suspend']}, restore after"
+                f" {m['restore_ms']} ms, reclaim up to {m['reclaim_ms']} ms; {m.get('rounds', 0)} eviction rounds"
                 + (f" (p50/p99 {ev['p50_ms']}/{ev['p99_ms']} ms)" if ev.get("count") else "")
                 + f", {m.get('suspensions', 0)} suspensions"
             )
@@ -339,7 +362,10 @@ def _human_status(gpus: list[dict[str, Any]], daemon: dict[str, Any]) -> None:
 def status_cmd(app: App, gpu: str | None, watch: bool, interval: float) -> None:
     """Per tenant: class, share, achieved share (1 s, 10 s), state, preemptions."""
     while True:
-        reply = control.request(app.host, {"op": "status", "gpu": gpu})
+        if gpu:
+            gpu, reply = _by_key(app, gpu, {"op": "status"})
+        else:
+            reply = control.request(app.host, {"op": "status", "gpu": None})
         gpus = reply["gpus"]
         if watch and not app.json and sys.stdout.isatty():
             click.clear()
@@ -361,6 +387,6 @@ def notify_cmd(app: App, gpu: str, name: str, state: str) -> None:
     """Send one demand datagram for tenant NAME (what the C hook and the Python client do)."""
     from .demand import DemandClient
 
-    client = DemandClient.for_host(app.host, gpu, name)
+    client = DemandClient.for_host(app.host, _key(app, gpu), name)
     if not client.send(state == "busy"):
         raise InvalidInput(f"no QoS daemon listens on {app.host.display(client.path)}")

@@ -95,7 +95,7 @@ class Daemon:
                     out[key][t.name] = backend_for(self.host, t, self.libvirt)
                 except VgpukitError as err:
                     log.warning("%s: tenant %s dropped: %s", key, t.name, err)
-                    self.dropped[(key, t.name)] = str(err)
+                    self.dropped[(key, t.name)] = str(err).removeprefix(f"tenant {t.name}: ")  # said beside it
                     cfg = planner.change(cfg, planner.RemoveTenant(key, t.name)).config
         return cfg, out
 

@@ -80,6 +80,24 @@ class SnapshotCollector:
             "99th percentile: request written -> every process of the tenants complied.",
             labels=["gpu"],
         )
+        cap = GaugeMetricFamily(
+            "vgpukit_qos_memory_cap_bytes",
+            "The tenant's configured memory cap (its guaranteed part), whether or not a process runs yet.",
+            labels=LABELS,
+        )
+        burst = GaugeMetricFamily(
+            "vgpukit_qos_memory_burst_bytes",
+            "The offline tenant's configured burst: unified memory beyond its cap, lent back under pressure.",
+            labels=LABELS,
+        )
+        for gpu in self.snapshot:
+            for t in gpu["tenants"]:
+                lab = [gpu["gpu"], t["name"], t["class"]]
+                if t.get("memory"):
+                    cap.add_metric(lab, t["memory"])
+                if t.get("memory_burst"):
+                    burst.add_metric(lab, t["memory_burst"])
+        yield from (cap, burst)
         for gpu in self.snapshot:
             mem = gpu.get("memory")
             if not mem:

@@ -96,10 +96,17 @@ class Tenant:
         ):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi):
                 raise at(InvalidInput(f"tenant {self.name}: {what} must be an integer 1..{hi}"), what)
-        if self.memory_burst is not None and (self.cls != "offline" or self.memory is None):
+        if self.memory_burst is not None and self.cls != "offline":
+            raise at(
+                InvalidInput(
+                    f"tenant {self.name}: a memory burst is for offline tenants (online tenants' memory is plain "
+                    "device memory)"
+                ),
+                "memory_burst",
+            )
+        if self.memory_burst is not None and self.memory is None:
             err = InvalidInput(
-                f"tenant {self.name}: a memory burst is for offline tenants with a memory cap"
-                " (online tenants' memory is plain device memory)"
+                f"tenant {self.name}: a memory burst goes beyond a memory cap: give the cap too (--memory, memory:)"
             )
             raise at(err, "memory_burst")
         if self.kind == "cgroup":

@@ -28,7 +28,7 @@ exist: the daemon drops such a tenant with a warning, docs/qos.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from ..engine import Step
 from ..errors import Conflict, NoCapacity, NotFound, VgpukitError
 from ..host import Host
 from ..inputs import at, under
+from ..words import size
 from .config import Overlay, default_config_path, load_base
 from .model import CLASSES, MAX_TENANTS, Gpu, QosConfig, Tenant, check_key
 from .planner_host import NvmlSource, check_host, daemon_view, target_exists
@@ -142,14 +143,16 @@ def change(cfg: QosConfig, req: Request) -> Change:
             memory=memory,
         ).validate()
         new.gpus[key] = gpu
-        same = old is not None and (old.policy, old.slice_ms, old.memory) == (gpu.policy, gpu.slice_ms, gpu.memory)
-        plan = [f"{key}: policy {gpu.policy}, slice {gpu.slice_ms} ms"]
+        plan = []  # what changes only (a memory setting changed: not the policy line again)
+        if old is None or (old.policy, old.slice_ms) != (gpu.policy, gpu.slice_ms):
+            plan.append(f"{key}: policy {gpu.policy}, slice {gpu.slice_ms} ms")
         if old is None or old.memory != gpu.memory:
             m = gpu.memory
             plan.append(
-                f"{key}: memory watermark {m.watermark} B, suspend {m.suspend}, restore after {m.restore_ms} ms"
+                f"{key}: memory watermark {size(m.watermark)}, suspend {m.suspend}, restore after {m.restore_ms} ms, "
+                f"an online allocation waits up to {m.reclaim_ms} ms"
             )
-        return Change(new, [] if same else plan, gpu)
+        return Change(new, plan, gpu)
     if isinstance(req, AddTenant):
         t = req.tenant.validate()
         if old is not None and any(x.name == t.name for x in old.tenants):
@@ -259,6 +262,7 @@ def caps(t: Tenant) -> list[str]:
 class Plan:
     steps: list[Step]
     warnings: list[str]
+    unmet: list[str] = field(default_factory=list)  # what the config has that apply cannot make (a dropped tenant)
 
 
 def plan_config(host: Host, want: QosConfig, nvml: NvmlSource = None, mig: dict[str, bool] | None = None) -> Plan:
@@ -269,7 +273,7 @@ def plan_config(host: Host, want: QosConfig, nvml: NvmlSource = None, mig: dict[
     cgroup, processes or domain gone) are warnings, and a reload is planned when one could run now.
     ``mig``: the GPUs' MIG modes once the rest of the plan ran (:func:`check_host`)."""
     check(want)
-    check_host(host, want, nvml, mig)
+    want = check_host(host, want, nvml, mig)
     lib = library(host)
     warnings = [w for g in want.gpus.values() for t in g.tenants for w in library_warnings(lib, t.name, caps(t))]
     path = default_config_path(host)
@@ -282,13 +286,13 @@ def plan_config(host: Host, want: QosConfig, nvml: NvmlSource = None, mig: dict[
     steps: list[Step] = []
     if told is not None and told.loaded is not None and told.loaded != base.to_dict():
         steps = [ReloadQos(shown, "it runs an older configuration than the file")]
-    could_run = []
+    could_run, unmet = [], []
     for d in told.dropped if told is not None else ():
         tenant = next((t for t in want.gpus[d.gpu].tenants if t.name == d.tenant), None) if d.gpu in want.gpus else None
         if tenant is not None and target_exists(host, tenant):
             could_run.append(f"{d.gpu}: tenant {d.tenant} can run now")
-        elif tenant is not None:
-            warnings.append(f"qos: {d.gpu}: tenant {d.tenant} is not running: {d.reason}")
+        elif tenant is not None:  # its target is gone: nothing apply can do (docs/qos.md, "Vanished targets")
+            unmet.append(f"qos: {d.gpu}: tenant {d.tenant} is not running ({d.reason}): apply cannot start it")
     if could_run and not steps:
         steps = [ReloadQos(shown, "; ".join(could_run))]
-    return Plan(steps, warnings)
+    return Plan(steps, warnings, unmet)

@@ -14,11 +14,11 @@ Nothing here executes or prints; a refusal is raised, noted at the key it is abo
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Union
 
 from .. import naming
-from ..errors import Conflict, NotFound, VgpukitError
+from ..errors import Conflict, InvalidInput, NotFound, VgpukitError
 from ..host import Host
 from ..inputs import at
 from ..pci import Scan
@@ -32,30 +32,46 @@ DEVICE_FORMS = ("alias", "bdf", "gpu-uuid", "vf")
 
 
 def check_host(host: Host, cfg: QosConfig, nvml: NvmlSource = None, mig: dict[str, bool] | None = None) -> QosConfig:
-    """``cfg`` when each of its GPU keys that names a device names a GPU (not in MIG mode) or a MIG
-    device of this host. ``mig``: GPU address -> its MIG mode once the plan the config is part of ran
-    (a host config's ``mig:``), over what NVML says now."""
+    """``cfg`` with its GPU keys canonical (:func:`check_key_here`) when each that names a device names a
+    GPU (not in MIG mode) or a MIG device of this host, and no two name one device (the shares rule
+    holds per physical GPU; refused, exit 2, naming both keys: the error's ``also`` is the other's
+    place). ``mig``: GPU address -> its MIG mode once the plan the config is part of ran (a host
+    config's ``mig:``), over what NVML says now."""
     scan = Scan(host)
-    for key in cfg.gpus:
-        check_key_here(host, key, nvml, scan, mig)
-    return cfg
+    gpus: dict[str, Any] = {}
+    named: dict[str, str] = {}  # canonical key -> the key as written
+    for key, gpu in cfg.gpus.items():
+        canon = check_key_here(host, key, nvml, scan, mig)
+        if canon in named:
+            err = InvalidInput(
+                f"GPU keys {named[canon]} and {key} name one device ({canon}): give its tenants under one key,"
+                " the shares of a class on one GPU add up to at most 100%"
+            )
+            err.__dict__["also"] = ("gpus", named[canon], "<key>")
+            raise at(err, "gpus", key, "<key>")
+        named[canon] = key
+        gpus[canon] = gpu
+    return replace(cfg, gpus=gpus)
 
 
 def check_key_here(
     host: Host, key: str, nvml: NvmlSource = None, scan: Scan | None = None, mig: dict[str, bool] | None = None
-) -> None:
-    """The host rules of one GPU key (a label that names no device passes, and so does any key on a host
-    root that shows no PCI device at all: a test rig or a container without /sys, where nothing can be
-    named; docs/qos.md, "GPU keys")."""
+) -> str:
+    """The host rules of one GPU key, and its canonical form: a GPU by its ``gpuN`` (whichever of its
+    names the key is: ``gpu0``, ``GPU-...``, ``0000:03:00.0``, ``03:00.0``), a MIG device by its
+    ``MIG-`` UUID as NVML writes it. A label that names no device passes as it is, and so does any key
+    on a host root that shows no PCI device at all: a test rig or a container without /sys, where
+    nothing can be named (docs/qos.md, "GPU keys")."""
     form = naming.form_of(key)
     scan = scan or Scan(host)
     if form in (*DEVICE_FORMS, "mig-uuid") and not scan.bdfs():
-        return
+        return key
     try:
         if form == "mig-uuid":
-            naming.resolve(host, key, frozenset({naming.MIG}), nvml=nvml, scan=scan)
-        elif form in DEVICE_FORMS:
-            _gpu_here(host, key, nvml, scan, mig or {})
+            return naming.resolve(host, key, frozenset({naming.MIG}), nvml=nvml, scan=scan).uuid or key
+        if form in DEVICE_FORMS:
+            return _gpu_here(host, key, nvml, scan, mig or {})
+        return key
     except VgpukitError as err:
         if not err.message.startswith(f"GPU key {key}"):
             err.message = f"GPU key {key}: {err.message}"
@@ -63,23 +79,35 @@ def check_key_here(
         raise at(err, "gpus", key, "<key>") from None
 
 
-def _gpu_here(host: Host, key: str, nvml: NvmlSource, scan: Scan, mig: dict[str, bool]) -> None:
+def canonical_key(host: Host, key: str, nvml: NvmlSource = None) -> str:
+    """``key``'s canonical form (:func:`check_key_here`) when it names a GPU or MIG device here, else
+    ``key`` as given: how ``qos status`` and ``tenant rm`` find a key by any of its GPU's names."""
+    try:
+        return check_key_here(host, key, nvml)
+    except VgpukitError:
+        return key
+
+
+def _gpu_here(host: Host, key: str, nvml: NvmlSource, scan: Scan, mig: dict[str, bool]) -> str:
     bdf = naming.resolve(host, key, nvml=nvml, scan=scan).bdf
     assert bdf is not None
-    if not naming.aliases(scan).get(bdf, "").startswith("gpu"):
+    alias = naming.aliases(scan).get(bdf, "")
+    if not alias.startswith("gpu"):
         raise NotFound(f"GPU key {key}: {bdf} is not a GPU", device=bdf, hint="see: vgpukit devices --kind gpu")
     try:
         nv = nvml() if callable(nvml) else nvml
         gpu = next((g for g in nv.gpus() if g.bdf == bdf), None) if nv is not None else None
     except VgpukitError:  # no driver, a lost GPU: its MIG mode is unknown, nothing to refuse on it
         gpu = None
-    if mig.get(bdf, gpu is not None and gpu.mig_current):
+    now = gpu is not None and gpu.mig_current
+    if mig.get(bdf, now):
+        state = "is in MIG mode" if now else "will be in MIG mode (the config's mig: enables it)"
         raise Conflict(
-            f"GPU key {key}: {bdf} is in MIG mode: a time slice of the whole GPU does not reach the work in its"
-            " MIG devices",
+            f"GPU key {key}: {bdf} {state}: a time slice of the whole GPU does not reach the work in its MIG devices",
             device=bdf,
             hint="key the tenants by MIG device (MIG-<uuid>, see: vgpukit mig status)",
         )
+    return alias
 
 
 # ----------------------------------------------------------------------------- the daemon's view

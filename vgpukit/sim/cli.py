@@ -99,6 +99,18 @@ def _sim_root(app: App) -> Path:
     return app.sim_dir.absolute()
 
 
+@sim.command("reboot")
+@json_option
+@click.pass_obj
+def reboot_cmd(app: App) -> None:
+    """Reboot the simulated host: the kernel's state (VFs, mdevs, drivers, /run) built again from its
+    profile; the disk (/etc, /var...) and the GPUs' MIG mode kept (docs/simulator.md)."""
+    from .reboot import reboot
+
+    done = reboot(_sim_root(app))
+    emit(app, "sim-reboot", done, lambda: say(f"rebooted; kept {', '.join(done['kept'])} and the MIG mode"))
+
+
 @sim.command("info")
 @json_option
 @click.pass_obj

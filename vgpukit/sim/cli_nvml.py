@@ -52,6 +52,24 @@ def _nvml_index(app: App, name: str) -> int:
     return index
 
 
+def _place(app: App, name: str, gi: int | None, ci: int | None) -> tuple[int, int | None, int | None]:
+    """(NVML index, GPU instance, compute instance) ``name`` and ``--gi``/``--ci`` name: a MIG device's
+    UUID names all three (as the listings show it), any GPU name the GPU (the options the rest)."""
+    from .. import naming
+
+    if naming.form_of(name) != "mig-uuid":
+        return _nvml_index(app, name), gi, ci
+    if gi is not None or ci is not None:
+        raise InvalidInput("a MIG device UUID names its GPU instance and compute instance: no --gi/--ci with it")
+    t = naming.resolve(app.host, name, frozenset({naming.MIG}), nvml=lambda: app.nvml)
+    assert t.nvml_index is not None and app.nvml is not None
+    for g in app.nvml.gpu_instances(t.nvml_index):
+        for c in g.compute_instances:
+            if c.uuid == t.uuid:
+                return t.nvml_index, g.id, c.id
+    raise AssertionError(t)  # the resolver found it in these very instances
+
+
 @click.group(cls=LazyGroup)
 def fault() -> None:
     """Faults of the simulated host: NVML call failures (each fires once), XIDs, ECC errors, lost GPUs, AER errors,
@@ -116,8 +134,15 @@ def fault_clear(app: App) -> None:
 @click.option("--gi", type=AsciiInt(0, 63), help="In this GPU instance (a MIG slice) of GPU, as NVML names it.")
 @click.pass_obj
 def fault_xid(app: App, gpu: str, xid: int, gi: int | None) -> None:
-    """The driver reports XID on GPU (and does what its own table says: XID 79 loses the GPU)."""
-    index = _gpu(app, gpu)
+    """The driver reports XID on GPU, or a MIG device by its UUID (and does what its own table says: XID 79
+    loses the GPU)."""
+    from .. import naming
+
+    index = _gpu(app, gpu) if naming.form_of(gpu) != "mig-uuid" else None
+    if index is None:  # the MIG device's GPU, its GPU instance
+        t = naming.resolve(app.host, gpu, frozenset({naming.MIG}), nvml=lambda: app.nvml)
+        assert t.bdf is not None
+        index, gi = simev.gpu_of(_dir(app), t.bdf), _place(app, gpu, gi, None)[1]
     simev.inject_xid(_dir(app), index, xid, gi)
     say(f"XID {xid} reported on GPU {index}" + (f", GPU instance {gi}" if gi is not None else ""))
 
@@ -188,10 +213,12 @@ def client() -> None:
 @click.option("--ci", type=AsciiInt(0, 255), help="Inside this compute instance of --gi.")
 @click.pass_obj
 def client_add(app: App, gpu: str, name: str, gi: int | None, ci: int | None) -> None:
-    """Start a simulated client NAME on GPU (gpuN, or an NVML index as nvidia-smi -i); prints its pid."""
+    """Start a simulated client NAME on GPU (gpuN, an NVML index as nvidia-smi -i, or a MIG device's
+    UUID); prints its pid."""
     if ci is not None and gi is None:
         raise InvalidInput("--ci needs --gi")
-    click.echo(simdrv.add_client(_dir(app), _nvml_index(app, gpu), name, gi, ci))
+    index, gi, ci = _place(app, gpu, gi, ci)
+    click.echo(simdrv.add_client(_dir(app), index, name, gi, ci))
 
 
 @client.command("remove")

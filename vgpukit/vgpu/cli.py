@@ -112,6 +112,8 @@ def list_cmd(app: App) -> None:
                 for v in items
             ],
         )
+        if any(not v.active for v in items):  # a vGPU is an mdev: mdev start starts a defined one
+            say("start one that is not running: vgpukit mdev start UUID", "dim")
 
     emit(app, "vgpu-list", {"vgpus": [v.to_dict() for v in items]}, human)
 

@@ -215,30 +215,32 @@ def _no_vf_definitions(gpus: list[Facts], vfs: list[str]) -> None:
 
 def define(gpus: list[Facts], mdev: mdev_planner.Facts, ids: list[str], auto: bool) -> list[Step]:
     """Definitions for running legacy vGPUs (start ``auto``: made again at boot; else ``manual``), or a
-    new start mode for defined ones; refused for vGPUs on VFs, which have none."""
+    new start mode for defined ones (running or not); refused for vGPUs on VFs, which have none."""
     uuids, vfs = _split(ids)
     _no_vf_definitions(gpus, vfs)
     steps: list[Step] = []
     for u in uuids:
         inst, defs = _legacy(gpus, mdev, u)
-        if inst is None:
-            hint = "it is defined, not running: start it with vgpukit mdev start" if defs else "see: vgpukit vgpu list"
-            raise NotFound(f"no running vGPU {u}", value=u, hint=hint)
-        d = Definition(u, inst.parent, inst.type_id, "auto" if auto else "manual")
+        if inst is None and not defs:
+            raise NotFound(f"no vGPU {u} on this host", value=u, hint="see: vgpukit vgpu list")
+        made = inst if inst is not None else defs[0]
+        d = Definition(u, made.parent, made.type_id, "auto" if auto else "manual")
         steps += mdev_planner.put(mdev, d)[0].steps
     return steps
 
 
 def undefine(gpus: list[Facts], mdev: mdev_planner.Facts, ids: list[str]) -> list[Step]:
-    """Delete the definitions of legacy vGPUs (running ones keep running, and do not come back at boot)."""
+    """Delete the definitions of legacy vGPUs (running ones keep running, and do not come back at boot);
+    a running vGPU without one: nothing to do."""
     uuids, vfs = _split(ids)
     _no_vf_definitions(gpus, vfs)
     steps: list[Step] = []
     for u in uuids:
-        _inst, defs = _legacy(gpus, mdev, u)
-        if not defs:
-            raise NotFound(f"no definition of vGPU {u}", value=u, hint="see: vgpukit vgpu list")
-        steps += mdev_planner.undefine(mdev, u, [mdev.path(d) for d in defs], None).steps
+        inst, defs = _legacy(gpus, mdev, u)
+        if inst is None and not defs:
+            raise NotFound(f"no vGPU {u} on this host", value=u, hint="see: vgpukit vgpu list")
+        if defs:
+            steps += mdev_planner.undefine(mdev, u, [mdev.path(d) for d in defs], None).steps
     return steps
 
 

@@ -28,9 +28,10 @@ A device a process holds open stays published in its shared form (its users are 
 
 **Where the cluster serves it** (gate ``DRAConsumableCapacity``: alpha 1.34-1.35, beta and on from 1.36):
 an API server with the gate off drops ``allowMultipleAllocations`` and the request policies from what it
-stores; the publisher reads that back (:func:`dropped`) and the plugin then publishes the exclusive view
-(:func:`served` is the seam for a server-version check). A shared device also needs the CUDA interception
-library (its memory cap is the enforcement): without it the device is published exclusively.
+stores; the plugin finds that out by a dry run before its first write (:mod:`.cluster`), and by reading
+back what was stored (:func:`dropped`), and then publishes the exclusive view. A shared device also needs
+the CUDA interception library (its memory cap is the enforcement): without it the device is published
+exclusively.
 """
 
 from __future__ import annotations
@@ -59,7 +60,10 @@ SHARE_DEFAULT = 25
 SHARE_MIN = -(-100 // MAX_TENANTS)  # 2: at most 50 shares of a device, within the QoS daemon's 64 tenants
 PREFIX = "shared-"
 SHAREABLE = ("gpu", "mig")
-_NAME = re.compile(r"(gpu|mig)-[a-z0-9-]{1,56}")
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+# a whole GPU's DRA name (its PCI address) or an existing MIG slice's (its UUID: MIG-<uuid>, or the old
+# MIG-GPU-<uuid>/<gi>/<ci>), as .devices.device_name writes them
+_NAME = re.compile(rf"gpu-[0-9a-f]{{4,8}}-[0-9a-f]{{2}}-[0-9a-f]{{2}}-[0-7]|mig-(?:gpu-)?{_UUID}(?:-[0-9]+-[0-9]+)?")
 
 
 def shared_name(name: str) -> str:
@@ -98,7 +102,8 @@ def choice(text: str) -> Choice:
             names.add(token)
         else:
             raise InvalidInput(
-                "must be off, or gpu, mig and device names (gpu-0000-03-00-0, mig-<uuid>) separated by commas"
+                f"{token[:70]!r} is not gpu, mig or a GPU's or MIG slice's device name: give off, or gpu, mig and "
+                "device names (gpu-0000-03-00-0, mig-<uuid>) separated by commas"
             )
     return Choice(frozenset(kinds), frozenset(names))
 
@@ -167,12 +172,6 @@ def dropped(wanted: Iterable[dict[str, Any]], stored: dict[str, Any]) -> bool:
         if not got.get("allowMultipleAllocations") or not all(policies):
             return True
     return False
-
-
-def served(minor: int) -> bool | None:
-    """Whether an API server of release 1.<minor> serves consumable capacity: True from 1.36 (beta, on),
-    None for 1.34 and 1.35 (alpha, off unless enabled: found out by publishing), False before."""
-    return True if minor >= 36 else None if minor >= 34 else False
 
 
 def holds(host: Host, but: str = "") -> tuple[set[str], set[str]]:
@@ -246,6 +245,8 @@ def arrange(
 
     library = (load_settings(env.host) or Settings()).cuda_library
     has_library = env.host.is_file(host_path(env.host, library))
+    for name in sorted(offer.choice.names - set(devices)):  # named, but no such device here (yet)
+        offer.once(f"{name}: not shared by capacity: no such device on this node")
     drop: set[str] = set()
     out: list[dict[str, Any]] = []
     for name, dev in sorted(devices.items()):

@@ -65,6 +65,7 @@ class Prepared:
     device: str
     cdi_ids: tuple[str, ...]
     share_id: str = ""
+    function: str = ""  # the PCI function whose health is the device's (a MIG slice's GPU): .lost
 
 
 @dataclass
@@ -90,6 +91,7 @@ class Record:
                     "device": p.device,
                     "cdiDeviceIDs": list(p.cdi_ids),
                     **({"shareID": p.share_id} if p.share_id else {}),
+                    **({"function": p.function} if p.function else {}),
                 }
                 for p in self.devices
             ],
@@ -141,7 +143,14 @@ def read_record(env: Env, uid: str) -> Record | None:
     try:
         doc = json.loads(text)
         devices = [
-            Prepared(tuple(d["requestNames"]), d["pool"], d["device"], tuple(d["cdiDeviceIDs"]), d.get("shareID", ""))
+            Prepared(
+                tuple(d["requestNames"]),
+                d["pool"],
+                d["device"],
+                tuple(d["cdiDeviceIDs"]),
+                d.get("shareID", ""),
+                str(d.get("function", "")),
+            )
             for d in doc.get("devices", [])
         ]
         results = [Result(r["request"], r["pool"], r["device"], **shares.recorded(r)) for r in doc.get("results", [])]
@@ -205,7 +214,8 @@ def _prepare(
     # made on demand (a MIG slice at the placement the scheduler chose, a vGPU): created now, or kept when a
     # killed prepare made it already (its own record, written in the same run: see .ondemand)
     try:
-        made = ondemand.prepare(env, uid, [r.device for r in results if r.device not in offered])
+        names = [r.device for r in results if r.device not in offered]
+        made = ondemand.prepare(env, uid, names, tuple(r.device for r in results if r.device in offered))
     except VgpukitError:
         if found is not None:
             _undo(env, found)
@@ -294,7 +304,8 @@ def _write(env: Env, record: Record, offered: dict[str, DraDevice], device_metad
         if not any(d.name == f"{uid}-{name}" for d in spec.devices):  # two shares of one device: one CDI device
             spec.devices.append(cdi.CdiDevice(f"{uid}-{name}", edits[source] + shared.edits.get(name, Edits())))
         cdi_ids = (f"{spec.kind}={uid}-{name}",)
-        prepared.append(Prepared(tuple(requests), record.results[0].pool, name, cdi_ids, share_id))
+        fn = offered[name].device.topo_bdf
+        prepared.append(Prepared(tuple(requests), record.results[0].pool, name, cdi_ids, share_id, fn))
     meta: list[PutFile] = []
     if device_metadata:  # KEP-5304: what each request's devices are, for the workload (KubeVirt)
         meta, prepared = metadata.plan(env, record.claim, prepared, offered)

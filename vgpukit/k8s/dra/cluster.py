@@ -1,6 +1,6 @@
 """What the cluster's API server serves for ResourceSlices, found out before the plugin writes any.
 
-Three reads, none of which can be refused (docs/kubernetes.md, "What the plugin publishes for each
+Reads none of which can be refused (docs/kubernetes.md, "What the plugin publishes for each
 Kubernetes release"):
 
 1. ``GET /version``: the release, hence the layout of partitionable devices and the limits of a slice
@@ -8,12 +8,17 @@ Kubernetes release"):
    (*combined*); 1.35 and later want counter sets in slices of their own (*split*) and refuse the
    combined shape. A release newer than the newest known follows the newest known's rules.
 2. ``GET /apis`` (discovery): ``resource.k8s.io/v1`` must be served (1.34 and later).
-3. With ``--partitionable auto``, a **server-side dry run** (``dryRun=All``) of a create of a slice of the
+3. Unless ``--partitionable off``, a **server-side dry run** (``dryRun=All``) of a create of a slice of the
    release's own shape holding one counter set: the API server validates it, applies its feature gates
    and stores nothing. Where ``DRAPartitionableDevices`` is off it drops ``sharedCounters`` from the
    answer (alpha, off by default, in 1.34 and 1.35; beta, on, from 1.36): the plugin then publishes the
-   static view. The dry run's shape is valid for the release found in step 1, so it is not refused: it
-   is a read of the gate, not a probe by trial and error.
+   static view (with ``--partitionable on`` too, logged as an error: the operator asked for them).
+4. Where the plugin would publish a taint or a device shared by capacity, a second dry run of a slice
+   holding one device with a taint, ``allowMultipleAllocations`` and a capacity with a request policy:
+   the answer without the taint says ``DRADeviceTaints`` is off, without the other two
+   ``DRAConsumableCapacity`` is off, so the first publication already has what the cluster keeps.
+   The dry runs' shapes are valid for the release found in step 1, so they are not refused: they are
+   reads of the gates, not probes by trial and error.
 """
 
 from __future__ import annotations
@@ -24,14 +29,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...data import load_json
-from ...errors import Unsupported, VgpukitError
+from ...errors import InvalidInput, Unsupported, VgpukitError
 from ..agent import api_error
 from .devices import DRIVER
 
 API_TIMEOUT = 30  # seconds one call may take
 GROUP, VERSION = "resource.k8s.io", "v1"
 LIST_VALUES = ("bools", "ints", "strings", "versions")  # list-type attribute values (1.36 and later)
-_VERSION = re.compile(r"v?(\d+)\.(\d+)")
+# 1.35, v1.35.2, v1.35.3-eks-4d5a1b (a provider's), 1.35.0+k3s1: major 1, a minor of at most 3 digits
+_VERSION = re.compile(r"v?(\d{1,3})\.(\d{1,3})(?:\.\d{1,5})?(?:[-+][0-9A-Za-z.+-]{0,60})?")
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,9 @@ class Server:
     limits: Limits
     git_version: str = ""
     taints: bool = False  # the DRADeviceTaints gate's default in that release
+    capacity: bool = False  # the DRAConsumableCapacity gate's default in that release
+    kept_taints: bool | None = None  # what the dry run found (None: not asked)
+    kept_capacity: bool | None = None  # consumable capacity kept by the dry run (None: not asked)
 
     def describe(self) -> str:
         shape = (
@@ -70,7 +79,13 @@ class Server:
             else "counter sets in slices of their own (1.35+)"
         )
         gate = "on" if self.partitionable else "off (feature gate DRAPartitionableDevices)"
-        return f"Kubernetes {self.git_version or self.version}: {shape}, partitionable devices {gate}"
+        text = f"Kubernetes {self.git_version or self.version}: {shape}, partitionable devices {gate}"
+        if self.kept_taints is not None:
+            text += ", device taints " + ("on" if self.kept_taints else "off (feature gate DRADeviceTaints)")
+        if self.kept_capacity is not None:
+            on = "on" if self.kept_capacity else "off (feature gate DRAConsumableCapacity)"
+            text += f", consumable capacity {on}"
+        return text
 
 
 def _table() -> dict[str, Any]:
@@ -79,9 +94,11 @@ def _table() -> dict[str, Any]:
 
 
 def _key(version: str) -> tuple[int, int]:
-    m = _VERSION.match(version.strip())
+    m = _VERSION.fullmatch(version.strip())
     if m is None:
-        raise Unsupported(f"not a Kubernetes version: {version[:40]!r}", value=version[:40])
+        raise InvalidInput(f"not a Kubernetes version (1.35, v1.35.2): {version[:40]!r}", value=version[:40])
+    if int(m[1]) != 1:
+        raise InvalidInput(f"not a Kubernetes 1.x release: {version[:40]!r}", value=version[:40])
     return int(m[1]), int(m[2])
 
 
@@ -102,13 +119,26 @@ def release(version: str) -> str:
     return max((r for r in known if _key(r) <= want), key=_key)
 
 
+def newer_than_known(version: str) -> bool:
+    """Whether ``version`` is a release newer than the newest whose rules are known (it follows those)."""
+    return _key(version) > _key(releases()[-1])
+
+
 def for_version(version: str, partitionable: bool | None = None, git_version: str = "") -> Server:
     """The server of a release; ``partitionable`` None: the gate's default in that release."""
     key = release(version)
     rel = _table()["releases"][key]
     limits = Limits(**_table()["limits"][rel["layout"]])
     gate = bool(rel["partitionable_default"]) if partitionable is None else partitionable
-    return Server(key, str(rel["layout"]), gate, limits, git_version, bool(rel["taints_default"]))
+    return Server(
+        key,
+        str(rel["layout"]),
+        gate,
+        limits,
+        git_version,
+        bool(rel["taints_default"]),
+        bool(rel["capacity_default"]),
+    )
 
 
 def _get(call: Any) -> Any:
@@ -156,9 +186,39 @@ def probe_slice(node: str, layout: str) -> dict[str, Any]:
     }
 
 
-def detect(resource_api: Any, node: str, mode: str = "auto") -> Server:
+def feature_probe(node: str) -> dict[str, Any]:
+    """The second dry run's slice: one device with a taint, ``allowMultipleAllocations`` and a capacity with
+    a request policy (what a tainted device and a device shared by capacity carry)."""
+    policy = {"default": "1", "validRange": {"min": "1", "max": "2", "step": "1"}}
+    device = {
+        "name": "probe",
+        "taints": [{"key": f"{DRIVER}/probe", "value": "probe", "effect": "NoSchedule"}],
+        "allowMultipleAllocations": True,
+        "capacity": {"probe": {"value": "2", "requestPolicy": policy}},
+    }
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ResourceSlice",
+        "metadata": {"generateName": f"{node}-{DRIVER}-probe-"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 0, "resourceSliceCount": 1},
+            "devices": [device],
+        },
+    }
+
+
+def _dry_run(resource_api: Any, doc: dict[str, Any]) -> dict[str, Any]:
+    raw = resource_api.create_resource_slice(doc, dry_run="All", _preload_content=False, _request_timeout=API_TIMEOUT)
+    stored = json.loads(raw.data) if raw.data else {}
+    return stored if isinstance(stored, dict) else {}
+
+
+def detect(resource_api: Any, node: str, mode: str = "auto", features: bool = False) -> Server:
     """What the API server behind ``resource_api`` (a ``ResourceV1Api``) serves; ``mode`` is
-    ``--partitionable``: ``auto`` reads the gate with a dry run, ``on``/``off`` take it as given."""
+    ``--partitionable``: ``auto`` and ``on`` read the gate with a dry run, ``off`` does not ask;
+    ``features``: also read the device taints' and consumable capacity's gates (a second dry run)."""
     try:
         text, git = server_version(resource_api.api_client)
         found = for_version(text, True, git)  # raises for a release before DRA's GA
@@ -166,15 +226,19 @@ def detect(resource_api: Any, node: str, mode: str = "auto") -> Server:
             raise Unsupported(
                 f"the API server ({text}) does not serve {GROUP}/{VERSION} (disabled by --runtime-config?)"
             )
-        if mode != "auto":
-            return for_version(text, mode == "on", git)
-        raw = resource_api.create_resource_slice(
-            probe_slice(node, found.layout), dry_run="All", _preload_content=False, _request_timeout=API_TIMEOUT
-        )
-        stored = json.loads(raw.data) if raw.data else {}
+        kept = False
+        if mode != "off":
+            stored = _dry_run(resource_api, probe_slice(node, found.layout))
+            kept = bool((stored.get("spec") or {}).get("sharedCounters"))
+        taints = capacity = None
+        if features:
+            (dev,) = (_dry_run(resource_api, feature_probe(node)).get("spec") or {}).get("devices") or [{}]
+            taints = bool(dev.get("taints"))
+            policies = [c.get("requestPolicy") for c in (dev.get("capacity") or {}).values() if isinstance(c, dict)]
+            capacity = bool(dev.get("allowMultipleAllocations")) and bool(policies) and all(policies)
     except VgpukitError:
         raise
     except Exception as err:  # ApiException, connection errors: the next poll asks again
         raise api_error(err) from None
-    kept = bool((stored.get("spec") or {}).get("sharedCounters"))
-    return for_version(text, kept, git)
+    s = for_version(text, kept, git)
+    return Server(s.version, s.layout, s.partitionable, s.limits, git, s.taints, s.capacity, taints, capacity)

@@ -3,16 +3,19 @@
 
 Each device the DRA plugin publishes that the device plugin would hand out under a resource name carries
 that name as the attribute ``devicePluginResource`` (``vgpukit.io/mig-3g.20gb``, ``vgpukit.io/vf-15b3-101b``,
-``vgpukit.io/vgpu-t4-4q``, ``vgpukit.io/mdev-mtty-2``; a GPU shared by capacity: ``vgpukit.io/gpu-share``,
-its default share standing for one of the device plugin's replicas). One DeviceClass per name selects the
+``vgpukit.io/vgpu-t4-4q``, ``vgpukit.io/mdev-mtty-2``; a whole GPU: ``vgpukit.io/gpu-share``, the device
+plugin's name for the GPUs it shares -- exclusive, a pod asking one gets the whole GPU; shared by capacity,
+its default share stands for one of the device plugin's replicas). One DeviceClass per name selects the
 devices with that attribute and maps the name (``spec.extendedResourceName``): the scheduler then fits such a
 pod against the ResourceSlices, makes one ResourceClaim for it (a request ``c<container>-e<resource>`` per
 name) and the kubelet has this driver prepare it like any other claim. :func:`device_classes` writes those
 classes for the names a host's device plugin serves (``vgpukit k8s dra-classes``).
 
-An exclusive whole GPU carries no name: the device plugin's ``gpu-share`` is a share of a GPU, never all of
-it. A name is served on a node by the device plugin or by DRA, never both (the manifests run one plugin per
-node; the scheduler takes a name from the device plugin where the node's allocatable has it).
+A GPU is published either way, never both (:mod:`.capacity`), so ``gpu-share`` is always served where the
+device plugin served it: four pods a GPU where GPUs are shared by capacity (``--share-by-capacity gpu``:
+Kubernetes 1.36+, or DRAConsumableCapacity on), one pod a GPU (all of it) where they are not. A name is
+served on a node by the device plugin or by DRA, never both (the manifests run one plugin per node; the
+scheduler takes a name from the device plugin where the node's allocatable has it).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from ..inventory import Inventory
 from .devices import DRIVER, DraDevice
 
 ATTRIBUTE = "devicePluginResource"
-KINDS = ("mig", "vf", "mdev")  # the exclusive kinds the device plugin hands out whole, by resource name
+KINDS = ("gpu", "mig", "vf", "mdev")  # the kinds the device plugin hands out by resource name (a GPU: gpu-share)
 SHARE = "vgpukit.io/gpu-share"  # the device plugin's share of a GPU: a share of a GPU shared by capacity
 _RESOURCE = re.compile(r"vgpukit\.io/[a-z0-9]([a-z0-9.-]{0,50}[a-z0-9])?")
 
@@ -58,6 +61,7 @@ def device_class(resource: str) -> dict[str, Any]:
 
 
 def device_classes(inv: Inventory) -> list[dict[str, Any]]:
-    """A DeviceClass per resource name the device plugin serves on the host (and ``gpu-share``)."""
-    names = {r for r in inv.resources if _RESOURCE.fullmatch(r)} | {SHARE}
+    """A DeviceClass per resource name the device plugin serves on the host (``gpu-share`` where it has GPUs
+    the device plugin shares)."""
+    names = {r for r in inv.resources if _RESOURCE.fullmatch(r)}
     return [device_class(r) for r in sorted(names)]

@@ -26,7 +26,7 @@ from ...engine import execute
 from ...engine.env import Env
 from ...engine.files import PutFile
 from ...engine.step import Step
-from ...errors import Busy, HostIOError
+from ...errors import Busy, Conflict, HostIOError
 from ...logs import logger
 from ...mig import layout
 from ...mig.steps import SetMode, find_gi
@@ -184,10 +184,32 @@ def _mig_devices(nvml: Nvml, wanted: dict[str, Made]) -> dict[str, DraDevice]:
     return out
 
 
-def prepare(env: Env, uid: str, names: list[str]) -> dict[str, DraDevice]:
+def refuse_under_whole(env: Env, uid: str, names: list[str], wanted: dict[str, Made]) -> None:
+    """A MIG slice is never made on a GPU a claim holds whole (this claim too), or shares by capacity:
+    the scheduler's counters keep it from allocating both, but a cluster that dropped the counters (or a
+    stale allocation) must not turn MIG mode on under a pod (the converse, the whole GPU while slices exist,
+    is refused by :func:`whole_gpu`: MIG mode is on)."""
+    from .capacity import holds, shared_name
+
+    exclusive, shared = holds(env.host, but=uid)
+    for m in wanted.values():
+        whole = device_name("gpu", m.gpu.bdf)
+        if whole in exclusive or whole in names:
+            raise Conflict(
+                f"device {m.name}: the whole GPU {whole} is prepared for a claim: no MIG slice is made on it"
+            )
+        if whole in shared:
+            raise Conflict(
+                f"device {m.name}: {whole} is shared by capacity ({shared_name(whole)} holds shares): no MIG slice "
+                "is made on it"
+            )
+
+
+def prepare(env: Env, uid: str, names: list[str], others: tuple[str, ...] = ()) -> dict[str, DraDevice]:
     """Create the made-on-demand devices among ``names`` (one engine run: the made record, then each MIG
     slice or vGPU) and return them as devices whose CDI entry is the new MIG device's, mdev's or VF's.
-    What the claim's record names already is kept (a prepare again after a crash)."""
+    What the claim's record names already is kept (a prepare again after a crash). ``others``: the claim's
+    other devices (a slice is not made on a GPU the claim also holds whole)."""
     nvml = env.nvml
     wholes = whole_gpu(env, [n for n in names if "-mig-" not in n and "-vgpu-" not in n])
     wanted = lookup(nvml, names) if nvml is not None and names else {}
@@ -196,6 +218,8 @@ def prepare(env: Env, uid: str, names: list[str]) -> dict[str, DraDevice]:
         return wholes
     old = read_made(env, uid) or []
     ours = placements(old)
+    fresh = {n: m for n, m in wanted.items() if (m.gpu.bdf, m.profile.id, m.start) not in ours}
+    refuse_under_whole(env, uid, [*names, *others], fresh)
     kept = {str(m["device"]): m for m in old if m.get("kind") == "vgpu" and ondemand_vgpu.exists(env, m)}
     steps: list[Step] = []
     entries = [m for m in old if m.get("kind", "mig") == "mig" or str(m["device"]) in kept]
@@ -232,8 +256,8 @@ def unprepare_steps(env: Env, uid: str) -> list[Step]:
     steps: list[Step] = []
     for bdf, where in by_gpu.items():
         gpu = gpus.get(bdf)
-        if gpu is None or nvml is None:  # the GPU is gone (fell off the bus): so is what was made on it
-            log.warning("claim %s: GPU %s is gone; its MIG slice with it", uid, bdf)
+        if gpu is None or nvml is None or gpu.lost:  # gone or lost (fell off the bus): so is what was made on it
+            log.warning("claim %s: GPU %s is %s; its MIG slice with it", uid, bdf, "lost" if gpu else "gone")
             continue
         turned_on = env.host.exists(env.host.dra_mig_mode_record(bdf))
         plan = layout.plan_release(nvml, gpu, where, turn_off=turned_on)

@@ -7,6 +7,13 @@ as the host reports it, a vGPU in use) and the change engine.
 only tells the devices of a type apart (the scheduler picks any whose counters fit). Each GPU has a
 counter set ``gpu-0000-3b-00-0-vgpu`` with one counter, ``framebuffer`` (bytes: what its types share,
 less what vGPUs no claim made use); a device consumes its type's framebuffer.
+
+Offered: per type, the devices claims made (allocated: they stay) and as many more as the host can still
+create now (the vGPU area's ``available_instances``: 0 for every other type once a GPU holds a vGPU of
+one type, the legacy driver's rule), so the scheduler never allocates a vGPU the host would refuse.
+Attributes: those of an existing vGPU (:func:`.slices.device_entry`: ``vgpuType`` in the device
+plugin's lower-case form, ``vgpuTypeID``, ``productName`` as NVML names the GPU, ``numaNode``...) plus
+``onDemand``.
 """
 
 from __future__ import annotations
@@ -16,13 +23,16 @@ from typing import Any
 
 from ...engine.env import Env
 from ...engine.step import Step
+from ...host import Host
 from ...logs import logger
 from ...mdev import planner as mdev_planner
 from ...pci import PciDevice, Scan
 from ...vgpu import hostview
 from ...vgpu import planner as vgpu_planner
+from ...vgpu.catalog import short_name
 from ...vgpu.model import MDEV, GpuView, VgpuType
-from ..inventory import PREFIX, Device
+from ..inventory import PREFIX, Device, resource_part
+from .attributes import standard
 from .devices import DraDevice, device_name
 
 log = logger("vgpukit.k8s.dra")
@@ -40,6 +50,21 @@ def _views(env: Env) -> list[GpuView]:
     """The GPUs vGPUs are made on demand on: legacy mdev parents. A vendor-VFIO vGPU (a VF on the
     ``nvidia`` driver with a type) has no CDI entry for a container, so none is offered."""
     return [g for g in hostview.gpus(env.host, Scan(env.host)) if g.interface == MDEV]
+
+
+def type_label(t: VgpuType | str) -> str:
+    """A vGPU type as the ``vgpuType`` attribute and the device plugin's resource say it: ``t4-4q``."""
+    return resource_part(t.short if isinstance(t, VgpuType) else short_name(t))
+
+
+def existing_types(env: Env) -> dict[str, str]:
+    """The type id of every existing vGPU (mdev UUID or VF address -> ``nvidia-232``), the vGPU area's view."""
+    return types_on(env.host, Scan(env.host))
+
+
+def types_on(host: Host, scan: Scan) -> dict[str, str]:
+    """:func:`existing_types` through ``scan`` (the watch's model keeps one between its refreshes)."""
+    return {v.id: v.type_id for v in hostview.vgpus(host, hostview.gpus(host, scan))}
 
 
 def counter_set(gpu: GpuView) -> str:
@@ -109,35 +134,49 @@ def remove_steps(env: Env, entries: list[dict[str, Any]]) -> list[Step]:
 
 
 def slice_parts(
-    env: Env, made: set[str], pci: dict[str, PciDevice], sick: dict[str, str]
+    env: Env,
+    made: list[dict[str, Any]],
+    pci: dict[str, PciDevice],
+    names: dict[str, str] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], set[str]]:
-    """A slice part per usable GPU offering vGPUs (by counter set name), and the ids of the vGPUs claims
-    made (``made``: not published as static devices)."""
+    """A slice part per GPU offering vGPUs (by counter set name; an unusable GPU's is tainted or left out
+    by the caller, :mod:`.lost`), and the ids of the vGPUs claims made (``made``: the made records' vGPU
+    entries; not published as static devices). ``names``: the GPUs' names as NVML gives them
+    (``productName``, as an existing vGPU's)."""
     parts: dict[str, dict[str, Any]] = {}
     views = _views(env)
     vgpus = hostview.vgpus(env.host, views)
-    hidden = {v.id for v in vgpus if v.id in made}
+    ids = {str(m["id"]) for m in made}
+    claimed = {str(m["device"]) for m in made}
+    hidden = {v.id for v in vgpus if v.id in ids}
     for gpu in views:
-        if gpu.bdf in sick:
-            continue
         types = hostview.types(env.host, gpu)
         sizes = {t.type_id: (t.framebuffer_mb or 0) * MIB for t in types}
         total = max(((t.framebuffer_mb or 0) * (t.max_instances or 0) * MIB for t in types), default=0)
-        used = sum(sizes.get(v.type_id, 0) for v in vgpus if v.gpu == gpu.bdf and v.id not in made)
+        used = sum(sizes.get(v.type_id, 0) for v in vgpus if v.gpu == gpu.bdf and v.id not in ids)
         name = counter_set(gpu)
         fn = pci.get(gpu.bdf)
         devices = []
+        left = {t.type_id: t.available or 0 for t in types}  # what the host can still create of each type
         for m in catalog(gpu, types).values():
+            if m.name not in claimed:
+                if left[m.type.type_id] <= 0:
+                    continue
+                left[m.type.type_id] -= 1
             attrs: dict[str, Any] = {
                 "kind": {"string": "mdev" if gpu.interface == MDEV else "vf"},
-                "vgpuType": {"string": m.type.short},
+                "vgpuType": {"string": type_label(m.type)},
                 "vgpuTypeID": {"string": m.type.type_id},
                 "parentBusID": {"string": gpu.bdf},
-                "productName": {"string": gpu.name},
+                "productName": {"string": (names or {}).get(gpu.bdf) or gpu.name},
                 "onDemand": {"bool": True},
             }
             if fn is not None and fn.host_bridge:
                 attrs["pcieRoot"] = {"string": fn.host_bridge}
+            if fn is not None and fn.numa_node is not None and fn.numa_node >= 0:
+                attrs["numaNode"] = {"int": fn.numa_node}
+            # the standard ones an existing vGPU carries (its mdevUUID once made: in the claim's metadata)
+            attrs.update(standard("vgpu", "", gpu.bdf, fn.host_bridge if fn else None, fn.numa_node if fn else None))
             fb = {"value": str(sizes[m.type.type_id])}
             devices.append(
                 {

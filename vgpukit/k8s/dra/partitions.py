@@ -44,6 +44,7 @@ from ...nvml import GiProfile, Nvml, NvmlGpu
 from ...pci import PciDevice
 from ..inventory import Device
 from . import ondemand_vgpu, slices
+from .attributes import standard
 from .devices import DraDevice, device_name
 from .ondemand import Made, all_made, catalog, placements
 
@@ -98,6 +99,7 @@ def device_entry(m: Made, counter_set: str, fn: PciDevice | None) -> dict[str, A
         attrs["pcieRoot"] = _s(fn.host_bridge)
     if fn is not None and fn.numa_node is not None and fn.numa_node >= 0:
         attrs["numaNode"] = {"int": fn.numa_node}
+    attrs.update(standard("mig", "", m.gpu.bdf, fn.host_bridge if fn else None, fn.numa_node if fn else None))
     return {
         "name": m.name,
         "attributes": attrs,
@@ -137,6 +139,7 @@ class Publication:
     hidden: set[str] = field(default_factory=set)  # MIG UUIDs and vGPU ids made for claims: not static devices
     moved: set[str] = field(default_factory=set)  # whole GPUs published in their part, not as static devices
     notes: dict[str, str] = field(default_factory=dict)  # GPU -> why it offers less (logged once)
+    warnings: dict[str, str] = field(default_factory=dict)  # GPU -> why it could not be read (logged once)
 
 
 def _whole(
@@ -160,17 +163,18 @@ def _whole(
 def publication(
     env: Env,
     pci: dict[str, PciDevice],
-    sick: dict[str, str],
     static: dict[str, dict[str, Any]] | None = None,
     facts: Any = None,
 ) -> Publication:
-    """The partitionable part of the node's pool: a part per usable GPU that offers MIG slices (in MIG mode,
-    or turning it on without a reset) and per GPU offering vGPUs; the static entries (``static``, by name)
-    of whole GPUs that go in their part instead; what claims made (not static devices)."""
+    """The partitionable part of the node's pool: a part per GPU that offers MIG slices (in MIG mode, or
+    turning it on without a reset) and per GPU offering vGPUs, an unusable GPU's too (tainted or left out by
+    the caller: :mod:`.lost`); the static entries (``static``, by name) of whole GPUs that go in their part
+    instead; what claims made (not static devices)."""
     static = static or {}
     records = all_made(env)  # every claim's made record, read once
-    made_vgpus = {str(m["id"]) for m in records if m.get("kind") == "vgpu"}
-    parts, hidden = ondemand_vgpu.slice_parts(env, made_vgpus, pci, sick)
+    names = {bdf: str(g.name) for bdf, g in (facts.gpus if facts is not None else {}).items() if g.name}
+    made_vgpus = [m for m in records if m.get("kind") == "vgpu"]
+    parts, hidden = ondemand_vgpu.slice_parts(env, made_vgpus, pci, names)
     out = Publication(parts, hidden)
     nvml = env.nvml
     if nvml is None:
@@ -190,14 +194,12 @@ def publication(
                 for gi in nvml.gpu_instances(gpu.index):
                     if (gpu.bdf, gi.profile_id, gi.start) in made:
                         hidden.update(ci.uuid for ci in gi.compute_instances)
-            if gpu.bdf in sick:
-                continue
             whole = _whole(env, gpu, made, static, facts or slices.NvmlFacts(None), pci)
             if whole is None and not gpu.mig_current:
                 continue  # neither whole (a vGPU host, held) nor in MIG mode: nothing to offer here
             if whole is not None:
                 out.moved.add(str(whole["name"]))
             parts[device_name("gpu", gpu.bdf)] = gpu_slice(nvml, gpu, made, pci.get(gpu.bdf), whole)
-        except VgpukitError as err:  # a GPU that stopped answering: left out until it answers
-            log.warning("%s: MIG slices not published: %s", gpu.bdf, err)
+        except VgpukitError as err:  # a GPU that stopped answering: its last part is kept (.lost)
+            out.warnings[gpu.bdf] = f"{gpu.bdf}: MIG slices not read: {err}"
     return out

@@ -22,12 +22,35 @@ server refuse its slice.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .cluster import LIST_VALUES, Limits, Server
 from .devices import DRIVER
 
 Part = dict[str, Any]  # {"sharedCounters": [...], "devices": [...]}
+MAX_NAME = 253  # a ResourceSlice's name, a DNS subdomain (and the pool's, the node's name)
+# the longest a slice name adds to the node's name: "-gpu.vgpukit.io", "-<part>" (a counter set's name: at most
+# 25 characters, gpu-00000000-03-00-0-vgpu) and "-<index>" (3 digits: a pool of 1000 slices is not one)
+LONGEST_SUFFIX = len(f"-{DRIVER}") + 1 + 25 + 1 + 3
+MAX_NODE = MAX_NAME - LONGEST_SUFFIX
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def node_problem(node: str) -> str:
+    """Why ``node`` cannot name this node's pool and slices ("" when it can): a Kubernetes node name (a DNS
+    subdomain: lower-case letters, digits, '-' and '.') short enough for every slice name derived from it."""
+    if not _SUBDOMAIN.fullmatch(node):
+        return (
+            "must be a Kubernetes node name: lower-case letters, digits, '-' and '.', starting and ending with a "
+            "letter or digit"
+        )
+    if len(node) > MAX_NODE:
+        return (
+            f"must be at most {MAX_NODE} characters: the plugin's slice names (<node>-{DRIVER}-<part>-<n>) stay "
+            f"within the API's {MAX_NAME}"
+        )
+    return ""
 
 
 def slice_name(node: str, index: int = 0, part: str = "") -> str:

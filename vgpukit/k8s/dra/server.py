@@ -19,27 +19,27 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 
-from ...engine import session
-from ...engine.env import Env
 from ...errors import VgpukitError
 from ...host import Host
 from ...logs import logger
-from ...watch.model import HostModel
 from ..dra_v1 import api_pb2 as dra
 from ..dra_v1 import api_pb2_grpc as dra_grpc
 from ..dra_v1beta1 import api_pb2 as dra_beta
 from ..dra_v1beta1 import api_pb2_grpc as dra_beta_grpc
 from ..drahealth_v1 import api_pb2 as hl
 from ..drahealth_v1 import api_pb2_grpc as hl_grpc
-from ..inventory import Inventory, carry_unread
 from ..pluginreg_v1 import api_pb2 as reg
 from ..pluginreg_v1 import api_pb2_grpc as reg_grpc
-from . import capacity, claims, extended, metadata, ondemand, partitions, slices
-from .devices import DRIVER, DraDevice, dra_devices, pci_functions
+from . import slices
+from .devices import DRIVER
+from .driver import ClaimReader as ClaimReader
+from .driver import Collect as Collect
+from .driver import Driver as Driver
+from .driver import Opener as Opener
 
 log = logger("vgpukit.k8s.dra")
 
@@ -50,16 +50,6 @@ DRA: Any = dra_grpc  # generated without type annotations
 DRA_BETA: Any = dra_beta_grpc
 HEALTH: Any = hl_grpc
 REG: Any = reg_grpc
-ClaimReader = Callable[[str, str, str], dict[str, Any]]  # namespace, name, uid -> the ResourceClaim
-
-
-class Collect(Protocol):
-    """The node's inventory now; ``only``: just these PCI functions (with their PFs) read of the bus."""
-
-    def __call__(self, only: frozenset[str] | None = None) -> Inventory: ...
-
-
-Opener = Callable[[], tuple[Env, Collect, Callable[[], None]]]
 
 
 def registry_socket(host: Host) -> Path:
@@ -68,196 +58,6 @@ def registry_socket(host: Host) -> Path:
 
 def plugin_socket(host: Host) -> Path:
     return host.path("var", "lib", "kubelet", "plugins", DRIVER, "dra.sock")
-
-
-class Driver:
-    """What the services share: the host (opened afresh per call), the node's pool, one request at a time."""
-
-    def __init__(
-        self,
-        node: str,
-        open_host: Opener,
-        read_claim: ClaimReader,
-        health: Callable[[], dict[str, str]],
-        partitionable: str = "off",
-        taints: str = "off",
-        unhealthy_effect: str = "NoSchedule",
-        share: capacity.Choice | None = None,
-        device_metadata: bool = False,
-    ):
-        self.pool = node
-        self.partitionable = partitionable  # auto | on | off: publish made-on-demand MIG slices (.partitions)
-        # auto: as the API server serves them, once the publisher has found out (None until then)
-        self.counters_ok: bool | None = None if partitionable == "auto" else partitionable == "on"
-        self.taints = taints  # auto | on | off: publish unusable devices with a taint rather than leave them out
-        self.taints_ok = taints != "off"  # auto: until the API server drops the taints
-        self.unhealthy_effect = unhealthy_effect  # NoSchedule | NoExecute: the taint of an unusable device
-        self.capacity = capacity.Offer(share or capacity.Choice())  # devices shared by capacity (.capacity)
-        self.device_metadata = device_metadata  # write each prepared request's metadata file (KEP-5304)
-        self.open_host = open_host
-        self.read_claim = read_claim
-        self.health = health
-        self.lock = threading.Lock()
-        self.registered: bool | None = None
-        self.registration_error = ""
-        self.last = (Inventory(), slices.NvmlFacts(None))  # the last good read (a lost GPU fails a read)
-        self.model: HostModel | None = None  # the watch's (vgpukit.watch): its views instead of a read per call
-        self.said: dict[str, str] = {}  # per GPU, the note on what it offers last logged
-
-    def read(self) -> tuple[Inventory, slices.NvmlFacts]:
-        """The inventory and NVML's facts now; where a read fails (a GPU fell off the bus), the last good one."""
-        if self.model is not None:  # kept current by the watch (views of .watched, "facts" below)
-            inv, facts = self.model.get("held"), self.model.get("facts")
-            self.last = (inv or self.last[0], facts or self.last[1])
-            return self.last
-        env, collect, close = self.open_host()
-        inv, facts = self.last
-        try:
-            try:  # a lost GPU's devices are kept from the last read (tainted or left out by health)
-                inv = carry_unread(inv, collect())
-            except VgpukitError as err:
-                log.warning("reading the host failed (devices unchanged): %s", err)
-            try:
-                facts = slices.NvmlFacts(env.nvml)
-            except VgpukitError as err:
-                log.warning("reading NVML failed (facts unchanged): %s", err)
-        finally:
-            close()
-        self.last = (inv, facts)
-        return inv, facts
-
-    def version(self) -> int:
-        """The watch's model's version: taken before a read, handed to :meth:`wait_change` after it."""
-        return self.model.version if self.model is not None else 0
-
-    def wait_change(
-        self, stop: threading.Event, timeout: float, since: int, active: Callable[[], bool] = lambda: True
-    ) -> None:
-        """Until the watch's model differs from version ``since`` (at once when it changed while the caller
-        read and published; without a model: ``timeout`` seconds), ``stop`` is set, ``active`` turns False
-        or ``timeout`` passed; whoever sets ``stop`` or ends a stream calls :meth:`nudge`."""
-        if self.model is None:
-            stop.wait(timeout)
-            return
-        self.model.wait(since, timeout, until=lambda: stop.is_set() or not active())
-
-    def nudge(self) -> None:
-        """Wake every :meth:`wait_change` to look at its stop and stream again."""
-        if self.model is not None:
-            self.model.nudge()
-
-    def devices(self) -> dict[str, DraDevice]:
-        return dra_devices(self.read()[0])
-
-    def slice_entries(self) -> list[dict[str, Any]]:
-        """The ResourceSlice's devices now (:mod:`.slices`): usable static devices with their attributes."""
-        return self.publication()[0]
-
-    def publication(self) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-        """The node's static devices and, where partitionable devices are published, one part per GPU that
-        offers MIG slices or vGPUs made on demand (:mod:`.partitions`: its counter set, the devices consuming
-        it, the whole GPU among them where MIG mode changes without a reset); the static devices of what
-        claims made, and the whole GPUs in a part, are left out of the static ones; each device exclusive or
-        shared by capacity (:mod:`.capacity`: a GPU shared so offers no part)."""
-        sick = self.health()
-        inv, facts = self.read()
-
-        def entry(d: DraDevice) -> dict[str, Any] | None:
-            if slices.unusable(d, sick) and not self.taints_ok:
-                return None
-            e = slices.device_entry(d, inv.pci, facts)
-            return slices.taint(e, self.unhealthy_effect) if slices.unusable(d, sick) else e
-
-        every = dra_devices(inv)
-        marked = [e for e in map(entry, slices.offered(every, sick, self.taints_ok)) if e is not None]
-        marked = extended.annotate(marked, every)  # KEP-5004 names
-        found = partitions.Publication()
-        if self.counters_ok:
-            env, _collect, close = self.open_host()
-            try:
-                found = partitions.publication(env, inv.pci, sick, {e["name"]: e for e in marked}, facts)
-            except VgpukitError as err:
-                log.warning("reading the MIG slices failed (not published): %s", err)
-            finally:
-                close()
-            for bdf, note in found.notes.items():
-                if self.said.get(bdf) != note:
-                    self.said[bdf] = note
-                    log.info("%s", note)
-        devices = {n: d for n, d in every.items() if d.device.id not in found.hidden}
-        marked = [e for e in marked if e["name"] in devices and e["name"] not in found.moved]
-        env, _collect, close = self.open_host()
-        try:  # each device exclusive or shared by capacity (.capacity)
-            return capacity.arrange(self.capacity, env, devices, marked, found.parts, entry)
-        except VgpukitError as err:
-            log.warning("reading the claims shared by capacity failed (published exclusively): %s", err)
-            return marked, found.parts
-        finally:
-            close()
-
-    def prepare(self, claim: dra.Claim) -> dra.NodePrepareResourceResponse:
-        with self.lock:
-            env, collect, close = self.open_host()
-            try:
-                done = claims.recorded(env, claim.uid)
-                if done is None:
-                    doc = self.read_claim(claim.namespace, claim.name, claim.uid)
-                    results = claims.results_of(doc, self.pool)
-                    ref = {"namespace": claim.namespace, "name": claim.name, **metadata.pod_claim(doc)}
-                    with session(env):  # the host lock: an interrupted change repaired before the inventory
-                        # the inventory of the claim's devices only: its cost follows the claim, not the host
-                        names = [capacity.base_name(r.device) or r.device for r in results]
-                        offered = capacity.with_shared(
-                            dra_devices(collect(only=pci_functions(names))), [r.device for r in results]
-                        )
-                        done = claims.prepare(env, claim.uid, ref, results, offered, self.device_metadata)
-            except VgpukitError as err:
-                return dra.NodePrepareResourceResponse(error=str(err)[:1000])
-            finally:
-                close()
-        devices = [
-            dra.Device(request_names=p.request_names, pool_name=p.pool, device_name=p.device, cdi_device_ids=p.cdi_ids)
-            for p in done
-        ]
-        for d, p in zip(devices, done, strict=True):
-            if p.share_id:  # a share of a device shared by capacity: the allocation's shareID (.shares)
-                d.share_id = p.share_id
-        return dra.NodePrepareResourceResponse(devices=devices)
-
-    def unprepare(self, claim: dra.Claim) -> dra.NodeUnprepareResourceResponse:
-        with self.lock:
-            env, _collect, close = self.open_host()
-            try:
-                claims.unprepare(env, claim.uid)  # under the host lock, an interrupted change repaired first
-            except VgpukitError as err:
-                return dra.NodeUnprepareResourceResponse(error=str(err)[:1000])
-            finally:
-                close()
-        return dra.NodeUnprepareResourceResponse()
-
-    def health_report(self) -> list[tuple[str, int, str]]:
-        """(device, status, message) of every device (and of each made on demand for a claim): UNHEALTHY where
-        the health layer finds its PCI function (a MIG slice's, a vGPU's: its GPU's) unusable."""
-        try:
-            sick = self.health()
-        except VgpukitError as err:
-            return [(name, hl.UNKNOWN, f"health check failed: {err}"[:1024]) for name in self.devices()]
-        why = {name: slices.unusable(dev, sick) for name, dev in self.devices().items()}  # a MIG slice: own, GPU's
-        why.update({name: sick.get(gpu, "") for name, gpu in self.made().items()})
-        for name in self.capacity.published:  # a shared device: its device's health
-            why[name] = why.get(capacity.base_name(name) or name, "")
-        out: list[tuple[str, int, str]] = []
-        for name, reason in sorted(why.items()):
-            out.append((name, hl.UNHEALTHY, reason[:1024]) if reason else (name, hl.HEALTHY, ""))
-        return out
-
-    def made(self) -> dict[str, str]:
-        """The devices made on demand for prepared claims (by the name the scheduler allocated), with their GPU."""
-        env, _collect, close = self.open_host()
-        try:
-            return {str(m["device"]): str(m["gpu"]) for m in ondemand.all_made(env)}
-        finally:
-            close()
 
 
 class Registration:
@@ -381,6 +181,38 @@ class Plugin:
             threading.Thread(target=self._publish, args=(self.publisher,), daemon=True, name="vgpukit-dra-pub").start()
         return self
 
+    def _served(self, publisher: slices.Publisher) -> None:
+        """What the API server serves, found out before the first write (:mod:`.cluster`: its version and dry
+        runs), taken into the driver: partitionable devices where it keeps counters (``--partitionable on``
+        where it does not: an error, the static view published), taints and consumable capacity where it
+        keeps them."""
+        driver = self.driver
+        publisher.features = driver.taints != "off" or bool(driver.capacity.choice)
+        server = publisher.detected()
+        if driver.partitionable != "off" and driver.counters_ok != server.partitionable:
+            driver.counters_ok = server.partitionable
+            if not server.partitionable and driver.partitionable == "on":
+                log.error(
+                    "--partitionable on, but the API server drops shared counters (%s): publishing existing "
+                    "devices only, nothing made on demand; turn the feature gate on, or use --partitionable auto",
+                    server.describe(),
+                )
+            elif not server.partitionable:
+                log.warning("publishing existing devices only, nothing made on demand (%s)", server.describe())
+        if server.kept_taints is False and driver.taints == "auto" and driver.taints_ok:
+            driver.taints_ok = False
+            log.warning("the API server does not keep device taints (%s): unusable devices left out", server.describe())
+        elif server.kept_taints is False and driver.taints == "on" and "taints" not in driver.warned:
+            driver.warned.add("taints")
+            log.error("--device-taints on, but the API server drops device taints (%s)", server.describe())
+        if server.kept_capacity is False and driver.capacity.choice and driver.capacity.served:
+            driver.capacity.served = False
+            log.warning(
+                "the API server does not keep consumable capacity (%s): the devices of --share-by-capacity are "
+                "published exclusively",
+                server.describe(),
+            )
+
     def _publish(self, publisher: slices.Publisher) -> None:
         """Keep the ResourceSlices current; a failure is logged and tried again at the next poll. What the
         API server serves is found out before the first write (:mod:`.cluster`): with ``--partitionable
@@ -389,15 +221,11 @@ class Plugin:
             failed = True  # until published: tried again after RETRY seconds, changes or not
             seen = self.driver.version()  # a change while this publication runs is published next, at once
             try:
-                server = publisher.detected()
-                if self.driver.partitionable == "auto" and self.driver.counters_ok != server.partitionable:
-                    self.driver.counters_ok = server.partitionable
-                    if not server.partitionable:
-                        log.warning("publishing existing devices only, nothing made on demand (%s)", server.describe())
+                self._served(publisher)
                 done = publisher.publish(*self.driver.publication())
                 if done:
                     log.info("%s", done)
-                if publisher.counters_dropped and self.driver.partitionable == "auto" and self.driver.counters_ok:
+                if publisher.counters_dropped and self.driver.partitionable != "off" and self.driver.counters_ok:
                     publisher.counters_dropped = False
                     publisher.server = None  # its gate changed since it was read: read it again
                     log.warning("the API server dropped the shared counters: reading what it serves again")

@@ -39,14 +39,25 @@ def _s(value: str) -> dict[str, Any]:
 
 class NvmlFacts:
     """What NVML says of the GPUs, read once per publish: product, UUID, memory and SMs of a whole
-    GPU (its full-size GPU instance profile) and of each MIG compute instance."""
+    GPU (its full-size GPU instance profile; its memory as NVML totals it where it does) and of each MIG
+    compute instance. A GPU NVML cannot answer for (lost) is in ``unread``: :meth:`carry` takes what
+    the last read knew of it."""
 
     def __init__(self, nvml: Nvml | None) -> None:
         self.gpus: dict[str, Any] = {}  # BDF -> NvmlGpu
         self.whole: dict[str, tuple[int, int]] = {}  # BDF -> (memory MiB, SMs)
         self.mig: dict[str, tuple[str, int, int]] = {}  # MIG UUID -> (profile, memory MiB, SMs)
+        self.mig_gpu: dict[str, str] = {}  # MIG UUID -> its GPU's BDF
+        self.total: dict[str, int] = {}  # BDF -> memory MiB as NVML totals it (used + free)
+        self.unread: set[str] = set()  # BDFs whose facts could not be read now
         for gpu in nvml.gpus() if nvml is not None else []:
             self.gpus[gpu.bdf] = gpu
+            try:
+                t = nvml.telemetry(gpu.index) if nvml is not None else None
+                if t is not None and t.fb_used_mib is not None and t.fb_free_mib is not None:
+                    self.total[gpu.bdf] = t.fb_used_mib + t.fb_free_mib
+            except VgpukitError:
+                self.unread.add(gpu.bdf)
             if not gpu.mig_capable:
                 continue
             try:
@@ -56,17 +67,37 @@ class NvmlFacts:
                     self.whole[gpu.bdf] = (full.memory_mib, full.sms)
                 instances = nvml.gpu_instances(gpu.index) if nvml and gpu.mig_current else []
             except VgpukitError:
+                self.unread.add(gpu.bdf)
                 continue
             for gi in instances:
                 prof = profiles.get(gi.profile_id)
                 for ci in gi.compute_instances:
                     if prof is not None:
                         self.mig[ci.uuid] = (prof.name, prof.memory_mib, prof.sms)
+                        self.mig_gpu[ci.uuid] = gpu.bdf
+
+    def carry(self, last: NvmlFacts) -> NvmlFacts:
+        """These facts, with what ``last`` knew of each GPU they could not read (a lost GPU keeps its
+        attributes and capacities while its devices are published tainted)."""
+        for bdf in self.unread:
+            if bdf not in self.whole and bdf in last.whole:
+                self.whole[bdf] = last.whole[bdf]
+            if bdf not in self.total and bdf in last.total:
+                self.total[bdf] = last.total[bdf]
+            if bdf in last.gpus and not getattr(self.gpus.get(bdf), "uuid", ""):
+                self.gpus[bdf] = last.gpus[bdf]
+            for uuid, gpu in last.mig_gpu.items():
+                if gpu == bdf and uuid not in self.mig:
+                    self.mig[uuid], self.mig_gpu[uuid] = last.mig[uuid], bdf
+        return self
 
 
-def device_entry(dev: DraDevice, pci: dict[str, PciDevice], facts: NvmlFacts) -> dict[str, Any]:
+def device_entry(
+    dev: DraDevice, pci: dict[str, PciDevice], facts: NvmlFacts, vgpu_types: dict[str, str] | None = None
+) -> dict[str, Any]:
     """One ``spec.devices[]`` entry: attributes (kind, uuid, productName, pciBusID, pcieRoot, numaNode,
-    parentUUID, migProfile, vgpuType, pf, driver) and capacities (memory, multiprocessors)."""
+    parentUUID, migProfile, vgpuType, vgpuTypeID, pf, driver) and capacities (memory, multiprocessors).
+    ``vgpu_types``: the type id of each existing vGPU (by mdev UUID or VF address)."""
     d = dev.device
     attrs: dict[str, Any] = {"kind": _s(dev.kind)}
     cap: dict[str, Any] = {}
@@ -82,11 +113,15 @@ def device_entry(dev: DraDevice, pci: dict[str, PciDevice], facts: NvmlFacts) ->
         attrs["productName"] = _s(gpu.name)
     if dev.kind == "gpu" and gpu is not None:
         attrs["uuid"] = _s(gpu.uuid)
+        if d.topo_bdf in facts.total:  # the memory a process sees on the whole GPU, as a shared one's
+            cap["memory"] = {"value": str(facts.total[d.topo_bdf] * MIB)}
         if d.topo_bdf in facts.whole:
             mem, sms = facts.whole[d.topo_bdf]
-            cap = {"memory": {"value": str(mem * MIB)}, "multiprocessors": {"value": str(sms)}}
+            cap.setdefault("memory", {"value": str(mem * MIB)})
+            cap["multiprocessors"] = {"value": str(sms)}
     elif dev.kind == "mig":
         attrs["uuid"] = _s(d.id)
+        attrs["pciBusID"] = _s(d.topo_bdf)  # its GPU's, as a slice made on demand says it
         if gpu is not None:
             attrs["parentUUID"] = _s(gpu.uuid)
         if d.id in facts.mig:
@@ -106,6 +141,8 @@ def device_entry(dev: DraDevice, pci: dict[str, PciDevice], facts: NvmlFacts) ->
     part = dev.resource.rpartition("/")[2]
     if part.startswith("vgpu-"):
         attrs["vgpuType"] = _s(part.removeprefix("vgpu-"))
+        if d.id in (vgpu_types or {}):
+            attrs["vgpuTypeID"] = _s((vgpu_types or {})[d.id])
     entry: dict[str, Any] = {"name": dev.name, "attributes": attrs}
     if cap:
         entry["capacity"] = cap
@@ -166,6 +203,7 @@ class Publisher:
         self.counters_dropped = False
         self.taints_dropped = False
         self.capacity_dropped = False  # a shared device stored without its consumable capacity (.capacity)
+        self.features = False  # also read the taints' and consumable capacity's gates before writing
         self.said: set[str] = set()  # warnings logged once
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
@@ -176,7 +214,7 @@ class Publisher:
     def detected(self) -> cluster.Server:
         """What the API server serves, found out now when not known yet."""
         if self.server is None:
-            self.server = cluster.detect(self.api, self.node, self.partitionable)
+            self.server = cluster.detect(self.api, self.node, self.partitionable, self.features)
             log.info("%s", self.server.describe())
         return self.server
 
