@@ -153,30 +153,33 @@ class Plugin:
         self.servers: list[grpc.Server] = []
         self.interval = interval
 
-    def _serve(self, path: Path, add: Callable[[grpc.Server], None]) -> None:
-        self.host.mkdir(path.parent)
-        self.host.remove(path)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="vgpukit-dra"))
+    def _serve(self, paths: list[Path], add: Callable[[grpc.Server], None]) -> None:
+        """One gRPC server on every socket of ``paths`` (each server's thread wakes five times a second
+        to look for signals, grpc's cython poll: one server, not one per socket, idles cheapest)."""
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="vgpukit-dra"))
         add(server)
-        try:
-            server.add_insecure_port("unix://" + self.host.socket_address(path))
-        except RuntimeError as err:
-            server.stop(None)
-            raise OSError(f"cannot serve on {self.host.display(path)}") from err
+        for path in paths:
+            self.host.mkdir(path.parent)
+            self.host.remove(path)
+            try:
+                server.add_insecure_port("unix://" + self.host.socket_address(path))
+            except RuntimeError as err:
+                server.stop(None)
+                raise OSError(f"cannot serve on {self.host.display(path)}") from err
         server.start()
         self.servers.append(server)
 
     def start(self) -> Plugin:
         dra_sock, reg_sock = plugin_socket(self.host), registry_socket(self.host)
+        registration = Registration(self.driver, self.host.display(dra_sock))
 
-        def node(server: grpc.Server) -> None:
+        def services(server: grpc.Server) -> None:  # the kubelet asks the registration socket for
+            REG.add_RegistrationServicer_to_server(registration, server)  # Registration only, the other for DRA
             DRA.add_DRAPluginServicer_to_server(NodeService(self.driver), server)
             DRA_BETA.add_DRAPluginServicer_to_server(NodeService(self.driver, dra_beta), server)
             HEALTH.add_DRAResourceHealthServicer_to_server(HealthService(self.driver, self.interval, self.stop), server)
 
-        self._serve(dra_sock, node)
-        registration = Registration(self.driver, self.host.display(dra_sock))
-        self._serve(reg_sock, lambda server: REG.add_RegistrationServicer_to_server(registration, server))
+        self._serve([dra_sock, reg_sock], services)
         if self.publisher is not None:
             threading.Thread(target=self._publish, args=(self.publisher,), daemon=True, name="vgpukit-dra-pub").start()
         return self
