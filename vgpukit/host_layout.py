@@ -67,6 +67,9 @@ class SysfsLayout:
     def run(self, *parts: str) -> Path:
         raise NotImplementedError
 
+    def path(self, *parts: str) -> Path:
+        raise NotImplementedError
+
     # Every sysfs location vgpukit uses is spelled here, once (attribute names: the constants above).
     def pci_devices(self) -> Path:
         """``/sys/bus/pci/devices``: one link per PCI function, named by its address."""
@@ -184,6 +187,24 @@ class SysfsLayout:
         """``/run/cdi/vgpukit.io-claim-<uid>.json`` (``/var/run/cdi``, where CDI consumers look for
         transient specs): the CDI spec of one prepared claim."""
         return self.run("cdi", "vgpukit.io-claim-" + check_component(uid, "claim UID") + ".json")
+
+    def remedy_state(self, *parts: str) -> Path:
+        """``/run/vgpukit/remedy``: what remediation did this boot (``history.json``: each run, its outcome
+        and escalations, read by ``vgpukit health``, the exporter and the rate limits)."""
+        return self.run("vgpukit", "remedy", *parts)
+
+    def device_resets(self) -> Path:
+        """``/run/vgpukit/health/resets.json``: when each device was last reset by vgpukit (BDF -> time):
+        the health layer counts no event from before it."""
+        return self.run("vgpukit", "health", "resets.json")
+
+    # ------------------------------------------------------------------ /var/lib
+    def quarantine_record(self, bdf: str | None = None) -> Path:
+        """``/var/lib/vgpukit/quarantine/<bdf>.json``: a device an operator or the remediation policy
+        quarantined (survives a reboot: ``vgpukit release`` ends it); without ``bdf``, the directory."""
+        if bdf is None:
+            return self.path("var", "lib", "vgpukit", "quarantine")
+        return self.path("var", "lib", "vgpukit", "quarantine", check_component(bdf, "PCI address") + ".json")
 
     # ------------------------------------------------------------------ /etc
     def ld_cache(self) -> Path:
