@@ -82,6 +82,20 @@ def check_not_held(host: Host, target: AttachTarget) -> None:
         )
 
 
+def check_not_quarantined(host: Host, found: list[AttachTarget]) -> None:
+    """The quarantine rule: no device (nor an mdev or VF carved from one) goes to a VM while quarantined."""
+    from ..host_layout import BDF_RE
+    from ..remedy import quarantine as qr
+
+    quarantined = qr.load(host)
+    if not quarantined:
+        return
+    for t in found:
+        bdf = t.bdf if t.kind == "pci" else t.parent
+        if bdf and BDF_RE.match(bdf):
+            qr.refuse(host, bdf, t.label, quarantined)
+
+
 # ----------------------------------------------------------------------------- requests, outcome
 @dataclass(frozen=True)
 class Attach:
@@ -195,6 +209,7 @@ def targets(host: Host, req: Attach, nvml: Nvml | None = None) -> list[AttachTar
 def plan_attach(host: Host, lv: Libvirt, req: Attach, found: list[AttachTarget]) -> AttachOutcome:
     """Rules 2 and 3: the steps that give ``found`` (:func:`targets` of ``req``) to ``req.domain``."""
     domain = req.domain
+    check_not_quarantined(host, found)
     do_live, do_config = scopes_for(lv, domain, req.live, req.config)
     taken = holders(lv, domain)
     for t in found:

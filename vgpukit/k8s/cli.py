@@ -53,14 +53,31 @@ def _poller(app: App, replicas: int) -> Poller:
 
 
 def _health(app: App) -> Callable[[], dict[str, str]]:
-    """The unusable devices (BDF -> why) at every poll, from the health layer (which records them)."""
+    """The unusable devices (BDF -> why) at every poll, from the health layer (which records them), and the
+    quarantined ones (vgpukit quarantine / drain / remediate: docs/health.md, "Remediation")."""
     from ..health import fact
+    from ..remedy import quarantine as qr
 
     def look() -> dict[str, str]:
         fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
         try:
             devices = fact.current(fresh.host, fresh.nvml)
-            return {**fact.unusable(devices), **fact.unusable_slices(devices)}  # BDFs, and MIG devices' UUIDs
+            # BDFs, and MIG devices' UUIDs; a quarantine's reason first
+            return {**fact.unusable(devices), **fact.unusable_slices(devices), **qr.reasons(fresh.host)}
+        finally:
+            fresh.close()
+
+    return look
+
+
+def _evicting(app: App) -> Callable[[], dict[str, str]]:
+    """The quarantined devices whose pods Kubernetes should evict (BDF -> why) at every publication."""
+    from ..remedy import quarantine as qr
+
+    def look() -> dict[str, str]:
+        fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
+        try:
+            return qr.evicting(fresh.host)
         finally:
             fresh.close()
 
@@ -294,6 +311,7 @@ def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float, par
     _log_to_stderr("vgpukit.k8s.dra")
     api = resource_api(kubeconfig)
     driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app), partitionable, taints)
+    driver.evicting = _evicting(app)  # drained / remediated devices: the taint's effect is NoExecute
     stop = Stop().on_signals()  # before the servers: a SIGTERM from then on ends the plugin cleanly
     plugin = Plugin(app.host, driver, interval, Publisher(api, node)).start()
     say(f"vgpukit DRA plugin: {app.host.display(registry_socket(app.host))}, node {node}")

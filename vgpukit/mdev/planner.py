@@ -11,10 +11,12 @@ parses command lines.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..engine import Step
 from ..errors import Conflict, InUse, InvalidInput, NotFound
 from ..host import Host
+from ..host_layout import BDF_RE
 from ..naming import unknown
 from . import callouts, mdevctl, sysfs
 from .model import (
@@ -46,6 +48,7 @@ class Facts:
     callouts: bool = False  # whether any call-out or notifier script is installed
     domains: dict[str, tuple[str, ...]] = field(default_factory=dict)  # uuid -> running libvirt domains naming it
     home: str = ""  # mdevctl's definition directory, as the user sees it (read from the host door)
+    quarantined: dict[str, Any] = field(default_factory=dict)  # parent -> the quarantine covering it
 
     def parent(self, name: str) -> MdevParent:
         """Parent ``name``; the one 'not on this host' refusal (exit 3) otherwise."""
@@ -80,7 +83,22 @@ def read(host: Host, definitions: bool = True, uri: str | None = None) -> Facts:
         doms = {u: tuple(names) for u, names in running_users(uri).items() if names}
     parents, instances = tuple(sysfs.parents(host)), tuple(sysfs.instances(host))
     home = host.display(host.mdevctl_dir())
-    return Facts(parents, instances, tuple(defs), files, callouts.installed(host), doms, home)
+    from ..remedy import quarantine as qr  # a quarantined device (or the PF of a VF parent) takes no mdev
+
+    found = qr.load(host)
+    held = {p.name: q for p in parents if BDF_RE.match(p.name) and (q := qr.covering(found, host, p.name))}
+    return Facts(parents, instances, tuple(defs), files, callouts.installed(host), doms, home, held)
+
+
+def refuse_quarantined(facts: Facts, parents: list[str]) -> list[str]:
+    """``parents`` without the quarantined ones; the quarantine refusal when that leaves none."""
+    from ..remedy import quarantine as qr
+
+    left = [p for p in parents if p not in facts.quarantined]
+    if parents and not left:
+        q = facts.quarantined[parents[0]]
+        raise qr.refusal(q, parents[0], "piece" if q.bdf != parents[0] else "")
+    return left
 
 
 @dataclass
@@ -174,6 +192,9 @@ def create(facts: Facts, req: Create) -> MdevPlan:
         type_of(facts, req.parent, req.type_id)
     elif req.among is not None:
         known = [p for p in known if p.name in req.among]
+    if facts.quarantined:  # a named quarantined parent is refused; the planner's own choice skips them
+        keep = refuse_quarantined(facts, [p.name for p in known])
+        known = [p for p in known if p.name in keep]
     uid = check_uuid(req.uuid) if req.uuid is not None else None
     out = MdevPlan()
     if uid is not None:
@@ -250,6 +271,7 @@ def start(facts: Facts, d: Definition, force: bool = False) -> Start:
         return Start("conflict", f"UUID is active as {active.type_id} on {active.parent}")
     if not any(p.name == d.parent for p in facts.parents):
         return Start("parent-absent", "parent not present; started when it appears (udev rule)")
+    refuse_quarantined(facts, [d.parent])
     room = facts.parent(d.parent).type(d.type_id)
     if room is None:
         type_of(facts, d.parent, d.type_id)

@@ -226,6 +226,9 @@ def build_plans(
         health = fact.unusable_now(scan.host, nvml, scan=scan)
     gpus = nvml.gpus()
     names = _names(scan)
+    from ..remedy import quarantine as qr  # a quarantined GPU is refused like an unusable one
+
+    quarantined = qr.load(scan.host) if scan is not None else {}
     plans = []
     for c in walk(entries, gpus, device_ids(scan, gpus), source):
         entry = c.entry
@@ -240,6 +243,8 @@ def build_plans(
             )
         gpu = c.gpu
         label = _label(names, gpu)
+        if scan is not None and quarantined:
+            qr.refuse(scan.host, gpu.bdf, label, quarantined)
         layout.refuse_unusable(gpu, label, health)  # the health fact (BDF -> why), before any NVML call on it
         current, pending = nvml.mig_mode(gpu.index)
         if mode_only:

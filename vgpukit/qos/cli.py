@@ -147,6 +147,9 @@ def tenant_add(
         inflight=inflight,
         inflight_ms=inflight_ms,
     ).validate()
+    from .planner import refuse_quarantined
+
+    refuse_quarantined(app.host, [gpu])  # the planner's quarantine rule, before the daemon is asked
     reply = control.request(
         app.host, {"op": "tenant-add", "gpu": gpu, "name": name, "tenant": t.to_dict(), "dry_run": app.dry_run}
     )

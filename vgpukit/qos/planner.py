@@ -198,6 +198,29 @@ class Plan:
     warnings: list[str]
 
 
+def refuse_quarantined(host: Host, keys: list[str]) -> None:
+    """The quarantine rule: no new tenant on a quarantined device, named by its alias (gpu3) or address."""
+    from ..remedy import quarantine as qr
+
+    found = qr.load(host)
+    if not found or not keys:
+        return
+    from ..naming import aliases
+    from ..pci import Scan
+
+    names = aliases(Scan(host), light=True)
+    by_key = {
+        k.lower(): (q, f"{names[b]} ({b})" if b in names else b)
+        for b, q in found.items()
+        for k in (b, names.get(b))
+        if k
+    }
+    for key in keys:
+        hit = by_key.get(key.lower())
+        if hit is not None:
+            raise qr.refusal(*hit)
+
+
 def plan_config(host: Host, want: QosConfig) -> Plan:
     """The steps that make ``/etc/vgpukit/qos.yaml`` the config ``want`` (none when the file, or what
     the daemon runs with its run-time changes, already is); refused as the rules say. The run-time
@@ -207,8 +230,11 @@ def plan_config(host: Host, want: QosConfig) -> Plan:
     warnings = [w for g in want.gpus.values() for t in g.tenants for w in library_warnings(lib, t.name, caps(t))]
     path = default_config_path(host)
     base = load_base(host, path)
-    if want.to_dict() in (base.to_dict(), effective(base, Overlay.load(host))[0].to_dict()):
+    running = effective(base, Overlay.load(host))[0]
+    if want.to_dict() in (base.to_dict(), running.to_dict()):
         return Plan([], warnings)
+    had = {(k, t.name) for k, g in running.gpus.items() for t in g.tenants}
+    refuse_quarantined(host, [k for k, g in want.gpus.items() for t in g.tenants if (k, t.name) not in had])
     text = yaml.safe_dump(want.to_dict(), sort_keys=False)
     shown = host.display(path)
     return Plan([PutFile(shown, text, 0o644, what=f"write the QoS config {shown}")], warnings)

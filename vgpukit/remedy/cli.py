@@ -135,7 +135,7 @@ def quarantine_cmd(app: App, device: str, reason: str | None, evict: bool) -> No
     from . import quarantine as qr
 
     f = _facts(app, device)
-    q = qr.make(app.host, f.bdf, f.name, _reason(reason, "quarantined by the operator"), evict=evict)
+    q = qr.make(app.host, f.bdf, f.name, _reason(reason, ""), evict=evict)
     plan = planner.Plan(f.bdf, f.label, holders=list(f.holders))
     plan.steps = planner.quarantine(f, q, app.host.display(app.host.quarantine_record(f.bdf)))
     _run(app, "quarantine", plan, "quarantine")
@@ -187,7 +187,7 @@ def drain_cmd(
     from . import quarantine as qr
 
     f = _facts(app, device)
-    q = qr.make(app.host, f.bdf, f.name, _reason(reason, "drained by the operator"), evict=True)
+    q = qr.make(app.host, f.bdf, f.name, _reason(reason, "draining"), evict=True)
     path = app.host.display(app.host.quarantine_record(f.bdf))
     plan = planner.plan_drain(f, _policy(vms, dest, uri, timeout, force), q, path, _claims(app, f))
     _run(app, "drain", plan, "drain")
@@ -254,7 +254,7 @@ def remediate_cmd(
 
     f = _facts(app, device)
     action, source, finding = _action(app, f)
-    why = _reason(reason, f"remediation ({finding or action})")
+    why = _reason(reason, f"remediating ({finding or action})")
     q = qr.make(app.host, f.bdf, f.name, why, "remediate", evict=True, finding=finding, action=action)
     path = app.host.display(app.host.quarantine_record(f.bdf))
     plan = planner.plan_remediate(f, _policy(vms, dest, uri, timeout, force), q, path, action, source, _claims(app, f))

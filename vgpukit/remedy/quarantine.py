@@ -143,15 +143,30 @@ def refuse(host: Host, bdf: str, label: str, found: dict[str, Quarantine] | None
         raise refusal(q, label, "piece" if q.bdf != bdf else "")
 
 
+def _with_vfs(host: Host, found: dict[str, Quarantine]) -> dict[str, Quarantine]:
+    """``found`` and the VFs of each quarantined PF (by its ``virtfnN`` links), each with its PF's record."""
+    out = dict(found)
+    for bdf, q in found.items():
+        entries = host.listdir(host.pci_device(bdf)) if host.is_dir(host.pci_device(bdf)) else []
+        for name in entries:
+            if name.startswith("virtfn"):
+                vf = host.link_name(host.pci_device(bdf, name))
+                if vf:
+                    out.setdefault(vf, q)
+    return out
+
+
 def reasons(host: Host) -> dict[str, str]:
-    """BDF -> "quarantined: why", of the quarantined devices (what the Kubernetes plugins' health view
-    adds: the device plugin lists them Unhealthy, the DRA driver taints them)."""
-    return {bdf: q.why() for bdf, q in load(host).items()}
+    """BDF -> "quarantined: why", of the quarantined devices and their VFs (what the Kubernetes plugins'
+    health view adds: the device plugin lists them Unhealthy, the DRA driver taints them; a MIG slice, a
+    vGPU or an mdev is covered by its GPU's address)."""
+    return {bdf: q.why() for bdf, q in _with_vfs(host, load(host)).items()}
 
 
-def evicting(host: Host) -> set[str]:
-    """The quarantined devices whose pods Kubernetes should evict (the DRA taint's effect NoExecute)."""
-    return {bdf for bdf, q in load(host).items() if q.evict}
+def evicting(host: Host) -> dict[str, str]:
+    """Of :func:`reasons`, the devices whose pods Kubernetes should evict (the DRA taint's effect
+    NoExecute: ``vgpukit drain``, ``remediate`` and ``quarantine --evict`` ask for it)."""
+    return {bdf: q.why() for bdf, q in _with_vfs(host, load(host)).items() if q.evict}
 
 
 def boot_id(host: Host) -> str:

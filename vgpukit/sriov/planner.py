@@ -294,6 +294,9 @@ def plan_enable(facts: Facts, req: EnableRequest) -> list[Step]:
     why = facts.unusable(pf.bdf)
     if why is not None:  # the health rule: no VFs are carved out of an unusable device
         raise DeviceUnusable(f"{pf.bdf} is unusable: {why}", device=pf.bdf, hint=f"see: vgpukit health {pf.bdf}")
+    from ..remedy import quarantine as qr  # nor out of a quarantined one
+
+    qr.refuse(facts.host, pf.bdf, pf.bdf)
     count, driver = req.count, req.driver
     if driver not in DRIVER_MODES:
         raise InvalidInput(f"--driver must be one of {', '.join(DRIVER_MODES)}", value=driver)

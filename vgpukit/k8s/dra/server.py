@@ -88,6 +88,7 @@ class Driver:
         self.open_host = open_host
         self.read_claim = read_claim
         self.health = health
+        self.evicting: Callable[[], dict[str, str]] = dict  # devices whose taint evicts (NoExecute): drained
         self.lock = threading.Lock()
         self.registered: bool | None = None
         self.registration_error = ""
@@ -135,7 +136,13 @@ class Driver:
                 close()
         offered = [d for d in slices.offered(dra_devices(inv), sick, self.taints_ok) if d.device.id not in hidden]
         entries = [slices.device_entry(d, inv.pci, facts) for d in offered]
-        marked = [slices.taint(e) if slices.unusable(d, sick) else e for d, e in zip(offered, entries, strict=True)]
+        evict = self.evicting() if self.taints_ok else {}
+        marked = [
+            slices.taint(e, "NoExecute" if slices.unusable(d, evict) else "NoSchedule")
+            if slices.unusable(d, sick)
+            else e
+            for d, e in zip(offered, entries, strict=True)
+        ]
         return marked, parts
 
     def prepare(self, claim: dra.Claim) -> dra.NodePrepareResourceResponse:

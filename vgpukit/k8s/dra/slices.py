@@ -123,11 +123,12 @@ def offered(devices: dict[str, DraDevice], sick: dict[str, str], tainted: bool =
 TAINT_KEY = f"{DRIVER}/unhealthy"
 
 
-def taint(entry: dict[str, Any]) -> dict[str, Any]:
+def taint(entry: dict[str, Any], effect: str = "NoSchedule") -> dict[str, Any]:
     """The device entry with the health layer's taint (resource.k8s.io/v1 ``DeviceTaint``, feature gate
-    ``DRADeviceTaints``): NoSchedule, so no new claim gets it; pods already running keep it (a NoExecute
-    taint, evicting them, is the operator's call: a DeviceTaintRule)."""
-    return {**entry, "taints": [{"key": TAINT_KEY, "value": "unusable", "effect": "NoSchedule"}]}
+    ``DRADeviceTaints``): NoSchedule, so no new claim gets it; pods already running keep it. NoExecute,
+    evicting them, is the operator's call: ``vgpukit drain`` / ``remediate`` (a quarantine asking Kubernetes
+    to evict), or a DeviceTaintRule."""
+    return {**entry, "taints": [{"key": TAINT_KEY, "value": "unusable", "effect": effect}]}
 
 
 def _stored(devices: Any) -> list[Any]:
