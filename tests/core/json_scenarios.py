@@ -127,6 +127,17 @@ def host_session(run: Session, tmp: Path) -> None:
     assert run.run_cli(sim, "sim", "fault", "add", "CreateGpuInstance", "--nth", "5").exit_code == 0
     run(sim, "sim", "fault", "list")
     run(sim, "recover")
+    assert run.run_cli(sim, "sim", "fault", "clear").exit_code == 0
+    run(sim, "quarantine", "gpu6", "--reason", "bench test")
+    run(sim, "release", "gpu6")
+    run(sim, "drain", "gpu6", "--dry-run")
+    run(sim, "reset", "gpu6")
+    assert run.run_cli(sim, "sim", "fault", "xid", "gpu7", "95").exit_code == 0
+    run(sim, "remediate", "gpu7", "--dry-run")
+    run(sim, "remediate", "gpu7")
+    assert run.run_cli(sim, "sim", "fault", "xid", "gpu7", "79").exit_code == 0
+    run(sim, "remediate", "gpu7", ok=(5,))
+    run(sim, "health", ok=(4,))
     run(sim, "units", "list")
     run(sim, "units", "install", "vgpukit-qos.service")
 

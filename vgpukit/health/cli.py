@@ -62,6 +62,14 @@ def _render(devices: list[DeviceHealth]) -> None:
             say(f"  {_stamp(e.time)}  {e.line()}")
 
 
+def _remedy(lines: list[str]) -> None:
+    if lines:
+        say("")
+        say("remediation:")
+        for line in lines:
+            say(line)
+
+
 def _stamp(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
@@ -111,7 +119,11 @@ def health(
     devices = _select(app, device, found.devices)  # a name it does not watch: refused, nothing recorded
     record_log.save(app.host, record)
     if not watch:
-        emit(app, "health", {"devices": [d.as_dict() for d in devices], "window": window}, lambda: _render(devices))
+        from ..remedy import view  # quarantined devices and this boot's remediations (docs/health.md)
+
+        cure = view.section(app.host)
+        doc = {"devices": [d.as_dict() for d in devices], "window": window, "remediation": cure}
+        emit(app, "health", doc, lambda: (_render(devices), _remedy(view.lines(cure))))
         ctx.exit(exit_code(devices))
     chosen = {d.bdf for d in devices} if device is not None else None
     for e in found.new_events:  # what came since the last look, first

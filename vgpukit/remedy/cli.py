@@ -21,6 +21,8 @@ from ..errors import VgpukitError
 from ..inputs import check_text
 from ..libvirt.connection import DEFAULT_URI
 
+# the document kinds (vgpukit.<kind>/v1): vgpukit/data/schemas/<kind>.json
+KINDS = ("quarantine", "release", "drain", "reset", "remediate")
 reason_option = click.option("--reason", metavar="WHY", help="Why (kept in the record and shown by every refusal).")
 vms_option = click.option(
     "--vms",
@@ -88,11 +90,21 @@ def _record(app: App, plan: Any, what: str, outcome: str, started: float, messag
 
     if app.dry_run:
         return
-    run = Run(started, plan.label, plan.bdf, what, outcome, plan.action, plan.escalate, time.time() - started, message)
+    run = Run(
+        started,
+        plan.label.split(" (")[0],
+        plan.bdf,
+        what,
+        outcome,
+        plan.action,
+        plan.escalate,
+        time.time() - started,
+        message,
+    )
     add(app.host, run)
 
 
-def _run(app: App, kind: str, plan: Any, what: str, extra: dict[str, Any] | None = None) -> None:
+def report(app: App, kind: str, plan: Any, what: str, extra: dict[str, Any] | None = None) -> None:
     """Execute ``plan``, record it, report it (the plan, the holders, what is rebuilt)."""
     from ..engine import execute
 
@@ -105,7 +117,8 @@ def _run(app: App, kind: str, plan: Any, what: str, extra: dict[str, Any] | None
     outcome = "escalated" if plan.escalate else "done"
     if plan.steps or plan.escalate:
         _record(app, plan, what, outcome, started, plan.escalate and f"needs a {plan.escalate}")
-    data = {**plan.as_dict(), "steps": [s.to_dict() for s in plan.steps], **(extra or {})}
+    steps = [{**s.to_dict(), "text": s.describe()} for s in plan.steps]  # a file step's own "text" is its content
+    data = {**plan.as_dict(), "steps": steps, **(extra or {})}
 
     def human() -> None:
         _holders(plan.holders)
@@ -138,7 +151,7 @@ def quarantine_cmd(app: App, device: str, reason: str | None, evict: bool) -> No
     q = qr.make(app.host, f.bdf, f.name, _reason(reason, ""), evict=evict)
     plan = planner.Plan(f.bdf, f.label, holders=list(f.holders))
     plan.steps = planner.quarantine(f, q, app.host.display(app.host.quarantine_record(f.bdf)))
-    _run(app, "quarantine", plan, "quarantine")
+    report(app, "quarantine", plan, "quarantine")
 
 
 @click.command("release")
@@ -154,7 +167,7 @@ def release_cmd(app: App, device: str) -> None:
     f = _facts(app, device)
     plan = planner.Plan(f.bdf, f.label)
     plan.steps = planner.release(f, app.host.display(app.host.quarantine_record(f.bdf)))
-    _run(app, "release", plan, "release")
+    report(app, "release", plan, "release")
 
 
 def _policy(vms: str, dest: str | None, uri: str, timeout: float, force: bool) -> Any:
@@ -190,7 +203,7 @@ def drain_cmd(
     q = qr.make(app.host, f.bdf, f.name, _reason(reason, "draining"), evict=True)
     path = app.host.display(app.host.quarantine_record(f.bdf))
     plan = planner.plan_drain(f, _policy(vms, dest, uri, timeout, force), q, path, _claims(app, f))
-    _run(app, "drain", plan, "drain")
+    report(app, "drain", plan, "drain")
 
 
 def _action(app: App, f: Any) -> tuple[str, str, str]:
@@ -224,7 +237,7 @@ def reset_cmd(app: App, device: str) -> None:
 
     f = _facts(app, device)
     action, source, _ = _action(app, f)
-    _run(app, "reset", planner.plan_reset(f, action, source), "reset")
+    report(app, "reset", planner.plan_reset(f, action, source), "reset")
 
 
 @click.command("remediate")
@@ -258,7 +271,7 @@ def remediate_cmd(
     q = qr.make(app.host, f.bdf, f.name, why, "remediate", evict=True, finding=finding, action=action)
     path = app.host.display(app.host.quarantine_record(f.bdf))
     plan = planner.plan_remediate(f, _policy(vms, dest, uri, timeout, force), q, path, action, source, _claims(app, f))
-    _run(app, "remediate", plan, "remediate")
+    report(app, "remediate", plan, "remediate")
     if plan.escalate:
         from ..errors import Unsupported
 
