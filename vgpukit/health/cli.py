@@ -48,7 +48,7 @@ def _look(app: App, table: xid.XidTable, window: float, watcher: EventWatcher | 
     return found
 
 
-def _render(devices: list[DeviceHealth]) -> None:
+def _render(devices: list[DeviceHealth], remedy: list[str] | None = None) -> None:
     rows = []
     for d in devices:
         rows.append([d.device, d.bdf, d.state, d.action, "; ".join(d.reasons)])
@@ -60,13 +60,10 @@ def _render(devices: list[DeviceHealth]) -> None:
         say("recent events:")
         for e in recent:
             say(f"  {_stamp(e.time)}  {e.line()}")
-
-
-def _remedy(lines: list[str]) -> None:
-    if lines:
+    if remedy:
         say("")
         say("remediation:")
-        for line in lines:
+        for line in remedy:
             say(line)
 
 
@@ -123,7 +120,7 @@ def health(
 
         cure = view.section(app.host)
         doc = {"devices": [d.as_dict() for d in devices], "window": window, "remediation": cure}
-        emit(app, "health", doc, lambda: (_render(devices), _remedy(view.lines(cure))))
+        emit(app, "health", doc, lambda: _render(devices, view.lines(cure)))
         ctx.exit(exit_code(devices))
     chosen = {d.bdf for d in devices} if device is not None else None
     for e in found.new_events:  # what came since the last look, first
