@@ -35,7 +35,7 @@ from ..vgpu.catalog import short_name
 from ..vgpu.model import MDEV, GpuView
 from .document import HostConfig, Selector, VgpuWant
 
-AREAS = ("sriov", "bind", "mdev", "vgpu", "mig", "qos")
+AREAS = ("sriov", "bind", "mdev", "vgpu", "mig", "qos", "remediation")
 IDS_RE = re.compile(r"([0-9a-fA-F]{4}):([0-9a-fA-F]{4})\Z")
 FORCE_KEY = "set force: true on the vfio entry"  # how a host config overrides what --force overrides
 T = TypeVar("T")
@@ -173,6 +173,7 @@ def _plan(ctx: _Ctx) -> Plan:
     out.add("mdev", mdev_add)
     out.add("vgpu", vgpu_add)
     out.add("qos", _qos(ctx, out))
+    out.add("remediation", _remediation(ctx))
     return out
 
 
@@ -313,3 +314,16 @@ def _qos(ctx: _Ctx, out: Plan) -> list[Step]:
     found = qos_planner.plan_config(ctx.host, want)
     out.warnings += found.warnings
     return found.steps
+
+
+# ----------------------------------------------------------------------------- remediation
+def _remediation(ctx: _Ctx) -> list[Step]:
+    """The ``remediation:`` section: the policy file the runner reads (docs/health.md, "Remediation")."""
+    if ctx.cfg.remediation is None:
+        return []
+    from ..remedy import policy
+
+    try:
+        return policy.plan_config(ctx.host, ctx.cfg.remediation)
+    except VgpukitError as err:
+        raise InvalidInput(f"{ctx.cfg.source}:{ctx.cfg.line}: config {ctx.cfg.name}: {err}") from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -17,7 +18,7 @@ from ..clikit.context import App
 from ..clikit.options import dry_run_option, json_option, mutating
 from ..clikit.output import emit_result, say, table
 from ..clikit.params import DEVICE, AsciiFloat
-from ..errors import VgpukitError
+from ..errors import InvalidInput, VgpukitError
 from ..inputs import check_text
 from ..libvirt.connection import DEFAULT_URI
 
@@ -241,7 +242,17 @@ def reset_cmd(app: App, device: str) -> None:
 
 
 @click.command("remediate")
-@click.argument("device", type=DEVICE)
+@click.argument("device", type=DEVICE, required=False)
+@click.option("--auto", is_flag=True, help="Run the remediation policy on every device instead (no DEVICE).")
+@click.option(
+    "--policy",
+    "policy_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --auto: this policy (YAML) instead of /etc/vgpukit/remediation.yaml (what apply installed).",
+)
+@click.option(
+    "--for", "seconds", type=AsciiFloat(0, 31536000), metavar="SECONDS", help="With --auto: stop after SECONDS."
+)
 @vms_option
 @to_option
 @connect_option
@@ -253,15 +264,33 @@ def reset_cmd(app: App, device: str) -> None:
 @click.pass_obj
 @mutating
 def remediate_cmd(
-    app: App, device: str, vms: str, dest: str | None, uri: str, timeout: float, force: bool, reason: str | None
+    app: App,
+    device: str | None,
+    auto: bool,
+    policy_file: Path | None,
+    seconds: float | None,
+    vms: str,
+    dest: str | None,
+    uri: str,
+    timeout: float,
+    force: bool,
+    reason: str | None,
 ) -> None:
-    """Quarantine, drain, reset, rebuild, verify and release DEVICE: one journaled plan.
+    """Quarantine, drain, reset, rebuild, verify and release DEVICE: one journaled plan (--auto: the policy).
 
     A crash at any step is finished or undone by the next vgpukit command; the device stays quarantined
     until verified. A device that needs a reboot (or a new part) is quarantined and drained, and the
     escalation reported: vgpukit never reboots a host. --dry-run shows every holder and every piece
     it will rebuild.
     """
+    if auto or device is None:
+        if device is not None or not auto:
+            raise InvalidInput("give DEVICE, or --auto (the policy, on every device), not both")
+        from .cli_auto import run
+
+        return run(app, policy_file, seconds)
+    if policy_file is not None or seconds is not None:
+        raise InvalidInput("--policy and --for go with --auto")
     from . import planner
     from . import quarantine as qr
 
