@@ -239,24 +239,39 @@ def labels_cmd(app: App, write: bool) -> None:
     help="The vgpukit executable that runs 'apply' (with this command's --root/--sim).",
 )
 @click.option("--once", is_flag=True, help="Act on the node's current label once, then exit.")
+@click.option(
+    "--remediate-every",
+    "remedy_s",
+    type=AsciiFloat(0, 86400),
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Run the installed remediation policy this often, its events as Kubernetes Events (0: never).",
+)
 @click.pass_obj
-def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, apply_command: str, once: bool) -> None:
+def node_agent(
+    app: App, node: str, config_file: Path, kubeconfig: str | None, apply_command: str, once: bool, remedy_s: float
+) -> None:
     """Apply the named host config that the node label vgpukit.io/config selects.
 
     Watches this Node; on a new value runs 'vgpukit apply -f FILE -c NAME --json' and reports
     vgpukit.io/config.state (pending, success, failed). Changes that would destroy devices in use
     are refused by apply and reported as failed (the agent drains nothing).
     """
-    from .agent import Agent, ApplyRunner, api_error, kube_api
+    from .agent import Agent, ApplyRunner, RemedyRunner, api_error, kube_api
 
     runner = ApplyRunner(apply_command, config_file, root=app.root, sim_dir=app.sim_dir)
     agent = Agent(kube_api(kubeconfig), node, runner, log=_log)
+    if remedy_s > 0:  # the policy the applied config installed (none: no events)
+        agent.remedy = RemedyRunner(apply_command, root=app.root, sim_dir=app.sim_dir)
+        agent.remedy_s = remedy_s
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # a watch blocks in a read: interrupt it
         signal.signal(sig, _exit)
     if once:
         try:
             agent.reconcile(agent.current_config())
+            agent.remediate()
         except Exception as err:
             raise api_error(err) from None
         return
