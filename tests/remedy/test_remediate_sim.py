@@ -12,7 +12,6 @@ and restored. XID 79: quarantined and drained, the reboot raised once, never res
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import threading
 from pathlib import Path
@@ -80,7 +79,8 @@ def test_hgx_a100_xid95_cures_gpu3_alone(tmp_path: Path, qemu: Any) -> None:
     tenant = subprocess.Popen(["sleep", "60"])  # the QoS tenant's process (a container's, say) on gpu3
     qos = sim / "etc" / "vgpukit" / "qos.yaml"
     qos.write_text(
-        f"gpus:\n  gpu3:\n    policy: fixed-share\n    tenants:\n      web: {{class: online, share: 60, pids: [{tenant.pid}]}}\n"
+        "gpus:\n  gpu3:\n    policy: fixed-share\n    tenants:\n"
+        f"      web: {{class: online, share: 60, pids: [{tenant.pid}]}}\n"
     )
     before = gpus(sim)
     nic_before = ok(sim, "sriov", "list", "nic0")
