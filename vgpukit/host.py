@@ -15,7 +15,6 @@ the simulator (``vgpukit.sim``) plugs in a port that plays the kernel's reaction
 
 from __future__ import annotations
 
-import errno
 import mmap
 import os
 import stat
@@ -25,8 +24,9 @@ from typing import TypeVar
 
 from . import hostio
 from .errors import InvalidInput, NotFound, OutsideRoot, from_oserror
-from .host_layout import SELF_FD, SysfsLayout
-from .hostio import Change, KernelPort, ProgramResult, RealKernel, _debug, _real_path, follow_link, run_program
+from .host_contain import Containment
+from .host_layout import SysfsLayout
+from .hostio import Change, KernelPort, ProgramResult, RealKernel, _debug, _real_path, run_program
 from .inputs import MAX_DOC_BYTES, check_component
 
 T = TypeVar("T")
@@ -40,7 +40,7 @@ def check_name(name: str, what: str = "name") -> str:
     return check_component(name, what)
 
 
-class Host(SysfsLayout):
+class Host(Containment, SysfsLayout):
     """Root-aware access to the host's files. Construct one per command; never a global.
     (A plain class: every command creates one, and a dataclass costs start-up time to define.)"""
 
@@ -102,41 +102,6 @@ class Host(SysfsLayout):
         """vgpukit's runtime state: ``/run/vgpukit``."""
         return self.run("vgpukit", *parts)
 
-    def display(self, path: Path | str) -> str:
-        """The path as the user would see it on the host (root stripped)."""
-        text = os.fspath(path)
-        if text.startswith(self._root_text + "/") and "/." not in text and "//" not in text and text[-1] != "/":
-            return text[len(self._root_text) :]  # already plain under the root: nothing to normalize
-        rel = os.path.relpath(p := os.path.abspath(path), self.root)
-        return "/" + rel if not rel.startswith("..") else p
-
-    def contains(self, path: Path | str) -> bool:
-        return not self._confined or self._inside(_real_path(path))
-
-    def _inside(self, real: str) -> bool:
-        return real == self._real_root or real.startswith(self._real_root + "/")
-
-    def _outside(self, path: Path | str) -> OutsideRoot:
-        shown = self.display(path)
-        return OutsideRoot(f"refusing {shown}: it leads outside the host root {self.root}", path=shown)
-
-    def check_inside(self, path: Path | str) -> Path:
-        """``path`` itself, refused when its resolution (symlinks followed) leaves the root."""
-        if not self.contains(path):
-            raise self._outside(path)
-        return Path(path)
-
-    def _check_fd(self, fd: int, path: Path | str) -> None:
-        """Refuse an open file whose real path lies outside the root: one readlink, no path walk."""
-        if not self._confined:
-            return
-        try:
-            real = os.readlink(f"{SELF_FD}/{fd}")
-        except OSError:  # no /proc: walk the path instead
-            real = os.path.realpath(path)
-        if not self._inside(real):
-            raise self._outside(path)
-
     # ----------------------------------------------------------------- reads
     def _read_op(self, action: str, path: Path | str, fn: Callable[[], T]) -> T:
         try:
@@ -145,74 +110,12 @@ class Host(SysfsLayout):
             raise from_oserror(exc, path=self.display(path), action=action) from exc
 
     def exists(self, path: Path | str) -> bool:
-        return os.path.lexists(path)
+        """Whether ``path`` exists (a link counts, wherever it points). Contained."""
+        return self._stat(path, follow=False) is not None
 
     def is_dir(self, path: Path | str) -> bool:
-        return os.path.isdir(path)
-
-    def _real_dir(self, directory: str, depth: int = 0) -> str:  # depth: links followed to get here
-        """Where ``directory`` really is, refused outside the root. Resolved component by component and
-        remembered for the command: an lstat per new component, a readlink only where one is a link."""
-        real = self._real_dirs.get(directory)
-        if real is not None:
-            return real
-        if directory == self._root_text:
-            real = self._real_root
-        elif depth > 40 or not directory.startswith(self._root_text + "/"):  # a link loop, or outside
-            real = _real_path(directory)
-        else:
-            parent, name = os.path.split(directory)
-            real = os.path.join(self._real_dir(parent, depth), name)
-            try:
-                if stat.S_ISLNK(os.lstat(real).st_mode):
-                    real = follow_link(real, self._real_root, self._root_text, lambda d: self._real_dir(d, depth + 1))
-            except OSError:
-                pass  # missing: opening it will say so
-        if not self._inside(real):
-            raise self._outside(directory)
-        self._real_dirs[directory] = real
-        return real
-
-    def place(self, link: Path, beside: Path) -> None:
-        """Take the link ``link`` (``/sys/bus/pci/devices/<vf>``) to lead to the real directory of its name
-        beside where ``beside`` (its PF) leads, if there is one (not read; else read when used)."""
-        if not self._confined or os.path.abspath(link) in self._real_dirs:
-            return
-        real = os.path.join(os.path.dirname(self._real_dir(os.path.abspath(beside))), os.path.basename(link))
-        try:
-            if stat.S_ISDIR(os.lstat(real).st_mode) and self._inside(real):
-                self._real_dirs[os.path.abspath(link)] = real
-        except OSError:
-            pass
-
-    def _open_contained(self, path: Path | str, flags: int) -> int:
-        """Open the file ``path`` for reading, refused when it resolves outside the root. Each directory
-        is resolved once per command, its files opened under it with ``O_NOFOLLOW``; a file that is
-        itself a symlink is opened, then checked on its own (the real path of its fd)."""
-        if not self._confined:
-            return os.open(path, flags)
-        whole = os.path.abspath(path)
-        parent, name = os.path.split(whole)
-        try:
-            target = os.path.join(self._real_dir(parent), name)
-        except OutsideRoot:
-            raise self._outside(path) from None
-        try:
-            fd = os.open(target, flags | os.O_NOFOLLOW)
-            self._plain.add(whole)  # not a link, in a directory inside: a write needs no stat
-            return fd
-        except OSError as exc:  # a symlink: ELOOP
-            if exc.errno == errno.ENOENT:
-                self._plain.add(whole)  # absent, so not a link: creating it needs no stat
-            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-                raise
-        fd = os.open(target, flags)
-        try:
-            self._check_fd(fd, path)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+        """A directory (links followed inside the root). Contained."""
+        return (st := self._stat(path)) is not None and stat.S_ISDIR(st.st_mode)
 
     def _read_bytes(self, path: Path | str, limit: int) -> bytes:
         data = hostio.read_capped(self._open_contained(path, _READ_FLAGS), limit)
@@ -223,9 +126,9 @@ class Host(SysfsLayout):
     def _attr(self, path: Path | str) -> str:
         return self._read_bytes(path, MAX_ATTR_BYTES).decode(errors="replace").strip()
 
-    def is_file(self, path: Path) -> bool:
-        """A regular file (symlinks followed), not a directory, socket or device."""
-        return path.is_file()
+    def is_file(self, path: Path | str) -> bool:
+        """A regular file (links followed inside the root), not a directory, socket or device. Contained."""
+        return (st := self._stat(path)) is not None and stat.S_ISREG(st.st_mode)
 
     def read(self, path: Path | str) -> str:
         """Text of a file (a sysfs/proc attribute), surrounding white space stripped. Contained."""
@@ -246,11 +149,10 @@ class Host(SysfsLayout):
         except OSError as exc:
             raise from_oserror(exc, path=self.display(path), action="reading") from exc
 
-    def read_bytes_opt(self, path: Path, limit: int) -> bytes | None:
-        """At most ``limit`` bytes of a binary file, or None when it does not exist."""
+    def read_bytes_opt(self, path: Path | str, limit: int) -> bytes | None:
+        """At most ``limit`` bytes of a binary file, or None when it does not exist. Contained."""
         try:
-            with open(path, "rb") as f:
-                return f.read(limit)
+            return hostio.read_capped(self._open_contained(path, _READ_FLAGS), limit)[:limit]
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -289,7 +191,7 @@ class Host(SysfsLayout):
         ``missing_ok``."""
         shown = os.fspath(path) if user_file else self.display(path)
         try:
-            fd = os.open(path, _READ_FLAGS)
+            fd = os.open(path, _READ_FLAGS) if user_file else self._open_contained(path, _READ_FLAGS)
         except FileNotFoundError as exc:
             if missing_ok:
                 return None
@@ -297,26 +199,11 @@ class Host(SysfsLayout):
         except OSError as exc:
             raise from_oserror(exc, path=shown, action=f"reading {what}") from None
         try:
-            if not user_file:
-                self._check_fd(fd, path)
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise InvalidInput(f"{what} {shown} is not a regular file", path=shown)
-            if st.st_size > max_bytes:
-                raise InvalidInput(f"{what} {shown} is larger than {max_bytes} bytes", path=shown)
-            data = os.read(fd, st.st_size + 1)  # one read for a regular file; more if it grew meanwhile
-            while data and len(data) <= max_bytes and (more := os.read(fd, max_bytes + 1 - len(data))):
-                data += more
+            return hostio.read_document(fd, f"{what} {shown}", max_bytes)
         except OSError as exc:
             raise from_oserror(exc, path=shown, action=f"reading {what}") from None
-        finally:
-            os.close(fd)
-        if len(data) > max_bytes:
-            raise InvalidInput(f"{what} {shown} is larger than {max_bytes} bytes", path=shown)
-        try:
-            return data.decode()
-        except UnicodeDecodeError:
-            raise InvalidInput(f"{what} {shown} is not UTF-8 text", path=shown) from None
+        except ValueError as exc:
+            raise InvalidInput(str(exc), path=shown) from None
 
     def listdir(self, path: Path | str) -> list[str]:
         """Sorted entries of a directory; empty when it does not exist. Contained."""
@@ -341,7 +228,7 @@ class Host(SysfsLayout):
     def readlink(self, path: Path | str) -> str | None:
         """A symlink's target as text (never followed here; use :meth:`resolve` to use it as a path)."""
         try:
-            return os.readlink(path)
+            return os.readlink(self._where(path))
         except OSError:
             return None
 
@@ -351,11 +238,8 @@ class Host(SysfsLayout):
 
     def char_device(self, path: Path | str) -> tuple[int, int] | None:
         """(major, minor) of a character device node, or None (absent, or not a real node)."""
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        return (os.major(st.st_rdev), os.minor(st.st_rdev)) if stat.S_ISCHR(st.st_mode) else None
+        st = self._stat(path)
+        return (os.major(st.st_rdev), os.minor(st.st_rdev)) if st is not None and stat.S_ISCHR(st.st_mode) else None
 
     def resolve(self, path: Path) -> Path:
         """Canonical path, which must stay inside the root."""

@@ -124,6 +124,28 @@ class DirFiles:
         return os.path.basename(target.rstrip("/")) if target else None
 
 
+def read_document(fd: int, shown: str, max_bytes: int) -> str:
+    """The text of the open regular file ``fd`` (closed here): ValueError naming ``shown`` when it is
+    not a regular file, is larger than ``max_bytes`` or is not UTF-8."""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{shown} is not a regular file")
+        if st.st_size > max_bytes:
+            raise ValueError(f"{shown} is larger than {max_bytes} bytes")
+        data = os.read(fd, st.st_size + 1)  # one read for a regular file; more if it grew meanwhile
+        while data and len(data) <= max_bytes and (more := os.read(fd, max_bytes + 1 - len(data))):
+            data += more
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise ValueError(f"{shown} is larger than {max_bytes} bytes")
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        raise ValueError(f"{shown} is not UTF-8 text") from None
+
+
 def map_regular(fd: int) -> mmap.mmap | None:
     """The open file ``fd`` mapped read-only when it is a non-empty regular file, else None; closes ``fd``."""
     try:

@@ -187,3 +187,10 @@ def test_read_doc_rules(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="not a regular file"):
         h.read_doc("/dev/zero", "config", user_file=True)
     assert h.read_doc(tmp_path / "missing", "config", missing_ok=True) is None
+
+
+def test_ld_so_cache_linked_to_a_file_outside(host: FuzzHost, outside: Path) -> None:
+    """Issue 29: the CDI collector read /etc/ld.so.cache with a plain open() and followed a planted link."""
+    (outside / "ld.so.cache").write_bytes(b"glibc-ld.so.cache1.1" + SECRET.encode())
+    link_out(host, "etc/ld.so.cache", outside / "ld.so.cache")
+    refused(run(host, "cdi", "generate", "--dry-run", "--class", "gpu"), "/etc/ld.so.cache")
