@@ -177,6 +177,7 @@ def targets_for(
         check_not_console(t)
         check_iommu(host, t)
         t.element(mac=mac, vlan=vlan)  # --mac on a non-NIC is bad input now, not after connecting
+    check_not_quarantined(host, targets)
     return targets
 
 
@@ -209,7 +210,6 @@ def targets(host: Host, req: Attach, nvml: Nvml | None = None) -> list[AttachTar
 def plan_attach(host: Host, lv: Libvirt, req: Attach, found: list[AttachTarget]) -> AttachOutcome:
     """Rules 2 and 3: the steps that give ``found`` (:func:`targets` of ``req``) to ``req.domain``."""
     domain = req.domain
-    check_not_quarantined(host, found)
     do_live, do_config = scopes_for(lv, domain, req.live, req.config)
     taken = holders(lv, domain)
     for t in found:

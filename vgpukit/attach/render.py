@@ -10,7 +10,7 @@ from ..libvirt.domain import Device
 from .devices import AttachTarget, resolve
 from .hostfacts import firmware_for, hugepage_warnings, placement_for
 from .model import DomainSpec
-from .planner import check_iommu, check_not_console
+from .planner import check_iommu, check_not_console, check_not_quarantined
 
 if TYPE_CHECKING:
     from ..nvml import Nvml
@@ -49,6 +49,7 @@ def domain(
         try:
             check_not_console(t)
             check_iommu(host, t)
+            check_not_quarantined(host, [t])
         except (Busy, Conflict) as exc:  # rendering is allowed; starting that VM would fail or take the console
             warnings.append(str(exc))
     fw = firmware_for(host, firmware)

@@ -122,7 +122,8 @@ def create(facts: Facts, mdev: mdev_planner.Facts | None, wanted: str, count: in
     if facts.quarantined is not None:  # nothing is carved from a quarantined GPU (legacy: its mdev planner says so)
         from ..remedy import quarantine as qr
 
-        raise qr.refusal(facts.quarantined, facts.label)
+        label = f"{facts.gpu.alias} ({facts.gpu.bdf})" if facts.gpu.alias else facts.gpu.bdf
+        raise qr.refusal(facts.quarantined, label)
     t = find_type(facts.types, facts.gpu, wanted)
     if interface == MDEV:
         assert mdev is not None
