@@ -3,7 +3,7 @@
 
 Each look reads every watched device's health (the record saved, as the health watcher does) and, for
 a device that needs something (its action: NVML's recovery action where the driver has one, else the
-health layer's), does what the policy's ``on`` says -- ``quarantine``, ``drain`` or ``remediate`` --
+health layer's), does what the policy's ``start`` says -- ``quarantine``, ``drain`` or ``remediate`` --
 through the same planner and change engine as the commands, under the host lock, one device after the
 other. Limits (the run history of this boot, :mod:`.history`):
 

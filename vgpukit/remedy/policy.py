@@ -6,7 +6,7 @@ like the QoS config), which the long-running runner reads (:mod:`.auto`: the nod
 ``vgpukit remediate --auto``). Keys (all optional; the defaults below)::
 
     remediation:
-      on:                    # what a device's action starts: remediate | drain | quarantine | none
+      start:                 # what a device's action starts: remediate | drain | quarantine | none
         reset: remediate     #   (the action: NVML's recovery action where the driver has one, else the
         drain: drain         #    health layer's, from the XID catalog)
         reboot: drain        # a reboot or a replacement is never done: the device is quarantined and
@@ -35,7 +35,7 @@ from ..inputs import load_yaml
 
 WHAT = ("remediate", "drain", "quarantine", "none")
 ACTIONS = ("reset", "drain", "reboot", "replace")
-DEFAULT_ON = {"reset": "remediate", "drain": "drain", "reboot": "drain", "replace": "drain"}
+DEFAULT_START = {"reset": "remediate", "drain": "drain", "reboot": "drain", "replace": "drain"}
 MAX_BYTES = 64 * 1024
 
 
@@ -47,7 +47,7 @@ class Rate:
 
 @dataclass(frozen=True)
 class Policy:
-    on: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_ON))
+    start: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_START))
     vms: str = "shutdown"
     to: str | None = None
     connect: str = "qemu:///system"
@@ -60,11 +60,11 @@ class Policy:
 
     def what(self, action: str) -> str:
         """What a device needing ``action`` gets (an action the policy does not name: nothing)."""
-        return self.on.get(action, "none")
+        return self.start.get(action, "none")
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
-            "on": dict(self.on),
+            "start": dict(self.start),
             "vms": self.vms,
             "connect": self.connect,
             "timeout": self.timeout,
@@ -101,19 +101,19 @@ def from_dict(doc: Any) -> Policy:
     line naming the key, never quoting the value."""
     if not isinstance(doc, dict):
         raise InvalidInput("remediation must be a mapping")
-    known = {"on", "vms", "to", "connect", "timeout", "force", "retries", "per-device", "per-host", "interval"}
+    known = {"start", "vms", "to", "connect", "timeout", "force", "retries", "per-device", "per-host", "interval"}
     if set(doc) - known:
         raise InvalidInput(f"remediation: unknown key (allowed: {', '.join(sorted(known))})")
-    on = dict(DEFAULT_ON)
-    raw_on = doc.get("on", {})
-    if not isinstance(raw_on, dict) or set(raw_on) - set(ACTIONS):
-        raise InvalidInput(f"remediation: on takes {', '.join(ACTIONS)}")
-    for action, what in raw_on.items():
+    start = dict(DEFAULT_START)
+    raw = doc.get("start", {})
+    if not isinstance(raw, dict) or set(raw) - set(ACTIONS):
+        raise InvalidInput(f"remediation: start takes {', '.join(ACTIONS)}")
+    for action, what in raw.items():
         if what not in WHAT:
-            raise InvalidInput(f"remediation: on.{action} must be one of {', '.join(WHAT)}")
+            raise InvalidInput(f"remediation: start.{action} must be one of {', '.join(WHAT)}")
         if action in ("reboot", "replace") and what == "remediate":
-            raise InvalidInput(f"remediation: on.{action} cannot be remediate: a reset does not cure it (drain)")
-        on[action] = what
+            raise InvalidInput(f"remediation: start.{action} cannot be remediate: a reset does not cure it (drain)")
+        start[action] = what
     vms = doc.get("vms", "shutdown")
     if vms not in ("migrate", "managedsave", "shutdown", "fail"):
         raise InvalidInput("remediation: vms must be one of migrate, managedsave, shutdown, fail")
@@ -126,7 +126,7 @@ def from_dict(doc: Any) -> Policy:
     if not isinstance(force, bool):
         raise InvalidInput("remediation: force must be true or false")
     return Policy(
-        on,
+        start,
         vms,
         doc.get("to"),
         doc.get("connect", "qemu:///system"),
