@@ -97,4 +97,4 @@ def test_kill_9_at_every_change_of_remediate(before: Path, tmp_path: Path, var: 
         assert r.returncode == 0, r.stderr
         assert check(again, start, f"remediate after a kill at change {n}") == "restored"
     assert n > 3
-    print(f"{var}: {n - 1} kill points, outcomes after recover: {seen}")  # noqa: T201 (the report's kill matrix)
+    print(f"{var}: {n - 1} kill points, outcomes after recover: {seen}")
