@@ -50,10 +50,12 @@ def test_the_device_plugin_lists_a_quarantined_device_unhealthy(short_tmp: Path)
     manager = Manager(host, poller(sim), health=_health(app(sim)))
     try:
         manager.poll()
-        assert kubelet.wait(lambda: MIG_3G in kubelet.endpoints and VF in kubelet.endpoints)
 
         def states(resource: str) -> list[str]:
-            return sorted(kubelet.endpoints[resource].devices.values())
+            ep = kubelet.endpoints.get(resource)
+            return sorted(ep.devices.values()) if ep else []
+
+        assert kubelet.wait(lambda: len(states(MIG_3G)) == 3 and len(states(VF)) == 6)
 
         assert set(states(MIG_3G)) == {HEALTHY} and set(states(VF)) == {HEALTHY}
         ok(sim, "quarantine", "gpu0", "--reason", "bench")

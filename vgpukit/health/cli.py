@@ -116,7 +116,7 @@ def health(
     devices = _select(app, device, found.devices)  # a name it does not watch: refused, nothing recorded
     record_log.save(app.host, record)
     if not watch:
-        from ..remedy import view  # quarantined devices and this boot's remediations (docs/health.md)
+        from .. import remedies as view  # quarantined devices and this boot's remediations (docs/health.md)
 
         cure = view.section(app.host)
         doc = {"devices": [d.as_dict() for d in devices], "window": window, "remediation": cure}

@@ -55,8 +55,8 @@ def _poller(app: App, replicas: int) -> Poller:
 def _health(app: App) -> Callable[[], dict[str, str]]:
     """The unusable devices (BDF -> why) at every poll, from the health layer (which records them), and the
     quarantined ones (vgpukit quarantine / drain / remediate: docs/health.md, "Remediation")."""
+    from .. import quarantine as qr
     from ..health import fact
-    from ..remedy import quarantine as qr
 
     def look() -> dict[str, str]:
         fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
@@ -72,7 +72,7 @@ def _health(app: App) -> Callable[[], dict[str, str]]:
 
 def _evicting(app: App) -> Callable[[], dict[str, str]]:
     """The quarantined devices whose pods Kubernetes should evict (BDF -> why) at every publication."""
-    from ..remedy import quarantine as qr
+    from .. import quarantine as qr
 
     def look() -> dict[str, str]:
         fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)

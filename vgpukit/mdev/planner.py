@@ -83,7 +83,7 @@ def read(host: Host, definitions: bool = True, uri: str | None = None) -> Facts:
         doms = {u: tuple(names) for u, names in running_users(uri).items() if names}
     parents, instances = tuple(sysfs.parents(host)), tuple(sysfs.instances(host))
     home = host.display(host.mdevctl_dir())
-    from ..remedy import quarantine as qr  # a quarantined device (or the PF of a VF parent) takes no mdev
+    from .. import quarantine as qr  # a quarantined device (or the PF of a VF parent) takes no mdev
 
     found = qr.load(host)
     held = {p.name: q for p in parents if BDF_RE.match(p.name) and (q := qr.covering(found, host, p.name))}
@@ -92,7 +92,7 @@ def read(host: Host, definitions: bool = True, uri: str | None = None) -> Facts:
 
 def refuse_quarantined(facts: Facts, parents: list[str]) -> list[str]:
     """``parents`` without the quarantined ones; the quarantine refusal when that leaves none."""
-    from ..remedy import quarantine as qr
+    from .. import quarantine as qr
 
     left = [p for p in parents if p not in facts.quarantined]
     if parents and not left:

@@ -1,5 +1,5 @@
 """The ``vgpukit_remediation_*`` series: quarantined devices and what remediation did this boot
-(``/run/vgpukit/remedy/history.json``, :mod:`vgpukit.remedy.history`), read at every scrape."""
+(``/run/vgpukit/remedy/history.json``, :mod:`vgpukit.remedies`), read at every scrape."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from ..host import Host
 def remedy_families(host: Host, hostname: str) -> Iterator[Any]:
     from prometheus_client.core import GaugeMetricFamily
 
-    from ..remedy import history
-    from ..remedy import quarantine as qr
+    from .. import quarantine as qr
+    from .. import remedies as history
 
     quarantined = GaugeMetricFamily(
         "vgpukit_remediation_quarantined",

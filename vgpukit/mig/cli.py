@@ -99,7 +99,7 @@ def partition(
     scan = Scan(app.host)
     g = resolve_gpu(app, gpu, scan)
     unusable = health_of(app).get(g.bdf)
-    from ..remedy import quarantine as qr
+    from .. import quarantine as qr
 
     qr.refuse(app.host, g.bdf, label_of(scan, g))
     layout.refuse_unusable(g, label_of(scan, g), {g.bdf: unusable} if unusable else None)

@@ -226,7 +226,7 @@ def build_plans(
         health = fact.unusable_now(scan.host, nvml, scan=scan)
     gpus = nvml.gpus()
     names = _names(scan)
-    from ..remedy import quarantine as qr  # a quarantined GPU is refused like an unusable one
+    from .. import quarantine as qr  # a quarantined GPU is refused like an unusable one
 
     quarantined = qr.load(scan.host) if scan is not None else {}
     plans = []

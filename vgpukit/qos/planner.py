@@ -200,7 +200,7 @@ class Plan:
 
 def refuse_quarantined(host: Host, keys: list[str]) -> None:
     """The quarantine rule: no new tenant on a quarantined device, named by its alias (gpu3) or address."""
-    from ..remedy import quarantine as qr
+    from .. import quarantine as qr
 
     found = qr.load(host)
     if not found or not keys:

@@ -5,7 +5,7 @@ Each look reads every watched device's health (the record saved, as the health w
 a device that needs something (its action: NVML's recovery action where the driver has one, else the
 health layer's), does what the policy's ``start`` says -- ``quarantine``, ``drain`` or ``remediate`` --
 through the same planner and change engine as the commands, under the host lock, one device after the
-other. Limits (the run history of this boot, :mod:`.history`):
+other. Limits (the run history of this boot, :mod:`vgpukit.remedies`):
 
 * a device quarantined by the operator is left alone (the operator owns it);
 * a device whose escalation (reboot, replace) was raised since its quarantine is not acted on again:
@@ -24,12 +24,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from .. import quarantine as qr
+from .. import remedies as history
 from ..engine import Env, execute, session
 from ..errors import VgpukitError
-from . import history
-from . import quarantine as qr
+from ..remedies import Run
 from .facts import DeviceFacts, read
-from .history import Run
 from .planner import DrainPolicy, action_of, plan_drain, plan_remediate
 from .planner import quarantine as plan_quarantine
 from .policy import Policy

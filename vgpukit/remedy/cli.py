@@ -87,7 +87,7 @@ def _holders(holders: list[Any]) -> None:
 
 
 def _record(app: App, plan: Any, what: str, outcome: str, started: float, message: str = "") -> None:
-    from .history import Run, add
+    from ..remedies import Run, add
 
     if app.dry_run:
         return
@@ -145,8 +145,8 @@ def report(app: App, kind: str, plan: Any, what: str, extra: dict[str, Any] | No
 @mutating
 def quarantine_cmd(app: App, device: str, reason: str | None, evict: bool) -> None:
     """Keep every door from placing work on DEVICE (and what is carved from it) until released."""
+    from .. import quarantine as qr
     from . import planner
-    from . import quarantine as qr
 
     f = _facts(app, device)
     q = qr.make(app.host, f.bdf, f.name, _reason(reason, ""), evict=evict)
@@ -197,8 +197,8 @@ def drain_cmd(
     Quarantines it (Kubernetes evicts: DRA taint NoExecute, device plugin Unhealthy), stops or moves
     the VMs holding a piece as --vms says, then waits until no holder is left and names who still is.
     """
+    from .. import quarantine as qr
     from . import planner
-    from . import quarantine as qr
 
     f = _facts(app, device)
     q = qr.make(app.host, f.bdf, f.name, _reason(reason, "draining"), evict=True)
@@ -291,8 +291,8 @@ def remediate_cmd(
         return run(app, policy_file, seconds)
     if policy_file is not None or seconds is not None:
         raise InvalidInput("--policy and --for go with --auto")
+    from .. import quarantine as qr
     from . import planner
-    from . import quarantine as qr
 
     f = _facts(app, device)
     action, source, finding = _action(app, f)

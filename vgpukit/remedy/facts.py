@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import naming, processes
+from .. import quarantine as qr
 from ..errors import NotFound, VgpukitError
 from ..holders import Holder as VfioHolder
 from ..holders import OpenFiles, callers, device_users
@@ -27,7 +28,6 @@ from ..host_layout import SRIOV_AUTOPROBE
 from ..nvml.errors import NvmlError
 from ..nvml.model import Nvml
 from ..pci import Scan, virtfns
-from . import quarantine as qr
 
 
 @dataclass(frozen=True)

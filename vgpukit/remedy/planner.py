@@ -2,7 +2,7 @@
 
 Every rule of curing a device lives here (docs/health.md, "Remediation"):
 
-* **quarantine / release** -- a record per device (:mod:`.quarantine`); idempotent: quarantining a
+* **quarantine / release** -- a record per device (:mod:`vgpukit.quarantine`); idempotent: quarantining a
   quarantined device again with the same reason changes nothing.
 * **drain** -- quarantine with ``evict`` (the DRA driver taints the device ``NoExecute`` and the device
   plugin lists it Unhealthy: Kubernetes evicts), stop or move every VM holding a piece (``--vms``:
@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import quarantine as qr
 from ..data import load_yaml
 from ..engine import Step
 from ..errors import InUse, InvalidInput, Unsupported
@@ -38,7 +39,6 @@ from ..mig.steps import CreateCi, CreateGi, DestroyCi, DestroyGi
 from ..sriov.steps import RestoreVfs, SetNumVfs
 from ..vgpu.steps import SetVgpuType
 from ..words import plural
-from . import quarantine as qr
 from .domains import MigrateDomain, StartDomain, StopDomain
 from .facts import DeviceFacts, Holder
 from .steps import Quarantine, ResetDevice, VerifyHealthy, WaitFree

@@ -20,12 +20,12 @@ import time
 from dataclasses import dataclass
 from typing import ClassVar
 
+from .. import quarantine as qr
 from ..engine import Env, Step, step_kind
 from ..engine.files import PutFile
 from ..errors import HostIOError, InUse, Unsupported, VerifyFailed
 from ..host import Host
 from ..words import plural
-from . import quarantine as qr
 
 POLL = 0.2
 

@@ -15,7 +15,7 @@ agent and the Ansible module); the front ends only build requests and render (do
 * **in use**: a device (or a VF destroyed by a count change) held by a process, carrying mdevs or a
   vGPU, or assigned to a libvirt domain (with a URI) is not moved -- InUse (exit 4) unless forced;
 * **driver loaded**: the target driver must be there -- NotFound (exit 3);
-* **health**: no VFs are carved out of a PF the health layer finds unusable (the fact
+* **health**: no VFs are carved out of a PF the health layer finds unusable, nor of a quarantined one (the fact
   :func:`vgpukit.health.fact.unusable_now`, read in :class:`Facts`; a ``vfs-missing`` finding does
   not count: re-creating the VFs a PF reset took away is its repair) -- DeviceUnusable (exit 4),
   never forced;
@@ -29,14 +29,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-from .. import naming, pci_kind
+from .. import naming, pci_kind, quarantine
 from ..engine import Step
 from ..engine.files import PutFile
 from ..errors import DeviceUnusable, InUse, InvalidInput, Unsupported
 from ..holders import OpenFiles
 from ..host import Host
+from ..nvml.model import Nvml
 from ..pci import PciDevice, Scan, vf_address
 from ..records import Record
 from . import binding
@@ -44,9 +44,6 @@ from .binding import DRIVER_MODES, VFIO, Remembered
 from .model import PfInfo, VfInfo, read_pf
 from .steps import BindDriver, RestoreDriver, SetAutoprobe, SetNumVfs, UnbindDriver
 from .usage import User, libvirt_users, pci_users
-
-if TYPE_CHECKING:
-    from ..nvml import Nvml
 
 FORCE_FLAG = "pass --force"  # how the area commands override a refusal that can be overridden
 
@@ -294,9 +291,7 @@ def plan_enable(facts: Facts, req: EnableRequest) -> list[Step]:
     why = facts.unusable(pf.bdf)
     if why is not None:  # the health rule: no VFs are carved out of an unusable device
         raise DeviceUnusable(f"{pf.bdf} is unusable: {why}", device=pf.bdf, hint=f"see: vgpukit health {pf.bdf}")
-    from ..remedy import quarantine as qr  # nor out of a quarantined one
-
-    qr.refuse(facts.host, pf.bdf, pf.bdf)
+    quarantine.refuse(facts.host, pf.bdf, pf.bdf)  # nor out of a quarantined one
     count, driver = req.count, req.driver
     if driver not in DRIVER_MODES:
         raise InvalidInput(f"--driver must be one of {', '.join(DRIVER_MODES)}", value=driver)

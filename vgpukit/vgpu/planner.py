@@ -35,7 +35,7 @@ class Facts:
     current: dict[str, int] = field(default_factory=dict)  # VF -> current type id (0: none)
     holders: dict[str, tuple[Holder, ...]] = field(default_factory=dict)  # VF -> who holds its group
     ids: str = ""  # the GPU's vendor:device (its catalogue)
-    quarantined: Any = None  # the quarantine covering the GPU (vgpukit.remedy.quarantine), None: none
+    quarantined: Any = None  # the quarantine covering the GPU (vgpukit.quarantine), None: none
 
     @property
     def label(self) -> str:
@@ -47,7 +47,7 @@ def read(host: Host, gpu: GpuView, ids: str = "") -> Facts:
     groups = {v: host.link_name(host.pci_device(v, "iommu_group")) for v in gpu.vfs if current[v]}
     held = group_holders(host, {int(g) for g in groups.values() if g and g.isdigit()})
     holders = {v: tuple(held.get(int(g), [])) for v, g in groups.items() if g and g.isdigit()}
-    from ..remedy import quarantine as qr
+    from .. import quarantine as qr
 
     q = qr.covering(qr.load(host), host, gpu.bdf)
     return Facts(gpu, tuple(hostview.types(host, gpu)), current, holders, ids, q)
@@ -120,7 +120,7 @@ def create(facts: Facts, mdev: mdev_planner.Facts | None, wanted: str, count: in
         raise InvalidInput(f"--count must be at least 1, not {count}", value=count)
     interface = require_interface(facts.gpu)
     if facts.quarantined is not None:  # nothing is carved from a quarantined GPU (legacy: its mdev planner says so)
-        from ..remedy import quarantine as qr
+        from .. import quarantine as qr
 
         label = f"{facts.gpu.alias} ({facts.gpu.bdf})" if facts.gpu.alias else facts.gpu.bdf
         raise qr.refusal(facts.quarantined, label)

@@ -1,4 +1,5 @@
-"""What remediation did this boot: ``/run/vgpukit/remedy/history.json`` (the last 256 runs).
+"""What remediation did this boot: ``/run/vgpukit/remedy/history.json`` (the last 256 runs), and what
+``vgpukit health`` and the exporter show of it with the quarantined devices (:func:`section`).
 
 Each entry: when, which device, what ran (``quarantine``, ``drain``, ``reset``, ``remediate``, the
 policy's ``auto``), its outcome (``done``, ``failed``, ``refused``, ``escalated``), the action the device
@@ -15,9 +16,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import VgpukitError
-from ..host import Host
-from ..inputs import load_json
+from . import quarantine as qr
+from .errors import VgpukitError
+from .host import Host
+from .inputs import load_json
 
 KEEP = 256
 OUTCOMES = ("done", "failed", "refused", "escalated")
@@ -81,3 +83,31 @@ def add(host: Host, run: Run) -> None:
 def since(runs: list[Run], seconds: float, now: float | None = None) -> list[Run]:
     now = time.time() if now is None else now
     return [r for r in runs if now - r.time <= seconds]
+
+
+SHOWN = 10  # the latest runs the health report lists
+
+
+def section(host: Host) -> dict[str, Any]:
+    """The ``remediation`` object of the ``vgpukit.health/v1`` document."""
+    runs = load(host)
+    return {
+        "quarantined": [q.as_dict() for q in qr.load(host).values()],
+        "runs": [r.as_dict() for r in runs[-SHOWN:]],
+        "escalations": [r.as_dict() for r in runs if r.escalate][-SHOWN:],
+    }
+
+
+def lines(doc: dict[str, Any]) -> list[str]:
+    """The same, for people (nothing when nothing is quarantined and nothing ran)."""
+    out = []
+    for q in doc["quarantined"]:
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(q["since"]))
+        why = q["reason"] or "no reason given"
+        evict = ", evicting its pods" if q["evict"] else ""
+        out.append(f"  quarantined: {q['device']} ({q['bdf']}) since {since} by {q['by']}: {why}{evict}")
+    for r in doc["runs"]:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r["time"]))
+        esc = f", needs a {r['escalate']}" if r["escalate"] else ""
+        out.append(f"  {when}  {r['what']} {r['device']}: {r['outcome']}{esc} ({r['seconds']:.1f} s)")
+    return out

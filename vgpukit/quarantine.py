@@ -20,10 +20,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DeviceUnusable, VgpukitError
-from ..host import Host
-from ..host_layout import BDF_RE, PHYSFN
-from ..inputs import load_json
+from .errors import DeviceUnusable, VgpukitError
+from .host import Host
+from .host_layout import BDF_RE, PHYSFN
+from .inputs import load_json
 
 SCHEMA = "vgpukit.quarantine/v1"
 BY = ("operator", "policy", "remediate")
