@@ -95,10 +95,11 @@ def _holders(text: str) -> list[tuple[str, str, str]]:
 def test_a_vm_held_vf_is_drained_the_pf_reset_and_everything_restored(run: dict[str, str]) -> None:
     import json
 
+    assert run["remediate"].strip().endswith("rc=0"), run["remediate"][-3000:]
     before, after = _holders(run["before"]), _holders(run["after"])
     assert [(c, n) for c, _, n in before] == [("qemu-system-x86", "/dev/vfio/7")], run["before"]
     assert [(c, n) for c, _, n in after] == [("qemu-system-x86", "/dev/vfio/7")], run["after"]
-    assert before[0][1] != after[0][1]  # a new QEMU: the domain was stopped and started again
+    assert before[0][1] != after[0][1], run["remediate"][-3000:]  # a new QEMU: the domain stopped and started again
     assert run["vfs_before"].split("\n")[:3] == [f"0000:00:02.{i} vfio-pci" for i in (1, 2, 3)], run["vfs_before"]
     assert run["vfs_after"] == run["vfs_before"]  # the same VFs, on vfio-pci again
     assert run["binds_after"] == run["binds_before"] and run["binds_before"].strip()  # their bind records too
