@@ -58,7 +58,7 @@ echo "### before"; holders; echo "### vfs_before"; vfs; echo "### binds_before";
 echo "### reset_method"; cat /sys/bus/pci/devices/0000:00:02.0/reset_method
 dmesg | grep -c 'nvme nvme0: .* queues' > $D/queues
 start=$(date +%s.%N)
-echo "### remediate"; VGPUKIT remediate nvme0 --connect qemu:///system --vms shutdown --force --timeout 10 --json
+echo "### remediate"; VGPUKIT remediate nvme0 --connect qemu:///system --vms shutdown --force --timeout 5 --json
 echo "rc=$?"
 end=$(date +%s.%N)
 sleep 2
@@ -109,7 +109,7 @@ def test_a_vm_held_vf_is_drained_the_pf_reset_and_everything_restored(run: dict[
     assert doc["plan"][:3] == [
         "quarantine nvme0 (0000:00:02.0)",
         "shut down VM nvme-vm (qemu:///system) (destroyed if still running after the timeout: --force)",
-        "wait up to 10 s until nothing holds nvme0 (0000:00:02.0) or a piece of it",
+        "wait up to 5 s until nothing holds nvme0 (0000:00:02.0) or a piece of it",
     ]
     assert "reset nvme0 (0000:00:02.0) through /sys/bus/pci/devices/0000:00:02.0/reset" in doc["plan"][4]
     assert doc["plan"][-2:] == ["start VM nvme-vm again (qemu:///system)", "release nvme0 (0000:00:02.0) (verified)"]
