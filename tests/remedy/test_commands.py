@@ -124,3 +124,24 @@ def test_the_policy_is_part_of_the_host_config(tmp_path: Path) -> None:
     assert first["areas"]["remediation"] == 1  # type: ignore[index]
     assert "vms: managedsave" in (sim / "etc/vgpukit/remediation.yaml").read_text()
     assert ok(sim, "apply", "-f", str(cfg))["plan"] == []
+
+
+def test_drain_stops_the_qos_tenants_processes_when_asked(tmp_path: Path) -> None:
+    import threading
+
+    sim = make_sim(tmp_path / "h", "hgx-a100")
+    worker = subprocess.Popen(["sleep", "60"])  # a QoS tenant's process on gpu1 (a container's, say)
+    threading.Thread(target=worker.wait, daemon=True).start()  # its parent reaps it when it ends
+    (sim / "etc/vgpukit/qos.yaml").write_text(
+        f"gpus:\n  gpu1:\n    tenants:\n      t: {{class: online, share: 50, pids: [{worker.pid}]}}\n"
+    )
+    try:
+        plan = ok(sim, "drain", "gpu1", "--dry-run")
+        assert [h["pid"] for h in plan["holders"]] == [worker.pid]  # type: ignore[index]
+        r = invoke(sim, "drain", "gpu1", "--timeout", "0.5")
+        assert r.exit_code == 4 and f"QoS tenant t (pid {worker.pid}) on gpu1 (0000:04:00.0) (QoS gpu1)" in r.stderr
+        done = ok(sim, "drain", "gpu1", "--tenants", "stop", "--timeout", "10")
+        assert f"stop QoS tenant t on gpu1 (SIGTERM to pid {worker.pid})" in done["plan"]  # type: ignore[operator]
+        assert worker.poll() == -15 and (sim / Q / "0000:04:00.0.json").exists()
+    finally:
+        worker.kill()

@@ -87,7 +87,7 @@ def _said(runs: list[Run], bdf: str, why: str) -> bool:
 
 
 def _act(env: Env, policy: Policy, f: DeviceFacts, what: str, action: str, source: str, finding: str) -> Event:
-    drain = DrainPolicy(policy.vms, policy.to, policy.connect, policy.timeout, policy.force)
+    drain = DrainPolicy(policy.vms, policy.to, policy.connect, policy.timeout, policy.force, policy.tenants)
     q = qr.make(env.host, f.bdf, f.name, f"{finding or action} (policy: {what})", "policy", evict=what != "quarantine")
     had = f.quarantine if f.quarantine is not None and f.quarantine.bdf == f.bdf else None
     since = had.since if had is not None else q.since  # a quarantine goes on: it keeps when it started

@@ -51,6 +51,13 @@ timeout_option = click.option(
     help="How long to wait for VMs to stop and every holder to go.",
 )
 force_option = click.option("--force", is_flag=True, help="Destroy a VM that does not shut down within --timeout.")
+tenants_option = click.option(
+    "--tenants",
+    type=click.Choice(("wait", "stop")),
+    default="wait",
+    show_default=True,
+    help="QoS tenants using the device: wait for their processes to end, or stop them (SIGTERM).",
+)
 
 
 def _reason(text: str | None, default: str) -> str:
@@ -171,10 +178,10 @@ def release_cmd(app: App, device: str) -> None:
     report(app, "release", plan, "release")
 
 
-def _policy(vms: str, dest: str | None, uri: str, timeout: float, force: bool) -> Any:
+def _policy(vms: str, dest: str | None, uri: str, timeout: float, force: bool, tenants: str) -> Any:
     from .planner import DrainPolicy
 
-    return DrainPolicy(vms, dest, uri, timeout, force)
+    return DrainPolicy(vms, dest, uri, timeout, force, tenants)
 
 
 @click.command("drain")
@@ -184,13 +191,22 @@ def _policy(vms: str, dest: str | None, uri: str, timeout: float, force: bool) -
 @connect_option
 @timeout_option
 @force_option
+@tenants_option
 @reason_option
 @json_option
 @dry_run_option
 @click.pass_obj
 @mutating
 def drain_cmd(
-    app: App, device: str, vms: str, dest: str | None, uri: str, timeout: float, force: bool, reason: str | None
+    app: App,
+    device: str,
+    vms: str,
+    dest: str | None,
+    uri: str,
+    timeout: float,
+    force: bool,
+    tenants: str,
+    reason: str | None,
 ) -> None:
     """Move all work off DEVICE and what is carved from it: VMs, processes, Kubernetes pods.
 
@@ -203,7 +219,7 @@ def drain_cmd(
     f = _facts(app, device)
     q = qr.make(app.host, f.bdf, f.name, _reason(reason, "draining"), evict=True)
     path = app.host.display(app.host.quarantine_record(f.bdf))
-    plan = planner.plan_drain(f, _policy(vms, dest, uri, timeout, force), q, path, _claims(app, f))
+    plan = planner.plan_drain(f, _policy(vms, dest, uri, timeout, force, tenants), q, path, _claims(app, f))
     report(app, "drain", plan, "drain")
 
 
@@ -258,6 +274,7 @@ def reset_cmd(app: App, device: str) -> None:
 @connect_option
 @timeout_option
 @force_option
+@tenants_option
 @reason_option
 @json_option
 @dry_run_option
@@ -274,6 +291,7 @@ def remediate_cmd(
     uri: str,
     timeout: float,
     force: bool,
+    tenants: str,
     reason: str | None,
 ) -> None:
     """Quarantine, drain, reset, rebuild, verify and release DEVICE: one journaled plan (--auto: the policy).
@@ -299,7 +317,8 @@ def remediate_cmd(
     why = _reason(reason, f"remediating ({finding or action})")
     q = qr.make(app.host, f.bdf, f.name, why, "remediate", evict=True, finding=finding, action=action)
     path = app.host.display(app.host.quarantine_record(f.bdf))
-    plan = planner.plan_remediate(f, _policy(vms, dest, uri, timeout, force), q, path, action, source, _claims(app, f))
+    policy = _policy(vms, dest, uri, timeout, force, tenants)
+    plan = planner.plan_remediate(f, policy, q, path, action, source, _claims(app, f))
     report(app, "remediate", plan, "remediate")
     if plan.escalate:
         from ..errors import Unsupported

@@ -229,13 +229,24 @@ def _vfio_holders(host: Host, groups: dict[int, str]) -> list[Holder]:
     return out
 
 
+def tenant_pids(host: Host, t: Tenant) -> list[int]:
+    """The tenant's live processes: its ``pids``, or its cgroup's ``cgroup.procs`` (a domain tenant is a
+    VM: its QEMU holds the device's VFIO node)."""
+    if t.kind == "pids":
+        return [p for p in t.pids if processes.alive(host, p)]
+    if t.kind == "cgroup":
+        from ..qos.backends import cgroup_dir
+
+        try:
+            text = host.read_opt(cgroup_dir(host, t.target.removeprefix("cgroup:")) / "cgroup.procs") or ""
+        except VgpukitError:  # the cgroup is gone: nobody in it
+            return []
+        return [int(w) for w in text.split() if w.isdigit() and processes.alive(host, int(w))]
+    return []
+
+
 def _tenant_holders(host: Host, tenants: tuple[Tenant, ...], label: str) -> list[Holder]:
-    out = []
-    for t in tenants:
-        if t.kind == "pids":
-            alive = [p for p in t.pids if processes.alive(host, p)]
-            out += [Holder("tenant", t.name, f"{label} (QoS {t.gpu})", p) for p in alive]
-    return out
+    return [Holder("tenant", t.name, f"{label} (QoS {t.gpu})", p) for t in tenants for p in tenant_pids(host, t)]
 
 
 def read(host: Host, nvml: Nvml | None, name: str, scan: Scan | None = None) -> DeviceFacts:

@@ -7,7 +7,8 @@ Every rule of curing a device lives here (docs/health.md, "Remediation"):
 * **drain** -- quarantine with ``evict`` (the DRA driver taints the device ``NoExecute`` and the device
   plugin lists it Unhealthy: Kubernetes evicts), stop or move every VM holding a piece (``--vms``:
   ``migrate`` to ``--to URI``, ``managedsave``, ``shutdown``; ``fail`` refuses; a destroy only with
-  ``--force``), then wait until no holder is left (processes and QoS tenants end on their own).
+  ``--force``), ask the QoS tenants' processes to end with ``--tenants stop``, then wait until no
+  holder is left (processes end on their own).
 * **reset** -- refused while anything holds the device (the holders named), when the device needs
   more than a reset (the action is ``reboot`` or ``replace``: a lost GPU) and when it has no reset
   method. Takes down everything carved from it (mdevs and vGPUs, MIG instances, VFs), resets it as
@@ -41,7 +42,7 @@ from ..vgpu.steps import SetVgpuType
 from ..words import plural
 from .domains import MigrateDomain, StartDomain, StopDomain
 from .facts import DeviceFacts, Holder
-from .steps import Quarantine, ResetDevice, VerifyHealthy, WaitFree
+from .steps import Quarantine, ResetDevice, StopTenant, VerifyHealthy, WaitFree
 
 VMS = ("migrate", "managedsave", "shutdown", "fail")
 CURABLE = ("none", "restart-app", "reset", "drain")  # a reset is worth trying; reboot / replace are not
@@ -54,6 +55,7 @@ class DrainPolicy:
     uri: str = DEFAULT_URI  # where the VMs holding the device are defined
     timeout: float = 300.0
     force: bool = False
+    tenants: str = "wait"  # wait for the QoS tenants' processes to end, or stop them (SIGTERM)
 
 
 @dataclass
@@ -149,6 +151,8 @@ def drain_steps(f: DeviceFacts, policy: DrainPolicy, claims: tuple[str, ...]) ->
     """(the steps that move work off the device, the steps that start the stopped VMs again)."""
     if policy.vms not in VMS:
         raise InvalidInput(f"--vms must be one of {', '.join(VMS)}")
+    if policy.tenants not in ("wait", "stop"):
+        raise InvalidInput("--tenants must be wait or stop")
     vms = _vms(f.holders)
     if vms and policy.vms == "fail":
         raise InUse(
@@ -168,6 +172,11 @@ def drain_steps(f: DeviceFacts, policy: DrainPolicy, claims: tuple[str, ...]) ->
         how = "managedsave" if policy.vms == "managedsave" else "shutdown"
         out.append(StopDomain(policy.uri, vm, how, policy.timeout, policy.force))
         again.append(StartDomain(policy.uri, vm, "", how))
+    if policy.tenants == "stop":  # the tenants' processes are asked to end; the wait sees them go
+        for t in f.carried.tenants:
+            pids = tuple(h.pid for h in f.holders if h.kind == "tenant" and h.name == t.name and h.pid)
+            if pids:
+                out.append(StopTenant(t.gpu, t.name, pids))
     out.append(WaitFree(f.bdf, f.label, policy.timeout, claims))
     return out, again
 

@@ -16,6 +16,7 @@ like the QoS config), which the long-running runner reads (:mod:`.auto`: the nod
       connect: qemu:///system
       timeout: 300           # seconds for VMs to stop and holders to go
       force: false           # destroy a VM that ignores the shutdown
+      tenants: wait          # QoS tenants' processes: wait for them to end, or stop them (SIGTERM)
       retries: 1             # a failed remediation of one device is tried again this many times
       per-device: {runs: 3, hours: 24}   # at most 3 runs on one device in 24 hours
       per-host: {runs: 6, hours: 1}      # at most 6 runs on the host in an hour
@@ -53,6 +54,7 @@ class Policy:
     connect: str = "qemu:///system"
     timeout: float = 300.0
     force: bool = False
+    tenants: str = "wait"
     retries: int = 1
     per_device: Rate = Rate(3, 24.0)
     per_host: Rate = Rate(6, 1.0)
@@ -69,6 +71,7 @@ class Policy:
             "connect": self.connect,
             "timeout": self.timeout,
             "force": self.force,
+            "tenants": self.tenants,
             "retries": self.retries,
             "per-device": {"runs": self.per_device.runs, "hours": self.per_device.hours},
             "per-host": {"runs": self.per_host.runs, "hours": self.per_host.hours},
@@ -101,7 +104,8 @@ def from_dict(doc: Any) -> Policy:
     line naming the key, never quoting the value."""
     if not isinstance(doc, dict):
         raise InvalidInput("remediation must be a mapping")
-    known = {"start", "vms", "to", "connect", "timeout", "force", "retries", "per-device", "per-host", "interval"}
+    known = {"start", "vms", "to", "connect", "timeout", "force", "tenants", "retries", "per-device", "per-host",
+             "interval"}  # fmt: skip
     if set(doc) - known:
         raise InvalidInput(f"remediation: unknown key (allowed: {', '.join(sorted(known))})")
     start = dict(DEFAULT_START)
@@ -125,6 +129,9 @@ def from_dict(doc: Any) -> Policy:
     force = doc.get("force", False)
     if not isinstance(force, bool):
         raise InvalidInput("remediation: force must be true or false")
+    tenants = doc.get("tenants", "wait")
+    if tenants not in ("wait", "stop"):
+        raise InvalidInput("remediation: tenants must be wait or stop")
     return Policy(
         start,
         vms,
@@ -132,6 +139,7 @@ def from_dict(doc: Any) -> Policy:
         doc.get("connect", "qemu:///system"),
         float(_num(doc, "timeout", 0, 86400, 300.0)),
         force,
+        tenants,
         _num(doc, "retries", 0, 10, 1, True),
         _rate(doc, "per-device", Rate(3, 24.0)),
         _rate(doc, "per-host", Rate(6, 1.0)),

@@ -141,6 +141,36 @@ class WaitFree(Step):
             time.sleep(POLL)
 
 
+@step_kind
+@dataclass(frozen=True)
+class StopTenant(Step):
+    """Ask the live processes of QoS tenant ``name`` (on ``gpu``) to end: SIGTERM (``drain --tenants stop``).
+    Nothing puts a process back: it has no inverse; the drain then waits for them to be gone."""
+
+    kind: ClassVar[str] = "remedy-stop-tenant"
+    gpu: str
+    name: str
+    pids: tuple[int, ...]
+
+    def describe(self) -> str:
+        return f"stop QoS tenant {self.name} on {self.gpu} (SIGTERM to pid {', '.join(map(str, self.pids))})"
+
+    def apply(self, env: Env) -> None:
+        import os
+        import signal
+
+        from .. import processes
+
+        for pid in self.pids:
+            if processes.alive(env.host, pid):
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass  # it ended meanwhile
+                except PermissionError as exc:
+                    raise HostIOError(f"cannot stop pid {pid} of QoS tenant {self.name}: not permitted") from exc
+
+
 def nvidia_smi(host: Host) -> str:
     """The host's nvidia-smi (under the root: the driver's binary directories)."""
     from ..cdi.nvidia import BIN_DIRS
