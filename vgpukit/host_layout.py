@@ -52,6 +52,9 @@ SELF_FD = "/proc/self/fd"
 
 
 class SysfsLayout:
+    def path(self, *parts: str) -> Path:
+        raise NotImplementedError
+
     def sys(self, *parts: str) -> Path:
         raise NotImplementedError
 
@@ -65,9 +68,6 @@ class SysfsLayout:
         raise NotImplementedError
 
     def run(self, *parts: str) -> Path:
-        raise NotImplementedError
-
-    def path(self, *parts: str) -> Path:
         raise NotImplementedError
 
     # Every sysfs location vgpukit uses is spelled here, once (attribute names: the constants above).
@@ -183,6 +183,12 @@ class SysfsLayout:
             return self.run("vgpukit", "dra", "made")
         return self.run("vgpukit", "dra", "made", check_component(uid, "claim UID") + ".json")
 
+    def dra_mig_mode_record(self, bdf: str) -> Path:
+        """``/run/vgpukit/dra/mig-mode/<BDF>.json``: the DRA plugin turned MIG mode on for the first slice
+        a claim got on this GPU (one that changes mode without a reset); removed when the last slice's
+        unprepare turns it off again."""
+        return self.run("vgpukit", "dra", "mig-mode", check_component(bdf, "PCI address") + ".json")
+
     def dra_claim_cdi_spec(self, uid: str) -> Path:
         """``/run/cdi/vgpukit.io-claim-<uid>.json`` (``/var/run/cdi``, where CDI consumers look for
         transient specs): the CDI spec of one prepared claim."""
@@ -205,6 +211,11 @@ class SysfsLayout:
         if bdf is None:
             return self.path("var", "lib", "vgpukit", "quarantine")
         return self.path("var", "lib", "vgpukit", "quarantine", check_component(bdf, "PCI address") + ".json")
+
+    # ------------------------------------------------------------------ programs
+    def cuda_checkpoint_tools(self) -> list[Path]:
+        """Where NVIDIA's ``cuda-checkpoint`` utility (driver R550+) is looked for, in order."""
+        return [self.path("usr", "bin", "cuda-checkpoint"), self.path("usr", "local", "bin", "cuda-checkpoint")]
 
     # ------------------------------------------------------------------ /etc
     def ld_cache(self) -> Path:

@@ -20,7 +20,13 @@ at a time (a claim made for each call: the first prepare of a claim, not the rec
 Rows are data: a kind made on demand, or a sharing configuration, is one more entry. The hosts in
 ``PARTITIONABLE`` are served with ``--partitionable on``: their kinds made on demand are picked among
 the published slice parts by ``onDemand``, and each prepare creates the MIG slice or the vGPU that
-its unprepare destroys (the timings include that).
+its unprepare destroys (the timings include that); on a Hopper GPU with MIG mode off, each prepare also
+turns MIG mode on and each unprepare turns it off. The API-server stand-in answers as Kubernetes 1.37
+(``RELEASE`` names a host served as 1.34), with partitionable devices on; a refused write ends the run.
+The hosts in ``SHARED`` are served with ``--share-by-capacity gpu`` and run the QoS daemon of the
+simulated host: a kind with ``share`` is a share
+of a GPU shared by capacity (the allocation's shareID and consumed capacity in the claim, reserved for a
+pod whose cgroup the host has): each prepare adds its QoS tenant and memory cap, each unprepare removes it.
 Prints a markdown table.
 """
 
@@ -34,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -49,6 +56,8 @@ from hosts import sriov_host, write_profile  # type: ignore[import-not-found]  #
 from tests.conftest import sim_host  # noqa: E402
 from tests.k8s.apiserver import ApiServer  # noqa: E402
 from tests.k8s.drakubelet import DraKubelet  # noqa: E402
+from tests.k8s.test_dra_capacity import pod_cgroup  # noqa: E402
+from tests.qos.conftest import DaemonProc  # noqa: E402
 from vgpukit.k8s.dra.devices import DRIVER  # noqa: E402
 from vgpukit.k8s.dra.server import registry_socket  # noqa: E402
 
@@ -68,11 +77,22 @@ HOSTS: dict[str, tuple[str, list[list[str]]]] = {
     # served with --partitionable on: gpu1 in MIG mode and empty (a 1g.5gb made and destroyed), no vGPU yet
     "hgx-a100-on-demand": ("hgx-a100", [["partition", "gpu1", "--mig", "1g.5gb"], ["mig", "destroy", "gpu1", "--all"]]),
     "t4-mdev-on-demand": ("t4-mdev", []),
+    # served with --partitionable on: 8 Hopper GPUs with MIG mode off (each GPU: the whole GPU and its slices)
+    "hgx-h100-on-demand": ("hgx-h100", []),
+    "hgx-h100-on-demand-1.34": ("hgx-h100", []),  # the same, to an API server of 1.34 (counters beside devices)
+    "hgx-a100-shared": ("hgx-a100", []),  # served with --share-by-capacity gpu
 }  # fmt: skip
 # files put on a host after `sim init`: the CUDA interception library a memory cap needs (a stand-in: nothing
 # here loads it; the prepare only checks it is installed)
-FILES = {"hgx-a100": {"usr/lib/vgpukit/libvgpukit-cuda.so": "a stand-in for contrib/cuda's library\n"}}
-PARTITIONABLE = {"hgx-a100-on-demand", "t4-mdev-on-demand"}  # hosts whose plugin publishes devices made on demand
+FILES = {
+    name: {"usr/lib/vgpukit/libvgpukit-cuda.so": "a stand-in for contrib/cuda's library\n"}
+    for name in ("hgx-a100", "hgx-a100-shared")
+}
+# hosts whose plugin publishes devices made on demand
+PARTITIONABLE = {"hgx-a100-on-demand", "t4-mdev-on-demand", "hgx-h100-on-demand", "hgx-h100-on-demand-1.34"}
+RELEASE = {"hgx-h100-on-demand-1.34": "1.34"}  # the API server's release (else 1.37), its gates turned on
+SHARED = {"hgx-a100-shared"}  # hosts whose plugin shares its GPUs by capacity (a QoS daemon runs there)
+POD = "bench-pod"  # the pod a share is reserved for (its cgroup made on the host)
 
 
 V1 = {"apiVersion": "vgpukit.io/v1"}
@@ -84,6 +104,7 @@ class Kind:
     host: str
     select: dict[str, str | bool]  # published attribute -> value ("*": present)
     config: dict[str, Any] | None = None  # the driver's opaque parameters in the claim (a sharing configuration)
+    share: dict[str, str] | None = None  # a share of a device shared by capacity: its consumed capacity
 
 
 KINDS = [
@@ -103,6 +124,14 @@ KINDS = [
     Kind("whole GPU, MPS (daemon started/stopped)", "hgx-a100", {"kind": "gpu"},
          {**V1, "kind": "MpsConfig", "activeThreadPercentage": 50}),
     Kind("vGPU on a VF (H100-20C, vendor VFIO)", "h100-vgpu", {"kind": "vf", "vgpuType": "*"}),
+    Kind("MIG slice 3g.40gb made on demand on a Hopper GPU, MIG mode turned on / off (first and last slice)",
+         "hgx-h100-on-demand", {"onDemand": True, "migProfile": "3g.40gb"}),
+    Kind("whole Hopper GPU published with its slices (one counter set)", "hgx-h100-on-demand", {"kind": "gpu"}),
+    Kind("share of a GPU shared by capacity (QoS tenant, memory cap)", "hgx-a100-shared", {"kind": "shared-gpu"},
+         share={"memory": "8Gi", "computeShare": "25"}),
+    Kind("share of a GPU shared by capacity, online class (QosClassConfig)", "hgx-a100-shared",
+         {"kind": "shared-gpu"}, {**V1, "kind": "QosClassConfig", "class": "online"},
+         share={"memory": "4Gi", "computeShare": "50"}),
 ]  # fmt: skip
 
 
@@ -122,6 +151,10 @@ CHANGES = [
            ["sriov", "enable", "nic2", "--vfs", "1", "--driver", "vfio-pci"]),
     Change("vgpukit partition on a partitionable GPU (the placements offered change)", "hgx-a100-on-demand",
            ["partition", "gpu1", "--mig", "1g.5gb"], ["mig", "destroy", "gpu1", "--all"]),
+    Change("vgpukit partition on a Hopper GPU of 8, 1.37 layout (1 counter slice, 8 device slices)",
+           "hgx-h100-on-demand", ["partition", "gpu1", "--mig", "1g.10gb"], ["mig", "destroy", "gpu1", "--all"]),
+    Change("vgpukit partition on a Hopper GPU of 8, 1.34 layout (8 slices, counters beside devices)",
+           "hgx-h100-on-demand-1.34", ["partition", "gpu1", "--mig", "1g.10gb"], ["mig", "destroy", "gpu1", "--all"]),
 ]  # fmt: skip
 
 
@@ -137,11 +170,13 @@ def pct(xs: list[float], p: float) -> float:
 class Node:
     """One simulated host served by its own ``vgpukit k8s dra-plugin`` process, registered with the peer."""
 
-    def __init__(self, sim: Path, api: ApiServer, kubeconfig: Path, interval: float, partitionable: str) -> None:
+    def __init__(
+        self, sim: Path, api: ApiServer, kubeconfig: Path, interval: float, partitionable: str, args: list[str]
+    ) -> None:
         self.sim, self.api = sim, api
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         cmd = [sys.executable, "-m", "vgpukit", "--sim", str(sim), "k8s", "dra-plugin", "--node", NODE]
-        cmd += ["--kubeconfig", str(kubeconfig), "--interval", str(interval), "--partitionable", partitionable]
+        cmd += ["--kubeconfig", str(kubeconfig), "--interval", str(interval), "--partitionable", partitionable, *args]
         self.started = time.monotonic()
         self.log = sim.parent / f"plugin-{sim.name}.log"
         with self.log.open("w") as log:
@@ -177,7 +212,7 @@ class Node:
 
     def devices(self) -> list[dict[str, Any]]:
         """Every device of the node's pool (several slices beyond 128 devices)."""
-        return [d for doc in list(self.api.slices.values()) for d in doc["spec"]["devices"]]
+        return [d for doc in list(self.api.slices.values()) for d in doc["spec"].get("devices") or []]
 
     def memory_kib(self) -> tuple[int, int]:
         """(VmRSS, VmHWM) of the plugin process."""
@@ -193,25 +228,39 @@ class Node:
 
 @contextmanager
 def serving(sim: Path, base: Path, interval: float) -> Iterator[Node]:
-    api = ApiServer(NODE)
+    api = ApiServer(NODE, RELEASE.get(sim.name, "1.37"))
+    api.partitionable = True
+    api.schema_check = False  # the stand-in's JSON-schema check (~60 ms a slice) is the test's cost, not the plugin's
     api.http.handle_error = lambda *_: None  # type: ignore[method-assign]  # the plugin hanging up at its end
     mode = "on" if sim.name in PARTITIONABLE else "off"
-    node = Node(sim, api, api.kubeconfig(base / f"kubeconfig-{sim.name}"), interval, mode)
+    args = ["--share-by-capacity", "gpu"] if sim.name in SHARED else []
+    qos = DaemonProc(sim, sim=True).start() if sim.name in SHARED else None
+    node = Node(sim, api, api.kubeconfig(base / f"kubeconfig-{sim.name}"), interval, mode, args)
     try:
         if not api.wait(lambda: SLICE in api.slices, timeout=120):
             raise SystemExit("no ResourceSlice published")
         yield node
+        if api.refused or api.pool_problems():
+            raise SystemExit(f"{sim.name}: a write refused or a pool the scheduler cannot use: {api.refused[:1]}")
     finally:
         node.close()
         api.close()
+        if qos is not None:
+            qos.stop()
 
 
-def claim(uid: str, device: str, config: dict[str, Any] | None) -> dict[str, Any]:
-    devices: dict[str, Any] = {"results": [{"request": "r0", "driver": DRIVER, "pool": NODE, "device": device}]}
+def claim(uid: str, device: str, config: dict[str, Any] | None, share: dict[str, str] | None) -> dict[str, Any]:
+    result = {"request": "r0", "driver": DRIVER, "pool": NODE, "device": device}
+    if share:  # as the scheduler allocates a share: a new shareID, the consumed capacity
+        result.update(shareID=str(uuid.uuid4()), consumedCapacity=dict(share))
+    devices: dict[str, Any] = {"results": [result]}
     if config:
         devices["config"] = [{"opaque": {"driver": DRIVER, "parameters": config}, "requests": ["r0"]}]
     meta = {"name": uid, "namespace": "bench", "uid": uid}
-    return {"metadata": meta, "status": {"allocation": {"devices": devices}}}
+    status: dict[str, Any] = {"allocation": {"devices": devices}}
+    if share:
+        status["reservedFor"] = [{"resource": "pods", "name": POD, "uid": POD}]
+    return {"metadata": meta, "status": status}
 
 
 def prepare_times(node: Node, kind: Kind, calls: int) -> tuple[list[float], list[float]]:
@@ -225,7 +274,7 @@ def prepare_times(node: Node, kind: Kind, calls: int) -> tuple[list[float], list
     prep, unprep = [], []
     for i in range(calls):
         uid = f"{kind.host}-{device}-{i}"[-60:]
-        node.api.claims[("bench", uid)] = claim(uid, device, kind.config)
+        node.api.claims[("bench", uid)] = claim(uid, device, kind.config, kind.share)
         ref = ("bench", uid, uid)
         t0 = time.perf_counter()
         out = node.kubelet.prepare(ref).claims[uid]
@@ -292,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
                 (sims[name] / rel).write_text(text)
             for cmd in commands:
                 vg(sims[name], *cmd)
+            if name in SHARED:
+                pod_cgroup(sims[name], POD)
         for name, sim in sims.items():
             kinds = [k for k in KINDS if k.host == name]
             changes = [c for c in CHANGES if c.host == name]

@@ -11,11 +11,13 @@
  * Configuration: the tenant is VGPUKIT_CUDA_TENANT or VGPUKIT_QOS_TENANT; without one the library
  * passes everything through unchanged. Its directory is VGPUKIT_CUDA_DIR or
  * $VGPUKIT_ROOT/run/vgpukit/cuda/<tenant>, holding "config" (key=value lines: memory, inflight,
- * inflight_ms, gpu; written by `vgpukit qos tenant add --memory`) and the shared "usage" region.
+ * inflight_ms, gpu, and for memory QoS memory_burst, class, watermark, reclaim_ms; written by the QoS
+ * daemon from `vgpukit qos tenant add --memory ...`) and the shared "usage" region.
  * Environment overrides the file: VGPUKIT_CUDA_MEMORY (bytes, or with a K/M/G/T or KiB/MiB/GiB/TiB
  * suffix; a comma list gives one cap per device), VGPUKIT_CUDA_INFLIGHT, VGPUKIT_CUDA_INFLIGHT_MS,
  * VGPUKIT_QOS_GPU (demand notification needs it), VGPUKIT_QOS_SOCKET, VGPUKIT_QOS_IDLE_MS,
- * VGPUKIT_CUDA_PITCH_ALIGN (default 512).
+ * VGPUKIT_CUDA_PITCH_ALIGN (default 512), VGPUKIT_CUDA_MEMORY_BURST, VGPUKIT_CUDA_CLASS (online|offline),
+ * VGPUKIT_CUDA_WATERMARK, VGPUKIT_CUDA_RECLAIM_MS (default 10000).
  */
 #define _GNU_SOURCE
 #include "../qos-hook/vgpukit_qos.h"
@@ -49,7 +51,7 @@ static const struct hook hooks[] = {
 };
 #define NHOOKS (sizeof(hooks) / sizeof(hooks[0]))
 
-struct vgc_config vgc = {.idle_ns = 20000000LL, .pitch_align = 512};
+struct vgc_config vgc = {.idle_ns = 20000000LL, .pitch_align = 512, .reclaim_ms = 10000};
 int vgc_ready;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static __thread int in_init;
@@ -87,7 +89,7 @@ static int parse_size(const char *s, uint64_t *out)
     return 0;
 }
 
-static void set_memory(const char *s)
+static void set_sizes(uint64_t *per_dev, const char *s)
 {
     char buf[512];
     uint64_t v;
@@ -95,16 +97,24 @@ static void set_memory(const char *s)
     snprintf(buf, sizeof(buf), "%s", s);
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && i < VGC_MAXDEV; tok = strtok_r(NULL, ",", &save))
         if (parse_size(tok, &v) == 0)
-            vgc.cap[i++] = v;
+            per_dev[i++] = v;
     for (int last = i - 1; i > 0 && i < VGC_MAXDEV; i++) /* one value (or the last) for the other devices */
-        vgc.cap[i] = vgc.cap[last];
+        per_dev[i] = per_dev[last];
 }
 
 static void set(const char *key, const char *val, char *gpu, size_t gpulen)
 {
     uint64_t v;
     if (strcmp(key, "memory") == 0)
-        set_memory(val);
+        set_sizes(vgc.cap, val);
+    else if (strcmp(key, "memory_burst") == 0)
+        set_sizes(vgc.burst, val);
+    else if (strcmp(key, "class") == 0)
+        vgc.cls = strcmp(val, "online") == 0 ? 1 : strcmp(val, "offline") == 0 ? 2 : 0;
+    else if (strcmp(key, "watermark") == 0 && parse_size(val, &v) == 0)
+        vgc.watermark = v;
+    else if (strcmp(key, "reclaim_ms") == 0 && parse_size(val, &v) == 0 && v < 3600000)
+        vgc.reclaim_ms = (unsigned)v;
     else if (strcmp(key, "inflight") == 0 && parse_size(val, &v) == 0 && v < 1024)
         vgc.inflight = (unsigned)v;
     else if (strcmp(key, "inflight_ms") == 0 && parse_size(val, &v) == 0 && v < 3600000)
@@ -161,8 +171,13 @@ static void init(void)
         else
             snprintf(dir, sizeof(dir), "%s/run/vgpukit/cuda/%s", (e = getenv("VGPUKIT_ROOT")) ? e : "", tenant);
         read_config(dir, gpu, sizeof(gpu));
-        if ((e = getenv("VGPUKIT_CUDA_MEMORY")))
-            set("memory", e, NULL, 0);
+        static const char *const envs[][2] = {
+            {"VGPUKIT_CUDA_MEMORY", "memory"}, {"VGPUKIT_CUDA_MEMORY_BURST", "memory_burst"},
+            {"VGPUKIT_CUDA_CLASS", "class"}, {"VGPUKIT_CUDA_WATERMARK", "watermark"},
+            {"VGPUKIT_CUDA_RECLAIM_MS", "reclaim_ms"}};
+        for (size_t i = 0; i < sizeof(envs) / sizeof(envs[0]); i++)
+            if ((e = getenv(envs[i][0])))
+                set(envs[i][1], e, NULL, 0);
         if ((e = getenv("VGPUKIT_CUDA_INFLIGHT")))
             set("inflight", e, NULL, 0);
         if ((e = getenv("VGPUKIT_CUDA_INFLIGHT_MS")))
@@ -176,6 +191,8 @@ static void init(void)
         vgc_region_open(dir);
         vgc.demand = vgpukit_qos_init(NULL, getenv("VGPUKIT_QOS_GPU") ? NULL : (gpu[0] ? gpu : NULL), tenant) == 0;
         vgc_launch_setup();
+        snprintf(vgc.dir, sizeof(vgc.dir), "%s", dir);
+        vgc_burst_setup();
         pthread_atfork(NULL, NULL, child);
     }
     in_init = 0;

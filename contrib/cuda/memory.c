@@ -102,13 +102,18 @@ static CUresult stream_device(CUstream s, CUdevice *dev)
     } while (0)
 
 /* The common shape: charge n on dev, call the driver, record key on success, uncharge on failure. */
+/* An online tenant's allocation the device refuses waits for the QoS daemon to free memory (burst.c). */
 #define ALLOC(dev, n, kind, keyexpr, call)                                                                   \
     do {                                                                                                     \
+        long long deadline_ = 0;                                                                             \
         CHARGE_OR_OOM(dev, n);                                                                               \
         CUresult r_ = (call);                                                                                \
-        if (r_ == CUDA_SUCCESS)                                                                              \
+        while (r_ == CUDA_ERROR_OUT_OF_MEMORY && vgc_reclaim(dev, n, &deadline_))                            \
+            r_ = (call);                                                                                     \
+        if (r_ == CUDA_SUCCESS) {                                                                            \
             put((uint64_t)(keyexpr), kind, dev, n, 0);                                                       \
-        else                                                                                                 \
+            vgc_after_alloc(dev);                                                                            \
+        } else                                                                                               \
             vgc_uncharge(dev, n);                                                                            \
         return r_;                                                                                           \
     } while (0)
@@ -133,6 +138,8 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
     ON_CURRENT(dev, REAL(cuMemAlloc_v2, alloc_fn)(p, n));
     if (!p || !n)
         return REAL(cuMemAlloc_v2, alloc_fn)(p, n);
+    if (vgc_burst_on(dev)) /* an offline tenant's burst: unified memory, evictable */
+        return vgc_um_alloc(dev, p, n, 0);
     ALLOC(dev, n, K_PTR, *p, REAL(cuMemAlloc_v2, alloc_fn)(p, n));
 }
 
@@ -178,6 +185,8 @@ EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned flags)
     ON_CURRENT(dev, REAL(cuMemAllocManaged, managed_fn)(p, n, flags));
     if (!p || !n)
         return REAL(cuMemAllocManaged, managed_fn)(p, n, flags);
+    if (vgc_burst_on(dev))
+        return vgc_um_alloc(dev, p, n, flags);
     ALLOC(dev, n, K_PTR, *p, REAL(cuMemAllocManaged, managed_fn)(p, n, flags));
 }
 
@@ -282,7 +291,14 @@ EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, CUmemoryP
             forget((uint64_t)(key), kind);                                                                   \
         return r_;                                                                                           \
     } while (0)
-EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { FREE(REAL(cuMemFree_v2, CUresult (*)(CUdeviceptr))(p), p, K_PTR); }
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
+{
+    CUresult r;
+    vgc_init();
+    if (vgc.tenant_set && vgc.cls == 2 && vgc_um_free(p, &r))
+        return r;
+    FREE(REAL(cuMemFree_v2, CUresult (*)(CUdeviceptr))(p), p, K_PTR);
+}
 EXPORT CUresult cuMemFree(unsigned p) { FREE(REAL(cuMemFree, CUresult (*)(unsigned))(p), p, K_PTR); }
 typedef CUresult (*freeasync_fn)(CUdeviceptr, CUstream);
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { FREE(REAL(cuMemFreeAsync, freeasync_fn)(p, s), p, K_PTR); }
@@ -430,9 +446,11 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *fr, size_t *tot)
         !vgc.cap[dev])
         return r;
     uint64_t cap = vgc.cap[dev] < *tot ? vgc.cap[dev] : *tot, used = vgc_used(dev);
+    if (vgc_burst_on(dev)) /* unified memory may spill to the host: the tenant's whole allowance */
+        cap = vgc.cap[dev] + vgc.burst[dev];
     uint64_t left = used < cap ? cap - used : 0;
     *tot = cap;
-    *fr = left < *fr ? left : *fr;
+    *fr = vgc_burst_on(dev) || left < *fr ? left : *fr;
     return r;
 }
 EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)

@@ -7,11 +7,19 @@
  *   offset 336    u64 total[32]   bytes charged per device = the sum of the live slots
  *   offset 592    64 slots of { i32 pid, u32 pad, u64 start (starttime in /proc/pid/stat), u64 used[32] }
  *   offset 18000  u64 refused[32] allocation attempts the cap refused per device (version 2; atomic adds)
+ *   version 3 (memory QoS, docs/cuda.md "Memory QoS"):
+ *   offset 18256  u64 burst[32]    the burst cap per device (unified memory beyond the cap), as last set
+ *   offset 18512  u64 um[32]       evictable bytes charged per device (unified memory) = sum of slot_um
+ *   offset 18768  u64 evicted[32]  of those, bytes the tenant moved to the host on request = sum of slot_evicted
+ *   offset 19024  u32 cls (0 not set, 1 online, 2 offline), u32 reserved
+ *   offset 19032  u64 slot_um[64][32], offset 35416 u64 slot_evicted[64][32]   per process slot
+ *   offset 51800  u32 slot_ack[64]  the eviction request (memreq seq) each process last complied with
+ *   offset 52056  end
  *
  * Versions only append: version 1 is the first 18000 bytes (no refusal counters), and a reader of
- * version N reads any later version's first bytes as version N's. A version 1 file (left by an older
- * library) is grown to version 2 in place by the first process of this library that maps it (under the
- * file lock; zeroed counters): older processes keep their mapping of the first 18000 bytes.
+ * version N reads any later version's first bytes as version N's. A file of an earlier version (left by
+ * an older library) is grown to version 3 in place by the first process of this library that maps it
+ * (under the file lock; appended fields zero): older processes keep their mapping of the first bytes.
  *
  * Crash safety: a process killed while holding the mutex leaves it EOWNERDEAD; the next locker makes it
  * consistent and recomputes every total from the slots. A slot whose process is gone (no such pid, or
@@ -23,6 +31,7 @@
 #include "vgpukit_cuda.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -53,11 +62,20 @@ struct region {
     uint64_t total[VGC_MAXDEV];
     struct slot slot[VGC_SLOTS];
     uint64_t refused[VGC_MAXDEV]; /* version 2 */
+    uint64_t burst[VGC_MAXDEV];   /* version 3 */
+    uint64_t um[VGC_MAXDEV];
+    uint64_t evicted[VGC_MAXDEV];
+    uint32_t cls, reserved;
+    uint64_t slot_um[VGC_SLOTS][VGC_MAXDEV];
+    uint64_t slot_evicted[VGC_SLOTS][VGC_MAXDEV];
+    uint32_t slot_ack[VGC_SLOTS];
 };
-#define VGC_VERSION 2
+#define VGC_VERSION 3
 #define VGC_V1_SIZE (592 + VGC_SLOTS * 272)
+#define VGC_V2_SIZE (VGC_V1_SIZE + VGC_MAXDEV * 8)
 _Static_assert(sizeof(pthread_mutex_t) <= 64, "mutex fits its field");
-_Static_assert(sizeof(struct region) == VGC_V1_SIZE + VGC_MAXDEV * 8, "layout as documented");
+_Static_assert(offsetof(struct region, burst) == VGC_V2_SIZE, "layout as documented");
+_Static_assert(offsetof(struct region, slot_um) == 19032 && sizeof(struct region) == 52056, "layout as documented");
 
 static struct region *rg;
 static int me = -1; /* my slot */
@@ -94,9 +112,14 @@ static int dead(const struct slot *s)
 static void recompute(void)
 {
     memset(rg->total, 0, sizeof(rg->total));
+    memset(rg->um, 0, sizeof(rg->um));
+    memset(rg->evicted, 0, sizeof(rg->evicted));
     for (int i = 0; i < VGC_SLOTS; i++)
-        for (int d = 0; d < VGC_MAXDEV; d++)
+        for (int d = 0; d < VGC_MAXDEV; d++) {
             rg->total[d] += rg->slot[i].used[d];
+            rg->um[d] += rg->slot_um[i][d];
+            rg->evicted[d] += rg->slot_evicted[i][d];
+        }
 }
 
 static void lock(void)
@@ -114,9 +137,15 @@ static int reclaim(void)
     int n = 0;
     for (int i = 0; i < VGC_SLOTS; i++)
         if (i != me && dead(&rg->slot[i])) {
-            for (int d = 0; d < VGC_MAXDEV; d++)
+            for (int d = 0; d < VGC_MAXDEV; d++) {
                 rg->total[d] -= rg->slot[i].used[d];
+                rg->um[d] -= rg->slot_um[i][d];
+                rg->evicted[d] -= rg->slot_evicted[i][d];
+            }
             memset(&rg->slot[i], 0, sizeof(rg->slot[i]));
+            memset(rg->slot_um[i], 0, sizeof(rg->slot_um[i]));
+            memset(rg->slot_evicted[i], 0, sizeof(rg->slot_evicted[i]));
+            rg->slot_ack[i] = 0;
             n++;
         }
     return n;
@@ -143,10 +172,11 @@ static struct region *map_file(const char *dir)
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return NULL;
-    int v1 = 0; /* a version 1 file, to grow in place */
+    int old = 0; /* a file of an earlier version, to grow in place */
     if (flock(fd, LOCK_EX) == 0 && fstat(fd, &st) == 0 &&
         (st.st_size == (off_t)sizeof(*r) ||
-         ((st.st_size == 0 || (v1 = st.st_size == VGC_V1_SIZE)) && ftruncate(fd, sizeof(*r)) == 0))) {
+         ((st.st_size == 0 || (old = st.st_size == VGC_V1_SIZE || st.st_size == VGC_V2_SIZE)) &&
+          ftruncate(fd, sizeof(*r)) == 0))) {
         void *m = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (m != MAP_FAILED) {
             r = m;
@@ -155,8 +185,8 @@ static struct region *map_file(const char *dir)
                 init_mutex(r);
                 r->version = VGC_VERSION, r->maxdev = VGC_MAXDEV, r->slots = VGC_SLOTS;
                 __atomic_store_n(&r->magic, VGC_MAGIC, __ATOMIC_RELEASE);
-            } else if (v1 && r->version == 1 && r->maxdev == VGC_MAXDEV && r->slots == VGC_SLOTS) {
-                __atomic_store_n(&r->version, VGC_VERSION, __ATOMIC_RELEASE); /* grown: counters zero */
+            } else if (old && (r->version == 1 || r->version == 2) && r->maxdev == VGC_MAXDEV && r->slots == VGC_SLOTS) {
+                __atomic_store_n(&r->version, VGC_VERSION, __ATOMIC_RELEASE); /* grown: appended fields zero */
             } else if (r->version != VGC_VERSION || r->maxdev != VGC_MAXDEV || r->slots != VGC_SLOTS) {
                 munmap(m, sizeof(*r));
                 r = NULL;
@@ -179,6 +209,9 @@ static int take_slot(void)
             free_slot = i;
     if (free_slot >= 0) {
         memset(&rg->slot[free_slot], 0, sizeof(rg->slot[free_slot]));
+        memset(rg->slot_um[free_slot], 0, sizeof(rg->slot_um[free_slot]));
+        memset(rg->slot_evicted[free_slot], 0, sizeof(rg->slot_evicted[free_slot]));
+        rg->slot_ack[free_slot] = 0;
         rg->slot[free_slot].start = start_time(my_pid);
         rg->slot[free_slot].pid = my_pid;
     }
@@ -207,7 +240,20 @@ void vgc_region_after_fork(void)
         me = take_slot();
 }
 
-int vgc_charge(int dev, uint64_t bytes)
+/* Fits: every allocation within cap + burst in all, what cannot be evicted within the cap alone. */
+static int fits(int dev, uint64_t bytes, int evictable)
+{
+    uint64_t cap = vgc.cap[dev], all = cap + vgc.burst[dev], pinned = rg->total[dev] - rg->um[dev];
+    if (!cap)
+        return 1;
+    if (rg->total[dev] > all || bytes > all - rg->total[dev])
+        return 0;
+    return evictable || (pinned <= cap && bytes <= cap - pinned);
+}
+
+int vgc_charge(int dev, uint64_t bytes) { return vgc_charge_kind(dev, bytes, 0); }
+
+int vgc_charge_kind(int dev, uint64_t bytes, int evictable)
 {
     if (dev < 0 || dev >= VGC_MAXDEV || me < 0) { /* beyond what the region counts: only uncapped tenants */
         for (int d = 0; d < VGC_MAXDEV; d++)
@@ -215,13 +261,18 @@ int vgc_charge(int dev, uint64_t bytes)
                 return -1;
         return 0;
     }
-    uint64_t cap = vgc.cap[dev];
     lock();
-    rg->cap[dev] = cap; /* for display: the devices this tenant used, with their caps */
+    rg->cap[dev] = vgc.cap[dev]; /* for display: the devices this tenant used, with their caps */
+    rg->burst[dev] = vgc.burst[dev];
+    rg->cls = (uint32_t)vgc.cls;
     for (int pass = 0; pass < 2; pass++) {
-        if (!cap || (rg->total[dev] <= cap && bytes <= cap - rg->total[dev])) {
+        if (fits(dev, bytes, evictable)) {
             rg->slot[me].used[dev] += bytes;
             rg->total[dev] += bytes;
+            if (evictable) {
+                rg->slot_um[me][dev] += bytes;
+                rg->um[dev] += bytes;
+            }
             unlock();
             return 0;
         }
@@ -233,16 +284,57 @@ int vgc_charge(int dev, uint64_t bytes)
     return -1;
 }
 
-void vgc_uncharge(int dev, uint64_t bytes)
+void vgc_uncharge(int dev, uint64_t bytes) { vgc_uncharge_kind(dev, bytes, 0, 0); }
+
+static void sub(uint64_t *mine, uint64_t *all, uint64_t bytes)
+{
+    if (bytes > *mine) /* never below zero, whatever the caller did */
+        bytes = *mine;
+    *mine -= bytes;
+    *all -= bytes;
+}
+
+void vgc_uncharge_kind(int dev, uint64_t bytes, int evictable, int evicted)
 {
     if (dev < 0 || dev >= VGC_MAXDEV || me < 0)
         return;
     lock();
-    if (bytes > rg->slot[me].used[dev]) /* never below zero, whatever the caller did */
-        bytes = rg->slot[me].used[dev];
-    rg->slot[me].used[dev] -= bytes;
-    rg->total[dev] -= bytes;
+    sub(&rg->slot[me].used[dev], &rg->total[dev], bytes);
+    if (evictable)
+        sub(&rg->slot_um[me][dev], &rg->um[dev], bytes);
+    if (evicted)
+        sub(&rg->slot_evicted[me][dev], &rg->evicted[dev], bytes);
     unlock();
+}
+
+/* Bytes of unified memory this process moved to the host (moved > 0) or back to the device. */
+void vgc_moved(int dev, uint64_t bytes, int to_host)
+{
+    if (dev < 0 || dev >= VGC_MAXDEV || me < 0)
+        return;
+    lock();
+    if (to_host) {
+        rg->slot_evicted[me][dev] += bytes;
+        rg->evicted[dev] += bytes;
+    } else {
+        sub(&rg->slot_evicted[me][dev], &rg->evicted[dev], bytes);
+    }
+    unlock();
+}
+
+/* The tenant's evicted bytes on every device. */
+uint64_t vgc_evicted_total(void)
+{
+    uint64_t n = 0;
+    for (int d = 0; rg && d < VGC_MAXDEV; d++)
+        n += __atomic_load_n(&rg->evicted[d], __ATOMIC_RELAXED);
+    return n;
+}
+
+void vgc_ack(uint32_t seq)
+{
+    if (rg && me >= 0)
+        __atomic_store_n(&rg->slot_ack[me], seq, __ATOMIC_RELEASE);
 }
 
 uint64_t vgc_used(int dev)

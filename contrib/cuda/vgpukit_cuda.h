@@ -23,7 +23,8 @@
 #define VGC_USES(X)                                                                                          \
     X(cuCtxGetDevice) X(cuCtxGetCurrent) X(cuCtxPushCurrent_v2) X(cuCtxPopCurrent_v2) X(cuStreamGetCtx)         \
     X(cuEventCreate) X(cuEventDestroy_v2) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)                \
-    X(cuEventElapsedTime) X(cuDeviceGetCount) X(cuDeviceGetPCIBusId)
+    X(cuEventElapsedTime) X(cuDeviceGetCount) X(cuDeviceGetPCIBusId) X(cuStreamSynchronize) X(cuMemAdvise)         \
+    X(cuMemAdvise_v2) X(cuMemPrefetchAsync) X(cuMemPrefetchAsync_v2)
 
 #define X(n) extern void *real_##n;
 VGC_HOOKS(X)
@@ -51,6 +52,12 @@ struct vgc_config {
     int demand;               /* demand datagrams to the QoS daemon */
     long long idle_ns;
     unsigned pitch_align;
+    /* memory QoS (burst.c) */
+    uint64_t burst[VGC_MAXDEV]; /* unified memory beyond the cap, offline tenants only; 0 = none */
+    int cls;                    /* 0 not set, 1 online, 2 offline */
+    uint64_t watermark;         /* online: report "low" when the device's free memory falls under it */
+    unsigned reclaim_ms;        /* online: how long an allocation the device refused waits for memory */
+    char dir[4200];             /* the tenant's directory */
 };
 extern struct vgc_config vgc;
 
@@ -58,6 +65,19 @@ extern struct vgc_config vgc;
 int vgc_region_open(const char *dir);
 int vgc_charge(int dev, uint64_t bytes);  /* 0 charged, -1 over the cap */
 void vgc_uncharge(int dev, uint64_t bytes);
+int vgc_charge_kind(int dev, uint64_t bytes, int evictable);
+void vgc_uncharge_kind(int dev, uint64_t bytes, int evictable, int evicted);
+void vgc_moved(int dev, uint64_t bytes, int to_host);
+uint64_t vgc_evicted_total(void);
+void vgc_ack(uint32_t seq);
+
+/* Memory QoS (burst.c) */
+int vgc_burst_on(int dev);
+CUresult vgc_um_alloc(int dev, CUdeviceptr *p, size_t n, unsigned flags);
+int vgc_um_free(CUdeviceptr p, CUresult *r);
+int vgc_reclaim(int dev, uint64_t n, long long *deadline);
+void vgc_after_alloc(int dev);
+void vgc_burst_setup(void);
 uint64_t vgc_used(int dev);
 
 void vgc_region_after_fork(void);

@@ -74,4 +74,12 @@ static int qos_send(const char *what)
 }
 
 int vgpukit_qos_busy(void) { return qos_send("busy"); }
+int vgpukit_qos_mem(const char *verb, unsigned long long value)
+{
+    char what[64];
+    if (strcmp(verb, "need") && strcmp(verb, "low") && strcmp(verb, "moved"))
+        return -1;
+    snprintf(what, sizeof(what), "%s %llu", verb, value);
+    return qos_send(what);
+}
 int vgpukit_qos_idle(void) { return qos_send("idle"); }

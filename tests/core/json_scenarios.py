@@ -88,6 +88,7 @@ def host_session(run: Session, tmp: Path) -> None:
     run(sim, "cdi", "enable", "--class", "vf", "--class", "mig")
     run(sim, "cdi", "list")
     run(sim, "k8s", "resources")
+    run(sim, "k8s", "resources", "--kubernetes", "1.37", "--node", "n1")
     run(sim, "k8s", "labels")
     run(sim, "k8s", "labels", "--write")
     run(sim, "mig", "destroy", "gpu0", "--gi", str(gi))

@@ -182,7 +182,7 @@ def test_completion_knows_pfs_parents_types_uuids_profiles(tmp_path: Path) -> No
     assert _complete("vgpukit mdev remove ", t4) == [uid]
     assert _complete("vgpukit mdev stop ", t4) == [uid]
     assert _complete("vgpukit sim init x --profile ", nowhere) == [
-        "h100-vgpu", "hgx-a100", "mixed-a100-t4", "qemu-guest", "t4-mdev"
+        "h100-vgpu", "hgx-a100", "hgx-h100", "mixed-a100-t4", "qemu-guest", "t4-mdev"
     ]  # fmt: skip
     assert _complete("vgpukit sim init x --profile q", nowhere) == ["qemu-guest"]
     assert (

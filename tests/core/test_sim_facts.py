@@ -42,3 +42,24 @@ def test_simulator_and_toolkit_agree_on_vf_addresses() -> None:
     pfs = ("0000:00:02.0", "0000:05:00.0", "0000:41:00.0", "0000:3b:1f.6", "000a:c0:10.3")
     for pf, offset, stride, n in itertools.product(pfs, (1, 2, 4, 8, 16), (1, 2, 4), range(0, 300, 7)):
         assert virtfn_name(pf, offset, stride, n) == pci.vf_address(pf, offset, stride, n), (pf, offset, stride, n)
+
+
+def test_each_profiles_mig_mode_change_agrees_with_the_toolkits_table() -> None:
+    """The simulator's own fact (a profile's GPU ``mig_mode_without_reset``: Hopper and newer change MIG mode
+    without a reset) against the toolkit's MIG table (``mig_mode_without_reset`` per model, with its source):
+    every built-in profile's MIG-capable GPU says it, and says what the table says for its model."""
+    from pathlib import Path
+
+    import yaml
+
+    from vgpukit.nvml import table
+
+    seen = 0
+    for path in sorted((Path(__file__).resolve().parents[2] / "vgpukit" / "sim" / "profiles").glob("*.yaml")):
+        for model in (yaml.safe_load(path.read_text()).get("models") or {}).values():
+            gpu = model.get("gpu") or {}
+            if gpu.get("mig_capable"):
+                assert "mig_mode_without_reset" in gpu, path.name
+                assert gpu["mig_mode_without_reset"] is table.model(gpu["model"]).without_reset, path.name
+                seen += 1
+    assert seen >= 4

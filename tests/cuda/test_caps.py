@@ -163,19 +163,23 @@ def test_refused_allocations_are_counted_and_exported(cuda: Cuda, tmp_path: Path
     assert value(fam, "vgpukit_tenant_memory_cap_refusals", tenant=cuda.tenant, gpu="0") == 4  # sample: ..._total
 
 
-def test_a_version_1_region_is_grown_in_place_and_read_by_both(cuda: Cuda, tmp_path: Path) -> None:
-    """A region left by an older library (version 1, no counters): the reader reads it (no refusals), and
-    this library grows it to version 2 in place, keeping what it held."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_region_is_grown_in_place_and_read_by_both(cuda: Cuda, tmp_path: Path, version: int) -> None:
+    """A region left by an older library (version 1: no counters; version 2: no memory QoS fields): the
+    reader reads it (no refusals, no burst), and this library grows it to version 3 in place, keeping
+    what it held."""
     path = cuda.root / "run/vgpukit/cuda" / cuda.tenant / "usage"
-    data = bytearray(region.SIZE)
-    region.HEADER.pack_into(data, 0, region.MAGIC, 1, region.MAXDEV, region.SLOTS)
+    data = bytearray(region.SIZE if version == 1 else region.SIZE_V2)
+    region.HEADER.pack_into(data, 0, region.MAGIC, version, region.MAXDEV, region.SLOTS)
     struct.pack_into("<Q", data, region.CAPS_AT, CAP)
     path.parent.mkdir(parents=True)
     path.write_bytes(bytes(data))
     usage = read_usage(cuda.host, cuda.tenant)
-    assert usage is not None and usage.caps == (CAP,) and usage.refused == ()
+    assert usage is not None and usage.caps == (CAP,) and usage.refused == (() if version == 1 else (0,))
+    assert usage.bursts == () and usage.cls is None
     assert value(_scrape_region(cuda, tmp_path / "a"), "vgpukit_tenant_memory_cap_refusals", gpu="0") == 0
     cuda.run("paths", "mem", VGPUKIT_CUDA_MEMORY=str(CAP))
-    assert path.stat().st_size == region.SIZE_V2 and region.HEADER.unpack_from(path.read_bytes())[1] == 2
+    assert path.stat().st_size == region.SIZE_V3 and region.HEADER.unpack_from(path.read_bytes())[1] == 3
     usage = read_usage(cuda.host, cuda.tenant)
     assert usage is not None and usage.caps == (CAP,) and usage.used == (0,) and usage.refused == (2,)
+    assert usage.bursts == (0,) and usage.evictable == (0,)

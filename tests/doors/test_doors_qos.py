@@ -107,3 +107,26 @@ def test_a_missing_cuda_library_is_the_same_warning_through_the_area_command_and
     assert "/usr/lib/vgpukit/libvgpukit-cuda.so is missing" in area_warnings[0]
     assert "its --memory cap is not enforced" in area_warnings[0]
     assert area_line == apply_line == f"vgpukit: warning: {area_warnings[0]}"
+
+
+def test_a_memory_burst_on_an_online_tenant_is_the_same_refusal_through_every_door(
+    tmp_path: Path, sleeper: int
+) -> None:
+    """Memory QoS: a burst is for offline tenants (online tenants' memory is plain device memory); the area
+    command, apply, the node agent and the Ansible module refuse it alike and change nothing."""
+    sim = make_sim(tmp_path / "host", "hgx-a100")
+    tenant = {"class": "online", "share": 40, "pids": [sleeper], "memory": "1GiB", "memory_burst": "4GiB"}
+    config = yaml.safe_dump({"qos": {"gpus": {"gpu0": {"tenants": {"w": tenant}}}}}, default_flow_style=True)
+    area = ["qos", "tenant", "add", "gpu0", "w", "--class", "online", "--share", "40", "--pid", str(sleeper)]
+    area += ["--memory", "1GiB", "--memory-burst", "4GiB"]
+    daemon = DaemonProc(sim, sim=True).start()
+    before = harness.host_state(sim)
+    try:  # the config doors say "qos: " before a parse error of their section, as for every tenant field
+        doors = harness.config_doors(harness.host_config(tmp_path, config), tmp_path)
+        answers = [harness.area(sim, area), *(door(sim) for door in doors.values())]
+        assert harness.host_state(sim) == before
+    finally:
+        daemon.stop()
+    says = "tenant w: a memory burst is for offline tenants with a memory cap"
+    assert {(a.code, a.kind) for a in answers} == {(2, "invalid-input")}, answers
+    assert all(a.message.removeprefix("qos: ").startswith(says) for a in answers), answers

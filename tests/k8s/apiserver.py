@@ -1,5 +1,7 @@
-"""A local Kubernetes API-server stub: the REST paths the official client uses for one Node.
+"""A local Kubernetes API-server stand-in: the REST paths the official client uses for one Node and DRA.
 
+* ``GET /version`` and discovery (``GET /apis``, ``/apis/resource.k8s.io``, ``/apis/resource.k8s.io/v1``)
+  as the release ``version`` (1.34 .. 1.37) answers them (``git_version`` as a provider spells it);
 * ``GET /api/v1/nodes/NAME``                                   (CoreV1Api.read_node)
 * ``GET /api/v1/nodes?fieldSelector=metadata.name=NAME&watch=true&timeoutSeconds=N``
                                                                 (watch.Watch().stream(list_node, ...)):
@@ -10,14 +12,17 @@
 * ``GET /apis/resource.k8s.io/v1/namespaces/NS/resourceclaims/NAME``
   (ResourceV1Api.read_namespaced_resource_claim): the claims a test put in ``claims``.
 * ``/apis/resource.k8s.io/v1/resourceslices[/NAME]``: list (``fieldSelector`` on ``spec.nodeName``
-  and ``spec.driver``), read, create (409 AlreadyExists), replace (409 Conflict on a stale
-  ``metadata.resourceVersion``), delete (ResourceV1Api.*_resource_slice); a slice of more than 128
-  devices is refused (422 Invalid), as the API server's validation does. With ``partitionable``
-  False (the cluster's ``DRAPartitionableDevices`` feature gate off), a stored slice loses
-  ``spec.sharedCounters`` and its devices' ``consumesCounters``, as the API server drops disabled fields;
-  with ``separate_counters`` a slice holding both counters and devices is refused (422), as 1.35 does.
-  With ``device_taints`` False (gate ``DRADeviceTaints`` off) the devices' ``taints`` are dropped;
-  otherwise each taint is stamped with ``timeAdded``, as the API server does.
+  and ``spec.driver``), read, create (409 AlreadyExists; ``dryRun=All`` validates and stores nothing;
+  ``generateName``), replace (409 Conflict on a stale ``metadata.resourceVersion``), delete. Every
+  create and replace is validated as the release's API server does (:mod:`tests.k8s.validation`: its
+  strict schema and the rules the schema cannot say) and refused with 422 Invalid, its reasons in the
+  Status message; each refusal is kept in ``refused``. The release's feature gates (``gates``: defaults
+  as the release has them, ``partitionable`` and ``device_taints`` to turn them) drop the fields of a
+  gate that is off before validation, as the API server does: ``DRAPartitionableDevices`` the slice's
+  ``sharedCounters`` and the devices' ``consumesCounters``, ``DRADeviceTaints`` the devices' ``taints``
+  (otherwise each taint is stamped with ``timeAdded``), ``DRAConsumableCapacity`` (``consumable_capacity``)
+  the devices' ``allowMultipleAllocations`` and their capacities' ``requestPolicy``. ``pool_problems()``
+  is the scheduler's view of the stored pools (incomplete, a counter set not found...).
 
 Every request is recorded (method, path, query, content type) so tests can assert what the client sent.
 """
@@ -32,13 +37,21 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.k8s import validation
+
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
-MAX_SLICE_DEVICES = 128  # resource.k8s.io/v1 ResourceSliceSpec.devices
 PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 
 
 class ApiServer:
-    def __init__(self, node: str) -> None:
+    def __init__(self, node: str, version: str = "1.37", git_version: str | None = None) -> None:
+        assert version in validation.RELEASES, version
+        self.release = version
+        self.git_version = git_version or f"v{version}.0"
+        defaults = validation.GATE_DEFAULTS[version]
+        self.gates = dict(zip(validation.GATES, defaults, strict=True))
+        self.refused: list[tuple[str, str, str]] = []  # (method, slice name, the Status message) of each 422
+        self.schema_check = True  # the release's strict schema too (benchmarks/dra turns it off: its cost is ours)
         self.node: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Node",
@@ -50,15 +63,56 @@ class ApiServer:
         self.label_history: list[dict[str, str]] = []
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}  # (namespace, name) -> ResourceClaim
         self.slices: dict[str, dict[str, Any]] = {}  # name -> ResourceSlice (resourceVersion set)
-        self.partitionable = True  # the DRAPartitionableDevices feature gate
-        self.device_taints = True  # the DRADeviceTaints feature gate
-        self.separate_counters = False  # 1.35 and later: a slice with both counters and devices is invalid
         self.events: list[dict[str, Any]] = []  # core/v1 Events created (POST /api/v1/namespaces/NS/events)
         self.closing = False
         handler = type("Handler", (_Handler,), {"api": self})
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.http.daemon_threads = True
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    @property
+    def partitionable(self) -> bool:
+        return self.gates["DRAPartitionableDevices"]
+
+    @partitionable.setter
+    def partitionable(self, on: bool) -> None:
+        self.gates["DRAPartitionableDevices"] = on
+
+    @property
+    def consumable_capacity(self) -> bool:
+        return self.gates["DRAConsumableCapacity"]
+
+    @consumable_capacity.setter
+    def consumable_capacity(self, on: bool) -> None:
+        self.gates["DRAConsumableCapacity"] = on
+
+    @property
+    def device_taints(self) -> bool:
+        return self.gates["DRADeviceTaints"]
+
+    @device_taints.setter
+    def device_taints(self, on: bool) -> None:
+        self.gates["DRADeviceTaints"] = on
+
+    def pool_problems(self) -> list[str]:
+        """What the scheduler would find wrong with the stored pools (empty: every pool is usable)."""
+        with self.changed:
+            return validation.pool_problems(list(self.slices.values()), self.release)
+
+    def version_doc(self) -> dict[str, Any]:
+        major, minor = self.release.split(".")
+        provider = not self.git_version.endswith(".0") and "-" in self.git_version
+        return {
+            "major": major,
+            "minor": minor + ("+" if provider else ""),
+            "gitVersion": self.git_version,
+            "gitCommit": "0" * 40,
+            "gitTreeState": "clean",
+            "buildDate": "2026-11-01T00:00:00Z",
+            "goVersion": "go1.25.3",
+            "compiler": "gc",
+            "platform": "linux/amd64",
+        }
 
     @property
     def url(self) -> str:
@@ -161,10 +215,43 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, doc)
         elif path.startswith(SLICES):
             self._slices_get(path, query)
+        elif path.rstrip("/") in ("/version", "/apis", "/apis/resource.k8s.io", "/apis/resource.k8s.io/v1"):
+            self._send(200, self._discovery(path.rstrip("/")))
         elif path == "/api/v1/nodes":
             self._send(200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": [self._node()]})
         else:
             self._not_found()
+
+    def _discovery(self, path: str) -> dict[str, Any]:
+        """``/version`` and discovery as the release serves them: ``resource.k8s.io`` at ``v1`` only (its beta
+        and alpha versions are off unless enabled with ``--runtime-config``, in 1.34 to 1.37 alike)."""
+        if path == "/version":
+            return self.api.version_doc()
+        v1 = {"groupVersion": "resource.k8s.io/v1", "version": "v1"}
+        group = {"name": "resource.k8s.io", "versions": [v1], "preferredVersion": v1}
+        if path == "/apis":
+            apps = {"groupVersion": "apps/v1", "version": "v1"}
+            return {
+                "kind": "APIGroupList",
+                "apiVersion": "v1",
+                "groups": [{"name": "apps", "versions": [apps], "preferredVersion": apps}, group],
+            }
+        if path == "/apis/resource.k8s.io":
+            return {"kind": "APIGroup", "apiVersion": "v1", **group}
+        verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+        kinds = [
+            ("deviceclasses", "DeviceClass", False),
+            ("resourceclaims", "ResourceClaim", True),
+            ("resourceclaimtemplates", "ResourceClaimTemplate", True),
+            ("resourceslices", "ResourceSlice", False),
+        ]
+        resources = [{"name": n, "singularName": "", "namespaced": ns, "kind": k, "verbs": verbs} for n, k, ns in kinds]
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": "resource.k8s.io/v1",
+            "resources": resources,
+        }
 
     def _watch(self, timeout: float) -> None:
         self.send_response(200)
@@ -229,6 +316,11 @@ class _Handler(BaseHTTPRequestHandler):
             spec.pop("sharedCounters", None)
             for dev in spec.get("devices") or []:
                 dev.pop("consumesCounters", None)
+        if not self.api.consumable_capacity and isinstance(spec, dict):
+            for dev in spec.get("devices") or []:
+                dev.pop("allowMultipleAllocations", None)
+                for cap in (dev.get("capacity") or {}).values():
+                    cap.pop("requestPolicy", None)
         if not self.api.device_taints and isinstance(spec, dict):
             for dev in spec.get("devices") or []:
                 dev.pop("taints", None)
@@ -238,16 +330,23 @@ class _Handler(BaseHTTPRequestHandler):
                     t.setdefault("timeAdded", "2026-11-27T00:00:00Z")
         return body
 
-    def _invalid(self, body: dict[str, Any]) -> bool:
-        spec = body.get("spec") or {}
-        too_many = len(spec.get("devices") or []) > MAX_SLICE_DEVICES
-        if too_many or (self.api.separate_counters and spec.get("sharedCounters") and spec.get("devices")):
-            self._status(422, "Invalid")
-            return True
-        return False
+    def _invalid(self, body: dict[str, Any], old: dict[str, Any] | None = None) -> bool:
+        """Refused (422) as the release's API server does: its reasons in the Status message, kept in ``refused``."""
+        errs = validation.spec_errors(body, self.api.release, self.api.schema_check)
+        if old is not None:
+            errs += validation.update_errors(body, old)
+        if not errs:
+            return False
+        name = str((body.get("metadata") or {}).get("name", ""))
+        message = f'ResourceSlice.resource.k8s.io "{name}" is invalid: ' + "; ".join(errs)
+        with self.api.changed:
+            self.api.refused.append((self.command, name, message))
+        self._send(422, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid",
+                         "message": message[:4000], "code": 422})  # fmt: skip
+        return True
 
     def do_POST(self) -> None:
-        path, _ = self._record()
+        path, query = self._record()
         body = self._body()
         parts = path.strip("/").split("/")
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 5 and parts[4] == "events":
@@ -260,12 +359,18 @@ class _Handler(BaseHTTPRequestHandler):
         if path != SLICES:
             self._not_found()
             return
+        meta = body.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + f"{len(self.api.requests):05x}"
         if self._invalid(body):
             return
         with self.api.changed:
-            name = body["metadata"]["name"]
+            name = meta["name"]
             if name in self.api.slices:
                 self._status(409, "AlreadyExists")
+                return
+            if query.get("dryRun") == ["All"]:  # validated, gates applied, nothing stored
+                self._send(201, body)
                 return
             self.api.version += 1
             body["metadata"]["resourceVersion"] = str(self.api.version)
@@ -277,11 +382,16 @@ class _Handler(BaseHTTPRequestHandler):
         path, _ = self._record()
         body = self._body()
         name = path.removeprefix(SLICES + "/")
-        if self._invalid(body):
+        with self.api.changed:
+            old = self.api.slices.get(name)
+        if not path.startswith(SLICES + "/") or old is None:
+            self._not_found()
+            return
+        if self._invalid(body, old):
             return
         with self.api.changed:
             old = self.api.slices.get(name)
-            if not path.startswith(SLICES + "/") or old is None:
+            if old is None:
                 self._not_found()
                 return
             if body["metadata"].get("resourceVersion") != old["metadata"]["resourceVersion"]:

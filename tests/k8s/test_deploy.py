@@ -156,7 +156,9 @@ def cel(expression: str) -> Callable[[dict[str, Any]], bool]:
 @pytest.fixture(scope="module")
 def published(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """Every static kind as published: hgx-a100 (GPUs, a MIG slice, a VF on vfio-pci, a VF on
-    mlx5_core), qemu-guest (an mtty mdev), t4-mdev (a GRID T4-4Q vGPU); by ``<host>/<device>``."""
+    mlx5_core), qemu-guest (an mtty mdev), t4-mdev (a GRID T4-4Q vGPU), and the same hgx-a100 host's GPUs
+    and MIG slice shared by capacity (``shared/``); by ``<host>/<device>``."""
+    from vgpukit.k8s.dra.capacity import choice
     from vgpukit.k8s.dra.server import Driver
 
     from .test_dra_plugin import opener, unusable
@@ -178,7 +180,19 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, A
         entries, parts = driver.publication()  # static devices, and those made on demand (MIG, vGPU)
         entries += [e for part in parts.values() for e in part.get("devices", [])]
         out.update({f"{profile}/{e['name']}": e for e in entries})
+    library = base / "hgx-a100" / "usr/lib/vgpukit/libvgpukit-cuda.so"
+    library.parent.mkdir(parents=True, exist_ok=True)
+    library.write_text("a stand-in\n")  # shared devices need the CUDA library: its memory cap
+    sim = base / "hgx-a100"
+    driver = Driver("n1", opener(sim), lambda *_: {}, unusable(sim), share=choice("gpu,mig"))
+    out.update({f"shared/{e['name']}": e for e in driver.publication()[0] if e["name"].startswith("shared-")})
     return out
+
+
+def claim_classes() -> list[dict[str, Any]]:
+    """The DeviceClasses claims name (the extended-resource ones, for pods' limits: test_dra_extended.py)."""
+    docs = [d for _n, d in dra_documents() if d["kind"] == "DeviceClass"]
+    return [d for d in docs if "extendedResourceName" not in d["spec"]]
 
 
 def _class_of(entry: dict[str, Any]) -> str:
@@ -187,11 +201,20 @@ def _class_of(entry: dict[str, Any]) -> str:
 
 
 def test_every_deviceclass_selects_its_kind_of_the_published_devices(published: dict[str, dict[str, Any]]) -> None:
-    classes = {d["metadata"]["name"]: d for _n, d in dra_documents() if d["kind"] == "DeviceClass"}
+    classes = {d["metadata"]["name"]: d for d in claim_classes()}
     wanted = {"gpu": {"gpu"}, "mig": {"mig"}, "vf": {"vf"}, "mdev": {"mdev"}, "vgpu": {"vgpu"}}
     wanted["gpu-share"] = {"gpu", "mig"}
+    wanted["shared"] = {"shared-gpu", "shared-mig"}
     assert set(classes) == {f"{k}.gpu.vgpukit.io" if k != "gpu" else "gpu.vgpukit.io" for k in wanted}
-    assert {_class_of(e) for e in published.values()} == {"gpu", "mig", "vf", "mdev", "vgpu"}
+    assert {_class_of(e) for e in published.values()} == {
+        "gpu",
+        "mig",
+        "vf",
+        "mdev",
+        "vgpu",
+        "shared-gpu",
+        "shared-mig",
+    }
     for short, kinds in wanted.items():
         doc = classes["gpu.vgpukit.io" if short == "gpu" else f"{short}.gpu.vgpukit.io"]
         (sel,) = doc["spec"]["selectors"]
@@ -204,7 +227,7 @@ def test_every_deviceclass_selects_its_kind_of_the_published_devices(published: 
 
 
 def test_example_claims_name_published_attributes_and_find_a_device(published: dict[str, dict[str, Any]]) -> None:
-    classes = {d["metadata"]["name"]: d for _n, d in dra_documents() if d["kind"] == "DeviceClass"}
+    classes = {d["metadata"]["name"]: d for d in claim_classes()}
     attributes = {k for e in published.values() for k in e["attributes"]}
     templates = [d for _n, d in dra_documents() if d["kind"] == "ResourceClaimTemplate"]
     used = set()
@@ -277,4 +300,52 @@ def test_dra_sharing_parameters_in_the_manifests_are_what_the_driver_parses() ->
             Draft202012Validator(schema).validate(e["opaque"]["parameters"])
             found.append(e["opaque"]["parameters"]["kind"])
         assert len(configs(entries, DRIVER).entries) == len(entries)
-    assert set(found) == {"TimeSliceConfig", "MemoryCapConfig", "MpsConfig"}
+    assert set(found) == {"TimeSliceConfig", "MemoryCapConfig", "MpsConfig", "QosClassConfig"}
+
+
+# ---- DeviceTaintRules for maintenance (deploy/kubernetes/dra/maintenance/): one file per API version
+MAINTENANCE = DRA / "maintenance"
+# the API version of each file -> the releases that serve it (with its gates on), and the effects they take
+SERVED = {
+    "resource.k8s.io/v1": (["1.37"], {"None", "NoSchedule", "NoExecute"}),
+    "resource.k8s.io/v1beta2": (["1.36", "1.37"], {"None", "NoSchedule", "NoExecute"}),
+    "resource.k8s.io/v1alpha3": (["1.34", "1.35", "1.36", "1.37"], {"NoSchedule", "NoExecute"}),  # None: 1.35+
+}
+DEVICE = re.compile(r"(shared-)?(gpu|vf)-[0-9a-f]{4}-[0-9a-f]{2}-[0-9a-f]{2}-[0-7]|(shared-)?mig-[0-9a-f-]{36}")
+
+
+def rules() -> list[tuple[str, dict[str, Any]]]:
+    return [(p.name, d) for p in sorted(MAINTENANCE.glob("*.yaml")) for d in yaml.safe_load_all(p.read_text()) if d]
+
+
+@pytest.mark.parametrize(("name", "doc"), rules(), ids=lambda v: v if isinstance(v, str) else v["metadata"]["name"])
+def test_maintenance_rules_validate_for_every_release_that_serves_them(name: str, doc: dict[str, Any]) -> None:
+    versions, effects = SERVED[doc["apiVersion"]]
+    for version in versions:
+        kubernetes_validate.validate(doc, version, strict=True)
+    spec = doc["spec"]
+    assert spec["taint"]["effect"] in effects, (name, doc["metadata"]["name"])
+    assert set(spec["deviceSelector"]) <= {"driver", "pool", "device"}  # deviceClassName, CEL: tombstoned in 1.35
+    assert spec["deviceSelector"]["driver"] == DRIVER_NAME and spec["taint"]["key"].startswith(f"{DRIVER_NAME}/")
+    assert "device" not in spec["deviceSelector"] or DEVICE.fullmatch(spec["deviceSelector"]["device"])
+
+
+def test_the_maintenance_files_say_the_same_for_each_release() -> None:
+    by_file: dict[str, list[dict[str, Any]]] = {}
+    for name, doc in rules():
+        by_file.setdefault(name, []).append({k: v for k, v in doc.items() if k != "apiVersion"})
+    newest = by_file.pop("device-taint-rules.yaml")
+    assert {d["apiVersion"] for _n, d in rules()} == set(SERVED)
+    for name, docs in by_file.items():
+        dropped = [d for d in newest if d not in docs]
+        assert all(d["spec"]["taint"]["effect"] == "None" for d in dropped), name  # only where a release lacks it
+        assert all(d in newest for d in docs), name
+
+
+def test_a_rule_a_release_does_not_take_is_caught() -> None:
+    (_n, doc) = next((n, d) for n, d in rules() if d["apiVersion"] == "resource.k8s.io/v1")
+    with pytest.raises(kubernetes_validate.SchemaNotFoundError):
+        kubernetes_validate.validate(doc, "1.36", strict=True)  # no v1 DeviceTaintRule before 1.37
+    bad = {**doc, "spec": {**doc["spec"], "deviceSelector": {**doc["spec"]["deviceSelector"], "deviceClassName": "x"}}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, "1.37", strict=True)

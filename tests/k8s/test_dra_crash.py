@@ -11,6 +11,10 @@ Either way the host ends where it must:
   claim's spec and record), and its unprepare then puts everything back;
 * after an unprepare, the host as before the claim: the VF on its own driver, no spec, no record,
   no journal left.
+
+A share of a GPU shared by capacity (``shared-gpu-...``, the allocation's shareID and consumed capacity in
+the claim) runs with the QoS daemon of its simulated host: its tenant is part of the host's state, added
+by the prepare and removed by the unprepare, never left behind.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +50,9 @@ LIMIT = 60  # kill points tried at most per call (a prepare of a VF makes about 
 class Plugin:
     """``vgpukit k8s dra-plugin`` as a process, and the kubelet peer registered with it."""
 
-    def __init__(self, sim: Path, kubeconfig: Path, crash_at: int = 0, killer: str = CRASH_CHANGE_ENV) -> None:
+    def __init__(
+        self, sim: Path, kubeconfig: Path, crash_at: int = 0, killer: str = CRASH_CHANGE_ENV, args: tuple[str, ...] = ()
+    ) -> None:
         self.host = sim_host(sim)
         for sock in (registry_socket(self.host), plugin_socket(self.host)):
             self.host.remove(sock)  # a killed plugin's sockets: the test waits for new ones
@@ -55,7 +62,7 @@ class Plugin:
         if crash_at:
             env[killer] = str(crash_at)
         cmd = [sys.executable, "-m", "vgpukit", "--sim", str(sim), "k8s", "dra-plugin", "--node", NODE]
-        cmd += ["--kubeconfig", str(kubeconfig), "--interval", "30"]
+        cmd += ["--kubeconfig", str(kubeconfig), "--interval", "30", *args]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         while not registry_socket(self.host).exists() and time.monotonic() < deadline:
@@ -93,6 +100,9 @@ class Case:
     name: str
     setup: tuple[tuple[str, ...], ...]
     kind: str  # the DRA device kind claimed (its first device of the static view; "mig-3g.20gb": made on demand)
+    profile: str = "hgx-a100"
+    args: tuple[str, ...] = ()  # more arguments of the plugin
+    shared: bool = False  # a share of the device shared by capacity (the QoS daemon runs; the library is there)
 
 
 CASES = [
@@ -100,17 +110,28 @@ CASES = [
     Case("whole-gpu", (), "gpu"),
     # gpu0 in MIG mode with an operator's 1g.5gb (slot 6): the claim's 3g.20gb is made at prepare
     Case("mig-made-on-demand", (("partition", "gpu0", "--mig", "1g.5gb"),), "mig-3g.20gb"),
+    # a Hopper GPU with MIG mode off: prepare turns it on (and records that), then makes the 3g.40gb;
+    # unprepare destroys it and turns MIG mode off again (and forgets it)
+    Case("mig-mode-toggled", (), "mig-3g.40gb", profile="hgx-h100"),
+    Case("gpu-shared-by-capacity", (), "gpu", args=("--share-by-capacity", "gpu"), shared=True),
 ]
+SHARE = {"shareID": "0b5e4a8c-2f1d-4c3b-9a7e-6d5c4b3a2f10", "consumedCapacity": {"memory": "4Gi", "computeShare": "25"}}
 
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {}
     for case in CASES:
-        sim = fresh(tmp_path_factory.mktemp("dra-crash"), "hgx-a100", case.name)
+        sim = fresh(tmp_path_factory.mktemp("dra-crash"), case.profile, case.name)
         for args in case.setup:
             _ok(sim, *args)
         invoke(sim, "health")  # the health layer's state, as a host that ran before has it
+        if case.shared:  # the CUDA library a share's memory cap needs, the pod's cgroup
+            from tests.k8s.test_dra_capacity import LIBRARY, pod_cgroup
+
+            (sim / LIBRARY).parent.mkdir(parents=True, exist_ok=True)
+            (sim / LIBRARY).write_text("a stand-in\n")
+            pod_cgroup(sim, "pod-crash")
         host = sim_host(sim)  # the kubelet's directories, as a running kubelet has them
         host.mkdir(registry_socket(host).parent)
         host.mkdir(plugin_socket(host).parent)
@@ -129,10 +150,36 @@ def mig_layout(sim: Path) -> list[tuple[int, int]]:
         n.close()
 
 
+def mig_mode(sim: Path) -> tuple[bool, bool]:
+    from vgpukit.sim.nvml import SimNvml
+
+    n = SimNvml(sim)
+    try:
+        return n.mig_mode(0)
+    finally:
+        n.close()
+
+
+def tenants(host: Host) -> list[str]:
+    """The QoS daemon's tenants (every GPU), when it runs."""
+    from vgpukit.errors import NotFound
+    from vgpukit.qos import control
+
+    try:
+        return sorted(
+            f"{g['gpu']}/{t['name']}" for g in control.request(host, {"op": "status"})["gpus"] for t in g["tenants"]
+        )
+    except NotFound:
+        return []
+
+
 def state(host: Host, uid: str, bdf: str) -> dict[str, Any]:
     return {
+        "tenants": tenants(host),
         "driver": current_driver(host, bdf) if bdf.count(":") == 2 else None,
         "mig": mig_layout(host.root),
+        "mode": mig_mode(host.root),
+        "mode record": host.dra_mig_mode_record("0000:03:00.0").exists(),
         "made": host.dra_made_record(uid).exists(),
         "spec": host.dra_claim_cdi_spec(uid).exists(),
         "record": host.dra_claim_record(uid).exists(),
@@ -165,7 +212,7 @@ def _pick(sim: Path, kind: str) -> tuple[str, str]:
             e["name"]
             for part in parts.values()
             for e in part["devices"]
-            if e["attributes"]["migProfile"]["string"] == kind.removeprefix("mig-")
+            if e["attributes"].get("migProfile", {}).get("string") == kind.removeprefix("mig-")
         ]
         return sorted(found)[0], ""
     _env, collect, close = opener(sim)()
@@ -174,6 +221,21 @@ def _pick(sim: Path, kind: str) -> tuple[str, str]:
         return name, dev.device.topo_bdf or dev.device.id
     finally:
         close()
+
+
+@contextmanager
+def qos_daemon(sim: Path, case: Case) -> Iterator[None]:
+    """The simulated host's QoS daemon, for a case of a share (its tenants outlive the plugin's kills)."""
+    if not case.shared:
+        yield
+        return
+    from tests.qos.conftest import DaemonProc
+
+    d = DaemonProc(sim, sim=True).start()
+    try:
+        yield
+    finally:
+        d.stop()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -185,12 +247,19 @@ def test_a_kill_at_every_change_leaks_nothing(
     api: ApiServer,  # noqa: F811
     short_tmp: Path,  # noqa: F811
 ) -> None:
+    from vgpukit.k8s.dra.capacity import shared_name
+
     first = copy(case)
     device, bdf = _pick(first, case.kind)
     ref = ("default", "c", "u-crash")
-    api.claims[("default", "c")] = claim("u-crash", "c", device)
+    doc = claim("u-crash", "c", shared_name(device) if case.shared else device)
+    if case.shared:  # the scheduler's allocation of a share, for the pod whose cgroup the host has
+        doc["status"]["allocation"]["devices"]["results"][0].update(SHARE)
+        doc["status"]["reservedFor"] = [{"resource": "pods", "name": "pod-crash", "uid": "pod-crash"}]
+    api.claims[("default", "c")] = doc
     kubeconfig = api.kubeconfig(short_tmp / "kubeconfig")
-    before = state(sim_host(first), "u-crash", bdf)
+    with qos_daemon(first, case):
+        before = state(sim_host(first), "u-crash", bdf)
     points = 0
     # every change through the host door; for a MIG slice made on demand, every change of the driver too
     killers = [(k, n) for k in (CRASH_CHANGE_ENV, NVML_CRASH_ENV) for n in range(1, LIMIT + 1)]
@@ -200,41 +269,55 @@ def test_a_kill_at_every_change_leaks_nothing(
             continue
         sim = first if not points and n == 1 else copy(case)
         host = sim_host(sim)
-        if verb == "unprepare":  # a prepared claim, then the unprepare is the call killed
-            node = Node(sim, api)
+        with qos_daemon(sim, case):
+            if verb == "unprepare":  # a prepared claim, then the unprepare is the call killed
+                node = Node(sim, api)
+                try:
+                    assert node.kubelet.prepare(ref).claims["u-crash"].error == ""
+                finally:
+                    node.close()
+                # the health layer's record brought up to date (the VF changed driver), so the plugin started
+                # next makes no change of its own at start-up: every kill point is the unprepare's
+                invoke(sim, "health")
+            p = Plugin(sim, kubeconfig, crash_at=n, killer=killer, args=case.args)
             try:
-                assert node.kubelet.prepare(ref).claims["u-crash"].error == ""
+                out = p.call(verb, ref)
+            finally:
+                p.close()
+            if out is not None:  # no kill: every point of this kind was tried
+                assert out.error == "", out.error
+                done.add(killer)
+                continue
+            points += 1
+            node = Node(sim, api)  # restarted (in this process): its first call repairs, the kubelet asks again
+            try:
+                if verb == "prepare" and n % 2:  # the kubelet retries the prepare...
+                    assert node.kubelet.prepare(ref).claims["u-crash"].error == ""
+                    again = state(host, "u-crash", bdf)
+                    assert again["spec"] and again["record"] and not again["journal"], (n, again)
+                    if case.kind == "vf":
+                        assert again["driver"] == "vfio-pci", (n, again)
+                    if case.kind.startswith("mig-"):
+                        assert len(again["mig"]) == len(before["mig"]) + 1, (n, again)
+                    if case.profile == "hgx-h100":  # turned on for the claim, and recorded so
+                        assert again["mode"] == (True, True) and again["mode record"], (n, again)
+                    if case.shared:  # the share's tenant, once
+                        assert again["tenants"] == sorted(
+                            [*before["tenants"], f"{share_gpu(node)}/dra-{SHARE['shareID']}"]
+                        )
+                # ... or the pod is gone: the unprepare leaves the host as before the claim
+                assert node.kubelet.unprepare(ref).claims["u-crash"].error == ""
+                assert state(host, "u-crash", bdf) == before, n
+                assert node.kubelet.unprepare(ref).claims["u-crash"].error == ""  # an unknown claim: nothing to do
             finally:
                 node.close()
-            # the health layer's record brought up to date (the VF changed driver), so the plugin started next
-            # makes no change of its own at start-up: every kill point is the unprepare's
-            invoke(sim, "health")
-        p = Plugin(sim, kubeconfig, crash_at=n, killer=killer)
-        try:
-            out = p.call(verb, ref)
-        finally:
-            p.close()
-        if out is not None:  # no kill: every point of this kind was tried
-            assert out.error == "", out.error
-            done.add(killer)
-            continue
-        points += 1
-        node = Node(sim, api)  # restarted (in this process): its first call repairs, the kubelet asks again
-        try:
-            if verb == "prepare" and n % 2:  # the kubelet retries the prepare...
-                assert node.kubelet.prepare(ref).claims["u-crash"].error == ""
-                again = state(host, "u-crash", bdf)
-                assert again["spec"] and again["record"] and not again["journal"], (n, again)
-                if case.kind == "vf":
-                    assert again["driver"] == "vfio-pci", (n, again)
-                if case.kind.startswith("mig-"):
-                    assert len(again["mig"]) == len(before["mig"]) + 1, (n, again)
-            # ... or the pod is gone: the unprepare leaves the host as before the claim
-            assert node.kubelet.unprepare(ref).claims["u-crash"].error == ""
-            assert state(host, "u-crash", bdf) == before, n
-            assert node.kubelet.unprepare(ref).claims["u-crash"].error == ""  # an unknown claim: nothing to do
-        finally:
-            node.close()
     assert done == {CRASH_CHANGE_ENV, NVML_CRASH_ENV} or (not case.kind.startswith("mig-") and done), done
     print(f"{verb} {case.name}: {points} kill points")
     assert points >= (2 if case.kind == "gpu" or verb == "unprepare" else 4), points
+
+
+def share_gpu(node: Node) -> str:
+    """The QoS key of the shared GPU (its UUID)."""
+    from vgpukit.k8s.dra.capacity import qos_key
+
+    return qos_key(sorted((n, d) for n, d in node.driver.devices().items() if d.kind == "gpu")[0][1])

@@ -62,6 +62,11 @@ def _claim(devices: Any) -> dict[str, Any]:
             lambda rs: _claim({"results": rs}),
             st.lists(st.fixed_dictionaries({"driver": st.just(DRIVER)}, optional={"pool": json_values}), max_size=3),
         ),
+        st.builds(  # a share of a device shared by capacity: its shareID and consumed capacity of any shape
+            lambda share, used: _claim({"results": [{**RESULT, "shareID": share, "consumedCapacity": used}]}),
+            json_values | st.uuids().map(str),
+            json_values | st.dictionaries(st.sampled_from(["memory", "computeShare"]), json_values),
+        ),
         st.builds(  # a result of this node, with opaque configuration and reservations of any shape
             lambda cfg, reserved: {
                 "status": {

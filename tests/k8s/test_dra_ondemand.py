@@ -4,6 +4,7 @@ created at prepare at the placement the scheduler chose, destroyed at unprepare;
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,6 @@ from vgpukit.sim.nvml import SimNvml
 
 GPU0 = "gpu-0000-03-00-0"
 SLICE_3G_4 = f"{GPU0}-mig-3g-20gb-4"  # a 3g.20gb GPU instance at memory slot 4 of gpu0
-K8S = "1.34"
 
 
 def _ok(sim: Path, *args: str) -> str:
@@ -95,40 +95,61 @@ def node(short_tmp: Path, api: ApiServer) -> Iterator[OnDemandNode]:  # noqa: F8
 
 
 def publish(node: Node, api: ApiServer) -> dict[str, dict[str, Any]]:
+    """The node's slices as the API server stores them after a publish (none of its writes refused)."""
     client = resource_api(str(api.kubeconfig(node.sim.parent / "kubeconfig")))
     Publisher(client, NODE).publish(*node.driver.publication())
+    assert api.refused == [] and api.pool_problems() == []
     return dict(api.slices)
 
 
+def gathered(slices: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The pool's counter sets and devices by name, whichever slices hold them (the release's layout)."""
+    sets = {c["name"]: c for d in slices.values() for c in d["spec"].get("sharedCounters") or []}
+    devices = {v["name"]: v for d in slices.values() for v in d["spec"].get("devices") or []}
+    return sets, devices
+
+
+@pytest.mark.parametrize("release", ["1.34", "1.37"])
 def test_a_mig_gpu_is_published_with_its_counters_and_every_placement_it_could_still_hold(
-    node: OnDemandNode, api: ApiServer
+    short_tmp: Path,  # noqa: F811
+    release: str,
 ) -> None:
-    slices = publish(node, api)
-    assert sorted(slices) == [slice_name(NODE), f"{slice_name(NODE)}-{GPU0}"]  # gpu1 is not in MIG mode
-    for doc in slices.values():
-        clean = {k: v for k, v in doc.items() if k != "metadata"} | {"metadata": {"name": doc["metadata"]["name"]}}
-        kubernetes_validate.validate(clean, K8S, strict=True)
-        assert doc["spec"]["pool"] == {"name": NODE, "generation": 1, "resourceSliceCount": 2}
-    part = slices[f"{slice_name(NODE)}-{GPU0}"]["spec"]
-    (counters,) = part["sharedCounters"]
-    assert counters["name"] == GPU0
-    assert {f"memory-slice-{k}" for k in range(8)} <= set(counters["counters"])
-    assert counters["counters"]["compute-slices"] == {"value": "7"}
-    names = {d["name"]: d for d in part["devices"]}
-    assert {f"{GPU0}-mig-3g-20gb-0", f"{GPU0}-mig-4g-20gb-0", f"{GPU0}-mig-1g-5gb-5"} <= set(names)
-    # slot 6 holds the operator's 1g.5gb: nothing overlapping it is offered
-    assert not {SLICE_3G_4, f"{GPU0}-mig-7g-40gb-0", f"{GPU0}-mig-1g-5gb-6", f"{GPU0}-mig-1g-10gb-6"} & set(names)
-    dev = names[f"{GPU0}-mig-3g-20gb-0"]
-    assert dev["attributes"]["migProfile"] == {"string": "3g.20gb"} and dev["attributes"]["placementStart"] == {
-        "int": 0
-    }
-    assert dev["attributes"]["parentUUID"]["string"].startswith("GPU-")
-    (use,) = dev["consumesCounters"]
-    assert use["counterSet"] == GPU0
-    slots = sorted(k for k in use["counters"] if k.startswith("memory-slice-"))
-    assert slots == [f"memory-slice-{k}" for k in range(4)] and use["counters"]["compute-slices"] == {"value": "3"}
-    static = [d for d in slices[slice_name(NODE)]["spec"]["devices"] if d["attributes"]["kind"]["string"] == "mig"]
-    assert len(static) == 1 and static[0]["name"].startswith("mig-")  # the operator's slice stays static
+    api = ApiServer(NODE, release)
+    api.partitionable = True
+    node = OnDemandNode(mig_host(short_tmp / "h"), api)
+    try:
+        slices = publish(node, api)
+        part = f"{slice_name(NODE)}-{GPU0}"
+        if release == "1.34":  # the GPU's counters beside its devices; gpu1 (Ampere, MIG off) offers no slices
+            assert sorted(slices) == [slice_name(NODE), part]
+        else:  # the counters in a slice of their own
+            assert sorted(slices) == [slice_name(NODE), f"{slice_name(NODE)}-counters", part]
+        for doc in slices.values():
+            clean = {k: v for k, v in doc.items() if k != "metadata"} | {"metadata": {"name": doc["metadata"]["name"]}}
+            kubernetes_validate.validate(clean, release, strict=True)
+            assert doc["spec"]["pool"] == {"name": NODE, "generation": 1, "resourceSliceCount": len(slices)}
+        sets, names = gathered(slices)
+        counters = sets[GPU0]
+        assert {f"memory-slice-{k}" for k in range(8)} <= set(counters["counters"])
+        assert counters["counters"]["compute-slices"] == {"value": "7"}
+        assert {f"{GPU0}-mig-3g-20gb-0", f"{GPU0}-mig-4g-20gb-0", f"{GPU0}-mig-1g-5gb-5"} <= set(names)
+        # slot 6 holds the operator's 1g.5gb: nothing overlapping it is offered
+        assert not {SLICE_3G_4, f"{GPU0}-mig-7g-40gb-0", f"{GPU0}-mig-1g-5gb-6", f"{GPU0}-mig-1g-10gb-6"} & set(names)
+        assert GPU0 not in names  # Ampere in MIG mode: its slices only, no whole GPU
+        dev = names[f"{GPU0}-mig-3g-20gb-0"]
+        assert dev["attributes"]["migProfile"] == {"string": "3g.20gb"} and dev["attributes"]["placementStart"] == {
+            "int": 0
+        }
+        assert dev["attributes"]["parentUUID"]["string"].startswith("GPU-")
+        (use,) = dev["consumesCounters"]
+        assert use["counterSet"] == GPU0
+        slots = sorted(k for k in use["counters"] if k.startswith("memory-slice-"))
+        assert slots == [f"memory-slice-{k}" for k in range(4)] and use["counters"]["compute-slices"] == {"value": "3"}
+        static = [d for d in slices[slice_name(NODE)]["spec"]["devices"] if d["attributes"]["kind"]["string"] == "mig"]
+        assert len(static) == 1 and static[0]["name"].startswith("mig-")  # the operator's slice stays static
+    finally:
+        node.close()
+        api.close()
 
 
 def test_a_claim_for_a_placement_creates_it_at_prepare_and_unprepare_destroys_it(node: OnDemandNode) -> None:
@@ -203,32 +224,37 @@ def test_without_the_feature_gate_the_static_view_is_published(
     api: ApiServer,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """The gate off: the dry run before the first write shows the API server drops the counters, so ``auto``
+    publishes the static view from the first write (it used to write the counters and read them back:
+    a partitionable generation 1, then the static one); the gate on: the partitionable view."""
     sim = mig_host(short_tmp / "h")
     api.partitionable = False  # the cluster drops sharedCounters / consumesCounters
     client = resource_api(str(api.kubeconfig(short_tmp / "kubeconfig")))
     driver = Driver(NODE, opener(sim), ClaimReader(client), unusable(sim), "auto")
-    plugin = Plugin(node_host(sim), driver, interval=0.1, publisher=Publisher(client, NODE)).start()
+    plugin = Plugin(node_host(sim), driver, interval=0.1, publisher=Publisher(client, NODE, "auto")).start()
     try:
 
         def static() -> bool:
             main = api.slices.get(slice_name(NODE), {}).get("spec", {}).get("pool", {})
             return sorted(api.slices) == [slice_name(NODE)] and main.get("resourceSliceCount") == 1
 
-        assert api.wait(lambda: not driver.counters_ok and static(), timeout=30)
+        with caplog.at_level(logging.INFO, "vgpukit.k8s.dra"):
+            assert api.wait(lambda: driver.counters_ok is False and static(), timeout=30)
+            api.wait(lambda: False, timeout=0.5)  # a few more polls: said once
         doc = api.slices[slice_name(NODE)]
-        assert doc["spec"]["pool"]["generation"] == 2  # the partitionable view (1), then the static one
-        api.wait(lambda: False, timeout=0.5)  # a few more polls: said once
-        assert sum("dropped or refused the shared counters" in r.getMessage() for r in caplog.records) == 1
+        assert doc["spec"]["pool"]["generation"] == 1  # static from the first write
+        assert sum("publishing existing devices only" in r.getMessage() for r in caplog.records) == 1
         assert not any(d["name"].startswith(GPU0 + "-mig-") for d in doc["spec"]["devices"])
+        assert api.refused == []
     finally:
         plugin.close()
     api.partitionable = True  # the gate on: auto keeps the counters
     api.slices.clear()
     driver = Driver(NODE, opener(sim), ClaimReader(client), unusable(sim), "auto")
-    plugin = Plugin(node_host(sim), driver, interval=0.1, publisher=Publisher(client, NODE)).start()
+    plugin = Plugin(node_host(sim), driver, interval=0.1, publisher=Publisher(client, NODE, "auto")).start()
     try:
         assert api.wait(lambda: f"{slice_name(NODE)}-{GPU0}" in api.slices, timeout=30)
-        assert driver.counters_ok and api.slices[f"{slice_name(NODE)}-{GPU0}"]["spec"]["sharedCounters"]
+        assert driver.counters_ok and gathered(api.slices)[0][GPU0]["counters"]
     finally:
         plugin.close()
 
@@ -337,18 +363,23 @@ def test_a_slice_made_before_the_claim_was_recorded_is_kept_or_destroyed(node: O
     assert layout(node.sim) == [(19, 6, 1)]
 
 
-def test_a_server_refusing_counters_beside_devices_gets_the_static_view(short_tmp: Path, api: ApiServer) -> None:  # noqa: F811
+def test_a_1_35_server_with_the_gate_on_gets_counter_sets_in_slices_of_their_own(
+    short_tmp: Path,  # noqa: F811
+) -> None:
+    """1.35 refuses counters beside devices: the plugin, knowing the release before it writes, publishes
+    its layout (it used to write 1.34's, be refused, and fall back to the static view)."""
+    api = ApiServer(NODE, "1.35")
+    api.partitionable = True
     sim = mig_host(short_tmp / "h")
-    api.separate_counters = True  # a release that wants counter sets in slices of their own: 422
     client = resource_api(str(api.kubeconfig(short_tmp / "kubeconfig")))
     driver = Driver(NODE, opener(sim), ClaimReader(client), unusable(sim), "auto")
-    plugin = Plugin(node_host(sim), driver, interval=0.1, publisher=Publisher(client, NODE)).start()
+    plugin = Plugin(node_host(sim), driver, interval=0.1, publisher=Publisher(client, NODE, "auto")).start()
     try:
-        pool = lambda: api.slices.get(slice_name(NODE), {}).get("spec", {}).get("pool", {})  # noqa: E731
-        assert api.wait(lambda: not driver.counters_ok and pool().get("resourceSliceCount") == 1, timeout=30)
-        assert sorted(api.slices) == [slice_name(NODE)]
+        assert api.wait(lambda: f"{slice_name(NODE)}-counters" in api.slices and not api.pool_problems(), timeout=30)
+        assert driver.counters_ok and api.refused == []
     finally:
         plugin.close()
+        api.close()
 
 
 def test_a_made_slice_is_in_the_health_stream_under_its_allocated_name(node: OnDemandNode) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import invoke, make_sim
 from tests.k8s.apiserver import ApiServer
-from tests.k8s.test_dra_ondemand import K8S, OnDemandNode, publish
+from tests.k8s.test_dra_ondemand import OnDemandNode, gathered, publish
 from tests.k8s.test_dra_plugin import NODE, claim, short_tmp  # noqa: F401 (fixture)
 from vgpukit.k8s.dra.slices import slice_name
 
@@ -42,12 +42,13 @@ def test_a_legacy_vgpu_is_published_created_at_prepare_and_removed_at_unprepare(
         slices = publish(node, api)
         for doc in slices.values():
             clean = {k: v for k, v in doc.items() if k != "metadata"} | {"metadata": {"name": doc["metadata"]["name"]}}
-            kubernetes_validate.validate(clean, K8S, strict=True)
-        part = slices[f"{slice_name(NODE)}-{T4}-vgpu"]["spec"]
-        assert part["sharedCounters"] == [{"name": f"{T4}-vgpu", "counters": {"framebuffer": {"value": str(16 << 30)}}}]
-        other = slices[f"{slice_name(NODE)}-gpu-0000-d8-00-0-vgpu"]["spec"]["sharedCounters"][0]
+            kubernetes_validate.validate(clean, api.release, strict=True)
+        sets, devices = gathered(slices)
+        assert sets[f"{T4}-vgpu"] == {"name": f"{T4}-vgpu", "counters": {"framebuffer": {"value": str(16 << 30)}}}
+        other = sets["gpu-0000-d8-00-0-vgpu"]
         assert other["counters"]["framebuffer"] == {"value": str(8 << 30)}  # the operator's T4-8Q uses half
-        dev = next(d for d in part["devices"] if d["name"] == f"{T4}-vgpu-t4-4q-3")
+        assert f"{slice_name(NODE)}-{T4}-vgpu" in slices and f"{slice_name(NODE)}-counters" in slices  # 1.37's layout
+        dev = devices[f"{T4}-vgpu-t4-4q-3"]
         assert dev["attributes"]["vgpuType"] == {"string": "T4-4Q"} and dev["attributes"]["kind"] == {"string": "mdev"}
         assert dev["consumesCounters"][0]["counters"] == {"framebuffer": {"value": str(4 << 30)}}
         before = mdevs(node)

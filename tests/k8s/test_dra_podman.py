@@ -35,7 +35,9 @@ from tests.conftest import invoke
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.test_dra_ondemand import OnDemandNode
 from tests.k8s.test_dra_plugin import NODE, Node, claim
+from vgpukit.k8s.dra.api import resource_api
 from vgpukit.k8s.dra.devices import DRIVER
+from vgpukit.k8s.dra.slices import Publisher, slice_name
 
 VFIO = (r"/dev/vfio/vfio", r"/dev/vfio/\d+")  # the VFIO container node and the device's group node
 NVIDIA = (r"/dev/nvidiactl", r"/dev/nvidia-uvm")
@@ -178,6 +180,15 @@ def _spec_device(spec: dict[str, Any], cdi_id: str) -> dict[str, Any]:
     return dev
 
 
+def _published(node: Node, api: ApiServer, kubeconfig: Path) -> list[dict[str, Any]]:
+    """Every device of the node's pool as the API server stores it after a publish (1.37: counter sets in
+    slices of their own), none of the writes refused and the pool whole."""
+    client = resource_api(str(api.kubeconfig(kubeconfig)))
+    Publisher(client, NODE, "auto").publish(*node.driver.publication())
+    assert api.refused == [] and api.pool_problems() == [] and slice_name(NODE, part="counters") in api.slices
+    return [d for s in api.slices.values() for d in s["spec"].get("devices") or []]
+
+
 def _params() -> list[Any]:
     gap = pytest.mark.xfail
     return [pytest.param(r, id=r.name, marks=[gap(strict=True, reason=r.gap)] if r.gap else []) for r in ROWS]
@@ -198,8 +209,10 @@ def test_a_prepared_claim_runs_in_podman(row: Row, rootfs: tuple[Path, Path], ap
         assert r.exit_code == 0, (cmd, r.stderr)
     node = OnDemandNode(sim, api) if row.partitionable else Node(sim, api)
     try:
-        entries, parts = node.driver.publication()
-        entries += [d for part in parts.values() for d in part["devices"]]
+        if row.partitionable:  # picked among what the API server stores: the layout of 1.35 and later
+            entries = _published(node, api, base / f"{row.name}.kubeconfig")
+        else:
+            entries = node.driver.publication()[0]
         name = next(e["name"] for e in entries if _matches(e["attributes"], row.select))
         if row.host_driver:
             bdf = node.driver.devices()[name].device.id
@@ -234,6 +247,56 @@ def test_a_prepared_claim_runs_in_podman(row: Row, rootfs: tuple[Path, Path], ap
         if row.host_driver:
             assert current_driver(node.host, bdf) == row.host_driver
         res = containers.run(base, fs, [], [cdi_id], "true")
+        assert res.returncode != 0 and "unresolvable CDI devices" in res.stderr
+    finally:
+        node.close()
+
+
+def _run(node: Node, base: Path, fs: Path, uid: str, device: str, nodes: tuple[str, ...]) -> str:
+    """Prepare a claim of ``device``, run a container with its CDI device (every node in ``nodes``, regular
+    expressions, there as a character device); the CDI name."""
+    ref = node.add(claim(uid, uid, device))
+    out = node.kubelet.prepare(ref).claims[uid]
+    assert out.error == "" and [d.device_name for d in out.devices] == [device], out.error
+    (cdi_id,) = out.devices[0].cdi_device_ids
+    spec_file = node.host.dra_claim_cdi_spec(uid)
+    paths = [
+        n["path"] for n in _spec_device(json.loads(spec_file.read_text()), cdi_id)["containerEdits"]["deviceNodes"]
+    ]
+    assert all(any(re.fullmatch(p, x) for x in paths) for p in nodes), (nodes, paths)
+    res = containers.run(base, fs, [spec_file], [cdi_id], " && ".join(f"test -c {p}" for p in paths) + " && ls -l /dev")
+    assert res.returncode == 0, res.stderr
+    return cdi_id
+
+
+def test_a_hopper_gpu_runs_a_pod_whole_then_pods_of_its_slices(rootfs: tuple[Path, Path], api: ApiServer) -> None:
+    """hgx-h100 (MIG mode changes without a reset), published under the 1.35+ layout as the whole GPU and its
+    MIG placements from one counter set: a pod gets the whole GPU (MIG mode off); then two pods get a
+    3g.40gb each, the first one's prepare turning MIG mode on; the first unprepare leaves it on (the other
+    slice is there), the last turns it off. Each runs in podman with the device nodes of what it got."""
+    from tests.k8s.test_dra_wholegpu import mode
+
+    base, fs = rootfs
+    sim = base / "hopper"
+    assert invoke(None, "sim", "init", str(sim), "--profile", "hgx-h100", "--char-devices").exit_code == 0
+    assert invoke(sim, *(a.format(sim=sim) for a in HOOK)).exit_code == 0
+    node = OnDemandNode(sim, api)
+    gpu = "gpu-0000-03-00-0"
+    caps = r"/dev/nvidia-caps/nvidia-cap\d+"
+    try:
+        names = {e["name"] for e in _published(node, api, base / "hopper.kubeconfig")}
+        assert {gpu, f"{gpu}-mig-3g-40gb-0", f"{gpu}-mig-3g-40gb-4"} <= names
+        whole = _run(node, base, fs, "u-whole", gpu, (r"/dev/nvidia0", *NVIDIA))
+        assert mode(sim) == (False, False)
+        assert node.kubelet.unprepare(("default", "u-whole", "u-whole")).claims["u-whole"].error == ""
+        _run(node, base, fs, "u-a", f"{gpu}-mig-3g-40gb-0", (r"/dev/nvidia0", caps, *NVIDIA))
+        assert mode(sim) == (True, True)
+        _run(node, base, fs, "u-b", f"{gpu}-mig-3g-40gb-4", (r"/dev/nvidia0", caps, *NVIDIA))
+        assert node.kubelet.unprepare(("default", "u-a", "u-a")).claims["u-a"].error == ""
+        assert mode(sim) == (True, True)  # the other slice is still there
+        assert node.kubelet.unprepare(("default", "u-b", "u-b")).claims["u-b"].error == ""
+        assert mode(sim) == (False, False) and not node.host.dra_mig_mode_record("0000:03:00.0").exists()
+        res = containers.run(base, fs, [], [whole], "true")
         assert res.returncode != 0 and "unresolvable CDI devices" in res.stderr
     finally:
         node.close()

@@ -21,6 +21,7 @@ from tests.k8s.test_dra_plugin import Node, _ok, api, claim, hgx, short_tmp  # n
 from tests.qos.conftest import DaemonProc
 from vgpukit.errors import InvalidInput
 from vgpukit.k8s.dra import mps
+from vgpukit.k8s.dra.capacity import qos_key
 from vgpukit.k8s.dra.config import Mps, TimeSlice, configs, parameters
 from vgpukit.k8s.dra.devices import DRIVER
 
@@ -39,7 +40,7 @@ values = st.one_of(
 docs = st.fixed_dictionaries(
     {
         "apiVersion": st.sampled_from([V, "v1", SECRET]),
-        "kind": st.sampled_from(["TimeSliceConfig", "MemoryCapConfig", "MpsConfig", "X"]),
+        "kind": st.sampled_from(["TimeSliceConfig", "MemoryCapConfig", "MpsConfig", "QosClassConfig", "X"]),
     },
     optional={
         k: values
@@ -127,7 +128,7 @@ def test_memory_cap_preloads_the_cuda_library_with_the_cap(node: Node) -> None:
 def test_mps_daemon_per_device_started_once_limits_set_stopped_with_the_last_claim(node: Node) -> None:
     kinds = _kinds(node)
     gpu = kinds["gpu"]
-    uuid = node.driver.devices()[gpu].device.id
+    uuid = qos_key(node.driver.devices()[gpu])
     first = [
         opaque({"apiVersion": V, "kind": "MpsConfig", "activeThreadPercentage": 40, "pinnedDeviceMemoryLimit": "2Gi"})
     ]
@@ -165,7 +166,7 @@ def test_mps_daemon_per_device_started_once_limits_set_stopped_with_the_last_cla
 
 def test_mps_on_a_mig_slice(node: Node) -> None:
     mig = _kinds(node)["mig"]
-    uuid = node.driver.devices()[mig].device.id
+    uuid = qos_key(node.driver.devices()[mig])
     ref = node.add(claim("g-1", "g1", mig, config=[opaque({"apiVersion": V, "kind": "MpsConfig"})]))
     assert node.kubelet.prepare(ref).claims["g-1"].error == ""
     assert mps.pid(node.host, uuid) is not None
@@ -183,7 +184,7 @@ def test_conflicting_sharing_is_refused_with_nothing_done(node: Node) -> None:
     out = node.kubelet.prepare(node.add(claim("c-1", "c1", gpu, config=cfg))).claims["c-1"]
     assert "MPS and time-slicing" in out.error and not out.devices
     assert not node.host.dra_claim_record("c-1").exists()
-    assert mps.pid(node.host, node.driver.devices()[gpu].device.id) is None
+    assert mps.pid(node.host, qos_key(node.driver.devices()[gpu])) is None
     bad = [opaque({"apiVersion": V, "kind": "MemoryCapConfig", "limit": "lots"})]
     out = node.kubelet.prepare(node.add(claim("c-2", "c2", gpu, config=bad))).claims["c-2"]
     assert out.error.startswith("config entry 1: MemoryCapConfig: limit must be") and "lots" not in out.error
@@ -221,7 +222,7 @@ def _tenants(d: DaemonProc, key: str) -> dict[str, Any]:
 
 def test_time_slice_is_a_qos_tenant_of_the_pods_cgroup_refused_over_100_percent(node: Node, qos: DaemonProc) -> None:
     gpu = _kinds(node)["gpu"]
-    key = node.driver.devices()[gpu].device.id
+    key = qos_key(node.driver.devices()[gpu])
     _pod_cgroup(node.sim, "pod-a")
     _pod_cgroup(node.sim, "pod-b")
     ts = [
@@ -309,7 +310,7 @@ def _crash(sim: Path, kind: str, doc: dict[str, Any], *more: str) -> int:
 
 def test_kill_9_after_the_mps_daemon_started_is_repaired_by_the_next_command(node: Node) -> None:
     gpu = _kinds(node)["gpu"]
-    key = node.driver.devices()[gpu].device.id
+    key = qos_key(node.driver.devices()[gpu])
     doc = claim("k-1", "k1", gpu, config=[opaque({"apiVersion": V, "kind": "MpsConfig", "activeThreadPercentage": 50})])
     assert _crash(node.sim, "mps", doc) == -signal.SIGKILL
     assert mps.pid(node.host, key) is not None and _not_prepared(node, "k-1")
@@ -321,9 +322,37 @@ def test_kill_9_after_the_mps_daemon_started_is_repaired_by_the_next_command(nod
     assert node.kubelet.unprepare(ref).claims["k-1"].error == "" and mps.pid(node.host, key) is None
 
 
+def test_memory_burst_makes_an_offline_tenant_lend_its_memory(node: Node, qos: DaemonProc) -> None:
+    """Memory QoS through DRA: MemoryCapConfig's burst is the offline QoS tenant's burst (the daemon writes
+    it to the library's config, the claim's environment carries it); on an online tenant it is refused."""
+    gpu = _kinds(node)["gpu"]
+    key = qos_key(node.driver.devices()[gpu])
+    _pod_cgroup(node.sim, "pod-a")
+    cfg = [
+        opaque({"apiVersion": V, "kind": "TimeSliceConfig", "class": "offline", "share": 30}),
+        opaque({"apiVersion": V, "kind": "MemoryCapConfig", "limit": "1Gi", "burst": "8Gi"}),
+    ]
+    a = claim("b-1", "b1", gpu, config=cfg)
+    a["status"]["reservedFor"] = _reserved("pod-a")
+    assert node.kubelet.prepare(node.add(a)).claims["b-1"].error == ""
+    tenant = _tenants(qos, key)["dra-b-1"]
+    assert (tenant["class"], tenant["memory"], tenant["memory_burst"]) == ("offline", 1 << 30, 8 << 30)
+    assert {"VGPUKIT_CUDA_MEMORY_BURST=8589934592", "VGPUKIT_CUDA_CLASS=offline"} <= set(_env(node, "b-1"))
+    config = (node.sim / "run/vgpukit/cuda/dra-b-1/config").read_text()
+    assert "memory_burst=8589934592\nclass=offline\n" in config
+    online = [
+        opaque({"apiVersion": V, "kind": "TimeSliceConfig", "class": "online", "share": 30}),
+        opaque({"apiVersion": V, "kind": "MemoryCapConfig", "limit": "1Gi", "burst": "8Gi"}),
+    ]
+    b = claim("b-2", "b2", gpu, config=online)
+    b["status"]["reservedFor"] = _reserved("pod-a")
+    out = node.kubelet.prepare(node.add(b)).claims["b-2"]
+    assert "a memory burst is for offline tenants" in out.error and "dra-b-2" not in _tenants(qos, key)
+
+
 def test_kill_9_after_the_qos_tenant_was_added_is_repaired_by_the_next_command(node: Node, qos: DaemonProc) -> None:
     gpu = _kinds(node)["gpu"]
-    key = node.driver.devices()[gpu].device.id
+    key = qos_key(node.driver.devices()[gpu])
     _pod_cgroup(node.sim, "pod-k")
     doc = claim("k-2", "k2", gpu, config=[opaque({"apiVersion": V, "kind": "TimeSliceConfig", "share": 30})])
     doc["status"]["reservedFor"] = _reserved("pod-k")
@@ -340,7 +369,7 @@ def test_kill_9_after_the_qos_tenant_was_added_is_repaired_by_the_next_command(n
 
 def test_kill_9_after_the_mps_daemon_stopped_in_unprepare_leaves_the_claim_prepared_then_unprepares(node: Node) -> None:
     gpu = _kinds(node)["gpu"]
-    key = node.driver.devices()[gpu].device.id
+    key = qos_key(node.driver.devices()[gpu])
     doc = claim("k-3", "k3", gpu, config=[opaque({"apiVersion": V, "kind": "MpsConfig", "activeThreadPercentage": 50})])
     ref = node.add(doc)
     assert node.kubelet.prepare(ref).claims["k-3"].error == ""
@@ -392,7 +421,7 @@ def test_for_each_kind_the_last_applicable_entry_wins_class_entries_before_the_c
 
 def test_kill_9_after_the_qos_policy_was_set_puts_the_policy_back(node: Node, qos: DaemonProc) -> None:
     gpu = _kinds(node)["gpu"]
-    key = node.driver.devices()[gpu].device.id
+    key = qos_key(node.driver.devices()[gpu])
     _pod_cgroup(node.sim, "pod-p")
     ts = {"apiVersion": V, "kind": "TimeSliceConfig", "share": 30, "policy": "burst-share"}
     doc = claim("k-4", "k4", gpu, config=[opaque(ts)])

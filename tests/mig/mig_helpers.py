@@ -17,6 +17,9 @@ PRODUCT = {
     "H100-NVL": "NVIDIA H100 NVL",
     "H200-SXM5-141GB": "NVIDIA H200",
 }
+# the simulated driver's own fact per GPU (as a sim profile's `mig_mode_without_reset`): Hopper applies a MIG
+# mode change at once, Ampere keeps it pending until a reset
+WITHOUT_RESET = {"H100-SXM5-80GB", "H100-PCIE-80GB", "H100-NVL", "H200-SXM5-141GB"}
 
 
 def make_sim(root: Path, models: list[str | None]) -> Path:
@@ -31,6 +34,7 @@ def make_sim(root: Path, models: list[str | None]) -> Path:
                 "name": PRODUCT[m] if m else "NVIDIA T4",
                 "model": m,
                 "mig_capable": m is not None,
+                "mig_mode_without_reset": m in WITHOUT_RESET,
             }
         )
     state_dir = root / ".vgpukit-sim"

@@ -52,15 +52,18 @@ def spawn() -> Iterator:  # type: ignore[type-arg]
 
 
 class DaemonProc:
-    def __init__(self, root: Path, config: Path | None = None, sim: bool = False) -> None:
+    def __init__(
+        self, root: Path, config: Path | None = None, sim: bool = False, env: dict[str, str] | None = None
+    ) -> None:
         self.root = root
         self.sim = sim
+        self.extra_env = env or {}
         self.host = Host(root)
         self.config = config
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> DaemonProc:
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env = dict(os.environ, PYTHONPATH=str(REPO), **self.extra_env)
         env["VGPUKIT_SIM" if self.sim else "VGPUKIT_ROOT"] = str(self.root)
         cmd = [sys.executable, "-m", "vgpukit", "qos", "daemon"]
         if self.config:

@@ -23,7 +23,7 @@ from tests.k8s.test_device_plugin import MIG_3G, hgx, poller, short_tmp  # noqa:
 from tests.k8s.test_dra_plugin import NODE, opener
 from vgpukit.clikit.context import App
 from vgpukit.k8s.agent import Agent, ApplyRunner, RemedyRunner, kube_api
-from vgpukit.k8s.cli import _evicting, _health
+from vgpukit.k8s.cli_health import evicting, health
 from vgpukit.k8s.dra.api import ClaimReader, resource_api
 from vgpukit.k8s.dra.server import Driver
 from vgpukit.k8s.dra.slices import Publisher, slice_name
@@ -47,7 +47,7 @@ def test_the_device_plugin_lists_a_quarantined_device_unhealthy(short_tmp: Path)
     sim = hgx(short_tmp / "h")
     host = sim_host(sim)
     kubelet = Kubelet(plugin_dir(host)).start()
-    manager = Manager(host, poller(sim), health=_health(app(sim)))
+    manager = Manager(host, poller(sim), health=health(app(sim)))
     try:
         manager.poll()
 
@@ -84,8 +84,8 @@ def test_the_dra_driver_taints_quarantined_devices_and_evicts_drained_ones(tmp_p
     sim = make_sim(tmp_path / "h")
     ok(sim, "partition", "gpu0", "--mig", "3g.20gb,3g.20gb")
     client = resource_api(str(api.kubeconfig(tmp_path / "kubeconfig")))
-    driver = Driver(NODE, opener(sim), ClaimReader(client), _health(app(sim)), taints="on")
-    driver.evicting = _evicting(app(sim))
+    driver = Driver(NODE, opener(sim), ClaimReader(client), health(app(sim)), taints="on")
+    driver.evicting = evicting(app(sim))
     pub = Publisher(client, NODE)
     pub.publish(*driver.publication())
     assert not any(d.get("taints") for d in api.slices[slice_name(NODE)]["spec"]["devices"])

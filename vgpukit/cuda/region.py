@@ -1,17 +1,24 @@
 """Read and write what libvgpukit-cuda (contrib/cuda) shares with vgpukit, under /run/vgpukit/cuda/TENANT.
 
-* ``config``: ``key=value`` lines the library reads at start (memory, inflight, inflight_ms, gpu).
+* ``config``: ``key=value`` lines the library reads at start (memory, inflight, inflight_ms, gpu, and
+  for memory QoS memory_burst, class, watermark, reclaim_ms).
 * ``usage``: the library's shared accounting region (layout in contrib/cuda/region.c): per device the
   cap last configured and, per process slot, the bytes it holds; from version 2 on, the allocation
-  attempts the cap refused. A slot of a dead process (no such pid, or the pid now belongs to a process
+  attempts the cap refused; from version 3 on, the burst, the evictable (unified memory) bytes and those
+  the tenant moved to the host, and per process the eviction request it last complied with.
+  A slot of a dead process (no such pid, or the pid now belongs to a process
   started at another time) is not counted here, as the library reclaims it at its next allocation.
   Versions only append: any version's first bytes read as version 1's, so a version 1 region (an older
   library) reads with no refusals counted, and a later one as far as this reader knows it.
+* ``memreq``: the QoS daemon's eviction request to the tenant's processes (``seq=N``, ``evict=BYTES``:
+  how much of its unified memory the tenant should keep on the host), replaced atomically; the
+  library's mover thread watches it (docs/cuda.md, "Memory QoS").
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +34,15 @@ SLOT = struct.Struct(f"<iIQ{MAXDEV}Q")
 SIZE = SLOTS_AT + SLOTS * SLOT.size  # version 1
 REFUSED_AT = SIZE  # version 2: u64 refused[MAXDEV]
 SIZE_V2 = REFUSED_AT + 8 * MAXDEV
-CONFIG_KEYS = ("memory", "inflight", "inflight_ms", "gpu")
+# version 3: u64 burst[MAXDEV], um[MAXDEV], evicted[MAXDEV]; u32 cls, pad; u64 slot_um[SLOTS][MAXDEV],
+# slot_evicted[SLOTS][MAXDEV]; u32 slot_ack[SLOTS]
+BURST_AT, UM_AT, EVICTED_AT, CLS_AT = SIZE_V2, SIZE_V2 + 256, SIZE_V2 + 512, SIZE_V2 + 768
+SLOT_UM_AT = CLS_AT + 8
+SLOT_EVICTED_AT = SLOT_UM_AT + SLOTS * MAXDEV * 8
+SLOT_ACK_AT = SLOT_EVICTED_AT + SLOTS * MAXDEV * 8
+SIZE_V3 = SLOT_ACK_AT + SLOTS * 4
+CONFIG_KEYS = ("memory", "memory_burst", "class", "watermark", "reclaim_ms", "inflight", "inflight_ms", "gpu")
+CLASSES = {1: "online", 2: "offline"}
 
 
 @dataclass(frozen=True)
@@ -36,6 +51,13 @@ class Usage:
     used: tuple[int, ...]  # per device, bytes held by live processes
     processes: int
     refused: tuple[int, ...] = ()  # per device, allocation attempts the cap refused (a version 1 region: none)
+    # version 3 (memory QoS), per device: burst cap, evictable bytes (unified memory), of those on the host
+    bursts: tuple[int, ...] = ()
+    evictable: tuple[int, ...] = ()
+    evicted: tuple[int, ...] = ()
+    cls: str | None = None  # the class the library runs as (None: not set, or before version 3)
+    pids: tuple[int, ...] = ()  # the live processes of the tenant
+    acks: tuple[int, ...] = ()  # per live process: the eviction request it last complied with
 
     @property
     def cap(self) -> int:
@@ -46,6 +68,25 @@ class Usage:
         """The most any one device has in use (what one number per tenant shows)."""
         return max(self.used, default=0)
 
+    @property
+    def resident(self) -> int:
+        """Bytes the tenant holds on its devices (all it allocated less what it moved to the host)."""
+        return sum(self.used) - sum(self.evicted)
+
+    @property
+    def moved_out(self) -> int:
+        return sum(self.evicted)
+
+    @property
+    def evictable_resident(self) -> int:
+        """Unified memory still on the devices: what the tenant could move to the host."""
+        return sum(self.evictable) - sum(self.evicted)
+
+    @property
+    def pinned(self) -> int:
+        """What cannot be moved (plain device memory): only a suspension frees it."""
+        return sum(self.used) - sum(self.evictable)
+
 
 def tenant_dir(host: Host, tenant: str) -> Path:
     return host.state_dir("cuda", check_name(tenant, "tenant"))
@@ -53,7 +94,7 @@ def tenant_dir(host: Host, tenant: str) -> Path:
 
 def read_usage(host: Host, tenant: str) -> Usage | None:
     """The tenant's usage, or None when no process of it ever ran (or the file is not a region)."""
-    data = host.read_bytes_opt(tenant_dir(host, tenant) / "usage", SIZE_V2)
+    data = host.read_bytes_opt(tenant_dir(host, tenant) / "usage", SIZE_V3)
     if data is None or len(data) < SIZE:
         return None
     magic, version, maxdev, slots = HEADER.unpack_from(data)
@@ -61,17 +102,55 @@ def read_usage(host: Host, tenant: str) -> Usage | None:
         return None
     caps = struct.unpack_from(f"<{MAXDEV}Q", data, CAPS_AT)
     refused = struct.unpack_from(f"<{MAXDEV}Q", data, REFUSED_AT) if version >= 2 and len(data) >= SIZE_V2 else ()
-    used = [0] * MAXDEV
-    live = 0
+    v3 = version >= 3 and len(data) >= SIZE_V3
+    used, um, evicted = [0] * MAXDEV, [0] * MAXDEV, [0] * MAXDEV
+    pids: list[int] = []
+    acks: list[int] = []
     for i in range(SLOTS):
         pid, _pad, start, *per_dev = SLOT.unpack_from(data, SLOTS_AT + i * SLOT.size)
         if pid <= 0 or not processes.alive(host, pid, start):
             continue
-        live += 1
+        pids.append(pid)
         for d, n in enumerate(per_dev):
             used[d] += n
-    last = max([d + 1 for d in range(MAXDEV) if caps[d] or used[d] or (refused and refused[d])], default=0)
-    return Usage(caps=tuple(caps[:last]), used=tuple(used[:last]), processes=live, refused=tuple(refused[:last]))
+        if v3:
+            acks.append(struct.unpack_from("<I", data, SLOT_ACK_AT + 4 * i)[0])
+            for d, n in enumerate(struct.unpack_from(f"<{MAXDEV}Q", data, SLOT_UM_AT + i * MAXDEV * 8)):
+                um[d] += n
+            for d, n in enumerate(struct.unpack_from(f"<{MAXDEV}Q", data, SLOT_EVICTED_AT + i * MAXDEV * 8)):
+                evicted[d] += n
+    bursts = struct.unpack_from(f"<{MAXDEV}Q", data, BURST_AT) if v3 else (0,) * MAXDEV
+    last = max([d + 1 for d in range(MAXDEV) if caps[d] or used[d] or (refused and refused[d]) or bursts[d]], default=0)
+
+    def cut(xs: Sequence[int]) -> tuple[int, ...]:
+        return tuple(xs[:last]) if v3 else ()
+
+    return Usage(
+        caps=tuple(caps[:last]),
+        used=tuple(used[:last]),
+        processes=len(pids),
+        refused=tuple(refused[:last]),
+        bursts=cut(bursts),
+        evictable=cut(um),
+        evicted=cut(evicted),
+        cls=CLASSES.get(struct.unpack_from("<I", data, CLS_AT)[0]) if v3 else None,
+        pids=tuple(pids),
+        acks=tuple(acks),
+    )
+
+
+def write_request(host: Host, tenant: str, seq: int, evict: int) -> None:
+    """Ask the tenant's processes to keep ``evict`` bytes of their unified memory on the host (0: bring it
+    all back); ``seq`` numbers the request (the processes acknowledge it in the region)."""
+    host.write_file(tenant_dir(host, tenant) / "memreq", f"seq={seq}\nevict={evict}\n", mode=0o644)
+
+
+def read_request(host: Host, tenant: str) -> tuple[int, int]:
+    """The request in force (seq, evict); (0, 0) when there is none."""
+    text = host.read_raw_opt(tenant_dir(host, tenant) / "memreq") or ""
+    got = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    seq, evict = got.get("seq", "0"), got.get("evict", "0")
+    return (int(seq), int(evict)) if seq.isdigit() and evict.isdigit() else (0, 0)
 
 
 def write_config(host: Host, tenant: str, **values: int | str | None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import sys
 import threading
 from contextlib import nullcontext
@@ -16,7 +17,23 @@ from ..clikit.lazy import LazyGroup
 from ..clikit.options import held, json_option
 from ..clikit.output import emit, say, table
 from ..clikit.params import NAME, AsciiFloat, AsciiInt
+from .cli_health import evicting, health, remediate_every_option, with_remediation
 from .stopping import Stop
+
+
+def _kubernetes(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """A Kubernetes release (``1.35``, ``v1.35.2``) the DRA rules know, or a later one (the newest known's rules)."""
+    if value is None:
+        return None
+    from ..errors import VgpukitError
+    from .dra.cluster import release
+
+    try:
+        release(value)
+    except VgpukitError as err:
+        raise click.BadParameter(err.message) from None
+    return value
+
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -25,6 +42,26 @@ if TYPE_CHECKING:
     from ..host import Host
     from ..nvml import Nvml
     from .inventory import Inventory, Options, Poller
+
+
+class ShareChoice(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
+    """``--share-by-capacity``: ``off``, or ``gpu``, ``mig`` and DRA device names (:func:`.dra.capacity.choice`)."""
+
+    name = "devices"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return "DEVICES"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from ..errors import InvalidInput
+        from .dra.capacity import Choice, choice
+
+        if isinstance(value, Choice):
+            return value
+        try:
+            return choice(str(value))
+        except InvalidInput as err:
+            self.fail(err.message, param, ctx)
 
 
 @click.group(cls=LazyGroup)
@@ -52,38 +89,6 @@ def _poller(app: App, replicas: int) -> Poller:
     return Poller(open_host, lambda host: _options(host, replicas))
 
 
-def _health(app: App) -> Callable[[], dict[str, str]]:
-    """The unusable devices (BDF -> why) at every poll, from the health layer (which records them), and the
-    quarantined ones (vgpukit quarantine / drain / remediate: docs/health.md, "Remediation")."""
-    from .. import quarantine as qr
-    from ..health import fact
-
-    def look() -> dict[str, str]:
-        fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
-        try:
-            devices = fact.current(fresh.host, fresh.nvml)
-            # BDFs, and MIG devices' UUIDs; a quarantine's reason first
-            return {**fact.unusable(devices), **fact.unusable_slices(devices), **qr.reasons(fresh.host)}
-        finally:
-            fresh.close()
-
-    return look
-
-
-def _evicting(app: App) -> Callable[[], dict[str, str]]:
-    """The quarantined devices whose pods Kubernetes should evict (BDF -> why) at every publication."""
-    from .. import quarantine as qr
-
-    def look() -> dict[str, str]:
-        fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
-        try:
-            return qr.evicting(fresh.host)
-        finally:
-            fresh.close()
-
-    return look
-
-
 replicas_option = click.option(
     "--share-replicas",
     "replicas",
@@ -105,14 +110,45 @@ def _log(line: str) -> None:
 
 @k8s.command("resources")
 @replicas_option
+@click.option(
+    "--kubernetes",
+    "version",
+    type=NAME,
+    callback=_kubernetes,
+    metavar="VERSION",
+    help="Also show the ResourceSlices the DRA plugin would publish now for an API server of that release "
+    "(1.34, 1.35, 1.36, 1.37; a later one follows the newest known).",
+)
+@click.option(
+    "--partitionable",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="With --kubernetes: as the plugin's option; auto: the release's default of the DRAPartitionableDevices gate.",
+)
+@click.option(
+    "--node",
+    "node",
+    type=NAME,
+    envvar="NODE_NAME",
+    default=lambda: socket.gethostname(),
+    show_default="env NODE_NAME, else the host name",
+    help="With --kubernetes: the node's name (its pool and slice names).",
+)
 @json_option
 @click.pass_obj
-def resources(app: App, replicas: int) -> None:
-    """Show the resources and devices the device plugin would advertise now."""
+def resources(app: App, replicas: int, version: str | None, partitionable: str, node: str) -> None:
+    """Show the resources and devices the device plugin would advertise now (and the DRA plugin's slices)."""
     inv = _poller(app, replicas)()
+    view: dict[str, Any] = {}
+    if version is not None:
+        from .cli_dra import slices_view
+
+        view = slices_view(_dra_opener(app), health(app), version, partitionable, node)
 
     def doc() -> dict[str, Any]:
         return {
+            **view,
             "resources": {
                 name: [
                     {
@@ -135,6 +171,10 @@ def resources(app: App, replicas: int) -> None:
             for d in devices
         ]
         table(None, ["RESOURCE", "DEVICE", "NUMA", "CDI", "HELD BY"], rows)
+        if view:
+            from .cli_dra import show
+
+            show(view)
 
     emit(app, "k8s-resources", doc, human)
 
@@ -169,7 +209,7 @@ def device_plugin(app: App, replicas: int, interval: float, mode: str) -> None:
 
     host = app.host
     host.mkdir(plugin_dir(host))
-    manager = Manager(host, _poller(app, replicas), mode, health=_health(app))
+    manager = Manager(host, _poller(app, replicas), mode, health=health(app))
     stop = Stop().on_signals()
     say(f"vgpukit device plugin: {host.display(plugin_dir(host))}, polling every {interval:g}s")
     manager.run(stop, interval, on_event=_log)
@@ -239,15 +279,7 @@ def labels_cmd(app: App, write: bool) -> None:
     help="The vgpukit executable that runs 'apply' (with this command's --root/--sim).",
 )
 @click.option("--once", is_flag=True, help="Act on the node's current label once, then exit.")
-@click.option(
-    "--remediate-every",
-    "remedy_s",
-    type=AsciiFloat(0, 86400),
-    default=30.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="Run the installed remediation policy this often, its events as Kubernetes Events (0: never).",
-)
+@remediate_every_option
 @click.pass_obj
 def node_agent(
     app: App, node: str, config_file: Path, kubeconfig: str | None, apply_command: str, once: bool, remedy_s: float
@@ -258,13 +290,10 @@ def node_agent(
     vgpukit.io/config.state (pending, success, failed). Changes that would destroy devices in use
     are refused by apply and reported as failed (the agent drains nothing).
     """
-    from .agent import Agent, ApplyRunner, RemedyRunner, api_error, kube_api
+    from .agent import Agent, ApplyRunner, api_error, kube_api
 
     runner = ApplyRunner(apply_command, config_file, root=app.root, sim_dir=app.sim_dir)
-    agent = Agent(kube_api(kubeconfig), node, runner, log=_log)
-    if remedy_s > 0:  # the policy the applied config installed (none: no events)
-        agent.remedy = RemedyRunner(apply_command, root=app.root, sim_dir=app.sim_dir)
-        agent.remedy_s = remedy_s
+    agent = with_remediation(Agent(kube_api(kubeconfig), node, runner, log=_log), app, apply_command, remedy_s)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # a watch blocks in a read: interrupt it
         signal.signal(sig, _exit)
@@ -298,8 +327,9 @@ def node_agent(
     type=click.Choice(["auto", "on", "off"]),
     default="auto",
     show_default=True,
-    help="Publish MIG slices and vGPUs made on demand with shared counters (KEP-4815); auto: unless the API "
-    "server drops or refuses the counters (feature gate DRAPartitionableDevices off).",
+    help="Publish MIG slices and vGPUs made on demand with shared counters (KEP-4815), in the layout of the API "
+    "server's release; auto: where the API server keeps counters (feature gate DRAPartitionableDevices, read with "
+    "a dry run before the first write).",
 )
 @click.option(
     "--device-taints",
@@ -307,11 +337,37 @@ def node_agent(
     type=click.Choice(["auto", "on", "off"]),
     default="auto",
     show_default=True,
-    help="Publish a device the health layer finds unusable with a NoSchedule taint (gpu.vgpukit.io/unhealthy) "
-    "instead of leaving it out; auto: unless the API server drops the taints (feature gate DRADeviceTaints off).",
+    help="Publish a device the health layer finds unusable with a taint (gpu.vgpukit.io/unhealthy) instead of "
+    "leaving it out; auto: unless the API server drops the taints (feature gate DRADeviceTaints off).",
+)
+@click.option(
+    "--unhealthy-effect",
+    type=click.Choice(["NoSchedule", "NoExecute"]),
+    default="NoSchedule",
+    show_default=True,
+    help="The effect of that taint: NoSchedule (no new claim gets the device) or NoExecute (Kubernetes also "
+    "evicts the pods using it).",
+)
+@click.option(
+    "--share-by-capacity",
+    "share",
+    type=ShareChoice(),
+    default="off",
+    show_default=True,
+    help="Publish these devices shared by capacity (consumable capacity: memory and computeShare per claim, a QoS "
+    "tenant and a CUDA memory cap each): off, or gpu, mig and DRA device names, comma-separated.",
 )
 @click.pass_obj
-def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float, partitionable: str, taints: str) -> None:
+def dra_plugin(
+    app: App,
+    node: str,
+    kubeconfig: str | None,
+    interval: float,
+    partitionable: str,
+    taints: str,
+    unhealthy_effect: str,
+    share: Any,
+) -> None:
     """Serve the kubelet's DRA plugin API v1 for driver gpu.vgpukit.io: existing GPUs, MIG slices, VFs, mdevs.
 
     Publishes the node's ResourceSlices (resource.k8s.io/v1, one pool named after the node) and keeps
@@ -325,10 +381,11 @@ def dra_plugin(app: App, node: str, kubeconfig: str | None, interval: float, par
 
     _log_to_stderr("vgpukit.k8s.dra")
     api = resource_api(kubeconfig)
-    driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app), partitionable, taints)
-    driver.evicting = _evicting(app)  # drained / remediated devices: the taint's effect is NoExecute
+    driver = Driver(node, _dra_opener(app), ClaimReader(api), health(app), partitionable, taints)
+    driver.unhealthy_effect, driver.capacity.choice = unhealthy_effect, share  # NoExecute; shared by capacity
+    driver.evicting = evicting(app)  # drained / remediated devices: the taint's effect is NoExecute
     stop = Stop().on_signals()  # before the servers: a SIGTERM from then on ends the plugin cleanly
-    plugin = Plugin(app.host, driver, interval, Publisher(api, node)).start()
+    plugin = Plugin(app.host, driver, interval, Publisher(api, node, partitionable)).start()
     say(f"vgpukit DRA plugin: {app.host.display(registry_socket(app.host))}, node {node}")
     try:
         stop.wait()
@@ -365,3 +422,20 @@ def _dra_opener(app: App) -> Callable[[], tuple[Env, Callable[..., Inventory], C
         return env, inventory, fresh.close
 
     return open_host
+
+
+@k8s.command("dra-classes")
+@click.pass_obj
+def dra_classes(app: App) -> None:
+    """Print DeviceClasses mapping this host's device plugin resource names to the DRA driver (KEP-5004).
+
+    One DeviceClass per name the device plugin serves here (and vgpukit.io/gpu-share, a share of a GPU
+    shared by capacity), with spec.extendedResourceName: a pod asking resources.limits for that name is
+    then served by the DRA plugin unchanged. Apply the output (kubectl apply -f -) once per kind of node.
+    """
+    import yaml
+
+    from .dra.extended import device_classes
+
+    inv = _poller(app, 1)()
+    click.echo(yaml.safe_dump_all(device_classes(inv), sort_keys=False), nl=False)

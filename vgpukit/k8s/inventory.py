@@ -310,6 +310,8 @@ def _shares(
             env += [f"VGPUKIT_CUDA_TENANT={t.name}", f"VGPUKIT_QOS_SHARE={t.share}"]
             if t.memory is not None:
                 env.append(f"VGPUKIT_CUDA_MEMORY={t.memory}")
+            if t.memory_burst is not None:
+                env += [f"VGPUKIT_CUDA_MEMORY_BURST={t.memory_burst}", f"VGPUKIT_CUDA_CLASS={t.cls}"]
             if entry is not None:
                 env = list(dict.fromkeys([*entry.env, *env]))
                 mounts = entry.mounts

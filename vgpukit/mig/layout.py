@@ -39,6 +39,7 @@ class GpuPlan:
     gpu: NvmlGpu
     steps: list[MigStep]
     keep: list[GpuInstance]
+    note: str = ""  # what the plan leaves undone on purpose, and why (a mode change not made)
 
 
 def _label(gpu: NvmlGpu) -> str:
@@ -51,6 +52,12 @@ def needs_reset(gpu: NvmlGpu) -> bool:
         if gpu.name in m.product_names:
             return m.reset_required
     return not any(tag in gpu.name for tag in ("H100", "H200", "H20", "B200", "GH200"))
+
+
+def toggles_without_reset(gpu: NvmlGpu) -> bool:
+    """Whether the profile tables say this GPU's model changes MIG mode without a reset (Hopper and
+    newer: ``mig_mode_without_reset``); False for a model they do not know (never assumed)."""
+    return any(gpu.name in m.product_names and m.without_reset for m in tables.models().values())
 
 
 def _holders(nvml: Nvml, gpu: NvmlGpu, gi_id: int | None = None) -> str:
@@ -264,25 +271,43 @@ class GiAtRequest:
     label: str | None = None
     unusable: str | None = None  # the health fact (None: usable)
     ours: bool = False  # a GPU instance of that profile at that start already is the requester's: keep it
+    turn_on: bool = False  # MIG mode may be turned on for it, where that needs no GPU reset
+
+
+def _mode_on(nvml: Nvml, gpu: NvmlGpu, label: str, turn_on: bool) -> list[MigStep]:
+    """The step turning MIG mode on for a placement, or the refusal: not asked, a reset needed (never done
+    for a placement someone else chose: a pod may be using the GPU), the GPU held."""
+    if not turn_on:
+        raise Conflict(
+            f"{label}: MIG mode is off", device=gpu.bdf, hint=f"vgpukit mig apply or partition gpu{gpu.index}"
+        )
+    if not toggles_without_reset(gpu):
+        raise ResetRequired(
+            f"{label}: MIG mode is off, and turning it on needs a GPU reset on {gpu.name}",
+            device=gpu.bdf,
+            hint=f"turn it on yourself when the GPU is idle: vgpukit mig apply or partition gpu{gpu.index}",
+        )
+    holders = _holders(nvml, gpu)
+    if holders:
+        raise ResetBlocked(f"{label}: cannot turn MIG mode on, the GPU is held by {holders}", device=gpu.bdf)
+    return [SetMode(gpu.bdf, label, True)]
 
 
 def plan_gi_at(nvml: Nvml, req: GiAtRequest) -> GpuPlan:
     """The steps creating the GPU instance and its default compute instance at the fixed placement,
-    or the refusal: not in MIG mode (turning it on may need a reset: not done here), an unknown
-    profile, a placement the profile does not have, slots taken, busy. Ensures (a GI already there,
-    when ``ours``, keeps; its compute instance is added when missing)."""
+    or the refusal: not in MIG mode (unless ``turn_on`` on a GPU that changes mode without a reset: the
+    mode change is the first step), an unknown profile, a placement the profile does not have, slots
+    taken, busy. Ensures (a GI already there, when ``ours``, keeps; its compute instance is added when
+    missing)."""
     gpu, label = req.gpu, _usable_mig_gpu(req)
     current, _pending = nvml.mig_mode(gpu.index)
-    if not current:
-        raise Conflict(
-            f"{label}: MIG mode is off", device=gpu.bdf, hint=f"vgpukit mig apply or partition gpu{gpu.index}"
-        )
+    first = [] if current else _mode_on(nvml, gpu, label, req.turn_on)
     profiles = nvml.gi_profiles(gpu.index)
     by_id = {p.id: p for p in profiles}
     prof = by_id.get(req.profile_id)
     if prof is None:
         raise planner.NeverFits(f"{label} has no MIG profile {req.profile_id}", device=gpu.bdf)
-    existing = nvml.gpu_instances(gpu.index)
+    existing = nvml.gpu_instances(gpu.index) if current else []
     mine = next((g for g in existing if g.profile_id == prof.id and g.start == req.start), None)
     if mine is not None and req.ours:
         full = CreateCi(gpu.bdf, label, prof.id, req.start, prof.slices, prof.name, 0)
@@ -292,7 +317,7 @@ def plan_gi_at(nvml: Nvml, req: GiAtRequest) -> GpuPlan:
     if why is not None:
         cls = planner.NeverFits if req.start not in prof.starts else NoCapacity
         raise cls(f"{label}: {why}", device=gpu.bdf)
-    steps: list[MigStep] = [CreateGi(gpu.bdf, label, prof.id, prof.name, req.start, prof.size)]
+    steps: list[MigStep] = [*first, CreateGi(gpu.bdf, label, prof.id, prof.name, req.start, prof.size)]
     steps.append(CreateCi(gpu.bdf, label, prof.id, req.start, prof.slices, prof.name, 0))  # full size: slice 0
     return GpuPlan(gpu, steps, [])
 
@@ -306,3 +331,27 @@ def plan_remove_at(nvml: Nvml, gpu: NvmlGpu, profile_id: int, start: int, label:
     by_id = {p.id: p for p in nvml.gi_profiles(gpu.index)} if victims else {}
     busy = {p.gi_id for p in nvml.processes(gpu.index) if p.gi_id is not None} if victims else set()
     return GpuPlan(gpu, destroy_steps(nvml, gpu, victims, busy, by_id, label), [])
+
+
+def plan_release(
+    nvml: Nvml, gpu: NvmlGpu, placements: list[tuple[int, int]], turn_off: bool, label: str | None = None
+) -> GpuPlan:
+    """The steps destroying the GPU instances at ``placements`` ((profile id, start); :class:`Busy` while
+    processes use one), then, with ``turn_off``, turning MIG mode off when no other GPU instance is left on
+    a GPU that changes mode without a reset. Nothing holding the GPU is stopped for it: held, the mode
+    stays on and ``note`` says why (a later release or a prepare of the whole GPU turns it off)."""
+    label = label or _label(gpu)
+    current, _ = nvml.mig_mode(gpu.index)
+    existing = nvml.gpu_instances(gpu.index) if current else []
+    victims = [g for g in existing if (g.profile_id, g.start) in set(placements)]
+    by_id = {p.id: p for p in nvml.gi_profiles(gpu.index)} if victims else {}
+    busy = {p.gi_id for p in nvml.processes(gpu.index) if p.gi_id is not None} if victims else set()
+    plan = GpuPlan(gpu, destroy_steps(nvml, gpu, victims, busy, by_id, label), [])
+    if not (turn_off and current) or len(victims) < len(existing) or not toggles_without_reset(gpu):
+        return plan
+    holders = ", ".join(p.describe() for p in nvml.processes(gpu.index) if p.gi_id is None)
+    if holders:
+        plan.note = f"{label}: MIG mode left on, the GPU is held by {holders}"
+        return plan
+    plan.steps.append(SetMode(gpu.bdf, label, False))
+    return plan

@@ -15,9 +15,11 @@ from .model import CiProfile, GiProfile
 class MigModel(Record):
     __slots__ = (  # noqa: RUF023 (field order)
         "key", "arch", "memory_slots", "compute_slices", "profiles", "product_names", "pci_device_ids",
+        "without_reset",
     )  # fmt: skip
     key: str
     arch: str  # ampere | hopper
+    without_reset: bool  # a MIG mode change applies at once (data: mig_mode_without_reset, with its source)
     memory_slots: int
     compute_slices: int
     profiles: tuple[GiProfile, ...]
@@ -33,6 +35,7 @@ class MigModel(Record):
         profiles: tuple[GiProfile, ...],
         product_names: tuple[str, ...],
         pci_device_ids: tuple[int, ...],
+        without_reset: bool = False,
     ) -> None:
         self._init(
             key=key,
@@ -42,12 +45,14 @@ class MigModel(Record):
             profiles=profiles,
             product_names=product_names,
             pci_device_ids=pci_device_ids,
+            without_reset=without_reset,
         )
 
     @property
     def reset_required(self) -> bool:
-        """Ampere keeps a MIG mode change pending until a GPU reset; Hopper and newer apply it at once."""
-        return self.arch == "ampere"
+        """Ampere keeps a MIG mode change pending until a GPU reset; Hopper and newer apply it at once
+        (the table's ``mig_mode_without_reset``, per model)."""
+        return not self.without_reset
 
     def profile(self, profile_id: int) -> GiProfile | None:
         return next((p for p in self.profiles if p.id == profile_id), None)
@@ -99,6 +104,7 @@ def models() -> dict[str, MigModel]:
             profiles=tuple(sorted(profs, key=lambda p: p.enum)),
             product_names=tuple(m.get("product_names", [])),
             pci_device_ids=tuple(int(x, 16) for x in m.get("pci_device_ids", [])),
+            without_reset=bool(m.get("mig_mode_without_reset", False)),
         )
     return out
 

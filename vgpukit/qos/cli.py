@@ -18,6 +18,7 @@ from ..clikit.output import emit, emit_result, say, table
 from ..clikit.params import NAME, AsciiFloat, AsciiInt, Size
 from ..errors import InvalidInput
 from . import control
+from .mempolicy import MAX_MS, SUSPENDS
 from .model import CLASSES, DEMANDS, MAX_INFLIGHT, MAX_INFLIGHT_MS, MAX_PID, POLICIES, Tenant
 
 
@@ -67,16 +68,50 @@ def daemon_cmd(app: App, config_path: str | None, metrics_port: int | None, metr
 @click.argument("gpu", type=NAME)
 @click.option("--policy", type=click.Choice(POLICIES), help="best-effort, fixed-share or burst-share.")
 @click.option("--slice-ms", type=AsciiInt(1, 1000), help="Time slice in ms (default: 10).")
+@click.option("--memory-watermark", type=Size(), help="Memory QoS: device memory kept free for online tenants.")
+@click.option("--memory-suspend", type=click.Choice(SUSPENDS), help="Memory QoS: the last resort for offline tenants.")
+@click.option(
+    "--memory-restore-ms",
+    type=AsciiInt(0, MAX_MS),
+    metavar="MS",
+    help="Memory QoS: quiet time before memory goes back.",
+)
+@click.option(
+    "--memory-reclaim-ms",
+    type=AsciiInt(0, MAX_MS),
+    metavar="MS",
+    help="Memory QoS: how long an online allocation waits for memory.",
+)
 @json_option
 @dry_run_option
 @click.pass_obj
-def set_cmd(app: App, gpu: str, policy: str | None, slice_ms: int | None) -> None:
-    """Set the policy and slice length of GPU (any key: gpu0, a PCI address, a MIG UUID)."""
-    if policy is None and slice_ms is None:
-        raise InvalidInput("give --policy and/or --slice-ms")
-    reply = control.request(
-        app.host, {"op": "set", "gpu": gpu, "policy": policy, "slice_ms": slice_ms, "dry_run": app.dry_run}
-    )
+def set_cmd(
+    app: App,
+    gpu: str,
+    policy: str | None,
+    slice_ms: int | None,
+    memory_watermark: int | None,
+    memory_suspend: str | None,
+    memory_restore_ms: int | None,
+    memory_reclaim_ms: int | None,
+) -> None:
+    """Set the policy, slice length and memory QoS of GPU (any key: gpu0, a PCI address, a MIG UUID)."""
+    memory = {
+        k: v
+        for k, v in (
+            ("watermark", memory_watermark),
+            ("suspend", memory_suspend),
+            ("restore_ms", memory_restore_ms),
+            ("reclaim_ms", memory_reclaim_ms),
+        )
+        if v is not None
+    }
+    if policy is None and slice_ms is None and not memory:
+        raise InvalidInput("give --policy, --slice-ms and/or a --memory-* setting")
+    req: dict[str, Any] = {"op": "set", "gpu": gpu, "policy": policy, "slice_ms": slice_ms, "dry_run": app.dry_run}
+    if memory:
+        req["memory"] = memory
+    reply = control.request(app.host, req)
     emit_result(app, "qos-set", plan=reply["plan"], data={"gpu": gpu, "settings": reply.get("gpu")})
 
 
@@ -105,6 +140,9 @@ def tenant() -> None:
     help="How busy/idle is known: auto (CPU time sampled until the tenant's first notification), notify, sample.",
 )
 @click.option("--memory", type=Size(), help="GPU memory cap per device for libvgpukit-cuda (e.g. 4GiB).")
+@click.option(
+    "--memory-burst", type=Size(), help="Offline tenants: unified memory beyond --memory, lent back under pressure."
+)
 @click.option("--inflight", type=AsciiInt(1, MAX_INFLIGHT), help="Launches outstanding per stream (CUDA library).")
 @click.option("--inflight-ms", type=AsciiInt(1, MAX_INFLIGHT_MS), help="ms of queued work per stream (CUDA library).")
 @click.argument("more_pids", nargs=-1, type=AsciiInt(2, MAX_PID))
@@ -122,6 +160,7 @@ def tenant_add(
     domain: str | None,
     demand: str,
     memory: int | None,
+    memory_burst: int | None,
     inflight: int | None,
     inflight_ms: int | None,
     more_pids: tuple[int, ...],
@@ -146,6 +185,7 @@ def tenant_add(
         memory=memory,
         inflight=inflight,
         inflight_ms=inflight_ms,
+        memory_burst=memory_burst,
     ).validate()
     from .planner import refuse_quarantined
 
@@ -154,7 +194,13 @@ def tenant_add(
         app.host, {"op": "tenant-add", "gpu": gpu, "name": name, "tenant": t.to_dict(), "dry_run": app.dry_run}
     )
     plan = [*reply["plan"], *_refresh(app)]
-    asked = [o for o, v in (("--memory", memory), ("--inflight", inflight), ("--inflight-ms", inflight_ms)) if v]
+    caps = (
+        ("--memory", memory),
+        ("--memory-burst", memory_burst),
+        ("--inflight", inflight),
+        ("--inflight-ms", inflight_ms),
+    )
+    asked = [o for o, v in caps if v]
     warnings = _cuda_warnings(app, name, asked)
     for w in warnings:
         sys.stderr.write(f"vgpukit: warning: {w}\n")
@@ -206,11 +252,17 @@ def _size(n: int) -> str:
 
 
 def _memory(t: dict[str, Any]) -> str:
-    """used/cap of the CUDA library's region ('-' when the tenant has neither)."""
-    used, cap = t.get("memory_used"), t.get("memory")
+    """used/cap of the CUDA library's region ('-' when the tenant has neither); with memory QoS the
+    burst, and where the memory is: on the device, moved to the host, suspended."""
+    used, cap, burst = t.get("memory_used"), t.get("memory"), t.get("memory_burst")
     if used is None and cap is None:
         return "-"
-    return f"{_size(used or 0)}/{_size(cap) if cap else 'no cap'}"
+    text = f"{_size(used or 0)}/{_size(cap) if cap else 'no cap'}" + (f"+{_size(burst)}" if burst else "")
+    if "memory_state" in t:
+        text += f" dev {_size(t['memory_resident'])} host {_size(t['memory_evicted'])}"
+        if t["memory_suspended"] or t["memory_state"] == "suspended":
+            text += f" suspended {_size(t['memory_suspended'])}"
+    return text
 
 
 def _human_status(gpus: list[dict[str, Any]], daemon: dict[str, Any]) -> None:
@@ -242,6 +294,15 @@ def _human_status(gpus: list[dict[str, Any]], daemon: dict[str, Any]) -> None:
         parts = [f"{k} p50/p99 {v['p50_ms']}/{v['p99_ms']} ms" for k, v in lat.items() if v.get("count")]
         if parts:
             say("  latency: " + "; ".join(parts))
+        if g.get("memory"):
+            m = g["memory"]
+            ev = m.get("eviction") or {}
+            say(
+                f"  memory: watermark {_size(m['watermark'])}, suspend {m['suspend']}, restore after"
+                f" {m['restore_ms']} ms; {m.get('rounds', 0)} eviction rounds"
+                + (f" (p50/p99 {ev['p50_ms']}/{ev['p99_ms']} ms)" if ev.get("count") else "")
+                + f", {m.get('suspensions', 0)} suspensions"
+            )
         if any(t.get("demand_source") == "waiting" for t in g["tenants"]):
             say("  notify:waiting: no busy/idle notification received yet, so never scheduled (see --demand)")
     conf = daemon.get("config") or {}

@@ -121,8 +121,10 @@ class Overlay:
 
         host.write_file(self.path(host), json.dumps(doc, indent=1, sort_keys=True) + "\n", mode=0o600)
 
-    def record_policy(self, key: str, policy: str, slice_ms: int) -> None:
+    def record_policy(self, key: str, policy: str, slice_ms: int, memory: dict[str, Any] | None = None) -> None:
         self.gpus[key] = {"policy": policy, "slice_ms": slice_ms}
+        if memory is not None:
+            self.gpus[key]["memory"] = memory
 
     def record_tenant(self, key: str, name: str, tenant: Tenant | None) -> None:
         self.tenants.setdefault(key, {})[name] = None if tenant is None else tenant.to_dict()

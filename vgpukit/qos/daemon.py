@@ -32,6 +32,7 @@ from . import planner
 from .backends import Backend, backend_for
 from .config import Overlay
 from .control import ControlServer, daemon_lock
+from .memruntime import GpuMemory
 from .model import POLICIES, QosConfig, Tenant, check_key
 from .runtime import GpuRuntime, Observer
 from .safety import Guardian, load_managed, save_managed, thaw_all
@@ -109,9 +110,12 @@ class Daemon:
         for key, gpu in cfg.gpus.items():
             rt = self.gpus.get(key)
             if rt is None:
-                self.gpus[key] = GpuRuntime(gpu, backends[key], self.clock, self.observer)
+                rt = self.gpus[key] = GpuRuntime(gpu, backends[key], self.clock, self.observer)
+                rt.memory = GpuMemory(key, self.host)
             else:
                 self._drop(rt.reconfigure(gpu, backends[key]), key)
+            if rt.memory is not None and key in self.gpus:
+                rt.memory.recover(rt.spec, rt.hooks)
         if set(old) - set(new):
             save_managed(self.host, new)
         self._update_sampling()
@@ -119,12 +123,12 @@ class Daemon:
     def _sync_library(self, old: QosConfig, new: QosConfig) -> None:
         """The CUDA library's per-tenant configs (memory cap, in-flight window) follow the tenants."""
         wanted: dict[str, dict[str, int | str]] = {
-            t.name: {**t.library_config, "gpu": key}
+            t.name: {**g.library_config(t), "gpu": key}
             for key, g in new.gpus.items()
             for t in g.tenants
-            if t.library_config
+            if g.library_config(t)
         }
-        had = {t.name for g in old.gpus.values() for t in g.tenants if t.library_config}
+        had = {t.name for g in old.gpus.values() for t in g.tenants if g.library_config(t)}
         try:
             cuda_region.sync_configs(self.host, wanted, had)
         except VgpukitError as err:
@@ -224,13 +228,16 @@ class Daemon:
         raise InvalidInput(f"unknown op {op!r}")
 
     def _op_set(self, key: str, req: dict[str, Any], dry: bool) -> dict[str, Any]:
-        policy, slice_ms = req.get("policy"), req.get("slice_ms")
+        policy, slice_ms, memory = req.get("policy"), req.get("slice_ms"), req.get("memory")
         if policy is not None and policy not in POLICIES:
             raise InvalidInput(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
-        done = planner.change(self.cfg, planner.SetPolicy(key, policy, slice_ms))
+        if memory is not None and not isinstance(memory, dict):
+            raise InvalidInput("memory must be a mapping of memory QoS settings")
+        done = planner.change(self.cfg, planner.SetPolicy(key, policy, slice_ms, memory))
         assert done.gpu is not None
         if done.plan and not dry:
-            self.overlay.record_policy(key, done.gpu.policy, done.gpu.slice_ms)
+            mem = None if done.gpu.memory.default else done.gpu.memory.to_dict()
+            self.overlay.record_policy(key, done.gpu.policy, done.gpu.slice_ms, mem)
             self.overlay.save(self.host)
             self.apply_config(done.config)
         return {"ok": True, "plan": done.plan, "gpu": done.gpu.to_dict()}
@@ -272,12 +279,24 @@ class Daemon:
             detail = f"{msg.gpu}/{msg.tenant} from pid {pid} (uid {uid}), not its process"
             self.refusals.refuse("not-owner", detail, now)
             return
+        if msg.verb in ("need", "low", "moved"):
+            self._memory(rt, msg)
+            return
         switched = rt.sampled(rt.spec.tenant(msg.tenant))
         rt.notified(msg.tenant, now)
         if switched and not rt.sampled(rt.spec.tenant(msg.tenant)):  # auto: notifications from now on
             self.sampler.forget(f"{msg.gpu}/{msg.tenant}")
             self._update_sampling()
         self._drop(rt.demand(msg.tenant, msg.busy, now, msg.sent_ns), msg.gpu)
+
+    def _memory(self, rt: GpuRuntime, msg: demand_proto.DemandMsg) -> None:
+        """Memory QoS: an online tenant's pressure, or an offline tenant's processes done moving."""
+        assert rt.memory is not None
+        now = self.clock()
+        if msg.verb == "moved":
+            rt.memory.check(now, rt.hooks, rt.spec)
+        elif rt.spec.tenant(msg.tenant).cls == "online":
+            rt.memory.pressure(rt.spec, msg.verb, msg.value, msg.sent_ns, now, rt.hooks)
 
     def sample(self, now: int) -> None:
         for key, rt in list(self.gpus.items()):
@@ -380,6 +399,9 @@ class Daemon:
                 self.sample(now)
                 next_sample = now + self.cfg.sample_ms * 1_000_000
             if now >= next_house:
+                for rt in self.gpus.values():
+                    if rt.memory is not None and rt.spec.memory_qos:
+                        rt.memory.tick(rt.spec, now, rt.online_busy(), rt.hooks)
                 guardian.beat()
                 self.refusals.tick(now)
                 next_house = now + HOUSEKEEPING_NS

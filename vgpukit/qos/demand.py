@@ -5,6 +5,11 @@ datagram socket at ``<state dir>/qos/demand.sock`` (``/run/vgpukit/qos/demand.so
 Each datagram is one ASCII line::
 
     1 <gpu> <tenant> busy|idle [<CLOCK_MONOTONIC ns>]
+    1 <gpu> <tenant> need|low|moved <value> <CLOCK_MONOTONIC ns>
+
+The second form is memory QoS (libvgpukit-cuda, docs/cuda.md "Memory QoS"): ``need BYTES`` (an online
+tenant's allocation the device refused, BYTES short), ``low BYTES`` (the device's free memory is BYTES
+under the watermark), ``moved SEQ`` (an offline tenant's process complied with eviction request SEQ).
 
 The daemon reads the sender's credentials (SO_PASSCRED): root may speak for any tenant, anyone
 else only for a tenant that contains the sending process. The timestamp, when given, lets the daemon
@@ -36,6 +41,9 @@ REFUSALS = ("malformed", "unknown-tenant", "not-owner")
 _LOGGED = ("malformed", "not-owner")
 
 
+MEMORY_VERBS = ("need", "low", "moved")
+
+
 @dataclass(frozen=True)
 class DemandMsg:
     gpu: str
@@ -44,6 +52,8 @@ class DemandMsg:
     sent_ns: int | None
     pid: int
     uid: int
+    verb: str = ""  # busy | idle | need | low | moved
+    value: int = 0  # need/low: bytes, moved: the request's seq
 
 
 def encode(gpu: str, tenant: str, busy: bool, sent_ns: int | None = None) -> bytes:
@@ -54,15 +64,20 @@ def encode(gpu: str, tenant: str, busy: bool, sent_ns: int | None = None) -> byt
 def decode(data: bytes, pid: int = 0, uid: int = 0) -> DemandMsg:
     """Parse one datagram; raises ValueError on anything malformed."""
     parts = data.decode("ascii").split()
-    if len(parts) not in (4, 5) or parts[0] != VERSION or parts[3] not in ("busy", "idle"):
+    memory = len(parts) == 6 and parts[3] in MEMORY_VERBS
+    if parts[:1] != [VERSION] or not (memory or (len(parts) in (4, 5) and parts[3] in ("busy", "idle"))):
         raise ValueError(f"malformed demand datagram {data[:80]!r}")
     try:
         check_key(parts[1], "GPU key")
         check_key(parts[2], "tenant name")
     except InvalidInput as err:
         raise ValueError(str(err)) from err
+    if memory:
+        if not (parts[4].isdigit() and len(parts[4]) <= 20 and parts[5].isdigit()):
+            raise ValueError("malformed memory datagram")
+        return DemandMsg(parts[1], parts[2], False, int(parts[5]), pid, uid, parts[3], int(parts[4]))
     sent = int(parts[4]) if len(parts) == 5 else None
-    return DemandMsg(parts[1], parts[2], parts[3] == "busy", sent, pid, uid)
+    return DemandMsg(parts[1], parts[2], parts[3] == "busy", sent, pid, uid, parts[3])
 
 
 def socket_path(host: Host) -> Path:

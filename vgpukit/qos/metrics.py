@@ -43,6 +43,7 @@ class SnapshotCollector:
                 preempt.add_metric(lab, t["preemptions"])
                 frozen.add_metric(lab, t["frozen_s"])
         yield from (target, achieved, state, preempt, frozen)
+        yield from self._memory()
         conf = self.daemon.get("config")
         if conf is not None:
             reloads = CounterMetricFamily(
@@ -62,6 +63,39 @@ class SnapshotCollector:
             for reason, n in self.daemon["demand_refused"].items():
                 refused.add_metric([reason], n)
             yield refused
+
+    def _memory(self) -> Iterator[Any]:
+        """Memory QoS: where each tenant's memory is, and what the daemon did per GPU."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        where = GaugeMetricFamily(
+            "vgpukit_qos_memory_bytes",
+            "Tenant memory by place: device (resident), host (moved on request), suspended (checkpointed).",
+            labels=[*LABELS, "place"],
+        )
+        rounds = CounterMetricFamily("vgpukit_qos_memory_eviction_rounds", "Eviction rounds asked.", labels=["gpu"])
+        suspends = CounterMetricFamily("vgpukit_qos_memory_suspensions", "Tenants suspended.", labels=["gpu"])
+        p99 = GaugeMetricFamily(
+            "vgpukit_qos_memory_eviction_p99_seconds",
+            "99th percentile: request written -> every process of the tenants complied.",
+            labels=["gpu"],
+        )
+        for gpu in self.snapshot:
+            mem = gpu.get("memory")
+            if not mem:
+                continue
+            for t in gpu["tenants"]:
+                if "memory_state" in t:
+                    lab = [gpu["gpu"], t["name"], t["class"]]
+                    where.add_metric([*lab, "device"], t["memory_resident"])
+                    where.add_metric([*lab, "host"], t["memory_evicted"])
+                    where.add_metric([*lab, "suspended"], t["memory_suspended"])
+            rounds.add_metric([gpu["gpu"]], mem.get("rounds", 0))
+            suspends.add_metric([gpu["gpu"]], mem.get("suspensions", 0))
+            ev = (mem.get("eviction") or {}).get("p99_ms")
+            if ev is not None:
+                p99.add_metric([gpu["gpu"]], ev / 1000)
+        yield from (where, rounds, suspends, p99)
 
 
 class Metrics:

@@ -12,6 +12,8 @@ from typing import Any
 
 from ..errors import InvalidInput, NotFound
 from ..inputs import has_control, parse_float, parse_int, parse_size
+from .mempolicy import KEYS as MEMORY_KEYS
+from .mempolicy import MemoryPolicy
 
 POLICIES = ("best-effort", "fixed-share", "burst-share")
 CLASSES = ("online", "offline")
@@ -28,6 +30,7 @@ MAX_PID = PID_MAX  # the name the CLI options use
 MAX_INFLIGHT = 1023  # launches per stream the CUDA library keeps outstanding (docs/cuda.md)
 MAX_INFLIGHT_MS = 3_600_000
 _KEY = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z", re.ASCII)
+LIBRARY_KEYS = ("memory", "inflight", "inflight_ms", "memory_burst")  # a tenant's libvgpukit-cuda settings
 
 
 def check_key(value: str, what: str) -> str:
@@ -68,6 +71,7 @@ class Tenant:
     memory: int | None = None
     inflight: int | None = None
     inflight_ms: int | None = None
+    memory_burst: int | None = None  # offline: unified memory beyond the cap (docs/qos.md, "Memory QoS")
 
     def validate(self) -> Tenant:
         check_key(self.name, "tenant name")
@@ -82,9 +86,15 @@ class Tenant:
             ("memory", self.memory, 1 << 50),
             ("inflight", self.inflight, MAX_INFLIGHT),
             ("inflight_ms", self.inflight_ms, MAX_INFLIGHT_MS),
+            ("memory_burst", self.memory_burst, 1 << 50),
         ):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi):
                 raise InvalidInput(f"tenant {self.name}: {what} must be an integer 1..{hi}")
+        if self.memory_burst is not None and (self.cls != "offline" or self.memory is None):
+            raise InvalidInput(
+                f"tenant {self.name}: a memory burst is for offline tenants with a memory cap"
+                " (online tenants' memory is plain device memory)"
+            )
         if self.kind == "cgroup":
             cg = self.cgroup
             if not isinstance(cg, str) or not cg or has_control(cg) or len(cg) > 4096 or ".." in cg.split("/"):
@@ -115,7 +125,7 @@ class Tenant:
             doc["pids"] = list(self.pids)
         else:
             doc["domain"] = self.domain
-        for k in ("memory", "inflight", "inflight_ms"):
+        for k in LIBRARY_KEYS:
             if getattr(self, k) is not None:
                 doc[k] = getattr(self, k)
         return doc
@@ -123,7 +133,7 @@ class Tenant:
     @property
     def library_config(self) -> dict[str, int]:
         """What libvgpukit-cuda reads for this tenant (empty: the tenant does not configure it)."""
-        return {k: v for k in ("memory", "inflight", "inflight_ms") if (v := getattr(self, k)) is not None}
+        return {k: v for k in LIBRARY_KEYS if (v := getattr(self, k)) is not None}
 
     @classmethod
     def from_dict(cls, name: str, doc: Any) -> Tenant:
@@ -140,6 +150,7 @@ class Tenant:
             "memory",
             "inflight",
             "inflight_ms",
+            "memory_burst",
         }
         if unknown:
             raise InvalidInput(f"tenant {name}: unknown keys {unknown_keys(unknown)}")
@@ -162,6 +173,9 @@ class Tenant:
             memory=None if doc.get("memory") is None else parse_size(doc["memory"], f"tenant {name}: memory", lo=1),
             inflight=doc.get("inflight"),
             inflight_ms=doc.get("inflight_ms"),
+            memory_burst=None
+            if doc.get("memory_burst") is None
+            else parse_size(doc["memory_burst"], f"tenant {name}: memory_burst", lo=1),
         ).validate()
 
 
@@ -173,9 +187,27 @@ class Gpu:
     policy: str = "best-effort"
     slice_ms: int = DEFAULT_SLICE_MS
     tenants: tuple[Tenant, ...] = ()
+    memory: MemoryPolicy = field(default_factory=MemoryPolicy)
+
+    @property
+    def memory_qos(self) -> bool:
+        """Memory QoS is on: a policy is set, or an offline tenant has a burst."""
+        return not self.memory.default or any(t.memory_burst for t in self.tenants)
+
+    def library_config(self, t: Tenant) -> dict[str, int | str]:
+        """What libvgpukit-cuda reads for tenant ``t`` of this GPU (empty: nothing to configure)."""
+        conf: dict[str, int | str] = dict(t.library_config)
+        if self.memory_qos:
+            conf["class"] = t.cls
+            if t.cls == "online":
+                conf["reclaim_ms"] = self.memory.reclaim_ms
+                if self.memory.watermark:
+                    conf["watermark"] = self.memory.watermark
+        return conf
 
     def validate(self) -> Gpu:
         check_key(self.key, "GPU key")
+        self.memory.validate(self.key)
         if not isinstance(self.policy, str) or self.policy not in POLICIES:
             raise InvalidInput(f"{self.key}: policy must be one of {', '.join(POLICIES)}")
         number(self.slice_ms, f"{self.key}: slice_ms", MIN_SLICE_MS, MAX_SLICE_MS, integer=True)
@@ -190,11 +222,14 @@ class Gpu:
         raise NotFound(f"{self.key}: no tenant {name}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "policy": self.policy,
             "slice_ms": self.slice_ms,
             "tenants": {t.name: t.to_dict() for t in self.tenants},
         }
+        if not self.memory.default:
+            doc["memory"] = self.memory.to_dict()
+        return doc
 
     @classmethod
     def from_dict(cls, key: str, doc: Any) -> Gpu:
@@ -204,17 +239,21 @@ class Gpu:
         check_key(key, "GPU key")
         if not isinstance(doc, dict):
             raise InvalidInput(f"{key}: expected a mapping")
-        unknown = set(doc) - {"policy", "slice_ms", "tenants"}
+        unknown = set(doc) - {"policy", "slice_ms", "tenants", "memory"}
         if unknown:
             raise InvalidInput(f"{key}: unknown keys {unknown_keys(unknown)}")
         tenants = doc.get("tenants") or {}
         if not isinstance(tenants, dict):
             raise InvalidInput(f"{key}: tenants must be a mapping name -> tenant")
+        memory = doc.get("memory")
+        if isinstance(memory, dict) and set(memory) - set(MEMORY_KEYS):
+            raise InvalidInput(f"{key}: memory: unknown keys {unknown_keys(set(memory) - set(MEMORY_KEYS))}")
         return Gpu(
             key=key,
             policy=doc.get("policy", "best-effort"),
             slice_ms=doc.get("slice_ms", DEFAULT_SLICE_MS),
             tenants=tuple(Tenant.from_dict(str(n), t) for n, t in tenants.items()),
+            memory=MemoryPolicy.from_dict(key, doc.get("memory")),
         ).validate()
 
 

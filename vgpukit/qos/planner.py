@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -65,6 +66,7 @@ class SetPolicy:
     gpu: str
     policy: str | None
     slice_ms: int | None
+    memory: dict[str, Any] | None = None  # memory QoS settings to change (MemoryPolicy's keys), None: keep
 
 
 @dataclass(frozen=True)
@@ -96,12 +98,22 @@ def change(cfg: QosConfig, req: Request) -> Change:
     old = new.gpus.get(key)
     if isinstance(req, SetPolicy):
         gpu = old or Gpu(key)
+        memory = gpu.memory if req.memory is None else gpu.memory.replace(req.memory).validate(key)
         gpu = replace(
-            gpu, policy=req.policy or gpu.policy, slice_ms=gpu.slice_ms if req.slice_ms is None else req.slice_ms
+            gpu,
+            policy=req.policy or gpu.policy,
+            slice_ms=gpu.slice_ms if req.slice_ms is None else req.slice_ms,
+            memory=memory,
         ).validate()
         new.gpus[key] = gpu
-        same = old is not None and (old.policy, old.slice_ms) == (gpu.policy, gpu.slice_ms)
-        return Change(new, [] if same else [f"{key}: policy {gpu.policy}, slice {gpu.slice_ms} ms"], gpu)
+        same = old is not None and (old.policy, old.slice_ms, old.memory) == (gpu.policy, gpu.slice_ms, gpu.memory)
+        plan = [f"{key}: policy {gpu.policy}, slice {gpu.slice_ms} ms"]
+        if old is None or old.memory != gpu.memory:
+            m = gpu.memory
+            plan.append(
+                f"{key}: memory watermark {m.watermark} B, suspend {m.suspend}, restore after {m.restore_ms} ms"
+            )
+        return Change(new, [] if same else plan, gpu)
     if isinstance(req, AddTenant):
         t = req.tenant.validate()
         if old is not None and any(x.name == t.name for x in old.tenants):
@@ -127,7 +139,9 @@ def effective(base: QosConfig, overlay: Overlay) -> tuple[QosConfig, list[str]]:
     problems: list[str] = []
     for key, settings in overlay.gpus.items():
         try:
-            cfg = change(cfg, SetPolicy(key, settings.get("policy"), settings.get("slice_ms"))).config
+            memory = settings.get("memory")
+            req = SetPolicy(key, settings.get("policy"), settings.get("slice_ms"), memory)
+            cfg = change(cfg, req).config
         except VgpukitError as err:
             problems.append(f"runtime setting for {key} skipped: {err}")
     for key, tenants in overlay.tenants.items():

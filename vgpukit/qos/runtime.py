@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from ..errors import NotFound, VgpukitError
 from ..logs import logger
 from .backends import Backend
+from .memruntime import GpuMemory, Hooks
 from .model import Gpu, Tenant
 from .policy import Decision, Scheduler
 from .stats import Samples, ShareWindows
@@ -62,6 +63,21 @@ class GpuRuntime:
         self.preemption = Samples()
         self.timer = Samples()  # how late the daemon woke for this GPU's slice boundaries
         self.notified_at: dict[str, int] = {}  # last accepted demand datagram per tenant
+        self.memory: GpuMemory | None = None  # memory QoS (the daemon attaches it)
+        self.moving: set[str] = set()  # memory QoS: not frozen while their processes move memory
+        self.held: set[str] = set()  # memory QoS: frozen whatever the scheduler says (suspended by freeze)
+        self.hooks = Hooks(running=self._keep_running, held=self._hold)
+
+    def _keep_running(self, name: str, on: bool) -> None:
+        (self.moving.add if on else self.moving.discard)(name)
+        self.step(self.clock())
+
+    def _hold(self, name: str, on: bool) -> None:
+        (self.held.add if on else self.held.discard)(name)
+        self.step(self.clock())
+
+    def online_busy(self) -> bool:
+        return any(t.busy and t.cls == "online" for t in self.sched.tenants.values())
 
     @staticmethod
     def _params(spec: Gpu) -> list[tuple[str, str, int]]:
@@ -83,6 +99,10 @@ class GpuRuntime:
                 self.notified_at.pop(t.name, None)
         vanished = []
         for name in gone:
+            self.moving.discard(name)
+            self.held.discard(name)
+            if self.memory is not None:
+                self.memory.forget(name)
             if name in self.frozen:
                 try:
                     self._thaw(name, self.backends[name], now)
@@ -131,8 +151,9 @@ class GpuRuntime:
         self.granted = d.granted
         self.next_at = d.next_at
         vanished: list[str] = []
-        to_freeze = sorted(d.frozen - self.frozen)
-        to_thaw = sorted(self.frozen - d.frozen)
+        want = (d.frozen - self.moving) | (self.held & set(self.backends))
+        to_freeze = sorted(want - self.frozen)
+        to_thaw = sorted(self.frozen - want)
         # Preemption by online work: freeze first, the online tenant must not share the device.
         # A slice rotation within a class: thaw the next holder first, so the device does not idle
         # for the freeze + thaw + wake-up time at every switch (the old holder stops microseconds later).
@@ -228,12 +249,18 @@ class GpuRuntime:
                     "frozen_s": round(frozen_ns / S, 3),
                     "served_s": round(st.served_ns / S, 3),
                     "memory": spec.memory,
+                    "memory_burst": spec.memory_burst,
+                    **(self.memory.status(spec.name) if self.memory is not None and self.spec.memory_qos else {}),
                 }
             )
+        mem = self.spec.memory.to_dict() if self.spec.memory_qos else None
+        if mem is not None and self.memory is not None:
+            mem.update(self.memory.summary())
         return {
             "gpu": self.spec.key,
             "policy": self.spec.policy,
             "slice_ms": self.spec.slice_ms,
+            "memory": mem,
             "holder": self.granted,
             "tenants": tenants,
             "latency": {

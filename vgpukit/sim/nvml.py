@@ -3,7 +3,8 @@
 It plays what the public mocks do not: profile ids vs enums, placements per profile,
 INSUFFICIENT_RESOURCES when a GPU instance does not fit or its placement is taken, max counts, the
 single media-engine set of ``+me`` profiles, mode changes pending until reset on Ampere (immediate on
-Hopper+), IN_USE for destroys/resets while clients hold the GPU, driver-assigned GI/CI ids, ``MIG-``
+Hopper+: the profile's ``mig_mode_without_reset``, the simulator's own fact), IN_USE for destroys/resets
+while clients hold the GPU, driver-assigned GI/CI ids, ``MIG-``
 UUIDs and the ``nvidia-caps`` device nodes (``/dev/nvidia-caps/nvidia-cap<minor>`` and
 ``/proc/driver/nvidia-caps/mig-minors`` inside the sim root).
 
@@ -165,14 +166,16 @@ class SimNvml(SimHealth, GpuIndex):
     def set_mig_mode(self, gpu: int, enabled: bool) -> bool:
         with self._write(gpu) as state:
             g = _gpu(state, gpu)
-            m = _model(g)
+            _model(g)
             _check_fault(state, "SetMigMode", gpu)
             if not enabled and g["gis"]:
                 raise nvml_error(IN_USE, f"GPU {g['bdf']} still has GPU instances", device=g["bdf"])
             g["mig_pending"] = enabled
             if g["mig_current"] == enabled:
                 return True
-            if m.reset_required or g["clients"]:
+            # the simulator's own fact, from the profile's GPU model: Hopper and newer apply a mode change at
+            # once, Ampere (and a GPU the profile does not say of) keeps it pending until a reset
+            if not g.get("mig_mode_without_reset") or g["clients"]:
                 return False  # activation status RESET_REQUIRED / IN_USE: pending
             g["mig_current"] = enabled
             return True

@@ -11,13 +11,21 @@
  * not stop the work it already queued, exactly as on a GPU (a device thread inside the process would
  * be frozen with it). A kernel's duration is the uint64 of nanoseconds kernelParams[0] points to.
  *
- * Extra exports for tests: vgpuemu_stats(dev, &used, &peak) and vgpuemu_owner_ns(dev, owner).
+ * Unified memory, memory contents and checkpointing are modelled in um.inc (included below); so is the
+ * driver's freeing of a dead process's memory: device memory is counted per process (a slot per pid in
+ * the shared file), and a process that is gone no longer holds any, as the kernel driver frees a
+ * process's allocations when it exits.
+ *
+ * Extra exports for tests: vgpuemu_stats(dev, &used, &peak), vgpuemu_owner_ns(dev, owner) and
+ * vgpuemu_um(...) (um.inc).
  */
 #define _GNU_SOURCE
 #include "emu.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,13 +40,31 @@
 #define EMU_OWNERS 8
 #define EMU_GRAN 4096
 
+#define EMU_PROCS 64
+
 struct emu_dev {
     _Atomic uint64_t used, peak, busy_until;
     _Atomic uint64_t owner_ns[EMU_OWNERS];
 };
+/* A process using the emulated devices: what it holds, and the checkpoint requests addressed to it. */
+struct emu_proc {
+    _Atomic int32_t pid;
+    uint32_t state; /* CUprocessState: 0 RUNNING, 1 LOCKED, 2 CHECKPOINTED, 3 FAILED */
+    uint64_t start;
+    _Atomic uint64_t used[EMU_MAXDEV];
+    _Atomic uint32_t req_seq, ack_seq; /* futex words: a controller's request, the process's answer */
+    uint32_t op;
+    int32_t result;
+    uint32_t timeout_ms;
+    uint32_t pad;
+};
 struct emu_shared {
     uint32_t magic;
     struct emu_dev dev[EMU_MAXDEV];
+    _Atomic uint64_t host_used;                   /* managed memory of every process (the host budget) */
+    _Atomic uint64_t moved_to_host, moved_to_dev; /* bytes migrated by prefetches and faults */
+    _Atomic uint64_t ckpt_bytes, ckpt_mismatch;   /* checkpointed device bytes; restores that differed */
+    struct emu_proc proc[EMU_PROCS];
 };
 struct emu_stream {
     struct emu_ctx *ctx;
@@ -56,16 +82,39 @@ struct emu_pool {
     int dev, host;
 };
 enum { K_DEV = 1, K_HOST, K_VMM, K_MAP, K_ARRAY, K_VA };
+enum { K_UM = 7 };
 struct alloc {
     uint64_t key, size;
     int dev, kind, released, maps;
-    uint64_t target; /* K_MAP: the handle mapped */
+    uint64_t target;   /* K_MAP: the handle mapped */
+    uint8_t *data;     /* contents: K_UM the host mapping (the pointer itself), K_DEV once written */
+    uint8_t *page;     /* K_UM: per page, bit 0 resident on the device, bit 1 preferred location host */
+    uint8_t *image;    /* while checkpointed: the contents the device held */
+    uint64_t hash;     /* while checkpointed: FNV-1a of image, checked at restore */
+    int ckpt;          /* while checkpointed: device memory released */
     struct alloc *next;
 };
 
 static struct emu_shared *sh;
-static int ndev = 1, owner, inited;
-static uint64_t total = 1ULL << 30;
+static int ndev = 1, owner, inited, me;
+static uint64_t total = 1ULL << 30, host_budget = 4ULL << 30, pcie_bps = 12000000000ULL;
+static double remote_slowdown = 4.0;
+static pthread_rwlock_t api = PTHREAD_RWLOCK_INITIALIZER; /* taken for writing while LOCKED */
+static __thread int in_api;
+/* Every call that touches memory or the device waits while the process is LOCKED (checkpoint API). */
+static void ungate(int *held)
+{
+    if (*held) {
+        in_api--;
+        pthread_rwlock_unlock(&api);
+    }
+}
+#define GATE()                                                                                               \
+    int gate_ __attribute__((cleanup(ungate))) = !in_api;                                                   \
+    if (gate_) {                                                                                             \
+        pthread_rwlock_rdlock(&api);                                                                         \
+        in_api++;                                                                                            \
+    }
 static struct emu_ctx primary[EMU_MAXDEV];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -88,6 +137,7 @@ static void sleep_until(uint64_t t)
         ;
 }
 
+static int take_proc_slot(void);
 static void setup(void)
 {
     const char *s;
@@ -97,6 +147,12 @@ static void setup(void)
         total = strtoull(s, NULL, 10);
     if ((s = getenv("VGPUKIT_EMU_OWNER")) && atoi(s) >= 0 && atoi(s) < EMU_OWNERS)
         owner = atoi(s);
+    if ((s = getenv("VGPUKIT_EMU_HOST_MEMORY")) && strtoull(s, NULL, 10) > 0)
+        host_budget = strtoull(s, NULL, 10);
+    if ((s = getenv("VGPUKIT_EMU_PCIE_MBPS")) && strtoull(s, NULL, 10) > 0)
+        pcie_bps = strtoull(s, NULL, 10) * 1000000ULL;
+    if ((s = getenv("VGPUKIT_EMU_REMOTE_SLOWDOWN")) && atof(s) >= 0)
+        remote_slowdown = atof(s);
     if ((s = getenv("VGPUKIT_EMU_SHM")) && *s) {
         int fd = open(s, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
         struct stat st;
@@ -112,6 +168,7 @@ static void setup(void)
     }
     if (!sh)
         sh = calloc(1, sizeof(*sh));
+    me = take_proc_slot();
     for (int i = 0; i < EMU_MAXDEV; i++)
         primary[i].dev = i, primary[i].null_stream.ctx = &primary[i];
 }
@@ -133,25 +190,101 @@ static struct emu_stream *stream_of(CUstream s)
 }
 
 /* ---- memory: charge the emulated device, with a table of what exists */
+static uint64_t start_time(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    for (int field = 2; p && field < 22; field++)
+        p = strchr(p + 1, ' ');
+    return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+static int proc_dead(struct emu_proc *p)
+{
+    int pid = atomic_load(&p->pid);
+    if (pid <= 0)
+        return 0;
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 1;
+    uint64_t st = start_time(pid);
+    return st && p->start && st != p->start;
+}
+
+/* The driver frees what a dead process held: its slot's memory goes back to the devices. */
+static int reclaim_dead(void)
+{
+    int n = 0;
+    for (int i = 0; i < EMU_PROCS; i++) {
+        struct emu_proc *p = &sh->proc[i];
+        int pid = atomic_load(&p->pid);
+        if (i == me || pid <= 0 || !proc_dead(p) || !atomic_compare_exchange_strong(&p->pid, &pid, -1))
+            continue;
+        for (int d = 0; d < EMU_MAXDEV; d++)
+            atomic_fetch_sub(&sh->dev[d].used, atomic_exchange(&p->used[d], 0));
+        p->state = 0;
+        atomic_store(&p->pid, 0);
+        n++;
+    }
+    return n;
+}
+
+static int take_proc_slot(void)
+{
+    reclaim_dead();
+    for (int i = 0; i < EMU_PROCS; i++) {
+        int zero = 0;
+        if (atomic_compare_exchange_strong(&sh->proc[i].pid, &zero, -1)) {
+            struct emu_proc *p = &sh->proc[i];
+            for (int d = 0; d < EMU_MAXDEV; d++)
+                atomic_store(&p->used[d], 0);
+            p->state = 0, p->start = start_time(getpid());
+            atomic_store(&p->ack_seq, atomic_load(&p->req_seq));
+            atomic_store(&p->pid, getpid());
+            return i;
+        }
+    }
+    return 0;
+}
+
 static CUresult charge(int dev, uint64_t size)
 {
     struct emu_dev *d = &sh->dev[dev];
     uint64_t old = atomic_load(&d->used);
     do {
-        if (size > total - old)
+        if (size > total - old) {
+            if (reclaim_dead())
+                return charge(dev, size);
             return CUDA_ERROR_OUT_OF_MEMORY;
+        }
     } while (!atomic_compare_exchange_weak(&d->used, &old, old + size));
+    atomic_fetch_add(&sh->proc[me].used[dev], size);
     uint64_t p = atomic_load(&d->peak);
     while (old + size > p && !atomic_compare_exchange_weak(&d->peak, &p, old + size))
         ;
     return CUDA_SUCCESS;
 }
 
+static void release(int dev, uint64_t size)
+{
+    atomic_fetch_sub(&sh->dev[dev].used, size);
+    atomic_fetch_sub(&sh->proc[me].used[dev], size);
+}
+
+static unsigned slot_of(uint64_t key) { return (unsigned)((key * 0x9E3779B97F4A7C15ULL) >> 52) % 4096; }
+
 static void put(struct alloc *a)
 {
     pthread_mutex_lock(&mu);
-    a->next = table[a->key % 4096];
-    table[a->key % 4096] = a;
+    a->next = table[slot_of(a->key)];
+    table[slot_of(a->key)] = a;
     pthread_mutex_unlock(&mu);
 }
 
@@ -159,7 +292,7 @@ static void put(struct alloc *a)
 static struct alloc *take(uint64_t key, unsigned mask, int remove)
 {
     pthread_mutex_lock(&mu);
-    struct alloc **pp = &table[key % 4096], *a;
+    struct alloc **pp = &table[slot_of(key)], *a;
     for (; (a = *pp); pp = &a->next)
         if (a->key == key && (mask & (1u << a->kind))) {
             if (remove)
@@ -173,6 +306,7 @@ static struct alloc *take(uint64_t key, unsigned mask, int remove)
 static CUresult make(int dev, uint64_t size, int kind, uint64_t *key)
 {
     CUresult r;
+    GATE();
     if (!inited)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (size == 0)
@@ -189,15 +323,22 @@ static CUresult make(int dev, uint64_t size, int kind, uint64_t *key)
     return CUDA_SUCCESS;
 }
 
+static void um_free(struct alloc *a);
 static void uncharge(struct alloc *a)
 {
-    if (a->kind != K_HOST && a->kind != K_VA)
-        atomic_fetch_sub(&sh->dev[a->dev].used, a->size);
+    if (a->kind == K_UM)
+        um_free(a);
+    else if (a->kind != K_HOST && a->kind != K_VA && !a->ckpt)
+        release(a->dev, a->size);
+    if (a->data && a->kind != K_UM)
+        munmap(a->data, a->size);
+    free(a->image);
     free(a);
 }
 
 static CUresult drop(uint64_t key, unsigned mask)
 {
+    GATE();
     struct alloc *a = take(key, mask, 1);
     if (!a)
         return CUDA_ERROR_INVALID_VALUE;
@@ -206,16 +347,24 @@ static CUresult drop(uint64_t key, unsigned mask)
 }
 
 #define CURDEV (cur() ? cur()->dev : -1)
-#define PTRS ((1u << K_DEV) | (1u << K_HOST))
+#define PTRS ((1u << K_DEV) | (1u << K_HOST) | (1u << K_UM))
 
+static void start_checkpoint_thread(void);
+static pthread_once_t ckpt_once = PTHREAD_ONCE_INIT;
 CUresult cuInit(unsigned flags)
 {
     (void)flags;
     pthread_once(&once, setup);
     inited = 1;
+    pthread_once(&ckpt_once, start_checkpoint_thread);
     return CUDA_SUCCESS;
 }
-CUresult cuDriverGetVersion(int *v) { return v ? (*v = 12040, CUDA_SUCCESS) : CUDA_ERROR_INVALID_VALUE; }
+/* 12.8: the first driver API with cuCheckpointProcess* (VGPUKIT_EMU_DRIVER_VERSION to pretend older) */
+CUresult cuDriverGetVersion(int *v)
+{
+    const char *s = getenv("VGPUKIT_EMU_DRIVER_VERSION");
+    return v ? (*v = s && atoi(s) > 0 ? atoi(s) : 12080, CUDA_SUCCESS) : CUDA_ERROR_INVALID_VALUE;
+}
 CUresult cuDeviceGetCount(int *n) { return inited ? (*n = ndev, CUDA_SUCCESS) : CUDA_ERROR_NOT_INITIALIZED; }
 CUresult cuDeviceGet(CUdevice *d, int ordinal)
 {
@@ -252,6 +401,7 @@ CUresult cuMemGetInfo_v2(size_t *fr, size_t *tot)
 {
     if (!cur())
         return CUDA_ERROR_INVALID_CONTEXT;
+    reclaim_dead(); /* the driver's answer is always current: a dead process holds nothing */
     *tot = total;
     *fr = total - atomic_load(&sh->dev[cur()->dev].used);
     return CUDA_SUCCESS;
@@ -338,10 +488,11 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, u
         *pitch = pt;
     return r;
 }
+CUresult um_alloc(int dev, uint64_t n, CUdeviceptr *p); /* um.inc */
 CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned flags)
 {
     (void)flags;
-    return make(CURDEV, n, K_DEV, p);
+    return um_alloc(CURDEV, n, p);
 }
 CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { return make(dev_of_stream(s), n, K_DEV, p); }
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { return cuMemAllocAsync(p, n, s); }
@@ -597,7 +748,8 @@ struct emu_module {
     int n;
 };
 static struct emu_module builtin_module = {.any = 1};
-static char function_token;
+static char function_token, touch_token; /* touch(ns, ptr, bytes): a kernel that accesses a buffer */
+uint64_t um_touch(CUdeviceptr p, uint64_t n, int dev, uint64_t ns); /* um.inc */
 
 static int ptx_entries(const char *text, struct emu_module *m)
 {
@@ -642,7 +794,7 @@ CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
     if (!f || !x || !name)
         return CUDA_ERROR_INVALID_VALUE;
     if (x->any) {
-        *f = &function_token;
+        *f = !strcmp(name, "touch") ? (void *)&touch_token : (void *)&function_token;
         return CUDA_SUCCESS;
     }
     for (int i = 0; i < x->n; i++)
@@ -668,6 +820,9 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     if (!x)
         return CUDA_ERROR_INVALID_CONTEXT;
     uint64_t dur = params && params[0] ? *(uint64_t *)params[0] : 0;
+    GATE();
+    if (f == &touch_token && params[1] && params[2]) /* touch(ns, ptr, bytes): managed memory is accessed */
+        dur = um_touch(*(CUdeviceptr *)params[1], *(uint64_t *)params[2], x->ctx->dev, dur);
     struct emu_dev *d = &sh->dev[x->ctx->dev];
     uint64_t old = atomic_load(&d->busy_until), end;
     do {
@@ -722,6 +877,7 @@ int vgpuemu_stats(int dev, uint64_t *used, uint64_t *peak)
     pthread_once(&once, setup);
     if (dev < 0 || dev >= ndev)
         return -1;
+    reclaim_dead();
     *used = atomic_load(&sh->dev[dev].used);
     *peak = atomic_load(&sh->dev[dev].peak);
     return 0;
@@ -732,4 +888,5 @@ uint64_t vgpuemu_owner_ns(int dev, int who)
     return dev >= 0 && dev < ndev && who >= 0 && who < EMU_OWNERS ? atomic_load(&sh->dev[dev].owner_ns[who]) : 0;
 }
 
+#include "um.inc"
 #include "procs.inc"

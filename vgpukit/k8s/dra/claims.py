@@ -19,7 +19,9 @@ finishes it and an unprepare undoes exactly it. Nothing the plugin did is ever u
 
 A request's opaque configuration (:mod:`.config`) shares its device: :mod:`.sharing` plans the steps
 (QoS tenant, MPS daemon) and the container edits, which run in run 2 with the spec and the record,
-and the record's ``sharing`` lists what they made for unprepare.
+and the record's ``sharing`` lists what they made for unprepare. A share of a device shared by capacity
+(the result's ``shareID`` and ``consumedCapacity``, kept in the record) is planned the same way by
+:mod:`.shares`: its QoS tenant and memory cap, the shareID answered with the device.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from ...engine import execute, session
 from ...engine.env import Env
 from ...engine.files import PutFile
 from ...errors import HostIOError, InvalidInput, NotFound, VgpukitError
-from . import ondemand, sharing
+from . import ondemand, shares, sharing
 from .config import Sharing, configs
 from .devices import DRIVER, DraDevice
 
@@ -52,6 +54,8 @@ class Result:
     device: str
     sharing: Sharing = field(default_factory=Sharing)  # the request's opaque configuration (:mod:`.config`)
     pods: tuple[str, ...] = ()  # UIDs of the pods the claim is reserved for (status.reservedFor)
+    share_id: str = ""  # a share of a device shared by capacity: the allocation's shareID (:mod:`.shares`)
+    consumed: tuple[tuple[str, str], ...] = ()  # ... and its consumedCapacity (name, quantity)
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class Prepared:
     pool: str
     device: str
     cdi_ids: tuple[str, ...]
+    share_id: str = ""
 
 
 @dataclass
@@ -77,13 +82,14 @@ class Record:
         doc: dict[str, Any] = {
             "claim": self.claim,
             "state": self.state,
-            "results": [{"request": r.request, "pool": r.pool, "device": r.device} for r in self.results],
+            "results": [shares.result_doc(r) for r in self.results],
             "devices": [
                 {
                     "requestNames": list(p.request_names),
                     "pool": p.pool,
                     "device": p.device,
                     "cdiDeviceIDs": list(p.cdi_ids),
+                    **({"shareID": p.share_id} if p.share_id else {}),
                 }
                 for p in self.devices
             ],
@@ -116,7 +122,10 @@ def results_of(claim: Any, pool: str) -> list[Result]:
         if r.get("pool") != pool:
             raise NotFound(f"a device of pool {str(r.get('pool'))[:64]} is not on this node (pool {pool})")
         request = str(r.get("request", ""))[:64]
-        out.append(Result(request, pool, str(r.get("device", ""))[:64], found.for_request(request), pods))
+        share_id, consumed = shares.allocated(r)
+        out.append(
+            Result(request, pool, str(r.get("device", ""))[:64], found.for_request(request), pods, share_id, consumed)
+        )
     if not out:
         raise InvalidInput(f"the claim has no device of {DRIVER} allocated")
     return out
@@ -132,10 +141,10 @@ def read_record(env: Env, uid: str) -> Record | None:
     try:
         doc = json.loads(text)
         devices = [
-            Prepared(tuple(d["requestNames"]), d["pool"], d["device"], tuple(d["cdiDeviceIDs"]))
+            Prepared(tuple(d["requestNames"]), d["pool"], d["device"], tuple(d["cdiDeviceIDs"]), d.get("shareID", ""))
             for d in doc.get("devices", [])
         ]
-        results = [Result(r["request"], r["pool"], r["device"]) for r in doc.get("results", [])]
+        results = [Result(r["request"], r["pool"], r["device"], **shares.recorded(r)) for r in doc.get("results", [])]
         state = doc.get("state", PREPARED)
         if state not in (PREPARING, PREPARED):
             raise ValueError(state)
@@ -234,20 +243,24 @@ def _write(env: Env, record: Record, offered: dict[str, DraDevice]) -> list[Prep
     settings = load_settings(env.host)
     wanted = {offered[r.device].device.cdi_name or "" for r in record.results if r.device in offered}
     edits = cdi.edits_of(env.host, env.nvml, wanted, settings)  # the claim's devices only
-    shared = sharing.plan(env, uid, record.results, offered, settings or Settings())  # refused: nothing done
+    own = [r for r in record.results if not r.share_id]  # the claim's devices, and its shares of shared ones
+    shared = sharing.plan(env, uid, own, offered, settings or Settings())  # refused: nothing done
+    shared.merge(shares.plan(env, uid, record.results, offered, settings or Settings()))
     spec = cdi.Spec(CLAIM_CLASS)
-    by_device: dict[str, list[str]] = {}
+    by_device: dict[tuple[str, str], list[str]] = {}
     for r in record.results:
-        by_device.setdefault(r.device, []).append(r.request)
+        by_device.setdefault((r.device, r.share_id), []).append(r.request)
     prepared = []
-    for name, requests in by_device.items():
+    for (name, share_id), requests in by_device.items():
         if name not in offered:
             raise NotFound(f"device {name} is no longer on this node")
         source = offered[name].device.cdi_name or ""
         if source not in edits:
             raise NotFound(f"device {name}: no CDI entry for {source}")
-        spec.devices.append(cdi.CdiDevice(f"{uid}-{name}", edits[source] + shared.edits.get(name, Edits())))
-        prepared.append(Prepared(tuple(requests), record.results[0].pool, name, (f"{spec.kind}={uid}-{name}",)))
+        if not any(d.name == f"{uid}-{name}" for d in spec.devices):  # two shares of one device: one CDI device
+            spec.devices.append(cdi.CdiDevice(f"{uid}-{name}", edits[source] + shared.edits.get(name, Edits())))
+        cdi_ids = (f"{spec.kind}={uid}-{name}",)
+        prepared.append(Prepared(tuple(requests), record.results[0].pool, name, cdi_ids, share_id))
     done = Record(record.claim, PREPARED, record.results, record.bound, prepared, shared.record)
     host = env.host
     steps = [

@@ -1,11 +1,14 @@
 """Sharing in the claim: the DRA driver's opaque parameters (``apiVersion: vgpukit.io/v1``), parsed strictly.
 
-Three kinds, one JSON Schema (``vgpukit/data/schemas/dra/sharing-config.json``):
+Four kinds, one JSON Schema (``vgpukit/data/schemas/dra/sharing-config.json``):
 
 * ``TimeSliceConfig`` {``class``: online|offline (default offline), ``share``: 1..100, ``policy``}: a QoS
   tenant (the QoS planner's rules, docs/qos.md);
-* ``MemoryCapConfig`` {``limit``: bytes or ``4Gi``}: the CUDA interception library's cap (docs/cuda.md);
-* ``MpsConfig`` {``activeThreadPercentage``: 1..100, ``pinnedDeviceMemoryLimit``: bytes or ``4Gi``}.
+* ``MemoryCapConfig`` {``limit``: bytes or ``4Gi``, ``burst``}: the CUDA interception library's cap
+  (docs/cuda.md), and for an offline tenant a burst of unified memory beyond it (docs/qos.md, "Memory QoS");
+* ``MpsConfig`` {``activeThreadPercentage``: 1..100, ``pinnedDeviceMemoryLimit``: bytes or ``4Gi``};
+* ``QosClassConfig`` {``class``: online|offline (default offline), ``policy``}: the QoS class of a share of a
+  device shared by capacity (:mod:`.shares`: its share and memory cap are the allocation's).
 
 They come in the allocation result's ``config[]`` (``source`` FromClass/FromClaim, ``requests``: the
 requests they apply to, empty for all, ``main`` also covering ``main/sub``; ``opaque{driver,
@@ -23,14 +26,15 @@ from ...errors import InvalidInput
 from ...qos.model import CLASSES, POLICIES, unknown_keys
 
 API_VERSION = "vgpukit.io/v1"
-KINDS = ("TimeSliceConfig", "MemoryCapConfig", "MpsConfig")
+KINDS = ("TimeSliceConfig", "MemoryCapConfig", "MpsConfig", "QosClassConfig")
 SOURCES = ("FromClass", "FromClaim")
 MAX_BYTES = 1 << 50
 _UNITS = {"": 0, "Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40}
 _FIELDS = {
     "TimeSliceConfig": ({"share"}, {"class", "policy"}),
-    "MemoryCapConfig": ({"limit"}, set()),
+    "MemoryCapConfig": ({"limit"}, {"burst"}),
     "MpsConfig": (set(), {"activeThreadPercentage", "pinnedDeviceMemoryLimit"}),
+    "QosClassConfig": (set(), {"class", "policy"}),
 }
 
 
@@ -42,9 +46,21 @@ class TimeSlice:
 
 
 @dataclass(frozen=True)
+class MemoryCap:
+    limit: int  # bytes per device
+    burst: int | None = None  # unified memory beyond the limit (offline tenants: memory QoS)
+
+
+@dataclass(frozen=True)
 class Mps:
     thread_percentage: int | None = None
     pinned_memory: int | None = None  # bytes per device
+
+
+@dataclass(frozen=True)
+class QosClass:
+    cls: str  # online | offline
+    policy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +70,8 @@ class Sharing:
     time_slice: TimeSlice | None = None
     memory: int | None = None
     mps: Mps | None = None
+    qos_class: QosClass | None = None  # a share of a device shared by capacity (:mod:`.shares`)
+    memory_burst: int | None = None  # MemoryCapConfig's burst (memory QoS)
 
     @property
     def empty(self) -> bool:
@@ -67,8 +85,14 @@ class Sharing:
                 doc["timeSlice"]["policy"] = self.time_slice.policy
         if self.memory is not None:
             doc["memoryCap"] = self.memory
+        if self.memory_burst is not None:
+            doc["memoryBurst"] = self.memory_burst
         if self.mps:
             doc["mps"] = {"activeThreadPercentage": self.mps.thread_percentage, "pinned": self.mps.pinned_memory}
+        if self.qos_class:
+            doc["qosClass"] = {"class": self.qos_class.cls}
+            if self.qos_class.policy:
+                doc["qosClass"]["policy"] = self.qos_class.policy
         return doc
 
 
@@ -76,7 +100,7 @@ class Sharing:
 class Entry:
     requests: tuple[str, ...]
     kind: str
-    value: Any  # TimeSlice | int | Mps
+    value: Any  # TimeSlice | MemoryCap | Mps
 
     def applies(self, request: str) -> bool:
         return not self.requests or request in self.requests or request.partition("/")[0] in self.requests
@@ -92,7 +116,9 @@ class Configs:
         for e in self.entries:
             if e.applies(request):
                 got[e.kind] = e.value
-        return Sharing(got.get("TimeSliceConfig"), got.get("MemoryCapConfig"), got.get("MpsConfig"))
+        cap = got.get("MemoryCapConfig")
+        ts, mps, qc = got.get("TimeSliceConfig"), got.get("MpsConfig"), got.get("QosClassConfig")
+        return Sharing(ts, cap and cap.limit, mps, qc, cap and cap.burst)
 
 
 def quantity(value: Any, what: str) -> int:
@@ -137,15 +163,18 @@ def parameters(doc: Any, where: str) -> tuple[str, Any]:
     missing = sorted(required - set(doc))
     if missing:
         raise InvalidInput(f"{where}: {kind}: {', '.join(missing)} is required")
-    if kind == "TimeSliceConfig":
+    if kind in ("TimeSliceConfig", "QosClassConfig"):
         cls, policy = doc.get("class", "offline"), doc.get("policy")
         if not isinstance(cls, str) or cls not in CLASSES:
             raise InvalidInput(f"{where}: {kind}: class must be online or offline")
         if policy is not None and (not isinstance(policy, str) or policy not in POLICIES):
             raise InvalidInput(f"{where}: {kind}: policy must be one of {', '.join(POLICIES)}")
+        if kind == "QosClassConfig":
+            return kind, QosClass(cls, policy)
         return kind, TimeSlice(cls, _percent(doc["share"], f"{where}: {kind}: share"), policy)
     if kind == "MemoryCapConfig":
-        return kind, quantity(doc["limit"], f"{where}: {kind}: limit")
+        burst = None if doc.get("burst") is None else quantity(doc["burst"], f"{where}: {kind}: burst")
+        return kind, MemoryCap(quantity(doc["limit"], f"{where}: {kind}: limit"), burst)
     atp, pinned = doc.get("activeThreadPercentage"), doc.get("pinnedDeviceMemoryLimit")
     return kind, Mps(
         None if atp is None else _percent(atp, f"{where}: {kind}: activeThreadPercentage"),

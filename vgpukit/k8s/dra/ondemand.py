@@ -4,7 +4,9 @@ prepare and destroyed at unprepare.
 The device name says where: ``gpu-0000-07-00-0-mig-3g-20gb-4`` is a 3g.20gb GPU instance at memory slot 4
 of the GPU at 0000:07:00.0. The placement is the scheduler's (it chose that device); the MIG area's
 planner (:func:`vgpukit.mig.layout.plan_gi_at`) plans the GPU instance and its full-size compute
-instance there, or refuses (slots taken, MIG mode off), and the change engine runs the steps.
+instance there, or refuses (slots taken, MIG mode off), and the change engine runs the steps. On a GPU
+whose model changes MIG mode without a reset, the first slice's steps turn MIG mode on (recorded:
+:meth:`vgpukit.host_layout.Layout.dra_mig_mode_record`) and the last slice's unprepare turns it off.
 
 Crash safety: the claim's *made record* (:meth:`vgpukit.host_layout.Layout.dra_made_record`: GPU,
 profile, placement) is written in the same journaled engine run as the GPU instance, before it; a
@@ -24,10 +26,10 @@ from ...engine import execute
 from ...engine.env import Env
 from ...engine.files import PutFile
 from ...engine.step import Step
-from ...errors import HostIOError
+from ...errors import Busy, HostIOError
 from ...logs import logger
 from ...mig import layout
-from ...mig.steps import find_gi
+from ...mig.steps import SetMode, find_gi
 from ...nvml import GiProfile, Nvml, NvmlGpu
 from ..inventory import PREFIX, Device
 from . import ondemand_vgpu
@@ -66,13 +68,14 @@ def catalog(gpu: NvmlGpu, profiles: list[GiProfile]) -> dict[str, Made]:
 
 
 def mig_gpus(nvml: Nvml) -> list[NvmlGpu]:
-    """The GPUs made-on-demand slices are offered on: MIG-capable and in MIG mode now (turning MIG mode on
-    may need a GPU reset, which a pod's start never does)."""
-    return [g for g in nvml.gpus() if g.mig_capable and g.mig_current]
+    """The GPUs made-on-demand slices are offered on: MIG-capable and in MIG mode now, or a model that turns
+    MIG mode on without a GPU reset (Hopper and newer: :func:`vgpukit.mig.layout.toggles_without_reset`).
+    Turning it on where that needs a reset (Ampere) is never done at a pod's start."""
+    return [g for g in nvml.gpus() if g.mig_capable and (g.mig_current or layout.toggles_without_reset(g))]
 
 
 def lookup(nvml: Nvml, names: list[str]) -> dict[str, Made]:
-    """The made-on-demand devices among ``names`` (a name of no GPU in MIG mode is not one)."""
+    """The made-on-demand devices among ``names`` (a name of no such GPU is not one)."""
     want = {n for n in names if "-mig-" in n}
     out: dict[str, Made] = {}
     for gpu in mig_gpus(nvml) if want else []:
@@ -133,15 +136,34 @@ def _entry(m: Made) -> dict[str, Any]:
     }
 
 
+def _mode_record(env: Env, bdf: str, uid: str | None) -> PutFile:
+    """The record that MIG mode is on for claims (:meth:`vgpukit.host_layout.Layout.dra_mig_mode_record`),
+    written with the first slice that turns it on, removed (``uid`` None) when it is turned off again."""
+    path = env.host.display(env.host.dra_mig_mode_record(bdf))
+    if uid is None:
+        return PutFile(path, None, what=f"forget that MIG mode was turned on for claims on {bdf}")
+    text = json.dumps({"gpu": bdf, "claim": uid}) + "\n"
+    return PutFile(path, text, 0o600, what=f"record that MIG mode is turned on for claims on {bdf}")
+
+
 def _mig_steps(
-    nvml: Nvml, wanted: dict[str, Made], ours: set[tuple[str, int, int]], entries: list[dict[str, Any]]
+    env: Env, uid: str, wanted: dict[str, Made], ours: set[tuple[str, int, int]], entries: list[dict[str, Any]]
 ) -> list[Step]:
-    """The MIG planner's steps for each wanted slice at its placement (a slice ``ours`` is kept); the
-    made-record entries of the new ones are added to ``entries``."""
+    """The MIG planner's steps for each wanted slice at its placement (a slice ``ours`` is kept), MIG mode
+    turned on first where it is off on a GPU that needs no reset for it (with its record); the made-record
+    entries of the new ones are added to ``entries``."""
+    nvml = env.nvml
+    assert nvml is not None
     steps: list[Step] = []
+    turned: set[str] = set()
     for m in wanted.values():
         mine = (m.gpu.bdf, m.profile.id, m.start) in ours
-        steps += layout.plan_gi_at(nvml, layout.GiAtRequest(m.gpu, m.profile.id, m.start, ours=mine)).steps
+        req = layout.GiAtRequest(m.gpu, m.profile.id, m.start, ours=mine, turn_on=True)
+        plan = [s for s in layout.plan_gi_at(nvml, req).steps if not (isinstance(s, SetMode) and m.gpu.bdf in turned)]
+        if any(isinstance(s, SetMode) for s in plan):
+            turned.add(m.gpu.bdf)
+            steps.append(_mode_record(env, m.gpu.bdf, uid))
+        steps += plan
         if not mine:
             entries.append(_entry(m))
     return steps
@@ -167,17 +189,18 @@ def prepare(env: Env, uid: str, names: list[str]) -> dict[str, DraDevice]:
     slice or vGPU) and return them as devices whose CDI entry is the new MIG device's, mdev's or VF's.
     What the claim's record names already is kept (a prepare again after a crash)."""
     nvml = env.nvml
+    wholes = whole_gpu(env, [n for n in names if "-mig-" not in n and "-vgpu-" not in n])
     wanted = lookup(nvml, names) if nvml is not None and names else {}
     vgpus = ondemand_vgpu.lookup(env, names) if names else {}
     if not wanted and not vgpus:
-        return {}
+        return wholes
     old = read_made(env, uid) or []
     ours = placements(old)
     kept = {str(m["device"]): m for m in old if m.get("kind") == "vgpu" and ondemand_vgpu.exists(env, m)}
     steps: list[Step] = []
     entries = [m for m in old if m.get("kind", "mig") == "mig" or str(m["device"]) in kept]
     if nvml is not None:
-        steps += _mig_steps(nvml, wanted, ours, entries)
+        steps += _mig_steps(env, uid, wanted, ours, entries)
     for v in vgpus.values():
         if v.name not in kept:
             more, entry = ondemand_vgpu.plan(env, v)
@@ -190,28 +213,54 @@ def prepare(env: Env, uid: str, names: list[str]) -> dict[str, DraDevice]:
     for e in entries:
         if e.get("kind") == "vgpu" and str(e["device"]) in vgpus:
             out[str(e["device"])] = ondemand_vgpu.device(e)
-    return out
+    return {**wholes, **out}
 
 
 def unprepare_steps(env: Env, uid: str) -> list[Step]:
     """The steps destroying what was made for the claim (the MIG and vGPU planners': refused while in
-    use) and removing its made record; none when nothing was made."""
+    use), MIG mode turned off on a GPU whose last slice this was where a claim turned it on, and
+    removing its made record; none when nothing was made."""
     made = read_made(env, uid)
     if made is None:
         return []
     nvml = env.nvml
-    gpus = (
-        {g.bdf: g for g in nvml.gpus()} if nvml is not None and any(m.get("kind", "mig") == "mig" for m in made) else {}
-    )
+    mig = [m for m in made if m.get("kind", "mig") == "mig"]
+    gpus = {g.bdf: g for g in nvml.gpus()} if nvml is not None and mig else {}
+    by_gpu: dict[str, list[tuple[int, int]]] = {}
+    for m in mig:
+        by_gpu.setdefault(str(m["gpu"]), []).append((int(m["profileId"]), int(m["start"])))
     steps: list[Step] = []
-    for m in made:
-        if m.get("kind", "mig") != "mig":
-            continue
-        gpu = gpus.get(str(m["gpu"]))
+    for bdf, where in by_gpu.items():
+        gpu = gpus.get(bdf)
         if gpu is None or nvml is None:  # the GPU is gone (fell off the bus): so is what was made on it
-            log.warning("claim %s: GPU %s is gone; its MIG slice with it", uid, m["gpu"])
+            log.warning("claim %s: GPU %s is gone; its MIG slice with it", uid, bdf)
             continue
-        steps += layout.plan_remove_at(nvml, gpu, int(m["profileId"]), int(m["start"])).steps
+        turned_on = env.host.exists(env.host.dra_mig_mode_record(bdf))
+        plan = layout.plan_release(nvml, gpu, where, turn_off=turned_on)
+        steps += plan.steps
+        if any(isinstance(s, SetMode) for s in plan.steps):
+            steps.append(_mode_record(env, bdf, None))
+        elif plan.note:
+            log.warning("claim %s: %s", uid, plan.note)
     steps += ondemand_vgpu.remove_steps(env, [m for m in made if m.get("kind") == "vgpu"])
     steps.append(PutFile(env.host.display(env.host.dra_made_record(uid)), None))
     return steps
+
+
+def whole_gpu(env: Env, names: list[str]) -> dict[str, DraDevice]:
+    """A whole GPU among ``names`` that a claim's last slice left in MIG mode (something held the GPU when
+    it was unprepared): MIG mode turned off now, in one engine run with its record, and the GPU returned
+    as a device (the MIG planner refuses while the GPU is still held)."""
+    nvml = env.nvml
+    out: dict[str, DraDevice] = {}
+    for gpu in nvml.gpus() if nvml is not None and names else []:
+        name = device_name("gpu", gpu.bdf)
+        if name not in names or not gpu.mig_current or not env.host.exists(env.host.dra_mig_mode_record(gpu.bdf)):
+            continue
+        assert nvml is not None
+        plan = layout.plan_release(nvml, gpu, [], turn_off=True)
+        if not any(isinstance(s, SetMode) for s in plan.steps):
+            raise Busy(plan.note or f"{gpu.bdf}: MIG mode is on with GPU instances on it", device=gpu.bdf)
+        execute(env, [*plan.steps, _mode_record(env, gpu.bdf, None)])
+        out[name] = DraDevice(name, "gpu", Device(f"{gpu.bdf}-0", gpu.bdf, None, f"{PREFIX}/gpu={gpu.uuid}"))
+    return out

@@ -1,9 +1,11 @@
-"""Partitionable devices (Kubernetes ``DRAPartitionableDevices``, KEP-4815): each GPU in MIG mode published
-with its shared counters and one made-on-demand device per MIG (profile, placement) it could still hold.
+"""Partitionable devices (Kubernetes ``DRAPartitionableDevices``, KEP-4815): each GPU that offers MIG slices
+published with its shared counters and one made-on-demand device per MIG (profile, placement) it could
+still hold; a GPU whose MIG mode changes without a reset (Hopper and newer) also as the whole GPU,
+consuming every counter, so that the scheduler hands out the GPU or slices, never both.
 
-One ResourceSlice per such GPU, holding its counter set and its devices: Kubernetes 1.34 resolves a
-device's ``consumesCounters`` against the ``sharedCounters`` of its own slice and allows at most 32
-counters in all the sets of a slice (a GPU takes 12), so GPUs do not share slices.
+A *part* per GPU: its counter set and the devices consuming it; :mod:`.pool` lays the parts out as the
+API server's release wants them (counter sets beside their devices in 1.34, in slices of their own from
+1.35).
 
 The counter set (named like the GPU's device, ``gpu-0000-07-00-0``) holds:
 
@@ -19,22 +21,31 @@ The counter set (named like the GPU's device, ``gpu-0000-07-00-0``) holds:
 Only placements next to the GPU's existing instances that no claim made are published (an instance an
 operator made stays a static ``mig-<uuid>`` device); the slices claims made keep their devices, and the
 counters keep the scheduler from allocating what overlaps them. The static devices of slices made for
-claims are not published (they belong to their claim).
+claims are not published (they belong to their claim). Which GPUs offer what:
+
+* MIG mode on: the placements next to the instances no claim made; the whole GPU too where MIG mode was
+  turned on for claims (:mod:`.ondemand`'s record) and every instance is a claim's;
+* MIG mode off, a model that changes it without a reset: the whole GPU (the static view's device, moved
+  here) and every placement;
+* MIG mode off, a model that needs a reset (Ampere): nothing here (the whole GPU stays static), and a
+  note saying why, logged once.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...engine.env import Env
 from ...errors import VgpukitError
 from ...logs import logger
-from ...mig import planner
+from ...mig import layout, planner
 from ...nvml import GiProfile, Nvml, NvmlGpu
 from ...pci import PciDevice
-from . import ondemand_vgpu
-from .devices import device_name
-from .ondemand import Made, all_made, catalog, mig_gpus, placements
+from ..inventory import Device
+from . import ondemand_vgpu, slices
+from .devices import DraDevice, device_name
+from .ondemand import Made, all_made, catalog, placements
 
 log = logger("vgpukit.k8s.dra")
 MIB = 1024 * 1024
@@ -95,41 +106,98 @@ def device_entry(m: Made, counter_set: str, fn: PciDevice | None) -> dict[str, A
     }
 
 
-def gpu_slice(nvml: Nvml, gpu: NvmlGpu, made: set[tuple[str, int, int]], fn: PciDevice | None) -> dict[str, Any]:
-    """One GPU's slice spec part: ``sharedCounters`` and its made-on-demand devices."""
+def gpu_slice(
+    nvml: Nvml, gpu: NvmlGpu, made: set[tuple[str, int, int]], fn: PciDevice | None, whole: dict[str, Any] | None
+) -> dict[str, Any]:
+    """One GPU's part: its counter set and the devices consuming it: ``whole`` (the whole GPU, consuming
+    every counter, so that the scheduler hands out the GPU or slices, never both) and every MIG placement
+    open next to the GPU instances no claim made (all of them on a GPU whose MIG mode is off)."""
     profiles = nvml.gi_profiles(gpu.index)
     by_id = {p.id: p for p in profiles}
+    current = nvml.mig_mode(gpu.index)[0]
     others = [
         planner.Occupant(g.profile_id, g.start, g.size, f"GI {g.id}")
-        for g in nvml.gpu_instances(gpu.index)
+        for g in (nvml.gpu_instances(gpu.index) if current else [])
         if (gpu.bdf, g.profile_id, g.start) not in made
     ]
     open_ = {(pl.profile.id, pl.start) for pl in planner.open_placements(profiles, others)}
     open_ |= {(pid, s) for bdf, pid, s in made if bdf == gpu.bdf and pid in by_id}
     name = device_name("gpu", gpu.bdf)
-    devices = [device_entry(m, name, fn) for m in catalog(gpu, profiles).values() if (m.profile.id, m.start) in open_]
-    return {"sharedCounters": [{"name": name, "counters": counters(profiles)}], "devices": devices}
+    full = counters(profiles)
+    devices = [{**whole, "consumesCounters": [{"counterSet": name, "counters": full}]}] if whole else []
+    devices += [device_entry(m, name, fn) for m in catalog(gpu, profiles).values() if (m.profile.id, m.start) in open_]
+    return {"sharedCounters": [{"name": name, "counters": full}], "devices": devices}
+
+
+@dataclass
+class Publication:
+    """The partitionable part of the node's pool (:func:`publication`)."""
+
+    parts: dict[str, dict[str, Any]] = field(default_factory=dict)  # by counter set name: counters and devices
+    hidden: set[str] = field(default_factory=set)  # MIG UUIDs and vGPU ids made for claims: not static devices
+    moved: set[str] = field(default_factory=set)  # whole GPUs published in their part, not as static devices
+    notes: dict[str, str] = field(default_factory=dict)  # GPU -> why it offers less (logged once)
+
+
+def _whole(
+    env: Env, gpu: NvmlGpu, made: set[tuple[str, int, int]], static: dict[str, dict[str, Any]], facts: Any, pci: Any
+) -> dict[str, Any] | None:
+    """The whole-GPU device of a GPU that changes MIG mode without a reset, where it can be handed out whole:
+    MIG mode off (as the static view has it), or on only for slices claims made (turned on for them)."""
+    name = device_name("gpu", gpu.bdf)
+    if not gpu.mig_current:
+        return static.get(name)
+    nvml = env.nvml
+    assert nvml is not None
+    if not env.host.exists(env.host.dra_mig_mode_record(gpu.bdf)):
+        return None  # an operator's MIG mode: their layout stays
+    if any((gpu.bdf, g.profile_id, g.start) not in made for g in nvml.gpu_instances(gpu.index)):
+        return None
+    dev = DraDevice(name, "gpu", Device(f"{gpu.bdf}-0", gpu.bdf, getattr(pci.get(gpu.bdf), "numa_node", None)))
+    return slices.device_entry(dev, pci, facts)
 
 
 def publication(
-    env: Env, pci: dict[str, PciDevice], sick: dict[str, str]
-) -> tuple[dict[str, dict[str, Any]], set[str]]:
-    """The partitionable part of the node's pool: a slice spec part per usable GPU in MIG mode (by its
-    counter set's name) and the MIG UUIDs of the slices claims made (not published as static devices)."""
+    env: Env,
+    pci: dict[str, PciDevice],
+    sick: dict[str, str],
+    static: dict[str, dict[str, Any]] | None = None,
+    facts: Any = None,
+) -> Publication:
+    """The partitionable part of the node's pool: a part per usable GPU that offers MIG slices (in MIG mode,
+    or turning it on without a reset) and per GPU offering vGPUs; the static entries (``static``, by name)
+    of whole GPUs that go in their part instead; what claims made (not static devices)."""
+    static = static or {}
     records = all_made(env)  # every claim's made record, read once
     made_vgpus = {str(m["id"]) for m in records if m.get("kind") == "vgpu"}
     parts, hidden = ondemand_vgpu.slice_parts(env, made_vgpus, pci, sick)
+    out = Publication(parts, hidden)
     nvml = env.nvml
     if nvml is None:
-        return parts, hidden
+        return out
     made = placements(records)
-    for gpu in mig_gpus(nvml):
+    for gpu in nvml.gpus():
+        if not gpu.mig_capable:
+            continue
+        if not (gpu.mig_current or layout.toggles_without_reset(gpu)):
+            out.notes[gpu.bdf] = (
+                f"{gpu.bdf} ({gpu.name}): MIG mode is off and changing it needs a GPU reset, never done under a "
+                "pod: offered whole; its MIG slices once MIG mode is on (vgpukit partition or mig apply)"
+            )
+            continue
         try:
-            for gi in nvml.gpu_instances(gpu.index):
-                if (gpu.bdf, gi.profile_id, gi.start) in made:
-                    hidden.update(ci.uuid for ci in gi.compute_instances)
-            if gpu.bdf not in sick:
-                parts[device_name("gpu", gpu.bdf)] = gpu_slice(nvml, gpu, made, pci.get(gpu.bdf))
+            if gpu.mig_current:
+                for gi in nvml.gpu_instances(gpu.index):
+                    if (gpu.bdf, gi.profile_id, gi.start) in made:
+                        hidden.update(ci.uuid for ci in gi.compute_instances)
+            if gpu.bdf in sick:
+                continue
+            whole = _whole(env, gpu, made, static, facts or slices.NvmlFacts(None), pci)
+            if whole is None and not gpu.mig_current:
+                continue  # neither whole (a vGPU host, held) nor in MIG mode: nothing to offer here
+            if whole is not None:
+                out.moved.add(str(whole["name"]))
+            parts[device_name("gpu", gpu.bdf)] = gpu_slice(nvml, gpu, made, pci.get(gpu.bdf), whole)
         except VgpukitError as err:  # a GPU that stopped answering: left out until it answers
             log.warning("%s: MIG slices not published: %s", gpu.bdf, err)
-    return parts, hidden
+    return out

@@ -37,7 +37,7 @@ from ..drahealth_v1 import api_pb2_grpc as hl_grpc
 from ..inventory import Inventory
 from ..pluginreg_v1 import api_pb2 as reg
 from ..pluginreg_v1 import api_pb2_grpc as reg_grpc
-from . import claims, ondemand, partitions, slices
+from . import capacity, claims, extended, ondemand, partitions, slices
 from .devices import DRIVER, DraDevice, dra_devices, pci_functions
 
 log = logger("vgpukit.k8s.dra")
@@ -79,12 +79,17 @@ class Driver:
         health: Callable[[], dict[str, str]],
         partitionable: str = "off",
         taints: str = "off",
+        unhealthy_effect: str = "NoSchedule",
+        share: capacity.Choice | None = None,
     ):
         self.pool = node
         self.partitionable = partitionable  # auto | on | off: publish made-on-demand MIG slices (.partitions)
-        self.counters_ok = partitionable != "off"  # auto: until the API server drops the counters
+        # auto: as the API server serves them, once the publisher has found out (None until then)
+        self.counters_ok: bool | None = None if partitionable == "auto" else partitionable == "on"
         self.taints = taints  # auto | on | off: publish unusable devices with a taint rather than leave them out
         self.taints_ok = taints != "off"  # auto: until the API server drops the taints
+        self.unhealthy_effect = unhealthy_effect  # NoSchedule | NoExecute: the taint of an unusable device
+        self.capacity = capacity.Offer(share or capacity.Choice())  # devices shared by capacity (.capacity)
         self.open_host = open_host
         self.read_claim = read_claim
         self.health = health
@@ -93,6 +98,7 @@ class Driver:
         self.registered: bool | None = None
         self.registration_error = ""
         self.last = (Inventory(), slices.NvmlFacts(None))  # the last good read (a lost GPU fails a read)
+        self.said: dict[str, str] = {}  # per GPU, the note on what it offers last logged
 
     def read(self) -> tuple[Inventory, slices.NvmlFacts]:
         """The inventory and NVML's facts now; where a read fails (a GPU fell off the bus), the last good one."""
@@ -120,30 +126,48 @@ class Driver:
         return self.publication()[0]
 
     def publication(self) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-        """The node's slice's static devices and, where partitionable devices are published, one slice part
-        per GPU in MIG mode (:mod:`.partitions`); the static devices of slices made for claims are left out."""
+        """The node's static devices and, where partitionable devices are published, one part per GPU that
+        offers MIG slices or vGPUs made on demand (:mod:`.partitions`: its counter set, the devices consuming
+        it, the whole GPU among them where MIG mode changes without a reset); the static devices of what
+        claims made, and the whole GPUs in a part, are left out of the static ones; each device exclusive or
+        shared by capacity (:mod:`.capacity`: a GPU shared so offers no part)."""
         sick = self.health()
+        evict = self.evicting() if self.taints_ok else {}  # drained (vgpukit drain): their pods are evicted
         inv, facts = self.read()
-        parts: dict[str, dict[str, Any]] = {}
-        hidden: set[str] = set()
+
+        def entry(d: DraDevice) -> dict[str, Any] | None:
+            if slices.unusable(d, sick) and not self.taints_ok:
+                return None
+            e = slices.device_entry(d, inv.pci, facts)
+            effect = "NoExecute" if slices.unusable(d, evict) else self.unhealthy_effect
+            return slices.taint(e, effect) if slices.unusable(d, sick) else e
+
+        every = dra_devices(inv)
+        marked = [e for e in map(entry, slices.offered(every, sick, self.taints_ok)) if e is not None]
+        marked = extended.annotate(marked, every)  # KEP-5004 names
+        found = partitions.Publication()
         if self.counters_ok:
             env, _collect, close = self.open_host()
             try:
-                parts, hidden = partitions.publication(env, inv.pci, sick)
+                found = partitions.publication(env, inv.pci, sick, {e["name"]: e for e in marked}, facts)
             except VgpukitError as err:
                 log.warning("reading the MIG slices failed (not published): %s", err)
             finally:
                 close()
-        offered = [d for d in slices.offered(dra_devices(inv), sick, self.taints_ok) if d.device.id not in hidden]
-        entries = [slices.device_entry(d, inv.pci, facts) for d in offered]
-        evict = self.evicting() if self.taints_ok else {}
-        marked = [
-            slices.taint(e, "NoExecute" if slices.unusable(d, evict) else "NoSchedule")
-            if slices.unusable(d, sick)
-            else e
-            for d, e in zip(offered, entries, strict=True)
-        ]
-        return marked, parts
+            for bdf, note in found.notes.items():
+                if self.said.get(bdf) != note:
+                    self.said[bdf] = note
+                    log.info("%s", note)
+        devices = {n: d for n, d in every.items() if d.device.id not in found.hidden}
+        marked = [e for e in marked if e["name"] in devices and e["name"] not in found.moved]
+        env, _collect, close = self.open_host()
+        try:  # each device exclusive or shared by capacity (.capacity)
+            return capacity.arrange(self.capacity, env, devices, marked, found.parts, entry)
+        except VgpukitError as err:
+            log.warning("reading the claims shared by capacity failed (published exclusively): %s", err)
+            return marked, found.parts
+        finally:
+            close()
 
     def prepare(self, claim: dra.Claim) -> dra.NodePrepareResourceResponse:
         with self.lock:
@@ -155,7 +179,10 @@ class Driver:
                     ref = {"namespace": claim.namespace, "name": claim.name}
                     with session(env):  # the host lock: an interrupted change repaired before the inventory
                         # the inventory of the claim's devices only: its cost follows the claim, not the host
-                        offered = dra_devices(collect(only=pci_functions(r.device for r in results)))
+                        names = [capacity.base_name(r.device) or r.device for r in results]
+                        offered = capacity.with_shared(
+                            dra_devices(collect(only=pci_functions(names))), [r.device for r in results]
+                        )
                         done = claims.prepare(env, claim.uid, ref, results, offered)  # answers a prepared one
             except VgpukitError as err:
                 return dra.NodePrepareResourceResponse(error=str(err)[:1000])
@@ -165,6 +192,9 @@ class Driver:
             dra.Device(request_names=p.request_names, pool_name=p.pool, device_name=p.device, cdi_device_ids=p.cdi_ids)
             for p in done
         ]
+        for d, p in zip(devices, done, strict=True):
+            if p.share_id:  # a share of a device shared by capacity: the allocation's shareID (.shares)
+                d.share_id = p.share_id
         return dra.NodePrepareResourceResponse(devices=devices)
 
     def unprepare(self, claim: dra.Claim) -> dra.NodeUnprepareResourceResponse:
@@ -187,6 +217,8 @@ class Driver:
             return [(name, hl.UNKNOWN, f"health check failed: {err}"[:1024]) for name in self.devices()]
         why = {name: slices.unusable(dev, sick) for name, dev in self.devices().items()}  # a MIG slice: own, GPU's
         why.update({name: sick.get(gpu, "") for name, gpu in self.made().items()})
+        for name in self.capacity.published:  # a shared device: its device's health
+            why[name] = why.get(capacity.base_name(name) or name, "")
         out: list[tuple[str, int, str]] = []
         for name, reason in sorted(why.items()):
             out.append((name, hl.UNHEALTHY, reason[:1024]) if reason else (name, hl.HEALTHY, ""))
@@ -320,17 +352,29 @@ class Plugin:
         return self
 
     def _publish(self, publisher: slices.Publisher) -> None:
-        """Keep the ResourceSlice current; a failure is logged and tried again at the next poll."""
+        """Keep the ResourceSlices current; a failure is logged and tried again at the next poll. What the
+        API server serves is found out before the first write (:mod:`.cluster`): with ``--partitionable
+        auto``, partitionable devices are published where it keeps counters, the static view elsewhere."""
         while not self.stop.is_set():
             try:
+                server = publisher.detected()
+                if self.driver.partitionable == "auto" and self.driver.counters_ok != server.partitionable:
+                    self.driver.counters_ok = server.partitionable
+                    if not server.partitionable:
+                        log.warning("publishing existing devices only, nothing made on demand (%s)", server.describe())
                 done = publisher.publish(*self.driver.publication())
                 if done:
                     log.info("%s", done)
                 if publisher.counters_dropped and self.driver.partitionable == "auto" and self.driver.counters_ok:
-                    self.driver.counters_ok = False  # the cluster does not serve them: the static view
+                    publisher.counters_dropped = False
+                    publisher.server = None  # its gate changed since it was read: read it again
+                    log.warning("the API server dropped the shared counters: reading what it serves again")
+                    continue
+                if publisher.capacity_dropped and self.driver.capacity.served:
+                    self.driver.capacity.served = False  # the cluster does not serve it: devices exclusive
                     log.warning(
-                        "the API server dropped or refused the shared counters (feature gate "
-                        "DRAPartitionableDevices off?): publishing existing devices only, nothing made on demand"
+                        "the API server dropped the consumable capacity of the shared devices (feature gate "
+                        "DRAConsumableCapacity off?): publishing them exclusively instead"
                     )
                     continue
                 if publisher.taints_dropped and self.driver.taints == "auto" and self.driver.taints_ok:

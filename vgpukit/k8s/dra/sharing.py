@@ -33,6 +33,7 @@ from .config import Sharing
 
 if TYPE_CHECKING:
     from ...cdi_settings import Settings
+    from ...qos.model import QosConfig, Tenant
     from .devices import DraDevice
 
 SHAREABLE = ("gpu", "mig")
@@ -68,6 +69,47 @@ class Plan:
     edits: dict[str, Edits] = field(default_factory=dict)  # DRA device name -> the claim's extra edits
     record: list[dict[str, Any]] = field(default_factory=list)  # what was made, for unprepare
 
+    def merge(self, other: Plan) -> None:
+        """``other`` (of other devices of the claim) added to this plan."""
+        self.steps += other.steps
+        self.edits.update(other.edits)
+        self.record += other.record
+
+
+class Qos:
+    """What the QoS daemon runs, read once when a claim's first tenant asks, then changed by each tenant
+    planned (so a claim's tenants are checked together by the QoS planner)."""
+
+    def __init__(self, env: Env) -> None:
+        self.env = env
+        self.cfg: QosConfig | None = None
+
+    def running(self) -> QosConfig:
+        from ...qos import planner
+
+        if self.cfg is None:
+            self.cfg = planner.running(self.env.host)[0]
+        return self.cfg
+
+    def add(self, name: str, key: str, tenant: Tenant, policy: str | None) -> list[Step]:
+        """The steps adding ``tenant`` to the QoS GPU ``key`` (device ``name``), with the GPU's ``policy`` when
+        the claim asks one: refused by the QoS planner's rules, or when the GPU's tenants run under another
+        policy, or while an MPS daemon serves the device; nothing done."""
+        from ...qos import planner
+
+        steps: list[Step] = []
+        gpu = self.running().gpus.get(key)
+        if policy and (gpu.policy if gpu else "best-effort") != policy:
+            if gpu is not None and gpu.tenants:  # the policy is the GPU's: its tenants run under it
+                why = f"its {len(gpu.tenants)} QoS tenants run under {gpu.policy}, the claim asks {policy}"
+                raise Conflict(f"device {name}: {why}")
+            self.cfg = planner.change(self.running(), planner.SetPolicy(key, policy, None)).config
+            steps.append(QosPolicy(key, policy))
+        if mps.running(self.env.host, key):
+            raise Conflict(f"device {name}: an MPS daemon serves it (another claim): no time-slicing on it")
+        self.cfg = planner.change(self.running(), planner.AddTenant(key, tenant.validate())).config  # its refusals
+        return [*steps, QosTenant(key, tenant.name, tenant.to_dict())]
+
 
 def tenant_name(uid: str) -> str:
     return f"dra-{uid}"[:128]
@@ -98,17 +140,11 @@ def _per_device(results: Sequence[Result]) -> dict[str, Result]:
 
 def plan(env: Env, uid: str, results: Sequence[Result], offered: dict[str, DraDevice], settings: Settings) -> Plan:
     """The steps, edits and record of the claim's sharing; refused (nothing done) on a conflict."""
-    from ...qos import planner
-    from ...qos.model import QosConfig, Tenant
+    from ...qos.model import Tenant
+    from .capacity import qos_key
 
     out = Plan()
-    qos: dict[str, QosConfig] = {}  # what the QoS daemon runs, read once when a time-slice or MPS asks
-
-    def running() -> QosConfig:
-        if "cfg" not in qos:
-            qos["cfg"] = planner.running(env.host)[0]
-        return qos["cfg"]
-
+    qos = Qos(env)
     for name, r in sorted(_per_device(results).items()):
         want: Sharing = r.sharing
         if want.empty:
@@ -116,9 +152,11 @@ def plan(env: Env, uid: str, results: Sequence[Result], offered: dict[str, DraDe
         dev = offered[name]
         if dev.kind not in SHAREABLE:
             raise InvalidInput(f"device {name}: sharing applies to whole GPUs and MIG devices, not a {dev.kind}")
+        if want.qos_class is not None:
+            raise InvalidInput(f"device {name}: QosClassConfig applies to devices shared by capacity (shared-...)")
         if want.time_slice and want.mps:
             raise Conflict(f"device {name}: MPS and time-slicing (TimeSliceConfig) cannot share one device at once")
-        key = dev.device.id  # the GPU's or MIG device's UUID: the QoS GPU key
+        key = qos_key(dev)  # the GPU's or MIG device's UUID: the QoS GPU key
         tenant = tenant_name(uid)
         library = env.host.is_file(host_path(env.host, settings.cuda_library))
         if want.memory is not None and not library:
@@ -128,26 +166,18 @@ def plan(env: Env, uid: str, results: Sequence[Result], offered: dict[str, DraDe
         edits = Edits()
         if want.time_slice:
             ts = want.time_slice
-            gpu = running().gpus.get(key)
-            if ts.policy and (gpu.policy if gpu else "best-effort") != ts.policy:
-                if gpu is not None and gpu.tenants:  # the policy is the GPU's: its tenants run under it
-                    why = f"its {len(gpu.tenants)} QoS tenants run under {gpu.policy}, the claim asks {ts.policy}"
-                    raise Conflict(f"device {name}: {why}")
-                qos["cfg"] = planner.change(running(), planner.SetPolicy(key, ts.policy, None)).config
-                out.steps.append(QosPolicy(key, ts.policy))
-            if mps.running(env.host, key):
-                raise Conflict(f"device {name}: an MPS daemon serves it (another claim): no time-slicing on it")
+            cgroup = pod_cgroup(env.host, r.pods)
             t = Tenant(
                 tenant,
                 ts.cls,
                 ts.share,
                 "cgroup",
-                cgroup=pod_cgroup(env.host, r.pods),
+                cgroup=cgroup,
                 demand="auto",
                 memory=want.memory,
-            ).validate()
-            qos["cfg"] = planner.change(running(), planner.AddTenant(key, t)).config  # the QoS planner's refusals
-            out.steps.append(QosTenant(key, tenant, t.to_dict()))
+                memory_burst=want.memory_burst,
+            )
+            out.steps += qos.add(name, key, t, ts.policy)
             out.record.append({"device": name, "qosTenant": {"gpu": key, "name": tenant}})
             if library:
                 edits += tenant_edits(env, settings, tenant, key)
@@ -157,8 +187,11 @@ def plan(env: Env, uid: str, results: Sequence[Result], offered: dict[str, DraDe
             edits += tenant_edits(env, settings, tenant, None)
         if want.memory is not None:
             edits += Edits(env=(f"VGPUKIT_CUDA_MEMORY={want.memory}",))
+        if want.memory_burst is not None:
+            cls = want.time_slice.cls if want.time_slice else "offline"  # the QoS planner refuses it online
+            edits += Edits(env=(f"VGPUKIT_CUDA_MEMORY_BURST={want.memory_burst}", f"VGPUKIT_CUDA_CLASS={cls}"))
         if want.mps:
-            gpu = running().gpus.get(key)
+            gpu = qos.running().gpus.get(key)
             if gpu is not None and gpu.tenants:
                 raise Conflict(
                     f"device {name}: the QoS daemon time-slices it ({len(gpu.tenants)} tenants): no MPS on it"
@@ -230,7 +263,7 @@ class QosTenant(Step):
         except NotFound:
             if self.tenant is not None and not env.recovering:
                 raise NotFound(
-                    "the QoS daemon is not running: a time-sliced claim needs it (vgpukit qos daemon)"
+                    "the QoS daemon is not running: a time-sliced or shared claim needs it (vgpukit qos daemon)"
                 ) from None
             overlay = Overlay.load(env.host)  # no daemon: its record, applied when it starts
             if self.tenant is None:

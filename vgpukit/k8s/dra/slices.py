@@ -1,11 +1,11 @@
-"""ResourceSlices: the node's static devices published for the scheduler (``resource.k8s.io/v1``).
+"""ResourceSlices: the node's devices published for the scheduler (``resource.k8s.io/v1``).
 
-One pool per node (named after the node): the static devices in slices of at most 128 devices (the
-API's limit): ``<node>-gpu.vgpukit.io``, then ``<node>-gpu.vgpukit.io-1``, ``-2``...; plus, with
-partitionable devices (:mod:`.partitions`), one per GPU with its shared counters; the pool's
-generation, on every slice, goes up whenever the device list changes. A device the health layer finds unusable, or
-one held open by a process outside Kubernetes (a VM), is left out until it is usable again (device
-taints are an alpha feature of Kubernetes 1.34; leaving a device out works on every 1.34 cluster).
+One pool per node (named after the node), laid out for the API server by :mod:`.pool` (static devices
+in slices of at most 128 or 64 devices: ``<node>-gpu.vgpukit.io``, ``-1``, ``-2``...; with partitionable
+devices, :mod:`.partitions`, the GPUs' counter sets and the devices consuming them, as the release
+wants them: :mod:`.cluster`); the pool's generation, on every slice, goes up whenever a slice changes.
+A device the health layer finds unusable, or one held open by a process outside Kubernetes (a VM), is
+left out, or published with a taint, until it is usable again.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from ...logs import logger
 from ...pci import PciDevice
 from ...words import plural
 from ..agent import api_error
+from . import capacity, cluster, pool
 from .devices import DRIVER, DraDevice
+from .pool import slice_name as slice_name
 
 if TYPE_CHECKING:
     from ...nvml import Nvml
@@ -28,7 +30,6 @@ log = logger("vgpukit.k8s.dra")
 API_VERSION = "resource.k8s.io/v1"
 MIB = 1024 * 1024
 API_TIMEOUT = 30  # seconds one API call may take (connect and read)
-MAX_DEVICES = 128  # devices in one ResourceSlice (resource.k8s.io/v1; 64 once devices carry taints or counters)
 
 
 def _s(value: str) -> dict[str, Any]:
@@ -123,11 +124,14 @@ def offered(devices: dict[str, DraDevice], sick: dict[str, str], tainted: bool =
 TAINT_KEY = f"{DRIVER}/unhealthy"
 
 
+EFFECTS = ("NoSchedule", "NoExecute")  # what --unhealthy-effect takes (the API: PreferNoSchedule is invalid)
+
+
 def taint(entry: dict[str, Any], effect: str = "NoSchedule") -> dict[str, Any]:
     """The device entry with the health layer's taint (resource.k8s.io/v1 ``DeviceTaint``, feature gate
-    ``DRADeviceTaints``): NoSchedule, so no new claim gets it; pods already running keep it. NoExecute,
-    evicting them, is the operator's call: ``vgpukit drain`` / ``remediate`` (a quarantine asking Kubernetes
-    to evict), or a DeviceTaintRule."""
+    ``DRADeviceTaints``): NoSchedule by default, so no new claim gets it and pods already running keep it;
+    NoExecute (``--unhealthy-effect``; a drained device's, ``vgpukit drain``) also has Kubernetes evict the
+    pods using it."""
     return {**entry, "taints": [{"key": TAINT_KEY, "value": "unusable", "effect": effect}]}
 
 
@@ -141,38 +145,47 @@ def _stored(devices: Any) -> list[Any]:
     return out
 
 
-def slice_name(node: str, index: int = 0) -> str:
-    return f"{node}-{DRIVER}" + (f"-{index}" if index else "")
-
-
 class Publisher:
     """Keeps this node's ResourceSlices equal to the devices; a failed call is tried again at the next poll.
 
-    ``publish(entries, parts)``: the static devices in the node's slice, and (partitionable devices,
-    :mod:`.partitions`) one more slice per part, ``<node>-gpu.vgpukit.io-<part>``, all in the node's pool.
-    ``counters_dropped`` tells whether the API server stored a part without its counters (the cluster's
-    ``DRAPartitionableDevices`` feature gate is off: it drops the fields it does not serve) or refused it
-    as invalid (422: a release that wants counter sets and devices in separate slices); ``taints_dropped``
-    whether it stored a tainted device without its taint (feature gate ``DRADeviceTaints`` off)."""
+    ``publish(entries, parts)``: the static devices and (partitionable devices, :mod:`.partitions`) the
+    parts, laid out for the API server (:mod:`.pool`) that :mod:`.cluster` found before the first write
+    (and again after a refused one). A refused write (400, 422) is a bug of the layout: logged with the
+    server's reason, and tried again at the next poll after reading what the server serves again.
+    ``counters_dropped`` tells whether the API server stored a counter set without its counters (its
+    ``DRAPartitionableDevices`` gate was turned off since); ``taints_dropped`` whether it stored a tainted
+    device without its taint (feature gate ``DRADeviceTaints`` off)."""
 
-    def __init__(self, api: Any, node: str) -> None:
+    def __init__(self, api: Any, node: str, partitionable: str = "on", server: cluster.Server | None = None) -> None:
         self.api = api  # kubernetes.client.ResourceV1Api
         self.node = node
+        self.partitionable = partitionable  # --partitionable: auto reads the gate (cluster.detect)
+        self.server = server  # what the API server serves (None: found out before the next write)
         self.published: Any = None  # what the API server has, as far as we know
         self.counters_dropped = False
         self.taints_dropped = False
+        self.capacity_dropped = False  # a shared device stored without its consumable capacity (.capacity)
+        self.said: set[str] = set()  # warnings logged once
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         """One API call; a connection that hangs gives up after API_TIMEOUT (the next poll tries again)."""
         raw = fn(*args, _preload_content=False, _request_timeout=API_TIMEOUT, **kw)
         return json.loads(raw.data) if raw.data else None
 
+    def detected(self) -> cluster.Server:
+        """What the API server serves, found out now when not known yet."""
+        if self.server is None:
+            self.server = cluster.detect(self.api, self.node, self.partitionable)
+            log.info("%s", self.server.describe())
+        return self.server
+
     def publish(self, entries: list[dict[str, Any]], parts: dict[str, dict[str, Any]] | None = None) -> str | None:
         """Create or update the slices (generation + 1) when the devices differ; what was done, or None."""
-        size = MAX_DEVICES // 2 if any("taints" in e for e in entries) else MAX_DEVICES  # the API's limits
-        chunks = [entries[i : i + size] for i in range(0, len(entries), size)] or [[]]
-        wanted: dict[str, dict[str, Any]] = {slice_name(self.node, i): {"devices": c} for i, c in enumerate(chunks)}
-        wanted.update({f"{slice_name(self.node)}-{k}": v for k, v in sorted((parts or {}).items())})
+        wanted, warnings = pool.layout(self.node, entries, parts or {}, self.detected())
+        for line in warnings:
+            if line not in self.said:
+                self.said.add(line)
+                log.warning("%s", line)
         if wanted == self.published:
             return None
         try:
@@ -180,6 +193,13 @@ class Publisher:
         except VgpukitError:
             raise
         except Exception as err:  # ApiException, connection errors: reported; the next poll tries again
+            if getattr(err, "status", None) in (400, 422):  # refused: never expected, never a probe
+                log.error(
+                    "the API server refused a ResourceSlice (%s): %s; a bug: reading what it serves again",
+                    getattr(err, "status", None),
+                    _reason(err),
+                )
+                self.server = None
             raise api_error(err) from None
         self.published = wanted
         return done
@@ -195,7 +215,7 @@ class Publisher:
                 current[name] = item
             elif item.get("spec", {}).get("driver") == DRIVER and item.get("spec", {}).get("nodeName") == self.node:
                 stale.append(name)
-        count = len(wanted)
+        count = len(wanted)  # every slice of the pool, counter-only ones included
         same = set(current) == set(wanted) and all(
             _stored(current[n]["spec"].get("devices")) == (wanted[n].get("devices") or [])
             and (current[n]["spec"].get("sharedCounters") or []) == (wanted[n].get("sharedCounters") or [])
@@ -209,21 +229,18 @@ class Publisher:
         devices = 0
         for name, part in wanted.items():
             doc = self._doc(name, part, gen, count)
-            try:
-                if name in current:
-                    doc["metadata"]["resourceVersion"] = current[name]["metadata"].get("resourceVersion")
-                    stored = self._call(self.api.replace_resource_slice, name, doc)  # 409 when stale: next poll
-                else:
-                    stored = self._call(self.api.create_resource_slice, doc)
-            except Exception as err:
-                if "sharedCounters" not in part or getattr(err, "status", None) != 422:
-                    raise
-                stored = None  # refused as invalid (a release that wants counters in slices of their own)
-            if "sharedCounters" in part and not (stored or {}).get("spec", {}).get("sharedCounters"):
+            if name in current:
+                doc["metadata"]["resourceVersion"] = current[name]["metadata"].get("resourceVersion")
+                stored = self._call(self.api.replace_resource_slice, name, doc)  # 409 when stale: next poll
+            else:
+                stored = self._call(self.api.create_resource_slice, doc)
+            if part.get("sharedCounters") and not (stored or {}).get("spec", {}).get("sharedCounters"):
                 self.counters_dropped = True
             kept = {d.get("name") for d in (stored or {}).get("spec", {}).get("devices") or [] if d.get("taints")}
             if stored is not None and any("taints" in d and d["name"] not in kept for d in part.get("devices", [])):
                 self.taints_dropped = True
+            if stored is not None and capacity.dropped(part.get("devices", []), stored):
+                self.capacity_dropped = True
             devices += len(part.get("devices", []))
         self._delete(stale)
         extra = f" in {plural(count, 'slice')}" if count > 1 else ""
@@ -234,14 +251,27 @@ class Publisher:
             self._call(self.api.delete_resource_slice, name)
 
     def _doc(self, name: str, part: dict[str, Any], generation: int, count: int = 1) -> dict[str, Any]:
-        return {
-            "apiVersion": API_VERSION,
-            "kind": "ResourceSlice",
-            "metadata": {"name": name},
-            "spec": {
-                "driver": DRIVER,
-                "nodeName": self.node,
-                "pool": {"name": self.node, "generation": generation, "resourceSliceCount": count},
-                **part,
-            },
-        }
+        return slice_doc(self.node, name, part, generation, count)
+
+
+def slice_doc(node: str, name: str, part: dict[str, Any], generation: int, count: int) -> dict[str, Any]:
+    """The ResourceSlice object of one slice of the node's pool (``part``: its devices or counter sets)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": count},
+            **part,
+        },
+    }
+
+
+def _reason(err: Exception) -> str:
+    """The API server's one-line reason for a refusal (its Status message), bounded."""
+    try:
+        return str(json.loads(getattr(err, "body", "") or "{}").get("message", ""))[:300]
+    except (ValueError, AttributeError):
+        return str(getattr(err, "reason", ""))[:300]
