@@ -145,3 +145,42 @@ def test_drain_stops_the_qos_tenants_processes_when_asked(tmp_path: Path) -> Non
         assert worker.poll() == -15 and (sim / Q / "0000:04:00.0.json").exists()
     finally:
         worker.kill()
+
+
+def test_a_reset_is_a_recovery_point_for_the_health_layer(tmp_path: Path) -> None:
+    """XID 46 (a GPU timeout) leaves nothing lasting in the driver: only the record of the reset tells the
+    health layer that its event no longer counts."""
+    sim = make_sim(tmp_path / "h", "hgx-a100")
+    assert invoke(sim, "sim", "fault", "xid", "gpu1", "46").exit_code == 0
+    assert invoke(sim, "health", "gpu1").exit_code == 4
+    ok(sim, "reset", "gpu1")
+    assert invoke(sim, "health", "gpu1").exit_code == 0
+    assert json.loads((sim / "run/vgpukit/health/resets.json").read_text()).keys() == {"0000:04:00.0"}
+
+
+def test_the_policy_releases_its_quarantine_when_the_device_is_healthy_after_a_reboot(tmp_path: Path) -> None:
+    sim = make_sim(tmp_path / "h", "hgx-a100")
+    boot = sim / "proc/sys/kernel/random/boot_id"
+    boot.parent.mkdir(parents=True)
+    boot.write_text("11111111-1111-1111-1111-111111111111\n")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("start: {reboot: quarantine}\n")
+    auto = ["remediate", "--auto", "--policy", str(policy), "--for", "0", "--json"]
+    assert invoke(sim, "sim", "fault", "xid", "gpu5", "79").exit_code == 0
+    first = [json.loads(line) for line in invoke(sim, *auto).stdout.splitlines()]
+    assert [(e["device"], e["what"], e["outcome"], e["escalate"]) for e in first] == [
+        ("gpu5", "quarantine", "escalated", "reboot")
+    ]
+    record = json.loads((sim / Q / "0000:84:00.0.json").read_text())
+    assert (record["by"], record["boot_id"], record["evict"]) == (
+        "policy",
+        "11111111-1111-1111-1111-111111111111",
+        False,
+    )
+    assert invoke(sim, *auto).stdout == ""  # said once
+    boot.write_text("22222222-2222-2222-2222-222222222222\n")  # the reboot the escalation asked for
+    assert invoke(sim, "sim", "fault", "recover", "gpu5").exit_code == 0
+    assert invoke(sim, "health", "gpu5", "--window", "0").exit_code == 0
+    again = [json.loads(line) for line in invoke(sim, *auto).stdout.splitlines()]
+    assert [(e["device"], e["what"], e["outcome"]) for e in again] == [("gpu5", "release", "done")]
+    assert not (sim / Q / "0000:84:00.0.json").exists()
