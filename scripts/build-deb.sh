@@ -104,6 +104,8 @@ for s in mdevctl lsmdev; do
   sed "s|^exec vgpukit |exec /usr/bin/vgpukit |; s|Install as /usr/local/sbin/$s.|/usr/sbin/$s through update-alternatives (vgpukit package).|" \
     "templates/bin/$s" >"$LIB/bin/$s"
 done
+sed "s|^exec vgpukit |exec /usr/bin/vgpukit |; s|Install as /usr/local/bin/nvidia-mig-parted.|/usr/bin/nvidia-mig-parted through update-alternatives (vgpukit package).|" \
+  templates/bin/nvidia-mig-parted >"$LIB/bin/nvidia-mig-parted"
 for f in templates/systemd/*; do sed 's|@VGPUKIT@|/usr/bin/vgpukit|g' "$f" >"$R/lib/systemd/system/$(basename "$f")"; done
 cp templates/udev/*.rules "$R/usr/share/vgpukit/udev/"
 cp docs/*.md "$R/usr/share/doc/vgpukit/"

@@ -16,6 +16,7 @@ EXIT_INVALID = 2
 EXIT_NOT_FOUND = 3
 EXIT_BUSY = 4
 EXIT_UNSUPPORTED = 5
+EXIT_SKIPPED = 6  # done for everything but the devices named: unusable (health) devices, left alone or not read
 
 
 class VgpukitError(Exception):
@@ -84,10 +85,21 @@ class Busy(VgpukitError):
     kind = "busy"
 
 
-class DeviceUnusable(Busy):
-    """Refused: the health layer finds the device unusable (docs/health.md); the reason is given."""
+class DeviceUnusable(VgpukitError):
+    """Refused (a command about this device) or left alone (a whole-host command, which does the rest):
+    the health layer finds the device unusable (docs/health.md); the reason is given. Exit 6 whichever
+    door (docs/decisions.md, "One bad device")."""
 
+    exit_code = EXIT_SKIPPED
     kind = "unusable"
+
+
+class Partial(VgpukitError):
+    """A whole-host command did its work for every device but those it names (unusable devices it left
+    alone, devices it could not read: each marked in its output)."""
+
+    exit_code = EXIT_SKIPPED
+    kind = "partial"
 
 
 class InUse(Busy):
@@ -120,6 +132,14 @@ class HostIOError(VgpukitError):
     """A read or write of a host file failed for a reason with no better class."""
 
     kind = "host-io"
+
+
+class StorageFault(HostIOError):
+    """A file vgpukit keeps (journal, lock, records, definitions, specs, configs) could not be written:
+    the file system holding it is full, over quota, read-only or failing (docs/engine.md, "Storage
+    faults"). The message names the file, the hint what to free or fix."""
+
+    kind = "storage"
 
 
 class VerifyFailed(VgpukitError):
@@ -159,3 +179,29 @@ def from_oserror(exc: OSError, *, path: str | os.PathLike[str], action: str, val
     if exc.errno in (_errno.EPERM, _errno.EACCES):
         hint = "run as root"
     return cls(msg, path=path, value=value, errno=exc.errno, hint=hint)
+
+
+# A storage fault: what happened to the file system holding the file, and what to free or fix there.
+_STORAGE: dict[int, tuple[str, str]] = {
+    _errno.ENOSPC: ("no space left on the file system holding {dir}", "free space there"),
+    _errno.EDQUOT: ("the disk quota on the file system holding {dir} is used up", "free space or raise the quota"),
+    _errno.EROFS: ("the file system holding {dir} is read-only", "remount it read-write"),
+    _errno.EIO: ("an I/O error on the file system holding {dir}", "check the disk: dmesg, fsck"),
+}
+STORAGE_ERRNOS = frozenset(_STORAGE)
+
+
+def storage_error(exc: OSError, *, path: str, action: str) -> VgpukitError:
+    """Turn an OSError from ``action`` (``writing``, ``removing``...) on the vgpukit-kept file ``path``
+    (as the user sees it) into one line naming the file and what to free or fix; errnos that say
+    nothing about the file system map as :func:`from_oserror` does."""
+    if exc.errno not in _STORAGE:
+        return from_oserror(exc, path=path, action=action)
+    what, todo = _STORAGE[exc.errno]
+    where = os.path.dirname(path) or "/"
+    return StorageFault(
+        f"{action} {path} failed: {what.format(dir=where)} ({errno_name(exc.errno)})",
+        path=path,
+        errno=exc.errno,
+        hint=f"{todo}, then run the command again",
+    )

@@ -296,21 +296,20 @@ class Host(Containment, SysfsLayout):
         shown = Change(change.action, self.display(target), change.value)
         if self.dry_run:
             _debug("dry-run: %s", shown.describe())
-            self.changes.append(shown)
-            return
-        _debug("%s", shown.describe())
-        if self.watch is not None:
-            self.watch(shown)
-        try:
-            apply()
-        except OSError as exc:
-            raise from_oserror(
-                exc,
-                path=shown.path,
-                action=f"{change.action} {change.value!r} to" if change.action == "write" else change.action,
-                value=change.value,
-            ) from exc
+        else:
+            self.through(shown, apply)
         self.changes.append(shown)
+
+    def through(self, shown: Change, fn: Callable[[], T]) -> T:
+        """Make the change ``shown`` (its path as the user sees it) with ``fn``: the watch is told first, an
+        OSError becomes one typed line (hostio.change_error). The engine's own files (journal, lock) too."""
+        _debug("%s", shown.describe())
+        try:
+            if self.watch is not None:
+                self.watch(shown)  # the simulator's crash testing and storage faults
+            return fn()
+        except OSError as exc:
+            raise hostio.change_error(exc, shown) from exc
 
     def write(self, path: Path, value: str) -> None:
         """Write a kernel control file (sysfs attribute) with one write."""

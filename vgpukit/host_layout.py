@@ -47,6 +47,8 @@ SYSTEMD_UNIT_DIR = "/etc/systemd/system"
 UDEV_RULES_DIR = "/etc/udev/rules.d"
 # The NVIDIA daemons' sockets and the MPS pipe directory a container gets when they exist (nvidia-ctk's list).
 NVIDIA_IPC_PATHS = ("/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket", "/tmp/nvidia-mps")
+# Where a pod finds its DRA claims' device metadata files (KEP-5304; the CDI spec of each mounts one there).
+DRA_METADATA_CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
 # This process's open files (the host door resolves what an fd really opened): never under the root.
 SELF_FD = "/proc/self/fd"
 
@@ -148,6 +150,10 @@ class SysfsLayout:
         """``/proc/<pid>/...``: ``stat``, ``comm``, ``cmdline``, ``fd/``."""
         return self.proc(str(pid), *parts)
 
+    def file_locks(self) -> Path:
+        """``/proc/locks``: every file lock held, with its holder's pid and the file's device and inode."""
+        return self.proc("locks")
+
     def proc_devices(self) -> Path:
         """``/proc/devices``: the character and block device majors by driver name."""
         return self.proc("devices")
@@ -193,6 +199,23 @@ class SysfsLayout:
         """``/run/cdi/vgpukit.io-claim-<uid>.json`` (``/var/run/cdi``, where CDI consumers look for
         transient specs): the CDI spec of one prepared claim."""
         return self.run("cdi", "vgpukit.io-claim-" + check_component(uid, "claim UID") + ".json")
+
+    def dra_metadata_dir(self, driver: str, namespace: str, claim: str) -> Path:
+        """``/var/lib/kubelet/plugins/<driver>/dra-device-metadata/<namespace>_<claim>``: where the
+        kubelet-plugin library (KEP-5304) keeps a prepared claim's device metadata, one directory per request."""
+        part = check_component(f"{namespace}_{claim}", "claim name")
+        return self.path(
+            "var", "lib", "kubelet", "plugins", check_component(driver, "driver"), "dra-device-metadata", part
+        )
+
+    def dra_metadata_file(self, driver: str, namespace: str, claim: str, request: str) -> Path:
+        """``.../dra-device-metadata/<namespace>_<claim>/<request>/metadata.json``: one request's metadata stream."""
+        return self.dra_metadata_dir(driver, namespace, claim) / check_component(request, "request") / "metadata.json"
+
+    def dra_metadata_cdi_spec(self, driver: str, uid: str, request: str) -> Path:
+        """``/run/cdi/<driver>-metadata-<uid>-<request>.json``: the CDI spec mounting one request's metadata file."""
+        name = f"{driver}-metadata-{check_component(uid, 'claim UID')}-{check_component(request, 'request')}.json"
+        return self.run("cdi", check_component(name, "CDI spec"))
 
     def remedy_state(self, *parts: str) -> Path:
         """``/run/vgpukit/remedy``: what remediation did this boot (``history.json``: each run, its outcome

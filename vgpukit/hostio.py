@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from .errors import VgpukitError, from_oserror, storage_error
 from .host_layout import SELF_FD
 from .records import Record
 
@@ -236,6 +237,25 @@ class Change(Record):
         if self.action == "write-file":
             return f"write file {self.path}"
         return f"{self.action} {self.path}" + (f" -> {self.value}" if self.value else "")
+
+
+# How an error line says each change of a file (kernel control-file writes keep their own words).
+VERBS = {
+    "write-file": "writing",
+    "remove": "removing",
+    "mkdir": "creating the directory",
+    "create": "opening",
+    "append": "writing",
+    "record": "writing",
+}
+
+
+def change_error(exc: OSError, shown: Change) -> VgpukitError:
+    """The typed error of a failed change: a kernel control file's errno is the kernel's answer (ENOSPC:
+    no capacity); a file's names the file and what to free or fix on a full or read-only file system."""
+    if shown.action == "write":
+        return from_oserror(exc, path=shown.path, action=f"write {shown.value!r} to", value=shown.value)
+    return storage_error(exc, path=shown.path, action=VERBS.get(shown.action, shown.action))
 
 
 class ProgramResult(Record):

@@ -141,9 +141,9 @@ ROWS = [
         "h100-vgpu",
         ["sriov", "enable", "gpu0", "--vfs", "8"],
         "sriov:\n  - {device: gpu0, vfs: 8}",
-        4,
+        6,
         "unusable",
-        "0000:41:00.0 is unusable: PCIe AER fatal errors counted",
+        "gpu0 (0000:41:00.0) is unusable: PCIe AER fatal errors counted",
         [["sim", "fault", "aer", "0000:41:00.0", "fatal"]],
     ),
 ]

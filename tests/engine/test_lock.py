@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import fcntl
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.engine.helpers import fresh, start, vgpukit
 
@@ -74,3 +78,37 @@ def test_a_dead_holder_never_blocks(tmp_path: Path) -> None:
     r = vgpukit(sim, "--wait", "0", "sriov", "enable", "nic0", "--vfs", "2")
     assert r.returncode == 0, r.stderr
     assert "recovering an interrupted change" in r.stderr
+
+
+def test_a_holder_that_wrote_no_record_is_named_from_proc(tmp_path: Path) -> None:
+    """A holder that has not written its record (just locked, a full /run, not vgpukit: an admin's
+    ``flock``) is named at once from the kernel's /proc/locks and its /proc/<pid>/cmdline, read through
+    the host door: here a host root whose /proc is this machine's (a bind mount; root only)."""
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("bind-mounting /proc needs root")
+        pytest.skip("bind-mounting /proc needs root")
+    root = tmp_path / "root"
+    lock = root / "run" / "vgpukit" / "lock"
+    lock.parent.mkdir(parents=True)
+    (root / "proc").mkdir()
+    subprocess.run(["mount", "--bind", "/proc", str(root / "proc")], check=True)
+    holder = subprocess.Popen(["flock", str(lock), "sleep", "30"])
+    try:
+        deadline = time.monotonic() + 10
+        while b"FLOCK" not in Path("/proc/locks").read_bytes() or not lock.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        r = subprocess.run(
+            [sys.executable, "-m", "vgpukit", "--root", str(root), "--wait", "0.3", "recover"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        who = f"pid {holder.pid} (flock {lock} sleep 30)"
+        notice, error = r.stderr.splitlines()
+        assert notice == f"vgpukit: waiting for {who}, up to 0.3 s"
+        assert r.returncode == 4
+        assert error.startswith(f"vgpukit: error: another vgpukit command is changing this host: {who}")
+    finally:
+        holder.kill()
+        holder.wait()
+        subprocess.run(["umount", "-l", str(root / "proc")], check=True)

@@ -12,9 +12,10 @@ Sample = tuple[str, frozenset[tuple[str, str]], float]
 
 
 def scrape(sim: Path) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Family name -> [(labels, value)] of one scrape (the text must parse)."""
+    """Family name -> [(labels, value)] of one scrape (the text must parse). A scrape of a host with a
+    lost GPU is whole but for that GPU's telemetry: --once then exits 6, naming it (docs/health.md)."""
     r = invoke(sim, "exporter", "--once")
-    assert r.exit_code == 0, r.stderr
+    assert r.exit_code == 0 or (r.exit_code == 6 and "not read: " in r.stderr and "is lost" in r.stderr), r.stderr
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
     for fam in text_string_to_metric_families(r.stdout):
         assert fam.name not in out, f"{fam.name} twice"

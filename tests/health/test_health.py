@@ -91,11 +91,12 @@ def test_a_pf_reset_taking_the_vfs_away(run_cli: Run, tmp_path: Path) -> None:
     sim = make_sim(tmp_path / "h", "h100-vgpu")
     doc(run_cli, sim, code=0)  # recorded: the VFs are there
     fault(run_cli, sim, "pf-reset", "0000:41:00.0")
-    d = doc(run_cli, sim, code=4)
+    d = doc(run_cli, sim, code=4)  # the VFs are gone: unusable until re-created; the GPU itself works
     g = dev(d, "gpu0")
-    assert g["state"] == "unusable" and "VFs configured but missing" in g["reasons"][0]
+    assert g["state"] == "degraded" and "VFs configured but missing" in g["reasons"][0]
+    assert g["action"] == "recreate-vfs" and g["repair"].startswith("vgpukit sriov enable 0000:41:00.0 --vfs 32")
     vf = dev(d, "0000:41:00.4")
-    assert vf["state"] == "unusable" and vf["events"][0]["kind"] == "pci-gone"
+    assert (vf["state"], vf["action"]) == ("unusable", "recreate-vfs") and vf["events"] == []  # not "pci-gone"
 
 
 def test_disabling_vfs_on_purpose_is_not_a_fault(run_cli: Run, tmp_path: Path) -> None:

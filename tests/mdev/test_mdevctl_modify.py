@@ -58,24 +58,77 @@ def test_modify_jsonfile_replaces_the_definition(qemu_sim: Path, run_cli: Run, t
     assert r.exit_code == 2 and defn(qemu_sim, U1) == {**new, "attrs": [{"a": "1"}]}
 
 
-def test_modify_live_changes_the_running_device_only(qemu_sim: Path, run_cli: Run, tmp_path: Path) -> None:
+LIVE_SCRIPT = """#!/bin/sh
+# a vendor's versioned call-out script: the live event for mtty-1 devices ($LIVE: what it answers)
+while [ $# -gt 1 ]; do case "$1" in -t) t=$2;; -e) e=$2;; -a) a=$2;; esac; shift 2; done
+json=$(cat)
+echo "$e $a $json" >> "$(dirname "$0")/../log"
+[ "$t" = mtty-1 ] || exit 2
+if [ "$e $a" = "get capabilities" ]; then
+  echo '{"supports":{"version":2,"actions":["start","stop","define","undefine","modify","attributes",'\
+'"capabilities"],"events":["pre","post","notify","get"EVENTS]}}'
+  exit 0
+fi
+[ "$e" = live ] && exit LIVE
+exit 0
+"""
+
+
+def _live_script(sim: Path, events: str = ',"live"', answer: int = 0) -> Path:
+    """A versioned call-out script (taking the live event when ``events`` lists it); its log."""
+    d = sim / "etc/mdevctl.d/scripts.d/callouts"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "vendor").write_text(LIVE_SCRIPT.replace("EVENTS", events).replace("LIVE", str(answer)))
+    (d / "vendor").chmod(0o755)
+    log = d.parent / "log"
+    log.write_text("")
+    return log
+
+
+def test_modify_live_is_the_versioned_callouts_job(qemu_sim: Path, run_cli: Run, tmp_path: Path) -> None:
+    """mdevctl's ``modify --live``: the running device's new configuration goes to its versioned call-out
+    script (event ``live``, action ``modify``), which changes the device; vgpukit writes nothing there."""
     ok(mc(run_cli, qemu_sim, "start", "-u", U1, "-p", "mtty", "-t", "mtty-1"))
     ok(mc(run_cli, qemu_sim, "define", "-u", U1))
-    a, b = _attr(qemu_sim, U1, "a"), _attr(qemu_sim, U1, "b")
-    live = {"mdev_type": "mtty-1", "start": "auto", "attrs": [{"a": "7"}, {"b": "8"}]}
-    assert ok(mc(run_cli, qemu_sim, "modify", "-u", U1, "--live", "--jsonfile", _file(tmp_path, live))) == ""
-    assert (a.read_text().strip(), b.read_text().strip()) == ("7", "8")
-    assert defn(qemu_sim, U1) == {"mdev_type": "mtty-1", "start": "manual", "attrs": []}  # untouched
-    ok(mc(run_cli, qemu_sim, "modify", "-u", U1, "-l", "-d", "--jsonfile", _file(tmp_path, live)))  # and defined
-    assert defn(qemu_sim, U1) == live
-
-
-def test_modify_live_rolls_back_and_refuses(qemu_sim: Path, run_cli: Run, tmp_path: Path) -> None:
-    ok(mc(run_cli, qemu_sim, "start", "-u", U1, "-p", "mtty", "-t", "mtty-1"))
     a = _attr(qemu_sim, U1, "a")
-    bad = {"mdev_type": "mtty-1", "start": "manual", "attrs": [{"a": "7"}, {"nosuch": "1"}]}
-    r = mc(run_cli, qemu_sim, "modify", "-u", U1, "--live", "--jsonfile", _file(tmp_path, bad))
-    assert r.exit_code != 0 and a.read_text().strip() == "0"  # the first write undone
+    live = {"mdev_type": "mtty-1", "start": "auto", "attrs": [{"a": "7"}, {"b": "8"}]}
+    f = _file(tmp_path, live)
+    log = _live_script(qemu_sim)
+    assert ok(mc(run_cli, qemu_sim, "modify", "-u", U1, "--live", "--jsonfile", f)) == ""
+    handed = f"live modify {json.dumps(live, separators=(',', ':'))}"
+    lines = log.read_text().splitlines()
+    assert handed in lines and lines.index(handed) > 0 and lines[0].startswith("get capabilities")
+    assert a.read_text().strip() == "0"  # the script's job: vgpukit wrote no attribute
+    assert defn(qemu_sim, U1) == {"mdev_type": "mtty-1", "start": "manual", "attrs": []}  # untouched
+    log.write_text("")
+    ok(mc(run_cli, qemu_sim, "modify", "-u", U1, "-l", "-d", "--jsonfile", f))  # and defined
+    assert defn(qemu_sim, U1) == live
+    events = [line.split(" ", 2)[:2] for line in log.read_text().splitlines() if not line.startswith("get")]
+    assert events == [["pre", "modify"], ["live", "modify"], ["post", "modify"]]
+    doc = json.loads(ok(run_cli(qemu_sim, "mdev", "modify", U1, "--live", "--jsonfile", f, "--json")))  # vgpukit's own
+    assert doc["live"] is True and doc["plan"] == [f"hand the live change of running {U1} to its call-out script"]
+
+
+def test_modify_live_without_a_script_that_takes_it_is_refused(qemu_sim: Path, run_cli: Run, tmp_path: Path) -> None:
+    ok(mc(run_cli, qemu_sim, "start", "-u", U1, "-p", "mtty", "-t", "mtty-1"))
+    ok(mc(run_cli, qemu_sim, "define", "-u", U1))
+    f = _file(tmp_path, {"mdev_type": "mtty-1", "start": "auto", "attrs": [{"a": "7"}]})
+    r = mc(run_cli, qemu_sim, "modify", "-u", U1, "--live", "--jsonfile", f)  # no script at all
+    assert r.exit_code == 5 and "No callout script with version support found that supports live modify" in r.stderr
+    assert run_cli(qemu_sim, "mdev", "modify", U1, "--live", "--jsonfile", f).exit_code == 5  # every door
+    _live_script(qemu_sim, events="")  # versioned, without the live event
+    r = mc(run_cli, qemu_sim, "modify", "-u", U1, "--live", "--defined", "--jsonfile", f)
+    assert r.exit_code == 1 and "does not support event live" in r.stderr
+    assert defn(qemu_sim, U1) == {"mdev_type": "mtty-1", "start": "manual", "attrs": []}  # --defined: not written
+    _live_script(qemu_sim, answer=1)  # takes it, and fails
+    r = mc(run_cli, qemu_sim, "modify", "-u", U1, "--live", "--defined", "--jsonfile", f)
+    assert r.exit_code == 1 and "did not make the live modify" in r.stderr and "return code 1" in r.stderr
+    assert defn(qemu_sim, U1) == {"mdev_type": "mtty-1", "start": "manual", "attrs": []}
+
+
+def test_modify_live_refusals(qemu_sim: Path, run_cli: Run, tmp_path: Path) -> None:
+    ok(mc(run_cli, qemu_sim, "start", "-u", U1, "-p", "mtty", "-t", "mtty-1"))
+    _live_script(qemu_sim)
     same = {"mdev_type": "mtty-1", "start": "manual", "attrs": [{"a": "7"}]}
     f = _file(tmp_path, same)
     refusals = {
@@ -94,9 +147,7 @@ def test_modify_live_rolls_back_and_refuses(qemu_sim: Path, run_cli: Run, tmp_pa
     r = mc(run_cli, qemu_sim, "modify", "-u", U2, "--live", "--jsonfile", f)
     assert r.exit_code == 3 and f"Mediated device {U2} is not active" in r.stderr
     r = mc(run_cli, qemu_sim, "modify", "-u", U1, "--live", "--defined", "--jsonfile", f)
-    assert r.exit_code == 3 and "is not defined" in r.stderr and a.read_text().strip() == "0"  # checked first
+    assert r.exit_code == 3 and "is not defined" in r.stderr  # checked before any script is asked
     ok(mc(run_cli, qemu_sim, "define", "-u", U1, "-p", "mtty", "-t", "mtty-2"))  # defined with another type
     r = mc(run_cli, qemu_sim, "modify", "-u", U1, "--live", "--defined", "--jsonfile", f)
     assert r.exit_code == 2 and "'type' of active and defined mdev does not match" in r.stderr
-    doc = json.loads(ok(run_cli(qemu_sim, "mdev", "modify", U1, "--live", "--jsonfile", f, "--json")))
-    assert doc["live"] is True and doc["plan"] == [f"set a of running {U1}"] and a.read_text().strip() == "7"

@@ -10,6 +10,7 @@ test suite") and must still differ (strict xfail), so the table stays true.
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from pathlib import Path
@@ -104,6 +105,11 @@ def test_upstream_case(case: dict[str, Any], run_cli: Run, tmp_path: Path) -> No
     if "active" in case:
         running = sim / "sys/bus/mdev/devices"
         assert sorted(p.name for p in running.iterdir()) == sorted(_u(u) for u in case["active"])
+    if "listed" in case:  # the running device as mdevctl's list shows it (its call-out's attributes)
+        uid, parent, expected = case["listed"]
+        shown = run_cli(sim, "mdev", "--mdevctl", "list", "--dumpjson", "-u", _u(uid), "-p", parent)
+        assert shown.exit_code == 0, shown.stderr
+        assert json.loads(shown.stdout) == json.loads((DATA / expected).read_text())  # -u -p: the device alone
     if "gone" in case:
         uid, parent = case["gone"]
         base = sim / "etc/mdevctl.d"

@@ -72,6 +72,11 @@ def test_install_upgrade_and_tour(machine: Chroot, debs: dict[str, Path]) -> Non
     # the shims: /usr/sbin/mdevctl is vgpukit's through update-alternatives (no mdevctl package here)
     assert machine.run("readlink -f /usr/sbin/mdevctl").stdout.strip() == "/usr/lib/vgpukit/bin/mdevctl"
     machine.run("VGPUKIT_SIM=/tmp/t4-mdev mdevctl list && VGPUKIT_SIM=/tmp/t4-mdev lsmdev")
+    # and /usr/bin/nvidia-mig-parted (no nvidia-mig-manager package here)
+    assert (
+        machine.run("readlink -f /usr/bin/nvidia-mig-parted").stdout.strip() == "/usr/lib/vgpukit/bin/nvidia-mig-parted"
+    )
+    machine.run("VGPUKIT_SIM=/tmp/hgx-a100 nvidia-mig-parted -d export | grep -q 'mig-enabled: false'")
     units = machine.run("vgpukit units list --json").stdout
     assert "/usr/bin/vgpukit" in units
     machine.run(
@@ -93,7 +98,7 @@ def test_purge_leaves_the_host_as_it_was(machine: Chroot) -> None:
     machine.run("mkdir -p /etc/vgpukit /etc/mdevctl.d && echo keep > /etc/vgpukit/qos.yaml")
     machine.run("apt-get purge -y -qq vgpukit && apt-get autoremove -y -qq --purge")
     machine.run("test -f /etc/vgpukit/qos.yaml && rm -r /etc/vgpukit /etc/mdevctl.d")  # the operator's: kept
-    machine.run("test ! -e /usr/sbin/mdevctl")
+    machine.run("test ! -e /usr/sbin/mdevctl && test ! -e /usr/bin/nvidia-mig-parted")
     machine.run(f"{SNAPSHOT} > /tmp/after")
     diff = machine.run("diff /tmp/before /tmp/after", check=False).stdout
     assert diff == "", diff

@@ -11,8 +11,10 @@ from ..cdi_settings import CLASSES
 from ..clikit.context import App
 from ..clikit.lazy import LazyGroup
 from ..clikit.options import dry_run_option, json_option, mutating
-from ..clikit.output import emit, emit_result, json_doc, print_json, say, table
+from ..clikit.output import emit, emit_result, finish_read, json_doc, print_json, say, table
 from ..host_layout import CDI_SPEC_DIRS
+from ..partial import Unread, as_json
+from ..pci import Scan
 
 CLASS_OPTION = click.option(
     "--class", "classes", multiple=True, type=click.Choice(CLASSES), help="Only these classes (repeat)."
@@ -66,22 +68,38 @@ def generate(app: App, output: str | None, classes: tuple[str, ...]) -> None:
 
     todo = plan(app.host, lambda: app.nvml, Generate(output, classes))
     _warn(todo.warnings)
+    lost = _lost(app, classes)  # GPUs NVML cannot answer for: left out of the specs, named, exit 6
     if output == "-":
         if app.json:
-            print_json(json_doc("cdi", {"specs": [s.to_dict() for s in todo.specs], "warnings": todo.warnings}))
+            doc = {"specs": [s.to_dict() for s in todo.specs], "warnings": todo.warnings, "unreadable": as_json(lost)}
+            print_json(json_doc("cdi", doc))
         else:
             sys.stdout.write("---\n".join(s.render("yaml") for s in todo.specs if s.devices))
+        finish_read(app, lost)
         return
-    _done(app, todo)
+    _done(app, todo, lost)
 
 
-def _done(app: App, todo: Any) -> None:
+def _lost(app: App, classes: tuple[str, ...]) -> list[Unread]:
+    from ..cdi.spec import NVML_CLASSES
+    from ..naming import aliases
+    from ..partial import lost_gpus
+
+    nvml = app.nvml
+    if nvml is None or (classes and not NVML_CLASSES & set(classes)):
+        return []
+    gpus = nvml.gpus()
+    return lost_gpus(gpus, aliases(Scan(app.host))) if any(g.lost for g in gpus) else []
+
+
+def _done(app: App, todo: Any, lost: list[Unread] | None = None) -> None:
     """Run the plan (a dry run lists it) and report its files."""
     from ..engine import execute
 
     done = [s.describe() for s in todo.preview] if app.dry_run else execute(app.env, todo.steps)
-    emit_result(app, "cdi", plan=done, data={"files": _files(app.host, todo.files), "warnings": todo.warnings},
-                human=lambda: _human(todo.files))  # fmt: skip
+    data = {"files": _files(app.host, todo.files), "warnings": todo.warnings, "unreadable": as_json(lost or [])}
+    emit_result(app, "cdi", plan=done, data=data, human=lambda: _human(todo.files))
+    finish_read(app, lost or [])
 
 
 @cdi.command("enable")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..host import Host
+from ..nvml.errors import NvmlError
 
 if TYPE_CHECKING:
     from ..nvml import Nvml
@@ -56,7 +57,7 @@ def mig_slices(host: Host, nvml: Nvml | None, warnings: list[str]) -> list[MigSl
     """Every compute instance on every MIG-enabled GPU. Empty without NVML."""
     if nvml is None:
         return []
-    mig_gpus = [g for g in nvml.gpus() if g.mig_current]
+    mig_gpus = [g for g in nvml.gpus() if g.mig_current and not g.lost]  # a lost GPU's cannot be listed
     if not mig_gpus:
         return []
     gpu_instances: Callable[[int], list[Any]] | None = getattr(nvml, "gpu_instances", None)
@@ -68,7 +69,12 @@ def mig_slices(host: Host, nvml: Nvml | None, warnings: list[str]) -> list[MigSl
     for gpu in mig_gpus:
         n = gpu_minor(host, gpu.bdf, gpu.index)
         position = 0
-        for gi in gpu_instances(gpu.index):
+        try:
+            instances = gpu_instances(gpu.index)
+        except NvmlError as exc:  # this GPU stopped answering: its MIG devices are left out, the rest go on
+            warnings.append(f"{gpu.bdf}: MIG devices not listed: {exc}")
+            continue
+        for gi in instances:
             for ci in gi.compute_instances:
                 j, position = position, position + 1  # NVML's MIG device index counts skipped ones too
                 gi_key, ci_key = f"gpu{n}/gi{gi.id}/access", f"gpu{n}/gi{gi.id}/ci{ci.id}/access"

@@ -248,7 +248,7 @@ def collect_gpus(host: Host, nvml: Nvml | None) -> dict[str, list[CdiDevice]]:
     if nvml is None:
         return out
     for g in nvml.gpus():
-        if g.mig_current:
+        if g.mig_current or (g.lost and not g.uuid):  # a lost GPU keeps its entry while its identity is known
             continue
         edits = nvidia.gpu_edits(host, gpu_minor(host, g.bdf, g.index))
         out["gpu"] += [CdiDevice(str(g.index), edits), CdiDevice(g.uuid, edits)]

@@ -36,8 +36,22 @@ def exporter(app: App, listen: tuple[str, int], once: bool) -> None:
     collector = HostCollector(app.host, lambda: app.nvml)
     if once:
         sys.stdout.write(text(collector))
+        _lost(app)
         return
     _serve(collector, *listen)
+
+
+def _lost(app: App) -> None:
+    """A scrape shows a GPU NVML cannot answer for by its health series only: --once exits 6 naming it."""
+    from ..clikit.output import finish_read
+    from ..naming import aliases
+    from ..partial import lost_gpus
+    from ..pci import Scan
+
+    nvml = app.nvml
+    gpus = nvml.gpus() if nvml is not None else []
+    if any(g.lost for g in gpus):
+        finish_read(app, lost_gpus(gpus, aliases(Scan(app.host))))
 
 
 def _serve(collector: Any, addr: str, port: int) -> None:

@@ -9,13 +9,15 @@ import click
 from .. import pci, topology
 from ..clikit.context import App
 from ..clikit.options import json_option
-from ..clikit.output import emit, is_tty, table
+from ..clikit.output import emit, finish_read, is_tty, table
 from ..clikit.params import NAME
 from ..errors import InvalidInput
 from ..naming import aliases
+from ..partial import as_json
 
 if TYPE_CHECKING:
     from ..nvml import NvmlGpu
+    from ..partial import Unread
 
 
 def _gpu_info(app: App, devices: list[pci.PciDevice]) -> dict[str, NvmlGpu]:
@@ -26,14 +28,25 @@ def _gpu_info(app: App, devices: list[pci.PciDevice]) -> dict[str, NvmlGpu]:
     return {g.bdf: g for g in nv.gpus()} if nv is not None else {}
 
 
+def unread(gpus: dict[str, NvmlGpu], names: dict[str, str]) -> list[Unread]:
+    """The GPUs NVML could not answer for (lost): shown, marked, and the reason exit 6 (docs/health.md)."""
+    from ..partial import unread_gpu
+
+    return [unread_gpu(names, g) for g in gpus.values() if g.lost]
+
+
 def caps(dev: pci.PciDevice, gpus: dict[str, NvmlGpu]) -> list[str]:
     out = ["console (boot_vga)"] if dev.boot_vga else []
     if dev.sriov:
         out.append(f"SR-IOV {dev.sriov.num_vfs}/{dev.sriov.total_vfs} VFs")
+        if len(dev.sriov.vfs) < dev.sriov.num_vfs:
+            out.append(f"{dev.sriov.num_vfs - len(dev.sriov.vfs)} VFs missing")
     if dev.mdev_types:
         out.append(f"mdev {len(dev.mdev_types)} types")
     g = gpus.get(dev.bdf)
-    if g and g.mig_capable:
+    if g and g.lost:
+        out.append("GPU lost (NVML: not read)")
+    elif g and g.mig_capable:
         state = "on" if g.mig_current else "off"
         if g.mig_pending != g.mig_current:
             state += f" (pending {'on' if g.mig_pending else 'off'})"
@@ -52,6 +65,7 @@ def _dev_doc(dev: pci.PciDevice, names: dict[str, str], gpus: dict[str, NvmlGpu]
             "mig_capable": g.mig_capable,
             "mig_current": g.mig_current,
             "mig_pending": g.mig_pending,
+            **({"lost": True} if g.lost else {}),
         }
         if g
         else None
@@ -135,6 +149,10 @@ def _matrix(app: App, scan: pci.Scan, names: dict[str, str], matrix: bool, rdma:
             table(None, ["GPU", "BDF", "NICS BEHIND A SHARED PCIE SWITCH (GPUDIRECT RDMA)"], rdma_rows(data))
 
     emit(app, "topo-matrix", data, human)
+    if data["unreadable"]:
+        from ..partial import Unread
+
+        finish_read(app, [Unread(**u) for u in data["unreadable"]])
 
 
 @click.command()
@@ -172,9 +190,11 @@ def topo(app: App, matrix: bool, rdma: bool, show_vfs: bool) -> None:
             if node_dir.startswith("node") and node_dir[4:].isdigit():
                 numa[node_dir[4:]] = host.read_opt(host.numa_node(node_dir[4:], "cpulist"))
         roles = topology.port_roles(devices)
-        return {"roots": [tree_doc(r, roles) for r in roots], "numa_nodes": numa}
+        return {"roots": [tree_doc(r, roles) for r in roots], "numa_nodes": numa, "unreadable": as_json(lost)}
 
+    lost = unread(gpus, names)
     emit(app, "topo", doc, lambda: _render_tree(roots, names, gpus, show_vfs))
+    finish_read(app, lost)
 
 
 KINDS = ("gpu", "display", "nic", "nvme", "bridge", "other")
@@ -222,4 +242,8 @@ def devices(app: App, kind: str | None, vendor: str | None, show_all: bool) -> N
         ]
         table(None, ["BDF", "NAME", "KIND", "IDS", "MODEL", "DRIVER", "NUMA", "IOMMU", "LINK", "CAPABILITIES"], rows)
 
-    emit(app, "devices", lambda: {"devices": [_dev_doc(d, names, gpus) for d in sel]}, human)
+    lost = unread({b: g for b, g in gpus.items() if any(d.bdf == b for d in sel)}, names)
+    emit(
+        app, "devices", lambda: {"devices": [_dev_doc(d, names, gpus) for d in sel], "unreadable": as_json(lost)}, human
+    )
+    finish_read(app, lost)

@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import pci, topology
+from ..partial import as_json, unread_gpu
 
 if TYPE_CHECKING:
     from ..clikit.context import App
-    from ..nvml import Nvml
+    from ..nvml import Nvml, NvmlGpu
 
 # nvidia-smi's legend, word for word (driver r535 and later)
 LEGEND = """Legend:
@@ -28,12 +29,12 @@ LEGEND = """Legend:
   NV#  = Connection traversing a bonded set of # NVLinks"""
 
 
-def _nvml_gpus(app: App, devices: list[pci.PciDevice]) -> tuple[Nvml | None, dict[str, int]]:
-    """NVML and its GPUs (BDF -> index), asked only when there is an NVIDIA GPU to ask about."""
+def _nvml_gpus(app: App, devices: list[pci.PciDevice]) -> tuple[Nvml | None, list[NvmlGpu]]:
+    """NVML and its GPUs, asked only when there is an NVIDIA GPU to ask about."""
     if not any(d.vendor == "10de" and d.kind == "gpu" for d in devices):
-        return None, {}
+        return None, []
     nv = app.nvml
-    return (nv, {g.bdf: g.index for g in nv.gpus()}) if nv is not None else (None, {})
+    return (nv, nv.gpus()) if nv is not None else (None, [])
 
 
 def _natural(name: str) -> tuple[str, int]:
@@ -44,7 +45,9 @@ def _natural(name: str) -> tuple[str, int]:
 
 def matrix_doc(app: App, scan: pci.Scan, names: dict[str, str]) -> dict[str, Any]:
     devices = scan.physical()
-    nv, index = _nvml_gpus(app, devices)
+    nv, nv_gpus = _nvml_gpus(app, devices)
+    index = {g.bdf: g.index for g in nv_gpus if g.bdf}
+    lost = [unread_gpu(names, g) for g in nv_gpus if g.lost]  # its PCIe relations only: no NVLink read
     gpus = [d for d in devices if d.kind == "gpu" and (not index or d.bdf in index)]
     if index:
         gpus.sort(key=lambda d: index[d.bdf])
@@ -83,6 +86,7 @@ def matrix_doc(app: App, scan: pci.Scan, names: dict[str, str]) -> dict[str, Any
         },
         "nics": {label[d.bdf]: {"bdf": d.bdf, "alias": names.get(d.bdf), "rdma": rdma[d.bdf][0]} for d in nics},
         "legend": LEGEND,
+        "unreadable": as_json(lost),
     }
 
 

@@ -118,7 +118,9 @@ def render() -> str:
     out += [
         ".SH EXIT STATUS",
         "0 success (also: nothing to do); 1 failed; 2 bad input or usage; 3 not found;",
-        "4 busy, conflicting, no capacity, or the host lock is held; 5 unsupported.",
+        "4 busy, conflicting, no capacity, or the host lock is held; 5 unsupported;",
+        "6 done except for the devices named (unusable: refused or left alone; or not read).",
+        "vgpukit health reports a state instead: 0 healthy, 1 degraded, 4 unusable.",
         ".SH ENVIRONMENT",
         *(f".TP\n{_esc(name)}\n{_esc(what)}" for name, what in ENVIRONMENT.items()),
         ".SH FILES",

@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from ..errors import VgpukitError
 from .context import App
+
+if TYPE_CHECKING:
+    from ..partial import Unread
 
 SCHEMA_VERSION = 1
 
@@ -96,7 +99,9 @@ def emit_result(
     if app.json:
         print_json(json_doc(kind, doc))
         return
-    if not plan:
+    if not plan and (data or {}).get("skipped"):
+        say("nothing else to do: every device not left alone already matches the request")
+    elif not plan:
         say("nothing to do: the host already matches the request", "green")
     elif app.dry_run:
         say("dry run, nothing changed. Plan:", "bold")
@@ -107,8 +112,19 @@ def emit_result(
             say(f"done: {step}", "green")
     else:  # a pipe: every line in one write
         sys.stdout.write("".join(f"done: {step}\n" for step in plan))
+    for left in (data or {}).get("skipped") or []:  # a config door's devices left alone (exit 6 follows)
+        say(f"left alone: {left['message']}", "yellow")
     if human is not None:
         human()
+
+
+def finish_read(app: App, unread: Sequence[Unread]) -> None:
+    """End a whole-host read that printed its document: exit 6 (one line naming what it could not read)
+    when devices were left out (docs/health.md, "One bad device"); nothing when it read them all."""
+    if unread:
+        from ..partial import error
+
+        fail_after_emit(app, error(list(unread)))
 
 
 def fail_after_emit(app: App, err: VgpukitError) -> NoReturn:

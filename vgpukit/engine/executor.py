@@ -102,11 +102,11 @@ def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[st
                 run(step, ())
         except VgpukitError as exc:
             _, failures = _undo(env, undo, "rolling back")
-            book.close()
+            book.close(committed=False)
             n = changed
             note = f"rolled back the {plural(n, 'step')} done" if n else "nothing was changed"
             if failures:
-                note += "; could NOT undo: " + "; ".join(failures)
+                note += "; could NOT undo: " + "; ".join(f"{what}: {why.message}" for what, why in failures)
             raise type(exc)(
                 f"{exc.message}; {note}",
                 path=exc.path,
@@ -118,7 +118,7 @@ def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[st
         except BaseException:
             # KeyboardInterrupt / SystemExit: put back now, as a crash would be on the next command
             _undo(env, undo, "rolling back")
-            book.close()
+            book.close(committed=False)
             raise
         finally:
             if env.progress is not None:
@@ -152,8 +152,10 @@ def refresh(env: Env) -> list[str]:
         return execute(env, derived_steps(env), derived=False)
 
 
-def _undo(env: Env, undo: list[Step], what: str) -> tuple[int, list[str]]:
-    count, failures = 0, []
+def _undo(env: Env, undo: list[Step], what: str) -> tuple[int, list[tuple[str, VgpukitError]]]:
+    """Run the inverses ``undo`` newest first; how many ran, and each that failed (what, why)."""
+    count: int = 0
+    failures: list[tuple[str, VgpukitError]] = []
     if env.progress is not None and undo:
         env.progress.begin(what, len(undo))
     for inv in reversed(undo):
@@ -161,9 +163,9 @@ def _undo(env: Env, undo: list[Step], what: str) -> tuple[int, list[str]]:
         try:
             inv.apply(env)
             count += 1
-        except VgpukitError as exc:  # keep undoing the rest; say what stays behind
-            log.warning("undo failed: %s: %s", inv.describe(), exc)
-            failures.append(f"{inv.describe()}: {exc}")
+        except VgpukitError as exc:  # keep undoing the rest; the error line says what stays behind
+            log.info("undo failed: %s: %s", inv.describe(), exc)
+            failures.append((inv.describe(), exc))
         if env.progress is not None:
             env.progress.advance(inv.describe())
     if env.progress is not None and undo:
@@ -190,17 +192,33 @@ def recover(env: Env) -> list[str]:
     finally:
         env.recovering = False
     if failures:
-        from ..errors import HostIOError
+        from ..errors import HostIOError, StorageFault
 
-        raise HostIOError(
-            f"could not repair the change interrupted by {who}: " + "; ".join(failures),
-            path=env.host.display(env.host.state_dir("journal")),
-            hint="fix the cause and run 'vgpukit recover' (or 'vgpukit recover --discard' to drop the journal)",
+        what, why = failures[0]
+        more = f" (and {plural(len(failures) - 1, 'more')})" if len(failures) > 1 else ""
+        again = "run 'vgpukit recover' (or 'vgpukit recover --discard' to drop the journal)"
+        storage = isinstance(why, StorageFault)
+        raise (StorageFault if storage else HostIOError)(
+            f"could not repair the change interrupted by {who}: {what}: {why.message}{more}",
+            path=why.path if storage else env.host.display(env.host.state_dir("journal")),
+            errno=why.errno,
+            hint=f"{why.hint.removesuffix(', then run the command again')}, then {again}"
+            if storage and why.hint
+            else f"fix the cause and {again}",
         )
     lines += [f"put back: {s.describe()}" for s in reversed(steps)]
     if not steps:
         lines.append("nothing had been changed yet")
-    jr.discard(env.host)
+    try:
+        jr.discard(env.host)
+    except VgpukitError as exc:
+        raise type(exc)(
+            f"{exc.message}; the interrupted change was put back, but its journal stays (the next command"
+            " replays it again, which changes nothing)",
+            path=exc.path,
+            errno=exc.errno,
+            hint=exc.hint,
+        ) from exc
     # the host is as it was before the interrupted command: derived files follow it
     lines += [f"refreshed: {line}" for line in execute(env, derived_steps(env), derived=False)]
     return lines

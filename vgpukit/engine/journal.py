@@ -16,10 +16,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidInput, from_oserror
+from ..errors import InvalidInput, VgpukitError
 from ..host import Host
-from ..hostio import fsync_dir
+from ..hostio import Change, fsync_dir
 from ..inputs import load_json
+from ..logs import logger
 
 MAX_JOURNAL = 64 * 1024 * 1024
 
@@ -42,22 +43,26 @@ class Journal:
         self.count = 0
         host.mkdir(self.path.parent)
         host.resolve(self.path.parent)  # refuse a run/vgpukit that leads outside the root
-        try:
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise from_oserror(exc, path=self.shown, action="creating the journal") from exc
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        self.fd = host.through(Change("create", self.shown), lambda: os.open(self.path, flags, 0o600))
         head = {"schema": "vgpukit.journal/v1", "command": command, "pid": os.getpid(), "started": time.time()}
-        self._append([head])
+        try:
+            self._append([head])
+        except VgpukitError:  # a full or failing file system: leave no headless journal behind
+            self.close(committed=False)
+            raise
         fsync_dir(self.path.parent)
 
     def _append(self, docs: list[dict[str, Any]]) -> None:
         data = memoryview("".join(json.dumps(d, separators=(",", ":"), default=str) + "\n" for d in docs).encode())
-        try:
+
+        def write() -> None:
+            nonlocal data
             while data:
                 data = data[os.write(self.fd, data) :]
             os.fsync(self.fd)
-        except OSError as exc:
-            raise from_oserror(exc, path=self.shown, action="writing the journal") from exc
+
+        self.host.through(Change("append", self.shown), write)
 
     def add(self, entry: dict[str, Any]) -> None:
         self.add_all([entry])
@@ -68,21 +73,49 @@ class Journal:
             self._append(entries)
             self.count += len(entries)
 
-    def close(self) -> None:
-        """The command is over (done or rolled back): nothing is left to put back."""
-        os.close(self.fd)
+    def close(self, committed: bool = True) -> None:
+        """The command is over: nothing is left to put back. ``committed``: its change is made, so a
+        journal that cannot be removed must not survive to undo it (emptied instead, or the error says
+        so); otherwise (rolled back, or never started) a journal left behind only replays inverses that
+        change nothing, and a failure to remove it is only logged."""
         try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+            self.host.remove(self.path)
+        except VgpukitError as exc:
+            if committed and not self._emptied():
+                raise type(exc)(
+                    f"{exc.message}; the change was made, but its journal is still there and the next"
+                    " vgpukit command would undo it",
+                    path=exc.path,
+                    errno=exc.errno,
+                    hint="once the file system is fixed, run 'vgpukit recover --discard' before anything else",
+                ) from exc
+            if not committed:
+                logger("vgpukit.engine").warning("could not remove the journal: %s", exc)
+        finally:
+            os.close(self.fd)
         fsync_dir(self.path.parent)
+
+    def _emptied(self) -> bool:
+        """Empty the journal in place (a committed change whose journal cannot be unlinked): True when done."""
+
+        def empty() -> None:
+            os.ftruncate(self.fd, 0)
+            os.fsync(self.fd)
+
+        try:
+            self.host.through(Change("record", self.shown), empty)
+        except VgpukitError:
+            return False
+        return True
 
 
 def pending(host: Host) -> Pending | None:
     path = host.state_dir("journal")
     if not os.path.lexists(path):
         return None
-    text = host.read_opt(path, "") or ""
+    text = host.read_raw_opt(path) or ""  # an unreadable journal is an error, never "nothing to do"
+    if not text.strip():  # emptied by a command whose change was made but whose journal could not be removed
+        return None
     lines = text.split("\n")
     docs: list[dict[str, Any]] = []
     for n, line in enumerate(lines):

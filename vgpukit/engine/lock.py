@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import Busy, from_oserror
 from ..host import Host
+from ..hostio import Change
 
 if TYPE_CHECKING:
     from .progress import Progress
@@ -32,12 +33,23 @@ def lock_path(host: Host) -> str:
 
 
 def holder(host: Host) -> str:
-    """Who holds the lock, as written by the holder ("pid 123: vgpukit sriov enable ..."), or ''."""
-    text = host.read_opt(host.state_dir("lock"), "") or ""
-    pid, _, cmd = text.partition("\n")
-    if not pid.isascii() or not pid.isdigit():
-        return ""
-    cmd = "".join(ch if ch.isprintable() else "?" for ch in cmd.strip())[:200]
+    """Who holds the lock: "pid 123 (vgpukit sriov enable ...)", or ''. The holder writes its pid and
+    command line into the lock file right after taking it; until it has (or when it cannot: a full
+    /run, a holder that is not vgpukit), the kernel's /proc/locks names the pid and /proc/<pid>/cmdline
+    its command line, both read through the host door."""
+    path = host.state_dir("lock")
+    text = host.read_opt(path, "") or ""
+    pid_text, _, cmd = text.partition("\n")
+    if pid_text.isascii() and pid_text.isdigit():
+        pid = int(pid_text)
+        cmd = "".join(ch if ch.isprintable() else "?" for ch in cmd.strip())[:200]
+    else:
+        from ..processes import command_line, flock_holder
+
+        found = flock_holder(host, path)
+        if found is None:
+            return ""
+        pid, cmd = found, command_line(host, found)
     return f"pid {pid}" + (f" ({cmd})" if cmd else "")
 
 
@@ -60,18 +72,23 @@ def flocked(host: Host, path: Path, what: str, take: Callable[[int, str], None],
     host.mkdir(path.parent)
     host.resolve(path.parent)  # refuse a state directory that leads outside the root
     shown = host.display(path)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise from_oserror(exc, path=shown, action=f"opening {what}") from exc
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = host.through(Change("create", shown), lambda: os.open(path, flags, 0o600))
     try:
         take(fd, shown)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, record.encode(errors="replace"), 0)
+
+        def put() -> None:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, record.encode(errors="replace"), 0)
+
+        host.through(Change("record", shown), put)
         try:
             yield
         finally:
-            os.ftruncate(fd, 0)
+            try:
+                os.ftruncate(fd, 0)
+            except OSError:  # a failing file system: the next holder writes its own record over it
+                pass
     finally:
         os.close(fd)  # closing drops the flock
 

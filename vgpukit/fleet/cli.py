@@ -13,10 +13,12 @@ import click
 
 from ..clikit.context import App
 from ..clikit.options import dry_run_option, json_option, mutating
-from ..clikit.output import emit, emit_result, fail_after_emit, say
+from ..clikit.output import emit, emit_result, fail_after_emit, finish_read, say
 from ..clikit.params import NAME
 from ..engine import execute
 from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
+from ..exclusion import skipped_doc
+from ..partial import Unread, as_json
 from ..pci import Scan
 from . import document, export, plan
 
@@ -82,9 +84,19 @@ def apply_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
     --json output: docs/fleet.md.
     """
     cfg, todo = _plan(app, path, name, strict)
-    if not app.dry_run:
+    if not app.dry_run and todo.plain:
         execute(app.env, todo.plain)
     emit_result(app, "apply", plan=[s.describe() for s in todo.plain], data={**_head(path, cfg, todo), **_rest(todo)})
+    _left_alone(app, todo)
+
+
+def _left_alone(app: App, todo: plan.Plan) -> None:
+    """A device the config names that is left alone (unusable): everything else was done; exit 6 with
+    its refusal (docs/fleet.md, "Exit codes")."""
+    if todo.skipped:
+        from ..exclusion import outcome
+
+        fail_after_emit(app, outcome([err for _, _, err in todo.skipped]))
 
 
 def _rest(todo: plan.Plan) -> dict[str, Any]:
@@ -103,14 +115,17 @@ def diff_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
     """Show what 'apply' would change (the plan), changing nothing; exit 0 either way."""
     cfg, todo = _plan(app, path, name, strict)
     doc = {**_head(path, cfg, todo), "dry_run": True, "changed": False, **todo.to_json()}
-    emit(app, "diff", doc, lambda: _show(doc["plan"]))
+    emit(app, "diff", doc, lambda: _show(doc["plan"], doc["skipped"]))
+    _left_alone(app, todo)
 
 
-def _show(lines: list[str]) -> None:
-    if not lines:
+def _show(lines: list[str], skipped: list[dict[str, Any]] | None = None) -> None:
+    if not lines and not skipped:
         say("no differences: the host matches the config", "green")
     for line in lines:
         say(f"  - {line}")
+    for left in skipped or []:
+        say(f"  left alone: {left['message']}")
 
 
 @click.command("assert")
@@ -132,7 +147,9 @@ def assert_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
         raise
     except VgpukitError as exc:  # cannot even be planned from here (in use, unsupported...): no match
         diff = [f"cannot be applied: {exc}"]
-    doc = {**_head(path, cfg, todo), "matches": not diff, "differences": diff}
+    left = [skipped_doc(area, device, err) for area, device, err in todo.skipped] if todo else []
+    diff += [f"left alone: {s['message']}" for s in left]  # apply would leave it: the host cannot match
+    doc = {**_head(path, cfg, todo), "matches": not diff, "differences": diff, "skipped": left}
     emit(app, "assert", doc, lambda: say("the host matches the config", "green") if not diff else _show(diff))
     if diff:
         fail_after_emit(app, VerifyFailed(f"the host does not match {path}" + (f" -c {cfg.name}" if cfg.name else "")))
@@ -144,13 +161,21 @@ def assert_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
 @click.pass_obj
 def export_cmd(app: App, name: str) -> None:
     """Print the host as a vgpukit.host/v1 document (SR-IOV, vfio, mdev, vGPU, MIG, QoS); applying it is a no-op."""
-    doc = export.current(app.host, name, lambda: _mig_export(app))
+    unread: list[Unread] = []  # a GPU NVML cannot answer for: left out of the document, named, exit 6
+    doc = export.current(app.host, name, lambda: _mig_export(app, unread))
     text = export.dump(doc)
-    emit(app, "export", {"config": name, "yaml": text, "document": doc}, lambda: click.echo(text, nl=False))
+    if unread:
+        from ..mig.cli_config import not_read_comment
+
+        text = not_read_comment(unread) + text
+    data = {"config": name, "yaml": text, "document": doc, "unreadable": as_json(unread)}
+    emit(app, "export", data, lambda: click.echo(text, nl=False))
+    finish_read(app, unread)
 
 
-def _mig_export(app: App) -> list[dict[str, Any]] | None:
-    """mig-parted's export of this host (vgpukit mig export's own), when it has a MIG-capable GPU."""
+def _mig_export(app: App, unread: list[Unread]) -> list[dict[str, Any]] | None:
+    """mig-parted's export of this host (vgpukit mig export's own), when it has a MIG-capable GPU (or a
+    lost GPU, which may be one)."""
     from ..mig.cli_common import nvml_of
     from ..mig.migparted import export_entries
 
@@ -158,9 +183,9 @@ def _mig_export(app: App) -> list[dict[str, Any]] | None:
         nvml = nvml_of(app)
     except Unsupported:
         return None
-    if not any(g.mig_capable for g in nvml.gpus()):
+    if not any(g.mig_capable or g.lost for g in nvml.gpus()):
         return None
-    return export_entries(Scan(app.host), nvml)
+    return export_entries(Scan(app.host), nvml, unread)
 
 
 # ----------------------------------------------------------------------------- boot unit
@@ -182,6 +207,9 @@ Type=oneshot
 RemainAfterExit=yes
 Environment=VGPUKIT_WAIT=300
 ExecStart={exe} apply -f {file}{c}
+# exit 6: a device the health layer finds unusable was left alone, everything else applied: the node
+# comes up (libvirtd and the kubelet start); vgpukit health and this unit's journal name the device
+SuccessExitStatus=6
 
 [Install]
 WantedBy=multi-user.target

@@ -24,6 +24,7 @@ from .. import naming
 from ..engine import Env, Step
 from ..engine.step import STAGES
 from ..errors import Busy, DeviceUnusable, InUse, InvalidInput, Unsupported, VgpukitError
+from ..exclusion import Exclusions, skipped_doc
 from ..holders import OpenFiles
 from ..mdev import planner as mdev_planner
 from ..mdev import sysfs as mdev_sysfs
@@ -45,6 +46,7 @@ T = TypeVar("T")
 class Plan:
     steps: list[tuple[str, Step]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the MIG and QoS planners', about this host
+    skipped: list[tuple[str, str, DeviceUnusable]] = field(default_factory=list)  # (area, device, refusal)
 
     def add(self, area: str, steps: list[Step]) -> None:
         self.steps += [(area, s) for s in steps]
@@ -66,6 +68,7 @@ class Plan:
             "plan": [s.describe() for s in self.plain],
             "steps": [{"area": a, **s.to_dict()} for a, s in self.ordered],
             "areas": counts,
+            "skipped": [skipped_doc(area, device, err) for area, device, err in self.skipped],
         }
 
 
@@ -85,6 +88,8 @@ class _Ctx:
         self.scan = Scan(env.host)
         self.files = OpenFiles(env.host)
         self.facts = planner.Facts(env.host, self.scan, self.files, nvml=lambda: env.nvml)
+        self.exclusions = Exclusions(env.host, lambda: env.nvml, self.scan)  # read once, when first asked
+        self.skipped: list[tuple[str, str, DeviceUnusable]] = []
         self.future_vfs: dict[str, list[str]] = {}  # PF -> its VFs once the SR-IOV steps ran
         self._mdev: mdev_planner.Facts | None = None
         self.line = cfg.line  # the entry being planned: an error without a place is put there
@@ -133,6 +138,18 @@ class _Ctx:
         except VgpukitError as err:
             raise type(err)(f"{self.where(sel)}: {err.message}", device=err.device, hint=err.hint) from None
 
+    def excluded(self, area: str, sel: Selector, bdf: str, name: str | None = None) -> bool:
+        """Whether the plan leaves device ``bdf`` (an entry's) alone, and why: the one predicate of
+        the config doors (:class:`vgpukit.exclusion.Exclusions`: the health layer finds it unusable).
+        A device left alone is recorded with its refusal, located at its entry; the rest is planned."""
+        label = name or naming.aliases(self.scan).get(bdf, bdf)
+        err = self.exclusions.check(bdf, f"{label} ({bdf})" if label != bdf else bdf)
+        if err is None:
+            return False
+        where = f"{self.where(sel)}: "
+        self.skipped.append((area, label, DeviceUnusable(where + err.message, device=bdf, hint=err.hint)))
+        return True
+
     def unique(self, area: str, pairs: list[tuple[str, Selector]]) -> None:
         seen: dict[str, Selector] = {}
         for key, sel in pairs:
@@ -174,6 +191,7 @@ def _plan(ctx: _Ctx) -> Plan:
     out.add("vgpu", vgpu_add)
     out.add("qos", _qos(ctx, out))
     out.add("remediation", _remediation(ctx))
+    out.skipped = ctx.skipped
     return out
 
 
@@ -184,9 +202,16 @@ def _mig(ctx: _Ctx, out: Plan) -> list[Step]:
     from ..mig import migparted
     from ..mig.steps import nvml_of
 
+    ctx.line = ctx.cfg.line  # MIG's refusals name the config (its entries are mig-parted's)
     req = migparted.MigRequest(ctx.cfg.mig, ctx.cfg.source, ctx.cfg.mig_name, strict=ctx.cfg.strict)
-    found = migparted.plan_config(nvml_of(ctx.env), ctx.scan, req)
+    found = migparted.plan_config(nvml_of(ctx.env), ctx.scan, req, ctx.exclusions)
     out.warnings += found.warnings
+    names = naming.aliases(ctx.scan)
+    where = f"{ctx.cfg.source}:{ctx.cfg.line}: config {ctx.cfg.name}"
+    for err in found.skipped:  # the GPUs the MIG planner left alone, the rest planned
+        bdf = err.device or ""
+        located = DeviceUnusable(f"{where}: {err.message}", device=bdf, hint=err.hint)
+        ctx.skipped.append(("mig", names.get(bdf, bdf), located))
     return list(found.steps)
 
 
@@ -196,6 +221,8 @@ def _sriov(ctx: _Ctx) -> list[Step]:
     steps: list[Step] = []
     for bdf, w in pairs:
         ctx.at(w.sel)
+        if ctx.excluded("sriov", w.sel, bdf, None):
+            continue
         pf = ctx.facts.pf(bdf, name=w.sel.describe())
         req: planner.Request
         if w.vfs == 0:
@@ -203,7 +230,7 @@ def _sriov(ctx: _Ctx) -> list[Step]:
         else:
             req = planner.EnableRequest(bdf, w.vfs, w.driver, force_how=None)
         steps += ctx.plan_entry(w.sel, req)
-        if w.vfs != pf.num_vfs:
+        if w.vfs != pf.num_vfs or (w.vfs and pf.missing):  # made anew: what goes on them goes on these
             off, stride = pf.offset or 1, pf.stride or 1
             ctx.future_vfs[bdf] = [vf_address(bdf, off, stride, n) for n in range(w.vfs)]
     return steps
@@ -215,6 +242,9 @@ def _vfio(ctx: _Ctx) -> list[Step]:
     steps: list[Step] = []
     for want, bdfs in wants:
         ctx.at(want.sel)
+        bdfs = [b for b in bdfs if not ctx.excluded("bind", want.sel, b)]
+        if not bdfs:
+            continue
         req = planner.VfioRequest(tuple(bdfs), want.sel.match, want.force, FORCE_KEY)
         steps += ctx.plan_entry(want.sel, req)
     return steps
@@ -257,6 +287,8 @@ def _mdev(ctx: _Ctx) -> tuple[list[Step], list[Step]]:
     add: list[Step] = []
     for parent, (sel, wants) in groups.items():
         ctx.at(sel)
+        if ctx.scan.exists(parent) and ctx.excluded("mdev", sel, parent):
+            continue
         r, a = ctx.located(sel, lambda: mdev_planner.converge(facts, [parent], wants))  # noqa: B023
         rm += r
         add += a
@@ -286,6 +318,8 @@ def _vgpu(ctx: _Ctx) -> tuple[list[Step], list[Step]]:
     add: list[Step] = []
     for bdf, wants in groups.items():
         ctx.at(wants[0].sel)
+        if ctx.excluded("vgpu", wants[0].sel, bdf):
+            continue
         gpu = views[bdf]
         facts = vgpu_planner.read(ctx.host, gpu, ctx.scan.device(bdf).ids)
         pairs = [(w.type, w.count) for w in wants]

@@ -8,11 +8,11 @@ Devices looked at: every GPU (``gpuN``), the VFs of a GPU, and every function bo
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..host import Host
-from ..host_layout import AER_DEV_CORRECTABLE, AER_DEV_FATAL, AER_DEV_NONFATAL, VIRTFN
+from ..host_layout import AER_DEV_CORRECTABLE, AER_DEV_FATAL, AER_DEV_NONFATAL
 from ..naming import aliases
 from ..nvml.errors import GPU_IS_LOST, NvmlError
 from ..nvml.model import EventWatcher, Nvml, NvmlEvent
@@ -43,7 +43,7 @@ def aer_total(text: str | None) -> int | None:
     return None
 
 
-def _pci_facts(host: Host, dev: PciDevice, entries: frozenset[str]) -> dict[str, Any]:
+def _pci_facts(host: Host, dev: PciDevice, entries: frozenset[str], scan: Scan) -> dict[str, Any]:
     """``entries``: the device directory's names as the scan listed them (a file not there is not opened)."""
     aer = {}
     for kind, name in AER_FILES.items():
@@ -51,8 +51,8 @@ def _pci_facts(host: Host, dev: PciDevice, entries: frozenset[str]) -> dict[str,
         if total is not None:
             aer[kind] = total
     facts: dict[str, Any] = {"group": dev.iommu_group, "aer": aer, "driver": dev.driver, "physfn": dev.physfn}
-    if dev.sriov is not None:
-        present = sum(1 for e in entries if e.startswith(VIRTFN))
+    if dev.sriov is not None:  # a VF is there when its function is (not only its PF's virtfn link)
+        present = sum(1 for vf in dev.sriov.vfs if scan.exists(vf))
         facts["numvfs"], facts["vfs_present"] = dev.sriov.num_vfs, present
     return facts
 
@@ -60,6 +60,23 @@ def _pci_facts(host: Host, dev: PciDevice, entries: frozenset[str]) -> dict[str,
 def _disabled_vf(before: dict[str, Any], pci: dict[str, dict[str, Any]]) -> bool:
     pf = before.get("physfn")
     return isinstance(pf, str) and pf in pci and not pci[pf].get("numvfs")
+
+
+def _missing_vf(before: dict[str, Any], pci: dict[str, dict[str, Any]]) -> str | None:
+    """The PF of a VF that left sysfs while its PF still says more VFs than it has (a PF reset took
+    them away): the repair is re-creating them, not a reboot."""
+    pf = before.get("physfn")
+    if isinstance(pf, str) and pf in pci and int(pci[pf].get("numvfs") or 0) > int(pci[pf].get("vfs_present") or 0):
+        return pf
+    return None
+
+
+def _repair(pf: str, facts: dict[str, Any], record: Record) -> str:
+    """The command that re-creates the VFs of ``pf`` as they were (vfio-pci when every VF the record
+    saw was there), or the host config's apply."""
+    drivers = {str(v.get("driver")) for v in record.pci.values() if v.get("physfn") == pf}
+    driver = " --driver vfio-pci" if drivers == {VFIO} else ""
+    return f"vgpukit sriov enable {pf} --vfs {facts['numvfs']}{driver} (or vgpukit apply of the host config)"
 
 
 def _nvml_part(
@@ -121,13 +138,15 @@ def look(
         new.append(event(e.time or now, name_of.get(bdf, bdf), bdf, e.kind, e.data, table, e.gi))
     devices: dict[str, tuple[str, str]] = {}
     pci: dict[str, dict[str, Any]] = {}
+    repairs: dict[str, str] = {}
     for dev, name, kind in watched(scan, names):
         devices[dev.bdf] = (name, kind)
-        facts = _pci_facts(host, dev, scan.entries(dev.bdf))
+        facts = _pci_facts(host, dev, scan.entries(dev.bdf), scan)
         before = record.pci.get(dev.bdf, {})
         pci[dev.bdf] = {**facts, "name": name, "kind": kind}
         if "numvfs" in facts and facts["vfs_present"] < facts["numvfs"]:
             findings.setdefault(dev.bdf, []).append(("vfs-missing", facts["numvfs"] - facts["vfs_present"]))
+            repairs[dev.bdf] = _repair(dev.bdf, facts, record)
         for aer_kind, total in facts["aer"].items():
             if total > int(before.get("aer", {}).get(aer_kind, 0)):
                 new.append(event(now, name, dev.bdf, f"aer-{aer_kind}", total, table))
@@ -145,6 +164,11 @@ def look(
         name, kind = str(before.get("name", bdf)), str(before.get("kind", "pci"))
         devices[bdf] = (name, kind)
         pci[bdf] = {**before, "gone": True}
+        pf = _missing_vf(before, pci)
+        if pf is not None:  # gone with its PF's other VFs: re-created by the PF's repair, not a reboot
+            findings.setdefault(bdf, []).append(("vf-missing", 0))
+            repairs[bdf] = repairs.get(pf, "")
+            continue
         findings.setdefault(bdf, []).append(("pci-gone", 0))
         if not before.get("gone"):
             new.append(event(now, name, bdf, "pci-gone", 0, table))
@@ -173,6 +197,8 @@ def look(
         health = summarize(name, bdf, kind, findings.get(bdf, []), evs, table, now, window, counted)
         if any(e.slice_scoped for e in counted):
             health = summarize_slices(health, counted, now, window, _mig_devices(nvml, by_index, bdf))
+        if repairs.get(bdf) and health.action == "recreate-vfs":
+            health = replace(health, repair=repairs[bdf])
         out.append(health)
     return Look(out, new)
 

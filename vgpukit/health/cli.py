@@ -37,7 +37,10 @@ def _select(app: App, device: str | None, devices: list[DeviceHealth]) -> list[D
     bdf = resolve(app.host, device, frozenset({PCI}), nvml=lambda: app.nvml).bdf
     chosen = [d for d in devices if d.bdf == bdf]
     if not chosen:
-        raise NotFound(f"{device} is not a device the health layer watches", hint="GPUs, their VFs, vfio-pci devices")
+        raise NotFound(
+            f"{device} is not a device the health layer watches",
+            hint="GPUs, their VFs, vfio-pci devices, SR-IOV PFs with VFs",
+        )
     return chosen
 
 
@@ -54,6 +57,11 @@ def _render(devices: list[DeviceHealth], remedy: list[str] | None = None) -> Non
         rows.append([d.device, d.bdf, d.state, d.action, "; ".join(d.reasons)])
         rows += [[f"  {d.device} GI {s.gi}", d.bdf, s.state, s.action, "; ".join(s.reasons)] for s in d.slices]
     table(None, ["DEVICE", "BDF", "STATE", "ACTION", "REASONS"], rows)
+    repairs = dict.fromkeys(d.repair for d in devices if d.repair)  # one line per command, in device order
+    if repairs:
+        say("")
+        for line in repairs:
+            say(f"repair: {line}")
     recent = sorted((e for d in devices for e in d.events), key=lambda e: e.time)[-SHOWN_EVENTS:]
     if recent:
         say("")
@@ -105,7 +113,7 @@ def health(
     window: float,
     xid_table: Path | None,
 ) -> None:
-    """Each device's health (GPUs, their VFs, vfio-pci devices), its recent events, the action to take.
+    """Each device's health (GPUs, their VFs, vfio-pci devices, SR-IOV PFs), its recent events, the action to take.
 
     Exit 0 all healthy, 1 one degraded, 4 one unusable. States, events, XIDs: docs/health.md.
     """

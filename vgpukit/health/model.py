@@ -36,7 +36,8 @@ KINDS: dict[str, tuple[str, str, str]] = {
     "clock": ("info", "none", "clocks changed (throttling)"),
     "power-source": ("info", "none", "power source changed"),
     "pci-gone": ("unusable", "reboot", "the device left sysfs"),
-    "vfs-missing": ("unusable", "reset", "VFs configured but missing (a PF reset took them away)"),
+    "vfs-missing": ("degraded", "recreate-vfs", "VFs configured but missing (a PF reset took them away)"),
+    "vf-missing": ("unusable", "recreate-vfs", "gone with its PF's other VFs (configured but missing)"),
     "iommu-group-changed": ("degraded", "drain", "its IOMMU group changed since recorded"),
     "aer-fatal": ("unusable", "reset", "PCIe AER fatal errors counted"),
     "aer-nonfatal": ("degraded", "drain", "PCIe AER non-fatal errors counted"),
@@ -99,9 +100,10 @@ class DeviceHealth:
     events: tuple[HealthEvent, ...]  # its recent events, oldest first
     causes: tuple[tuple[str, str], ...] = ()  # (kind, severity) of what counts against it (not in --json)
     slices: tuple[SliceHealth, ...] = ()  # its MIG slices with events of their own
+    repair: str = ""  # the command that repairs it, where vgpukit has one (missing VFs: sriov enable)
 
     def as_dict(self) -> dict[str, Any]:
-        d = {
+        d: dict[str, Any] = {
             "device": self.device,
             "bdf": self.bdf,
             "kind": self.kind,
@@ -112,6 +114,8 @@ class DeviceHealth:
         }
         if self.slices:
             d["slices"] = [s.as_dict() for s in self.slices]
+        if self.repair:
+            d["repair"] = self.repair
         return d
 
     def slice_state(self, gi: int) -> str:

@@ -1,6 +1,7 @@
 """Which devices the health layer watches, from PCI facts only (no NVML, no record): every GPU
-(``gpuN``), the VFs of a GPU, and every function bound to vfio-pci (a VM's device). A device it does
-not watch is never found unusable, so a planner asks here first and loads nothing more for it."""
+(``gpuN``), the VFs of a GPU, every function bound to vfio-pci (a VM's device), and every SR-IOV PF
+with VFs configured (a reset may take them away). A device it does not watch is never found
+unusable, so a planner asks here first and loads nothing more for it."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ VFIO = "vfio-pci"
 
 
 def watched(scan: Scan, names: dict[str, str]) -> list[tuple[PciDevice, str, str]]:
-    """(device, name, kind) of the GPUs, their VFs and the vfio-pci functions, in bus order;
-    ``names``: :func:`vgpukit.naming.aliases` of ``scan``."""
+    """(device, name, kind) of the GPUs, their VFs, the vfio-pci functions and the SR-IOV PFs with VFs
+    configured, in bus order; ``names``: :func:`vgpukit.naming.aliases` of ``scan``."""
     out = []
     gpus = {bdf for bdf, name in names.items() if name.startswith("gpu")}
     for dev in scan.devices():
@@ -22,6 +23,8 @@ def watched(scan: Scan, names: dict[str, str]) -> list[tuple[PciDevice, str, str
             out.append((dev, dev.bdf, "vf"))
         elif dev.driver == VFIO:
             out.append((dev, dev.bdf, "vf" if dev.physfn else "pci"))
+        elif dev.sriov is not None and dev.sriov.num_vfs:
+            out.append((dev, names.get(dev.bdf, dev.bdf), "pci"))
     return out
 
 

@@ -17,7 +17,7 @@ from ..errors import InvalidInput
 from ..inputs import has_control, load_yaml
 
 SEVERITIES = ("info", "degraded", "unusable")  # in order: the worst of several wins
-ACTIONS = ("none", "restart-app", "reset", "drain", "reboot", "replace")
+ACTIONS = ("none", "restart-app", "recreate-vfs", "reset", "drain", "reboot", "replace")
 VERSIONS = (1, 2)  # 2: per-row `nvidia` and `stricter`, `sources` instead of `source`
 MAX_XID = 65535
 MAX_TABLE_BYTES = 256 * 1024

@@ -12,8 +12,9 @@ client. When ``vgpukit.io/config`` names a config that is not applied yet it
 Exit codes follow apply's contract (docs/fleet.md): 0 success; 4 with ``error`` = ``busy`` (another
 vgpukit command holds the host lock) stays ``pending`` and is retried after ``RETRY_S``; 4 with
 ``in-use`` (the change would destroy devices in use) is ``failed`` with the message
-``refused: ...``: the agent drains nothing, it leaves that to the operator; anything else is
-``failed``. Both labels and the annotation go in one ``PATCH /api/v1/nodes/NAME``.
+``refused: ...``: the agent drains nothing, it leaves that to the operator; 6 (a device the health
+layer finds unusable was left alone, everything else applied) is ``partial`` with the message
+``left alone: ...``; anything else is ``failed``. Both labels and the annotation go in one ``PATCH /api/v1/nodes/NAME``.
 
 The agent also runs the remediation policy the config installs (docs/health.md, "Remediation"): one
 look every ``remedy_s`` seconds (``vgpukit remediate --auto --for 0 --json``, :class:`RemedyRunner`),
@@ -36,8 +37,9 @@ from ..errors import HostIOError, InvalidInput, VgpukitError
 CONFIG_LABEL = "vgpukit.io/config"
 STATE_LABEL = "vgpukit.io/config.state"
 MESSAGE_ANNOTATION = "vgpukit.io/config.message"
-PENDING, SUCCESS, FAILED = "pending", "success", "failed"
+PENDING, SUCCESS, FAILED, PARTIAL = "pending", "success", "failed", "partial"
 EXIT_BUSY = 4  # apply's "refused, nothing changed" (error: busy | in-use | no-capacity | conflict)
+EXIT_SKIPPED = 6  # apply's "done, except the devices named" (unusable devices left alone)
 RETRY_S = 10.0
 WATCH_TIMEOUT_S = 300  # the server ends a watch after this long; the agent reads the node and watches again
 APPLY_TIMEOUT_S = 1800
@@ -84,6 +86,10 @@ def outcome(code: int, stdout: str) -> ApplyOutcome:
         return ApplyOutcome(PENDING, f"waiting: {message or 'host busy'}")
     if code == EXIT_BUSY and doc.get("error") == "in-use":
         return ApplyOutcome(FAILED, f"refused: {message or 'devices in use'}")
+    skipped = doc.get("skipped")
+    if code == EXIT_SKIPPED and isinstance(skipped, list) and skipped and isinstance(skipped[0], dict):
+        more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+        return ApplyOutcome(PARTIAL, f"left alone: {str(skipped[0].get('message') or '')[:400]}{more}")
     return ApplyOutcome(FAILED, message or f"apply exited with {code}")
 
 

@@ -6,7 +6,6 @@ import signal
 import socket
 import sys
 import threading
-from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,10 +13,12 @@ import click
 
 from ..clikit.context import App
 from ..clikit.lazy import LazyGroup
-from ..clikit.options import held, json_option
-from ..clikit.output import emit, say, table
-from ..clikit.params import NAME, AsciiFloat, AsciiInt
+from ..clikit.options import json_option
+from ..clikit.output import emit, finish_read, say, table
+from ..clikit.params import NAME, AsciiFloat
+from ..partial import as_json
 from .cli_health import evicting, health, remediate_every_option, with_remediation
+from .cli_options import ShareChoice, device_metadata_option, replicas_option, vm_mode, vm_options
 from .stopping import Stop
 
 
@@ -41,30 +42,16 @@ if TYPE_CHECKING:
     from ..engine.env import Env
     from ..host import Host
     from ..nvml import Nvml
-    from .inventory import Inventory, Options, Poller
+    from .inventory import Inventory, Options
 
 
-class ShareChoice(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
-    """``--share-by-capacity``: ``off``, or ``gpu``, ``mig`` and DRA device names (:func:`.dra.capacity.choice`)."""
-
-    name = "devices"
-
-    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
-        return "DEVICES"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from ..errors import InvalidInput
-        from .dra.capacity import Choice, choice
-
-        if isinstance(value, Choice):
-            return value
-        try:
-            return choice(str(value))
-        except InvalidInput as err:
-            self.fail(err.message, param, ctx)
-
-
-@click.group(cls=LazyGroup)
+@click.group(
+    cls=LazyGroup,
+    lazy={
+        "labels": ("vgpukit.k8s.cli_labels", "labels_cmd", ""),
+        "kubevirt-config": ("vgpukit.k8s.cli_kubevirt", "kubevirt_config", ""),
+    },
+)
 def k8s() -> None:
     """Kubernetes: device plugin (kubelet API v1beta1, CDI), NFD node labels, config agent."""
 
@@ -78,25 +65,17 @@ def _options(host: Host, replicas: int) -> Options:
     return Options(replicas=replicas, qos=qos)
 
 
-def _poller(app: App, replicas: int) -> Poller:
-    """Reads the host afresh at every poll (a new App: nothing cached from the previous one)."""
-    from .inventory import Poller
+def _poller(app: App, replicas: int, vms: str | None = None) -> Callable[[], Inventory]:
+    """Reads the host afresh at every poll (a new App: nothing cached); ``vms``: the KubeVirt mode's naming."""
+    from . import inventory, kubevirt
 
     def open_host() -> tuple[Host, Nvml | None, Callable[[], None]]:
         fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
         return fresh.host, fresh.nvml, fresh.close
 
-    return Poller(open_host, lambda host: _options(host, replicas))
-
-
-replicas_option = click.option(
-    "--share-replicas",
-    "replicas",
-    type=AsciiInt(0, 64),
-    default=4,
-    show_default=True,
-    help="vgpukit.io/gpu-share devices per GPU that has no QoS tenants (0: offer no gpu-share).",
-)
+    if vms:
+        return kubevirt.Poller(open_host, vms)
+    return inventory.Poller(open_host, lambda host: _options(host, replicas))
 
 
 def _exit(*_: object) -> None:
@@ -135,11 +114,12 @@ def _log(line: str) -> None:
     show_default="env NODE_NAME, else the host name",
     help="With --kubernetes: the node's name (its pool and slice names).",
 )
+@vm_options
 @json_option
 @click.pass_obj
-def resources(app: App, replicas: int, version: str | None, partitionable: str, node: str) -> None:
+def resources(app: App, replicas: int, version: str | None, partitionable: str, node: str, vms: str | None) -> None:
     """Show the resources and devices the device plugin would advertise now (and the DRA plugin's slices)."""
-    inv = _poller(app, replicas)()
+    inv = _poller(app, replicas, vms)()
     view: dict[str, Any] = {}
     if version is not None:
         from .cli_dra import slices_view
@@ -162,6 +142,7 @@ def resources(app: App, replicas: int, version: str | None, partitionable: str, 
                 for name, devices in sorted(inv.resources.items())
             },
             "warnings": inv.warnings,
+            "unreadable": as_json(inv.unread),
         }
 
     def human() -> None:
@@ -170,6 +151,7 @@ def resources(app: App, replicas: int, version: str | None, partitionable: str, 
             for name, devices in sorted(inv.resources.items())
             for d in devices
         ]
+        rows += [("-", u.label, "-", "-", f"not read: {u.reason}") for u in inv.unread]
         table(None, ["RESOURCE", "DEVICE", "NUMA", "CDI", "HELD BY"], rows)
         if view:
             from .cli_dra import show
@@ -177,6 +159,7 @@ def resources(app: App, replicas: int, version: str | None, partitionable: str, 
             show(view)
 
     emit(app, "k8s-resources", doc, human)
+    finish_read(app, inv.unread)  # a GPU NVML cannot answer for: nothing of it offered, named, exit 6
 
 
 @k8s.command("device-plugin")
@@ -198,8 +181,9 @@ def resources(app: App, replicas: int, version: str | None, partitionable: str, 
     help="What Allocate answers: CDI device names (kubelet >= 1.28 with CDI), device specs/env/mounts "
     "(older kubelets), or both.",
 )
+@vm_options
 @click.pass_obj
-def device_plugin(app: App, replicas: int, interval: float, mode: str) -> None:
+def device_plugin(app: App, replicas: int, interval: float, mode: str, vms: str | None) -> None:
     """Serve the kubelet Device Plugin API v1beta1, one socket and resource per kind of device.
 
     Runs until SIGTERM/SIGINT; registers with <root>/var/lib/kubelet/device-plugins/kubelet.sock and
@@ -209,52 +193,10 @@ def device_plugin(app: App, replicas: int, interval: float, mode: str) -> None:
 
     host = app.host
     host.mkdir(plugin_dir(host))
-    manager = Manager(host, _poller(app, replicas), mode, health=health(app))
+    manager = Manager(host, _poller(app, replicas, vms), vm_mode(vms, mode), health=health(app))
     stop = Stop().on_signals()
     say(f"vgpukit device plugin: {host.display(plugin_dir(host))}, polling every {interval:g}s")
     manager.run(stop, interval, on_event=_log)
-
-
-@k8s.command("labels")
-@click.option("--write", is_flag=True, help="Write the NFD feature file (default: print the labels).")
-@json_option
-@click.pass_obj
-def labels_cmd(app: App, write: bool) -> None:
-    """Node labels for node-feature-discovery: GPU model, MIG, VF counts, vGPU types.
-
-    --write puts them in <root>/etc/kubernetes/node-feature-discovery/features.d/vgpukit (rewritten
-    only when they change), through the change engine: under the host lock, journaled, --dry-run.
-    """
-    from . import labels as lb
-    from .inventory import collect
-
-    host = app.host
-    path = lb.feature_file(host)
-    plan: list[str] = []
-    with held(app) if write else nullcontext():
-        found = lb.labels(host, app.nvml, collect(host, app.nvml, _options(host, 0)))
-        text = lb.render(found)
-        if write and host.read_doc(path, "feature file", missing_ok=True) != text:
-            from ..engine import execute
-            from ..engine.files import PutFile
-
-            step = PutFile(host.display(path), text)
-            execute(app.env, [step], derived=False)  # labels describe the host; no device changed
-            plan = [step.describe()]
-    written = bool(plan) and not app.dry_run
-
-    def human() -> None:
-        for k, v in found.items():
-            say(f"{lb.NAMESPACE}/{k}={v}")
-        if written:
-            say(f"written: {host.display(path)}")
-        elif app.dry_run and plan:
-            say(f"dry run, nothing changed: would {plan[0]}")
-
-    data = {"namespace": lb.NAMESPACE, "labels": found, "file": host.display(path), "written": written}
-    if write:
-        data["plan"] = plan
-    emit(app, "k8s-labels", data, human)
 
 
 @k8s.command("node-agent")
@@ -357,6 +299,7 @@ def node_agent(
     help="Publish these devices shared by capacity (consumable capacity: memory and computeShare per claim, a QoS "
     "tenant and a CUDA memory cap each): off, or gpu, mig and DRA device names, comma-separated.",
 )
+@device_metadata_option
 @click.pass_obj
 def dra_plugin(
     app: App,
@@ -367,6 +310,7 @@ def dra_plugin(
     taints: str,
     unhealthy_effect: str,
     share: Any,
+    metadata: bool,
 ) -> None:
     """Serve the kubelet's DRA plugin API v1 for driver gpu.vgpukit.io: existing GPUs, MIG slices, VFs, mdevs.
 
@@ -382,6 +326,7 @@ def dra_plugin(
     _log_to_stderr("vgpukit.k8s.dra")
     api = resource_api(kubeconfig)
     driver = Driver(node, _dra_opener(app), ClaimReader(api), health(app), partitionable, taints)
+    driver.device_metadata = metadata  # KEP-5304 (docs/kubevirt.md)
     driver.unhealthy_effect, driver.capacity.choice = unhealthy_effect, share  # NoExecute; shared by capacity
     driver.evicting = evicting(app)  # drained / remediated devices: the taint's effect is NoExecute
     stop = Stop().on_signals()  # before the servers: a SIGTERM from then on ends the plugin cleanly

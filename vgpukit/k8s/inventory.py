@@ -36,6 +36,7 @@ from ..host import Host
 from ..host_layout import DRIVER, VFIO_DEV
 from ..mdev import sysfs as mdev_sysfs
 from ..naming import aliases
+from ..partial import Unread, lost_gpus
 from ..pci import PciDevice, Scan
 from ..vgpu import hostview
 from ..vgpu.catalog import short_name
@@ -83,6 +84,7 @@ class Inventory:
     resources: dict[str, list[Device]] = field(default_factory=dict)  # full resource name -> devices
     pci: dict[str, PciDevice] = field(default_factory=dict)  # for topology
     warnings: list[str] = field(default_factory=list)
+    unread: list[Unread] = field(default_factory=list)  # GPUs NVML cannot answer for (lost): left out
     # what the collection read once for all its devices (not compared): each function's sysfs entries
     # as the scan listed them, and /dev/vfio/ as the host shows it
     listed: dict[str, frozenset[str]] = field(default_factory=dict, compare=False, repr=False)
@@ -152,6 +154,8 @@ def collect(
     views = hostview.gpus(host, scan)
     vgpus = hostview.vgpus(host, views)
     taken = {v.id for v in vgpus}
+    if nvml is not None and only is None:
+        inv.unread = lost_gpus(nvml.gpus(), aliases(scan))
     _vgpus(host, inv, vgpus, cdi_devices)
     _vfs(host, inv, taken, cdi_devices)
     _mdevs(host, inv, taken, cdi_devices)
@@ -171,7 +175,22 @@ def with_holders(host: Host, inv: Inventory) -> Inventory:
         name: [_held(d, tuple(h.describe() for n in d.watch for h in files.holders(n))) for d in devices]
         for name, devices in inv.resources.items()
     }
-    return Inventory(resources, inv.pci, inv.warnings)
+    return Inventory(resources, inv.pci, inv.warnings, inv.unread)
+
+
+def carry_unread(last: Inventory, now: Inventory) -> Inventory:
+    """``now`` with the devices ``last`` had on a GPU ``now`` could not read (lost): kept for the health
+    layer to mark (the device plugin's Unhealthy, the DRA driver's taint) rather than dropped, while
+    every other device follows the host (docs/health.md, "One bad device")."""
+    gone = {u.bdf for u in now.unread if u.bdf}
+    if not gone:
+        return now
+    have = {d.id for devices in now.resources.values() for d in devices}
+    for name, devices in last.resources.items():
+        kept = [d for d in devices if d.topo_bdf in gone and d.id not in have]
+        if kept:
+            now.resources[name] = sorted([*now.resources.get(name, []), *kept], key=lambda d: d.id)
+    return now
 
 
 def _held(d: Device, held_by: tuple[str, ...]) -> Device:
@@ -251,7 +270,7 @@ def _mig(host: Host, inv: Inventory, nvml: Nvml | None, cdi_devices: dict[str, C
     if nvml is None:
         return
     for gpu in nvml.gpus():
-        if not gpu.mig_current:
+        if not gpu.mig_current or gpu.lost:  # a lost GPU's slices cannot be listed (inv.unread names it)
             continue
         try:
             names = {p.id: p.name for p in nvml.gi_profiles(gpu.index)}
@@ -286,8 +305,8 @@ def _shares(
     names = aliases(scan)
     for gpu in nvml.gpus():
         d = inv.pci.get(gpu.bdf)
-        if gpu.mig_current or d is None or d.driver != "nvidia" or gpu.bdf in skip:
-            continue
+        if gpu.mig_current or (gpu.lost and not gpu.uuid) or d is None or d.driver != "nvidia" or gpu.bdf in skip:
+            continue  # a lost GPU stays listed while NVML still names it: the health rule marks it
         whole = cdi_devices.get(f"{PREFIX}/gpu={gpu.uuid}")
         minor = gpu_minor(host, gpu.bdf, gpu.index)
         own = tuple(

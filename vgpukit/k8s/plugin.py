@@ -33,7 +33,7 @@ from ..host import Host
 from ..logs import logger
 from ..words import plural
 from . import preferred as pref
-from .inventory import Device, Inventory
+from .inventory import Device, Inventory, carry_unread
 from .stopping import Stopping
 from .v1beta1 import api_pb2 as api
 from .v1beta1 import api_pb2_grpc
@@ -45,6 +45,9 @@ HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 RECOVER_POLLS = 3  # polls in a row a device must be found usable again before it is Healthy again
 KUBELET_SOCKET = "kubelet.sock"
 MODES = ("both", "cdi", "devices")  # what Allocate answers: CDI names, device specs/env/mounts, or both
+# env variables whose values of several devices are joined with commas: the NVIDIA container runtime's
+# selector, and what KubeVirt's virt-launcher reads (PCI addresses, mdev UUIDs: docs/kubevirt.md)
+JOINED_ENV = ("NVIDIA_VISIBLE_DEVICES", "PCI_RESOURCE_", "MDEV_PCI_RESOURCE_")
 GRPC: Any = api_pb2_grpc  # generated without type annotations (see docs/kubernetes.md)
 
 
@@ -155,7 +158,7 @@ class Servicer:
     def container(self, devices: Iterator[Device]) -> api.ContainerAllocateResponse:
         resp = api.ContainerAllocateResponse()
         nodes: dict[str, str] = {}
-        visible: list[str] = []
+        joined: dict[str, list[str]] = {}
         for dev in devices:
             if dev.cdi_name and self.mode != "devices":
                 resp.cdi_devices.append(api.CDIDevice(name=dev.cdi_name))
@@ -165,15 +168,15 @@ class Servicer:
                 nodes.setdefault(n, "rw")
             for kv in dev.env:
                 key, _, value = kv.partition("=")
-                if key == "NVIDIA_VISIBLE_DEVICES":
-                    visible.append(value)
+                if key.startswith(JOINED_ENV):
+                    joined.setdefault(key, []).append(value)
                 else:
                     resp.envs[key] = value
             for m in dev.mounts:
                 mount = api.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
                 resp.mounts.append(mount)
-        if visible:
-            resp.envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(dict.fromkeys(visible))
+        for key, values in joined.items():
+            resp.envs[key] = ",".join(dict.fromkeys(values))
         for path, perms in nodes.items():
             resp.devices.append(api.DeviceSpec(container_path=path, host_path=path, permissions=perms))
         return resp
@@ -276,12 +279,12 @@ class Manager:
         events: list[str] = []
         sick = self._health(events)
         failed = None
-        try:
-            inv = self.collect()
+        try:  # a lost GPU's devices are kept from the last read, marked below; the rest follows the host
+            inv = carry_unread(self.last, self.collect())
         except VgpukitError as err:
             if self.health is None:
                 raise
-            inv, failed = self.last, err  # a lost GPU fails the read: its devices are kept, marked below
+            inv, failed = self.last, err
         with self.lock:
             self.last = inv
         for name in sorted(set(inv.resources) | set(self.plugins)):

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import VgpukitError
+from ..errors import Unsupported, VgpukitError
 from ..host import Host
 from ..hostio import ProgramResult
 from ..inputs import load_json
@@ -48,7 +48,7 @@ SCRIPT_DIRS = (("usr", "lib", "mdevctl", "scripts.d"), ("etc", "mdevctl.d", "scr
 TIMEOUT = 120.0  # seconds one script may run (mdevctl waits forever)
 NOT_MINE = 2  # "this script does not handle the device type"
 ACTIONS = ("start", "stop", "define", "undefine", "modify", "attributes", "capabilities")
-EVENTS = ("pre", "post", "notify", "get")
+EVENTS = ("pre", "post", "notify", "get", "live")
 # What vgpukit tells a script it can do (the stdin of the ``get`` / ``capabilities`` question).
 PROVIDES = {"provides": {"version": 2, "actions": list(ACTIONS), "events": list(EVENTS)}}
 
@@ -57,6 +57,9 @@ class CalloutRefused(VgpukitError):
     """A ``pre`` call-out script answered non-zero: the change was not made."""
 
     kind = "callout-refused"
+
+
+NO_LIVE = "No callout script with version support found that supports live modify"  # mdevctl's words
 
 
 def config_json(d: Definition) -> str:
@@ -207,6 +210,27 @@ class Callout:
             res = self._run(script, "notify", self.action, stdin)
             if res.rc != 0:
                 log.debug("notifier %s: %s", script.name, res.error or f"return code {res.rc}")
+
+
+def live_modify(host: Host, d: Definition) -> None:
+    """mdevctl's ``modify --live``: hand running device ``d``'s new configuration to *the* versioned
+    call-out script of the device (event ``live``, action ``modify``, state ``none``, the configuration
+    on stdin), which changes the device; then the notifiers. Refused as mdevctl refuses: no versioned
+    script (Unsupported), one that does not list the ``live`` event or the ``modify`` action, or one
+    that answers non-zero (CalloutRefused)."""
+    c = Callout(host, d, "modify")
+    if not c.versioned():
+        raise Unsupported(NO_LIVE, value=d.uuid, hint="the vendor's versioned call-out script changes a running mdev")
+    assert c.script is not None
+    shown = host.display(c.script)
+    why = c._refuses("live")
+    if not why:
+        res = c._run(c.script, "live", "modify", config_json(d))
+        _say_stderr(host, c.script, res)
+        why = "" if res.rc == 0 else f"return code {res.rc}" if res.rc is not None else res.error
+    if why:
+        raise CalloutRefused(f"callout script {shown} did not make the live modify of {d.uuid} ({why})", value=d.uuid)
+    c.notify()
 
 
 def get_attributes(host: Host, d: Definition, strict: bool) -> list[tuple[str, str]] | None:

@@ -11,12 +11,12 @@ from typing import Any
 
 from ..engine import Env, execute
 from ..engine.files import PutFile
-from ..errors import InvalidInput, NotFound, VgpukitError
+from ..errors import InvalidInput, NotFound, StorageFault, VgpukitError
 from ..host import Host
 from ..logs import logger
 from . import callouts, mdevctl, planner, planner_modify
 from .model import PACK, Definition, check_uuid, new_uuid
-from .steps import RemoveMdev, SetLiveAttr
+from .steps import CalloutLive, RemoveMdev
 
 log = logger("vgpukit.mdev")
 
@@ -191,8 +191,8 @@ def start(env: Env, d: Definition, force: bool = False, keep_going: bool = False
     try:
         execute(env, todo.plan.steps)
     except VgpukitError as err:
-        if isinstance(err, callouts.CalloutRefused) and not keep_going:
-            raise
+        if isinstance(err, StorageFault) or (isinstance(err, callouts.CalloutRefused) and not keep_going):
+            raise  # a full or read-only file system fails every device alike: one line, not one per device
         out.status, out.message = "failed", str(err)
     return out
 
@@ -250,16 +250,11 @@ def modify_from_file(
     host = env.host
     facts = planner.read(host)
     if req.live:
-        before = {}
-        inst = facts.instance(check_uuid(uid))
-        if inst is not None:
-            for name in planner_modify.attribute_names(req, inst.parent, inst.uuid):
-                before[name] = host.read_opt(host.mdev_device(inst.uuid, *name.split("/")))
-        todo, d = planner_modify.modify_live(facts, uid, parent, req, before, force)
+        todo, d = planner_modify.modify_live(facts, uid, parent, req, force)
     else:
         todo, d = planner_modify.modify_from_file(facts, uid, parent, req, force)
     execute(env, todo.steps)
-    return [s.describe() for s in todo.steps if isinstance(s, (PutFile, SetLiveAttr))], d
+    return [s.describe() for s in todo.steps if isinstance(s, (PutFile, CalloutLive))], d
 
 
 def refuse_as_mdevctl(env: Env, d: Definition, force: bool = False) -> None:

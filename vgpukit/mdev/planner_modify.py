@@ -6,8 +6,9 @@ mdevctl's refusals. Typed request in, steps (or a refusal, raised) out; nothing 
 ``--live`` follows mdevctl's ``modify --live``: the device must be running; the file's ``mdev_type``
 must be the running type; the parent is the running device's (``--parent``, when given, must name it);
 with ``--defined`` the definition on that parent must exist with the same type and is replaced by the
-file. mdevctl hands the change to a versioned call-out (its ``live`` event); vgpukit writes the file's
-attributes, in order, to the device's sysfs directory itself (docs/mdev.md, "modify --live").
+file. The change itself is the device's versioned call-out script's (its ``live`` event), as in
+mdevctl: without call-out scripts it is refused here, and the step that asks the script refuses when
+none is versioned or supports the event (docs/mdev.md, "modify --live").
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..engine import Step
-from ..errors import InvalidInput, NotFound
+from ..errors import InvalidInput, NotFound, Unsupported
 from . import mdevctl
+from .callouts import NO_LIVE
 from .model import Definition, check_attr_name, check_uuid
 from .planner import Facts, MdevPlan, check_type, one_definition, wrapped
-from .steps import SetLiveAttr, put_definition
+from .steps import CalloutLive, put_definition
 
 
 @dataclass(frozen=True)
@@ -122,26 +124,12 @@ def modify_from_file(
     return _replace(facts, old, d, force)
 
 
-def attribute_names(req: FromFile, parent: str, uid: str) -> list[str]:
-    """The attributes ``modify --live`` would write (their current values are read before planning);
-    none when the file does not parse (the planner refuses it then)."""
-    try:
-        return [check_attr_name(k) for k, _ in mdevctl.parse(parent, uid, req.text, where=req.where).attrs]
-    except InvalidInput:
-        return []
-
-
 def modify_live(
-    facts: Facts,
-    uid: str,
-    parent: str | None,
-    req: FromFile,
-    before: dict[str, str | None],
-    force: bool = False,
+    facts: Facts, uid: str, parent: str | None, req: FromFile, force: bool = False
 ) -> tuple[MdevPlan, Definition]:
-    """``modify --live --jsonfile F``: write the file's attributes to running device ``uid`` (each
-    undone by writing back its value in ``before``, read when planning); with ``defined`` also write
-    the file as its definition (call-outs around that change)."""
+    """``modify --live --jsonfile F``: hand the file's configuration of running device ``uid`` to its
+    versioned call-out script (a :class:`CalloutLive` step); with ``defined`` also write the file as its
+    definition (call-outs around that change)."""
     check_from_file(req)
     uid = check_uuid(uid)
     inst = facts.instance(uid)
@@ -151,13 +139,16 @@ def modify_live(
     d = mdevctl.parse(inst.parent, uid, req.text, where=req.where)
     if d.type_id != inst.type_id:
         raise InvalidInput("'type' cannot be changed on active mdev", value=d.type_id)
-    steps: list[Step] = [SetLiveAttr(uid, k, v, before.get(k)) for k, v in d.attrs]
+    if req.defined:
+        stored = [x for x in facts.definitions if x.uuid == uid and x.parent == inst.parent]
+        if not stored:
+            raise NotFound(f"Mediated device {inst.parent}/{uid} is not defined", value=uid)
+        if stored[0].type_id != d.type_id:
+            raise InvalidInput("'type' of active and defined mdev does not match", value=uid)
+    if not facts.callouts:  # no script at all: none can be versioned (the step asks those there are)
+        raise Unsupported(NO_LIVE, value=uid, hint="the vendor's versioned call-out script changes a running mdev")
+    steps: list[Step] = [CalloutLive("modify", uid, d.parent, d.type_id, d.start, tuple(d.attrs))]
     if not req.defined:
         return MdevPlan(steps), d
-    stored = [x for x in facts.definitions if x.uuid == uid and x.parent == inst.parent]
-    if not stored:
-        raise NotFound(f"Mediated device {inst.parent}/{uid} is not defined", value=uid)
-    if stored[0].type_id != d.type_id:
-        raise InvalidInput("'type' of active and defined mdev does not match", value=uid)
     steps.append(put_definition(facts.path(d), d, "modify"))
     return MdevPlan(wrapped(facts, "modify", [d], steps, force), definitions=[d]), d

@@ -13,7 +13,7 @@ from ..engine.step import AFTER, BEFORE
 from ..errors import Conflict, NoCapacity, VerifyFailed, VgpukitError
 from ..host_layout import MDEV_TYPE
 from . import mdevctl, sysfs
-from .callouts import Callout, CalloutRefused
+from .callouts import Callout, CalloutRefused, live_modify
 from .model import Definition
 
 VETOED = "vetoed"
@@ -197,26 +197,21 @@ def callout_steps(action: str, devices: list[Definition], force: bool = False) -
 
 @step_kind
 @dataclass(frozen=True)
-class SetLiveAttr(Step):
-    """Write one vendor attribute of a running instance; undone by writing back ``before`` (the value
-    read when planning), when there was one to read."""
+class CalloutLive(_DeviceCallout):
+    """mdevctl's ``modify --live``: the running device's new configuration handed to its versioned
+    call-out script (event ``live``), which changes the device (:func:`callouts.live_modify`). Not
+    undone: what the script changed is the script's (mdevctl has no inverse either)."""
 
-    kind: ClassVar[str] = "mdev-live-attr"
-    uuid: str
-    attr: str
-    value: str
-    before: str | None = None
+    kind: ClassVar[str] = "mdev-callout-live"
 
     def describe(self) -> str:
-        return f"set {self.attr} of running {self.uuid}"
+        return f"hand the live change of running {self.uuid} to its call-out script"
 
     def inverse(self, env: Env) -> Step | None:
-        if self.before is None:
-            return None
-        return SetLiveAttr(self.uuid, self.attr, self.before)
+        return None
 
     def apply(self, env: Env) -> None:
-        sysfs.write_attr(env.host, self.uuid, self.attr, self.value)
+        live_modify(env.host, self.device())
 
 
 @step_kind

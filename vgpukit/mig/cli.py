@@ -7,9 +7,10 @@ import click
 from ..clikit.context import App
 from ..clikit.lazy import LazyGroup
 from ..clikit.options import dry_run_option, json_option, mutating
-from ..clikit.output import emit, fail_after_emit, say
+from ..clikit.output import emit, fail_after_emit, finish_read, say
 from ..clikit.params import GPU_DEVICE, AsciiInt, MigProfiles
 from ..errors import Busy, InvalidInput, Unsupported
+from ..partial import as_json
 from ..pci import Scan
 from . import view
 from .cli_common import aliases, health_of, label_of, named, nvml_of, resolve_gpu, run_plans
@@ -38,8 +39,10 @@ def status(app: App, gpu: str | None) -> None:
     nvml = nvml_of(app)
     scan = Scan(app.host)
     gpus = [resolve_gpu(app, gpu, scan)] if gpu else nvml.gpus()
-    docs = named(scan, [view.gpu_status(nvml, g) for g in gpus])
-    emit(app, "mig-status", {"gpus": docs}, lambda: show_status(docs))
+    docs, unread = view.statuses(nvml, gpus, aliases(scan))  # a GPU NVML cannot answer for: marked
+    docs = named(scan, docs)
+    emit(app, "mig-status", {"gpus": docs, "unreadable": as_json(unread)}, lambda: show_status(docs))
+    finish_read(app, unread)
 
 
 @mig.command("profiles")
@@ -50,7 +53,12 @@ def profiles(app: App, gpu: str) -> None:
     """The GPU's MIG profiles: id, slices, memory, SMs, remaining capacity, placements."""
     nvml = nvml_of(app)
     scan = Scan(app.host)
-    doc = view.profiles_doc(nvml, resolve_gpu(app, gpu, scan))
+    g = resolve_gpu(app, gpu, scan)
+    if g.lost:  # a read of one GPU NVML cannot answer for: that GPU's refusal, as every door gives it
+        from . import layout
+
+        layout.refuse_unusable(g, label_of(scan, g), health_of(app))
+    doc = view.profiles_doc(nvml, g)
     doc["gpu"] = aliases(scan).get(doc["bdf"], doc["gpu"])
     emit(app, "mig-profiles", doc, lambda: show_profiles(doc))
 
@@ -134,6 +142,7 @@ def partition(
 @mutating
 def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool) -> None:
     """Destroy GPU instances (and their compute instances)."""
+    from . import layout
     from .destroy import plan_destroy
 
     if bool(gi_ids) == all_:
@@ -141,6 +150,8 @@ def destroy(app: App, gpu: str, gi_ids: tuple[int, ...], all_: bool, force: bool
     nvml = nvml_of(app)
     scan = Scan(app.host)
     g = resolve_gpu(app, gpu, scan)
+    if g.lost:  # it answers no NVML call: the health layer's refusal, as every door gives it
+        layout.refuse_unusable(g, label_of(scan, g), health_of(app))
     plan, skipped = plan_destroy(nvml, g, None if all_ else list(gi_ids), force, label_of(scan, g))
     run_plans(app, "mig-destroy", [plan], {"skipped_busy": skipped}, scan=scan)
     if skipped:
@@ -167,6 +178,8 @@ def disable(app: App, gpu: str, reset: bool | None) -> None:
     nvml = nvml_of(app)
     scan = Scan(app.host)
     g = resolve_gpu(app, gpu, scan)
+    if g.lost:  # it answers no NVML call: the health layer's refusal, as every door gives it
+        layout.refuse_unusable(g, label_of(scan, g), health_of(app))
     try:
         plan = layout.plan_gpu(
             nvml, layout.GpuRequest(g, False, label=label_of(scan, g)), allow_reset=reset is not False

@@ -101,5 +101,5 @@ def report_plans(
             "gpus": docs,
             **(extra or {}),
         },
-        human=None if app.dry_run else (lambda: show_status(docs)),
+        human=None if app.dry_run or not docs else (lambda: show_status(docs)),
     )

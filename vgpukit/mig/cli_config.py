@@ -16,15 +16,17 @@ import click
 
 from ..clikit.context import App
 from ..clikit.options import dry_run_option, json_option
-from ..clikit.output import emit, fail_after_emit, say
+from ..clikit.output import emit, fail_after_emit, finish_read, say
 from ..clikit.params import NAME
 from ..engine import execute, session
 from ..engine.files import PutFile
 from ..entrypoint import entry_point
-from ..errors import InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
+from ..errors import DeviceUnusable, InvalidInput, NotFound, Unsupported, VerifyFailed, VgpukitError
+from ..exclusion import skipped_doc
+from ..partial import Unread, as_json
 from ..pci import Scan
 from . import config, hooks, layout, migparted, service
-from .cli_common import nvml_of, report_plans
+from .cli_common import aliases, nvml_of, report_plans
 from .config import select
 
 STDIN = "<stdin>"
@@ -144,7 +146,7 @@ def apply_cmd(
     source, chosen, entries, warnings = _load(app, path, name, strict)
     warnings += _host_warnings(app, source, chosen, entries, strict)
     warn(app, warnings)
-    head = {"config": chosen, "warnings": warnings}
+    head: dict[str, Any] = {"config": chosen, "warnings": warnings, "skipped": []}
     hk = hooks.Hooks()
     if hooks_path is not None:
         hk = hooks.parse(_read(app, hooks_path, "hooks file", hooks.MAX_HOOKS_BYTES), str(hooks_path))
@@ -152,18 +154,25 @@ def apply_cmd(
     scan = Scan(app.host)
     opts: dict[str, Any] = {"mode_only": mode_only, "skip_reset": skip_reset}  # the planner reads health
     allow = reset is not False
+    left: list[DeviceUnusable] = []  # GPUs left alone (unusable): the rest is applied, then exit 6
 
     def plan() -> list[layout.GpuPlan]:
-        return migparted.build_plans(scan, nvml, entries, source, allow, **opts)
+        skipped: list[DeviceUnusable] = []
+        plans = migparted.build_plans(scan, nvml, entries, source, allow, **opts, skipped=skipped)
+        left[:] = skipped
+        names = aliases(scan)
+        head["skipped"] = [skipped_doc("mig", names.get(err.device or "", err.device or ""), err) for err in skipped]
+        return plans
 
     if app.dry_run:
         dry = plan()
         report_plans(app, "mig-apply", dry, [s for p in dry for s in p.steps], head, scan=scan)
+        _left_alone(app, left)
         return
     if hk.by_name:  # without hooks the plan made under the lock is the only one needed
         try:  # bad input fails before any hook runs; busy/capacity may change once the hooks ran
             plan()
-        except (InvalidInput, NotFound, Unsupported, layout.Unusable):  # no hook makes a GPU usable again
+        except (InvalidInput, NotFound, Unsupported):  # bad input: before any hook
             raise
         except VgpukitError:
             pass
@@ -175,7 +184,7 @@ def apply_cmd(
     hk.run("apply-start", env, show)
     try:
         together = False  # no hook between the phases: one transaction (all rolled back on failure)
-        if migparted.assert_config(scan, nvml, entries, source, mode_only=True):
+        if migparted.assert_config(scan, nvml, entries, source, mode_only=True, skip_unusable=True):
             hk.run("pre-apply-mode", env, show)
             together = not (mode_only or phased)
             plans, steps = _phase(app, plan, not together)
@@ -183,7 +192,7 @@ def apply_cmd(
             hk.run("post-apply-mode", env, show)
             if together and migparted.split_phases(plans)[1]:
                 hk.run("post-apply-config", env, show)
-        if not (mode_only or together) and migparted.assert_config(scan, nvml, entries, source):
+        if not (mode_only or together) and migparted.assert_config(scan, nvml, entries, source, skip_unusable=True):
             hk.run("pre-apply-config", env, show)
             plans, steps = _phase(app, plan, False)
             done += steps
@@ -201,6 +210,15 @@ def apply_cmd(
         except VgpukitError:
             plans = []
     report_plans(app, "mig-apply", plans, done, head, scan=scan)
+    _left_alone(app, left)
+
+
+def _left_alone(app: App, left: list[DeviceUnusable]) -> None:
+    """After the report: exit 6 naming the GPUs left alone (every other GPU was applied)."""
+    if left:
+        from ..exclusion import outcome
+
+        fail_after_emit(app, outcome(left))
 
 
 def _phase(app: App, plan: Any, mode_phase: bool) -> tuple[list[layout.GpuPlan], list[Any]]:
@@ -287,13 +305,23 @@ def assert_cmd(
 @click.pass_obj
 def export_cmd(app: App, name: str, fmt: str) -> None:
     """Print the current MIG layout as a mig-parted v1 config (every GPU, as mig-parted exports it)."""
-    entries = migparted.export_entries(Scan(app.host), nvml_of(app))
+    unread: list[Unread] = []  # a GPU NVML cannot answer for: left out, named, exit 6
+    entries = migparted.export_entries(Scan(app.host), nvml_of(app), unread)
     text = config.dump(name, entries)
     if fmt == "json":
         import json
 
         text = json.dumps({"version": "v1", "mig-configs": {name: entries}}, indent=2) + "\n"
-    emit(app, "mig-export", {"config": name, "yaml": text, "entries": entries}, lambda: click.echo(text, nl=False))
+    else:
+        text = not_read_comment(unread) + text
+    doc = {"config": name, "yaml": text, "entries": entries, "unreadable": as_json(unread)}
+    emit(app, "mig-export", doc, lambda: click.echo(text, nl=False))
+    finish_read(app, unread)
+
+
+def not_read_comment(unread: list[Unread]) -> str:
+    """YAML comment lines naming the devices an export left out (applying it leaves them alone)."""
+    return "".join(f"# not read, left out (applying this leaves it alone): {u.label}: {u.reason}\n" for u in unread)
 
 
 @click.command("service")

@@ -13,7 +13,10 @@ def show_status(docs: list[dict[str, Any]]) -> None:
     if not docs:
         say("no NVIDIA GPU on this host")
     for doc in docs:
-        head = f"{doc['gpu']}  {doc['bdf']}  {doc['name']}"
+        head = f"{doc['gpu']}  {doc['bdf']}  {doc['name']}".rstrip()
+        if "unreadable" in doc:
+            say(f"{head}  MIG: ? (not read: {doc['unreadable']})", "bold red")
+            continue
         if not doc["mig_capable"]:
             say(f"{head}  MIG: not capable")
             continue

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import Busy, Conflict, DeviceUnusable, NoCapacity, Unsupported
+from ..exclusion import LOST, refusal
 from ..nvml import GiProfile, GpuInstance, Nvml, NvmlGpu
 from ..nvml import table as tables
 from . import planner
@@ -102,12 +103,10 @@ def refuse_unusable(gpu: NvmlGpu, label: str | None, health: Mapping[str, str] |
     BDF -> why, :func:`vgpukit.health.fact.unusable`). Checked before any NVML call on the GPU (a lost
     GPU answers none)."""
     why = (health or {}).get(gpu.bdf)
+    if why is None and gpu.lost:  # NVML says so before the health layer looked
+        why = LOST
     if why is not None:
-        raise Unusable(
-            f"{label or _label(gpu)} is unusable: {why}",
-            device=gpu.bdf,
-            hint=f"see: vgpukit health {gpu.bdf}",
-        )
+        raise refusal(label or _label(gpu), gpu.bdf, why)
 
 
 def _usable_mig_gpu(req: GpuRequest | GiAtRequest) -> str:

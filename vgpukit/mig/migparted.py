@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import naming
-from ..errors import InvalidInput, Unsupported, VgpukitError
+from ..errors import DeviceUnusable, InvalidInput, Unsupported, VgpukitError
+from ..exclusion import LOST, Exclusions, refusal
 from ..nvml import GiProfile, Nvml, NvmlGpu
+from ..partial import Unread, each_gpu
 from ..pci import Scan
 from . import layout
 from .config import MAX_INDEX, SAFE_NAME, DeviceId, Entry, MigName, parse_device_id
@@ -53,21 +55,32 @@ class MigRequest:
 class MigPlan:
     plans: list[layout.GpuPlan]
     warnings: list[str] = field(default_factory=list)
+    skipped: list[DeviceUnusable] = field(default_factory=list)  # GPUs left alone (a config door's)
 
     @property
     def steps(self) -> list[MigStep]:
         return [s for p in self.plans for s in p.steps]
 
 
-def plan_config(nvml: Nvml, scan: Scan | None, req: MigRequest) -> MigPlan:
+def plan_config(nvml: Nvml, scan: Scan | None, req: MigRequest, exclusions: Exclusions | None = None) -> MigPlan:
     """The steps that make the GPUs as ``req`` says, with the warnings about this host; raises before
-    anything is touched when it cannot be done."""
+    anything is touched when it cannot be done. A GPU to leave alone (``exclusions``, else the health
+    fact read here) is in ``skipped`` with its refusal, the others planned (a config door's way)."""
     warnings = host_notes(nvml.gpus(), req.entries, req.source, req.config)
     strict(warnings, req.strict)
+    skipped: list[DeviceUnusable] = []
     plans = build_plans(
-        scan, nvml, req.entries, req.source, req.allow_reset, mode_only=req.mode_only, skip_reset=req.skip_reset
+        scan,
+        nvml,
+        req.entries,
+        req.source,
+        req.allow_reset,
+        mode_only=req.mode_only,
+        skip_reset=req.skip_reset,
+        health=exclusions,
+        skipped=skipped,
     )
-    return MigPlan(plans, warnings)
+    return MigPlan(plans, warnings, skipped)
 
 
 def strict(warnings: Sequence[str], refuse: bool) -> None:
@@ -214,23 +227,31 @@ def build_plans(
     *,
     mode_only: bool = False,
     skip_reset: bool = False,
-    health: Mapping[str, str] | None = None,
+    health: Mapping[str, str] | Exclusions | None = None,
+    skipped: list[DeviceUnusable] | None = None,
 ) -> list[layout.GpuPlan]:
     """The steps that make the GPUs as the selected config says; raises before anything is touched
     when it cannot be done (bad profile, no capacity, busy instances, a reset not allowed, a GPU the
-    health layer finds unusable). ``health``: BDF -> why of the unusable devices; None: read here
-    (through ``scan``'s host, :func:`vgpukit.health.fact.unusable_now`), so every door gets the rule."""
-    if health is None and scan is not None:
-        from ..health import fact
-
-        health = fact.unusable_now(scan.host, nvml, scan=scan)
+    health layer finds unusable). ``health``: the devices to leave alone (:class:`vgpukit.exclusion.
+    Exclusions`, or BDF -> why); None: read here through ``scan``'s host, so every door gets the rule.
+    ``skipped``: a config door's list -- a selected GPU that is left alone is added to it (its
+    refusal) and the other GPUs are planned; None: the refusal is raised (nothing planned)."""
+    exclusions = _exclusions(scan, nvml, health)
     gpus = nvml.gpus()
     names = _names(scan)
-    from .. import quarantine as qr  # a quarantined GPU is refused like an unusable one
-
-    quarantined = qr.load(scan.host) if scan is not None else {}
+    ids = device_ids(scan, gpus)
+    usable = []
+    left: list[DeviceUnusable] = []
+    for g in gpus:  # before anything else about it: a lost GPU answers no NVML call
+        selected = any(e.selects(g.index, ids.get(g.index)) for e in entries)
+        if not (selected and _left_alone(exclusions, names, g, left)):
+            usable.append(g)
+    if left and skipped is None:
+        raise left[0]
+    if skipped is not None:
+        skipped += left
     plans = []
-    for c in walk(entries, gpus, device_ids(scan, gpus), source):
+    for c in walk(entries, usable, ids, source):
         entry = c.entry
         if entry is None:
             continue
@@ -243,9 +264,6 @@ def build_plans(
             )
         gpu = c.gpu
         label = _label(names, gpu)
-        if scan is not None and quarantined:
-            qr.refuse(scan.host, gpu.bdf, label, quarantined)
-        layout.refuse_unusable(gpu, label, health)  # the health fact (BDF -> why), before any NVML call on it
         current, pending = nvml.mig_mode(gpu.index)
         if mode_only:
             if (current, pending) == (entry.mig_enabled, entry.mig_enabled):
@@ -265,6 +283,14 @@ def build_plans(
     return plans
 
 
+def _exclusions(scan: Scan | None, nvml: Nvml, health: Mapping[str, str] | Exclusions | None) -> Exclusions | None:
+    if isinstance(health, Exclusions):
+        return health
+    if health is not None:
+        return Exclusions(None, scan=scan, known=health)
+    return Exclusions(scan.host, lambda: nvml, scan) if scan is not None else None
+
+
 def split_phases(plans: Sequence[layout.GpuPlan]) -> tuple[list[MigStep], list[MigStep]]:
     """mig-parted's two phases: the mode (with the instances a mode change destroys first), then the
     MIG devices. Per GPU, the steps up to its last mode step are the mode phase."""
@@ -277,19 +303,45 @@ def split_phases(plans: Sequence[layout.GpuPlan]) -> tuple[list[MigStep], list[M
     return mode, devices
 
 
+def _left_alone(exclusions: Exclusions | None, names: dict[str, str], g: NvmlGpu, out: list[DeviceUnusable]) -> bool:
+    """Whether GPU ``g`` is left alone (its refusal added to ``out``): excluded, or lost."""
+    err = exclusions.check(g.bdf, _label(names, g)) if exclusions is not None and g.bdf else None
+    if err is None and g.lost:
+        err = refusal(_label(names, g), g.bdf, LOST)
+    if err is not None:
+        out.append(err)
+    return err is not None
+
+
 def assert_config(
-    scan: Scan | None, nvml: Nvml, entries: Sequence[Entry], source: str, *, mode_only: bool = False
+    scan: Scan | None,
+    nvml: Nvml,
+    entries: Sequence[Entry],
+    source: str,
+    *,
+    mode_only: bool = False,
+    health: Mapping[str, str] | Exclusions | None = None,
+    skip_unusable: bool = False,
 ) -> list[str]:
     """The differences between the GPUs and the config, as mig-parted's assert sees them: the MIG
     mode of every GPU an entry selects (every entry), then (unless ``mode_only``) the MIG devices of
-    the deciding entry. Empty: it matches."""
+    the deciding entry. Empty: it matches. A selected GPU left alone (unusable, lost: read before any
+    NVML call on it) is a difference, ``cannot be applied: ...``; with ``skip_unusable`` (apply's own
+    check, which leaves it alone) it is not looked at."""
     gpus = nvml.gpus()
     names = _names(scan)
     diff: list[str] = []
+    ids = device_ids(scan, gpus)
+    left: list[DeviceUnusable] = []
+    exclusions = _exclusions(scan, nvml, health)
+    selected = [g for g in gpus if any(e.selects(g.index, ids.get(g.index)) for e in entries)]
+    gone = {g.index for g in selected if _left_alone(exclusions, names, g, left)}
+    if not skip_unusable:
+        diff += [f"cannot be applied: {err.message}" for err in left]
     try:
-        choices = walk(entries, gpus, device_ids(scan, gpus), source)
+        choices = walk(entries, [g for g in gpus if g.index not in gone], ids, source)
     except Unsupported as exc:
-        return [f"cannot be applied: {exc.message}"]
+        return [*diff, f"cannot be applied: {exc.message}"]
     for c in choices:
         conflict = mode_conflict(c)
         if conflict:
@@ -305,7 +357,7 @@ def assert_config(
     # mig-parted's assert also fails for a GPU no entry selects, even right after a successful apply
     # (mig-parted issue #157); vgpukit leaves such GPUs alone in assert as apply does (docs/mig.md)
     try:
-        plans = build_plans(scan, nvml, entries, source, True)
+        plans = build_plans(scan, nvml, entries, source, True, health=exclusions, skipped=[])
     except InvalidInput:
         raise
     except VgpukitError as exc:  # the config could not even be applied from here
@@ -326,20 +378,30 @@ def mig_devices(nvml: Nvml, gpu: NvmlGpu) -> dict[str, int]:
     return out
 
 
-def export_entries(scan: Scan | None, nvml: Nvml) -> list[dict[str, Any]]:
+def export_entries(scan: Scan | None, nvml: Nvml, unread: list[Unread] | None = None) -> list[dict[str, Any]]:
     """mig-parted's export: one spec per GPU (MIG mode in effect, its MIG devices), merged: equal
     specs share an entry; ``device-filter`` only when GPUs of several PCI ids differ, ``devices: all``
-    when an entry covers every GPU of its ids. A host without GPUs still gets one valid entry."""
+    when an entry covers every GPU of its ids. A host without GPUs still gets one valid entry.
+    A GPU NVML cannot answer for (lost) is left out of every entry (applying the export leaves it
+    alone; no entry says ``all`` over it) and added to ``unread``."""
     gpus = nvml.gpus()
     ids = device_ids(scan, gpus)
-    specs = []
-    for g in gpus:
+
+    def spec(g: NvmlGpu) -> tuple[bool, dict[str, int]]:
         enabled = g.mig_capable and nvml.mig_mode(g.index)[0]
+        return enabled, mig_devices(nvml, g) if enabled else {}
+
+    done, missed = each_gpu(gpus, spec, _names(scan))
+    if unread is not None:
+        unread += missed
+    specs = []
+    for g, (enabled, devs) in done:
         hw = ids.get(g.index)
-        df = str(hw.primary) if hw is not None else ""
-        specs.append((df, g.index, enabled, mig_devices(nvml, g) if enabled else {}))
-    if not specs:
+        specs.append((str(hw.primary) if hw is not None else "", g.index, enabled, devs))
+    if not gpus:
         return [{"devices": "all", "mig-enabled": False, "mig-devices": {}}]
+    if not specs:  # not one GPU answered: an entry that selects none (applying it changes nothing)
+        return [{"devices": [], "mig-enabled": False, "mig-devices": {}}]
     merged: list[dict[str, Any]] = []
     for df, index, enabled, devs in specs:
         home = next((m for m in merged if m["mig-enabled"] == enabled and m["mig-devices"] == devs), None)
@@ -351,6 +413,10 @@ def export_entries(scan: Scan | None, nvml: Nvml) -> list[dict[str, Any]]:
     per_filter: dict[str, set[int]] = {}
     for df, index, _, _ in specs:
         per_filter.setdefault(df, set()).add(index)
+    for g in gpus:  # a GPU left out still counts: an entry without it does not say "all"
+        if all(g.index != index for _, index, _, _ in specs):
+            hw = ids.get(g.index)
+            per_filter.setdefault(str(hw.primary) if hw is not None else "", set()).add(g.index)
     out = []
     for m in merged:
         covered = set().union(*(per_filter[f] for f in m["device-filter"]))

@@ -63,6 +63,8 @@ def unit_text(config_file: str, selected: str, hooks_file: str | None, command: 
             "TimeoutStartSec=480",
             *env,
             f"ExecStart={exe} mig apply",
+            "# exit 6: an unusable GPU was left alone, every other GPU applied: the GPU users start",
+            "SuccessExitStatus=6",
             "",
             "[Install]",
             "WantedBy=multi-user.target nvidia-gpu-reset.target",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import Unsupported
 from ..nvml import GiProfile, Nvml, NvmlGpu
+from ..partial import Unread, each_gpu
 from . import planner
 from .spec import ci_allowed
 
@@ -67,6 +69,31 @@ def gpu_status(nvml: Nvml, gpu: NvmlGpu) -> dict[str, Any]:
     doc["slot_owner"] = owner
     doc["gpu_processes"] = [{"pid": p.pid, "name": p.name} for p in procs if p.gi_id is None]
     return doc
+
+
+def statuses(nvml: Nvml, gpus: list[NvmlGpu], names: Mapping[str, str]) -> tuple[list[dict[str, Any]], list[Unread]]:
+    """:func:`gpu_status` of each GPU; a GPU NVML cannot answer for (lost, or a call on it failed) is
+    listed with what is known and ``unreadable`` (why), and returned among the unread."""
+    done, unread = each_gpu(gpus, lambda g: gpu_status(nvml, g), names)
+    docs = {g.index: doc for g, doc in done}
+    why = {u.bdf or u.device: u.reason for u in unread}
+    out = []
+    for g in gpus:
+        if g.index in docs:
+            out.append(docs[g.index])
+            continue
+        out.append(
+            {
+                "gpu": f"gpu{g.index}",
+                "index": g.index,
+                "bdf": g.bdf,
+                "uuid": g.uuid,
+                "name": g.name,
+                "mig_capable": g.mig_capable,
+                "unreadable": why.get(g.bdf or f"gpu{g.index}", "not read"),
+            }
+        )
+    return out, unread
 
 
 def profiles_doc(nvml: Nvml, gpu: NvmlGpu) -> dict[str, Any]:

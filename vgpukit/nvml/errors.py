@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import Busy, InvalidInput, NoCapacity, NotFound, Unsupported, VgpukitError
+from ..errors import Busy, DeviceUnusable, InvalidInput, NoCapacity, NotFound, Unsupported, VgpukitError
 
 SUCCESS = 0
 INVALID_ARGUMENT = 2
@@ -60,6 +60,12 @@ class NvmlInsufficientResources(NvmlError, NoCapacity):
     code = INSUFFICIENT_RESOURCES
 
 
+class NvmlGpuLost(NvmlError, DeviceUnusable):
+    """The GPU fell off the bus or stopped answering: the health layer's ``lost`` (exit 6, kind unusable)."""
+
+    code = GPU_IS_LOST
+
+
 class NvmlUnknown(NvmlError):
     code = UNKNOWN
 
@@ -78,6 +84,7 @@ _BY_CODE: dict[int, type[NvmlError]] = {
     NOT_FOUND: NvmlNotFound,
     IN_USE: NvmlInUse,
     INSUFFICIENT_RESOURCES: NvmlInsufficientResources,
+    GPU_IS_LOST: NvmlGpuLost,
     UNKNOWN: NvmlUnknown,
 }
 

@@ -8,7 +8,12 @@ from ..records import Record
 
 
 class NvmlGpu(Record):
-    __slots__ = ("bdf", "index", "mig_capable", "mig_current", "mig_pending", "name", "pci_device_id", "uuid")
+    """A GPU as NVML enumerates it. ``lost``: NVML answers GPU_IS_LOST for it (it fell off the bus or
+    stopped answering): then only ``index`` and what the driver still gave are known (``bdf``, ``uuid``,
+    ``name``: "" where it did not say; the MIG mode as last known, off when unknown) and every other
+    call on it fails; a whole-host read shows it marked (docs/health.md, "One bad device")."""
+
+    __slots__ = ("bdf", "index", "lost", "mig_capable", "mig_current", "mig_pending", "name", "pci_device_id", "uuid")
     index: int
     bdf: str  # canonical lower-case DDDD:BB:DD.F
     uuid: str  # GPU-...
@@ -17,6 +22,7 @@ class NvmlGpu(Record):
     mig_current: bool  # current MIG mode
     mig_pending: bool  # pending MIG mode (as NVML reports it: equals current when no change is pending)
     pci_device_id: int | None  # (device << 16) | vendor, as NVML's pciDeviceId (0x20B010DE)
+    lost: bool
 
     def __init__(
         self,
@@ -28,6 +34,7 @@ class NvmlGpu(Record):
         mig_current: bool,
         mig_pending: bool,
         pci_device_id: int | None = None,
+        lost: bool = False,
     ) -> None:
         self._init(
             index=index,
@@ -38,6 +45,7 @@ class NvmlGpu(Record):
             mig_current=mig_current,
             mig_pending=mig_pending,
             pci_device_id=pci_device_id,
+            lost=lost,
         )
 
     @property
@@ -306,7 +314,8 @@ class Nvml(Protocol):
     def processes(self, gpu: int) -> list[NvmlProcess]: ...
 
     def gpu_links(self) -> dict[int, GpuLinks]:
-        """Every GPU's NVLinks and memory NUMA node, by NVML index (one read of the simulated driver)."""
+        """Every GPU's NVLinks and memory NUMA node, by NVML index (one read of the simulated driver); a
+        lost GPU is left out."""
         ...
 
     def condition(self, gpu: int) -> GpuCondition:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from ..errors import HostIOError, Unsupported
 from ..logs import logger
 from . import real_events
-from .errors import INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, UNKNOWN, NvmlError, nvml_error
+from .errors import GPU_IS_LOST, INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, UNKNOWN, NvmlError, nvml_error
 from .model import (
     CiProfile,
     ComputeInstance,
@@ -134,25 +134,23 @@ class RealNvml(GpuIndex):
         n = self.n
         out = []
         for i in range(n.nvmlDeviceGetCount()):
-            h = n.nvmlDeviceGetHandleByIndex(i)
-            pci = n.nvmlDeviceGetPciInfo(h)
-            try:
+            bdf = uuid = name = ""
+            try:  # a lost GPU may answer GPU_IS_LOST from its handle on: it is listed with what it gave
+                h = n.nvmlDeviceGetHandleByIndex(i)
+                pci = n.nvmlDeviceGetPciInfo(h)
+                bdf = _bdf(pci)
+                uuid = _text(n.nvmlDeviceGetUUID(h))
+                name = _text(n.nvmlDeviceGetName(h))
                 cur, pend = n.nvmlDeviceGetMigMode(h)
                 capable = True
-            except NvmlError:
-                cur, pend, capable = 0, 0, False
-            out.append(
-                NvmlGpu(
-                    i,
-                    _bdf(pci),
-                    _text(n.nvmlDeviceGetUUID(h)),
-                    _text(n.nvmlDeviceGetName(h)),
-                    capable,
-                    bool(cur),
-                    bool(pend),
-                    int(pci.pciDeviceId),
-                )
-            )
+            except NvmlError as exc:
+                if exc.code == GPU_IS_LOST:
+                    out.append(NvmlGpu(i, bdf, uuid, name, False, False, False, None, lost=True))
+                    continue
+                if not name:
+                    raise
+                cur, pend, capable = 0, 0, False  # the MIG mode call alone failed: not MIG-capable
+            out.append(NvmlGpu(i, bdf, uuid, name, capable, bool(cur), bool(pend), int(pci.pciDeviceId)))
         return out
 
     def mig_mode(self, gpu: int) -> tuple[bool, bool]:
@@ -383,7 +381,14 @@ class RealNvml(GpuIndex):
     # ------------------------------------------------------------------ NVLink and NUMA
     def gpu_links(self) -> dict[int, GpuLinks]:
         count = int(self._call("GPU count", self.n.nvmlDeviceGetCount))
-        return {i: GpuLinks(tuple(self._nvlinks(i)), self._numa_id(i)) for i in range(count)}
+        out = {}
+        for i in range(count):
+            try:
+                out[i] = GpuLinks(tuple(self._nvlinks(i)), self._numa_id(i))
+            except NvmlError as exc:
+                if exc.code != GPU_IS_LOST:
+                    raise
+        return out  # a lost GPU is left out: it answers nothing
 
     def _nvlinks(self, gpu: int) -> list[NvLink]:
         n, h, out = self.n, self._h(gpu), list[NvLink]()

@@ -8,7 +8,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,6 +122,18 @@ class Overlay:
         import json
 
         host.write_file(self.path(host), json.dumps(doc, indent=1, sort_keys=True) + "\n", mode=0o600)
+
+    @contextmanager
+    def saving(self, host: Host) -> Iterator[Overlay]:
+        """The record's changes made in the block, saved at its end; when saving fails (a full or
+        read-only /run), undone in memory too, so the daemon runs what the record says."""
+        before = copy.deepcopy((self.gpus, self.tenants))
+        try:
+            yield self
+            self.save(host)
+        except BaseException:
+            self.gpus, self.tenants = before
+            raise
 
     def record_policy(self, key: str, policy: str, slice_ms: int, memory: dict[str, Any] | None = None) -> None:
         self.gpus[key] = {"policy": policy, "slice_ms": slice_ms}

@@ -237,8 +237,8 @@ class Daemon:
         assert done.gpu is not None
         if done.plan and not dry:
             mem = None if done.gpu.memory.default else done.gpu.memory.to_dict()
-            self.overlay.record_policy(key, done.gpu.policy, done.gpu.slice_ms, mem)
-            self.overlay.save(self.host)
+            with self.overlay.saving(self.host):
+                self.overlay.record_policy(key, done.gpu.policy, done.gpu.slice_ms, mem)
             self.apply_config(done.config)
         return {"ok": True, "plan": done.plan, "gpu": done.gpu.to_dict()}
 
@@ -250,16 +250,16 @@ class Daemon:
             return {"ok": True, "plan": [], "tenant": tenant.to_dict()}
         backend_for(self.host, tenant, self.libvirt)  # its cgroup / processes / domain must exist
         if not dry:
-            self.overlay.record_tenant(key, name, tenant)
-            self.overlay.save(self.host)
+            with self.overlay.saving(self.host):
+                self.overlay.record_tenant(key, name, tenant)
             self.apply_config(done.config)
         return {"ok": True, "plan": done.plan, "tenant": tenant.to_dict()}
 
     def _op_rm(self, key: str, name: str, dry: bool) -> dict[str, Any]:
         done = planner.change(self.cfg, planner.RemoveTenant(key, name))
         if not dry:
-            self.overlay.record_tenant(key, name, None)
-            self.overlay.save(self.host)
+            with self.overlay.saving(self.host):
+                self.overlay.record_tenant(key, name, None)
             self.apply_config(done.config)
         return {"ok": True, "plan": done.plan}
 

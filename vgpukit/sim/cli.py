@@ -184,7 +184,9 @@ def _group_of(app: App, device: str) -> str:
 def _register_driver_controls() -> None:
     """The simulated NVIDIA driver's controls: injected faults and client processes."""
     from .cli_nvml import client, fault
+    from .cli_storage import fault_storage
 
+    fault.add_command(fault_storage)
     sim.add_command(fault)
     sim.add_command(client)
 

@@ -25,12 +25,12 @@ import importlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..records import Record
 from .crash import KillAt
 from .journal import LOG, Journal, undo
-from .state import CHANGES, KERNEL, KernelState, corrupt, locked, sim_meta_dir, stamp
+from .state import CHANGES, KERNEL, STORAGE_FAULTS, KernelState, corrupt, locked, sim_meta_dir, stamp
 
 if TYPE_CHECKING:
     from .tree import SimTree
@@ -75,6 +75,13 @@ class Write:
         return self.path.relative_to(self.tree.root).parts
 
 
+class Change(Protocol):
+    """A change the host door is about to make, as its watch is told (``vgpukit.hostio.Change``)."""
+
+    action: str  # write | write-file | remove | mkdir | create | append | record
+    path: str  # as the host sees it
+
+
 class Reaction(Record):
     __slots__ = ("name", "matches", "handle")  # noqa: RUF023 (field order)
     name: str
@@ -98,6 +105,7 @@ def load_reactions() -> list[Reaction]:
 
 CRASH_ENV = "VGPUKIT_SIM_CRASH_AT_WRITE"
 CRASH_CHANGE_ENV = "VGPUKIT_SIM_CRASH_AT_CHANGE"
+ENGINE_OWN = frozenset({"create", "append", "record"})  # the journal's and the host lock's own writes
 COMPACT_BYTES = 64 * 1024  # kernel.jsonl is folded into kernel.json past this and kernel.json's own size
 
 
@@ -132,9 +140,16 @@ class SimKernel:
             with locked(self.root):
                 recover(self.root)
 
-    def changing(self, change: object) -> None:
-        """The host door's watch: counts the changes of this host, for ``VGPUKIT_SIM_CRASH_AT_CHANGE``."""
-        self.changes.tick()
+    def changing(self, change: Change) -> None:
+        """The host door's watch: counts the changes of this host, for ``VGPUKIT_SIM_CRASH_AT_CHANGE``
+        (not the engine's own journal and lock writes, which come before the changes they protect), and
+        plays the storage faults of this host (``vgpukit sim fault storage``: :mod:`vgpukit.sim.storage`)."""
+        if change.action not in ENGINE_OWN:
+            self.changes.tick()
+        if change.action != "write" and (sim_meta_dir(self.root) / STORAGE_FAULTS).exists():  # each time: a
+            from . import storage  # long-running daemon sees faults set after it started
+
+            storage.check(storage.load(self.root), change.action, change.path, self.root)
 
     def write(self, path: Path, data: str) -> None:
         self.writes.tick()

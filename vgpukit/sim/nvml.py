@@ -143,7 +143,7 @@ class SimNvml(SimHealth, GpuIndex):
         with self._read() as state:
             for i, g in enumerate(state["gpus"]):
                 pci_id = g.get("pci_device_id")
-                out.append(
+                out.append(  # a lost GPU: listed with what the driver knew of it, marked (docs/simulator.md)
                     NvmlGpu(
                         i,
                         g["bdf"],
@@ -153,6 +153,7 @@ class SimNvml(SimHealth, GpuIndex):
                         bool(g.get("mig_current")),
                         bool(g.get("mig_pending")),
                         int(pci_id, 16) if isinstance(pci_id, str) else pci_id,
+                        lost=bool(g.get("lost")),
                     )
                 )
         return out
@@ -321,6 +322,8 @@ class SimNvml(SimHealth, GpuIndex):
         out = {}
         with self._read() as state:
             for i, g in enumerate(state["gpus"]):
+                if g.get("lost"):
+                    continue  # it answers nothing: left out, as the facade's real backend leaves it
                 links = g.get("nvlinks") or []
                 numa = g.get("numa_id")
                 if not _shape_ok(links, [_LINK]) or not (numa is None or _shape_ok(numa, int)):

@@ -15,6 +15,7 @@ from ..errors import InvalidInput, NotFound
 from ..inputs import load_json
 
 META = ".vgpukit-sim"
+STORAGE_FAULTS = "storage-faults.json"  # the host's storage faults (vgpukit.sim.storage), in META
 MAX_STATE_BYTES = 64 * 1024 * 1024  # the simulated NVML state of a big host with many slices
 
 

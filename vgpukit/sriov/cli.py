@@ -61,7 +61,7 @@ def _show_pfs(pfs: list[PfInfo]) -> None:
                 pf.alias,
                 pf.ids,
                 pf.driver,
-                pf.num_vfs,
+                f"{pf.num_vfs} ({pf.missing} missing)" if pf.missing else pf.num_vfs,
                 pf.total_vfs,
                 pf.vf_device,
                 "on" if pf.autoprobe else "off",
@@ -83,6 +83,10 @@ def _show_pfs(pfs: list[PfInfo]) -> None:
     if rows:
         say("")
         table(None, ["VF", "OF", "DRIVER", "IOMMU", "IN USE"], rows)
+    for pf in pfs:
+        if pf.missing:  # sriov_numvfs says more than there are: a PF reset took them away
+            say(f"{pf.alias or pf.bdf}: {pf.missing} of {pf.num_vfs} VFs missing: re-create them with "
+                f"vgpukit sriov enable {pf.alias or pf.bdf} --vfs {pf.num_vfs} (or vgpukit apply)")  # fmt: skip
 
 
 @click.group(cls=LazyGroup)

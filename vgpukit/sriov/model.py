@@ -99,7 +99,8 @@ class PfInfo:
     autoprobe: bool
     offset: int | None
     stride: int | None
-    vfs: tuple[VfInfo, ...] = field(default=())
+    vfs: tuple[VfInfo, ...] = field(default=())  # the VFs there (their functions in sysfs)
+    missing: int = 0  # VFs configured (num_vfs) but not there: a PF reset took them away
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -112,6 +113,7 @@ class PfInfo:
             "num_vfs": self.num_vfs,
             "vf_device": self.vf_device,
             "autoprobe": self.autoprobe,
+            "missing_vfs": self.missing,
             "vfs": [v.to_dict() for v in self.vfs],
         }
 
@@ -176,7 +178,8 @@ def read_pf(
     require_sriov(dev, name or bdf)
     assert dev.sriov is not None
     records = set(host.listdir(record_path(host, bdf).parent)) if dev.sriov.vfs else set()
-    vfs = [_read_vf(host, i, vf, files, records, seen) for i, vf in enumerate(dev.sriov.vfs)]
+    there = [(i, vf) for i, vf in enumerate(dev.sriov.vfs) if _there(host, vf, scan, before)]
+    vfs = [_read_vf(host, i, vf, files, records, seen) for i, vf in there]
     s = dev.sriov
     return PfInfo(
         bdf=bdf,
@@ -191,7 +194,17 @@ def read_pf(
         offset=s.offset,
         stride=s.stride,
         vfs=tuple(vfs),
+        missing=max(0, s.num_vfs - len(vfs)),
     )
+
+
+def _there(host: Host, vf: str, scan: Scan | None, before: PciDevice | None) -> bool:
+    """Whether VF ``vf`` (its PF lists its ``virtfnN`` link) is there: its function in sysfs. The
+    kernel removes a PF's link only when it disables SR-IOV; a VF that went away otherwise may leave
+    it behind (docs/sriov.md, "VFs configured but missing")."""
+    if before is not None:  # read after this command's own steps made them (and verified them)
+        return True
+    return scan.exists(vf) if scan is not None else host.exists(host.pci_device(vf))
 
 
 def _after(host: Host, before: PciDevice, seen: SriovSeen | None) -> PciDevice:

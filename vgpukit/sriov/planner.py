@@ -17,7 +17,7 @@ agent and the Ansible module); the front ends only build requests and render (do
 * **driver loaded**: the target driver must be there -- NotFound (exit 3);
 * **health**: no VFs are carved out of a PF the health layer finds unusable, nor of a quarantined one (the fact
   :func:`vgpukit.health.fact.unusable_now`, read in :class:`Facts`; a ``vfs-missing`` finding does
-  not count: re-creating the VFs a PF reset took away is its repair) -- DeviceUnusable (exit 4),
+  not count: re-creating the VFs a PF reset took away is its repair) -- DeviceUnusable (exit 6),
   never forced;
 * counts and modes: bad input -- InvalidInput (exit 2).
 
@@ -27,23 +27,18 @@ through the facades, each fact once per command, in :class:`Facts`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
-
 from .. import naming, pci_kind, quarantine
 from ..engine import Step
 from ..engine.files import PutFile
-from ..errors import DeviceUnusable, InUse, InvalidInput, Unsupported
-from ..holders import OpenFiles
-from ..host import Host
-from ..nvml.model import Nvml
-from ..pci import PciDevice, Scan, vf_address
+from ..errors import InUse, InvalidInput, Unsupported
+from ..exclusion import refusal
+from ..pci import PciDevice, vf_address
 from ..records import Record
 from . import binding
 from .binding import DRIVER_MODES, VFIO, Remembered
-from .model import PfInfo, VfInfo, read_pf
+from .facts import Facts
+from .model import PfInfo, VfInfo
 from .steps import BindDriver, RestoreDriver, SetAutoprobe, SetNumVfs, UnbindDriver
-from .usage import User, libvirt_users, pci_users
 
 FORCE_FLAG = "pass --force"  # how the area commands override a refusal that can be overridden
 
@@ -141,77 +136,6 @@ class VfioRequest(Record):
 Request = EnableRequest | DisableRequest | BindRequest | UnbindRequest | VfioRequest
 
 
-# ----------------------------------------------------------------------------- what the planner reads
-class Facts:
-    """The host as the planner sees it: each fact read through the facades at most once per command.
-    ``libvirt_uri``: also count libvirt domains as users (when reachable). ``nvml``: the NVML facade the
-    health fact reads (opened only when a rule asks; None or returning None: the PCI facts only)."""
-
-    def __init__(
-        self,
-        host: Host,
-        scan: Scan | None = None,
-        files: OpenFiles | None = None,
-        libvirt_uri: str | None = None,
-        nvml: Callable[[], Nvml | None] | None = None,
-    ) -> None:
-        self.host = host
-        self.nvml = nvml
-        self._unusable: dict[str, str] | None = None
-        self.scan = scan or Scan(host)
-        self.files = files or OpenFiles(host)
-        self.libvirt_uri = libvirt_uri
-        self._domains: dict[str, list[User]] | None = None
-        self._pfs: dict[str, PfInfo] = {}
-        self._loaded: set[str] = set()
-
-    def device(self, bdf: str) -> PciDevice:
-        return self.scan.device(bdf)
-
-    def header_type(self, bdf: str) -> int | None:
-        return pci_kind.header_type(self.host, bdf)
-
-    def driver(self, bdf: str) -> str | None:
-        return binding.current_driver(self.host, bdf)
-
-    def domains(self) -> dict[str, list[User]]:
-        if self._domains is None:
-            self._domains = libvirt_users(self.host, self.libvirt_uri) if self.libvirt_uri else {}
-        return self._domains
-
-    def users(self, bdf: str) -> list[User]:
-        return [*pci_users(self.host, bdf, self.device(bdf).iommu_group, self.files), *self.domains().get(bdf, [])]
-
-    def pf(self, bdf: str, alias: str | None = None, name: str | None = None) -> PfInfo:
-        """The PF and its VFs (with their users); Unsupported when ``bdf`` has no SR-IOV."""
-        if bdf not in self._pfs:
-            pf = read_pf(self.host, bdf, self.files, alias=alias, name=name, scan=self.scan)
-            doms = self.domains()
-            if doms:
-                vfs = tuple(replace(v, users=(*v.users, *doms.get(v.bdf, []))) for v in pf.vfs)
-                pf = replace(pf, vfs=vfs)
-            self._pfs[bdf] = pf
-        return self._pfs[bdf]
-
-    def unusable(self, bdf: str) -> str | None:
-        """Why the health layer finds ``bdf`` unusable for SR-IOV (None: usable); read once."""
-        if self._unusable is None:
-            from ..health import scope  # loaded only by the commands that plan an enable
-
-            if not scope.is_watched(self.scan, bdf):  # a NIC's PF: no NVML, no record to read
-                return None
-            from ..health import fact
-
-            nvml = self.nvml() if self.nvml is not None else None
-            self._unusable = fact.unusable_now(self.host, nvml, ("vfs-missing",), self.scan)
-        return self._unusable.get(bdf)
-
-    def require_driver(self, driver: str) -> None:
-        if driver not in self._loaded:
-            binding.require_driver(self.host, driver)
-            self._loaded.add(driver)
-
-
 # ----------------------------------------------------------------------------- the rules
 def _label(bdf: str, name: str) -> str:
     """``gpu0 (0000:3b:00.0)`` for an alias; an address (short or long) is said once, in full."""
@@ -288,10 +212,11 @@ def in_use_error(pf: PfInfo, vfs: list[VfInfo], what: str, force_how: str | None
 # ----------------------------------------------------------------------------- SR-IOV
 def plan_enable(facts: Facts, req: EnableRequest) -> list[Step]:
     pf = facts.pf(req.pf)
+    label = _label(pf.bdf, naming.aliases(facts.scan).get(pf.bdf, ""))
     why = facts.unusable(pf.bdf)
-    if why is not None:  # the health rule: no VFs are carved out of an unusable device
-        raise DeviceUnusable(f"{pf.bdf} is unusable: {why}", device=pf.bdf, hint=f"see: vgpukit health {pf.bdf}")
-    quarantine.refuse(facts.host, pf.bdf, pf.bdf)  # nor out of a quarantined one
+    if why is not None:  # the health rule: no VFs are carved out of an unusable device (every door's words)
+        raise refusal(label, pf.bdf, why)
+    quarantine.refuse(facts.host, pf.bdf, label)  # nor out of a quarantined one
     count, driver = req.count, req.driver
     if driver not in DRIVER_MODES:
         raise InvalidInput(f"--driver must be one of {', '.join(DRIVER_MODES)}", value=driver)
@@ -304,7 +229,7 @@ def plan_enable(facts: Facts, req: EnableRequest) -> list[Step]:
     if driver == VFIO:
         facts.require_driver(VFIO)
     steps: list[Step] = []
-    recreate = pf.num_vfs != count
+    recreate = pf.num_vfs != count or pf.missing > 0  # VFs configured but gone are re-created, any PF
     # While VFs are created, autoprobe decides whether the PF's VF driver grabs them: keep it off when
     # they must end up on vfio-pci or unbound, so no host driver ever touches them.
     want_autoprobe = pf.autoprobe and not req.no_autoprobe
@@ -313,8 +238,12 @@ def plan_enable(facts: Facts, req: EnableRequest) -> list[Step]:
         busy = [v for v in pf.vfs if v.in_use]
         if busy and not req.force:
             what = f"changing {pf.bdf} from {pf.num_vfs} to {count} VFs (through 0)"
+            if pf.num_vfs == count:
+                what = f"re-creating the {pf.missing} missing VFs of {pf.bdf} (through 0)"
             raise in_use_error(pf, busy, what, req.force_how)
         why = " (the kernel changes the count only through 0)"
+        if pf.num_vfs == count:  # the kernel ignores writing the count it has: 0 first, then the count
+            why = f" ({pf.missing} of them missing: re-created through 0, as the kernel requires)"
         steps.append(SetNumVfs(pf.bdf, 0, pf.total_vfs, req.timeout, why, was=pf.num_vfs))
     # each step carries what it starts from, as read here under the host lock (not read again)
     if recreate and create_autoprobe != pf.autoprobe:

@@ -37,9 +37,9 @@ from ...engine import execute, session
 from ...engine.env import Env
 from ...engine.files import PutFile
 from ...errors import HostIOError, InvalidInput, NotFound, VgpukitError
-from . import ondemand, shares, sharing
+from . import metadata, ondemand, shares, sharing
 from .config import Sharing, configs
-from .devices import DRIVER, DraDevice
+from .devices import DRIVER, DraDevice, named_function
 
 CLAIM_CLASS = "claim"  # CDI kind vgpukit.io/claim
 PREPARING, PREPARED = "preparing", "prepared"
@@ -178,22 +178,30 @@ def _record_step(env: Env, record: Record) -> PutFile:
 
 
 def prepare(
-    env: Env, uid: str, ref: dict[str, str], results: list[Result], offered: dict[str, DraDevice]
+    env: Env,
+    uid: str,
+    ref: dict[str, str],
+    results: list[Result],
+    offered: dict[str, DraDevice],
+    device_metadata: bool = False,
 ) -> list[Prepared]:
     """Prepare a claim (idempotent): the intent and the host changes (a VF on a host driver is bound to
     vfio-pci, the sriov planner's rules: not while in use), then the CDI spec (one CDI device per
-    allocated device) and the record. A claim left ``preparing`` by a killed plugin is finished.
+    allocated device) and the record; ``device_metadata``: each request's metadata file and its CDI spec
+    too (:mod:`.metadata`). A claim left ``preparing`` by a killed plugin is finished.
     The host lock is held throughout, and an interrupted run is repaired before the record is read."""
     with session(env):
-        return _prepare(env, uid, ref, results, offered)
+        return _prepare(env, uid, ref, results, offered, device_metadata)
 
 
 def _prepare(
-    env: Env, uid: str, ref: dict[str, str], results: list[Result], offered: dict[str, DraDevice]
+    env: Env, uid: str, ref: dict[str, str], results: list[Result], offered: dict[str, DraDevice], meta: bool
 ) -> list[Prepared]:
     found = read_record(env, uid)
     if found is not None and found.state == PREPARED:
         return found.devices
+    if found is None:
+        refuse_unusable(env, results, offered)
     # made on demand (a MIG slice at the placement the scheduler chose, a vGPU): created now, or kept when a
     # killed prepare made it already (its own record, written in the same run: see .ondemand)
     try:
@@ -221,10 +229,36 @@ def _prepare(
     elif results:  # left preparing: the allocation as the API server has it (the record keeps no sharing)
         found.results = list(results)
     try:
-        return _write(env, found, offered)
+        return _write(env, found, offered, meta)
     except VgpukitError:
         _undo(env, found)
         raise
+
+
+def refuse_unusable(env: Env, results: list[Result], offered: dict[str, DraDevice]) -> None:
+    """The health rule, as every door gives it (:mod:`vgpukit.exclusion`): a claim's device on a PCI
+    function the health layer finds unusable -- a MIG slice's, a vGPU's or a VF's: its GPU or PF -- is
+    refused before anything is made, with the refusal ``partition`` gives."""
+    from ...exclusion import Exclusions
+    from ...naming import aliases
+    from ...pci import Scan
+
+    scan = Scan(env.host)
+    functions: list[str] = []
+    for r in results:
+        dev = offered.get(r.device)
+        bdf = dev.device.topo_bdf if dev is not None else named_function(r.device)
+        if bdf and scan.exists(bdf):
+            pf = scan.device(bdf).physfn
+            functions += [bdf, *([pf] if pf else [])]
+    if not functions:
+        return
+    left = Exclusions(env.host, lambda: env.nvml, scan)
+    names = aliases(scan)
+    for bdf in dict.fromkeys(functions):
+        err = left.check(bdf, f"{names[bdf]} ({bdf})" if bdf in names else bdf)
+        if err is not None:
+            raise err
 
 
 def _drop_made(env: Env, uid: str) -> bool:
@@ -236,7 +270,7 @@ def _drop_made(env: Env, uid: str) -> bool:
     return bool(steps)
 
 
-def _write(env: Env, record: Record, offered: dict[str, DraDevice]) -> list[Prepared]:
+def _write(env: Env, record: Record, offered: dict[str, DraDevice], device_metadata: bool = False) -> list[Prepared]:
     """Run 2: the claim's sharing (QoS tenant, MPS daemon), its CDI spec from the host as it is now, and the
     record marked prepared."""
     uid = record.claim["uid"]
@@ -261,10 +295,14 @@ def _write(env: Env, record: Record, offered: dict[str, DraDevice]) -> list[Prep
             spec.devices.append(cdi.CdiDevice(f"{uid}-{name}", edits[source] + shared.edits.get(name, Edits())))
         cdi_ids = (f"{spec.kind}={uid}-{name}",)
         prepared.append(Prepared(tuple(requests), record.results[0].pool, name, cdi_ids, share_id))
+    meta: list[PutFile] = []
+    if device_metadata:  # KEP-5304: what each request's devices are, for the workload (KubeVirt)
+        meta, prepared = metadata.plan(env, record.claim, prepared, offered)
     done = Record(record.claim, PREPARED, record.results, record.bound, prepared, shared.record)
     host = env.host
     steps = [
         *shared.steps,
+        *meta,
         PutFile(
             host.display(host.dra_claim_cdi_spec(uid)), spec.render("json"), what=f"write the CDI spec of claim {uid}"
         ),
@@ -284,6 +322,7 @@ def _undo(env: Env, record: Record) -> None:
         *sharing.undo(env, uid, record.sharing),
         *made,
         *_bind_steps(env, record.bound, restore=True),
+        *metadata.remove_steps(env, record.claim, [r.request for r in record.results]),
         PutFile(host.display(host.dra_claim_cdi_spec(uid)), None),
         PutFile(host.display(host.dra_claim_record(uid)), None),
     ]

@@ -82,3 +82,10 @@ def pci_functions(names: Iterable[str]) -> frozenset[str]:
     """The PCI functions DRA device names name (``vf-0000-05-00-2`` -> ``0000:05:00.2``, ``gpu-...`` the
     same; a MIG slice's or an mdev's name none): the part of the PCI bus a claim's prepare reads."""
     return frozenset(f"{m[1]}:{m[2]}:{m[3]}.{m[4]}" for m in map(_PCI_NAME.fullmatch, names) if m)
+
+
+def named_function(name: str) -> str | None:
+    """The PCI function a DRA device name starts with (``gpu-0000-03-00-0``, a MIG slice made on demand on
+    it, ``gpu-0000-03-00-0-mig-3g-20gb-0``, ``vf-0000-05-00-2``); None for a name of no function's."""
+    m = _PCI_NAME.match(name)
+    return f"{m[1]}:{m[2]}:{m[3]}.{m[4]}" if m else None

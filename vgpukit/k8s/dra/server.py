@@ -34,10 +34,10 @@ from ..dra_v1beta1 import api_pb2 as dra_beta
 from ..dra_v1beta1 import api_pb2_grpc as dra_beta_grpc
 from ..drahealth_v1 import api_pb2 as hl
 from ..drahealth_v1 import api_pb2_grpc as hl_grpc
-from ..inventory import Inventory
+from ..inventory import Inventory, carry_unread
 from ..pluginreg_v1 import api_pb2 as reg
 from ..pluginreg_v1 import api_pb2_grpc as reg_grpc
-from . import capacity, claims, extended, ondemand, partitions, slices
+from . import capacity, claims, extended, metadata, ondemand, partitions, slices
 from .devices import DRIVER, DraDevice, dra_devices, pci_functions
 
 log = logger("vgpukit.k8s.dra")
@@ -81,6 +81,7 @@ class Driver:
         taints: str = "off",
         unhealthy_effect: str = "NoSchedule",
         share: capacity.Choice | None = None,
+        device_metadata: bool = False,
     ):
         self.pool = node
         self.partitionable = partitionable  # auto | on | off: publish made-on-demand MIG slices (.partitions)
@@ -90,6 +91,7 @@ class Driver:
         self.taints_ok = taints != "off"  # auto: until the API server drops the taints
         self.unhealthy_effect = unhealthy_effect  # NoSchedule | NoExecute: the taint of an unusable device
         self.capacity = capacity.Offer(share or capacity.Choice())  # devices shared by capacity (.capacity)
+        self.device_metadata = device_metadata  # write each prepared request's metadata file (KEP-5304)
         self.open_host = open_host
         self.read_claim = read_claim
         self.health = health
@@ -105,8 +107,8 @@ class Driver:
         env, collect, close = self.open_host()
         inv, facts = self.last
         try:
-            try:
-                inv = collect()
+            try:  # a lost GPU's devices are kept from the last read (tainted or left out by health)
+                inv = carry_unread(inv, collect())
             except VgpukitError as err:
                 log.warning("reading the host failed (devices unchanged): %s", err)
             try:
@@ -175,15 +177,16 @@ class Driver:
             try:
                 done = claims.recorded(env, claim.uid)
                 if done is None:
-                    results = claims.results_of(self.read_claim(claim.namespace, claim.name, claim.uid), self.pool)
-                    ref = {"namespace": claim.namespace, "name": claim.name}
+                    doc = self.read_claim(claim.namespace, claim.name, claim.uid)
+                    results = claims.results_of(doc, self.pool)
+                    ref = {"namespace": claim.namespace, "name": claim.name, **metadata.pod_claim(doc)}
                     with session(env):  # the host lock: an interrupted change repaired before the inventory
                         # the inventory of the claim's devices only: its cost follows the claim, not the host
                         names = [capacity.base_name(r.device) or r.device for r in results]
                         offered = capacity.with_shared(
                             dra_devices(collect(only=pci_functions(names))), [r.device for r in results]
                         )
-                        done = claims.prepare(env, claim.uid, ref, results, offered)  # answers a prepared one
+                        done = claims.prepare(env, claim.uid, ref, results, offered, self.device_metadata)
             except VgpukitError as err:
                 return dra.NodePrepareResourceResponse(error=str(err)[:1000])
             finally:

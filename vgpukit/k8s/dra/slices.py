@@ -20,6 +20,7 @@ from ...pci import PciDevice
 from ...words import plural
 from ..agent import api_error
 from . import capacity, cluster, pool
+from .attributes import standard
 from .devices import DRIVER, DraDevice
 from .pool import slice_name as slice_name
 
@@ -101,6 +102,7 @@ def device_entry(dev: DraDevice, pci: dict[str, PciDevice], facts: NvmlFacts) ->
     elif dev.kind == "mdev":
         attrs["uuid"] = _s(d.id)
         attrs["parentBusID"] = _s(d.topo_bdf)
+    attrs.update(standard(dev.kind, d.id, d.topo_bdf, fn.host_bridge if fn else None, d.numa))  # KubeVirt reads these
     part = dev.resource.rpartition("/")[2]
     if part.startswith("vgpu-"):
         attrs["vgpuType"] = _s(part.removeprefix("vgpu-"))

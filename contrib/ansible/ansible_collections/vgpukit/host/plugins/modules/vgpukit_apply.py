@@ -55,9 +55,16 @@ areas:
   type: dict
   returned: success
 error:
-  description: vgpukit's error kind (in-use, busy, invalid-input, not-found, unsupported, failed...).
+  description: vgpukit's error kind (in-use, busy, invalid-input, not-found, unsupported, unusable, failed...).
   type: str
   returned: failure
+skipped:
+  description: >-
+    Rc 6: the devices left alone because vgpukit's health layer finds them unusable (area, device, bdf,
+    error, message); everything else was applied (changed says whether anything was).
+  type: list
+  elements: dict
+  returned: when rc is 6
 rc:
   description: vgpukit's exit code (docs/fleet.md).
   type: int
@@ -103,6 +110,17 @@ def main() -> None:
         doc = json.loads(out) if out.strip() else {}
     except ValueError:
         doc = {}
+    skipped = doc.get("skipped") or []
+    if rc == 6 and skipped:  # everything applied but the devices left alone (unusable): the task fails,
+        module.fail_json(  # with what was done (failed_when: rc not in [0, 6] goes on)
+            msg=_error_line(err),
+            rc=rc,
+            error=skipped[0].get("error", "unusable"),
+            skipped=skipped,
+            plan=doc.get("plan", []),
+            changed=bool(doc.get("changed")) and not module.check_mode,
+            stderr=err,
+        )
     if rc != 0:
         module.fail_json(
             msg=_error_line(err), rc=rc, error=doc.get("error", "failed"), plan=[], stderr=err

@@ -1,0 +1,116 @@
+"""KubeVirt's two paths on the real kernel, each ending in a domain the guest's real libvirtd (Debian 12's
+9.0) starts with QEMU: an SR-IOV VF of the emulated NVMe controller (bound to vfio-pci by vgpukit on
+demand) and an mtty mdev (made by vgpukit). The device plugin's real Allocate answer, and the DRA
+driver's real metadata file (read through its CDI mount), go through the virt-launcher stand-in
+(tests/k8s/virtlauncher.py); QEMU's ``info pci`` must list both devices (the NVMe VF 1b36:0010 and
+mtty's 4348:3253) and vgpukit must see them held while the domain runs. The guest work is
+``kubevirt_guest.py`` (one step in a boot of its own, its JSON read here). docs/kubevirt.md, "Proof".
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from vgpukit.k8s import kubevirt
+from vgpukit.k8s.inventory import with_holders
+
+from . import harness
+from .targets import PF, VF_BDFS, Target
+
+NVME_VF, MTTY = "1b36:0010", "4348:3253"
+VF1, VF2 = "0000:00:02.1", "0000:00:02.2"
+U1, U2 = "5a1c0de0-0000-4000-8000-00000000e001", "5a1c0de0-0000-4000-8000-00000000e002"
+
+
+def test_kubevirt_mode_offers_each_vf_with_its_group_node(target: Target) -> None:
+    """Runs on the qemu-guest simulator and in the guest: each VF on vfio-pci is one device (its own IOMMU
+    group) with /dev/vfio/vfio and its group node; a process holding the group makes it held."""
+    r = target.cli("sriov", "enable", PF, "--vfs", "2", "--driver", "vfio-pci")
+    assert r.rc == 0, r
+    offers = kubevirt.collect(target.host)
+    assert list(offers.resources) == ["vgpukit.io/vm-pci-1b36-0010"], offers.warnings
+    offer = offers.resources["vgpukit.io/vm-pci-1b36-0010"]
+    assert (offer.kind, offer.selector) == ("pci", "1b36:0010")
+    assert [d.id for d in offer.devices] == list(VF_BDFS[:2])
+    for d in offer.devices:
+        assert d.nodes == ("/dev/vfio/vfio", f"/dev/vfio/{target.group(d.id)}")
+        assert d.env == (f"PCI_RESOURCE_VGPUKIT_IO_VM-PCI-1B36-0010={d.id}",)
+    with target.holding(VF_BDFS[0]):
+        held = with_holders(target.host, offers.inventory()).resources["vgpukit.io/vm-pci-1b36-0010"]
+    assert [bool(d.held_by) for d in held] == [True, False]
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One boot of its own (the shared session guest has enough to do): kubevirt_guest.py's two paths."""
+    reason = harness.skip_reason()
+    if reason:
+        harness.skip_or_fail(reason)
+    kernel = harness.RealKernel(harness.Config.from_env())
+    try:
+        assets = kernel.prepare()
+    except harness.Unavailable as exc:
+        harness.skip_or_fail(f"real kernel unavailable: {exc}")
+    if not assets.mtty or any(n.startswith("libvirt unavailable") for n in assets.notes):
+        harness.skip_or_fail("mtty or libvirt unavailable: " + "; ".join(assets.notes))
+    kernel.config.timeout = max(kernel.config.timeout, 1200.0)
+    step = harness.GuestStep("kubevirt-paths", kernel.python_command("-m", "tests.realkernel.kubevirt_guest"), 1100)
+    keep = tmp_path_factory.mktemp("kubevirt-guest")
+    run = kernel.run([step], keep_dir=keep)
+    if not run.completed and run[step.name].rc is None and "Kernel panic" in run.console:
+        run = kernel.run([step], keep_dir=keep)  # the kernel died before the step: boot once more
+    out = run[step.name]
+    assert out.rc == 0, out.describe() + "\n--- console\n" + run.console_tail()
+    doc: dict[str, Any] = json.loads(out.stdout)
+    assert "crashed" not in doc, doc["crashed"]
+    print(f"guest run {run.seconds:.0f} s, the step {out.seconds or 0:.0f} s")
+    return doc
+
+
+def _started(dom: dict[str, Any], keys: set[str]) -> None:
+    assert dom["define"]["rc"] == 0, dom["define"]
+    assert dom["start"]["rc"] == 0, json.dumps(dom, indent=1)[-4000:]
+    assert dom["state"] == "running", dom
+    assert NVME_VF in dom["info_pci"] and MTTY in dom["info_pci"], dom["info_pci"]
+    assert keys <= set(dom["live_keys"]), dom["live_keys"]
+    assert dom["destroy"]["rc"] == 0 and dom["undefine"]["rc"] == 0, dom
+    seen = [line.strip() for line in dom["info_pci"].splitlines() if NVME_VF in line or MTTY in line]
+    print(f"domain started in {dom['start_seconds']} s; QEMU info pci: {seen}; live hostdevs: {dom['live_keys']}")
+
+
+@pytest.mark.realkernel
+def test_device_plugin_allocate_drives_a_real_domain(result: dict[str, Any]) -> None:
+    p = result["plugin"]
+    assert "crashed" not in p, p["crashed"]
+    assert all(m["rc"] == 0 for m in p["made"]), p["made"]
+    assert p["env"] == {
+        "PCI_RESOURCE_VGPUKIT_IO_VM-PCI-1B36-0010": VF1,
+        "MDEV_PCI_RESOURCE_VGPUKIT_IO_VM-MDEV-MTTY-1": U1,
+    }, p["env"]
+    assert "/dev/vfio/vfio" in p["nodes"] and all(p["nodes_exist"].values()), p["nodes_exist"]
+    _started(p["domain"], {f"pci:{VF1}", f"mdev:{U1}"})
+    held = json.loads(p["domain"]["mdev_list"])["instances"]  # vgpukit sees QEMU hold the mdev
+    assert any(i["uuid"] == U1 and i["in_use"] for i in held), held
+    assert all(c["rc"] == 0 for c in p["cleanup"]), p["cleanup"]
+
+
+@pytest.mark.realkernel
+def test_dra_metadata_drives_a_real_domain(result: dict[str, Any]) -> None:
+    d = result["dra"]
+    assert "crashed" not in d, d["crashed"]
+    assert all(m["rc"] == 0 for m in d["made"]), d["made"]
+    assert d["prepare_error"] == "", d
+    assert d["vf_driver_prepared"] == "vfio-pci", d  # bound at prepare
+    ids = [i for ids in d["cdi_ids"] for i in ids]
+    assert f"gpu.vgpukit.io/metadata={'6b2d1ef0-0000-4000-8000-00000000c001'}_vf" in ids, ids
+    assert any(n.startswith("/dev/vfio/") and n != "/dev/vfio/vfio" for n in d["claim_nodes"]), d["claim_nodes"]
+    streams = list(d["metadata_files"].values())
+    versions = ['"metadata.resource.k8s.io/v1beta1"', '"metadata.resource.k8s.io/v1alpha1"']
+    assert len(streams) == 2 and all(all(v in s for v in versions) for s in streams), streams
+    _started(d["domain"], {f"pci:{VF2}", f"mdev:{U2}"})
+    assert d["unprepare_error"] == "" and d["left_after_unprepare"] == [], d
+    assert d["vf_driver_after"] != "vfio-pci", d
+    assert all(c["rc"] == 0 for c in d["cleanup"]), d["cleanup"]
