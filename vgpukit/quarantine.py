@@ -9,7 +9,8 @@ verified the device) ends it.
 
 What it covers: the device itself and everything carved from it (its VFs, by their ``physfn``; its
 mdevs and MIG slices, whose parent is the device). The planners refuse to plan onto a covered device
-(:func:`refuse`), with the reason, exit 4 (``unusable``). Reads are tolerant: a record that cannot be
+(:func:`refuse`; the config doors through :mod:`vgpukit.exclusion`), with the reason, exit 6
+(``unusable``). Reads are tolerant: a record that cannot be
 parsed still quarantines its device (a damaged file must not release one), with a generic reason.
 """
 

@@ -86,7 +86,7 @@ def test_hgx_a100_xid95_cures_gpu3_alone(tmp_path: Path, qemu: Any) -> None:
     nic_before = ok(sim, "sriov", "list", "nic0")
     vm_pid = world.pid("vm-nic")
     assert invoke(sim, "sim", "fault", "xid", "gpu3", "95").exit_code == 0
-    assert invoke(sim, "partition", "gpu3", "--mig", "1g.5gb").exit_code == 4  # unusable: nothing placed on it
+    assert invoke(sim, "partition", "gpu3", "--mig", "1g.5gb").exit_code == 6  # unusable: nothing placed on it
 
     plan = ok(sim, "remediate", "gpu3", "--connect", URI, "--dry-run")
     assert {h["kind"] for h in plan["holders"]} == {"tenant"} and plan["holders"][0]["pid"] == tenant.pid

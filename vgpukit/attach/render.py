@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import Busy, Conflict
+from ..errors import Busy, Conflict, DeviceUnusable
 from ..host import Host
 from ..libvirt.domain import Device
 from .devices import AttachTarget, resolve
@@ -50,7 +50,11 @@ def domain(
             check_not_console(t)
             check_iommu(host, t)
             check_not_quarantined(host, [t])
-        except (Busy, Conflict) as exc:  # rendering is allowed; starting that VM would fail or take the console
+        except (
+            Busy,
+            Conflict,
+            DeviceUnusable,
+        ) as exc:  # rendering is allowed; starting that VM would fail or take the console
             warnings.append(str(exc))
     fw = firmware_for(host, firmware)
     if fw.kind == "bios" and firmware == "auto":

@@ -345,7 +345,13 @@ def _qos(ctx: _Ctx, out: Plan) -> list[Step]:
     except VgpukitError as err:
         raise InvalidInput(f"{ctx.cfg.source}:{ctx.cfg.line}: config {ctx.cfg.name}: qos: {err}") from None
     ctx.line = ctx.cfg.line
-    found = qos_planner.plan_config(ctx.host, want)
+    try:
+        found = qos_planner.plan_config(ctx.host, want)
+    except DeviceUnusable as err:  # a new tenant on a quarantined device: the section is left alone, the rest done
+        where = f"{ctx.cfg.source}:{ctx.cfg.line}: config {ctx.cfg.name}: "
+        name = naming.aliases(ctx.scan).get(err.device or "", err.device or "")
+        ctx.skipped.append(("qos", name, DeviceUnusable(where + err.message, device=err.device, hint=err.hint)))
+        return []
     out.warnings += found.warnings
     return found.steps
 

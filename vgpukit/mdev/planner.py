@@ -96,8 +96,8 @@ def refuse_quarantined(facts: Facts, parents: list[str]) -> list[str]:
 
     left = [p for p in parents if p not in facts.quarantined]
     if parents and not left:
-        q = facts.quarantined[parents[0]]
-        raise qr.refusal(q, parents[0], "piece" if q.bdf != parents[0] else "")
+        q, p = facts.quarantined[parents[0]], parents[0]
+        raise qr.refusal(q, f"{q.device} ({p})" if q.bdf == p and q.device != p else p, "piece" if q.bdf != p else "")
     return left
 
 
