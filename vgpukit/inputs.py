@@ -17,9 +17,13 @@ import ipaddress
 import math
 import re
 import unicodedata
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import InvalidInput
+from .errors import InvalidInput, VgpukitError
+
+if TYPE_CHECKING:  # fractions (and decimal) load only where a Kubernetes quantity is read
+    from fractions import Fraction
 
 MAX_DOC_BYTES = 4 * 1024 * 1024  # config files, definitions, state records
 MAX_DEPTH = 32  # nesting of mappings/lists in any document we read
@@ -42,21 +46,75 @@ def parse_int(text: object, what: str, *, lo: int | None = None, hi: int | None 
     return check_range(value, what, lo=lo, hi=hi)
 
 
-_SIZE_UNITS = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}
+_SIZE_RE = re.compile(r"([0-9]{1,20})(?:\.([0-9]{1,20}))?([kmgtp](?:i|ib)?|b)?\Z", re.ASCII | re.IGNORECASE)
+_SIZE_SHIFT = {"": 0, "b": 0, "k": 10, "m": 20, "g": 30, "t": 40, "p": 50}
+_SI_UNIT = re.compile(r"[0-9.]+[kmgtpe]b\Z", re.ASCII | re.IGNORECASE)
+SIZE_FORMS = "a size such as 4G, 4GiB, 1.5G or 512M (binary: G = GiB = 2^30 bytes)"
 
 
 def parse_size(text: object, what: str, *, lo: int = 0, hi: int = 1 << 50) -> int:
-    """A byte count: an int, or ASCII digits with an optional K/M/G/T (or KiB/MiB/GiB/TiB, KB...) suffix."""
+    """A byte count in vgpukit's own grammar (the command line, host configs, the QoS config;
+    docs/cli.md, "Sizes"): an int, or ASCII digits (a decimal fraction allowed) with an optional unit
+    ``K M G T P``, ``Ki``..., ``KiB``... (any case), every one binary, as QEMU's ``-m 4G`` and
+    Docker's ``--memory 4g``; ``B`` or none: bytes. ``KB``/``MB``/``GB``/``TB`` are refused: they mean
+    powers of 1000 elsewhere (Kubernetes' ``4G`` is 4*10^9, :func:`parse_k8s_quantity`)."""
     if isinstance(text, int) and not isinstance(text, bool):
         return check_range(text, what, lo=lo, hi=hi)
-    if not isinstance(text, str) or not text.isascii() or len(text) > 32:
-        raise InvalidInput(f"{what} must be a size such as 4GiB or 512M")
-    s = text.strip().lower()
-    digits = s.rstrip("kmgtib")
-    unit = s[len(digits) :].removesuffix("ib").removesuffix("b")
-    if not digits.isdigit() or unit not in _SIZE_UNITS:
-        raise InvalidInput(f"{what} must be a size such as 4GiB or 512M")
-    return check_range(int(digits) << _SIZE_UNITS[unit], what, lo=lo, hi=hi)
+    if not isinstance(text, str) or not text.isascii() or len(text) > 48:
+        raise InvalidInput(f"{what} must be {SIZE_FORMS}")
+    s = text.strip()
+    m = _SIZE_RE.match(s)
+    if m is None:
+        if _SI_UNIT.match(s):
+            raise InvalidInput(
+                f"{what}: KB, MB, GB and TB are ambiguous (powers of 1000 or of 1024): write G or GiB "
+                "(binary) or the number of bytes"
+            )
+        raise InvalidInput(f"{what} must be {SIZE_FORMS}")
+    whole, frac, unit = m.group(1), m.group(2) or "", (m.group(3) or "").lower()
+    scaled = int(whole + frac) << _SIZE_SHIFT[unit[:1]]
+    size, rest = divmod(scaled, 10 ** len(frac))
+    if rest:
+        raise InvalidInput(f"{what} is not a whole number of bytes")
+    return check_range(size, what, lo=lo, hi=hi)
+
+
+# Kubernetes' quantity grammar (k8s.io/apimachinery resource.Quantity): sign, digits with an optional
+# fraction, and a binary suffix (Ki..Ei), a decimal one (n u m k M G T P E) or an exponent (e3, E-2;
+# two digits at most here: no quantity anyone means needs more, and 1e999999 would build a huge number)
+_K8S_QUANTITY = re.compile(
+    r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]{1,2})?\Z", re.ASCII
+)
+K8S_FORMS = "bytes or a Kubernetes quantity such as 4Gi, 1.5Gi or 4G (G = 10^9, Gi = 2^30)"
+
+
+def k8s_quantity(value: object, what: str, forms: str = "a Kubernetes quantity") -> Fraction:
+    """A number written in Kubernetes' quantity grammar (``4Gi``, ``1.5k``, ``500m``, ``2e3``), exactly,
+    valued by the Kubernetes client library's parser (``kubernetes.utils.quantity.parse_quantity``, the
+    k8s extra): the one reader of quantities where Kubernetes is the source. ``forms``: what the
+    refusal says ``what`` must be."""
+    if not isinstance(value, str) or not value.isascii() or len(value) > 64 or not _K8S_QUANTITY.match(value):
+        raise InvalidInput(f"{what} must be {forms}")
+    from fractions import Fraction
+
+    from .extras import require
+
+    try:
+        return Fraction(require("kubernetes.utils.quantity").parse_quantity(value))
+    except ValueError:
+        raise InvalidInput(f"{what} must be {forms}") from None
+
+
+def parse_k8s_quantity(value: object, what: str, *, lo: int = 0, hi: int = 1 << 50) -> int:
+    """A byte count where Kubernetes is the source (a DRA claim's opaque configuration): an int, or a
+    :func:`k8s_quantity` that comes to whole bytes. Unlike :func:`parse_size`, ``4G`` is 4*10^9 bytes
+    here, as the API server reads it."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return check_range(value, what, lo=lo, hi=hi)
+    amount = k8s_quantity(value, what, K8S_FORMS)
+    if amount.denominator != 1:
+        raise InvalidInput(f"{what} is not a whole number of bytes")
+    return check_range(int(amount), what, lo=lo, hi=hi)
 
 
 def check_range(value: int, what: str, *, lo: int | None = None, hi: int | None = None) -> int:
@@ -152,6 +210,18 @@ def load_yaml(text: str, where: str, *, limit: int = MAX_DEPTH, max_bytes: int =
     reach Python's recursion limit on a 5000-level file takes seconds), and the checked node tree is
     then constructed.
     """
+    return _load_yaml(text, where, limit, max_bytes)[0]
+
+
+def load_yaml_located(
+    text: str, where: str, *, limit: int = MAX_DEPTH, max_bytes: int = MAX_DOC_BYTES
+) -> tuple[Any, Positions]:
+    """:func:`load_yaml`, and where each value of the document is (:class:`Positions`), from the same parse."""
+    doc, node = _load_yaml(text, where, limit, max_bytes)
+    return doc, positions(node) if node is not None else Positions()
+
+
+def _load_yaml(text: str, where: str, limit: int, max_bytes: int) -> tuple[Any, Any]:
     import yaml
 
     if len(text) > max_bytes:
@@ -177,9 +247,9 @@ def load_yaml(text: str, where: str, *, limit: int = MAX_DEPTH, max_bytes: int =
         loader = Loader(text)  # the reader refuses control characters here already
         node = loader.get_single_node()
         if node is None:
-            return None
+            return None, None
         _node_depth(node, where, limit)  # aliases can nest the built document deeper than its text
-        return loader.construct_document(node)
+        return loader.construct_document(node), node
     except RecursionError:
         raise InvalidInput(f"{where}: nested more than {limit} levels deep") from None
     except yaml.YAMLError as exc:
@@ -189,6 +259,99 @@ def load_yaml(text: str, where: str, *, limit: int = MAX_DEPTH, max_bytes: int =
     finally:
         if loader is not None:
             loader.dispose()
+
+
+Path = tuple[Any, ...]  # keys and list indices from a document's root to a value
+
+
+class Positions:
+    """Where each value of a YAML document is: its path from the root (mapping keys, list indices)
+    -> (line, column), both 1-based, of the value's first character (a key's own place under the path
+    + ("<key>",)). Built from the composed node tree (:func:`positions`), so a check made on the plain
+    document can say where the value it refuses is (:func:`at`, :meth:`locate`)."""
+
+    def __init__(self, marks: dict[Path, tuple[int, int]] | None = None) -> None:
+        self.marks = marks or {}
+
+    def locate(self, path: Path) -> tuple[int, int] | None:
+        """The place of the value at ``path``, else of its nearest ancestor there is one for."""
+        for cut in range(len(path), -1, -1):
+            found = self.marks.get(tuple(path[:cut]))
+            if found is not None:
+                return found
+        return None
+
+    def describe(self, path: Path) -> str:
+        """``line N, column C`` of :meth:`locate` (empty when unknown)."""
+        found = self.locate(path)
+        return f"line {found[0]}, column {found[1]}" if found else ""
+
+
+def positions(node: Any) -> Positions:
+    """The :class:`Positions` of a composed YAML node tree (keys read as plain scalars; a mapping key
+    that is not a scalar is left out)."""
+    import yaml
+
+    marks: dict[Path, tuple[int, int]] = {}
+    stack: list[tuple[Any, Path]] = [(node, ())]
+    seen: set[int] = set()
+    while stack:
+        n, path = stack.pop()
+        if n.start_mark is not None:
+            marks.setdefault(path, (n.start_mark.line + 1, n.start_mark.column + 1))
+        if id(n) in seen:  # an alias: its places are the anchor's
+            continue
+        seen.add(id(n))
+        if isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                if isinstance(k, yaml.ScalarNode):
+                    key = _scalar(k)
+                    marks.setdefault((*path, key, "<key>"), (k.start_mark.line + 1, k.start_mark.column + 1))
+                    stack.append((v, (*path, key)))
+        elif isinstance(n, yaml.SequenceNode):
+            stack += [(v, (*path, i)) for i, v in enumerate(n.value)]
+    return Positions(marks)
+
+
+def _scalar(node: Any) -> Any:
+    """A scalar key as the safe loader builds it (``1`` an int, ``gpu0`` a str)."""
+    import yaml
+
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_object(node)
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError):
+        return node.value
+    finally:
+        loader.dispose()
+
+
+E = TypeVar("E", bound=VgpukitError)
+
+
+def at(err: E, *path: Any) -> E:
+    """``err``, noted as being about the value at ``path`` (relative to the document part the code that
+    raised it was given: callers further up prefix their own part, :func:`under`)."""
+    err.__dict__["at"] = (*path, *where_in(err))
+    return err
+
+
+def where_in(err: VgpukitError) -> Path:
+    """The path :func:`at` noted on ``err`` (empty: none)."""
+    found = err.__dict__.get("at", ())
+    return tuple(found) if isinstance(found, tuple) else ()
+
+
+T = TypeVar("T")
+
+
+def under(path: Path, make: Callable[[], T]) -> T:
+    """``make()``; an error it raises is noted as being under ``path``."""
+    try:
+        return make()
+    except VgpukitError as err:
+        at(err, *path)
+        raise
 
 
 _QUOTED = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|(?:^|(?<=\s))#[^\n]*', re.MULTILINE)

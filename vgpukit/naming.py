@@ -5,6 +5,8 @@ The grammar (hex digits in any case; surrounding white space ignored):
 =====================  =========================================================================
 ``gpuN nicN nvmeN``    the Nth physical GPU / NIC / NVMe controller (see :func:`aliases`)
 ``DDDD:BB:DD.F``       a PCI function by address; ``BB:DD.F`` means domain 0000
+``<PF> vfN``           the PF's VF N (the kernel's ``virtfnN``), PF named as above: ``nic0 vf0``
+                       (what ``sriov list`` and ``devices`` show), also ``nic0vf0``, ``nic0-vf0``
 ``GPU-<uuid>``         a GPU by its NVML UUID (needs the NVIDIA driver)
 ``MIG-<uuid>``         a MIG device (a compute instance) by its UUID (needs the NVIDIA driver)
 ``<uuid>``             an mdev instance (8-4-4-4-12 hex)
@@ -32,7 +34,7 @@ from typing import TYPE_CHECKING, Union
 
 from .errors import InvalidInput, NotFound
 from .host_layout import BDF_RE, SHORT_BDF_RE
-from .pci import Scan
+from .pci import Scan, Sriov
 from .records import Record
 from .words import plural, span
 
@@ -56,10 +58,11 @@ GPU_UUID_RE = re.compile(rf"^gpu-{_HEX_UUID}\Z", re.ASCII)
 MIG_UUID_RE = re.compile(rf"^mig-({_HEX_UUID}|gpu-{_HEX_UUID}/[0-9]+/[0-9]+)\Z", re.ASCII)
 MDEV_UUID_RE = re.compile(rf"^{_HEX_UUID}\Z", re.ASCII)
 INDEX_RE = re.compile(r"^[0-9]{1,4}\Z", re.ASCII)
+VF_RE = re.compile(r"^(?P<pf>\S.*?)(?:\s+|-|/)?vf(?P<n>[0-9]{1,5})\Z", re.ASCII)
 PARENT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}\Z", re.ASCII)
 
 FORMS = {  # how each kind can be named, for error messages
-    PCI: "gpuN, nicN, nvmeN, a PCI address (0000:3b:00.0 or 3b:00.0) or a GPU UUID (GPU-...)",
+    PCI: "gpuN, nicN, nvmeN, a PCI address (0000:3b:00.0 or 3b:00.0), a VF as 'nic0 vf0' or a GPU UUID (GPU-...)",
     GPU: "gpuN, an NVML index, a PCI address or a GPU UUID (GPU-...)",
     MDEV: "an mdev UUID",
     MIG: "a MIG device UUID (MIG-...)",
@@ -73,6 +76,7 @@ _FORM_WORDS = {  # a form, in words (a plain word, or invalid text, needs none: 
     "gpu-uuid": "a GPU UUID",
     "mig-uuid": "a MIG device UUID",
     "mdev-uuid": "an mdev UUID",
+    "vf": "a VF",
 }
 
 
@@ -119,6 +123,9 @@ def form_of(text: str) -> str:
         return "mdev-uuid"
     if INDEX_RE.match(t):
         return "index"
+    vf = VF_RE.match(low)
+    if vf and form_of(vf.group("pf")) in ("alias", "bdf", "gpu-uuid"):
+        return "vf"
     if PARENT_NAME_RE.match(t):
         return "word"
     return "invalid"
@@ -126,7 +133,39 @@ def form_of(text: str) -> str:
 
 def needs_nvml(name: str) -> bool:
     """Whether resolving ``name`` (outside the ``mig`` commands) asks NVML: GPU and MIG UUIDs."""
-    return form_of(name) in ("gpu-uuid", "mig-uuid")
+    form = form_of(name)
+    if form == "vf":
+        return needs_nvml(_vf_parts(name)[0])
+    return form in ("gpu-uuid", "mig-uuid")
+
+
+def _vf_parts(text: str) -> tuple[str, int]:
+    m = VF_RE.match(text.strip().lower())
+    assert m is not None
+    return m.group("pf"), int(m.group("n"))
+
+
+def vf_index(pf: str, vf: str, sriov: Sriov) -> int:
+    """The kernel's N of the PF's ``virtfnN`` link to ``vf``: from the routing IDs (the VF's is the PF's
+    + offset + stride * N, PCIe SR-IOV 9.3.3.9), else its place among the VFs the PF lists."""
+    if sriov.offset and sriov.stride:
+        rid = [int(b[5:7], 16) << 8 | int(b[8:10], 16) << 3 | int(b[11], 16) for b in (pf, vf)]
+        n, rest = divmod(rid[1] - rid[0] - sriov.offset, sriov.stride)
+        if not rest and n >= 0:
+            return n
+    return sriov.vfs.index(vf)
+
+
+def vf_names(scan: Scan, names: dict[str, str] | None = None) -> dict[str, str]:
+    """VF address -> its name, ``nic0 vf0`` (the PF's alias, else its address, and the VF's N): what
+    listings show for a VF, and what :func:`resolve` accepts."""
+    names = aliases(scan) if names is None else names
+    out: dict[str, str] = {}
+    for d in scan.physical():
+        if d.sriov is not None:
+            for vf in d.sriov.vfs:
+                out[vf] = f"{names.get(d.bdf, d.bdf)} vf{vf_index(d.bdf, vf, d.sriov)}"
+    return out
 
 
 def unknown(what: str, name: str, detail: str = "", hint: str = "see: vgpukit devices") -> NotFound:
@@ -206,8 +245,8 @@ def resolve(
             raise unknown("GPU with NVML index", text, reports)
         by_index = gpus[int(text)]
         return ResolvedName(name, GPU, bdf=by_index.bdf, uuid=by_index.uuid, nvml_index=by_index.index)
-    if form in ("alias", "bdf", "gpu-uuid") and accept & {PCI, GPU, PARENT}:
-        bdf, uuid = _pci(scan, name, text, form, nvml)
+    if form in ("alias", "bdf", "gpu-uuid", "vf") and accept & {PCI, GPU, PARENT}:
+        bdf, uuid = _vf(scan, name, text, nvml) if form == "vf" else _pci(scan, name, text, form, nvml)
         if GPU in accept:
             g = next((g for g in _gpus(nvml, text) if g.bdf == bdf), None)
             if g is None:
@@ -264,6 +303,19 @@ def _pci(scan: Scan, name: str, text: str, form: str, nvml: NvmlSource) -> tuple
         if g.uuid.lower() == low:
             return g.bdf, g.uuid
     raise unknown("GPU with UUID", text, hint="see: vgpukit mig status")
+
+
+def _vf(scan: Scan, name: str, text: str, nvml: NvmlSource) -> tuple[str, None]:
+    """(BDF, None) of an existing VF named ``<PF> vfN``."""
+    pf_text, n = _vf_parts(text)
+    pf, _ = _pci(scan, name, pf_text, form_of(pf_text), nvml)
+    sriov = scan.device(pf).sriov
+    vfs = sriov.vfs if sriov is not None else ()
+    for vf in vfs:
+        if sriov is not None and vf_index(pf, vf, sriov) == n:
+            return vf, None
+    has = f"{pf_text} has {plural(len(vfs), 'VF')}" + (f" ({span('vf', 0, len(vfs) - 1)})" if vfs else "")
+    raise unknown("VF", f"{pf_text} vf{n}", has if sriov is not None else f"{pf_text} has no SR-IOV")
 
 
 def _mig(name: str, text: str, nvml: NvmlSource) -> ResolvedName:

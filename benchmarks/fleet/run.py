@@ -47,7 +47,7 @@ configs:
     mig: mixed
     qos:
       gpus:
-        gpu0:
+        pool:                  # a label, not a GPU: every A100 is in MIG mode here (docs/qos.md, GPU keys)
           policy: fixed-share
           tenants:
             a: {share: 70, cgroup: /sys/fs/cgroup/a}

@@ -171,7 +171,12 @@ def mdev_session(run: Session, tmp: Path) -> None:
     held = run(t4, "sim", "hold", created["vgpus"][0]["id"])
     run(t4, "vgpu", "list")
     run(t4, "sim", "release", str(held["pid"]))
-    run(t4, "vgpu", "remove", *(v["id"] for v in created["vgpus"]))
+    run(t4, "vgpu", "define", created["vgpus"][0]["id"], "--auto")
+    run(t4, "vgpu", "remove", created["vgpus"][0]["id"], "--keep-definition")
+    run(t4, "vgpu", "list")  # a vGPU that is only defined
+    run(t4, "vgpu", "undefine", created["vgpus"][0]["id"])
+    run(t4, "vgpu", "remove", *(v["id"] for v in created["vgpus"][1:]))
+    run(t4, "vgpu", "create", "gpu1", "--type", "T4-2Q", "--define")
 
 
 def libvirt_session(run: Session, tmp: Path) -> None:

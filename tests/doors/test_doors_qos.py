@@ -56,21 +56,25 @@ def sleeper() -> Iterator[int]:
     p.wait()
 
 
-def qos_doc(tenants: dict[str, tuple[str, int]], pid: int) -> dict[str, object]:
-    return {
-        "gpus": {"gpu0": {"tenants": {n: {"class": c, "share": s, "pids": [pid]} for n, (c, s) in tenants.items()}}}
-    }
+def qos_doc(tenants: dict[str, tuple[str, int]], sim: Path) -> dict[str, object]:
+    """Each tenant in a cgroup of its own (a process may be in one tenant only), made on the host."""
+    for n in tenants:
+        (sim / "sys/fs/cgroup" / n).mkdir(parents=True, exist_ok=True)
+        (sim / "sys/fs/cgroup" / n / "cgroup.freeze").write_text("0\n")
+    docs = {n: {"class": c, "share": s, "cgroup": f"/sys/fs/cgroup/{n}"} for n, (c, s) in tenants.items()}
+    return {"gpus": {"gpu0": {"tenants": docs}}}
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.rule for r in ROWS])
-def test_every_door_gives_the_same_refusal_and_changes_nothing(row: Row, tmp_path: Path, sleeper: int) -> None:
+def test_every_door_gives_the_same_refusal_and_changes_nothing(row: Row, tmp_path: Path) -> None:
     sim = make_sim(tmp_path / "host", "hgx-a100")
     (sim / "etc/vgpukit").mkdir(parents=True, exist_ok=True)
-    (sim / "etc/vgpukit/qos.yaml").write_text(yaml.safe_dump(qos_doc(row.there, sleeper)))
-    daemon = DaemonProc(sim, sim=True)
     name, cls, share = row.new
-    config = yaml.safe_dump({"qos": qos_doc({**row.there, name: (cls, share)}, sleeper)}, default_flow_style=True)
-    area = ["qos", "tenant", "add", "gpu0", name, "--class", cls, "--share", str(share), "--pid", str(sleeper)]
+    config = yaml.safe_dump({"qos": qos_doc({**row.there, name: (cls, share)}, sim)}, default_flow_style=True)
+    (sim / "etc/vgpukit/qos.yaml").write_text(yaml.safe_dump(qos_doc(row.there, sim)))
+    daemon = DaemonProc(sim, sim=True)
+    area = ["qos", "tenant", "add", "gpu0", name, "--class", cls, "--share", str(share)]
+    area += ["--cgroup", f"/sys/fs/cgroup/{name}"]
     daemon.start()
     try:
         answers = harness.every_door(sim, tmp_path, config, area)

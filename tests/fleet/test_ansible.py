@@ -119,7 +119,7 @@ def test_check_mode_then_apply_then_no_change_and_the_bad_config_fails_on_its_ho
     recap, out = play(where)
     assert recap == {"node1": (1, 0), "node2": (1, 0), "node3": (1, 0), "node4": (0, 1)}, out
     # the failure is vgpukit's one-line error, on node4 only
-    msg = f"{where / 'fleet.yaml'}:20: config broken: no nic9 on this host: it has no NICs (see: vgpukit devices)"
+    msg = f"{where / 'fleet.yaml'}:20:17: config broken: no nic9 on this host: it has no NICs (see: vgpukit devices)"
     assert f'fatal: [node4]: FAILED! => {{"changed": false, "error": "not-found", "msg": "{msg}"' in out, out
     assert out.count("fatal:") == 1
     for name, config in (("node1", "guest"), ("node3", "a100")):

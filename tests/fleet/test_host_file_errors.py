@@ -1,4 +1,5 @@
-"""Every error about a host config names FILE:LINE and the config (apply and diff alike)."""
+"""Every error about a host config names FILE:LINE:COLUMN of the value at fault and the config (apply
+and diff alike); tests/fleet/test_error_places.py plants bad values at random places."""
 
 from __future__ import annotations
 
@@ -47,9 +48,9 @@ configs:
       - device: gpu0
 """
 
-# the line of the entry the error is about (the config's first line when it is about the config)
-LINES = {"absent": 5, "word": 9, "noparent": 12, "share": 16, "toomany": 23, "nomig": 26, "novgpu": 29,
-         "twice": 35}  # fmt: skip
+# the line and column of the value at fault
+LINES = {"absent": "5:17", "word": "9:17", "noparent": "12:17", "share": "20:39", "toomany": "24:14",
+         "nomig": "26:10", "novgpu": "29:17", "twice": "35:17"}  # fmt: skip
 
 # the document's types are checked as a whole, before any config is planned
 TYPED = "version: vgpukit.host/v1\nconfigs:\n  ok: {}\n  typed:\n    sriov:\n      - device: nic0\n        vfs: x\n"
@@ -80,4 +81,4 @@ def test_a_type_error_names_the_config_it_is_in(setup: tuple[Path, Path], comman
     typed = doc.parent / "typed.yaml"
     r = invoke(sim, command, "-f", str(typed), "-c", "ok")
     assert r.exit_code == 2
-    assert r.stderr == f"vgpukit: error: {typed}:7: config typed: vfs must be an integer\n"
+    assert r.stderr == f"vgpukit: error: {typed}:7:14: config typed: vfs must be an integer\n"

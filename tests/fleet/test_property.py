@@ -62,9 +62,10 @@ def a100_config(draw: st.DrawFn) -> dict[str, Any]:
             {"devices": [g], "mig-enabled": lay is not None} | ({"mig-devices": lay} if lay is not None else {})
             for g, lay in zip(gpus, layouts, strict=True)
         ]
-    if draw(st.booleans()):
+    if draw(st.booleans()):  # tenants on a GPU the config leaves out of MIG mode (the QoS planner's rule)
         share = draw(st.integers(1, 100))
-        cfg["qos"] = {"gpus": {"gpu0": {"policy": "fixed-share", "tenants": {"a": {"share": share, "pids": [4242]}}}}}
+        key = f"gpu{min(set(range(8)) - set(gpus))}"
+        cfg["qos"] = {"gpus": {key: {"policy": "fixed-share", "tenants": {"a": {"share": share, "cgroup": "a.slice"}}}}}
     return cfg
 
 

@@ -12,7 +12,8 @@ from vgpukit.qos.planner import AddTenant, RemoveTenant, change, effective, load
 
 
 def t(name: str, share: int = 10, cls: str = "offline") -> Tenant:
-    return Tenant(name, cls, share, "pids", pids=(1234,))
+    """A tenant of its own process (one per name: a process may be in one tenant only)."""
+    return Tenant(name, cls, share, "pids", pids=(int.from_bytes(name.encode()[:3], "big") % 4_000_000 + 2,))
 
 
 def test_config_roundtrip() -> None:
@@ -112,11 +113,23 @@ def test_config_errors_name_file_and_line_never_content(tmp_path: Path) -> None:
     path = tmp_path / "etc/vgpukit/qos.yaml"
     path.parent.mkdir(parents=True)
     cases = [
-        ("watchdog_s: 1\ngpus:\n  gpu0:\n    tenants:\n      w: {class: SECRET, share: 5, pids: [5]}\n", "line 5"),
-        ("gpus:\n  g:\n    tenants:\n      a: {share: 60, pids: [5]}\n      b: {share: 60, pids: [6]}\n", "line 2"),
-        ("# SECRET\nsample_ms: 0\n", "line 2"),
+        (
+            "watchdog_s: 1\ngpus:\n  gpu0:\n    tenants:\n      w: {class: SECRET, share: 5, pids: [5]}\n",
+            "line 5, column 18",
+        ),
+        # the share that takes the class over 100%
+        (
+            "gpus:\n  g:\n    tenants:\n      a: {share: 60, pids: [5]}\n      b: {share: 60, pids: [6]}\n",
+            "line 5, column 18",
+        ),
+        ("# SECRET\nsample_ms: 0\n", "line 2, column 12"),
         ("gpus:\n  gpu0: " + "[" * 3000 + "]" * 3000 + "\n# SECRET\n", "line 2"),
-        ("gpus:\n  gpu0: {policy: 'SECRET" + "x" * 5000 + "'}\n", "line 2"),
+        ("gpus:\n  gpu0: {policy: 'SECRET" + "x" * 5000 + "'}\n", "line 2, column 18"),
+        (
+            "gpus:\n  gpu0:\n    slice_ms: 5\n    tenants:\n      w:\n        pids: [5]\n        memory: 4GB\n",
+            "line 7, column 17",
+        ),
+        ("gpus:\n  gpu0:\n    tenants:\n      w: {pids: [5]}\n    bogus: 1\n", "line 5, column 5"),
     ]
     for text, line in cases:
         path.write_text(text)

@@ -57,7 +57,7 @@ def test_sighup_with_a_broken_config_keeps_the_running_one(tmp_path: Path, spawn
             (f"watchdog_s: x{SECRET}\n", "watchdog_s"),  # killed the daemon (ValueError)
             (f"sample_ms: [1]\ngpus: {{}}\n# {SECRET}\n", "sample_ms"),  # TypeError
             (f"gpus:\n  gpu0:\n    tenants:\n      w: {{class: online, share: 30, cgroup: 5}}\n# {SECRET}\n", "line 4"),
-            (f"gpus:\n  gpu0:\n    tenants:\n      w:\n        class: {SECRET}\n        share: 30\n", "line 4"),
+            (f"gpus:\n  gpu0:\n    tenants:\n      w:\n        class: {SECRET}\n        share: 30\n", "line 5"),
             (f"gpus: [broken {SECRET}\n", "(line 1)"),
         ]
         for n, (text, where) in enumerate(broken, 1):

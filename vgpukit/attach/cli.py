@@ -77,7 +77,7 @@ def render_hostdev(app: App, device: str, mac: str | None, vlan: int | None, man
 )
 @click.option("--vcpus", type=AsciiInt(1, 4096), required=True, help="Number of vCPUs.")
 @click.option(
-    "--device", "devices", multiple=True, metavar="DEVICE", help="A device to pass through (repeat).", type=NAME
+    "--device", "devices", multiple=True, metavar="DEVICE", help="A device to pass through (repeat).", type=VM_DEVICE
 )
 @click.option(
     "--firmware",

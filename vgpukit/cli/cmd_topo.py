@@ -12,7 +12,7 @@ from ..clikit.options import json_option
 from ..clikit.output import emit, finish_read, is_tty, table
 from ..clikit.params import NAME
 from ..errors import InvalidInput
-from ..naming import aliases
+from ..naming import aliases, vf_names
 from ..partial import as_json
 
 if TYPE_CHECKING:
@@ -215,6 +215,7 @@ def devices(app: App, kind: str | None, vendor: str | None, show_all: bool) -> N
     scan = pci.Scan(app.host)
     all_devs = scan.devices()
     names = aliases(scan)
+    vfs = vf_names(scan, names)  # a VF's name, "nic0 vf0", as every command takes it
     gpus = _gpu_info(app, all_devs)
     sel = [
         d
@@ -228,7 +229,7 @@ def devices(app: App, kind: str | None, vendor: str | None, show_all: bool) -> N
         rows = [
             [
                 d.bdf,
-                names.get(d.bdf, "VF of " + d.physfn if d.physfn else ""),
+                names.get(d.bdf) or vfs.get(d.bdf, ""),
                 d.kind,
                 d.ids,
                 d.name,

@@ -162,13 +162,16 @@ def assert_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
 def export_cmd(app: App, name: str) -> None:
     """Print the host as a vgpukit.host/v1 document (SR-IOV, vfio, mdev, vGPU, MIG, QoS); applying it is a no-op."""
     unread: list[Unread] = []  # a GPU NVML cannot answer for: left out of the document, named, exit 6
-    doc = export.current(app.host, name, lambda: _mig_export(app, unread))
-    text = export.dump(doc)
+    left_out: list[str] = []  # what a document cannot carry (QoS tenants named by process ids)
+    doc = export.current(app.host, name, lambda: _mig_export(app, unread), left_out)
+    text = export.dump(doc, left_out)
     if unread:
         from ..mig.cli_config import not_read_comment
 
         text = not_read_comment(unread) + text
-    data = {"config": name, "yaml": text, "document": doc, "unreadable": as_json(unread)}
+    for line in left_out:
+        sys.stderr.write(f"vgpukit: warning: {line}\n")
+    data = {"config": name, "yaml": text, "document": doc, "unreadable": as_json(unread), "warnings": left_out}
     emit(app, "export", data, lambda: click.echo(text, nl=False))
     finish_read(app, unread)
 

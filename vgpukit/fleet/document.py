@@ -16,7 +16,7 @@ import yaml
 
 from ..data import load_json
 from ..errors import InvalidInput, NotFound
-from ..inputs import load_yaml
+from ..inputs import Positions, load_yaml, positions
 from ..mig import config as migconfig
 from ..words import article
 
@@ -28,11 +28,20 @@ SAFE_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,64}\Z", re.ASCII)
 @dataclass(frozen=True)
 class Selector:
     """Which device(s) an entry is about: ``device`` (alias, PCI address, mdev parent name) or
-    ``match`` (``vendor:device`` in hex, or part of the model name)."""
+    ``match`` (``vendor:device`` in hex, or part of the model name). ``path``: where the entry is in
+    the document (``("configs", NAME, "sriov", 0)``); ``fields``: its scalar values, to point an error
+    about one of them at it."""
 
     device: str | None
     match: str | None
     line: int
+    path: tuple[Any, ...] = ()
+    fields: tuple[tuple[str, str], ...] = ()
+
+    def key_of(self, value: Any) -> str | None:
+        """The entry's key whose value is ``value`` (as text, any case), if one is."""
+        text = str(value).strip().lower()
+        return next((k for k, v in self.fields if v.lower() == text), None)
 
     def describe(self) -> str:
         return self.device if self.device is not None else f"match {self.match}"
@@ -83,10 +92,18 @@ class HostConfig:
     warnings: list[str] = field(default_factory=list)  # what mig-parted accepts silently (docs/mig.md)
     strict: bool = False  # such warnings refuse instead (--strict)
     line: int = 0  # where the config starts in the file: errors about the config as a whole name it
+    path: tuple[Any, ...] = ()  # where the config is in the document (``("configs", NAME)``)
+    places: Positions = field(default_factory=Positions)  # where each value of the document is
+
+    def place(self, *path: Any) -> str:
+        """``FILE:LINE:COLUMN`` of the value at ``path`` under the config (its nearest ancestor's when
+        the document has no such value; the config's line when nothing is known)."""
+        found = self.places.locate((*self.path, *path))
+        return f"{self.source}:{found[0]}:{found[1]}" if found else f"{self.source}:{self.line}"
 
 
 def _err(source: str, node: yaml.Node, msg: str) -> InvalidInput:
-    return InvalidInput(f"{source}:{node.start_mark.line + 1}: {msg}", path=source)
+    return InvalidInput(f"{source}:{node.start_mark.line + 1}:{node.start_mark.column + 1}: {msg}", path=source)
 
 
 def _value(node: yaml.Node) -> Any:
@@ -220,6 +237,7 @@ class Document:
     host_format: bool = True  # version vgpukit.host/v1 (False: a mig-parted v1 file)
     notes: list[migconfig.Note] = field(default_factory=list)  # mig-parted's leniencies, said out loud
     mig_lines: dict[str, int] = field(default_factory=dict)  # a mig-configs name -> its line
+    places: Positions = field(default_factory=Positions)  # where each value of the document is
 
     def names(self) -> list[str]:
         """Selectable configs: those under ``configs``; in a mig-parted file, those under mig-configs."""
@@ -247,38 +265,42 @@ class Document:
         if name not in names:
             raise NotFound(f"no config {name!r} in {self.source}", hint=f"available: {', '.join(shown) or 'none'}")
         raw = self.configs.get(name)
-        cfg = HostConfig(name, self.source)
+        cfg = HostConfig(name, self.source, places=self.places)
         if raw is None:  # a mig-configs name: a MIG-only config
             cfg.mig, cfg.mig_name, cfg.line = self.mig[name], name, self.mig_lines.get(name, 0)
+            cfg.path = ("mig-configs", name)
             return cfg
-        line = cfg.line = _line(raw)
-        for item in raw.get("sriov", []):
-            cfg.sriov.append(SriovWant(self._sel(item, "device", name), item["vfs"], item.get("driver", "default")))
-        cfg.vfio = [VfioWant(self._sel(item, "device", name), item.get("force", False)) for item in raw.get("vfio", [])]
-        for item in raw.get("mdev", []):
+        cfg.line, cfg.path = _line(raw), ("configs", name)
+        for i, item in enumerate(raw.get("sriov", [])):
+            sel = self._sel(cfg, item, "device", ("sriov", i))
+            cfg.sriov.append(SriovWant(sel, item["vfs"], item.get("driver", "default")))
+        cfg.vfio = [
+            VfioWant(self._sel(cfg, item, "device", ("vfio", i)), item.get("force", False))
+            for i, item in enumerate(raw.get("vfio", []))
+        ]
+        for i, item in enumerate(raw.get("mdev", [])):
             uuids = tuple(u.lower() for u in item.get("uuids", []))
-            where = self._where(item)
             if len(uuids) > item["count"] or len(set(uuids)) != len(uuids):
                 most = item["count"]
+                where = cfg.place("mdev", i, "uuids")
                 raise InvalidInput(f"{where}: config {name}: uuids must be distinct and at most count ({most})")
-            cfg.mdev.append(MdevWant(self._sel(item, "parent", name), item["type"], item["count"], uuids))
-        for item in raw.get("vgpu", []):
-            cfg.vgpu.append(VgpuWant(self._sel(item, "device", name), item["type"], item["count"]))
+            cfg.mdev.append(MdevWant(self._sel(cfg, item, "parent", ("mdev", i)), item["type"], item["count"], uuids))
+        for i, item in enumerate(raw.get("vgpu", [])):
+            cfg.vgpu.append(VgpuWant(self._sel(cfg, item, "device", ("vgpu", i)), item["type"], item["count"]))
         if "mig" in raw:
             if raw["mig"] not in self.mig:
-                raise NotFound(f"{self.source}:{line}: config {name}: mig names no config under mig-configs")
+                raise NotFound(f"{cfg.place('mig')}: config {name}: mig names no config under mig-configs")
             cfg.mig, cfg.mig_name = self.mig[raw["mig"]], raw["mig"]
         cfg.qos = raw.get("qos")
         cfg.remediation = raw.get("remediation")
         return cfg
 
-    def _where(self, item: dict[str, Any]) -> str:
-        return f"{self.source}:{_line(item)}"
-
-    def _sel(self, item: dict[str, Any], key: str, config: str) -> Selector:
+    def _sel(self, cfg: HostConfig, item: dict[str, Any], key: str, path: tuple[Any, ...]) -> Selector:
         if (key in item) == ("match" in item):
-            raise InvalidInput(f"{self._where(item)}: config {config}: give exactly one of {key!r} or 'match'")
-        return Selector(item.get(key), item.get("match"), _line(item))
+            where = cfg.place(*path)
+            raise InvalidInput(f"{where}: config {cfg.name}: give exactly one of {key!r} or 'match'")
+        fields = tuple((k, str(v)) for k, v in item.items() if isinstance(v, str | int) and not isinstance(v, bool))
+        return Selector(item.get(key), item.get("match"), _line(item), (*cfg.path, *path), fields)
 
 
 def parse(text: str, source: str) -> Document:
@@ -302,4 +324,4 @@ def parse(text: str, source: str) -> Document:
         lines = _mig_lines(root)
     else:
         mig = _mig_configs(source, root, notes, lines)
-    return Document(source, doc.get("configs", {}), mig, doc["version"] == SCHEMA, notes, lines)
+    return Document(source, doc.get("configs", {}), mig, doc["version"] == SCHEMA, notes, lines, positions(root))

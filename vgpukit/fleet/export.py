@@ -23,7 +23,9 @@ from .document import SCHEMA
 MigExport = Callable[[], list[dict[str, Any]] | None]
 
 
-def current(host: Host, name: str, mig: MigExport | None) -> dict[str, Any]:
+def current(host: Host, name: str, mig: MigExport | None, left_out: list[str] | None = None) -> dict[str, Any]:
+    """The host as a document with one config ``name``; what cannot be written into it is said in
+    ``left_out`` (one line each: a QoS tenant named by process ids)."""
     scan = Scan(host)
     names = naming.aliases(scan)
     cfg: dict[str, Any] = {}
@@ -58,16 +60,18 @@ def current(host: Host, name: str, mig: MigExport | None) -> dict[str, Any]:
     if entries:
         cfg["mig"] = name
         doc["mig-configs"] = {name: entries}
-    qos = _qos(host)
+    qos = _qos(host, left_out if left_out is not None else [])
     if qos is not None:
         cfg["qos"] = qos
     return doc
 
 
-def _qos(host: Host) -> dict[str, Any] | None:
+def _qos(host: Host, left_out: list[str]) -> dict[str, Any] | None:
     """The QoS configuration the daemon runs: ``/etc/vgpukit/qos.yaml`` with the run-time changes
     (``qos set``, ``qos tenant add|rm``, kept in /run) on top, as ``k8s resources`` and the gpu-share
-    CDI spec see it (docs/fleet.md: applying it elsewhere makes them permanent there)."""
+    CDI spec see it (docs/fleet.md: applying it elsewhere makes them permanent there). Tenants named by
+    process ids are left out (``left_out`` says so): a process id means nothing on another host or
+    after a restart; such a tenant is reproduced by naming its cgroup instead."""
     from ..qos.config import Overlay, default_config_path
     from ..qos.planner import effective, load
 
@@ -79,8 +83,18 @@ def _qos(host: Host) -> dict[str, Any] | None:
         cfg, _skipped = effective(load(host, path), overlay)  # what no longer fits, the daemon skips too
     except VgpukitError:  # a broken qos.yaml is not part of a config to reproduce
         return None
-    return cfg.to_dict()
+    out = cfg.to_dict()
+    for key, gpu in out["gpus"].items():
+        for tname in [n for n, t in gpu["tenants"].items() if "pids" in t]:
+            del gpu["tenants"][tname]
+            left_out.append(
+                f"qos: {key}: tenant {tname} left out: it names process ids, which mean nothing on another host"
+                " or after a restart (give it a cgroup: vgpukit qos tenant add ... --cgroup)"
+            )
+    return out
 
 
-def dump(doc: dict[str, Any]) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+def dump(doc: dict[str, Any], left_out: list[str] | None = None) -> str:
+    """The document as YAML, after a comment line for each thing ``left_out`` of it."""
+    notes = "".join(f"# {line}\n" for line in left_out or ())
+    return notes + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)

@@ -26,6 +26,7 @@ from ..engine.step import STAGES
 from ..errors import Busy, DeviceUnusable, InUse, InvalidInput, Unsupported, VgpukitError
 from ..exclusion import Exclusions, skipped_doc
 from ..holders import OpenFiles
+from ..inputs import where_in
 from ..mdev import planner as mdev_planner
 from ..mdev import sysfs as mdev_sysfs
 from ..pci import PciDevice, Scan, vf_address
@@ -40,6 +41,7 @@ AREAS = ("sriov", "bind", "mdev", "vgpu", "mig", "qos", "remediation")
 IDS_RE = re.compile(r"([0-9a-fA-F]{4}):([0-9a-fA-F]{4})\Z")
 FORCE_KEY = "set force: true on the vfio entry"  # how a host config overrides what --force overrides
 T = TypeVar("T")
+_NAMED = re.compile(r":[0-9]+(:[0-9]+)?: config ")  # FILE:LINE[:COLUMN]: config NAME: ...
 
 
 @dataclass
@@ -92,7 +94,8 @@ class _Ctx:
         self.skipped: list[tuple[str, str, DeviceUnusable]] = []
         self.future_vfs: dict[str, list[str]] = {}  # PF -> its VFs once the SR-IOV steps ran
         self._mdev: mdev_planner.Facts | None = None
-        self.line = cfg.line  # the entry being planned: an error without a place is put there
+        self.path: tuple[Any, ...] = ()  # the entry being planned (under the config): an error without a place
+        self.mig_after: dict[str, bool] = {}  # GPU -> its MIG mode once the plan's MIG steps ran
 
     def mdev_facts(self) -> mdev_planner.Facts:
         """The mdev planner's facts of this host (read once per plan)."""
@@ -101,20 +104,24 @@ class _Ctx:
         return self._mdev
 
     def located(self, sel: Selector, make: Callable[[], T]) -> T:
-        """``make()``; a refusal names where in the document the entry is."""
+        """``make()``; a refusal names where in the document the value it is about is: the place the
+        planner noted (:func:`vgpukit.inputs.at`), else the entry's value the refusal names, else the entry."""
         try:
             return make()
         except VgpukitError as err:
-            raise type(err)(
-                f"{self.where(sel)}: {err.message}", device=err.device, value=err.value, hint=err.hint
-            ) from None
+            key = sel.key_of(err.value) if err.value is not None and not where_in(err) else None
+            where = self.where(sel, *(where_in(err) or ((key,) if key else ())))
+            raise type(err)(f"{where}: {err.message}", device=err.device, value=err.value, hint=err.hint) from None
 
-    def where(self, sel: Selector) -> str:
-        return f"{self.cfg.source}:{sel.line}: config {self.cfg.name}"
+    def where(self, sel: Selector, *at: Any) -> str:
+        """``FILE:LINE:COLUMN: config NAME`` of the value at ``at`` in ``sel``'s entry (the entry itself)."""
+        found = self.cfg.places.locate((*sel.path, *at))
+        place = f"{self.cfg.source}:{found[0]}:{found[1]}" if found else f"{self.cfg.source}:{sel.line}"
+        return f"{place}: config {self.cfg.name}"
 
     def at(self, sel: Selector) -> Selector:
-        """Plan ``sel``'s entry now: errors the area's planner raises name its line."""
-        self.line = sel.line or self.cfg.line
+        """Plan ``sel``'s entry now: errors the area's planner raises name its place."""
+        self.path = sel.path[len(self.cfg.path) :]
         return sel
 
     def plan_entry(self, sel: Selector, req: planner.Request) -> list[Step]:
@@ -136,7 +143,8 @@ class _Ctx:
         try:
             return naming.resolve(self.host, sel.device, scan=self.scan)
         except VgpukitError as err:
-            raise type(err)(f"{self.where(sel)}: {err.message}", device=err.device, hint=err.hint) from None
+            where = self.where(sel, sel.key_of(sel.device) or "device")
+            raise type(err)(f"{where}: {err.message}", device=err.device, hint=err.hint) from None
 
     def excluded(self, area: str, sel: Selector, bdf: str, name: str | None = None) -> bool:
         """Whether the plan leaves device ``bdf`` (an entry's) alone, and why: the one predicate of
@@ -155,7 +163,8 @@ class _Ctx:
         for key, sel in pairs:
             if key in seen:
                 lines = f"{seen[key].line} and {sel.line}"
-                raise InvalidInput(f"{self.where(sel)}: {area}: {key} is selected by the entries at lines {lines}")
+                where = self.where(sel, "device" if sel.device is not None else "match")
+                raise InvalidInput(f"{where}: {area}: {key} is selected by the entries at lines {lines}")
             seen[key] = sel
 
 
@@ -167,8 +176,11 @@ def plan(env: Env, cfg: HostConfig) -> Plan:
         return _plan(ctx)
     except VgpukitError as err:
         if not err.message.startswith(f"{cfg.source}:"):  # an area planner's own words: say where
-            err.message = f"{cfg.source}:{ctx.line}: config {cfg.name}: {err.message}"
-            err.args = (err.message,)
+            err.message = f"{cfg.place(*ctx.path, *where_in(err))}: config {cfg.name}: {err.message}"
+        elif not _NAMED.match(err.message[len(cfg.source) :]):  # placed by the area (MIG): name the config
+            at, _, rest = err.message[len(cfg.source) :].partition(" ")
+            err.message = f"{cfg.source}{at} config {cfg.name}: {rest}"
+        err.args = (err.message,)
         # planners raise Busy for devices in use; the health rule's refusal keeps its own kind (docs/health.md)
         if isinstance(err, Busy) and not isinstance(err, InUse | DeviceUnusable):
             raise InUse(err.message, path=err.path, device=err.device, value=err.value, hint=err.hint) from err
@@ -199,15 +211,16 @@ def _mig(ctx: _Ctx, out: Plan) -> list[Step]:
     """The selected mig-configs config, by the MIG config planner (loaded only when there is one)."""
     if ctx.cfg.mig is None:
         return []
+    ctx.path = ("mig",)
     from ..mig import migparted
-    from ..mig.steps import nvml_of
+    from ..mig.steps import SetMode, nvml_of
 
-    ctx.line = ctx.cfg.line  # MIG's refusals name the config (its entries are mig-parted's)
     req = migparted.MigRequest(ctx.cfg.mig, ctx.cfg.source, ctx.cfg.mig_name, strict=ctx.cfg.strict)
     found = migparted.plan_config(nvml_of(ctx.env), ctx.scan, req, ctx.exclusions)
     out.warnings += found.warnings
+    ctx.mig_after = {s.bdf: s.enable for p in found.plans for s in p.steps if isinstance(s, SetMode)}
     names = naming.aliases(ctx.scan)
-    where = f"{ctx.cfg.source}:{ctx.cfg.line}: config {ctx.cfg.name}"
+    where = f"{ctx.cfg.place('mig')}: config {ctx.cfg.name}"
     for err in found.skipped:  # the GPUs the MIG planner left alone, the rest planned
         bdf = err.device or ""
         located = DeviceUnusable(f"{where}: {err.message}", device=bdf, hint=err.hint)
@@ -279,8 +292,9 @@ def _mdev(ctx: _Ctx) -> tuple[list[Step], list[Step]]:
     seen: list[tuple[str, Selector]] = []
     for w in ctx.cfg.mdev:
         for p in _parents(ctx, ctx.at(w.sel), names):
-            seen.append((f"{p} {w.type}", w.sel))
-            groups.setdefault(p, (w.sel, {}))[1][w.type] = (w.count, w.uuids)
+            type_id = mdev_planner.type_named(ctx.mdev_facts().parents, w.type, [p])  # T4-4Q names its id
+            seen.append((f"{p} {type_id}", w.sel))
+            groups.setdefault(p, (w.sel, {}))[1][type_id] = (w.count, w.uuids)
     ctx.unique("mdev", seen)
     facts = ctx.mdev_facts()
     rm: list[Step] = []
@@ -340,17 +354,18 @@ def _qos(ctx: _Ctx, out: Plan) -> list[Step]:
     from ..qos import planner as qos_planner
     from ..qos.model import QosConfig
 
+    ctx.path = ("qos",)  # the QoS planner notes which value of the section its refusals are about
     try:
         want = QosConfig.from_dict(ctx.cfg.qos)
     except VgpukitError as err:
-        raise InvalidInput(f"{ctx.cfg.source}:{ctx.cfg.line}: config {ctx.cfg.name}: qos: {err}") from None
-    ctx.line = ctx.cfg.line
+        where = ctx.cfg.place("qos", *where_in(err))
+        raise InvalidInput(f"{where}: config {ctx.cfg.name}: qos: {err}") from None
     try:
-        found = qos_planner.plan_config(ctx.host, want)
+        found = qos_planner.plan_config(ctx.host, want, nvml=lambda: ctx.env.nvml, mig=ctx.mig_after)
     except DeviceUnusable as err:  # a new tenant on a quarantined device: the section is left alone, the rest done
-        where = f"{ctx.cfg.source}:{ctx.cfg.line}: config {ctx.cfg.name}: "
+        located = f"{ctx.cfg.place('qos')}: config {ctx.cfg.name}: {err.message}"
         name = naming.aliases(ctx.scan).get(err.device or "", err.device or "")
-        ctx.skipped.append(("qos", name, DeviceUnusable(where + err.message, device=err.device, hint=err.hint)))
+        ctx.skipped.append(("qos", name, DeviceUnusable(located, device=err.device, hint=err.hint)))
         return []
     out.warnings += found.warnings
     return found.steps
@@ -366,4 +381,4 @@ def _remediation(ctx: _Ctx) -> list[Step]:
     try:
         return policy.plan_config(ctx.host, ctx.cfg.remediation)
     except VgpukitError as err:
-        raise InvalidInput(f"{ctx.cfg.source}:{ctx.cfg.line}: config {ctx.cfg.name}: {err}") from None
+        raise InvalidInput(f"{ctx.cfg.place('remediation')}: config {ctx.cfg.name}: {err}") from None

@@ -58,11 +58,10 @@ def k8s() -> None:
 
 def _options(host: Host, replicas: int) -> Options:
     """gpu-share replicas and the QoS daemon's effective config (tenants' shares and memory caps)."""
-    from ..qos.planner import running
+    from ..qos.planner import offered
     from .inventory import Options
 
-    qos, _problems = running(host)
-    return Options(replicas=replicas, qos=qos)
+    return Options(replicas=replicas, qos=offered(host))  # not the tenants the daemon dropped
 
 
 def _poller(app: App, replicas: int, vms: str | None = None) -> Callable[[], Inventory]:

@@ -265,7 +265,23 @@ def remove_cmd(app: App, uuids: tuple[str, ...]) -> None:
     from . import ops  # the change machinery loads with the commands that change things
 
     steps = ops.remove(app.env, list(uuids), uri=_libvirt_uri(app))
-    report(app, "mdev-remove", steps, {"removed": [s.split()[1] for s in steps]})
+    removed = [s.split()[1] for s in steps]
+    report(app, "mdev-remove", steps, {"removed": removed, "kept_definitions": _kept(app, removed)})
+
+
+def _kept(app: App, removed: list[str]) -> list[dict[str, str]]:
+    """The definitions ``remove``/``stop`` leave (mdevctl's stop: the device is stopped, not undefined);
+    an ``auto`` one makes the device again at boot, which is said on stderr (not under --mdevctl)."""
+    gone = set(removed)
+    kept = [d for d in mdevctl.read_all(app.host)[0] if d.uuid in gone]
+    for d in kept:
+        if d.start == "auto" and not (mdevctl_output() or app.json):
+            click.echo(
+                f"vgpukit: note: {d.uuid} stays defined (start auto: it is made again at boot); "
+                f"to drop that: vgpukit mdev undefine {d.uuid}",
+                err=True,
+            )
+    return [{"uuid": d.uuid, "parent": d.parent, "start": d.start} for d in kept]
 
 
 def _libvirt_uri(app: App) -> str | None:
@@ -290,4 +306,5 @@ def stop_cmd(app: App, uid: str | None, uuid_opt: str | None, force: bool) -> No
     if not uid:
         raise InvalidInput("which instance? give UUID or -u UUID")
     steps = ops.remove(app.env, [uid], force, uri=_libvirt_uri(app))
-    report(app, "mdev-remove", steps, {"removed": [s.split()[1] for s in steps]})
+    removed = [s.split()[1] for s in steps]
+    report(app, "mdev-remove", steps, {"removed": removed, "kept_definitions": _kept(app, removed)})

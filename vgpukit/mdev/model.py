@@ -66,6 +66,20 @@ def check_type_id(text: str) -> str:
     return text
 
 
+TYPE_NAME_PREFIXES = ("NVIDIA ", "GRID ")  # the vendor words NVIDIA's type names start with
+
+
+def short_name(name: str) -> str:
+    """A type's human name in its comparable form: ``GRID T4-4Q`` / ``NVIDIA H100-4C`` / ``t4-4q`` ->
+    ``T4-4Q`` / ``H100-4C`` (white space folded, the vendor's prefix word dropped, upper case)."""
+    text = " ".join(name.split())
+    for prefix in TYPE_NAME_PREFIXES:
+        if text.upper().startswith(prefix.upper()):
+            text = text[len(prefix) :]
+            break
+    return text.upper()
+
+
 def check_parent_name(text: str) -> str:
     if not PARENT_RE.fullmatch(text):
         raise InvalidInput(f"invalid mdev parent name {text!r}", value=text)

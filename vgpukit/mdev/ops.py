@@ -105,6 +105,7 @@ def define_new(
     env: Env, parent: str, type_id: str, uid: str | None, auto: bool, force: bool = False
 ) -> tuple[list[str], Definition]:
     facts = planner.read(env.host)
+    type_id = planner.type_named(facts.parents, type_id, [parent])  # a type's name (T4-4Q) names its id
     d = Definition(check_uuid(uid) if uid else new_uuid(), parent, type_id, _start_of(auto))
     planner.check_type(facts, parent, type_id)
     return _put(env, facts, _with_running_attributes(env.host, facts, d), force)

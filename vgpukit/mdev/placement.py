@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import NoCapacity, NotFound
-from .model import PACK, SPREAD, MdevParent
+from ..errors import InvalidInput, NoCapacity, NotFound
+from ..inputs import at
+from .model import PACK, SPREAD, MdevParent, short_name
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,9 @@ def candidates(parents: list[MdevParent], type_id: str, numa: int | None = None)
     """(parent, available_instances) of every parent offering ``type_id`` (on NUMA node ``numa``)."""
     offering = [p for p in parents if p.type(type_id) is not None]
     if not offering:
-        raise NotFound(f"no mdev parent offers type {type_id}", value=type_id, hint="see: vgpukit mdev types")
+        raise at(
+            NotFound(f"no mdev parent offers type {type_id}", value=type_id, hint="see: vgpukit mdev types"), "type"
+        )
     if numa is not None:
         offering = [p for p in offering if p.numa_node == numa]
         if not offering:
@@ -35,10 +38,13 @@ def plan(cands: list[tuple[str, int]], type_id: str, count: int, strategy: str =
     total = sum(a for _, a in cands)
     if total < count:
         detail = ", ".join(f"{p}: {a}" for p, a in cands)
-        raise NoCapacity(
-            f"{count} x {type_id} do not fit: {total} available in total ({detail})",
-            value=count,
-            hint="nothing was created",
+        raise at(
+            NoCapacity(
+                f"{count} x {type_id} do not fit: {total} available in total ({detail})",
+                value=count,
+                hint="nothing was created",
+            ),
+            "count",
         )
     if strategy == SPREAD:
         left = dict(cands)
@@ -58,3 +64,22 @@ def plan(cands: list[tuple[str, int]], type_id: str, count: int, strategy: str =
             out.append(Slot(parent, take))
             need -= take
     return out
+
+
+def type_named(known: tuple[MdevParent, ...] | list[MdevParent], wanted: str, parents: list[str] | None = None) -> str:
+    """The type id ``wanted`` names on ``parents`` (all present parents when None): a type id as it is,
+    or a type's name as its parent reports it (``GRID T4-4Q``, ``T4-4Q``, any case, the vendor's
+    prefix word optional: the names ``mdev types`` and ``vgpu types`` show). Refused when the name is
+    two types'; anything else is returned as given (the type rules then refuse it by id)."""
+    present = [p for p in known if parents is None or p.name in parents]
+    if any(p.type(wanted) is not None for p in present) or not wanted.strip():
+        return wanted
+    key = short_name(wanted)
+    ids = sorted({t.type_id for p in present for t in p.types if t.name and short_name(t.name) == key})
+    if len(ids) > 1:
+        raise InvalidInput(
+            f"the type name given is the name of {len(ids)} types ({', '.join(ids)})",
+            value=wanted,
+            hint="give the type id",
+        )
+    return ids[0] if ids else wanted

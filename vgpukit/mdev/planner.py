@@ -10,13 +10,14 @@ parses command lines.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..engine import Step
 from ..errors import Conflict, InUse, InvalidInput, NotFound
 from ..host import Host
 from ..host_layout import BDF_RE
+from ..inputs import at
 from ..naming import unknown
 from . import callouts, mdevctl, sysfs
 from .model import (
@@ -31,6 +32,7 @@ from .model import (
     planned_uuids,
 )
 from .placement import candidates, plan
+from .placement import type_named as type_named  # a rule of the planner (kept in placement.py for size)
 from .steps import CreateMdev, Refuse, RemoveMdev, SetMdevAttr, callout_steps, drop_definition, put_definition
 
 Wants = dict[str, tuple[int, tuple[str, ...]]]  # type -> (count, pinned UUIDs)
@@ -54,7 +56,7 @@ class Facts:
         """Parent ``name``; the one 'not on this host' refusal (exit 3) otherwise."""
         found = next((p for p in self.parents if p.name == name), None)
         if found is None:
-            raise unknown("mdev parent", name, hint="see: vgpukit mdev types")
+            raise at(unknown("mdev parent", name, hint="see: vgpukit mdev types"), "parent")
         return found
 
     def instance(self, uid: str) -> MdevInstance | None:
@@ -120,7 +122,10 @@ def type_of(facts: Facts, parent: str, type_id: str) -> None:
     """``type_id`` must be one of ``parent``'s types (parent present)."""
     check_type_id(type_id)
     if facts.parent(parent).type(type_id) is None:
-        raise NotFound(f"parent {parent} has no mdev type {type_id}", device=parent, hint="see: vgpukit mdev types")
+        raise at(
+            NotFound(f"parent {parent} has no mdev type {type_id}", device=parent, hint="see: vgpukit mdev types"),
+            "type",
+        )
 
 
 def check_type(facts: Facts, parent: str, type_id: str) -> None:
@@ -178,6 +183,8 @@ class Create:
 
 
 def create(facts: Facts, req: Create) -> MdevPlan:
+    among = [req.parent] if req.parent is not None else list(req.among) if req.among is not None else None
+    req = replace(req, type_id=type_named(facts.parents, req.type_id, among))
     check_type_id(req.type_id)
     if req.count < 1:
         raise InvalidInput(f"--count must be at least 1, not {req.count}", value=req.count)
@@ -420,7 +427,7 @@ def converge(facts: Facts, parents: list[str], wants: Wants) -> tuple[list[Step]
             candidates(objs, type_id)  # "no mdev parent offers type T" when none does
         for u in pinned:
             if u in elsewhere:
-                raise Conflict(f"mdev {u} exists already on {elsewhere[u].parent}", value=u)
+                raise at(Conflict(f"mdev {u} exists already on {elsewhere[u].parent}", value=u), "uuids")
         have = [i for i in on if i.type_id == type_id]
         kept, missing = _keep(have, pinned, count, taken)
         gone += [i for i in have if i not in kept]

@@ -93,6 +93,14 @@ class Entry:
     device_filter: list[DeviceId] | None  # None: every GPU
     mig_enabled: bool
     mig_devices: dict[str, int] = field(default_factory=dict)  # canonical name -> count (no zero counts)
+    # (line, column) of the entry's values: "devices", "mig-enabled", "mig-devices", "profile:<name>"
+    marks: dict[str, tuple[int, int]] = field(default_factory=dict, compare=False)
+
+    def place(self, source: str, *keys: str) -> str:
+        """``FILE:LINE:COLUMN`` of the first of ``keys`` the entry has (else of the entry): where an
+        error about that value points."""
+        line, col = next((self.marks[k] for k in keys if k in self.marks), (self.line, self.marks.get("", (0, 1))[1]))
+        return f"{source}:{line}:{col}"
 
     @property
     def all_devices(self) -> bool:
@@ -291,6 +299,7 @@ def _entry(r: _Reader, node: yaml.Node) -> Entry:
     if not isinstance(enabled, bool):
         raise _err(source, keys["mig-enabled"], "mig-enabled must be true or false")
     mig_devices: dict[str, int] = {}
+    marks = {"": _mark(node), **{k: _mark(v) for k, v in keys.items()}}
     given = "mig-devices" in keys and not (
         _scalar(keys["mig-devices"]) is None and isinstance(keys["mig-devices"], yaml.ScalarNode)
     )
@@ -305,6 +314,7 @@ def _entry(r: _Reader, node: yaml.Node) -> Entry:
                 raise _err(
                     source, count_node, "mig-devices: a key must be a MIG device name like 3g.20gb or 1c.3g.20gb"
                 ) from None
+            marks[f"profile:{name}"] = _mark(count_node)
             count = _go_int(_scalar(count_node))
             if count is None or count < 0:
                 raise _err(source, count_node, f"mig-devices: a count must be an integer 0..{MAX_COUNT}")
@@ -316,7 +326,11 @@ def _entry(r: _Reader, node: yaml.Node) -> Entry:
             raise _err(source, keys["mig-devices"], "mig-devices: all counts are 0")
         if mig_devices and not enabled:
             raise _err(source, keys["mig-devices"], "mig-devices given with mig-enabled: false")
-    return Entry(node.start_mark.line + 1, devices, filt, enabled, mig_devices)
+    return Entry(node.start_mark.line + 1, devices, filt, enabled, mig_devices, marks)
+
+
+def _mark(node: yaml.Node) -> tuple[int, int]:
+    return node.start_mark.line + 1, node.start_mark.column + 1
 
 
 def select(configs: dict[str, list[Entry]], name: str | None, source: str) -> tuple[str, list[Entry]]:

@@ -99,7 +99,8 @@ def host_notes(gpus: Sequence[NvmlGpu], entries: Sequence[Entry], source: str, c
     for e in entries:
         for i in sorted({i for i in e.devices or () if 0 <= i <= MAX_INDEX and i not in have}):
             out.append(
-                f"{source}:{e.line}{name}: devices: index {i} names no GPU here ({len(have)} GPUs): "
+                f"{source}:{e.marks.get('devices', (e.line, 0))[0]}{name}: devices: index {i} names no GPU here"
+                f" ({len(have)} GPUs): "
                 "the entry skips it, as mig-parted does"
             )
     return out
@@ -169,7 +170,8 @@ def walk(
                     c.skipped = True
                     continue
                 raise Unsupported(
-                    f"{source}:{e.line}: gpu{g.index} ({g.name}) is not MIG-capable but the entry asks for MIG",
+                    f"{e.place(source, 'devices')}: gpu{g.index} ({g.name}) is not MIG-capable but the entry asks"
+                    " for MIG",
                     device=g.bdf,
                     hint='mig-parted skips it only under "devices: all" or with mig-enabled: false',
                 )
@@ -191,11 +193,11 @@ def wants(profiles: Sequence[GiProfile], entry: Entry, label: str, source: str) 
     """GPU instances for an entry's mig-devices: every count is of MIG devices (compute instances),
     as in mig-parted; CIs of one GI profile share GIs while they fit (first fit, largest first)."""
     groups: dict[int, tuple[GiProfile, list[int]]] = {}
-    where = f"{label} [{source}:{entry.line}]"
     for name, count in entry.wanted().items():
-        p = _gi_profile(profiles, name, where)
+        where = entry.place(source, f"profile:{name}", "mig-devices")  # the count of that profile
+        p = _gi_profile(profiles, name, f"{where}: ", label)
         if name.c not in ci_allowed(p):
-            raise InvalidInput(f"{where}: {name} is not a compute-instance profile of {p.name}")
+            raise InvalidInput(f"{where}: {label}: {name} is not a compute-instance profile of {p.name}")
         groups.setdefault(p.id, (p, []))[1].extend([name.c] * count)
     out: list[WantGi] = []
     for p, sizes in groups.values():
@@ -210,12 +212,12 @@ def wants(profiles: Sequence[GiProfile], entry: Entry, label: str, source: str) 
     return out
 
 
-def _gi_profile(profiles: Sequence[GiProfile], name: MigName, where: str) -> GiProfile:
+def _gi_profile(profiles: Sequence[GiProfile], name: MigName, where: str, label: str) -> GiProfile:
     for p in profiles:
         if name.gi_matches(p.name):
             return p
     valid = ", ".join(p.name for p in sorted(profiles, key=lambda p: (p.slices, p.size, p.media)))
-    raise InvalidInput(f"unknown MIG profile {str(name)!r} for {where}", value=str(name), hint=f"valid: {valid}")
+    raise InvalidInput(f"{where}unknown MIG profile {str(name)!r} for {label}", value=str(name), hint=f"valid: {valid}")
 
 
 def build_plans(
@@ -278,7 +280,13 @@ def build_plans(
                 device=gpu.bdf,
                 hint="apply --mode-only --skip-reset, reset the GPU, then apply again",
             )
-        plan = layout.plan_gpu(nvml, req, allow_reset=reset, skip_reset=skip_reset)
+        try:
+            plan = layout.plan_gpu(nvml, req, allow_reset=reset, skip_reset=skip_reset)
+        except VgpukitError as err:  # about the entry's layout: it points at the entry's mig-devices
+            if not err.message.startswith(f"{source}:"):
+                err.message = f"{entry.place(source, 'mig-devices', 'mig-enabled')}: {err.message}"
+                err.args = (err.message,)
+            raise
         plans.append(plan)
     return plans
 

@@ -108,6 +108,7 @@ def set_cmd(
     }
     if policy is None and slice_ms is None and not memory:
         raise InvalidInput("give --policy, --slice-ms and/or a --memory-* setting")
+    _check_key(app, gpu)
     req: dict[str, Any] = {"op": "set", "gpu": gpu, "policy": policy, "slice_ms": slice_ms, "dry_run": app.dry_run}
     if memory:
         req["memory"] = memory
@@ -187,6 +188,7 @@ def tenant_add(
         inflight_ms=inflight_ms,
         memory_burst=memory_burst,
     ).validate()
+    _check_key(app, gpu)  # the input first, then the host
     from .planner import refuse_quarantined
 
     refuse_quarantined(app.host, [gpu])  # the planner's quarantine rule, before the daemon is asked
@@ -206,6 +208,14 @@ def tenant_add(
         sys.stderr.write(f"vgpukit: warning: {w}\n")
     data = {"gpu": gpu, "name": name, "tenant": reply["tenant"], "warnings": warnings}
     emit_result(app, "qos-tenant", plan=plan, data=data)
+
+
+def _check_key(app: App, gpu: str) -> None:
+    """The QoS planner's host rules for the GPU key (a device it names is a GPU of this host, not in MIG
+    mode), as ``apply`` holds a host config's ``qos:`` to them."""
+    from .planner_host import check_key_here
+
+    check_key_here(app.host, gpu, nvml=lambda: app.nvml)
 
 
 def _cuda_warnings(app: App, name: str, given: list[str]) -> list[str]:
@@ -266,7 +276,7 @@ def _memory(t: dict[str, Any]) -> str:
 
 
 def _human_status(gpus: list[dict[str, Any]], daemon: dict[str, Any]) -> None:
-    if not gpus:
+    if not gpus and not (daemon.get("config") or {}).get("dropped"):
         say("no GPUs configured")
     for g in gpus:
         rows = [
@@ -306,6 +316,8 @@ def _human_status(gpus: list[dict[str, Any]], daemon: dict[str, Any]) -> None:
         if any(t.get("demand_source") == "waiting" for t in g["tenants"]):
             say("  notify:waiting: no busy/idle notification received yet, so never scheduled (see --demand)")
     conf = daemon.get("config") or {}
+    for d in conf.get("dropped") or []:
+        say(f"not running: {d['gpu']}: tenant {d['tenant']} (dropped: {d['reason']})", "yellow")
     if conf.get("reload_error"):
         err = conf["reload_error"]
         say(f"config: last reload refused at {err['at']}, the previous configuration runs: {err['message']}")

@@ -17,8 +17,8 @@ from typing import Any
 
 from ..errors import InvalidInput, OutsideRoot, VgpukitError
 from ..host import Host
-from ..inputs import MAX_DOC_BYTES, load_json, load_yaml
-from .model import Gpu, QosConfig, Tenant
+from ..inputs import MAX_DOC_BYTES, load_json, load_yaml_located, where_in
+from .model import QosConfig, Tenant
 
 MAX_CONFIG_BYTES = 1024 * 1024
 
@@ -27,63 +27,25 @@ def default_config_path(host: Host) -> Path:
     return host.config_dir("qos.yaml")
 
 
-def load_base(host: Host, path: Path, rules: Callable[[Gpu], object] | None = None) -> QosConfig:
-    """The admin's config; any problem is one InvalidInput naming the file and the line. ``rules``:
-    what each GPU's tenants must satisfy together (the QoS planner's, :func:`vgpukit.qos.planner.load`)."""
+def load_base(host: Host, path: Path, rules: Callable[[QosConfig], object] | None = None) -> QosConfig:
+    """The admin's config; any problem is one InvalidInput naming the file and the place of the value
+    at fault. ``rules``: what the tenants must satisfy together (the QoS planner's,
+    :func:`vgpukit.qos.planner.load`)."""
     user_file = path != default_config_path(host)  # --config PATH: the user's own file, not contained
     text = host.read_doc(path, "QoS config", MAX_CONFIG_BYTES, missing_ok=True, user_file=user_file)
     if text is None:
         return QosConfig()
     text = text.strip()  # as attribute reads are: an error at the end of the file names its last line
     where = str(path) if user_file else host.display(path)
-    doc = load_yaml(text, str(where))  # size, syntax and nesting: the message names the line
+    doc, places = load_yaml_located(text, str(where))  # size, syntax and nesting: the message names the line
     try:
         cfg = QosConfig.from_dict(doc)
-        for gpu in cfg.gpus.values() if rules else ():
-            rules(gpu)  # type: ignore[misc]
+        if rules is not None:
+            rules(cfg)
         return cfg
     except VgpukitError as err:
-        raise InvalidInput(f"{where}: {_line(text, doc, rules)}{err}") from None
-
-
-def _line(text: str, doc: Any, rules: Callable[[Gpu], object] | None) -> str:
-    """``line N: `` of the GPU or tenant entry a value error is in (validated again one by one)."""
-    import yaml
-
-    path: list[str] = []
-    for top in ("watchdog_s", "sample_ms") if isinstance(doc, dict) else ():
-        try:
-            QosConfig(**{top: doc.get(top, 10)}).validate()
-        except VgpukitError:
-            path = path or [top]
-    gpus = doc.get("gpus") if isinstance(doc, dict) and not path else None
-    for key, gdoc in gpus.items() if isinstance(gpus, dict) else ():
-        tenants = gdoc.get("tenants") if isinstance(gdoc, dict) else None
-        for name, tdoc in tenants.items() if isinstance(tenants, dict) else ():
-            try:
-                Tenant.from_dict(str(name), tdoc)
-            except VgpukitError:
-                path = ["gpus", key, "tenants", name]
-                break
-        if path:
-            break
-        try:
-            gpu = Gpu.from_dict(str(key), gdoc)
-            if rules:
-                rules(gpu)
-        except VgpukitError:
-            path = ["gpus", key]
-            break
-    node = mark = yaml.compose(text, Loader=yaml.SafeLoader)
-    for part in path:
-        if not isinstance(node, yaml.MappingNode):
-            break
-        found = [(k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(part)]
-        if not found:
-            break
-        mark, node = found[0]
-    at = mark if path else node
-    return f"line {at.start_mark.line + 1}: " if at is not None and at.start_mark else ""
+        place = places.describe(where_in(err))
+        raise InvalidInput(f"{where}: {place + ': ' if place else ''}{err}") from None
 
 
 @dataclass

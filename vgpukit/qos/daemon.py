@@ -79,6 +79,7 @@ class Daemon:
         self.reloads = 0
         self.reloads_refused = 0
         self.reload_error: dict[str, str] | None = None  # why the file's content is not what runs
+        self.dropped: dict[tuple[str, str], str] = {}  # (GPU key, tenant) -> why it does not run
         self.refusals = demand_proto.Refusals(log)
         self.on_tick: Callable[[Daemon], None] | None = None  # metrics hook
 
@@ -93,6 +94,7 @@ class Daemon:
                     out[key][t.name] = backend_for(self.host, t, self.libvirt)
                 except VgpukitError as err:
                     log.warning("%s: tenant %s dropped: %s", key, t.name, err)
+                    self.dropped[(key, t.name)] = str(err)
                     cfg = planner.change(cfg, planner.RemoveTenant(key, t.name)).config
         return cfg, out
 
@@ -161,6 +163,7 @@ class Daemon:
             why = f"{self.host.display(self.config_path)}: cannot be read ({type(exc).__name__})"
         else:
             self.base = base
+            self.dropped = {}  # the tenants are judged again
             self.apply_config(self.effective())
             self.reloads += 1
             self.reload_error = None
@@ -179,6 +182,8 @@ class Daemon:
                 "reloads": self.reloads,
                 "reloads_refused": self.reloads_refused,
                 "reload_error": self.reload_error,
+                "loaded": self.base.to_dict(),  # the file as loaded last: apply/assert compare it (docs/qos.md)
+                "dropped": [{"gpu": g, "tenant": t, "reason": why} for (g, t), why in sorted(self.dropped.items())],
             },
             "demand_refused": dict(self.refusals.total),
         }
@@ -190,6 +195,7 @@ class Daemon:
         cfg = self.cfg
         for name in vanished:
             log.warning("%s: dropping vanished tenant %s", key, name)
+            self.dropped[(key, name)] = "its cgroup, processes or domain went away while it ran"
             with contextlib.suppress(NotFound):
                 cfg = planner.change(cfg, planner.RemoveTenant(key, name)).config
             if name in self.overlay.tenants.get(key, {}):
@@ -252,6 +258,7 @@ class Daemon:
         if not dry:
             with self.overlay.saving(self.host):
                 self.overlay.record_tenant(key, name, tenant)
+            self.dropped.pop((key, name), None)
             self.apply_config(done.config)
         return {"ok": True, "plan": done.plan, "tenant": tenant.to_dict()}
 

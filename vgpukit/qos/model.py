@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..errors import InvalidInput, NotFound
-from ..inputs import has_control, parse_float, parse_int, parse_size
+from ..inputs import at, has_control, parse_float, parse_int, parse_size, under
 from .mempolicy import KEYS as MEMORY_KEYS
 from .mempolicy import MemoryPolicy
 
@@ -46,6 +47,11 @@ def unknown_keys(keys: set[Any]) -> str:
     return ", ".join(shown[:5]) + (f" and {len(keys) - len(shown[:5])} more" if len(keys) > len(shown[:5]) else "")
 
 
+def _first(doc: dict[Any, Any], keys: set[Any]) -> Any:
+    """The first of ``keys`` in ``doc``'s order (where an error about them points)."""
+    return next(k for k in doc if k in keys)
+
+
 def number(value: Any, what: str, lo: float, hi: float, integer: bool = False) -> Any:
     """A number from a document: a real int (or float), not a string or a boolean, within bounds."""
     if isinstance(value, bool) or not isinstance(value, int | float) or (integer and not isinstance(value, int)):
@@ -77,11 +83,11 @@ class Tenant:
         check_key(self.name, "tenant name")
         # values come from files and sockets: messages name the field, never quote the value
         if not isinstance(self.cls, str) or self.cls not in CLASSES:
-            raise InvalidInput(f"tenant {self.name}: class must be online or offline")
+            raise at(InvalidInput(f"tenant {self.name}: class must be online or offline"), "class")
         if isinstance(self.share, bool) or not isinstance(self.share, int) or not 1 <= self.share <= 100:
-            raise InvalidInput(f"tenant {self.name}: share must be an integer percent 1..100")
+            raise at(InvalidInput(f"tenant {self.name}: share must be an integer percent 1..100"), "share")
         if not isinstance(self.demand, str) or self.demand not in DEMANDS:
-            raise InvalidInput(f"tenant {self.name}: demand must be one of {', '.join(DEMANDS)}")
+            raise at(InvalidInput(f"tenant {self.name}: demand must be one of {', '.join(DEMANDS)}"), "demand")
         for what, value, hi in (
             ("memory", self.memory, 1 << 50),
             ("inflight", self.inflight, MAX_INFLIGHT),
@@ -89,22 +95,23 @@ class Tenant:
             ("memory_burst", self.memory_burst, 1 << 50),
         ):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi):
-                raise InvalidInput(f"tenant {self.name}: {what} must be an integer 1..{hi}")
+                raise at(InvalidInput(f"tenant {self.name}: {what} must be an integer 1..{hi}"), what)
         if self.memory_burst is not None and (self.cls != "offline" or self.memory is None):
-            raise InvalidInput(
+            err = InvalidInput(
                 f"tenant {self.name}: a memory burst is for offline tenants with a memory cap"
                 " (online tenants' memory is plain device memory)"
             )
+            raise at(err, "memory_burst")
         if self.kind == "cgroup":
             cg = self.cgroup
             if not isinstance(cg, str) or not cg or has_control(cg) or len(cg) > 4096 or ".." in cg.split("/"):
-                raise InvalidInput(f"tenant {self.name}: invalid cgroup path")
+                raise at(InvalidInput(f"tenant {self.name}: invalid cgroup path"), "cgroup")
         elif self.kind == "pids":
             bad = [p for p in self.pids if isinstance(p, bool) or not isinstance(p, int) or not 1 < p <= PID_MAX]
             if not self.pids or bad:
-                raise InvalidInput(f"tenant {self.name}: pids must be process ids > 1")
+                raise at(InvalidInput(f"tenant {self.name}: pids must be process ids > 1"), "pids")
         elif self.kind == "domain":
-            check_key(self.domain or "", "libvirt domain name")
+            under(("domain",), lambda: check_key(self.domain or "", "libvirt domain name"))
         else:
             raise InvalidInput(f"tenant {self.name}: kind must be cgroup, pids or domain")
         return self
@@ -153,7 +160,9 @@ class Tenant:
             "memory_burst",
         }
         if unknown:
-            raise InvalidInput(f"tenant {name}: unknown keys {unknown_keys(unknown)}")
+            raise at(
+                InvalidInput(f"tenant {name}: unknown keys {unknown_keys(unknown)}"), _first(doc, unknown), "<key>"
+            )
         targets = [k for k in ("cgroup", "pids", "domain") if doc.get(k) not in (None, [], "")]
         if len(targets) != 1:
             raise InvalidInput(f"tenant {name}: give exactly one of cgroup, pids, domain")
@@ -170,12 +179,16 @@ class Tenant:
             pids=tuple(pids),
             domain=doc.get("domain"),
             demand=doc.get("demand", "auto"),
-            memory=None if doc.get("memory") is None else parse_size(doc["memory"], f"tenant {name}: memory", lo=1),
+            memory=None
+            if doc.get("memory") is None
+            else under(("memory",), lambda: parse_size(doc["memory"], f"tenant {name}: memory", lo=1)),
             inflight=doc.get("inflight"),
             inflight_ms=doc.get("inflight_ms"),
             memory_burst=None
             if doc.get("memory_burst") is None
-            else parse_size(doc["memory_burst"], f"tenant {name}: memory_burst", lo=1),
+            else under(
+                ("memory_burst",), lambda: parse_size(doc["memory_burst"], f"tenant {name}: memory_burst", lo=1)
+            ),
         ).validate()
 
 
@@ -209,10 +222,10 @@ class Gpu:
         check_key(self.key, "GPU key")
         self.memory.validate(self.key)
         if not isinstance(self.policy, str) or self.policy not in POLICIES:
-            raise InvalidInput(f"{self.key}: policy must be one of {', '.join(POLICIES)}")
-        number(self.slice_ms, f"{self.key}: slice_ms", MIN_SLICE_MS, MAX_SLICE_MS, integer=True)
+            raise at(InvalidInput(f"{self.key}: policy must be one of {', '.join(POLICIES)}"), "policy")
+        under(("slice_ms",), lambda: number(self.slice_ms, f"{self.key}: slice_ms", MIN_SLICE_MS, MAX_SLICE_MS, True))
         for t in self.tenants:
-            t.validate()
+            under(("tenants", t.name), t.validate)
         return self
 
     def tenant(self, name: str) -> Tenant:
@@ -241,19 +254,20 @@ class Gpu:
             raise InvalidInput(f"{key}: expected a mapping")
         unknown = set(doc) - {"policy", "slice_ms", "tenants", "memory"}
         if unknown:
-            raise InvalidInput(f"{key}: unknown keys {unknown_keys(unknown)}")
+            raise at(InvalidInput(f"{key}: unknown keys {unknown_keys(unknown)}"), _first(doc, unknown), "<key>")
         tenants = doc.get("tenants") or {}
         if not isinstance(tenants, dict):
-            raise InvalidInput(f"{key}: tenants must be a mapping name -> tenant")
+            raise at(InvalidInput(f"{key}: tenants must be a mapping name -> tenant"), "tenants")
         memory = doc.get("memory")
         if isinstance(memory, dict) and set(memory) - set(MEMORY_KEYS):
-            raise InvalidInput(f"{key}: memory: unknown keys {unknown_keys(set(memory) - set(MEMORY_KEYS))}")
+            err = InvalidInput(f"{key}: memory: unknown keys {unknown_keys(set(memory) - set(MEMORY_KEYS))}")
+            raise at(err, "memory", _first(memory, set(memory) - set(MEMORY_KEYS)), "<key>")
         return Gpu(
             key=key,
             policy=doc.get("policy", "best-effort"),
             slice_ms=doc.get("slice_ms", DEFAULT_SLICE_MS),
-            tenants=tuple(Tenant.from_dict(str(n), t) for n, t in tenants.items()),
-            memory=MemoryPolicy.from_dict(key, doc.get("memory")),
+            tenants=tuple(under(("tenants", n), partial(Tenant.from_dict, str(n), t)) for n, t in tenants.items()),
+            memory=under(("memory",), partial(MemoryPolicy.from_dict, key, doc.get("memory"))),
         ).validate()
 
 
@@ -266,10 +280,10 @@ class QosConfig:
     sample_ms: int = 10  # sampling interval (demand sample, and auto until the first notification)
 
     def validate(self) -> QosConfig:
-        for gpu in self.gpus.values():
-            gpu.validate()
-        number(self.watchdog_s, "watchdog_s (seconds)", 0.1, 3600)
-        number(self.sample_ms, "sample_ms", 1, 1000, integer=True)
+        for key, gpu in self.gpus.items():
+            under(("gpus", key), gpu.validate)
+        under(("watchdog_s",), lambda: number(self.watchdog_s, "watchdog_s (seconds)", 0.1, 3600))
+        under(("sample_ms",), lambda: number(self.sample_ms, "sample_ms", 1, 1000, integer=True))
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -287,12 +301,12 @@ class QosConfig:
             raise InvalidInput("QoS config: expected a mapping at the top level")
         unknown = set(doc) - {"gpus", "watchdog_s", "sample_ms"}
         if unknown:
-            raise InvalidInput(f"QoS config: unknown keys {unknown_keys(unknown)}")
+            raise at(InvalidInput(f"QoS config: unknown keys {unknown_keys(unknown)}"), _first(doc, unknown), "<key>")
         gpus = doc.get("gpus") or {}
         if not isinstance(gpus, dict):
-            raise InvalidInput("QoS config: gpus must be a mapping key -> settings")
+            raise at(InvalidInput("QoS config: gpus must be a mapping key -> settings"), "gpus")
         return cls(
-            gpus={str(k): Gpu.from_dict(str(k), v) for k, v in gpus.items()},
+            gpus={str(k): under(("gpus", k), partial(Gpu.from_dict, str(k), v)) for k, v in gpus.items()},
             watchdog_s=doc.get("watchdog_s", 2.0),
             sample_ms=doc.get("sample_ms", 10),
         ).validate()

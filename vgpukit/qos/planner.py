@@ -9,11 +9,16 @@ typed refusal out. Nothing here executes, prints or parses argv. The rules (docs
 * tenant names are unique on a GPU; adding a tenant that exists with other settings is refused
   (``conflict``, exit 4), adding it again with the same settings changes nothing;
 * the shares of a class (online, offline) on a GPU add up to at most 100% (``conflict``, exit 4);
+* a process is in one tenant only, of any GPU (``conflict``, exit 4);
+* a GPU key that names a device names a GPU of this host not in MIG mode, or a MIG device
+  (:mod:`vgpukit.qos.planner_host`: ``apply``, ``qos set``, ``qos tenant add``);
 * a tenant with a cap of the CUDA interception library (``memory``, ``inflight``, ``inflight_ms``),
   or any tenant once the ``gpu-share`` CDI class is enabled, needs the library: when it is missing
   that is a warning (the tenant still time-slices), the same words through every door;
 * run-time changes recorded by the daemon apply on top of the base config; one that no longer fits
-  is skipped and reported (:func:`effective`).
+  is skipped and reported (:func:`effective`);
+* ``apply`` writes the file and has a running daemon reload it (:mod:`vgpukit.qos.steps`), and plans a
+  reload alone when the daemon runs an older file or a tenant it dropped could run now.
 
 What a tenant is (class, share 1..100, its cgroup, processes or domain named well) is checked where
 it is parsed (:mod:`vgpukit.qos.model`); that its cgroup, processes or domain exist right now is a
@@ -24,17 +29,20 @@ exist: the daemon drops such a tenant with a warning, docs/qos.md).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..engine import Step
-from ..engine.files import PutFile
 from ..errors import Conflict, NoCapacity, NotFound, VgpukitError
 from ..host import Host
+from ..inputs import at, under
 from .config import Overlay, default_config_path, load_base
 from .model import CLASSES, MAX_TENANTS, Gpu, QosConfig, Tenant, check_key
+from .planner_host import NvmlSource, check_host, daemon_view, target_exists
+from .steps import PutQosConfig, ReloadQos
 
 
 # ----------------------------------------------------------------------------- the rules of one GPU
@@ -42,22 +50,50 @@ def check_gpu(gpu: Gpu) -> Gpu:
     """``gpu`` when its tenants fit together: at most MAX_TENANTS, unique names, each class's shares
     at most 100%."""
     if len(gpu.tenants) > MAX_TENANTS:
-        raise NoCapacity(f"{gpu.key}: at most {MAX_TENANTS} tenants per GPU")
+        raise at(
+            NoCapacity(f"{gpu.key}: at most {MAX_TENANTS} tenants per GPU"), "tenants", gpu.tenants[MAX_TENANTS].name
+        )
     names = [t.name for t in gpu.tenants]
     if len(set(names)) != len(names):
-        raise Conflict(f"{gpu.key}: duplicate tenant names")
+        raise at(Conflict(f"{gpu.key}: duplicate tenant names"), "tenants")
     for cls in CLASSES:
-        total = sum(t.share for t in gpu.tenants if t.cls == cls)
-        if total > 100:
-            raise Conflict(f"{gpu.key}: {cls} shares add up to {total}% (at most 100)")
+        total = 0
+        for t in (t for t in gpu.tenants if t.cls == cls):
+            total += t.share
+            if total > 100:  # the share that goes over is the one at fault
+                total = sum(t.share for t in gpu.tenants if t.cls == cls)
+                raise at(
+                    Conflict(f"{gpu.key}: {cls} shares add up to {total}% (at most 100)"), "tenants", t.name, "share"
+                )
     return gpu
 
 
-def check(cfg: QosConfig) -> QosConfig:
-    """``cfg`` when every GPU's tenants fit (:func:`check_gpu`)."""
-    for gpu in cfg.gpus.values():
-        check_gpu(gpu)
+def check_processes(cfg: QosConfig) -> QosConfig:
+    """``cfg`` when no process is in two tenants (of one GPU or of several): each GPU's scheduler
+    freezes and thaws its tenants' processes, so two would undo each other's freezes. (A cgroup or a
+    domain may be in tenants of several GPUs: a pod or a VM using them all; docs/qos.md.)"""
+    seen: dict[int, list[tuple[str, str]]] = {}
+    for key, gpu in cfg.gpus.items():
+        for t in gpu.tenants:
+            for pid in dict.fromkeys(t.pids):
+                seen.setdefault(pid, []).append((key, t.name))
+    for pid, where in seen.items():
+        if len(where) > 1:
+            key, name = where[-1]
+            listed = ", ".join(f"{k}/{n}" for k, n in where)
+            err = Conflict(
+                f"process {pid} is in {len(where)} tenants ({listed}): a process can be in one tenant only",
+                hint="their schedulers would freeze and thaw it against each other; put it in one",
+            )
+            raise at(err, "gpus", key, "tenants", name, "pids")
     return cfg
+
+
+def check(cfg: QosConfig) -> QosConfig:
+    """``cfg`` when every GPU's tenants fit (:func:`check_gpu`) and no process is in two tenants."""
+    for key, gpu in cfg.gpus.items():
+        under(("gpus", key), partial(check_gpu, gpu))
+    return check_processes(cfg)
 
 
 # ----------------------------------------------------------------------------- run-time changes
@@ -122,6 +158,7 @@ def change(cfg: QosConfig, req: Request) -> Change:
             raise Conflict(f"{key}: tenant {t.name!r} exists with other settings (remove it first)")
         gpu = check_gpu(replace(old or Gpu(key), tenants=(*(old.tenants if old else ()), t)).validate())
         new.gpus[key] = gpu
+        check_processes(new)
         return Change(new, [f"{key}: add {t.cls} tenant {t.name} ({t.share}%, {t.target})"], gpu)
     check_key(req.name, "tenant name")
     if old is None:
@@ -160,12 +197,24 @@ def effective(base: QosConfig, overlay: Overlay) -> tuple[QosConfig, list[str]]:
 # ----------------------------------------------------------------------------- the host's facts
 def load(host: Host, path: Path) -> QosConfig:
     """The admin's config file, its tenants held to the rules (a refusal names the file and line)."""
-    return load_base(host, path, rules=check_gpu)
+    return load_base(host, path, rules=check)
 
 
 def running(host: Host) -> tuple[QosConfig, list[str]]:
     """What the daemon runs (or would run): the config file and the run-time record on top."""
     return effective(load(host, default_config_path(host)), Overlay.load(host))
+
+
+def offered(host: Host) -> QosConfig:
+    """The tenants that can be handed out: :func:`running` without those the running daemon dropped
+    (their cgroup, processes or domain gone: it schedules them no more), as ``k8s resources`` and the
+    device plugin advertise them."""
+    cfg, _problems = running(host)
+    view = daemon_view(host)
+    for d in view.dropped if view is not None else ():
+        if d.gpu in cfg.gpus and any(t.name == d.tenant for t in cfg.gpus[d.gpu].tenants):
+            cfg = change(cfg, RemoveTenant(d.gpu, d.tenant)).config
+    return cfg
 
 
 @dataclass(frozen=True)
@@ -235,20 +284,37 @@ def refuse_quarantined(host: Host, keys: list[str]) -> None:
             raise qr.refusal(*hit)
 
 
-def plan_config(host: Host, want: QosConfig) -> Plan:
-    """The steps that make ``/etc/vgpukit/qos.yaml`` the config ``want`` (none when the file, or what
-    the daemon runs with its run-time changes, already is); refused as the rules say. The run-time
-    record is left alone (the daemon applies it on top)."""
+def plan_config(host: Host, want: QosConfig, nvml: NvmlSource = None, mig: dict[str, bool] | None = None) -> Plan:
+    """The steps that make ``/etc/vgpukit/qos.yaml`` the config ``want`` and a running daemon run it
+    (none when the file, or what the daemon runs with its run-time changes, already is, and the daemon
+    loaded it); refused as the rules say, and as this host's devices say (:func:`check_host`). The
+    run-time record is left alone (the daemon applies it on top). Tenants the daemon dropped (their
+    cgroup, processes or domain gone) are warnings, and a reload is planned when one could run now.
+    ``mig``: the GPUs' MIG modes once the rest of the plan ran (:func:`check_host`)."""
     check(want)
+    check_host(host, want, nvml, mig)
     lib = library(host)
     warnings = [w for g in want.gpus.values() for t in g.tenants for w in library_warnings(lib, t.name, caps(t))]
     path = default_config_path(host)
     base = load_base(host, path)
-    running = effective(base, Overlay.load(host))[0]
-    if want.to_dict() in (base.to_dict(), running.to_dict()):
-        return Plan([], warnings)
-    had = {(k, t.name) for k, g in running.gpus.items() for t in g.tenants}
-    refuse_quarantined(host, [k for k, g in want.gpus.items() for t in g.tenants if (k, t.name) not in had])
-    text = yaml.safe_dump(want.to_dict(), sort_keys=False)
     shown = host.display(path)
-    return Plan([PutFile(shown, text, 0o644, what=f"write the QoS config {shown}")], warnings)
+    told = daemon_view(host)
+    running = effective(base, Overlay.load(host))[0]
+    if want.to_dict() not in (base.to_dict(), running.to_dict()):
+        had = {(k, t.name) for k, g in running.gpus.items() for t in g.tenants}
+        refuse_quarantined(host, [k for k, g in want.gpus.items() for t in g.tenants if (k, t.name) not in had])
+        text = yaml.safe_dump(want.to_dict(), sort_keys=False)
+        return Plan([PutQosConfig(shown, text, 0o644, reload=told is not None)], warnings)
+    steps: list[Step] = []
+    if told is not None and told.loaded is not None and told.loaded != base.to_dict():
+        steps = [ReloadQos(shown, "it runs an older configuration than the file")]
+    could_run = []
+    for d in told.dropped if told is not None else ():
+        tenant = next((t for t in want.gpus[d.gpu].tenants if t.name == d.tenant), None) if d.gpu in want.gpus else None
+        if tenant is not None and target_exists(host, tenant):
+            could_run.append(f"{d.gpu}: tenant {d.tenant} can run now")
+        elif tenant is not None:
+            warnings.append(f"qos: {d.gpu}: tenant {d.tenant} is not running: {d.reason}")
+    if could_run and not steps:
+        steps = [ReloadQos(shown, "; ".join(could_run))]
+    return Plan(steps, warnings)

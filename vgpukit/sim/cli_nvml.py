@@ -14,10 +14,9 @@ from ..clikit.context import App
 from ..clikit.lazy import LazyGroup
 from ..clikit.options import json_option
 from ..clikit.output import emit, say, table
-from ..clikit.params import NAME, AsciiInt
+from ..clikit.params import DEVICE, GPU_DEVICE, NAME, AsciiInt
 from ..errors import InvalidInput
 from ..nvml.errors import CODES_BY_NAME
-from ..pci import parse_bdf
 from . import nvml as simdrv
 from . import nvml_events as simev
 
@@ -26,6 +25,30 @@ def _dir(app: App) -> Path:
     if app.sim_dir is None:
         raise InvalidInput("this acts on a simulated host: give --sim DIR (or VGPUKIT_SIM)")
     return app.sim_dir
+
+
+def _bdf(app: App, name: str) -> str:
+    """The PCI function ``name`` names, by vgpukit's one resolver (gpuN, nic0 vf0, an address...)."""
+    from .. import naming
+
+    bdf = naming.resolve(app.host, name, nvml=lambda: app.nvml).bdf
+    assert bdf is not None
+    return bdf
+
+
+def _gpu(app: App, name: str) -> int:
+    """The simulated driver's index of the GPU ``name`` names (read from PCI facts: a lost GPU too)."""
+    return simev.gpu_of(_dir(app), _bdf(app, name))
+
+
+def _nvml_index(app: App, name: str) -> int:
+    """NVML's index of the GPU ``name`` names (an NVML index itself, as ``nvidia-smi -i``, or any GPU name)."""
+    from .. import naming
+
+    _dir(app)
+    index = naming.resolve(app.host, name, frozenset({naming.GPU}), nvml=lambda: app.nvml).nvml_index
+    assert index is not None
+    return index
 
 
 @click.group(cls=LazyGroup)
@@ -45,11 +68,13 @@ def fault() -> None:
 @click.option(
     "--nth", default=1, show_default=True, type=AsciiInt(1, 1000000), help="Fail the nth matching call from now."
 )
-@click.option("--gpu", type=AsciiInt(0, 255), help="Only calls on this NVML index.")
+@click.option("--gpu", type=GPU_DEVICE, metavar="GPU", help="Only calls on this GPU (gpuN, an NVML index...).")
 @click.pass_obj
-def fault_add(app: App, call: str, error: str, nth: int, gpu: int | None) -> None:
+def fault_add(app: App, call: str, error: str, nth: int, gpu: str | None) -> None:
     """Make the nth next CALL fail with NVML ERROR."""
-    simdrv.add_fault(_dir(app), call, error, nth, gpu)
+    index = None if gpu is None else _nvml_index(app, gpu)
+    simdrv.add_fault(_dir(app), call, error, nth, index)
+    gpu = None if index is None else str(index)
     which = "the next" if nth == 1 else f"call {nth} from now of"
     say(f"{which} {call}{'' if gpu is None else f' on GPU {gpu}'} will fail with {error}")
 
@@ -72,65 +97,67 @@ def fault_clear(app: App) -> None:
 
 
 @fault.command("xid")
-@click.argument("gpu", type=NAME)
+@click.argument("gpu", type=GPU_DEVICE)
 @click.argument("xid", type=AsciiInt(1, 65535))
 @click.option("--gi", type=AsciiInt(0, 63), help="In this GPU instance (a MIG slice) of GPU, as NVML names it.")
 @click.pass_obj
 def fault_xid(app: App, gpu: str, xid: int, gi: int | None) -> None:
     """The driver reports XID on GPU (and does what its own table says: XID 79 loses the GPU)."""
-    index = simev.gpu_index(_dir(app), gpu)
+    index = _gpu(app, gpu)
     simev.inject_xid(_dir(app), index, xid, gi)
     say(f"XID {xid} reported on GPU {index}" + (f", GPU instance {gi}" if gi is not None else ""))
 
 
 @fault.command("ecc")
-@click.argument("gpu", type=NAME)
+@click.argument("gpu", type=GPU_DEVICE)
 @click.option("--double", is_flag=True, help="An uncorrected (double-bit) error; default: corrected (single-bit).")
 @click.pass_obj
 def fault_ecc(app: App, gpu: str, double: bool) -> None:
     """Count one ECC error on GPU and deliver its event."""
-    index = simev.gpu_index(_dir(app), gpu)
+    index = _gpu(app, gpu)
     simev.inject_ecc(_dir(app), index, double)
     say(f"{'double' if double else 'single'}-bit ECC error on GPU {index}")
 
 
 @fault.command("lost")
-@click.argument("gpu", type=NAME)
+@click.argument("gpu", type=GPU_DEVICE)
 @click.pass_obj
 def fault_lost(app: App, gpu: str) -> None:
     """GPU stops answering: every NVML call on it fails with GPU_IS_LOST until recovered."""
-    index = simev.gpu_index(_dir(app), gpu)
+    index = _gpu(app, gpu)
     simev.inject_lost(_dir(app), index)
     say(f"GPU {index} is lost")
 
 
 @fault.command("recover")
-@click.argument("gpu", type=NAME)
+@click.argument("gpu", type=GPU_DEVICE)
 @click.pass_obj
 def fault_recover(app: App, gpu: str) -> None:
     """GPU answers again, its volatile ECC counts cleared (as after a reset or a reboot)."""
-    index = simev.gpu_index(_dir(app), gpu)
+    index = _gpu(app, gpu)
     simev.recover(_dir(app), index)
     say(f"GPU {index} recovered")
 
 
 @fault.command("pf-reset")
-@click.argument("pf", type=NAME)
+@click.argument("pf", type=DEVICE)
 @click.pass_obj
 def fault_pf_reset(app: App, pf: str) -> None:
     """A reset of PF that takes its VFs away (sriov_numvfs still says how many were configured)."""
-    pf = parse_bdf(pf)
+    _dir(app)
+    pf = _bdf(app, pf)
     gone = simev.pf_reset(_dir(app), pf)
     say(f"{pf} reset: {len(gone)} VF(s) gone")
 
 
 @fault.command("aer")
-@click.argument("bdf", type=NAME)
+@click.argument("device", type=DEVICE)
 @click.argument("kind", type=click.Choice(sorted(simev.AER_KINDS)))
 @click.pass_obj
-def fault_aer(app: App, bdf: str, kind: str) -> None:
-    """Count one PCIe AER error of KIND on BDF (aer_dev_<kind> in its sysfs directory)."""
-    bdf = parse_bdf(bdf)
+def fault_aer(app: App, device: str, kind: str) -> None:
+    """Count one PCIe AER error of KIND on DEVICE (aer_dev_<kind> in its sysfs directory)."""
+    _dir(app)
+    bdf = _bdf(app, device)
     total = simev.aer(_dir(app), bdf, kind)
     say(f"{bdf}: {total} {kind} AER error(s)")
 
@@ -141,16 +168,16 @@ def client() -> None:
 
 
 @client.command("add")
-@click.argument("gpu", type=AsciiInt(0, 255))
+@click.argument("gpu", type=GPU_DEVICE)
 @click.argument("name", type=NAME)
 @click.option("--gi", type=AsciiInt(0, 255), help="Inside this GPU instance.")
 @click.option("--ci", type=AsciiInt(0, 255), help="Inside this compute instance of --gi.")
 @click.pass_obj
-def client_add(app: App, gpu: int, name: str, gi: int | None, ci: int | None) -> None:
-    """Start a simulated client NAME on NVML GPU index GPU; prints its pid."""
+def client_add(app: App, gpu: str, name: str, gi: int | None, ci: int | None) -> None:
+    """Start a simulated client NAME on GPU (gpuN, or an NVML index as nvidia-smi -i); prints its pid."""
     if ci is not None and gi is None:
         raise InvalidInput("--ci needs --gi")
-    click.echo(simdrv.add_client(_dir(app), gpu, name, gi, ci))
+    click.echo(simdrv.add_client(_dir(app), _nvml_index(app, gpu), name, gi, ci))
 
 
 @client.command("remove")

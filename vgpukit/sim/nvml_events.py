@@ -91,19 +91,14 @@ def _gpu_entry(state: dict[str, Any], gpu: int) -> dict[str, Any]:
     return gpus[gpu]
 
 
-def gpu_index(sim_dir: Path, name: str) -> int:
-    """``gpuN`` (the driver's Nth GPU, PCI bus order), ``N`` or a PCI address of a simulated GPU."""
+def gpu_of(sim_dir: Path, bdf: str) -> int:
+    """The simulated driver's index of its GPU at PCI address ``bdf`` (the front end names devices with
+    vgpukit's one resolver; this is only the driver's own table)."""
     with _locked(sim_dir, write=False) as state:
-        gpus = state["gpus"]
-        text = name.lower()
-        number = text[3:] if text.startswith("gpu") else text
-        if number.isascii() and number.isdigit() and len(number) < 4:
-            _gpu_entry(state, int(number))
-            return int(number)
-        for i, g in enumerate(gpus):
-            if g["bdf"] == text or g["bdf"] == f"0000:{text}":
+        for i, g in enumerate(state["gpus"]):
+            if g["bdf"] == bdf:
                 return i
-    raise NotFound("no simulated GPU by that name", hint="gpuN, N or the GPU's PCI address")
+    raise NotFound(f"{bdf} is not a GPU of the simulated driver", device=bdf, hint="see: vgpukit devices --kind gpu")
 
 
 def inject_ecc(sim_dir: Path, gpu: int, double: bool) -> None:

@@ -48,7 +48,7 @@ def _with_libvirt(app: App, pfs: list[PfInfo], uri: str | None) -> list[PfInfo]:
     return [replace(pf, vfs=tuple(replace(v, users=(*v.users, *doms.get(v.bdf, []))) for v in pf.vfs)) for pf in pfs]
 
 
-def _show_pfs(pfs: list[PfInfo]) -> None:
+def _show_pfs(pfs: list[PfInfo], scan: Scan) -> None:
     if not pfs:
         say("no SR-IOV capable devices")
         return
@@ -69,10 +69,11 @@ def _show_pfs(pfs: list[PfInfo]) -> None:
             for pf in pfs
         ],
     )
+    vf_names = naming.vf_names(scan)  # the names the resolver takes (docs/cli.md)
     rows = [
         [
             v.bdf,
-            f"{pf.alias or pf.bdf} vf{v.index}",
+            vf_names.get(v.bdf, f"{pf.alias or pf.bdf} vf{v.index}"),
             v.driver,
             v.iommu_group,
             "; ".join(u.describe() for u in v.users) if v.users else "no",
@@ -82,7 +83,7 @@ def _show_pfs(pfs: list[PfInfo]) -> None:
     ]
     if rows:
         say("")
-        table(None, ["VF", "OF", "DRIVER", "IOMMU", "IN USE"], rows)
+        table(None, ["VF", "NAME", "DRIVER", "IOMMU", "IN USE"], rows)
     for pf in pfs:
         if pf.missing:  # sriov_numvfs says more than there are: a PF reset took them away
             say(f"{pf.alias or pf.bdf}: {pf.missing} of {pf.num_vfs} VFs missing: re-create them with "
@@ -117,7 +118,7 @@ def list_cmd(app: App, pf: str | None, libvirt_uri: str | None) -> None:
     scan = Scan(app.host)
     pfs = [_pf(app, pf, files, scan)] if pf else list_pfs(app.host, files, scan)
     pfs = _with_libvirt(app, pfs, libvirt_uri)
-    emit(app, "sriov-list", {"pfs": [p.to_dict() for p in pfs]}, lambda: _show_pfs(pfs))
+    emit(app, "sriov-list", {"pfs": [p.to_dict() for p in pfs]}, lambda: _show_pfs(pfs, scan))
 
 
 def _planned_pf(app: App, name: str, libvirt_uri: str | None) -> tuple[Facts, PfInfo]:

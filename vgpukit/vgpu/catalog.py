@@ -13,9 +13,8 @@ from typing import Any
 
 from ..data import load_yaml
 from ..errors import NotFound
+from ..mdev.model import short_name as short_name  # the one comparable form of a type name (mdev types are named so)
 from ..records import Record
-
-PREFIXES = ("NVIDIA ", "GRID ")
 
 
 class TypeSpec(Record):
@@ -106,16 +105,6 @@ class Catalog(Record):
     def by_name(self, name: str) -> TypeSpec | None:
         want = short_name(name)
         return next((t for t in self.types if short_name(t.name) == want), None)
-
-
-def short_name(name: str) -> str:
-    """``NVIDIA H100-4C`` / ``GRID T4-4Q`` / ``t4-4q`` -> the comparable form ``H100-4C`` / ``T4-4Q``."""
-    text = " ".join(name.split())
-    for prefix in PREFIXES:
-        if text.upper().startswith(prefix.upper()):
-            text = text[len(prefix) :]
-            break
-    return text.upper()
 
 
 DESC_RE = re.compile(r"(\w+)=([^,]+)")

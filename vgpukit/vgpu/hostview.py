@@ -13,6 +13,7 @@ import re
 from ..holders import group_holders
 from ..host import Host
 from ..host_layout import MDEV_TYPES
+from ..mdev import mdevctl
 from ..mdev import sysfs as mdev_sysfs
 from ..mdev.model import MdevType
 from ..naming import aliases
@@ -184,4 +185,27 @@ def vgpus(host: Host, views: list[GpuView]) -> list[Vgpu]:
                 used_by=tuple(h.as_dict() for h in holders.get(group, [])) if group is not None else (),
             )
         )
+    return out
+
+
+def with_definitions(host: Host, views: list[GpuView], items: list[Vgpu]) -> list[Vgpu]:
+    """``items`` with their mdevctl definitions' start modes, then the legacy vGPUs that are only
+    defined (a definition on a GPU's parent whose instance does not run: ``start --all`` or the boot
+    service makes it again when it says ``auto``)."""
+    parent_gpu = {p: g.bdf for g in views for p in g.parents}
+    defs = [d for d in mdevctl.read_all(host)[0] if d.parent in parent_gpu]
+    start = {d.uuid: d.start for d in defs}
+    out = [v.replace(start=start.get(v.id)) if v.interface == MDEV else v for v in items]
+    active = {v.id for v in items}
+    names: dict[tuple[str, str], str] = {}
+    for d in defs:
+        if d.uuid in active:
+            continue
+        key = (d.parent, d.type_id)
+        if key not in names:
+            names[key] = host.read_opt(host.mdev_type(d.parent, d.type_id) / "name") or d.type_id
+        out.append(
+            Vgpu(d.uuid, parent_gpu[d.parent], MDEV, d.type_id, names[key], d.parent, active=False, start=d.start)
+        )
+        active.add(d.uuid)
     return out

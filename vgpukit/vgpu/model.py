@@ -93,7 +93,7 @@ class GpuView(Record):
 
 class Vgpu(Record):
     __slots__ = (  # noqa: RUF023 (field order)
-        "id", "gpu", "interface", "type_id", "name", "parent", "vf", "iommu_group", "used_by",
+        "id", "gpu", "interface", "type_id", "name", "parent", "vf", "iommu_group", "used_by", "active", "start",
     )  # fmt: skip
     id: str  # mdev UUID (legacy) or VF BDF (vendor VFIO)
     gpu: str
@@ -104,6 +104,8 @@ class Vgpu(Record):
     vf: str | None
     iommu_group: int | None
     used_by: tuple[dict[str, Any], ...]
+    active: bool  # False: only defined (an mdevctl definition whose instance does not run)
+    start: str | None  # its definition's start mode (auto: made at boot, manual), None: not defined
 
     def __init__(
         self,
@@ -116,6 +118,8 @@ class Vgpu(Record):
         vf: str | None = None,
         iommu_group: int | None = None,
         used_by: tuple[dict[str, Any], ...] = (),
+        active: bool = True,
+        start: str | None = None,
     ) -> None:
         self._init(
             id=id,
@@ -127,10 +131,19 @@ class Vgpu(Record):
             vf=vf,
             iommu_group=iommu_group,
             used_by=used_by,
+            active=active,
+            start=start,
         )
+
+    @property
+    def defined(self) -> str:
+        """The DEFINED column, in ``mdev list``'s words: the start mode (``auto``: made again at boot,
+        ``manual``), ``no``, or ``-`` where there are no definitions (vGPUs on VFs)."""
+        return self.start or ("no" if self.interface == MDEV else "-")
 
     def to_dict(self) -> dict[str, Any]:
         d = self.as_dict()
         d["used_by"] = list(self.used_by)
         d["in_use"] = bool(self.used_by)
+        d["defined"] = self.start is not None
         return d

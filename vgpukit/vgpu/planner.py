@@ -17,8 +17,9 @@ from ..engine import Step
 from ..errors import InUse, InvalidInput, NoCapacity, NotFound, Unsupported
 from ..holders import Holder, group_holders
 from ..host import Host
+from ..inputs import at
 from ..mdev import planner as mdev_planner
-from ..mdev.model import check_uuid
+from ..mdev.model import Definition, MdevInstance, check_uuid
 from ..pci import is_bdf, parse_bdf
 from . import hostview
 from .catalog import for_device, short_name
@@ -62,11 +63,12 @@ class VgpuPlan:
 # ----------------------------------------------------------------------------- the rules
 def require_interface(gpu: GpuView) -> str:
     if gpu.interface is None:
-        raise Unsupported(
+        err = Unsupported(
             f"{gpu.alias or gpu.bdf} ({gpu.name}) offers no vGPU types",
             device=gpu.bdf,
             hint="is the NVIDIA vGPU host driver loaded (and, on SR-IOV GPUs, VFs enabled with sriov-manage -e)?",
         )
+        raise at(err, "device")
     return gpu.interface
 
 
@@ -77,22 +79,24 @@ def find_type(offered: list[VgpuType] | tuple[VgpuType, ...], gpu: GpuView, want
         if t.short == key or t.type_id.lower() == wanted.strip().lower():
             return t
     names = ", ".join(t.short for t in offered) or "none"
-    raise NotFound(
+    err = NotFound(
         f"{gpu.alias or gpu.bdf} ({gpu.name}) has no vGPU type {wanted!r}",
         device=gpu.bdf,
         value=wanted,
         hint=f"types reported by the host: {names}",
     )
+    raise at(err, "type")
 
 
 def no_room(facts: Facts, count: int, name: str, why: str) -> NoCapacity:
     """The one refusal for vGPUs that do not fit (capacity, or the GPU holds another type now)."""
-    return NoCapacity(
+    err = NoCapacity(
         f"{facts.label} cannot take {count} x {name}: {why}",
         device=facts.gpu.bdf,
         hint="vGPUs on one GPU share its framebuffer and, time-sliced, one type; see: vgpukit vgpu types;"
         " nothing was changed",
     )
+    return at(err, "count")
 
 
 def in_use(vf: str, users: tuple[Holder, ...] | list[Holder]) -> InUse:
@@ -114,10 +118,24 @@ def _vfio_room(facts: Facts, t: VgpuType, count: int, free: int) -> None:
 
 
 # ----------------------------------------------------------------------------- create / remove
-def create(facts: Facts, mdev: mdev_planner.Facts | None, wanted: str, count: int) -> VgpuPlan:
-    """``count`` vGPUs of type ``wanted`` on the GPU (legacy: mdevs on its parents, with ``mdev``'s facts)."""
+def no_definitions(gpu: GpuView, what: str) -> Unsupported:
+    """The one refusal for persistence asked of vGPUs on VFs (vendor VFIO): they have no definition files."""
+    return Unsupported(
+        f"{what} on {gpu.alias or gpu.bdf}'s VFs (vendor-specific VFIO) have no definitions to keep",
+        device=gpu.bdf,
+        hint="keep them across reboots with a host config applied at boot: vgpukit boot-unit (docs/fleet.md)",
+    )
+
+
+def create(
+    facts: Facts, mdev: mdev_planner.Facts | None, wanted: str, count: int, define: bool = False, auto: bool = False
+) -> VgpuPlan:
+    """``count`` vGPUs of type ``wanted`` on the GPU (legacy: mdevs on its parents, with ``mdev``'s facts);
+    ``define``: with definitions that keep them (started at boot with ``auto``)."""
     if count < 1:
         raise InvalidInput(f"--count must be at least 1, not {count}", value=count)
+    if auto and not define:
+        raise InvalidInput("--auto needs --define (it is the start mode of the persistent definition)")
     interface = require_interface(facts.gpu)
     if facts.quarantined is not None:  # nothing is carved from a quarantined GPU (legacy: its mdev planner says so)
         from .. import quarantine as qr
@@ -128,9 +146,13 @@ def create(facts: Facts, mdev: mdev_planner.Facts | None, wanted: str, count: in
     if interface == MDEV:
         assert mdev is not None
         _mdev_room(facts, t, count)
-        req = mdev_planner.Create(t.type_id, count, among=facts.gpu.parents)
+        req = mdev_planner.Create(t.type_id, count, among=facts.gpu.parents, define=define, auto=auto)
         todo = mdev_planner.create(mdev, req)
-        return VgpuPlan(todo.steps, [{"id": d.uuid, "parent": d.parent, "type": t.name} for d in todo.instances])
+        made = [{"id": d.uuid, "parent": d.parent, "type": t.name} for d in todo.instances]
+        start = "auto" if auto else "manual"
+        return VgpuPlan(todo.steps, [{**m, "start": start} if define else m for m in made])
+    if define:
+        raise no_definitions(facts.gpu, "vGPUs")
     free = [v for v in facts.gpu.vfs if facts.current.get(v, 0) == 0]
     _vfio_room(facts, t, count, len(free))
     todo_vfs = free[:count]
@@ -138,8 +160,20 @@ def create(facts: Facts, mdev: mdev_planner.Facts | None, wanted: str, count: in
     return VgpuPlan(steps, [{"id": vf, "vf": vf, "type": t.name} for vf in todo_vfs])
 
 
-def remove(gpus: list[Facts], mdev: mdev_planner.Facts, ids: list[str]) -> list[Step]:
-    """Remove vGPUs by id: an mdev UUID (legacy) or a VF address (vendor VFIO); all checked first."""
+def _legacy(gpus: list[Facts], mdev: mdev_planner.Facts, uid: str) -> tuple[MdevInstance | None, list[Definition]]:
+    """The instance and definitions of the legacy vGPU ``uid`` (refused when they are another parent's)."""
+    parents = {p for f in gpus for p in f.gpu.parents}
+    inst = mdev.instance(uid)
+    defs = [d for d in mdev.definitions if d.uuid == uid]
+    other = inst.parent if inst is not None and inst.parent not in parents else None
+    other = other or next((d.parent for d in defs if d.parent not in parents), None)
+    if other is not None:
+        raise InvalidInput(f"{uid} is an mdev on {other}, not a vGPU", value=uid, hint="use: vgpukit mdev")
+    return inst, defs
+
+
+def _split(ids: list[str]) -> tuple[list[str], list[str]]:
+    """(mdev UUIDs, VF addresses) of vGPU ids, checked."""
     uuids: list[str] = []
     vfs: list[str] = []
     for raw in ids:
@@ -147,6 +181,14 @@ def remove(gpus: list[Facts], mdev: mdev_planner.Facts, ids: list[str]) -> list[
             vfs.append(parse_bdf(raw))
         else:
             uuids.append(check_uuid(raw))
+    return list(dict.fromkeys(uuids)), list(dict.fromkeys(vfs))
+
+
+def remove(gpus: list[Facts], mdev: mdev_planner.Facts, ids: list[str], keep_definition: bool = False) -> list[Step]:
+    """Remove vGPUs by id: an mdev UUID (legacy) or a VF address (vendor VFIO); all checked first. A legacy
+    vGPU's definitions go with it (else it would come back at boot), unless ``keep_definition``; a vGPU
+    that is only defined is removed by removing its definitions."""
+    uuids, vfs = _split(ids)
     current = {v: n for f in gpus for v, n in f.current.items()}
     holders = {v: h for f in gpus for v, h in f.holders.items()}
     for vf in vfs:
@@ -154,13 +196,56 @@ def remove(gpus: list[Facts], mdev: mdev_planner.Facts, ids: list[str]) -> list[
             raise NotFound(f"{vf} has no vGPU", device=vf, hint="see: vgpukit vgpu list")
         if holders.get(vf):
             raise in_use(vf, holders[vf])
-    parents = {p for f in gpus for p in f.gpu.parents}
+    active: list[str] = []
+    undefine: list[Step] = []
     for u in uuids:
-        inst = mdev.instance(u)
-        if inst is not None and inst.parent not in parents:
-            raise InvalidInput(f"{u} is an mdev on {inst.parent}, not a vGPU", value=u, hint="use: vgpukit mdev remove")
-    steps = mdev_planner.remove(mdev, uuids).steps if uuids else []
-    return steps + [SetVgpuType(vf, "0") for vf in vfs]
+        inst, defs = _legacy(gpus, mdev, u)
+        if inst is None and not defs:
+            raise NotFound(f"no vGPU {u} on this host", value=u, hint="see: vgpukit vgpu list")
+        if inst is not None:
+            active.append(u)
+        if defs and not keep_definition:
+            undefine += mdev_planner.undefine(mdev, u, [mdev.path(d) for d in defs], None).steps
+    steps = mdev_planner.remove(mdev, active).steps if active else []
+    return steps + undefine + [SetVgpuType(vf, "0") for vf in vfs]
+
+
+def _no_vf_definitions(gpus: list[Facts], vfs: list[str]) -> None:
+    for f in gpus:
+        for vf in vfs:
+            if vf in f.gpu.vfs:
+                raise no_definitions(f.gpu, f"vGPUs such as {vf}")
+    if vfs:
+        raise NotFound(f"{vfs[0]} has no vGPU", device=vfs[0], hint="see: vgpukit vgpu list")
+
+
+def define(gpus: list[Facts], mdev: mdev_planner.Facts, ids: list[str], auto: bool) -> list[Step]:
+    """Definitions for running legacy vGPUs (start ``auto``: made again at boot; else ``manual``), or a
+    new start mode for defined ones; refused for vGPUs on VFs, which have none."""
+    uuids, vfs = _split(ids)
+    _no_vf_definitions(gpus, vfs)
+    steps: list[Step] = []
+    for u in uuids:
+        inst, defs = _legacy(gpus, mdev, u)
+        if inst is None:
+            hint = "it is defined, not running: start it with vgpukit mdev start" if defs else "see: vgpukit vgpu list"
+            raise NotFound(f"no running vGPU {u}", value=u, hint=hint)
+        d = Definition(u, inst.parent, inst.type_id, "auto" if auto else "manual")
+        steps += mdev_planner.put(mdev, d)[0].steps
+    return steps
+
+
+def undefine(gpus: list[Facts], mdev: mdev_planner.Facts, ids: list[str]) -> list[Step]:
+    """Delete the definitions of legacy vGPUs (running ones keep running, and do not come back at boot)."""
+    uuids, vfs = _split(ids)
+    _no_vf_definitions(gpus, vfs)
+    steps: list[Step] = []
+    for u in uuids:
+        _inst, defs = _legacy(gpus, mdev, u)
+        if not defs:
+            raise NotFound(f"no definition of vGPU {u}", value=u, hint="see: vgpukit vgpu list")
+        steps += mdev_planner.undefine(mdev, u, [mdev.path(d) for d in defs], None).steps
+    return steps
 
 
 # ----------------------------------------------------------------------------- converge (apply)

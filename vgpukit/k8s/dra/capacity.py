@@ -42,6 +42,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from ...errors import InvalidInput, VgpukitError
+from ...inputs import k8s_quantity
 from ...logs import logger
 from ...qos.model import MAX_TENANTS
 from .devices import DraDevice
@@ -103,18 +104,13 @@ def choice(text: str) -> Choice:
 
 
 # ----------------------------------------------------------------------------- Kubernetes quantities
-_QUANTITY = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]{1,2})|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?")
-_SCALE: dict[str, int | Fraction] = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50}
-_SCALE.update({"Ei": 1 << 60, "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000)})
-_SCALE.update({k: 1000**i for i, k in enumerate("kMGTPE", 1)})
-
-
 def quantity(text: Any, what: str) -> Fraction:
-    """A non-negative Kubernetes quantity (``4Gi``, ``4294967296``, ``25``, ``1.5k``, ``2e3``) as a number."""
-    if not isinstance(text, str) or len(text) > 64 or not (m := _QUANTITY.fullmatch(text)):
+    """A non-negative Kubernetes quantity (``4Gi``, ``4294967296``, ``25``, ``1.5k``, ``2e3``) as a number:
+    the one reader of Kubernetes quantities (:func:`vgpukit.inputs.k8s_quantity`)."""
+    value = k8s_quantity(text, what) if isinstance(text, str) and not text.startswith(("-", "+")) else None
+    if value is None:
         raise InvalidInput(f"{what} must be a Kubernetes quantity")
-    value = Fraction(m[1])
-    return value * Fraction(10) ** int(m[2]) if m[2] else value * _SCALE.get(m[3] or "", 1)
+    return value
 
 
 def canonical(n: int) -> str:

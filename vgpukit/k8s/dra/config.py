@@ -4,9 +4,10 @@ Four kinds, one JSON Schema (``vgpukit/data/schemas/dra/sharing-config.json``):
 
 * ``TimeSliceConfig`` {``class``: online|offline (default offline), ``share``: 1..100, ``policy``}: a QoS
   tenant (the QoS planner's rules, docs/qos.md);
-* ``MemoryCapConfig`` {``limit``: bytes or ``4Gi``, ``burst``}: the CUDA interception library's cap
-  (docs/cuda.md), and for an offline tenant a burst of unified memory beyond it (docs/qos.md, "Memory QoS");
-* ``MpsConfig`` {``activeThreadPercentage``: 1..100, ``pinnedDeviceMemoryLimit``: bytes or ``4Gi``};
+* ``MemoryCapConfig`` {``limit``: bytes or a Kubernetes quantity, ``4Gi``, ``4G``; ``burst``}: the CUDA
+  interception library's cap (docs/cuda.md), and for an offline tenant a burst of unified memory beyond
+  it (docs/qos.md, "Memory QoS");
+* ``MpsConfig`` {``activeThreadPercentage``: 1..100, ``pinnedDeviceMemoryLimit``: a quantity too};
 * ``QosClassConfig`` {``class``: online|offline (default offline), ``policy``}: the QoS class of a share of a
   device shared by capacity (:mod:`.shares`: its share and memory cap are the allocation's).
 
@@ -23,13 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import InvalidInput
+from ...inputs import parse_k8s_quantity
 from ...qos.model import CLASSES, POLICIES, unknown_keys
 
 API_VERSION = "vgpukit.io/v1"
 KINDS = ("TimeSliceConfig", "MemoryCapConfig", "MpsConfig", "QosClassConfig")
 SOURCES = ("FromClass", "FromClaim")
 MAX_BYTES = 1 << 50
-_UNITS = {"": 0, "Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40}
 _FIELDS = {
     "TimeSliceConfig": ({"share"}, {"class", "policy"}),
     "MemoryCapConfig": ({"limit"}, {"burst"}),
@@ -122,20 +123,9 @@ class Configs:
 
 
 def quantity(value: Any, what: str) -> int:
-    """Bytes: a positive integer, or ASCII digits with a binary suffix Ki, Mi, Gi, Ti."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        n = value
-    elif isinstance(value, str) and value.isascii() and 1 <= len(value) <= 17:
-        digits = value.rstrip("KMGTi")
-        unit = value[len(digits) :]
-        if not digits.isdigit() or len(digits) > 15 or unit not in _UNITS:
-            raise InvalidInput(f"{what} must be bytes or a quantity such as 4Gi (suffixes Ki, Mi, Gi, Ti)")
-        n = int(digits) << _UNITS[unit]
-    else:
-        raise InvalidInput(f"{what} must be bytes or a quantity such as 4Gi (suffixes Ki, Mi, Gi, Ti)")
-    if not 1 <= n <= MAX_BYTES:
-        raise InvalidInput(f"{what} must be 1 byte to 1 PiB")
-    return n
+    """Bytes as Kubernetes reads a quantity (``4Gi``, ``1.5Gi``, ``4G`` = 4*10^9): the one parser of
+    Kubernetes quantities (:func:`vgpukit.inputs.parse_k8s_quantity`), 1 byte to 1 PiB."""
+    return parse_k8s_quantity(value, what, lo=1, hi=MAX_BYTES)
 
 
 def _percent(value: Any, what: str) -> int:
