@@ -88,6 +88,20 @@ class Exclusions:
         why = self.why(bdf)
         return None if why is None else refusal(label, bdf, why)
 
+    def check_carved(self, bdf: str, label: str) -> DeviceUnusable | None:
+        """:meth:`check` of ``bdf`` and, for a VF, of the PF it is carved from (a VF of a PF the health
+        layer finds unusable goes nowhere either: the PF's fault takes its VFs with it)."""
+        found = self.check(bdf, label)
+        if found is not None or self.host is None:
+            return found
+        from .quarantine import parent_of
+
+        pf = parent_of(self.host, bdf)
+        why = self.why(pf) if pf else None
+        if pf is None or why is None:
+            return None
+        return refusal(label, pf, f"carved from {pf}: {why}")
+
 
 def skipped_doc(area: str, device: str, err: DeviceUnusable) -> dict[str, Any]:
     """One entry of a config door's ``skipped`` list (``--json``)."""

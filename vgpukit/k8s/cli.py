@@ -17,7 +17,7 @@ from ..clikit.options import json_option
 from ..clikit.output import emit, finish_read, say, table
 from ..clikit.params import NAME, AsciiFloat
 from ..partial import as_json
-from .cli_health import evicting, health, remediate_every_option, with_remediation
+from .cli_health import evicting, finish_unhealthy, health, remediate_every_option, unhealthy, with_remediation
 from .cli_options import ShareChoice, device_metadata_option, replicas_option, vm_mode, vm_options
 from .stopping import Stop
 
@@ -119,6 +119,7 @@ def _log(line: str) -> None:
 def resources(app: App, replicas: int, version: str | None, partitionable: str, node: str, vms: str | None) -> None:
     """Show the resources and devices the device plugin would advertise now (and the DRA plugin's slices)."""
     inv = _poller(app, replicas, vms)()
+    marked = unhealthy(app, inv)  # what the running plugin would list Unhealthy
     view: dict[str, Any] = {}
     if version is not None:
         from .cli_dra import slices_view
@@ -135,6 +136,7 @@ def resources(app: App, replicas: int, version: str | None, partitionable: str, 
                         "numa": d.numa,
                         "cdi": d.cdi_name,
                         "held_by": list(d.held_by),
+                        **({"unhealthy": marked[d.id]} if d.id in marked else {}),
                     }
                     for d in devices
                 ]
@@ -146,12 +148,19 @@ def resources(app: App, replicas: int, version: str | None, partitionable: str, 
 
     def human() -> None:
         rows = [
-            (name, d.id, d.numa if d.numa is not None else "-", d.cdi_name or "-", "; ".join(d.held_by) or "-")
+            (
+                name,
+                d.id,
+                d.numa if d.numa is not None else "-",
+                d.cdi_name or "-",
+                "; ".join(d.held_by) or "-",
+                f"Unhealthy: {marked[d.id]}" if d.id in marked else "Healthy",
+            )
             for name, devices in sorted(inv.resources.items())
             for d in devices
         ]
-        rows += [("-", u.label, "-", "-", f"not read: {u.reason}") for u in inv.unread]
-        table(None, ["RESOURCE", "DEVICE", "NUMA", "CDI", "HELD BY"], rows)
+        rows += [("-", u.label, "-", "-", "-", f"not read: {u.reason}") for u in inv.unread]
+        table(None, ["RESOURCE", "DEVICE", "NUMA", "CDI", "HELD BY", "HEALTH"], rows)
         if view:
             from .cli_dra import show
 
@@ -159,6 +168,7 @@ def resources(app: App, replicas: int, version: str | None, partitionable: str, 
 
     emit(app, "k8s-resources", doc, human)
     finish_read(app, inv.unread)  # a GPU NVML cannot answer for: nothing of it offered, named, exit 6
+    finish_unhealthy(app, inv, marked)  # offered Unhealthy (as the plugin lists them), named, exit 6
 
 
 @k8s.command("device-plugin")

@@ -14,6 +14,7 @@ from ..clikit.params import AsciiFloat
 
 if TYPE_CHECKING:
     from .agent import Agent
+    from .inventory import Inventory
 
 remediate_every_option = click.option(
     "--remediate-every",
@@ -66,3 +67,35 @@ def with_remediation(agent: Agent, app: App, command: str, seconds: float) -> Ag
         agent.remedy = RemedyRunner(command, root=app.root, sim_dir=app.sim_dir)
         agent.remedy_s = seconds
     return agent
+
+
+def unhealthy(app: App, inv: Inventory) -> dict[str, str]:
+    """Device ID -> why, of the devices ``inv`` offers that the running plugin would list Unhealthy: the
+    health rule's (:func:`health`: unusable or quarantined) for the device, its PCI function or that
+    function's PF (``k8s resources`` marks them as the plugin does; docs/health.md, "One bad device")."""
+    sick = health(app)()
+    out: dict[str, str] = {}
+    for devices in inv.resources.values():
+        for d in devices:
+            fn = inv.pci.get(d.topo_bdf)
+            pf = fn.physfn if fn is not None else None
+            why = sick.get(d.id) or sick.get(d.topo_bdf) or (sick.get(pf) if pf else None)
+            if why is not None:
+                out[d.id] = why
+    return out
+
+
+def finish_unhealthy(app: App, inv: Inventory, marked: dict[str, str]) -> None:
+    """End ``k8s resources`` with exit 6 naming the first device offered Unhealthy (and how many more)."""
+    if not marked:
+        return
+    from ..clikit.output import fail_after_emit
+    from ..errors import DeviceUnusable
+
+    first, why = next(iter(sorted(marked.items())))
+    bdf = next((d.topo_bdf for ds in inv.resources.values() for d in ds if d.id == first), "")
+    more = f"; and {len(marked) - 1} more" if len(marked) > 1 else ""
+    err = DeviceUnusable(
+        f"{first} is offered Unhealthy: {why}{more}", device=bdf or None, hint=f"see: vgpukit health {bdf}".strip()
+    )
+    fail_after_emit(app, err)

@@ -10,16 +10,18 @@ parses command lines.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..engine import Step
 from ..errors import Conflict, InUse, InvalidInput, NotFound
+from ..exclusion import Exclusions
 from ..host import Host
-from ..host_layout import BDF_RE
 from ..inputs import at
 from ..naming import unknown
 from . import callouts, mdevctl, sysfs
+from .excluded import refuse_excluded
 from .model import (
     PACK,
     Definition,
@@ -34,6 +36,9 @@ from .model import (
 from .placement import candidates, plan
 from .placement import type_named as type_named  # a rule of the planner (kept in placement.py for size)
 from .steps import CreateMdev, Refuse, RemoveMdev, SetMdevAttr, callout_steps, drop_definition, put_definition
+
+if TYPE_CHECKING:
+    from ..nvml import Nvml
 
 Wants = dict[str, tuple[int, tuple[str, ...]]]  # type -> (count, pinned UUIDs)
 BIG = 1 << 20  # "room enough": a parent losing instances in the same plan (the kernel re-checks)
@@ -50,7 +55,7 @@ class Facts:
     callouts: bool = False  # whether any call-out or notifier script is installed
     domains: dict[str, tuple[str, ...]] = field(default_factory=dict)  # uuid -> running libvirt domains naming it
     home: str = ""  # mdevctl's definition directory, as the user sees it (read from the host door)
-    quarantined: dict[str, Any] = field(default_factory=dict)  # parent -> the quarantine covering it
+    exclusions: Exclusions | None = None  # the one predicate (quarantine, health), asked when work is placed
 
     def parent(self, name: str) -> MdevParent:
         """Parent ``name``; the one 'not on this host' refusal (exit 3) otherwise."""
@@ -70,9 +75,12 @@ class Facts:
         return self.files.get((d.uuid, d.parent)) or f"{self.home}/{d.parent}/{d.uuid}"
 
 
-def read(host: Host, definitions: bool = True, uri: str | None = None) -> Facts:
+def read(
+    host: Host, definitions: bool = True, uri: str | None = None, nvml: Callable[[], Nvml | None] | None = None
+) -> Facts:
     """The facts of ``host`` the planner plans from; with ``uri`` (a libvirt that applies: the system
-    one on a real host) also the running domains whose definition names each mdev."""
+    one on a real host) also the running domains whose definition names each mdev. ``nvml``: what the
+    exclusion predicate asks about a parent's health (read only when work is placed on it)."""
     defs = mdevctl.read_all(host)[0] if definitions else []
     files: dict[tuple[str, str], str] = {}
     for d in defs:
@@ -85,22 +93,7 @@ def read(host: Host, definitions: bool = True, uri: str | None = None) -> Facts:
         doms = {u: tuple(names) for u, names in running_users(uri).items() if names}
     parents, instances = tuple(sysfs.parents(host)), tuple(sysfs.instances(host))
     home = host.display(host.mdevctl_dir())
-    from .. import quarantine as qr  # a quarantined device (or the PF of a VF parent) takes no mdev
-
-    found = qr.load(host)
-    held = {p.name: q for p in parents if BDF_RE.match(p.name) and (q := qr.covering(found, host, p.name))}
-    return Facts(parents, instances, tuple(defs), files, callouts.installed(host), doms, home, held)
-
-
-def refuse_quarantined(facts: Facts, parents: list[str]) -> list[str]:
-    """``parents`` without the quarantined ones; the quarantine refusal when that leaves none."""
-    from .. import quarantine as qr
-
-    left = [p for p in parents if p not in facts.quarantined]
-    if parents and not left:
-        q, p = facts.quarantined[parents[0]], parents[0]
-        raise qr.refusal(q, f"{q.device} ({p})" if q.bdf == p and q.device != p else p, "piece" if q.bdf != p else "")
-    return left
+    return Facts(parents, instances, tuple(defs), files, callouts.installed(host), doms, home, Exclusions(host, nvml))
 
 
 @dataclass
@@ -199,9 +192,10 @@ def create(facts: Facts, req: Create) -> MdevPlan:
         type_of(facts, req.parent, req.type_id)
     elif req.among is not None:
         known = [p for p in known if p.name in req.among]
-    if facts.quarantined:  # a named quarantined parent is refused; the planner's own choice skips them
-        keep = refuse_quarantined(facts, [p.name for p in known])
-        known = [p for p in known if p.name in keep]
+    keep = refuse_excluded(
+        facts.exclusions, [p.name for p in known]
+    )  # a named excluded parent is refused; a choice skips it
+    known = [p for p in known if p.name in keep]
     uid = check_uuid(req.uuid) if req.uuid is not None else None
     out = MdevPlan()
     if uid is not None:
@@ -278,7 +272,7 @@ def start(facts: Facts, d: Definition, force: bool = False) -> Start:
         return Start("conflict", f"UUID is active as {active.type_id} on {active.parent}")
     if not any(p.name == d.parent for p in facts.parents):
         return Start("parent-absent", "parent not present; started when it appears (udev rule)")
-    refuse_quarantined(facts, [d.parent])
+    refuse_excluded(facts.exclusions, [d.parent])
     room = facts.parent(d.parent).type(d.type_id)
     if room is None:
         type_of(facts, d.parent, d.type_id)

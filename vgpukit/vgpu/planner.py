@@ -10,11 +10,13 @@ parses command lines.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..engine import Step
 from ..errors import InUse, InvalidInput, NoCapacity, NotFound, Unsupported
+from ..exclusion import Exclusions
 from ..holders import Holder, group_holders
 from ..host import Host
 from ..inputs import at
@@ -26,6 +28,9 @@ from .catalog import for_device, short_name
 from .model import MDEV, GpuView, VgpuType
 from .steps import SetVgpuType
 
+if TYPE_CHECKING:
+    from ..nvml import Nvml
+
 
 @dataclass(frozen=True)
 class Facts:
@@ -36,22 +41,21 @@ class Facts:
     current: dict[str, int] = field(default_factory=dict)  # VF -> current type id (0: none)
     holders: dict[str, tuple[Holder, ...]] = field(default_factory=dict)  # VF -> who holds its group
     ids: str = ""  # the GPU's vendor:device (its catalogue)
-    quarantined: Any = None  # the quarantine covering the GPU (vgpukit.quarantine), None: none
+    exclusions: Exclusions | None = None  # the one predicate (quarantine, health), asked when a vGPU is made
 
     @property
     def label(self) -> str:
         return self.gpu.alias or self.gpu.bdf
 
 
-def read(host: Host, gpu: GpuView, ids: str = "") -> Facts:
+def read(host: Host, gpu: GpuView, ids: str = "", nvml: Callable[[], Nvml | None] | None = None) -> Facts:
+    """The GPU's facts; ``nvml``: what the one exclusion predicate asks about its health (a lost GPU),
+    read only when a rule asks."""
     current = {v: hostview.current_type(host, v) for v in gpu.vfs}
     groups = {v: host.link_name(host.pci_device(v, "iommu_group")) for v in gpu.vfs if current[v]}
     held = group_holders(host, {int(g) for g in groups.values() if g and g.isdigit()})
     holders = {v: tuple(held.get(int(g), [])) for v, g in groups.items() if g and g.isdigit()}
-    from .. import quarantine as qr
-
-    q = qr.covering(qr.load(host), host, gpu.bdf)
-    return Facts(gpu, tuple(hostview.types(host, gpu)), current, holders, ids, q)
+    return Facts(gpu, tuple(hostview.types(host, gpu)), current, holders, ids, Exclusions(host, nvml))
 
 
 @dataclass
@@ -137,11 +141,10 @@ def create(
     if auto and not define:
         raise InvalidInput("--auto needs --define (it is the start mode of the persistent definition)")
     interface = require_interface(facts.gpu)
-    if facts.quarantined is not None:  # nothing is carved from a quarantined GPU (legacy: its mdev planner says so)
-        from .. import quarantine as qr
-
-        label = f"{facts.gpu.alias} ({facts.gpu.bdf})" if facts.gpu.alias else facts.gpu.bdf
-        raise qr.refusal(facts.quarantined, label)
+    label = f"{facts.gpu.alias} ({facts.gpu.bdf})" if facts.gpu.alias else facts.gpu.bdf
+    refused = facts.exclusions.check(facts.gpu.bdf, label) if facts.exclusions is not None else None
+    if refused is not None:  # nothing is carved from a quarantined or unusable GPU (every door's words)
+        raise refused
     t = find_type(facts.types, facts.gpu, wanted)
     if interface == MDEV:
         assert mdev is not None
