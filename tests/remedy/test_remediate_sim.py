@@ -164,6 +164,10 @@ def test_xid79_is_quarantined_drained_and_escalated_once(tmp_path: Path) -> None
     assert r.exit_code == 5, r.stderr
     doc = json.loads(r.stdout)
     assert doc["escalate"] == "reboot" and not any(s["kind"] == "remedy-reset" for s in doc["steps"])
+    assert r.stderr.startswith("vgpukit: error: gpu5 (0000:84:00.0) needs a reboot: quarantined and drained")
+    assert invoke(sim, "release", "gpu5").exit_code == 0
+    human = invoke(sim, "remediate", "gpu5")  # the escalation said once: the one-line error
+    assert human.exit_code == 5 and (human.stdout + human.stderr).count("needs a reboot") == 1, human.stdout
     assert invoke(sim, "reset", "gpu5").exit_code == 5  # a reset does not cure a GPU that fell off the bus
     assert gpus(sim)[5].get("resets", 0) == 0
     q = json.loads((sim / "var/lib/vgpukit/quarantine/0000:84:00.0.json").read_text())

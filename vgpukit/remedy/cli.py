@@ -7,7 +7,6 @@ docs/health.md, "Remediation".
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -132,14 +131,9 @@ def report(app: App, kind: str, plan: Any, what: str, extra: dict[str, Any] | No
         _holders(plan.holders)
         if plan.rebuild:
             say("rebuilds: " + "; ".join(plan.rebuild))
-        if plan.escalate:
-            say(
-                f"{plan.label} needs a {plan.escalate}: quarantined and drained; vgpukit never reboots a host", "yellow"
-            )
 
+    # an escalation is said once, by the caller's error (exit 5), which names the reason and what to do
     emit_result(app, kind, plan=[s.describe() for s in plan.steps], data=data, human=human)
-    if plan.escalate and not app.json:
-        sys.stderr.write(f"vgpukit: warning: {plan.label} needs a {plan.escalate} ({plan.source})\n")
 
 
 @click.command("quarantine")
@@ -320,13 +314,15 @@ def remediate_cmd(
     policy = _policy(vms, dest, uri, timeout, force, tenants)
     plan = planner.plan_remediate(f, policy, q, path, action, source, _claims(app, f))
     report(app, "remediate", plan, "remediate")
-    if plan.escalate:
+    if plan.escalate:  # said once, as the one-line error (on stderr beside a --json document too)
+        from ..clikit.output import fail_after_emit
         from ..errors import Unsupported
 
-        if app.json:
-            raise click.exceptions.Exit(Unsupported.exit_code)
-        raise Unsupported(
-            f"{f.label} needs a {plan.escalate}: quarantined and drained, not reset ({source})",
-            device=f.bdf,
-            hint="reboot the host (vgpukit never does), then: vgpukit release " + f.name,
+        fail_after_emit(
+            app,
+            Unsupported(
+                f"{f.label} needs a {plan.escalate}: quarantined and drained, not reset ({source})",
+                device=f.bdf,
+                hint="reboot the host (vgpukit never does), then: vgpukit release " + f.name,
+            ),
         )

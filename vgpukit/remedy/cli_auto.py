@@ -48,7 +48,8 @@ def run(app: App, path: Path | None, seconds: float | None) -> None:
             if app.json:
                 click.echo(json.dumps(json_doc("remedy-event", ev.as_dict()), separators=(",", ":")))
             else:
-                esc = f", needs a {ev.escalate}" if ev.escalate else ""
+                said = f"needs a {ev.escalate}" in ev.message  # the escalation is said once on the line
+                esc = f", needs a {ev.escalate}" if ev.escalate and not said else ""
                 click.echo(f"{ev.device} ({ev.bdf}): {ev.what} {ev.outcome}{esc}: {ev.message}")
         if end is not None and time.monotonic() >= end:
             return
