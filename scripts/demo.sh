@@ -4,7 +4,7 @@
 # Usage: bash scripts/demo.sh   (as root on Debian 12; installs what it needs first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+[ -n "${VGPUKIT_DEMO_NO_SETUP:-}" ] || bash scripts/setup.sh   # the test suite runs the tour in its own venv
 SIM=${VGPUKIT_DEMO_DIR:-/tmp/vgpukit-demo}
 export PATH="$PWD/.venv/bin:$PATH"
 
@@ -107,13 +107,13 @@ vgpukit qos daemon 2>"$SIM/qos-daemon.log" & PIDS+=($!)
 for _ in $(seq 50); do vgpukit qos status >/dev/null 2>&1 && break; sleep 0.1; done
 sh -c 'while :; do :; done' & A=$!; PIDS+=($A)
 sh -c 'while :; do :; done' & B=$!; PIDS+=($B)
-step vgpukit qos set gpu0 --policy fixed-share --slice-ms 10
-step vgpukit qos tenant add gpu0 web --class online --share 40 --pid "$A"
-step vgpukit qos tenant add gpu0 batch --class offline --share 30 --pid "$B" --demand sample
-step vgpukit qos notify gpu0 web busy
+step vgpukit qos set gpu2 --policy fixed-share --slice-ms 10
+step vgpukit qos tenant add gpu2 web --class online --share 40 --pid "$A"
+step vgpukit qos tenant add gpu2 batch --class offline --share 30 --pid "$B" --demand sample
+step vgpukit qos notify gpu2 web busy
 sleep 3
 step vgpukit qos status
-step vgpukit qos tenant rm gpu0 web
+step vgpukit qos tenant rm gpu2 web
 cleanup; PIDS=(); trap - EXIT
 
 printf '\n\033[1;32mTour done.\033[0m Simulated hosts are in %s; try: VGPUKIT_SIM=%s/hgx vgpukit --help\n' "$SIM" "$SIM"

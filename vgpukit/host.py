@@ -241,6 +241,10 @@ class Host(Containment, SysfsLayout):
         st = self._stat(path)
         return (os.major(st.st_rdev), os.minor(st.st_rdev)) if st is not None and stat.S_ISCHR(st.st_mode) else None
 
+    def is_block_device(self, path: Path | str) -> bool:
+        """A block device node (a disk a VM may use; links followed inside the root). Contained."""
+        return (st := self._stat(path)) is not None and stat.S_ISBLK(st.st_mode)
+
     def resolve(self, path: Path) -> Path:
         """Canonical path, which must stay inside the root."""
         real = _real_path(path)

@@ -116,6 +116,10 @@ class SysfsLayout:
     def numa_node(self, node: int | str, *parts: str) -> Path:
         return self.sys("devices", "system", "node", f"node{node}", *parts)
 
+    def net_device(self, name: str, *parts: str) -> Path:
+        """``/sys/class/net/<name>``: a network interface; a bridge has a ``bridge`` directory."""
+        return self.sys("class", "net", check_component(name, "network interface"), *parts)
+
     def vfio_group_node(self, group: int | str) -> Path:
         """``/dev/vfio/<group>``: what a VFIO user (QEMU) holds open."""
         return self.dev("vfio", str(group))
@@ -244,6 +248,10 @@ class SysfsLayout:
     def ld_cache(self) -> Path:
         """``/etc/ld.so.cache``: the dynamic linker's cache (where the driver's libraries are)."""
         return self.etc("ld.so.cache")
+
+    def libvirt_network(self, name: str) -> Path:
+        """``/etc/libvirt/qemu/networks/<name>.xml``: a network libvirt's system instance has defined."""
+        return self.etc("libvirt", "qemu", "networks", check_component(name, "libvirt network") + ".xml")
 
     def mdevctl_dir(self, *parts: str) -> Path:
         """``/etc/mdevctl.d``: mdevctl's persistent definitions, ``<parent>/<uuid>``."""

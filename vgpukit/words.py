@@ -2,10 +2,22 @@
 
 ``plural(1, "NIC")`` is ``1 NIC``, ``plural(4, "NIC")`` ``4 NICs``, ``plural(2, "NVMe controller")``
 ``2 NVMe controllers``; ``article("integer")`` is ``an integer``; ``span("nic", 0, 0)`` is ``nic0``
-and ``span("nic", 0, 3)`` ``nic0..nic3``; ``slots(2, 1)`` is ``slot 2``, ``slots(2, 2)`` ``slots 2-3``.
+and ``span("nic", 0, 3)`` ``nic0..nic3``; ``slots(2, 1)`` is ``slot 2``, ``slots(2, 2)`` ``slots 2-3``;
+``condense(lines)`` folds lines that differ only in their numbers and addresses into one.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+# what varies between lines of the same kind: PCI addresses, UUIDs, device aliases, whole numbers
+# (a number inside a word names a kind of thing, as in 2g.10gb: it stays)
+_VARYING = re.compile(
+    r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    r"|\b(?:gpu|nic|nvme)\d+\b|\b\d+\b",
+    re.IGNORECASE,
+)
 
 
 def plural(n: int, noun: str, nouns: str | None = None) -> str:
@@ -26,3 +38,12 @@ def span(prefix: str, first: int, last: int, sep: str = "..") -> str:
 def slots(start: int, size: int) -> str:
     """``slot 2`` or ``slots 2-3`` (MIG placement slots)."""
     return f"slot {start}" if size <= 1 else f"slots {start}-{start + size - 1}"
+
+
+def condense(lines: Sequence[str]) -> list[str]:
+    """Lines that differ only in numbers, PCI addresses and UUIDs folded into their first, in the order
+    each kind first appears: ``bind VF 0 (0000:05:00.2) to vfio-pci, and 15 more like it``."""
+    groups: dict[str, list[str]] = {}
+    for text in lines:
+        groups.setdefault(_VARYING.sub("#", text), []).append(text)
+    return [g[0] if len(g) == 1 else f"{g[0]}, and {len(g) - 1} more like it" for g in groups.values()]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vgpukit.attach.model import DomainSpec, Firmware, GuestPlacement
+from vgpukit.attach.model import Disk, DomainSpec, Firmware, GuestPlacement, Nic
 from vgpukit.attach.templates import TemplateSet
 from vgpukit.errors import InvalidInput, NotFound
 from vgpukit.host import Host
@@ -46,6 +46,20 @@ DOMAINS: dict[str, DomainSpec] = {
         placement=GuestPlacement(numa_node=0, cpuset="0-7"),
     ),
     "domain-bios-bare": DomainSpec(name="bare", memory_mib=1024, vcpus=1),
+    "domain-installer-qemu": DomainSpec(
+        name="installer",
+        memory_mib=2048,
+        vcpus=2,
+        devices=(DEVICES["hostdev-mdev"],),
+        disks=(
+            Disk("/var/lib/libvirt/images/vm.qcow2", "qcow2", "vda"),
+            Disk("/dev/vg0/data", "raw", "vdb", source="block"),
+            Disk("/srv/iso/debian-12.iso", "raw", "sda", device="cdrom", bus="sata"),
+        ),
+        nics=(Nic("network", "default"), Nic("bridge", "br0")),
+        graphics="vnc",
+        domain_type="qemu",
+    ),
 }
 
 
@@ -98,7 +112,15 @@ def test_domain_roundtrips_through_libvirt(name: str, tpl: TemplateSet) -> None:
     assert (os_el.get("firmware") == "efi") == (spec.firmware.kind == "efi")
     if spec.firmware.kind == "pflash":
         assert os_el.findtext("loader") == spec.firmware.loader
-    iface = root.find("devices/interface")
+    assert [b.get("dev") for b in root.findall("os/boot")] == list(spec.boot)
+    assert [d.get("device") for d in root.findall("devices/disk")] == [d.device for d in spec.disks]
+    assert [t.get("dev") for t in root.findall("devices/disk/target")] == [d.target for d in spec.disks]
+    assert [d.get("type") for d in root.findall("devices/disk/driver")] == [d.format for d in spec.disks]
+    for nic in spec.nics:  # a virtio NIC on each network or bridge
+        assert root.find(f"devices/interface[@type='{nic.kind}']/source[@{nic.kind}='{nic.source}']") is not None
+    assert root.find("devices/console[@type='pty']/target[@type='serial']") is not None  # virsh console NAME
+    assert (root.find("devices/graphics") is not None) == bool(spec.graphics)
+    iface = root.find("devices/interface[@type='hostdev']")
     if iface is not None:
         assert iface.find("mac").get("address") == "52:54:00:6b:3c:58"  # type: ignore[union-attr]
         assert iface.find("vlan/tag").get("id") == "42"  # type: ignore[union-attr]

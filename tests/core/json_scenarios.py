@@ -66,6 +66,11 @@ def host_session(run: Session, tmp: Path) -> None:
     run(sim, "sim", "release", str(held["pid"]))
     run(sim, "render", "hostdev", vf, "--mac", "52:54:00:00:00:01")
     run(sim, "render", "domain", "--name", "vm", "--memory", "1024", "--vcpus", "2", "--device", "gpu1")
+    img = "/var/lib/libvirt/images"
+    rendered = run(sim, "render", "domain", "--name", "vm", "--memory", "1G", "--vcpus", "2", "--disk",
+                   f"{img}/demo.qcow2", "--cdrom", f"{img}/debian-12-netinst.iso", "--graphics", "vnc")  # fmt: skip
+    (tmp / "vm.xml").write_text(rendered["xml"])
+    run(sim, "render", "domain", "--from", str(tmp / "vm.xml"), "--device", "gpu1")
     run(sim, "unbind", vf)
     run(sim, "bind", vf, "--restore")
     run(sim, "sriov", "disable", "nic0")

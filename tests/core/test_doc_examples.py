@@ -1,4 +1,4 @@
-"""Every example in README.md and docs/*.md runs as written on a simulated host (CONTRIBUTING.md,
+"""Every example in README.md and docs/**/*.md runs as written on a simulated host (CONTRIBUTING.md,
 "Examples in the docs").
 
 A fenced block is an example when the line before it is a marker::
@@ -15,7 +15,7 @@ Commands are the lines starting with ``vgpukit`` (``sh`` blocks) or ``$ vgpukit`
 commands after it, ``A && B`` runs both, ``> FILE`` writes the output to FILE (in the example's own
 directory, where relative paths point), and a comment with ``exit N`` is the exit code expected
 (else 0). ``vgpukit sim init DIR --profile P`` gives DIR a fresh copy of a P host built once per run.
-Every block of README.md and docs/*.md with a ``vgpukit`` command line must carry a marker.
+Every block of README.md and docs/**/*.md with a ``vgpukit`` command line must carry a marker.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pytest
 from tests.conftest import invoke, make_sim
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 MARKER = re.compile(r"^<!-- example: (.*) -->$")
 FILE_MARKER = re.compile(r"^<!-- example-file: ([\w.-]+) -->$")
 COMMAND = re.compile(r"^(?:\$ |# )?(vgpukit .*|export VGPUKIT_SIM=\S+)$")

@@ -42,11 +42,14 @@ def on_terminal(sim: Path, *args: str) -> tuple[int, str]:
 
 def test_a_terminal_shows_the_progress_line_then_the_summary(tmp_path: Path) -> None:
     sim = fresh(tmp_path, "hgx-a100")
-    rc, shown = on_terminal(sim, *ENABLE)
+    rc, shown = on_terminal(sim, *ENABLE, "-v")
     assert rc == 0, shown
-    # 11 steps: autoprobe off, create the VFs, bind 8, autoprobe back
+    # 11 steps: autoprobe off, create the VFs, bind 8, autoprobe back (-v: each one)
     assert "applying" in shown and "11/11" in shown and "bind VF" in shown
     assert shown.index("11/11") < shown.index("done: create 8 VFs")
+    rc, shown = on_terminal(sim, "sriov", "enable", "nic1", "--vfs", "8", "--driver", "vfio-pci")
+    assert rc == 0, shown
+    assert shown.index("11/11") < shown.index("done: 11 steps (-v lists them)") < shown.index("8 on vfio-pci")
 
 
 def test_a_pipe_and_json_show_no_progress(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ READERS: dict[str, Callable[[Host, Path], Any]] = {
     "readlink": lambda h, p: h.readlink(p),
     "link_name": lambda h, p: h.link_name(p),
     "char_device": lambda h, p: h.char_device(p),
+    "is_block_device": lambda h, p: h.is_block_device(p),
     "exists": lambda h, p: h.exists(p),
     "is_dir": lambda h, p: h.is_dir(p),
     "is_file": lambda h, p: h.is_file(p),

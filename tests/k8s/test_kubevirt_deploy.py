@@ -17,6 +17,8 @@ import yaml
 
 from tests.conftest import invoke, make_sim
 
+from .test_deploy import manifests
+
 HERE = Path(__file__).resolve().parents[2]
 DEPLOY = HERE / "deploy" / "kubernetes" / "kubevirt"
 SCHEMAS = HERE / "tests" / "data" / "kubevirt" / "crd-schemas-v1.9.0.json"
@@ -54,7 +56,7 @@ def validate(doc: dict[str, Any]) -> None:
 
 def documents() -> list[tuple[str, dict[str, Any]]]:
     out = []
-    for path in sorted(DEPLOY.glob("*.yaml")):
+    for path in manifests(DEPLOY):
         out += [
             (f"{path.name}:{d['kind']}:{d['metadata']['name']}", d) for d in yaml.safe_load_all(path.read_text()) if d
         ]

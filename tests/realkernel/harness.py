@@ -48,8 +48,9 @@ BASE_PACKAGES = ("qemu-system-x86", "busybox-static", "cpio", "gzip", "kmod")
 MTTY_PACKAGES = ("make", "xz-utils")
 # libvirt as a client of mdevctl (test_libvirt_mdev_realkernel.py): libvirtd with its nodedev driver
 # (pulls libvirt-daemon-driver-qemu and five small libraries) and virsh; the guest runs the host's root.
-LIBVIRT_PACKAGES = ("libvirt-daemon", "libvirt-clients")
+LIBVIRT_PACKAGES = ("libvirt-daemon", "libvirt-clients", "qemu-utils")  # qemu-img: render domain's disk
 MIN_INITRD_BYTES = 512 * 1024  # busybox alone is larger: anything smaller is a broken build
+INITRD_KEEP_SECONDS = 24 * 3600  # an initrd of another module set is removed once unused for this long
 # Guest modules in load order (their dependencies are resolved with modprobe --show-depends).
 GUEST_MODULES = (
     "virtio_pci",
@@ -60,6 +61,8 @@ GUEST_MODULES = (
     "vfio_iommu_type1",
     "vfio-pci",
     "mdev",
+    "bridge",  # render domain's NIC on a Linux bridge, through a tap device (tun)
+    "tun",
 )
 NVME_PF = "0000:00:02.0"
 NVME_IDS = "1b36:0010"
@@ -272,8 +275,14 @@ def _download(cache: Path, package: str) -> Path:
 
 
 def _extract_kernel(cache: Path, abi: str) -> Path:
+    """The kernel image and the modules the guest loads (``.complete`` names them: another set extracts again)."""
     kdir = cache / f"kernel-{abi}"
-    if (kdir / ".complete").exists():
+    wanted = "\n".join(GUEST_MODULES) + "\n"
+    done = kdir / ".complete"
+    if done.exists() and done.read_text() == wanted:
+        return kdir
+    if done.exists() and all(ko.exists() for ko in _module_files(kdir, abi, GUEST_MODULES)):
+        done.write_text(wanted)  # made before the set was recorded, and holding it all
         return kdir
     deb = _download(cache, f"linux-image-{abi}-amd64")
     tmp = Path(tempfile.mkdtemp(dir=cache, prefix=".kernel-"))
@@ -284,7 +293,7 @@ def _extract_kernel(cache: Path, abi: str) -> Path:
         for ko in (tmp / "lib" / "modules").rglob("*.ko"):  # ~400 MB of modules the guest never loads
             if ko not in keep:
                 ko.unlink()
-        (tmp / ".complete").touch()
+        (tmp / ".complete").write_text(wanted)
         if kdir.exists():
             shutil.rmtree(kdir)
         tmp.rename(kdir)
@@ -395,6 +404,7 @@ def build_initrd(cache: Path, kdir: Path, abi: str, mtty_ko: Path | None) -> Pat
         digest.update(str(p.stat().st_size).encode())
     out = cache / f"initrd-{abi}-{digest.hexdigest()[:16]}.gz"
     if initrd_ok(out):
+        os.utime(out)  # in use: kept by the clean-up below of another checkout's build
         return out
     root = Path(tempfile.mkdtemp(dir=cache, prefix=".initrd-"))
     try:
@@ -423,8 +433,9 @@ def build_initrd(cache: Path, kdir: Path, abi: str, mtty_ko: Path | None) -> Pat
         os.replace(tmp_out, out)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    for old in cache.glob(f"initrd-{abi}-*.gz"):
-        if old != out:
+    for old in cache.glob(f"initrd-{abi}-*.gz"):  # another module set's, unused for a day: gone
+        # (not at once: a checkout with other GUEST_MODULES may be booting it now, on a shared cache)
+        if old != out and time.time() - old.stat().st_mtime > INITRD_KEEP_SECONDS:
             old.unlink(missing_ok=True)
     return out
 

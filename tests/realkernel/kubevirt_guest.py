@@ -259,7 +259,9 @@ def main() -> int:
     daemon = None
     try:
         daemon = libvirtd()
-        for name, fn in (("plugin", plugin_path), ("dra", dra_path)):
+        from .render_guest import render_path  # the domains `render domain` writes, in this boot
+
+        for name, fn in (("plugin", plugin_path), ("dra", dra_path), ("render", render_path)):
             try:
                 doc[name] = fn()
             except Exception:

@@ -4,7 +4,7 @@ demand) and an mtty mdev (made by vgpukit). The device plugin's real Allocate an
 driver's real metadata file (read through its CDI mount), go through the virt-launcher stand-in
 (tests/k8s/virtlauncher.py); QEMU's ``info pci`` must list both devices (the NVMe VF 1b36:0010 and
 mtty's 4348:3253) and vgpukit must see them held while the domain runs. The guest work is
-``kubevirt_guest.py`` (one step in a boot of its own, its JSON read here). docs/kubevirt.md, "Proof".
+``kubevirt_guest.py`` (one step in a boot of its own, its JSON read here). docs/design/kubevirt.md, "Proof".
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         harness.skip_or_fail(f"real kernel unavailable: {exc}")
     if not assets.mtty or any(n.startswith("libvirt unavailable") for n in assets.notes):
         harness.skip_or_fail("mtty or libvirt unavailable: " + "; ".join(assets.notes))
-    kernel.config.timeout = max(kernel.config.timeout, 1200.0)
-    step = harness.GuestStep("kubevirt-paths", kernel.python_command("-m", "tests.realkernel.kubevirt_guest"), 1100)
+    kernel.config.timeout = max(kernel.config.timeout, 1500.0)
+    step = harness.GuestStep("kubevirt-paths", kernel.python_command("-m", "tests.realkernel.kubevirt_guest"), 1400)
     keep = tmp_path_factory.mktemp("kubevirt-guest")
     run = kernel.run([step], keep_dir=keep)
     if not run.completed and run[step.name].rc is None and "Kernel panic" in run.console:
@@ -114,3 +114,46 @@ def test_dra_metadata_drives_a_real_domain(result: dict[str, Any]) -> None:
     assert d["unprepare_error"] == "" and d["left_after_unprepare"] == [], d
     assert d["vf_driver_after"] != "vfio-pci", d
     assert all(c["rc"] == 0 for c in d["cleanup"]), d["cleanup"]
+
+
+VIRTIO_BLK, VIRTIO_NET = ("1af4:1001", "1af4:1042"), ("1af4:1000", "1af4:1041")  # legacy / modern ids
+VF3, U3 = "0000:00:02.1", "5a1c0de0-0000-4000-8000-00000000e003"
+
+
+@pytest.mark.realkernel
+def test_render_domain_makes_a_vm_the_real_libvirtd_starts(result: dict[str, Any]) -> None:
+    """``render domain`` (issue 29): a qcow2 disk made by qemu-img (its format read from the header), a
+    NIC on a Linux bridge, the serial console, ``--virt-type qemu``, a VF on vfio-pci and an mtty mdev:
+    defined and started by the guest's libvirtd, running with all of them; then ``--from FILE`` adds
+    the two devices to a domain of the user's, which starts too. Run in kubevirt_guest.py's boot
+    (render_guest.py)."""
+    r = result["render"]
+    assert "crashed" not in r, r["crashed"]
+    assert all(m["rc"] == 0 for m in r["made"]) and r["vf_driver"] == "vfio-pci", r["made"]
+    assert r["image"]["rc"] == 0 and all(b["rc"] == 0 for b in r["bridge"]), (r["image"], r["bridge"])
+    new = r["render"]
+    assert new["rc"] == 0, new["err"]
+    assert new["doc"]["disks"][0]["format"] == "qcow2" and new["doc"]["networks"] == [
+        {"type": "bridge", "source": "vgpukit-br0"}
+    ]
+    dom = r["rendered"]
+    assert dom["define"]["rc"] == 0, dom["define"]
+    assert dom["start"]["rc"] == 0, json.dumps(dom, indent=1)[-4000:]
+    assert dom["state"] == "running", dom
+    assert dom["console"].startswith("/dev/pts/"), dom  # virsh console rendered
+    assert "disk.qcow2" in dom["disks"] and "vgpukit-br0" in dom["nics"], (dom["disks"], dom["nics"])
+    pci = dom["info_pci"]
+    assert NVME_VF in pci and MTTY in pci, pci
+    assert any(i in pci for i in VIRTIO_BLK) and any(i in pci for i in VIRTIO_NET), pci
+    assert {f"pci:{VF3}", f"mdev:{U3}"} <= set(dom["live_keys"]), dom["live_keys"]
+    assert dom["destroy"]["rc"] == 0 and dom["undefine"]["rc"] == 0, dom
+    edited = r["from"]
+    assert edited["rc"] == 0, edited["err"]
+    assert "<!-- a domain of the user's own" in edited["doc"]["xml"]
+    mine = r["from_file"]
+    assert mine["start"]["rc"] == 0 and mine["state"] == "running", json.dumps(mine, indent=1)[-4000:]
+    assert NVME_VF in mine["info_pci"] and MTTY in mine["info_pci"], mine["info_pci"]
+    assert mine["destroy"]["rc"] == 0 and mine["undefine"]["rc"] == 0, mine
+    assert all(c["rc"] == 0 for c in r["cleanup"]), r["cleanup"]
+    print(f"rendered domain started in {dom['start_seconds']} s, QEMU info pci: {pci.splitlines()}")
+    print(f"--from domain started in {mine['start_seconds']} s")

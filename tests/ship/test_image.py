@@ -65,7 +65,7 @@ def test_device_plugin_registers_through_the_shared_socket_directory(image: str,
     kubelet = Kubelet(sockets).start()
     name = f"vgpukit-test-plugin-{short.name}"
     start = [*PODMAN, "run", "-d", "--name", name, *ULIMITS, *PLUGIN, "-v", f"{sim}:/host:ro",
-             "-v", f"{sockets}:/host/var/lib/kubelet/device-plugins",
+             "-v", f"{sockets}:/host/var/lib/kubelet/device-plugins", "-v", f"{sim}/run/vgpukit:/host/run/vgpukit",
              "-v", f"{sim}/.vgpukit-sim:/host/.vgpukit-sim", image,
              "vgpukit", "--sim", "/host", "k8s", "device-plugin", "--interval", "1"]  # fmt: skip
     try:

@@ -114,7 +114,7 @@ def test_cli_reports_failure_and_exit_code(sim_dir: Path, run_cli: Run) -> None:
 
 def test_dry_run_changes_nothing(sim_dir: Path, run_cli: Run) -> None:
     before = state(sim_dir)
-    r = run_cli(sim_dir, "sriov", "enable", "nic0", "--vfs", "3", "--driver", "vfio-pci", "--dry-run")
+    r = run_cli(sim_dir, "sriov", "enable", "nic0", "--vfs", "3", "--driver", "vfio-pci", "--dry-run", "-v")
     assert r.exit_code == 0 and "dry run" in r.output and "bind VF 2 (0000:05:00.4) to vfio-pci" in r.output
     assert state(sim_dir) == before
 

@@ -66,44 +66,110 @@ def render_hostdev(app: App, device: str, mac: str | None, vlan: int | None, man
 
 
 @render.command("domain")
-@click.option("--name", required=True, help="Domain name.", type=NAME)
+@click.option("--name", help="Domain name (required unless --from).", type=NAME)
 @click.option(
     "--memory",
     "memory",
     type=Size(1, 1 << 24, unit="MiB"),
-    required=True,
     metavar="SIZE",
-    help="Guest memory: 8G, 512M (as qos --memory takes); a plain number is MiB.",
+    help="Guest memory: 8G, 512M (as qos --memory takes); a plain number is MiB (required unless --from).",
 )
-@click.option("--vcpus", type=AsciiInt(1, 4096), required=True, help="Number of vCPUs.")
+@click.option("--vcpus", type=AsciiInt(1, 4096), help="Number of vCPUs (required unless --from).")
 @click.option(
     "--device", "devices", multiple=True, metavar="DEVICE", help="A device to pass through (repeat).", type=VM_DEVICE
+)
+@click.option(
+    "--disk",
+    "disks",
+    multiple=True,
+    metavar="DISK",
+    type=NAME,
+    help="PATH of a disk image or block device (repeat: vda, vdb...); the format is read from the image's header,"
+    " or given as PATH,format=FMT.",
+)
+@click.option("--cdrom", metavar="ISO", type=NAME, help="An ISO image on a SATA CD-ROM, booted first (an installer).")
+@click.option(
+    "--network",
+    "networks",
+    multiple=True,
+    metavar="NETWORK",
+    type=NAME,
+    help="A virtio NIC on libvirt network NAME, bridge=BR, or none (repeat; default: the network 'default').",
+)
+@click.option("--bridge", "bridges", multiple=True, metavar="BR", type=NAME, help="Same as --network bridge=BR.")
+@click.option("--no-network", is_flag=True, help="No NIC (same as --network none).")
+@click.option(
+    "--graphics",
+    type=click.Choice(["none", "vnc", "spice"]),
+    default="none",
+    show_default=True,
+    help="A screen besides the serial console (virsh console NAME), listening on 127.0.0.1.",
 )
 @click.option(
     "--firmware",
     type=click.Choice(["auto", "efi", "bios"]),
     default="auto",
     show_default=True,
-    help="UEFI (efi), SeaBIOS (bios), or efi when a device needs it (auto).",
+    help="UEFI (efi), SeaBIOS (bios), or efi when the host has UEFI firmware (auto).",
+)
+@click.option(
+    "--virt-type",
+    type=click.Choice(["kvm", "qemu"]),
+    default="kvm",
+    show_default=True,
+    help="kvm (hardware virtualization) or qemu (emulation, where /dev/kvm is missing).",
 )
 @click.option("--hugepages", is_flag=True, help="Back guest memory with hugepages.")
 @click.option("--no-pin", is_flag=True, help="Do not pin vCPUs (still place them on the devices' NUMA node).")
+@click.option(
+    "--from",
+    "source",
+    metavar="FILE",
+    type=NAME,
+    help="Add the DEVICEs and their NUMA placement to the domain XML in FILE (e.g. virsh dumpxml) instead.",
+)
 @json_option
 @click.pass_obj
 def render_domain(
     app: App,
-    name: str,
-    memory: int,
-    vcpus: int,
+    name: str | None,
+    memory: int | None,
+    vcpus: int | None,
     devices: tuple[str, ...],
+    disks: tuple[str, ...],
+    cdrom: str | None,
+    networks: tuple[str, ...],
+    bridges: tuple[str, ...],
+    no_network: bool,
+    graphics: str,
     firmware: str,
+    virt_type: str,
     hugepages: bool,
     no_pin: bool,
+    source: str | None,
 ) -> None:
-    """A whole q35 domain with DEVICEs, UEFI, NUMA placement; define it with virsh define."""
+    """A bootable q35 domain: disk, network, serial console, firmware, DEVICEs on their NUMA node; virsh define it."""
     from . import render as r
     from .templates import TemplateSet
 
+    ctx = click.get_current_context()
+    tpl = TemplateSet(app.host)
+    if source is not None:
+        _refuse_with_from(ctx)
+        from .edit import add_devices
+
+        dom, node, warnings = add_devices(
+            app.host, tpl, source, nvml=_nvml(app, devices), devices=list(devices), hugepages=hugepages, pin=not no_pin
+        )
+        xml = dom.to_xml(indent=True) + "\n"
+        _warn(warnings)
+        edited = {"name": dom.name, "from": source, "numa_node": node, "warnings": warnings, "xml": xml}
+        emit(app, "render", edited, lambda: _print(xml))
+        return
+    missing = [f"--{o}" for o, v in (("name", name), ("memory", memory), ("vcpus", vcpus)) if v is None]
+    if missing:
+        raise click.UsageError(f"{' '.join(missing)} required (or --from FILE)")
+    assert name is not None and memory is not None and vcpus is not None
     spec, warnings = r.domain(
         app.host,
         nvml=_nvml(app, devices),
@@ -114,17 +180,41 @@ def render_domain(
         firmware=firmware,
         hugepages=hugepages,
         pin=not no_pin,
+        disks=list(disks),
+        cdrom=cdrom,
+        networks=list(networks),
+        bridges=list(bridges),
+        no_network=no_network,
+        graphics=None if graphics == "none" else graphics,
+        virt_type=virt_type,
     )
-    xml = TemplateSet(app.host).domain(spec)
+    xml = tpl.domain(spec)
     _warn(warnings)
-    data = {
+    data: dict[str, object] = {
         "name": name,
         "numa_node": spec.placement.numa_node,
         "firmware": spec.firmware.kind,
+        "disks": [{"path": d.path, "format": d.format, "device": d.device, "target": d.target} for d in spec.disks],
+        "networks": [{"type": n.kind, "source": n.source} for n in spec.nics],
+        "graphics": spec.graphics,
         "warnings": warnings,
         "xml": xml,
     }
     emit(app, "render", data, lambda: _print(xml))
+
+
+_FROM_FILE = ("name", "memory", "vcpus", "disks", "cdrom", "networks", "bridges", "no_network", "graphics",
+              "firmware", "virt_type")  # fmt: skip
+
+
+def _refuse_with_from(ctx: click.Context) -> None:
+    """With --from, the VM is the file's: only DEVICEs, --hugepages and --no-pin apply."""
+    from click.core import ParameterSource
+
+    for param in ctx.command.params:
+        if param.name in _FROM_FILE and ctx.get_parameter_source(param.name) != ParameterSource.DEFAULT:
+            flag = param.opts[0] if param.opts else param.name
+            raise click.UsageError(f"{flag} does not go with --from (the VM is the file's: add DEVICEs to it)")
 
 
 def _print(xml: str) -> None:

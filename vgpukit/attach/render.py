@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from ..errors import Busy, Conflict, DeviceUnusable
 from ..host import Host
 from ..libvirt.domain import Device
+from . import media
 from .devices import AttachTarget, resolve
 from .hostfacts import firmware_for, hugepage_warnings, placement_for
 from .model import DomainSpec
@@ -40,11 +41,23 @@ def domain(
     firmware: str = "auto",
     hugepages: bool = False,
     pin: bool = True,
+    disks: list[str] | None = None,
+    cdrom: str | None = None,
+    networks: list[str] | None = None,
+    bridges: list[str] | None = None,
+    no_network: bool = False,
+    graphics: str | None = None,
+    virt_type: str = "kvm",
 ) -> tuple[DomainSpec, list[str]]:
-    """The domain record and the warnings worth showing (NUMA split, no UEFI, short on hugepages)."""
+    """The domain record and the warnings worth showing (nothing to boot, a network not defined,
+    NUMA split, no UEFI, short on hugepages)."""
     DomainSpec(name=name, memory_mib=memory_mib, vcpus=vcpus)  # validate before reading the host
+    nics, net_warnings = media.nics(host, networks or [], bridges or [], no_network)
+    disk_records, warnings = media.disks(host, disks or [], cdrom)
+    warnings += net_warnings
     targets = [resolve(host, d, nvml) for d in devices]
-    placement, warnings = placement_for(host, [t.numa_node for t in targets], vcpus, pin=pin)
+    placement, placed = placement_for(host, [t.numa_node for t in targets], vcpus, pin=pin)
+    warnings += placed
     for t in targets:
         try:
             check_not_console(t)
@@ -69,5 +82,9 @@ def domain(
         firmware=fw,
         placement=placement,
         hugepages=hugepages,
+        disks=disk_records,
+        nics=nics,
+        graphics=graphics,
+        domain_type=virt_type,
     )
     return spec, warnings

@@ -80,6 +80,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 @click.option("--dry-run", is_flag=True, help="Show the plan, change nothing (mutating commands).")
 @click.option("--debug", is_flag=True, help="Debug logging and tracebacks.")
 @click.option(
+    "-v", "--verbose", is_flag=True, help="Every step a change made (or plans), not a summary (also after the command)."
+)
+@click.option(
     "--wait",
     type=AsciiFloat(0, 86400),
     envvar="VGPUKIT_WAIT",
@@ -91,7 +94,14 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 @click.version_option(__version__, "-V", "--version", prog_name="vgpukit")
 @click.pass_context
 def cli(
-    ctx: click.Context, root: str | None, sim: str | None, as_json: bool, dry_run: bool, debug: bool, wait: float
+    ctx: click.Context,
+    root: str | None,
+    sim: str | None,
+    as_json: bool,
+    dry_run: bool,
+    debug: bool,
+    verbose: bool,
+    wait: float,
 ) -> None:
     """vgpukit: carve GPUs and PCIe devices into VFs, mdevs, vGPUs and MIG slices.
 
@@ -106,7 +116,15 @@ def cli(
     # (vgpukit.logs): a read-only command loads no logging
     wiring = ctx.obj if isinstance(ctx.obj, Wiring) else Wiring()
     ctx.obj = App.from_env(
-        root, sim, json=as_json, dry_run=dry_run, debug=debug, wait=wait, command=_command_line(), wiring=wiring
+        root,
+        sim,
+        json=as_json,
+        dry_run=dry_run,
+        debug=debug,
+        verbose=verbose,
+        wait=wait,
+        command=_command_line(),
+        wiring=wiring,
     )
     ctx.call_on_close(ctx.obj.close)  # runs when the command ends, error or not
 

@@ -41,12 +41,14 @@ class App:
         wait: float = 30.0,
         command: str = "",
         wiring: Wiring | None = None,
+        verbose: bool = False,
     ) -> None:
         self.root = root
         self.sim_dir = sim_dir
         self.json = json
         self.dry_run = dry_run
         self.debug = debug
+        self.verbose = verbose  # -v: every step of a change, not the summary
         self.wait = wait  # seconds a mutating command waits for the host lock (--wait / VGPUKIT_WAIT)
         self.command = command  # the command line, recorded in the host lock and the journal
         self.wiring = wiring  # None: this App only says where the host is (shell completion)

@@ -1,4 +1,4 @@
-"""The global options (``--json``, ``--dry-run``, ``--debug``, ``--root``, ``--sim``, ``--wait``) are
+"""The global options (``--json``, ``--dry-run``, ``--debug``, ``-v``, ``--root``, ``--sim``, ``--wait``) are
 accepted anywhere on the command line, before or after the command: ``vgpukit recover --dry-run`` is
 ``vgpukit --dry-run recover``.
 
@@ -17,6 +17,8 @@ GLOBAL: dict[str, bool] = {
     "--json": False,
     "--dry-run": False,
     "--debug": False,
+    "-v": False,
+    "--verbose": False,
     "--root": True,
     "--sim": True,
     "--wait": True,

@@ -2,7 +2,9 @@
 
 * ``--json``: one JSON document on stdout, ``{"schema": "vgpukit.<kind>/v1", ...}``.
 * a terminal: rich tables and trees; a pipe: plain aligned text, no colour, no box drawing.
-* mutating commands: :func:`emit_result` shows the plan (``--dry-run``) or what was changed.
+* mutating commands: :func:`emit_result` shows the plan (``--dry-run``) or what was changed: a
+  summary when the command has one (a line per GPU, per PF...), every step with ``-v``; the JSON
+  document always lists every step (``plan``) next to the command's summary fields.
 """
 
 from __future__ import annotations
@@ -90,19 +92,23 @@ def emit_result(
     plan: Sequence[str],
     data: dict[str, Any] | None = None,
     human: Callable[[], None] | None = None,
+    summary: Sequence[str] | None = None,
 ) -> None:
     """Report a mutating command: its plan (dry run) or its outcome.
 
     ``plan`` lists the steps in words; an empty plan means the host already matched the request.
+    ``summary``: the lines shown instead of the steps and ``human`` unless ``-v`` (a line per device).
     """
     doc = {"dry_run": app.dry_run, "changed": bool(plan) and not app.dry_run, "plan": list(plan), **(data or {})}
     if app.json:
         print_json(json_doc(kind, doc))
         return
-    if not plan and (data or {}).get("skipped"):
-        say("nothing else to do: every device not left alone already matches the request")
+    skipped = (data or {}).get("skipped") or []
+    brief = summary is not None and not app.verbose
+    if brief:
+        _summarize(app, plan, summary or [], bool(skipped))
     elif not plan:
-        say("nothing to do: the host already matches the request", "green")
+        _nothing(bool(skipped))
     elif app.dry_run:
         say("dry run, nothing changed. Plan:", "bold")
         for step in plan:
@@ -112,10 +118,46 @@ def emit_result(
             say(f"done: {step}", "green")
     else:  # a pipe: every line in one write
         sys.stdout.write("".join(f"done: {step}\n" for step in plan))
-    for left in (data or {}).get("skipped") or []:  # a config door's devices left alone (exit 6 follows)
+    for left in skipped:  # a config door's devices left alone (exit 6 follows)
         say(f"left alone: {left['message']}", "yellow")
-    if human is not None:
+    if human is not None and not brief:
         human()
+
+
+SHORT_PLAN = 3  # a plan this short is listed step by step above the summary
+
+
+def _nothing(skipped: bool) -> None:
+    if skipped:
+        say("nothing else to do: every device not left alone already matches the request")
+    else:
+        say("nothing to do: the host already matches the request", "green")
+
+
+def _summarize(app: App, plan: Sequence[str], summary: Sequence[str], skipped: bool) -> None:
+    """The summary lines under a head line; the steps themselves when there are only a few."""
+    from ..words import plural
+
+    short = len(plan) <= SHORT_PLAN
+    lines = [f"  - {step}" for step in plan] if app.dry_run and short else []
+    if not plan:
+        _nothing(skipped)
+    elif app.dry_run:
+        say(
+            "dry run, nothing changed. Plan:" + ("" if short else f" {plural(len(plan), 'step')} (-v lists them)"),
+            "bold",
+        )
+    elif short:
+        lines = [f"done: {step}" for step in plan]
+    else:
+        say(f"done: {plural(len(plan), 'step')} (-v lists them)", "green")
+    indent = "  " if app.dry_run and plan else ""
+    lines += [indent + text for text in summary]
+    if is_tty():
+        for text in lines:
+            say(text)
+    else:  # a pipe: every line in one write
+        sys.stdout.write("".join(f"{text}\n" for text in lines))
 
 
 def finish_read(app: App, unread: Sequence[Unread]) -> None:

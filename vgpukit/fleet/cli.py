@@ -86,8 +86,26 @@ def apply_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
     cfg, todo = _plan(app, path, name, strict)
     if not app.dry_run and todo.plain:
         execute(app.env, todo.plain)
-    emit_result(app, "apply", plan=[s.describe() for s in todo.plain], data={**_head(path, cfg, todo), **_rest(todo)})
+    emit_result(
+        app,
+        "apply",
+        plan=[s.describe() for s in todo.plain],
+        data={**_head(path, cfg, todo), **_rest(todo)},
+        summary=_by_area(todo),
+    )
     _left_alone(app, todo)
+
+
+def _by_area(todo: plan.Plan) -> list[str]:
+    """A few lines per area: its steps, those alike folded into one (``-v`` lists each)."""
+    from ..words import condense, plural
+
+    out = []
+    for area in plan.AREAS:
+        mine = [s.describe() for a, s in todo.ordered if a == area]
+        if mine:
+            out += [f"{area}: {plural(len(mine), 'step')}"] + [f"  {line}" for line in condense(mine)]
+    return out
 
 
 def _left_alone(app: App, todo: plan.Plan) -> None:
@@ -115,13 +133,20 @@ def diff_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
     """Show what 'apply' would change (the plan), changing nothing; exit 0 either way."""
     cfg, todo = _plan(app, path, name, strict)
     doc = {**_head(path, cfg, todo), "dry_run": True, "changed": False, **todo.to_json()}
-    emit(app, "diff", doc, lambda: _show(doc["plan"], doc["skipped"]))
+    emit(app, "diff", doc, lambda: _show(app, doc["plan"], doc["skipped"]))
     _left_alone(app, todo)
 
 
-def _show(lines: list[str], skipped: list[dict[str, Any]] | None = None) -> None:
+def _show(app: App, lines: list[str], skipped: list[dict[str, Any]] | None = None) -> None:
+    """Every difference with -v; else those alike folded into one."""
+    from ..words import condense, plural
+
     if not lines and not skipped:
         say("no differences: the host matches the config", "green")
+        return
+    if not app.verbose and lines:
+        say(f"{plural(len(lines), 'difference')} (-v lists them):")
+        lines = condense(lines)
     for line in lines:
         say(f"  - {line}")
     for left in skipped or []:
@@ -150,7 +175,7 @@ def assert_cmd(app: App, path: Path, name: str | None, strict: bool) -> None:
     left = [skipped_doc(area, device, err) for area, device, err in todo.skipped] if todo else []
     diff += [f"left alone: {s['message']}" for s in left]  # apply would leave it: the host cannot match
     doc = {**_head(path, cfg, todo), "matches": not diff, "differences": diff, "skipped": left}
-    emit(app, "assert", doc, lambda: say("the host matches the config", "green") if not diff else _show(diff))
+    emit(app, "assert", doc, lambda: say("the host matches the config", "green") if not diff else _show(app, diff))
     if diff:
         fail_after_emit(app, VerifyFailed(f"the host does not match {path}" + (f" -c {cfg.name}" if cfg.name else "")))
 

@@ -7,7 +7,7 @@ class                    element                                                
 :class:`PciHostdev`      ``<hostdev mode='subsystem' type='pci'>``               ``pci:<bdf>``
 :class:`MdevHostdev`     ``<hostdev mode='subsystem' type='mdev'>``              ``mdev:<uuid>``
 :class:`HostdevInterface` ``<interface type='hostdev'>`` (SR-IOV NIC VF)          ``pci:<bdf>``
-:class:`DomainXML`       ``<domain>``: its name and the three device kinds above
+:class:`DomainXML`       ``<domain>``: its name, vCPUs, memory, NUMA placement and the device kinds above
 =======================  =====================================================  ==================
 
 A device's *key* is what attach, detach, ``sriov`` and ``mdev`` compare: the same VF is the same
@@ -166,11 +166,85 @@ def parse_device(xml: str) -> Device:
     return dev
 
 
+# libvirt's memory units (docs: formatdomain "Memory Allocation"): k/KiB are 1024, KB is 1000...
+_MEMORY_UNITS = {"b": 1, "bytes": 1} | {
+    u: base**p
+    for p, letter in enumerate("kmgtpe", 1)
+    for u, base in ((letter, 1024), (letter + "ib", 1024), (letter + "b", 1000))
+}
+
+
 class DomainXML(XMLBuilder):
-    """``<domain>``: its name, and the passed-through devices under ``<devices>``."""
+    """``<domain>``: its name, vCPUs, memory, placement, and the passed-through devices under ``<devices>``."""
 
     XML_NAME = "domain"
     name = XMLProperty("./name", STR)
+    vcpus = XMLProperty("./vcpu", INT)
+    vcpu_placement = XMLProperty("./vcpu/@placement", STR)
+    vcpu_cpuset = XMLProperty("./vcpu/@cpuset", STR)
+    numa_mode = XMLProperty("./numatune/memory/@mode", STR)
+    numa_nodeset = XMLProperty("./numatune/memory/@nodeset", STR)
+
+    @property
+    def memory_mib(self) -> int | None:
+        """``<memory unit=...>`` in MiB (libvirt's default unit is KiB), or None when absent or unreadable."""
+        el = self.node.find("memory")
+        if el is None or not (el.text or "").strip():
+            return None
+        scale = _MEMORY_UNITS.get((el.get("unit") or "KiB").lower())
+        try:
+            value = parse_c_uint(el.text or "")
+        except ValueError:
+            return None
+        return None if scale is None else value * scale >> 20
+
+    def pins(self) -> list[tuple[int, str]]:
+        """``<cputune><vcpupin vcpu= cpuset=>``: (vCPU, CPU set) in document order."""
+        return [
+            (parse_c_uint(el.get("vcpu") or "0"), el.get("cpuset") or "") for el in self.node.findall("cputune/vcpupin")
+        ]
+
+    def set_pins(self, pins: list[tuple[int, int]]) -> None:
+        """Replace every vCPU pin (other ``<cputune>`` settings stay); no pins and nothing else: no ``<cputune>``."""
+        tune = self.node.find("cputune")
+        if tune is None:
+            if not pins:
+                return
+            tune = self._insert_after("cputune", "vcpu")
+        for el in tune.findall("vcpupin"):
+            tune.remove(el)
+        for i, (vcpu, cpu) in enumerate(pins):
+            tune.insert(i, ET.Element("vcpupin", {"vcpu": str(vcpu), "cpuset": str(cpu)}))
+        if not len(tune) and not tune.attrib:
+            self.node.remove(tune)
+
+    def place(self, cpuset: str, numa_node: int, pins: list[tuple[int, int]]) -> None:
+        """vCPUs on ``cpuset`` (pinned one by one when ``pins``), memory bound to ``numa_node``."""
+        self.vcpu_placement, self.vcpu_cpuset = "static", cpuset
+        self.set_pins(pins)
+        if self.node.find("numatune") is None:
+            self._insert_after("numatune", "cputune", "vcpu")
+        self.numa_mode, self.numa_nodeset = "strict", str(numa_node)
+
+    def set_hugepages(self) -> None:
+        """``<memoryBacking><hugepages/>`` (kept as it is when the domain has it)."""
+        backing = self.node.find("memoryBacking")
+        if backing is None:
+            backing = self._insert_after("memoryBacking", "currentMemory", "memory")
+        if backing.find("hugepages") is None:
+            backing.insert(0, ET.Element("hugepages"))
+
+    def _insert_after(self, tag: str, *after: str) -> ET.Element:
+        """A new child ``tag`` right after the first existing one of ``after`` (else at the end)."""
+        el = ET.Element(tag)
+        children = list(self.node)
+        for name in after:
+            found = self.node.find(name)
+            if found is not None:
+                self.node.insert(children.index(found) + 1, el)
+                return el
+        self.node.append(el)
+        return el
 
     def devices(self) -> list[Device]:
         holder = self.node.find("devices")

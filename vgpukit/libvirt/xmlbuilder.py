@@ -20,6 +20,8 @@ tag names.
 from __future__ import annotations
 
 import copy
+import io
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -93,6 +95,18 @@ def _prune(node: ET.Element, tags: list[str]) -> None:
         if parent is None or child is None or len(child) or child.attrib or (child.text or "").strip():
             return
         parent.remove(child)
+
+
+def _parse_document(xml: str) -> ET.Element:
+    if "<!DOCTYPE" in xml or "<!ENTITY" in xml:
+        raise InvalidInput("XML with a document type or entity declarations is refused (libvirt writes none)")
+    for _event, (prefix, uri) in ET.iterparse(io.StringIO(xml), events=("start-ns",)):
+        if prefix and not re.fullmatch(r"ns\d+", prefix):
+            ET.register_namespace(prefix, uri)  # written back with the file's own prefix, not ns0:
+    parser = ET.XMLParser(target=ET.TreeBuilder(insert_comments=True, insert_pis=True))
+    parser.feed(xml)
+    root: ET.Element = parser.close()
+    return root
 
 
 class XMLProperty(Generic[T]):
@@ -178,18 +192,25 @@ class XMLBuilder:
         return cls.wrap(ET.Element(cls.XML_NAME))
 
     @classmethod
-    def parse(cls: type[B], xml: str) -> B:
-        """Parse XML text whose root is this element. InvalidInput (without the text) otherwise."""
+    def parse(cls: type[B], xml: str, *, document: bool = False) -> B:
+        """Parse XML text whose root is this element. InvalidInput (without the text) otherwise.
+
+        ``document``: a user's file to be written back: its comments stay, its namespace prefixes
+        (``qemu:``) are written as they were, and DTDs (entities, a document type) are refused (libvirt
+        writes none; they would only serve to expand text)."""
         try:
-            root = ET.fromstring(xml)
+            root = _parse_document(xml) if document else ET.fromstring(xml)
         except ET.ParseError as exc:
             raise InvalidInput(f"cannot parse <{cls.XML_NAME}> XML: {exc}") from exc
         if root.tag != cls.XML_NAME:
             raise InvalidInput(f"expected a <{cls.XML_NAME}> element, got <{root.tag}>")
         return cls.wrap(root)
 
-    def to_xml(self) -> str:
-        """The element as XML text (ElementTree's spelling; templates write the human-facing form)."""
+    def to_xml(self, *, indent: bool = False) -> str:
+        """The element as XML text (ElementTree's spelling; templates write the human-facing form).
+        ``indent``: two spaces per level, for people (only white space between elements changes)."""
+        if indent:
+            ET.indent(self.node, space="  ")
         return ET.tostring(self.node, encoding="unicode")
 
     def properties(self) -> dict[str, Any]:

@@ -77,8 +77,10 @@ def report_plans(
     *,
     scan: Scan,
 ) -> None:
-    """Report steps done (or planned, on a dry run): the steps, the placements, the GPUs touched."""
+    """Report steps done (or planned, on a dry run): a line per GPU (every step and the GPUs' MIG
+    devices with -v); the document has the steps, the placements, the GPUs touched and the summary."""
     from .steps import CreateGi
+    from .summary import gpu_summaries, line
 
     nvml = nvml_of(app)
     gpus = {p.gpu.index: p.gpu for p in plans}
@@ -91,6 +93,7 @@ def report_plans(
         for s in p.steps
         if isinstance(s, CreateGi) and s in created
     ]
+    summary = gpu_summaries(plans, todo, docs, app.dry_run)
     emit_result(
         app,
         kind,
@@ -99,7 +102,9 @@ def report_plans(
             "steps": [s.to_dict() for s in todo],
             "placements": placements,
             "gpus": docs,
+            "summary": summary,
             **(extra or {}),
         },
         human=None if app.dry_run or not docs else (lambda: show_status(docs)),
+        summary=[line(e) for e in summary],
     )

@@ -104,6 +104,9 @@ class Builder:
 
             wire(self.profile["nvlink"], self.gpus)
         self._gpu_nodes()
+        from .vmhost import write_vm_host
+
+        write_vm_host(self.root)
 
     def _device(self, parent: Path, node: dict[str, Any], numa: int | None, cpus: str | None) -> None:
         unknown = set(node) - NODE_KEYS

@@ -147,7 +147,30 @@ def _report(
         seen = SriovSeen.find(app.env.seen)  # what the steps read and wrote
         after = read_pf(app.host, pf.bdf, OpenFiles(app.host), alias=pf.alias, seen=seen, before=before)
         data["pf"] = after.to_dict()
-    emit_result(app, kind, plan=plan, data=data)
+    summary = _pf_line(pf, data.get("pf"), (extra or {}).get("requested"))
+    emit_result(app, kind, plan=plan, data=data, summary=[summary])
+
+
+def _pf_line(pf: PfInfo, after: dict[str, Any] | None, requested: dict[str, Any] | None) -> str:
+    """``nic0 (0000:05:00.0)  16 VFs (0000:05:00.2..0000:05:02.1): 16 on vfio-pci``: the PF after the
+    change (on a dry run: as requested)."""
+    from collections import Counter
+
+    from ..words import plural
+
+    head = f"{pf.alias} ({pf.bdf})" if pf.alias else pf.bdf
+    if after is None:  # dry run
+        if not requested:
+            return f"{head}  no VFs"
+        where = {"default": "the kernel's default driver", "none": "no driver"}.get(requested["driver"])
+        return f"{head}  {plural(requested['vfs'], 'VF')} on {where or requested['driver']}"
+    vfs = after["vfs"]
+    if not vfs:
+        return f"{head}  no VFs"
+    drivers = Counter(vf["driver"] or "no driver" for vf in vfs)
+    on = ", ".join(f"{n} on {d}" for d, n in sorted(drivers.items(), key=lambda kv: (-kv[1], kv[0])))
+    first, last = vfs[0]["bdf"], vfs[-1]["bdf"]
+    return f"{head}  {plural(len(vfs), 'VF')} ({first if first == last else f'{first}..{last}'}): {on}"
 
 
 @sriov.command("enable")
