@@ -81,11 +81,12 @@ def test_bind_of_a_lost_gpu_and_of_a_pf_with_a_fatal_aer_error_and_its_vfs(tmp_p
 
 def test_k8s_resources_marks_a_lost_gpu_offered_to_vms(tmp_path: Path) -> None:
     """A GPU lost while on vfio-pci: ``k8s resources --kubevirt`` shows it as the running plugin lists it
-    (Unhealthy, why), the others as they are, and exits 6 naming it."""
+    (Unhealthy, why), the others as they are, and exits 6 naming it (on a read-only /run too)."""
     sim = make_sim(tmp_path / "host", "hgx-a100")
     for gpu in ("gpu2", "gpu3"):
         assert invoke(sim, "bind", gpu, "--driver", "vfio-pci").exit_code == 0
     fault(sim, "lost", "gpu3")
+    fault(sim, "storage", "/run", "EROFS")  # a read: it writes no health record
     r = invoke(sim, "k8s", "resources", "--kubevirt", "--json")
     assert r.exit_code == 6, r.stderr
     devices = {d["id"]: d for ds in json.loads(r.stdout)["resources"].values() for d in ds}

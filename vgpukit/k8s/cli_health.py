@@ -71,9 +71,14 @@ def with_remediation(agent: Agent, app: App, command: str, seconds: float) -> Ag
 
 def unhealthy(app: App, inv: Inventory) -> dict[str, str]:
     """Device ID -> why, of the devices ``inv`` offers that the running plugin would list Unhealthy: the
-    health rule's (:func:`health`: unusable or quarantined) for the device, its PCI function or that
-    function's PF (``k8s resources`` marks them as the plugin does; docs/health.md, "One bad device")."""
-    sick = health(app)()
+    health rule's (what :func:`health` looks at: unusable or quarantined) for the device, its PCI function
+    or that function's PF (``k8s resources`` marks them as the plugin does; docs/health.md, "One bad
+    device"). A read: the health record is not written."""
+    from .. import quarantine as qr
+    from ..health import fact
+
+    found = fact.current(app.host, app.nvml, save=False)  # a read: the health record is left as it is
+    sick = {**fact.unusable(found), **fact.unusable_slices(found), **qr.reasons(app.host)}  # as health()
     out: dict[str, str] = {}
     for devices in inv.resources.values():
         for d in devices:
