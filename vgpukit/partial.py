@@ -76,13 +76,14 @@ def as_json(unread: Iterable[Unread]) -> list[dict[str, Any]]:
     return [u.as_dict() for u in unread]
 
 
-def error(unread: list[Unread]) -> Partial:
-    """The outcome of a read that left devices out: one line naming the first (and how many more)."""
+def error(unread: list[Unread], alone: bool = False) -> Partial:
+    """The outcome of a read that left devices out: one line naming the first (and how many more);
+    ``alone``: the read asked for that device only (nothing else to show)."""
     first = unread[0]
     more = f"; and {len(unread) - 1} more" if len(unread) > 1 else ""
     where = f"vgpukit health {first.bdf}" if first.bdf else "vgpukit health"
     return Partial(
         f"not read: {first.label}: {first.reason}{more}",
         device=first.bdf or None,
-        hint=f"everything else is shown; see: {where}",
+        hint=f"see: {where}" if alone else f"everything else is shown; see: {where}",
     )

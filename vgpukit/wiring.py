@@ -24,13 +24,14 @@ if TYPE_CHECKING:
 class Wiring:
     """The parts of this product a command is wired to (stateless: one per command line is enough)."""
 
-    def open_host(self, root: Path | None, sim_dir: Path | None, dry_run: bool) -> Host:
+    def open_host(self, root: Path | None, sim_dir: Path | None, dry_run: bool, wait: float | None = None) -> Host:
+        """``wait``: how long the simulated kernel waits for its own lock (the command's --wait)."""
         if sim_dir is not None:
             from .sim.kernel import SimKernel  # opening it completes or undoes a reaction cut short
             from .sim.state import check_sim_dir
 
             check_sim_dir(sim_dir)
-            kernel = SimKernel(sim_dir)
+            kernel = SimKernel(sim_dir, wait)
             return Host(sim_dir, kernel=kernel, dry_run=dry_run, watch=kernel.changing)
         if root is not None and not root.is_dir():
             raise NotFound(f"--root {root}: no such directory", path=str(root))

@@ -92,7 +92,8 @@ def host_session(run: Session, tmp: Path) -> None:
     run(sim, "cdi", "generate", "--dry-run")
     run(sim, "cdi", "enable", "--class", "vf", "--class", "mig")
     run(sim, "cdi", "list")
-    run(sim, "k8s", "resources")
+    offered = run(sim, "k8s", "resources")["resources"]
+    run(sim, "k8s", "allocate", next(iter(offered.values()))[0]["id"])
     run(sim, "k8s", "resources", "--kubernetes", "1.37", "--node", "n1")
     run(sim, "k8s", "labels")
     run(sim, "k8s", "labels", "--write")

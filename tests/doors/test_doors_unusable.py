@@ -90,6 +90,18 @@ def test_k8s_resources_marks_a_lost_gpu_offered_to_vms(tmp_path: Path) -> None:
     r = invoke(sim, "k8s", "resources", "--kubevirt", "--json")
     assert r.exit_code == 6, r.stderr
     devices = {d["id"]: d for ds in json.loads(r.stdout)["resources"].values() for d in ds}
-    assert devices["0000:24:00.0"]["unhealthy"] == LOST
-    assert "unhealthy" not in devices["0000:23:00.0"]
+    assert (devices["0000:24:00.0"]["health"], devices["0000:24:00.0"]["why"]) == ("Unhealthy", LOST)
+    assert devices["0000:23:00.0"]["health"] == "Healthy"
     assert r.stderr.startswith(f"vgpukit: error: 0000:24:00.0 is offered Unhealthy: {LOST}"), r.stderr
+
+
+def test_the_vfs_of_a_pf_with_a_fatal_aer_error_are_offered_unhealthy(tmp_path: Path) -> None:
+    """The plugin's health rule (k8s resources shows it) takes a PF's VFs with it, as ``bind`` refuses them."""
+    sim = make_sim(tmp_path / "host", "hgx-a100")
+    assert invoke(sim, "sriov", "enable", "nic1", "--vfs", "2", "--driver", "vfio-pci").exit_code == 0
+    fault(sim, "aer", "nic1", "fatal")
+    r = invoke(sim, "k8s", "resources", "--json")
+    assert r.exit_code == 6, r.stderr
+    vfs = {d["id"]: d for d in json.loads(r.stdout)["resources"]["vgpukit.io/vf-15b3-101b"] if "25:00" in d["id"]}
+    why = "carved from 0000:25:00.0: PCIe AER fatal errors counted"
+    assert {(d["health"], d["why"]) for d in vfs.values()} == {("Unhealthy", why)} and len(vfs) == 2, vfs

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import invoke
+from tests.conftest import invoke, make_sim
 from vgpukit.inputs import parse_listen
 
 
@@ -55,3 +57,12 @@ def test_any_value_is_parsed_or_refused_cleanly(text: str) -> None:
 def test_the_cli_refuses_a_value_without_a_port(text: str) -> None:
     r = invoke(None, "exporter", "--listen", text, "--once")
     assert r.exit_code == 2 and len(r.stderr.splitlines()) == 1
+
+
+def test_json_is_refused_not_ignored(tmp_path: Path) -> None:
+    """Trial 2: ``exporter --once --json`` printed the text format as if --json were not there."""
+    sim = make_sim(tmp_path / "h")
+    for argv in (["exporter", "--once", "--json"], ["--json", "exporter", "--once"]):
+        r = invoke(sim, *argv)
+        assert r.exit_code == 2 and "no --json" in r.stderr and "# HELP" not in r.stdout, r.output
+    assert invoke(sim, "exporter", "--once").exit_code == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -95,8 +96,10 @@ def test_a_pf_reset_taking_the_vfs_away(run_cli: Run, tmp_path: Path) -> None:
     g = dev(d, "gpu0")
     assert g["state"] == "degraded" and "VFs configured but missing" in g["reasons"][0]
     assert g["action"] == "recreate-vfs" and g["repair"].startswith("vgpukit sriov enable 0000:41:00.0 --vfs 32")
-    vf = dev(d, "0000:41:00.4")
+    vf = dev(d, "gpu0 vf0")  # named as sriov list names it (trial 2: the BDF twice), its address beside
+    assert vf["bdf"] == "0000:41:00.4"
     assert (vf["state"], vf["action"]) == ("unusable", "recreate-vfs") and vf["events"] == []  # not "pci-gone"
+    assert re.search(r"^gpu0 vf0 +0000:41:00\.4 +unusable", run_cli(sim, "health").stdout, re.M)
 
 
 def test_disabling_vfs_on_purpose_is_not_a_fault(run_cli: Run, tmp_path: Path) -> None:

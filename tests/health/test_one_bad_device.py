@@ -52,6 +52,7 @@ def test_a_whole_host_read_shows_the_rest_and_marks_the_lost_gpu(lost_host: Path
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"vgpukit: error: not read: {LOST}: "), r.stderr
     assert "is lost" in lines[0] and "see: vgpukit health 0000:24:00.0" in lines[0]
+    assert ("everything else is shown" in lines[0]) == (argv[-1] != "gpu3")  # asked for gpu3 alone: nothing else
     assert "Traceback" not in r.output
     if argv[-1] != "gpu3" and argv[0] != "k8s":  # the others are there (k8s: the documents below)
         assert any(s in r.stdout for s in ("0000:23:00.0", "gpu2", "GPU2", "1g.5gb", "vgpukit.io/mig: 2:0")), r.stdout
@@ -150,3 +151,13 @@ def test_a_command_about_the_lost_gpu_gives_the_one_refusal(lost_host: Path, tmp
     assert partition.startswith(f"vgpukit: error: {LOST} is unusable: the GPU stopped answering (NVML: GPU is lost)")
     assert partition.rstrip().endswith("(see: vgpukit health 0000:24:00.0)")
     assert r.stderr == partition
+
+
+def test_mig_assert_says_left_alone_as_the_host_configs_assert(lost_host: Path, tmp_path: Path) -> None:
+    """Trial 2: ``mig assert`` named the lost GPU ``cannot be applied:`` where ``assert`` says ``left alone:``."""
+    cfg = tmp_path / "mig.yaml"
+    cfg.write_text("version: v1\nmig-configs:\n  c:\n  - devices: [3]\n    mig-enabled: true\n    mig-devices: {}\n")
+    r = invoke(lost_host, "mig", "assert", "-f", str(cfg), "-c", "c", "--json")
+    assert r.exit_code == 1, r.output
+    (line,) = json.loads(r.stdout)["differences"]
+    assert line.startswith("left alone: ") and "0000:24:00.0" in line, line

@@ -114,7 +114,9 @@ def test_kubevirt_config_output_validates(tmp_path: Path, profile: str) -> None:
     entries = permitted.get("pciHostDevices", []) + permitted.get("mediatedDevices", [])
     assert entries and all(e["externalResourceProvider"] is True for e in entries)
     kinds = {d["metadata"]["name"] for d in docs[1:] if d["kind"] == "VirtualMachineInstance"}
-    assert {"vm-dra-vf", "vm-dra-gpu", "vm-dra-vgpu"} <= kinds
+    assert {"qemu-guest": {"vm-dra-vf", "vm-dra-mdev"}, "t4-mdev": {"vm-dra-vgpu"}, "hgx-a100": {"vm-dra-vf"}}[
+        profile
+    ] == {k for k in kinds if k.startswith("vm-dra-")}
     assert {"qemu-guest": "vm-vf", "t4-mdev": "vm-vgpu", "hgx-a100": "vm-gpu"}[profile] in kinds
     if profile == "qemu-guest":  # every type the parent offers: KubeVirt keeps the mdevs of listed types only
         assert {e["mdevNameSelector"] for e in permitted["mediatedDevices"]} == {
@@ -133,7 +135,7 @@ def test_kubevirt_config_warns_where_kubevirt_would_make_mdevs(tmp_path: Path) -
     assert "KubeVirt's mediatedDeviceTypes would create 'GRID T4-4Q' mdevs on this node" in r.stderr
     assert "nvidia-999" not in r.stderr
     conf["mediatedDevicesConfiguration"]["enabled"] = False  # type: ignore[index]
-    cr.write_text(yaml.safe_dump({"spec": {"configuration": conf}}))
+    cr.write_text(yaml.safe_dump({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "spec": {"configuration": conf}}))
     assert "would create" not in invoke(sim, "k8s", "kubevirt-config", "-f", str(cr)).stderr
     bad = tmp_path / "bad.yaml"
     bad.write_text("spec: [\n")

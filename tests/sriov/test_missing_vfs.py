@@ -125,7 +125,10 @@ def test_a_gpu_with_vgpu_vfs_is_repaired_by_apply_of_its_own_export(tmp_path: Pa
         path.write_text(_ok(sim, "export"))
     _ok(sim, "sim", "fault", "pf-reset", "0000:41:00.0")
     if exported == "after":
-        path.write_text(_ok(sim, "export"))
+        r = invoke(sim, "export")
+        assert r.exit_code == 0
+        assert "gpu0: 32 VFs missing (a PF reset took them away): the vGPUs they held cannot be read" in r.stderr
+        path.write_text(r.stdout)
     assert invoke(sim, "assert", "-f", str(path)).exit_code == 1
     r = invoke(sim, "apply", "-f", str(path))
     assert r.exit_code == 0, r.output  # it said: unusable: VFs configured but missing
@@ -170,3 +173,49 @@ def test_a_repair_killed_at_any_write_is_recovered_and_converges(tmp_path: Path)
         ]
         again = vgpukit(sim, "--json", *command)
         assert again.returncode == 0 and json.loads(again.stdout)["changed"] is False
+
+
+def test_vgpu_create_with_the_vfs_missing_names_the_repair(tmp_path: Path) -> None:
+    """h100-vgpu after a PF reset: ``vgpu create`` points at the missing VFs and their repair, not at
+    the host driver or ``sriov-manage -e`` (trial 2, item 11)."""
+    sim = make_sim(tmp_path / "v", "h100-vgpu")
+    _ok(sim, "sim", "fault", "pf-reset", "gpu0")
+    r = invoke(sim, "vgpu", "create", "gpu0", "--type", "H100-20C")
+    assert r.exit_code == 5, r.output
+    assert "32 of its VFs are missing" in r.stderr
+    assert "vgpukit sriov enable gpu0 --vfs 32" in r.stderr
+    assert "sriov-manage" not in r.stderr
+
+
+def test_an_export_taken_after_the_reset_keeps_the_driver_the_health_record_saw(nic: tuple[Path, Path]) -> None:
+    """Export after the PF reset (trial 2, item 6): the VFs' driver comes from the health record, so
+    apply re-creates them on vfio-pci; without a record the export says what it could not read."""
+    sim, _ = nic
+    r = invoke(sim, "export")
+    assert r.exit_code == 0 and "driver: vfio-pci" in r.stdout, r.output
+    path = sim.parent / "after.yaml"
+    path.write_text(r.stdout)
+    _ok(sim, "apply", "-f", str(path))
+    assert {v["driver"] for v in _pf(sim, "nic1")["vfs"]} == {"vfio-pci"}
+    assert invoke(sim, "assert", "-f", str(path)).exit_code == 0
+    (sim / "run" / "vgpukit" / "health" / "state.json").unlink()
+    _ok(sim, "sim", "fault", "pf-reset", NIC1)
+    r = invoke(sim, "export")
+    assert r.exit_code == 0 and "driver:" not in r.stdout.split("- device: nic1")[1].split("- device")[0]
+    assert "nic1: 2 VFs missing (a PF reset took them away): their driver is not known" in r.stderr
+    assert r.stdout.startswith("# sriov: nic1: 2 VFs missing")
+
+
+def test_the_repair_names_the_vm_still_holding_a_gone_vfs_group(tmp_path: Path) -> None:
+    """Trial 2: after the PF reset, the repair re-created the VFs without a word about the (simulated)
+    VM that held the vanished VF's group: it lost the device, and the new VF is another one."""
+    sim = make_sim(tmp_path / "h", "hgx-a100")
+    _ok(sim, "sriov", "enable", "nic1", "--vfs", "2", "--driver", "vfio-pci")
+    _ok(sim, "sim", "hold", "0000:25:00.2", "--vm", "vm1")
+    _ok(sim, "health")
+    _ok(sim, "sim", "fault", "pf-reset", NIC1)
+    r = invoke(sim, "health", "--json")
+    repairs = {d["bdf"]: d.get("repair") or "" for d in json.loads(r.stdout)["devices"]}
+    assert repairs["0000:25:00.2"].startswith("vgpukit sriov enable 0000:25:00.0 --vfs 2 --driver vfio-pci")
+    assert "; vm1 (pid " in repairs["0000:25:00.2"] and "still holds its old VFIO group" in repairs["0000:25:00.2"]
+    assert "vm1" not in repairs["0000:25:00.3"] and "vm1" not in repairs[NIC1]

@@ -33,6 +33,8 @@ def exporter(app: App, listen: tuple[str, int], once: bool) -> None:
     """
     from ..metrics.collector import HostCollector, text
 
+    if app.json:  # a scrape is the Prometheus text format, and nothing else
+        raise click.UsageError("the exporter writes the Prometheus text format: no --json")
     collector = HostCollector(app.host, lambda: app.nvml)
     if once:
         sys.stdout.write(text(collector))

@@ -13,8 +13,53 @@ from __future__ import annotations
 
 import sys
 
+EXIT_PIPE = 141  # what a shell reports for a command killed by SIGPIPE (128 + 13), as ls or cat in a pipe
+
 
 def main(argv: list[str] | None = None) -> int:
+    """The command; its output's reader gone (``vgpukit sriov list | head -1``) ends it quietly, exit 141,
+    as other command-line tools (click's own answer, exit 1 silently, would read as a failure)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return _reader_gone()
+    except SystemExit:
+        if _stdout_closed():  # click caught the EPIPE and exits 1
+            return _reader_gone()
+        raise
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output is a pipe whose reader is gone (poll reports an error on the write end)."""
+    import os
+    import select
+    import stat
+
+    try:
+        fd = sys.__stdout__.fileno() if sys.__stdout__ is not None else 1
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(ev & select.POLLERR for _fd, ev in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def _reader_gone() -> int:
+    """Exit quietly: what is still buffered for standard output goes nowhere (no second EPIPE at exit)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ is not None else 1)
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return EXIT_PIPE
+
+
+def _main(argv: list[str] | None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if "--mdevctl" in args:
         from ..mdev.cli_shim import fast_read
@@ -22,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         rc = fast_read(args)
         if rc is not None:
             return rc
+    shim = ""
     if "--mig-parted" in args and "mig" in args[: args.index("--mig-parted")]:  # nvidia-mig-parted's command line
         import os
 
@@ -32,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(out[1])
             sys.stderr.write(out[2])
             return out[0]
-        args = out
+        args, shim = out, "--mig-parted"
     from .main import main as full
 
-    return full(args)
+    return full(args, shim)

@@ -134,7 +134,9 @@ def _command_line() -> str:
     return " ".join(words)[:400] or "vgpukit"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, shim: str = "") -> int:
+    """``shim``: ``--mig-parted`` when ``argv`` is nvidia-mig-parted's command line translated (the
+    commands errors name are then the shim's)."""
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
     as_json = "--json" in args
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     except VgpukitError as err:
         if debug:
             raise
-        _report(err, as_json)
+        _report(err, as_json, [*args, shim])
         return err.exit_code
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         # the same one-line form as every other error; usage errors are bad input (exit 2)
         msg = " ".join(exc.format_message().split())
         where = exc.ctx.command_path if isinstance(exc, click.UsageError) and exc.ctx is not None else ""
-        hint = f" (see: {where} --help)" if where else ""
+        hint = _shim(f" (see: {where} --help)", [*args, shim]) if where else ""
         if as_json:
             from ..clikit.output import json_doc, print_json
 
@@ -192,9 +194,26 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _report(err: VgpukitError, as_json: bool) -> None:
+# what a shim's user types for the commands a hint names (docs/mdev.md, docs/mig.md): only commands
+# the shim has under the same name
+_SHIMS = {
+    "--mig-parted": {f"vgpukit mig {c}": f"nvidia-mig-parted {c}" for c in ("apply", "assert", "export")},
+    "--mdevctl": {f"vgpukit mdev {c}": f"mdevctl {c}" for c in ("list", "types")},
+}
+
+
+def _shim(text: str, args: list[str]) -> str:
+    """``text`` with the commands it names as the shim run (``--mig-parted``, ``--mdevctl``) has them."""
+    for flag, names in _SHIMS.items():
+        if flag in args:
+            for ours, theirs in names.items():
+                text = text.replace(ours, theirs)
+    return text
+
+
+def _report(err: VgpukitError, as_json: bool, args: list[str] | None = None) -> None:
     if as_json:
         from ..clikit.output import json_doc, print_json
 
         print_json(json_doc("error", err.to_dict()))
-    sys.stderr.write(f"vgpukit: error: {_one_line(str(err))}\n")
+    sys.stderr.write(f"vgpukit: error: {_shim(_one_line(str(err)), args or [])}\n")

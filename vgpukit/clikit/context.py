@@ -20,7 +20,7 @@ class Wiring(Protocol):
     """What a command is wired to (:class:`vgpukit.wiring.Wiring`): given by whoever starts it, so
     this toolkit names no kernel, NVML backend or area."""
 
-    def open_host(self, root: Path | None, sim_dir: Path | None, dry_run: bool) -> Host: ...
+    def open_host(self, root: Path | None, sim_dir: Path | None, dry_run: bool, wait: float | None = None) -> Host: ...
 
     def open_nvml(self, sim_dir: Path | None) -> Nvml | None: ...
 
@@ -75,7 +75,7 @@ class App:
     @property
     def host(self) -> Host:
         if self._host is None:
-            self._host = self._wired().open_host(self.root, self.sim_dir, self.dry_run)
+            self._host = self._wired().open_host(self.root, self.sim_dir, self.dry_run, self.wait)
         return self._host
 
     def _wired(self) -> Wiring:

@@ -160,13 +160,14 @@ def _summarize(app: App, plan: Sequence[str], summary: Sequence[str], skipped: b
         sys.stdout.write("".join(f"{text}\n" for text in lines))
 
 
-def finish_read(app: App, unread: Sequence[Unread]) -> None:
+def finish_read(app: App, unread: Sequence[Unread], alone: bool = False) -> None:
     """End a whole-host read that printed its document: exit 6 (one line naming what it could not read)
-    when devices were left out (docs/health.md, "One bad device"); nothing when it read them all."""
+    when devices were left out (docs/health.md, "One bad device"); nothing when it read them all.
+    ``alone``: the read was of the one device named (no "everything else is shown")."""
     if unread:
         from ..partial import error
 
-        fail_after_emit(app, error(list(unread)))
+        fail_after_emit(app, error(list(unread), alone))
 
 
 def fail_after_emit(app: App, err: VgpukitError) -> NoReturn:

@@ -53,6 +53,12 @@ def holder(host: Host) -> str:
     return f"pid {pid}" + (f" ({cmd})" if cmd else "")
 
 
+def unnamed(host: Host) -> str:
+    """The holder neither its record nor /proc/locks names (an admin's ``flock``; on a simulated host, any
+    process that is not vgpukit: its /proc is the simulator's, which lists no real process)."""
+    return f"a process that is not a vgpukit command (no holder record; fuser -v {host.state_dir('lock')} names it)"
+
+
 def try_flock(fd: int, shown: str) -> bool:
     """Take an exclusive ``flock`` on ``fd`` without waiting: False when another process holds it."""
     try:
@@ -102,16 +108,18 @@ def host_lock(host: Host, command: str, wait: float, progress: Progress | None =
         told = progress is None or wait <= 0
         while not try_flock(fd, shown):
             if time.monotonic() >= deadline:
-                who = holder(host) or "another process"
+                who = holder(host)
                 raise Busy(
-                    f"another vgpukit command is changing this host: {who}",
+                    f"another vgpukit command is changing this host: {who}"
+                    if who
+                    else f"another process holds this host's lock: {unnamed(host)}",
                     path=shown,
                     hint=f"waited {wait:g} s; wait longer with --wait SECONDS",
                 )
             if not told:  # at once, or as soon as the holder has written its name (it writes it right after locking)
                 who = holder(host)
                 if who or time.monotonic() - start >= NAME_WAIT:
-                    progress.waiting(who or "another process", wait)  # type: ignore[union-attr]
+                    progress.waiting(who or unnamed(host), wait)  # type: ignore[union-attr]
                     told = True
             time.sleep(POLL)
 

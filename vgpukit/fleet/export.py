@@ -18,6 +18,7 @@ from ..sriov.model import list_pfs
 from ..vgpu import hostview
 from ..vgpu.catalog import short_name
 from ..vgpu.model import VFIO as VENDOR_VFIO
+from ..words import plural
 from .document import SCHEMA
 
 MigExport = Callable[[], list[dict[str, Any]] | None]
@@ -30,10 +31,12 @@ def current(host: Host, name: str, mig: MigExport | None, left_out: list[str] | 
     names = naming.aliases(scan)
     cfg: dict[str, Any] = {}
     sriov = []
+    notes = left_out if left_out is not None else []
     for pf in list_pfs(host, OpenFiles(host), scan):
-        drivers = {v.driver for v in pf.vfs}
+        label = pf.alias or pf.bdf
+        drivers = {v.driver for v in pf.vfs} if pf.vfs else _missing(host, label, pf.bdf, pf.missing, notes)
         driver = "vfio-pci" if drivers == {VFIO} else "none" if drivers == {None} else "default"
-        sriov.append({"device": pf.alias or pf.bdf, "vfs": pf.num_vfs, **({"driver": driver} if pf.vfs else {})})
+        sriov.append({"device": label, "vfs": pf.num_vfs, **({"driver": driver} if drivers else {})})
     if sriov:
         cfg["sriov"] = sriov
     vfio = [{"device": names.get(d.bdf, d.bdf)} for d in scan.physical() if d.driver == VFIO]
@@ -60,10 +63,28 @@ def current(host: Host, name: str, mig: MigExport | None, left_out: list[str] | 
     if entries:
         cfg["mig"] = name
         doc["mig-configs"] = {name: entries}
-    qos = _qos(host, left_out if left_out is not None else [])
+    qos = _qos(host, notes)
     if qos is not None:
         cfg["qos"] = qos
     return doc
+
+
+def _missing(host: Host, label: str, pf: str, missing: int, left_out: list[str]) -> set[str | None]:
+    """The drivers the VFs of ``pf`` had, when a PF reset took them away (``missing``): as the health
+    record last saw them (docs/sriov.md). What the host no longer shows and no record kept (which
+    driver; the vGPUs on a GPU's VFs) is said in ``left_out``, not guessed."""
+    if not missing:
+        return set()
+    from ..health import log
+
+    seen = [v for v in log.load(host).pci.values() if v.get("physfn") == pf]
+    drivers = {d if isinstance(d := v.get("driver"), str) else None for v in seen}
+    what = f"sriov: {label}: {plural(missing, 'VF')} missing (a PF reset took them away)"
+    if pf in {g.bdf for g in hostview.gpus(host, Scan(host))}:  # a GPU's VFs: the vGPUs were on them
+        left_out.append(f"{what}: the vGPUs they held cannot be read; take the export before a reset")
+    elif not seen:
+        left_out.append(f"{what}: their driver is not known (no health record saw them); add driver: if they had one")
+    return drivers
 
 
 def _qos(host: Host, left_out: list[str]) -> dict[str, Any] | None:

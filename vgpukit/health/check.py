@@ -167,7 +167,7 @@ def look(
         pf = _missing_vf(before, pci)
         if pf is not None:  # gone with its PF's other VFs: re-created by the PF's repair, not a reboot
             findings.setdefault(bdf, []).append(("vf-missing", 0))
-            repairs[bdf] = repairs.get(pf, "")
+            repairs[bdf] = repairs.get(pf, "") + _still_held(host, before.get("group"))
             continue
         findings.setdefault(bdf, []).append(("pci-gone", 0))
         if not before.get("gone"):
@@ -201,6 +201,20 @@ def look(
             health = replace(health, repair=repairs[bdf])
         out.append(health)
     return Look(out, new)
+
+
+def _still_held(host: Host, group: object) -> str:
+    """What the repair of a VF gone with its PF's others adds when a VM still holds the VF's old VFIO
+    group open (it lost the device; the re-created VF is a new one, in a new group)."""
+    if not isinstance(group, int) or isinstance(group, bool):
+        return ""
+    from ..holders import group_holders
+
+    users = group_holders(host, {group}).get(group, [])
+    if not users:
+        return ""
+    who = ", ".join(u.describe() for u in users)
+    return f"; {who} still holds its old VFIO group {group}: that VM lost the device, stop or detach it"
 
 
 def _mig_devices(nvml: Nvml | None, by_index: dict[int, str], bdf: str) -> dict[int, tuple[str, ...]]:

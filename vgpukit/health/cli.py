@@ -44,11 +44,21 @@ def _select(app: App, device: str | None, devices: list[DeviceHealth]) -> list[D
     return chosen
 
 
-def _look(app: App, table: xid.XidTable, window: float, watcher: EventWatcher | None = None) -> check.Look:
-    record = record_log.load(app.host)
+def _look(
+    app: App, keeper: record_log.Keeper, table: xid.XidTable, window: float, watcher: EventWatcher | None = None
+) -> check.Look:
+    record = keeper.load(app.host)
     found = check.look(app.host, app.nvml, table, record, watcher=watcher, window=window)
-    record_log.save(app.host, record)
+    keeper.save(app.host, record)
+    _warn(keeper)
     return found
+
+
+def _warn(keeper: record_log.Keeper) -> None:
+    """The record could not be written: said once on stderr (the look is reported all the same)."""
+    note = keeper.news()
+    if note:
+        click.echo(f"vgpukit: warning: {note}", err=True)
 
 
 def _render(devices: list[DeviceHealth], remedy: list[str] | None = None) -> None:
@@ -119,10 +129,12 @@ def health(
     """
     app: App = ctx.obj
     table = _table(app, xid_table)
-    record = record_log.load(app.host)
+    keeper = record_log.Keeper(lasting=watch, warn=False)  # a record it cannot write: one warning, no failure
+    record = keeper.load(app.host)
     found = check.look(app.host, app.nvml, table, record, window=window)
     devices = _select(app, device, found.devices)  # a name it does not watch: refused, nothing recorded
-    record_log.save(app.host, record)
+    keeper.save(app.host, record)
+    _warn(keeper)
     if not watch:
         from .. import remedies as view  # quarantined devices and this boot's remediations (docs/health.md)
 
@@ -142,10 +154,10 @@ def health(
             left = 1.0 if end is None else max(0.0, min(1.0, end - time.monotonic()))
             if watcher is not None:
                 events = watcher.wait(left)  # returns as soon as one comes
-                found = _look(app, table, window, _Replay(events))
+                found = _look(app, keeper, table, window, _Replay(events))
             else:
                 time.sleep(left)
-                found = _look(app, table, window)
+                found = _look(app, keeper, table, window)
             for e in found.new_events:
                 if chosen is None or e.bdf in chosen:
                     _stream(app, e)

@@ -9,17 +9,21 @@ from ..host import Host
 from ..nvml.model import Nvml
 from ..pci import Scan
 from . import check, xid
-from . import log as record_log
+from .log import Keeper
 from .model import STATES, DeviceHealth
 
 
-def current(host: Host, nvml: Nvml | None, *, save: bool = True, scan: Scan | None = None) -> list[DeviceHealth]:
+def current(
+    host: Host, nvml: Nvml | None, *, save: bool = True, scan: Scan | None = None, keeper: Keeper | None = None
+) -> list[DeviceHealth]:
     """Every watched device's health now (the record updated, when ``save``, as ``vgpukit health`` does).
-    ``scan``: the caller's PCI snapshot (what it read is not read again)."""
-    record = record_log.load(host)
+    ``scan``: the caller's PCI snapshot (what it read is not read again); ``keeper``: a long-running
+    caller's (the device plugin's), which keeps the record in memory while the file cannot be written."""
+    keeper = keeper or Keeper()
+    record = keeper.load(host)
     found = check.look(host, nvml, xid.builtin(), record, scan=scan)
     if save:
-        record_log.save(host, record)
+        keeper.save(host, record)  # a failed write never stops the answer (said once: Keeper)
     return found.devices
 
 

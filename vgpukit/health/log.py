@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, StorageFault
 from ..host import Host
 from ..inputs import load_json
 from ..logs import logger
@@ -78,3 +78,48 @@ def save(host: Host, record: Record) -> None:
         return  # nothing new: a poller looking every second writes nothing
     host.mkdir(path.parent)
     host.write_file(path, text)
+
+
+class Keeper:
+    """The health record of one process: read from the file, written back after each look. A write that
+    fails (a full, read-only or failing /run: :class:`~vgpukit.errors.StorageFault`) never stops the
+    look: the record is kept in memory and used for the next look (event cursors, AER totals, what was
+    seen), :attr:`note` says so once, and the file is written again once it can be (docs/health.md,
+    "The health record")."""
+
+    def __init__(self, lasting: bool = True, warn: bool = True) -> None:
+        self.memory: Record | None = None  # the record the file could not take, None while it can
+        self.note: str | None = None  # the line saying so, set at the first failure (and again after a recovery)
+        self.lasting = lasting  # a long-running look (the device plugin, health --watch), not one look
+        self.warn = warn  # log the note as a warning when it is set (else the caller shows it: :meth:`news`)
+        self._told = True
+
+    def load(self, host: Host) -> Record:
+        return self.memory if self.memory is not None else load(host)
+
+    def news(self) -> str | None:
+        """The note, the first time it is asked for after it was set (a front end prints it once)."""
+        if self._told:
+            return None
+        self._told = True
+        return self.note
+
+    def save(self, host: Host, record: Record) -> None:
+        try:
+            save(host, record)
+        except StorageFault as err:
+            first = self.memory is None
+            self.memory = record
+            if first:
+                then = (
+                    "health is kept in memory until the record can be written again"
+                    if self.lasting
+                    else "this look was not recorded (its events are reported again by the next one)"
+                )
+                self.note, self._told = f"{err.message}: {then}", False
+                if self.warn:
+                    log.warning("%s", self.note)
+            return
+        if self.memory is not None:
+            self.memory = None
+            log.info("the health record %s is written again", host.display(host.health_record()))

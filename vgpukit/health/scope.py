@@ -5,7 +5,7 @@ unusable, so a planner asks here first and loads nothing more for it."""
 
 from __future__ import annotations
 
-from ..naming import aliases
+from ..naming import aliases, vf_names
 from ..pci import PciDevice, Scan
 
 VFIO = "vfio-pci"
@@ -16,13 +16,14 @@ def watched(scan: Scan, names: dict[str, str]) -> list[tuple[PciDevice, str, str
     configured, in bus order; ``names``: :func:`vgpukit.naming.aliases` of ``scan``."""
     out = []
     gpus = {bdf for bdf, name in names.items() if name.startswith("gpu")}
+    vfs = vf_names(scan, names)  # a VF by the name listings show and commands take: ``gpu0 vf3``
     for dev in scan.devices():
         if dev.bdf in gpus:
             out.append((dev, names[dev.bdf], "gpu"))
         elif dev.physfn in gpus:
-            out.append((dev, dev.bdf, "vf"))
+            out.append((dev, vfs.get(dev.bdf, dev.bdf), "vf"))
         elif dev.driver == VFIO:
-            out.append((dev, dev.bdf, "vf" if dev.physfn else "pci"))
+            out.append((dev, vfs.get(dev.bdf, names.get(dev.bdf, dev.bdf)), "vf" if dev.physfn else "pci"))
         elif dev.sriov is not None and dev.sriov.num_vfs:
             out.append((dev, names.get(dev.bdf, dev.bdf), "pci"))
     return out

@@ -17,7 +17,7 @@ from ..clikit.options import json_option
 from ..clikit.output import emit, finish_read, say, table
 from ..clikit.params import NAME, AsciiFloat
 from ..partial import as_json
-from .cli_health import evicting, finish_unhealthy, health, remediate_every_option, unhealthy, with_remediation
+from .cli_health import evicting, finish_unhealthy, health, remediate_every_option, with_remediation
 from .cli_options import ShareChoice, device_metadata_option, replicas_option, vm_mode, vm_options
 from .stopping import Stop
 
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     lazy={
         "labels": ("vgpukit.k8s.cli_labels", "labels_cmd", ""),
         "kubevirt-config": ("vgpukit.k8s.cli_kubevirt", "kubevirt_config", ""),
+        "allocate": ("vgpukit.k8s.cli_allocate", "allocate_cmd", ""),
     },
 )
 def k8s() -> None:
@@ -117,50 +118,36 @@ def _log(line: str) -> None:
 @json_option
 @click.pass_obj
 def resources(app: App, replicas: int, version: str | None, partitionable: str, node: str, vms: str | None) -> None:
-    """Show the resources and devices the device plugin would advertise now (and the DRA plugin's slices)."""
+    """Show the resources and devices the device plugin would advertise now, with the health it would list
+    them with (and the DRA plugin's slices)."""
+    from .inventory import health_of
+
     inv = _poller(app, replicas, vms)()
-    marked = unhealthy(app, inv)  # what the running plugin would list Unhealthy
+    sick = health(app)()  # what the running plugin marks Unhealthy, by the same rule (quarantines too)
     view: dict[str, Any] = {}
     if version is not None:
         from .cli_dra import slices_view
 
         view = slices_view(_dra_opener(app), health(app), version, partitionable, node)
+    listed = [(name, d, *health_of(d, sick)) for name, devices in sorted(inv.resources.items()) for d in devices]
 
     def doc() -> dict[str, Any]:
-        return {
-            **view,
-            "resources": {
-                name: [
-                    {
-                        "id": d.id,
-                        "numa": d.numa,
-                        "cdi": d.cdi_name,
-                        "held_by": list(d.held_by),
-                        **({"unhealthy": marked[d.id]} if d.id in marked else {}),
-                    }
-                    for d in devices
-                ]
-                for name, devices in sorted(inv.resources.items())
-            },
-            "warnings": inv.warnings,
-            "unreadable": as_json(inv.unread),
-        }
+        resources: dict[str, list[dict[str, Any]]] = {name: [] for name in sorted(inv.resources)}
+        for name, d, state, why in listed:
+            entry = {"id": d.id, "numa": d.numa, "cdi": d.cdi_name, "held_by": list(d.held_by), "health": state}
+            resources[name].append({**entry, "why": why} if why else entry)
+        return {**view, "resources": resources, "warnings": inv.warnings, "unreadable": as_json(inv.unread)}
 
     def human() -> None:
         rows = [
-            (
-                name,
-                d.id,
-                d.numa if d.numa is not None else "-",
-                d.cdi_name or "-",
-                "; ".join(d.held_by) or "-",
-                f"Unhealthy: {marked[d.id]}" if d.id in marked else "Healthy",
-            )
-            for name, devices in sorted(inv.resources.items())
-            for d in devices
-        ]
+            (name, d.id, d.numa if d.numa is not None else "-", d.cdi_name or "-", "; ".join(d.held_by) or "-",
+             f"{health}: {why}" if why and not d.held_by else health)
+            for name, d, health, why in listed
+        ]  # fmt: skip
         rows += [("-", u.label, "-", "-", "-", f"not read: {u.reason}") for u in inv.unread]
         table(None, ["RESOURCE", "DEVICE", "NUMA", "CDI", "HELD BY", "HEALTH"], rows)
+        for w in inv.warnings:
+            sys.stderr.write(f"vgpukit: warning: {w}\n")
         if view:
             from .cli_dra import show
 
@@ -168,7 +155,7 @@ def resources(app: App, replicas: int, version: str | None, partitionable: str, 
 
     emit(app, "k8s-resources", doc, human)
     finish_read(app, inv.unread)  # a GPU NVML cannot answer for: nothing of it offered, named, exit 6
-    finish_unhealthy(app, inv, marked)  # offered Unhealthy (as the plugin lists them), named, exit 6
+    finish_unhealthy(app, inv, sick)  # offered Unhealthy by the health rule (not: held), named, exit 6
 
 
 @k8s.command("device-plugin")

@@ -13,6 +13,7 @@ from ..clikit.context import App
 from ..clikit.params import AsciiFloat
 
 if TYPE_CHECKING:
+    from ..host import Host
     from .agent import Agent
     from .inventory import Inventory
 
@@ -28,21 +29,38 @@ remediate_every_option = click.option(
 
 
 def health(app: App) -> Callable[[], dict[str, str]]:
-    """The unusable devices (BDF -> why) at every poll, from the health layer (which records them), and the
-    quarantined ones (vgpukit quarantine / drain / remediate) and their VFs."""
+    """The unusable devices (BDF -> why) at every poll, from the health layer (which records them; in memory
+    while the record cannot be written, said once), the VFs of an unusable PF (a PF's fault takes its VFs
+    with it, as the one exclusion predicate says), and the quarantined ones and their VFs."""
     from .. import quarantine as qr
     from ..health import fact
+    from ..health.log import Keeper
+
+    keeper = Keeper()
 
     def look() -> dict[str, str]:
         fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
         try:
-            devices = fact.current(fresh.host, fresh.nvml)
+            devices = fact.current(fresh.host, fresh.nvml, keeper=keeper)
+            sick = _with_vfs(fresh.host, fact.unusable(devices))
             # BDFs, and MIG devices' UUIDs; a quarantine's reason first
-            return {**fact.unusable(devices), **fact.unusable_slices(devices), **qr.reasons(fresh.host)}
+            return {**sick, **fact.unusable_slices(devices), **qr.reasons(fresh.host)}
         finally:
             fresh.close()
 
     return look
+
+
+def _with_vfs(host: Host, sick: dict[str, str]) -> dict[str, str]:
+    """``sick`` and the VFs of each PF in it (by its ``virtfnN`` links): ``carved from PF: why``."""
+    out = dict(sick)
+    for bdf, why in sick.items():
+        entries = host.listdir(host.pci_device(bdf)) if host.is_dir(host.pci_device(bdf)) else []
+        for name in entries:
+            vf = host.link_name(host.pci_device(bdf, name)) if name.startswith("virtfn") else None
+            if vf:
+                out.setdefault(vf, f"carved from {bdf}: {why}")
+    return out
 
 
 def evicting(app: App) -> Callable[[], dict[str, str]]:
@@ -69,29 +87,11 @@ def with_remediation(agent: Agent, app: App, command: str, seconds: float) -> Ag
     return agent
 
 
-def unhealthy(app: App, inv: Inventory) -> dict[str, str]:
-    """Device ID -> why, of the devices ``inv`` offers that the running plugin would list Unhealthy: the
-    health rule's (what :func:`health` looks at: unusable or quarantined) for the device, its PCI function
-    or that function's PF (``k8s resources`` marks them as the plugin does; docs/health.md, "One bad
-    device"). A read: the health record is not written."""
-    from .. import quarantine as qr
-    from ..health import fact
-
-    found = fact.current(app.host, app.nvml, save=False)  # a read: the health record is left as it is
-    sick = {**fact.unusable(found), **fact.unusable_slices(found), **qr.reasons(app.host)}  # as health()
-    out: dict[str, str] = {}
-    for devices in inv.resources.values():
-        for d in devices:
-            fn = inv.pci.get(d.topo_bdf)
-            pf = fn.physfn if fn is not None else None
-            why = sick.get(d.id) or sick.get(d.topo_bdf) or (sick.get(pf) if pf else None)
-            if why is not None:
-                out[d.id] = why
-    return out
-
-
-def finish_unhealthy(app: App, inv: Inventory, marked: dict[str, str]) -> None:
-    """End ``k8s resources`` with exit 6 naming the first device offered Unhealthy (and how many more)."""
+def finish_unhealthy(app: App, inv: Inventory, sick: dict[str, str]) -> None:
+    """End ``k8s resources`` with exit 6 naming the first device offered Unhealthy by the health rule
+    (``sick``: :func:`health`'s look; a device held outside Kubernetes is Unhealthy too, but no fault),
+    and how many more; docs/health.md, "One bad device"."""
+    marked = {d.id: why for ds in inv.resources.values() for d in ds if (why := sick.get(d.topo_bdf, sick.get(d.id)))}
     if not marked:
         return
     from ..clikit.output import fail_after_emit

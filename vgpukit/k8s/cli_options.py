@@ -50,6 +50,9 @@ def vm_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     def command(*args: Any, kubevirt: str | None, naming: str | None, **kwargs: Any) -> Any:
         if naming is not None and kubevirt is None:
             raise click.UsageError("--kubevirt-naming goes with --kubevirt")
+        given = click.get_current_context().get_parameter_source("replicas")
+        if kubevirt is not None and given not in (None, click.core.ParameterSource.DEFAULT):
+            raise click.UsageError("--share-replicas is for containers' gpu-share: not with --kubevirt")
         return fn(*args, vms=None if kubevirt is None else naming or kubevirt, **kwargs)
 
     command = click.option(

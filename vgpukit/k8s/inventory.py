@@ -24,7 +24,7 @@ one ``/proc`` scan of :mod:`vgpukit.holders` answers that, as ``sriov list`` and
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ..qos.model import QosConfig
 
 PREFIX = cdi.VENDOR  # vgpukit.io
+HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"  # the device plugin API's words
 GPU_SHARE = "gpu-share"
 DEFAULT_REPLICAS = 4  # gpu-share devices per GPU without QoS tenants
 _UNSAFE = re.compile(r"[^a-z0-9.-]+")
@@ -77,6 +78,18 @@ class Device:
     mounts: tuple[Mount, ...] = ()
     watch: tuple[str, ...] = ()  # VFIO nodes (/dev/vfio/12, /dev/vfio/devices/vfio3) a user holds open
     held_by: tuple[str, ...] = ()  # who holds them (empty: free), from one /proc scan per poll
+
+
+def health_of(dev: Device, sick: Mapping[str, str], allocated: Collection[str] = ()) -> tuple[str, str]:
+    """The one rule of a device's health as the device plugin lists it (``ListAndWatch``) and ``k8s
+    resources`` shows it: Unhealthy when the health layer finds its PCI function (or, a MIG slice, itself)
+    unusable (``sick``: BDF or UUID -> why), or when something outside Kubernetes holds it; (health, why)."""
+    for key in (dev.topo_bdf, dev.id):
+        if key in sick:
+            return UNHEALTHY, sick[key] or "unusable"
+    if dev.held_by and dev.id not in allocated:
+        return UNHEALTHY, f"held by {'; '.join(dev.held_by)}"
+    return HEALTHY, ""
 
 
 @dataclass

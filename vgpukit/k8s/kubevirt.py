@@ -21,7 +21,8 @@ vgpukit``)
 One IOMMU group is one device: VFIO hands out groups, and two VMs never share one. A group whose
 other members are all on VFIO (or on no driver, or bridges) is offered as its first function (the
 others come with it: their nodes are in the answer); a group with a member on a host driver is not
-offered (a warning says which), as QEMU could not open it.
+offered (a warning says which), as QEMU could not open it; nor is a PF with VFs enabled (a VM holding
+it could reset them: a warning says so).
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from ..cdi.spec import vendor_vfio
 from ..host import Host
 from ..host_layout import VFIO_DEV
 from ..mdev import sysfs as mdev_sysfs
+from ..mdev.model import MdevParent
 from ..pci import PciDevice, Scan
+from ..sriov.binding import pf_with_vfs
 from ..vgpu import hostview
 from ..vgpu.catalog import short_name
 from ..vgpu.model import GpuView, Vgpu
@@ -92,6 +95,7 @@ class Offers:
     warnings: list[str] = field(default_factory=list)
     types: dict[str, str] = field(default_factory=dict)  # every mdev type name offered here -> its resource
     type_ids: dict[str, str] = field(default_factory=dict)  # and type id -> type name
+    dra: set[str] = field(default_factory=set)  # what the DRA driver offers VMs here: vf, vgpu, mdev
 
     def add(self, name: str, kind: str, selector: str, dev: Device) -> None:
         self.resources.setdefault(name, Offer(name, kind, selector)).devices.append(dev)
@@ -137,7 +141,16 @@ def collect(host: Host, naming: str = "vgpukit", scan: Scan | None = None) -> Of
     vgpus = {v.id: v for v in hostview.vgpus(host, views)}
     nodes = _Nodes(host)
     _pci(host, out, nodes, vgpus, names)
-    _mdevs(host, out, nodes, vgpus, naming, views)
+    parents = mdev_sysfs.parents(host)
+    _mdevs(host, out, nodes, vgpus, naming, views, parents)
+    pfs = {d.physfn for d in out.pci.values() if d.is_vf}
+    if any(pf in out.pci and out.pci[pf].kind != "gpu" for pf in pfs):  # bound to vfio-pci at prepare
+        out.dra.add("vf")
+    if any(v.interface for v in views):  # vGPUs there or made at prepare
+        out.dra.add("vgpu")
+    gpu_parents = {p for v in views for p in v.parents}
+    if any(p.name not in gpu_parents for p in parents):
+        out.dra.add("mdev")
     return out
 
 
@@ -153,6 +166,10 @@ def _pci(host: Host, out: Offers, nodes: _Nodes, vgpus: dict[str, Vgpu], names: 
             others = ", ".join(f"{b.bdf} ({b.driver})" for b in blockers)
             out.warnings.append(f"{first.bdf}: IOMMU group {group} also holds {others}: not offered to VMs")
             continue
+        pf = next((f for f in fns if f.sriov is not None and f.sriov.num_vfs), None)
+        if pf is not None and pf.sriov is not None:
+            out.warnings.append(f"{pf_with_vfs(pf.bdf, pf.sriov.num_vfs)}: not offered to VMs")
+            continue
         members = iommu.members(host, group)
         found = nodes(group, [str(host.pci_device(m, VFIO_DEV)) for m in members if m in out.pci])
         if found is None:
@@ -163,11 +180,25 @@ def _pci(host: Host, out: Offers, nodes: _Nodes, vgpus: dict[str, Vgpu], names: 
             name = f"{NVIDIA}/{nvidia_type_name(v.name)}" if names else f"{PREFIX}/vm-vgpu-{_part(v.name)}"
         elif names is not None and first.vendor == NVIDIA_VENDOR:
             name = f"{NVIDIA}/{nvidia_pci_name(names, first.device)}"
+            if name == f"{NVIDIA}/{first.device.lower()}" and name not in out.resources:
+                out.warnings.append(_unnamed(names, first.device, name))
         else:
             name = f"{PREFIX}/vm-pci-{first.vendor}-{first.device}"
         env = (f"{env_name(PCI_ENV, name)}={first.bdf}",)
         dev = Device(first.bdf, first.bdf, first.numa_node, None, found[0], env, watch=found[1])
         out.add(name, "pci", f"{first.vendor}:{first.device}", dev)
+
+
+def _unnamed(names: PciNames, device: str, name: str) -> str:
+    """The warning for an NVIDIA function the PCI ID database cannot name: kubevirt-gpu-device-plugin names
+    it from its own pci.ids, so VM manifests written for that plugin ask for another name (decided in
+    docs/kubevirt.md: no guess from vgpukit's own list, whose names are not pci.ids')."""
+    where = "no pci.ids on this host" if names.source == "builtin" else f"its {names.source} does not know it"
+    return (
+        f"{NVIDIA_VENDOR}:{device.lower()} offered as {name} ({where}): kubevirt-gpu-device-plugin names it from"
+        " its own pci.ids; install the pci.ids package (Debian: pci.ids)"
+        " for the same names"
+    )
 
 
 def _part(type_name: str) -> str:
@@ -180,10 +211,18 @@ def _mdev_resource(type_name: str, type_id: str, vgpu: bool, naming: str) -> str
     return f"{NVIDIA}/{nvidia_type_name(type_name)}" if naming == "nvidia" else f"{PREFIX}/vm-vgpu-{_part(type_name)}"
 
 
-def _mdevs(host: Host, out: Offers, nodes: _Nodes, vgpus: dict[str, Vgpu], naming: str, views: list[GpuView]) -> None:
+def _mdevs(
+    host: Host,
+    out: Offers,
+    nodes: _Nodes,
+    vgpus: dict[str, Vgpu],
+    naming: str,
+    views: list[GpuView],
+    parents: list[MdevParent],
+) -> None:
     type_names: dict[tuple[str, str], str] = {}
     gpu_parents = {p for v in views for p in v.parents}
-    for p in mdev_sysfs.parents(host):
+    for p in parents:
         for t in p.types:
             tname = type_names[(p.name, t.type_id)] = t.name or t.type_id
             out.type_ids[t.type_id] = tname

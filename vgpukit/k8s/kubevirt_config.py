@@ -15,29 +15,32 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import kubevirt_cr
 from .dra.devices import DRIVER
 from .kubevirt import Offers
+from .kubevirt_cr import Entry
 
-DRA_CLASSES = {"vf": "vf.gpu.vgpukit.io", "gpu": "gpu.vgpukit.io", "vgpu": "vgpu.gpu.vgpukit.io"}
+# the DeviceClasses (deploy/kubernetes/dra/deviceclasses.yaml) a VM's claim can use: the DRA driver binds a VF
+# to vfio-pci at prepare and makes vGPUs on demand; its whole GPUs are on the NVIDIA driver, for containers
+# (a VM gets a whole GPU through the device plugin, bound to vfio-pci)
+DRA_CLASSES = {"vf": "vf.gpu.vgpukit.io", "vgpu": "vgpu.gpu.vgpukit.io", "mdev": "mdev.gpu.vgpukit.io"}
 DISK = {"name": "containerdisk", "disk": {"bus": "virtio"}}
 VOLUME = {"name": "containerdisk", "containerDisk": {"image": "quay.io/containerdisks/fedora:latest"}}
 
 
-def patch(offers: Offers) -> dict[str, Any]:
-    """The KubeVirt CR merge patch (``kubectl patch kubevirt kubevirt -n kubevirt --type merge``)."""
+def entries(offers: Offers) -> list[Entry]:
+    """The ``permittedHostDevices`` entries this node needs: one per PCI resource (by vendor:device), one per mdev
+    type its parents offer (by type name), all served by an external provider (vgpukit)."""
     pci = sorted({(o.selector, o.name) for o in offers.resources.values() if o.kind == "pci"})
     mdev = {**offers.types, **{o.selector: o.name for o in offers.resources.values() if o.kind == "mdev"}}
-    permitted: dict[str, Any] = {}
-    if pci:
-        permitted["pciHostDevices"] = [
-            {"pciVendorSelector": s, "resourceName": n, "externalResourceProvider": True} for s, n in pci
-        ]
-    if mdev:
-        permitted["mediatedDevices"] = [
-            {"mdevNameSelector": s, "resourceName": n, "externalResourceProvider": True}
-            for s, n in sorted(mdev.items())
-        ]
-    return {"spec": {"configuration": {"permittedHostDevices": permitted}}}
+    return [Entry("pci", s, n) for s, n in pci] + [Entry("mdev", s, n) for s, n in sorted(mdev.items())]
+
+
+def patch(offers: Offers, cr: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """The KubeVirt CR merge patch (``kubectl patch kubevirt kubevirt -n kubevirt --type merge``): the CR's
+    ``permittedHostDevices`` lists with this node's entries merged in (:func:`.kubevirt_cr.merge`), and the
+    warnings about the CR's entries that clash with this node's."""
+    return kubevirt_cr.patch(cr, entries(offers))
 
 
 def _type_names(value: Any) -> list[str]:
@@ -92,7 +95,8 @@ def _kind(offers: Offers, name: str) -> str:
 
 def examples(offers: Offers) -> list[dict[str, Any]]:
     """Example VMIs: device plugin ones for each kind this node has (a VF, a whole GPU, a vGPU, an mdev...),
-    then DRA ones (a claim template and its VMI) for a VF, a whole GPU, a vGPU."""
+    then DRA ones (a claim template and its VMI) for each kind the DRA driver offers VMs here (:attr:`Offers.dra`:
+    a VF, a vGPU, an mdev)."""
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
     for name in sorted(offers.resources):
@@ -103,25 +107,39 @@ def examples(offers: Offers) -> list[dict[str, Any]]:
         key = "gpus" if kind in ("gpu", "vgpu") else "hostDevices"
         out.append(_vmi(f"vm-{kind}", {key: [{"name": f"{kind}0", "deviceName": name}]}))
     for kind, cls in DRA_CLASSES.items():
+        if kind not in offers.dra:
+            continue
         template = {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaimTemplate",
             "metadata": {"name": f"vm-{kind}"},
             "spec": {"spec": {"devices": {"requests": [{"name": kind, "exactly": {"deviceClassName": cls}}]}}},
         }
-        key = "hostDevices" if kind == "vf" else "gpus"
+        key = "gpus" if kind == "vgpu" else "hostDevices"
         entry = {"name": f"{kind}0", "claimName": "devices", "requestName": kind}
         claims = [{"name": "devices", "resourceClaimTemplateName": f"vm-{kind}"}]
         out += [template, _vmi(f"vm-dra-{kind}", {key: [entry]}, claims)]
     return out
 
 
-NOTES = f"""\
+def notes(cr: dict[str, Any] | None) -> str:
+    """The comment block printed before the documents: how to apply the patch (the first document)."""
+    name, ns = kubevirt_cr.target(cr)
+    how = (
+        "merges this node's entries into the lists of the CR given with -f (every entry it has is kept)"
+        if cr is not None
+        else "holds this node's entries only: applied as is, it REPLACES the CR's lists (give the CR with -f)"
+    )
+    return f"""\
 # KubeVirt for this node's devices (vgpukit k8s kubevirt-config).
-# 1. the KubeVirt CR patch: kubectl patch kubevirt kubevirt -n kubevirt --type merge --patch-file FILE
-#    (the first document). Every mdev type this node offers is an external provider's, so KubeVirt's
-#    virt-handler keeps vgpukit's mdevs; KubeVirt must not create mdevs here: mediatedDevicesConfiguration
-#    enabled: false, or nodeMediatedDeviceTypes selecting other nodes only (give -f CR to check).
+# 1. the KubeVirt CR patch is the first document below; it {how}.
+#    Apply it: kubectl patch kubevirt {name} -n {ns} --type merge --patch-file FILE (kubectl reads the
+#    file's first document only). Several nodes: one after the other, each from the CR as the last left
+#    it (kubectl get kubevirt -n {ns} {name} -o yaml | vgpukit k8s kubevirt-config -f - --patch-only);
+#    a 409 Conflict means the CR changed since it was read: read it again (docs/kubevirt.md).
+#    Every mdev type this node offers is an external provider's, so KubeVirt's virt-handler keeps vgpukit's
+#    mdevs; KubeVirt must not create mdevs here: mediatedDevicesConfiguration enabled: false, or
+#    nodeMediatedDeviceTypes selecting other nodes only (-f CR checks it).
 # 2. the device plugin: vgpukit k8s device-plugin --kubevirt; DRA: vgpukit k8s dra-plugin --device-metadata
 #    (driver {DRIVER}; KubeVirt >= 1.9, or 1.6-1.8 with feature gates GPUsWithDRA / HostDevicesWithDRA).
 """

@@ -33,7 +33,7 @@ from ..host import Host
 from ..logs import logger
 from ..words import plural
 from . import preferred as pref
-from .inventory import Device, Inventory, carry_unread
+from .inventory import HEALTHY, UNHEALTHY, Device, Inventory, carry_unread, health_of
 from .stopping import Stopping
 from .v1beta1 import api_pb2 as api
 from .v1beta1 import api_pb2_grpc
@@ -41,7 +41,7 @@ from .v1beta1 import api_pb2_grpc
 log = logger("vgpukit.k8s")
 
 API_VERSION = "v1beta1"
-HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
+__all__ = ["HEALTHY", "UNHEALTHY", "Manager", "container_response", "plugin_dir"]  # HEALTHY: tests import it here
 RECOVER_POLLS = 3  # polls in a row a device must be found usable again before it is Healthy again
 KUBELET_SOCKET = "kubelet.sock"
 MODES = ("both", "cdi", "devices")  # what Allocate answers: CDI names, device specs/env/mounts, or both
@@ -85,9 +85,7 @@ class State:
     sick: frozenset[str] = frozenset()  # PCI functions the health layer finds unusable (debounced)
 
     def health(self, dev: Device) -> str:
-        if dev.topo_bdf in self.sick or dev.id in self.sick:  # its PCI function, or a MIG slice itself
-            return UNHEALTHY
-        return UNHEALTHY if dev.held_by and dev.id not in self.allocated else HEALTHY
+        return health_of(dev, dict.fromkeys(self.sick, ""), self.allocated)[0]
 
     def listing(self) -> list[tuple[str, str, int | None]]:
         return [(d.id, self.health(d), d.numa) for d in sorted(self.devices.values(), key=lambda d: d.id)]
@@ -156,30 +154,7 @@ class Servicer:
         return out
 
     def container(self, devices: Iterator[Device]) -> api.ContainerAllocateResponse:
-        resp = api.ContainerAllocateResponse()
-        nodes: dict[str, str] = {}
-        joined: dict[str, list[str]] = {}
-        for dev in devices:
-            if dev.cdi_name and self.mode != "devices":
-                resp.cdi_devices.append(api.CDIDevice(name=dev.cdi_name))
-            if dev.cdi_name and self.mode == "cdi":
-                continue
-            for n in dev.nodes:
-                nodes.setdefault(n, "rw")
-            for kv in dev.env:
-                key, _, value = kv.partition("=")
-                if key.startswith(JOINED_ENV):
-                    joined.setdefault(key, []).append(value)
-                else:
-                    resp.envs[key] = value
-            for m in dev.mounts:
-                mount = api.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
-                resp.mounts.append(mount)
-        for key, values in joined.items():
-            resp.envs[key] = ",".join(dict.fromkeys(values))
-        for path, perms in nodes.items():
-            resp.devices.append(api.DeviceSpec(container_path=path, host_path=path, permissions=perms))
-        return resp
+        return container_response(devices, self.mode)
 
     def GetPreferredAllocation(
         self, request: api.PreferredAllocationRequest, context: grpc.ServicerContext
@@ -197,6 +172,35 @@ class Servicer:
         self, request: api.PreStartContainerRequest, context: grpc.ServicerContext
     ) -> api.PreStartContainerResponse:
         return api.PreStartContainerResponse()
+
+
+def container_response(devices: Iterator[Device], mode: str) -> api.ContainerAllocateResponse:
+    """What ``Allocate`` answers for one container given ``devices`` (``mode``: :data:`MODES`); ``vgpukit k8s
+    allocate`` shows the same answer without a kubelet."""
+    resp = api.ContainerAllocateResponse()
+    nodes: dict[str, str] = {}
+    joined: dict[str, list[str]] = {}
+    for dev in devices:
+        if dev.cdi_name and mode != "devices":
+            resp.cdi_devices.append(api.CDIDevice(name=dev.cdi_name))
+        if dev.cdi_name and mode == "cdi":
+            continue
+        for n in dev.nodes:
+            nodes.setdefault(n, "rw")
+        for kv in dev.env:
+            key, _, value = kv.partition("=")
+            if key.startswith(JOINED_ENV):
+                joined.setdefault(key, []).append(value)
+            else:
+                resp.envs[key] = value
+        for m in dev.mounts:
+            mount = api.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+            resp.mounts.append(mount)
+    for key, values in joined.items():
+        resp.envs[key] = ",".join(dict.fromkeys(values))
+    for path, perms in nodes.items():
+        resp.devices.append(api.DeviceSpec(container_path=path, host_path=path, permissions=perms))
+    return resp
 
 
 class ResourcePlugin:

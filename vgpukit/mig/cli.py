@@ -42,7 +42,7 @@ def status(app: App, gpu: str | None) -> None:
     docs, unread = view.statuses(nvml, gpus, aliases(scan))  # a GPU NVML cannot answer for: marked
     docs = named(scan, docs)
     emit(app, "mig-status", {"gpus": docs, "unreadable": as_json(unread)}, lambda: show_status(docs))
-    finish_read(app, unread)
+    finish_read(app, unread, alone=gpu is not None)
 
 
 @mig.command("profiles")

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from ..clikit import userfile
 from ..clikit.context import App
 from ..clikit.options import dry_run_option, json_option
 from ..clikit.output import emit, fail_after_emit, finish_read, say
@@ -28,8 +29,6 @@ from ..pci import Scan
 from . import config, hooks, layout, migparted, service
 from .cli_common import aliases, nvml_of, report_plans
 from .config import select
-
-STDIN = "<stdin>"
 
 
 def _env(*names: str) -> list[str]:
@@ -87,8 +86,8 @@ def _load(
         raise InvalidInput(
             "no config file: give -f FILE", hint="or set VGPUKIT_MIG_CONFIG_FILE (mig-parted: MIG_PARTED_CONFIG_FILE)"
         )
-    source = STDIN if str(path) == "-" else str(path)
-    text = _read_stdin() if source == STDIN else _read(app, path, "mig-parted config", config.MAX_CONFIG_BYTES)
+    source = userfile.source(path)
+    text = userfile.read(app, path, "mig-parted config", config.MAX_CONFIG_BYTES)
     parsed = config.parse_file(text, source)
     chosen, entries = select(parsed.configs, name, source)
     return source, chosen, entries, config.screen(parsed.notes, chosen, strict)
@@ -149,7 +148,9 @@ def apply_cmd(
     head: dict[str, Any] = {"config": chosen, "warnings": warnings, "skipped": []}
     hk = hooks.Hooks()
     if hooks_path is not None:
-        hk = hooks.parse(_read(app, hooks_path, "hooks file", hooks.MAX_HOOKS_BYTES), str(hooks_path))
+        hk = hooks.parse(
+            app.host.read_doc(hooks_path, "hooks file", hooks.MAX_HOOKS_BYTES, user_file=True) or "", str(hooks_path)
+        )
     nvml = nvml_of(app)
     scan = Scan(app.host)
     opts: dict[str, Any] = {"mode_only": mode_only, "skip_reset": skip_reset}  # the planner reads health
@@ -242,7 +243,7 @@ def _host_env(app: App) -> dict[str, str]:
 
 
 def _abs(source: str) -> str:
-    return "-" if source == STDIN else os.path.abspath(source)
+    return "-" if source == userfile.STDIN else os.path.abspath(source)
 
 
 @click.command("assert")
@@ -370,21 +371,3 @@ def service_cmd(
         {"unit": service.UNIT, "text": text, "installed": not app.dry_run, "warnings": warnings},
         lambda: say(("would write " if app.dry_run else "wrote ") + ", ".join(s.path for s in steps)),
     )
-
-
-def _read(app: App, path: Path, what: str, limit: int) -> str:
-    """A file the user named, read where it is: a regular file within ``limit`` (``-f /dev/zero`` is
-    refused at once)."""
-    text = app.host.read_doc(path, what, limit, user_file=True)
-    assert text is not None
-    return text
-
-
-def _read_stdin() -> str:
-    data = sys.stdin.buffer.read(config.MAX_CONFIG_BYTES + 1)
-    if len(data) > config.MAX_CONFIG_BYTES:
-        raise InvalidInput(f"{STDIN}: larger than {config.MAX_CONFIG_BYTES} bytes")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidInput(f"{STDIN}: not UTF-8 text") from None

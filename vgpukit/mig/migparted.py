@@ -334,8 +334,8 @@ def assert_config(
     """The differences between the GPUs and the config, as mig-parted's assert sees them: the MIG
     mode of every GPU an entry selects (every entry), then (unless ``mode_only``) the MIG devices of
     the deciding entry. Empty: it matches. A selected GPU left alone (unusable, lost: read before any
-    NVML call on it) is a difference, ``cannot be applied: ...``; with ``skip_unusable`` (apply's own
-    check, which leaves it alone) it is not looked at."""
+    NVML call on it) is a difference, ``left alone: ...`` (as the host config's ``assert`` says it);
+    with ``skip_unusable`` (apply's own check, which leaves it alone) it is not looked at."""
     gpus = nvml.gpus()
     names = _names(scan)
     diff: list[str] = []
@@ -345,7 +345,7 @@ def assert_config(
     selected = [g for g in gpus if any(e.selects(g.index, ids.get(g.index)) for e in entries)]
     gone = {g.index for g in selected if _left_alone(exclusions, names, g, left)}
     if not skip_unusable:
-        diff += [f"cannot be applied: {err.message}" for err in left]
+        diff += [f"left alone: {err.message}" for err in left]
     try:
         choices = walk(entries, [g for g in gpus if g.index not in gone], ids, source)
     except Unsupported as exc:

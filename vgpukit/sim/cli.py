@@ -118,7 +118,10 @@ def info(app: App) -> None:
         if pid.isascii() and pid.isdigit() and int(pid) >= FIRST_PID:
             fd = app.host.readlink(app.host.proc(pid, "fd", "20"))
             held.append({"pid": int(pid), "holds": fd, "comm": app.host.read_opt(app.host.proc(pid, "comm"))})
-    data = {**meta, "root": str(root), "holders": held}
+    from . import storage
+
+    disks = storage.load(root)
+    data = {**meta, "root": str(root), "holders": held, "storage": disks}
 
     def human() -> None:
         say(f"profile {meta['profile']}: {meta.get('description', '')}")
@@ -127,6 +130,8 @@ def info(app: App) -> None:
             ["PID", "COMM", "HOLDS"],
             [[h["pid"], h["comm"], h["holds"]] for h in held],
         )
+        if disks:
+            table("storage faults (vgpukit sim fault storage)", ["DIRECTORY", "ERROR"], sorted(disks.items()))
 
     emit(app, "sim-info", data, human)
 

@@ -17,6 +17,7 @@ from ..clikit.output import emit, say, table
 from ..clikit.params import DEVICE, GPU_DEVICE, NAME, AsciiInt
 from ..errors import InvalidInput
 from ..nvml.errors import CODES_BY_NAME
+from ..words import plural
 from . import nvml as simdrv
 from . import nvml_events as simev
 
@@ -53,7 +54,8 @@ def _nvml_index(app: App, name: str) -> int:
 
 @click.group(cls=LazyGroup)
 def fault() -> None:
-    """Injected NVML failures of the simulated driver (each fires once)."""
+    """Faults of the simulated host: NVML call failures (each fires once), XIDs, ECC errors, lost GPUs, AER errors,
+    PF resets, full or failing file systems."""
 
 
 @fault.command("add")
@@ -83,17 +85,29 @@ def fault_add(app: App, call: str, error: str, nth: int, gpu: str | None) -> Non
 @json_option
 @click.pass_obj
 def fault_list(app: App) -> None:
-    """List the injected faults: call, error, nth, calls seen, GPU."""
+    """List the faults in force: NVML calls that will fail (call, error, nth, calls seen, GPU), then storage faults."""
+    from . import storage
+
     faults = simdrv.list_faults(_dir(app))
+    disks = storage.load(_dir(app))
     rows = [[f["call"], f["error"], f["nth"], f.get("seen", 0), f.get("gpu")] for f in faults]
-    emit(app, "sim-faults", {"faults": faults}, lambda: table(None, ["CALL", "ERROR", "NTH", "SEEN", "GPU"], rows))
+
+    def human() -> None:
+        table(None, ["CALL", "ERROR", "NTH", "SEEN", "GPU"], rows)
+        if disks:
+            table("storage faults", ["DIRECTORY", "ERROR"], sorted(disks.items()))
+
+    emit(app, "sim-faults", {"faults": faults, "storage": disks}, human)
 
 
 @fault.command("clear")
 @click.pass_obj
 def fault_clear(app: App) -> None:
-    """Remove every injected fault."""
+    """Remove every injected NVML call failure and every storage fault (lost GPUs: fault recover)."""
+    from . import storage
+
     simdrv.clear_faults(_dir(app))
+    storage.clear(_dir(app))
 
 
 @fault.command("xid")
@@ -147,7 +161,7 @@ def fault_pf_reset(app: App, pf: str) -> None:
     _dir(app)
     pf = _bdf(app, pf)
     gone = simev.pf_reset(_dir(app), pf)
-    say(f"{pf} reset: {len(gone)} VF(s) gone")
+    say(f"{pf} reset: {plural(len(gone), 'VF')} gone")
 
 
 @fault.command("aer")
@@ -159,7 +173,7 @@ def fault_aer(app: App, device: str, kind: str) -> None:
     _dir(app)
     bdf = _bdf(app, device)
     total = simev.aer(_dir(app), bdf, kind)
-    say(f"{bdf}: {total} {kind} AER error(s)")
+    say(f"{bdf}: {plural(total, f'{kind} AER error')}")
 
 
 @click.group(cls=LazyGroup)

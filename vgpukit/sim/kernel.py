@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import importlib
 import os
 from collections.abc import Callable, Iterator
@@ -122,8 +121,11 @@ def recover(root: Path) -> str | None:
 
 
 class SimKernel:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, wait: float | None = None) -> None:
+        from .lock import default_wait
+
         self.root = Path(os.path.realpath(root))
+        self.wait = default_wait() if wait is None else wait  # for its lock, as for the host lock (--wait)
         self._reactions: list[Reaction] | None = None  # imported at the first write: a read needs none
         # Crash testing: the process kills itself just before its Nth control-file write, or before its
         # Nth change of any file through the host door (control files, records, specs, removals).
@@ -137,7 +139,7 @@ class SimKernel:
         self.umask: int | None = None  # the process's, read at the first file a reaction creates
         self.char_nodes: bool | None = None  # whether device nodes are real ones (sim init --char-devices)
         if (sim_meta_dir(self.root) / LOG).exists():
-            with locked(self.root):
+            with locked(self.root, self.wait):
                 recover(self.root)
 
     def changing(self, change: Change) -> None:
@@ -192,15 +194,15 @@ class SimKernel:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """:func:`locked`, on a lock file opened once for the life of this kernel."""
+        from . import lock
+
         if self.lock_fd is None:
-            with locked(self.root):  # creates the directory and the file when missing
-                pass
-            self.lock_fd = os.open(sim_meta_dir(self.root) / "lock", os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-        fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
+            self.lock_fd = lock.open_lock(self.root)
+        lock.take(self.lock_fd, self.root, self.wait)
         try:
             yield
         finally:
-            fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+            lock.release(self.lock_fd)
 
     def _current(self) -> KernelState:
         """The kernel state: the one held, unless another process changed the files since."""

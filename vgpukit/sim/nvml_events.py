@@ -154,6 +154,8 @@ def pf_reset(sim_dir: Path, pf: str) -> list[str]:
     pf_dir = tree.device_dir(pf)
     if not pf_dir.is_dir():
         raise NotFound(f"no PCI device {pf} on the simulated host", value=pf)
+    if not (pf_dir / "sriov_totalvfs").exists():
+        raise InvalidInput(f"{pf} is not an SR-IOV PF: a PF reset takes VFs away only from one", value=pf)
     gone = []
     for entry in sorted(os.listdir(pf_dir)):
         if entry.startswith("virtfn"):

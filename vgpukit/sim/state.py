@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import stat
@@ -103,16 +102,20 @@ def read_state_bytes(root: Path, path: Path) -> bytes:
 
 
 @contextlib.contextmanager
-def locked(root: Path) -> Iterator[None]:
-    """Serialise kernel reactions between concurrent invocations on one sim host."""
-    lock = sim_meta_dir(root) / "lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+def locked(root: Path, wait: float | None = None) -> Iterator[None]:
+    """Serialise kernel reactions between concurrent invocations on one sim host (:mod:`.lock`: waits up
+    to ``wait`` seconds, ``VGPUKIT_WAIT`` when None, then exit 4 naming the holder)."""
+    from . import lock
+
+    fd = lock.open_lock(root)
+    try:
+        lock.take(fd, root, lock.default_wait() if wait is None else wait)
         try:
             yield
         finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+            lock.release(fd)
+    finally:
+        os.close(fd)
 
 
 KERNEL = "kernel.json"

@@ -37,16 +37,45 @@ def load(root: Path) -> dict[str, str]:
     return {str(k): str(v) for k, v in doc.items() if v in ERRORS} if isinstance(doc, dict) else {}
 
 
-def set_fault(root: Path, path: str, error: str | None) -> dict[str, str]:
-    """Make the file system holding ``path`` fail with ``error`` (None: work again); the faults now."""
-    norm = os.path.normpath("/" + path.strip("/"))
+def _holding(faults: dict[str, str], path: str) -> str | None:
+    """The fault (its directory) of the file system holding ``path``: the deepest one covering it (a fault
+    set on a deeper directory is a file system of its own mounted there)."""
+    covering = [p for p in faults if path == p or path.startswith(p + "/")]
+    return max(covering, key=len) if covering else None
+
+
+def normalize(path: str) -> str:
+    """An absolute directory of the host's files, as the host sees it (``/run``, ``/etc/cdi``)."""
+    parts = path.split("/")
+    if not path.startswith("/") or ".." in parts:
+        raise InvalidInput(f"{path}: give an absolute directory of the host's files without '..' (/run, /etc/cdi...)")
+    norm = os.path.normpath(path)
     if norm == "/" or norm.split("/")[1] in KERNEL_DIRS:
         raise InvalidInput(f"{path}: name a directory of the host's files (/run, /etc/cdi...), not / or a kernel one")
+    return norm
+
+
+def set_fault(root: Path, path: str, error: str | None) -> dict[str, str]:
+    """Make the file system holding ``path`` fail with ``error`` (None: the one holding it works again,
+    whichever directory its fault was set on); the faults now."""
+    norm = normalize(path)
     faults = load(root)
     if error is None:
-        faults.pop(norm, None)
+        holding = _holding(faults, norm)
+        if holding is not None:
+            del faults[holding]
     else:
         faults[norm] = error
+    _save(root, faults)
+    return faults
+
+
+def clear(root: Path) -> None:
+    """Every storage fault gone (``vgpukit sim fault clear``)."""
+    _save(root, {})
+
+
+def _save(root: Path, faults: dict[str, str]) -> None:
     target = sim_meta_dir(root) / FILE
     if faults:
         tmp = target.with_name(f".{FILE}.tmp")
@@ -54,17 +83,17 @@ def set_fault(root: Path, path: str, error: str | None) -> dict[str, str]:
         tmp.replace(target)
     else:
         target.unlink(missing_ok=True)
-    return faults
 
 
 def check(faults: dict[str, str], action: str, path: str, root: Path) -> None:
     """Raise the OSError the file system holding ``path`` (as the host sees it; ``root``: the simulated
     host) gives to ``action`` (a host-door change), if any."""
-    for prefix, name in faults.items():
-        if path == prefix or path.startswith(prefix + "/"):
-            code = ERRORS[name]
-            if code in (errno.ENOSPC, errno.EDQUOT) and (
-                action not in TAKES_SPACE or (action == "create" and os.path.lexists(f"{root}{path}"))
-            ):
-                continue  # removing a file, opening one that is there take no space
-            raise OSError(code, os.strerror(code), path)
+    holding = _holding(faults, path)
+    if holding is None:
+        return
+    code = ERRORS[faults[holding]]
+    if code in (errno.ENOSPC, errno.EDQUOT) and (
+        action not in TAKES_SPACE or (action == "create" and os.path.lexists(f"{root}{path}"))
+    ):
+        return  # removing a file, opening one that is there take no space
+    raise OSError(code, os.strerror(code), path)

@@ -134,15 +134,28 @@ def require_driver(host: Host, driver: str) -> None:
 
 
 def group_warnings(host: Host, bdf: str, also_moving: frozenset[str] = frozenset()) -> list[str]:
-    """Members of ``bdf``'s IOMMU group that would keep the group from being usable through VFIO."""
+    """Members of ``bdf``'s IOMMU group that would keep the group from being usable through VFIO, and
+    the VFs of a PF (``bdf``) that stay enabled under it."""
     from .. import iommu
     from ..host_layout import IOMMU_GROUP
 
+    numvfs = (host.read_opt(host.pci_device(bdf, "sriov_numvfs")) or "").strip()
+    vfs = [pf_with_vfs(bdf, int(numvfs))] if numvfs.isdigit() and int(numvfs) else []
     group = host.link_name(host.pci_device(bdf, IOMMU_GROUP))
     if group is None or not group.isdigit():
-        return [f"{bdf} has no IOMMU group: is the IOMMU enabled (intel_iommu=on / amd_iommu=on)?"]
-    return [
+        return [f"{bdf} has no IOMMU group: is the IOMMU enabled (intel_iommu=on / amd_iommu=on)?", *vfs]
+    return vfs + [
         f"IOMMU group {group} also holds {b.bdf} (bound to {b.driver}): VFIO hands out whole "
         f"groups, so bind it to {VFIO} too (or unbind it) before giving the group to a VM"
         for b in iommu.blockers(host, int(group), {bdf, *also_moving})
     ]
+
+
+def pf_with_vfs(bdf: str, numvfs: int) -> str:
+    """The one warning about a PF with VFs enabled given to VFIO (bind) or offered to VMs (KubeVirt):
+    a VM holding the PF can reset it, and its VFs with it (docs/sriov.md)."""
+    return (
+        f"{bdf} is a PF with {numvfs} VFs enabled: a VM given the PF can reset it and its VFs with it (and"
+        f" many PF drivers take the VFs down when unbound); disable them first"
+        f" (vgpukit sriov disable {bdf}) to give the PF to a VM"
+    )

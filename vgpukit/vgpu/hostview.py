@@ -51,7 +51,9 @@ def gpus(host: Host, scan: Scan) -> list[GpuView]:
         parents = tuple(p for p in (d.bdf, *vfs) if p in mdev_parents and _nvidia_types(host, p))
         vfio_vfs = tuple(v for v in vfs if host.exists(host.pci_device(v, "nvidia", "current_vgpu_type")))
         interface = MDEV if parents else VFIO if vfio_vfs else None
-        out.append(GpuView(d.bdf, names.get(d.bdf), d.name, interface, parents, vfio_vfs))
+        num = d.sriov.num_vfs if d.sriov else 0
+        missing = max(0, num - sum(1 for v in vfs if scan.exists(v)))
+        out.append(GpuView(d.bdf, names.get(d.bdf), d.name, interface, parents, vfio_vfs, missing, num))
     return out
 
 

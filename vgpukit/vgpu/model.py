@@ -61,13 +61,15 @@ class VgpuType(Record):
 
 
 class GpuView(Record):
-    __slots__ = ("bdf", "alias", "name", "interface", "parents", "vfs")  # noqa: RUF023 (field order)
+    __slots__ = ("bdf", "alias", "name", "interface", "parents", "vfs", "missing_vfs", "num_vfs")  # noqa: RUF023 (field order)
     bdf: str
     alias: str | None
     name: str
     interface: str | None  # None: no vGPU host driver interface found (or VFs not enabled)
     parents: tuple[str, ...]  # mdev parents (legacy)
     vfs: tuple[str, ...]  # VFs with nvidia/ (vendor VFIO)
+    missing_vfs: int  # VFs configured (sriov_numvfs) but not there: a PF reset took them away
+    num_vfs: int  # VFs configured (sriov_numvfs)
 
     def __init__(
         self,
@@ -77,8 +79,11 @@ class GpuView(Record):
         interface: str | None,
         parents: tuple[str, ...] = (),
         vfs: tuple[str, ...] = (),
+        missing_vfs: int = 0,
+        num_vfs: int = 0,
     ) -> None:
         self._init(bdf=bdf, alias=alias, name=name, interface=interface, parents=parents, vfs=vfs)
+        self._init(missing_vfs=missing_vfs, num_vfs=num_vfs)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -67,11 +67,14 @@ class VgpuPlan:
 # ----------------------------------------------------------------------------- the rules
 def require_interface(gpu: GpuView) -> str:
     if gpu.interface is None:
-        err = Unsupported(
-            f"{gpu.alias or gpu.bdf} ({gpu.name}) offers no vGPU types",
-            device=gpu.bdf,
-            hint="is the NVIDIA vGPU host driver loaded (and, on SR-IOV GPUs, VFs enabled with sriov-manage -e)?",
-        )
+        label = gpu.alias or gpu.bdf
+        hint = "is the NVIDIA vGPU host driver loaded (and, on SR-IOV GPUs, VFs enabled with sriov-manage -e)?"
+        if gpu.missing_vfs:  # sriov_numvfs says VFs are configured, but a PF reset took them away
+            hint = (
+                f"{gpu.missing_vfs} of its VFs are missing (a PF reset takes them away): re-create them with"
+                f" vgpukit sriov enable {label} --vfs {gpu.num_vfs} (or vgpukit apply); nothing was changed"
+            )
+        err = Unsupported(f"{label} ({gpu.name}) offers no vGPU types", device=gpu.bdf, hint=hint)
         raise at(err, "device")
     return gpu.interface
 
