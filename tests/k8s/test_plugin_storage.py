@@ -44,7 +44,7 @@ def test_a_bad_vf_turns_unhealthy_on_a_read_only_run(
         return fresh.host, None, fresh.close
 
     caplog.set_level(logging.WARNING, logger="vgpukit.health")
-    manager = Manager(host, kubevirt.Poller(open_host, "vgpukit"), "devices", health=k8s_cli._health(app))  # type: ignore[arg-type]
+    manager = Manager(host, kubevirt.Poller(open_host, "vgpukit"), "devices", health=k8s_cli.health(app))  # type: ignore[arg-type]
     events: list[str] = []
     stop = threading.Event()
     thread = threading.Thread(target=manager.run, args=(stop, 0.05, events.append), daemon=True)

@@ -54,6 +54,7 @@ def _reset(root: Path, index: int) -> tuple[int, str]:
     from .nvml import SimNvml
     from .nvml_events import pf_reset
     from .nvml_state import _locked
+    from .tree import SimTree
 
     with _locked(root, write=False) as state:
         g = state["gpus"][index]
@@ -72,7 +73,8 @@ def _reset(root: Path, index: int) -> tuple[int, str]:
         for key in ("ecc_corrected", "ecc_uncorrected", "recovery_action"):
             g.pop(key, None)
         g["resets"] = int(g.get("resets", 0)) + 1
-    pf_reset(root, bdf)  # its VFs go, as after a driver reload
+    if (SimTree(root).device_dir(bdf) / "sriov_totalvfs").exists():
+        pf_reset(root, bdf)  # its VFs go, as after a driver reload (a GPU without SR-IOV has none)
     return OK, f"GPU {_bus_id(bdf)} was successfully reset."
 
 
