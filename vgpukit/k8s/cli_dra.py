@@ -15,6 +15,7 @@ from ..clikit.context import App
 from ..clikit.options import json_option
 from ..clikit.output import emit, say, table
 from ..clikit.params import NAME, AsciiFloat
+from .cli_health import evicting
 from .cli_host import _dra_opener, _health, _log_to_stderr, _poller
 from .cli_options import ShareChoice, device_metadata_option, kubernetes_release, node_name
 from .stopping import Stop
@@ -197,6 +198,7 @@ def dra_plugin(
     driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app), partitionable, taints)
     driver.device_metadata = metadata  # KEP-5304 (docs/kubevirt.md)
     driver.unhealthy_effect = unhealthy_effect or "NoSchedule"  # NoExecute: Kubernetes evicts the pods
+    driver.evicting = evicting(app)  # drained / remediated devices: the taint's effect is NoExecute
     driver.capacity.choice = share  # shared by capacity
     stop = Stop().on_signals()  # before the servers: a SIGTERM from then on ends the plugin cleanly
     plugin = Plugin(app.host, driver, interval, Publisher(api, node, partitionable)).start()
