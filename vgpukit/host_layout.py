@@ -221,6 +221,24 @@ class SysfsLayout:
         name = f"{driver}-metadata-{check_component(uid, 'claim UID')}-{check_component(request, 'request')}.json"
         return self.run("cdi", check_component(name, "CDI spec"))
 
+    def remedy_state(self, *parts: str) -> Path:
+        """``/run/vgpukit/remedy``: what remediation did this boot (``history.json``: each run, its outcome
+        and escalations, read by ``vgpukit health``, the exporter and the rate limits)."""
+        return self.run("vgpukit", "remedy", *parts)
+
+    def device_resets(self) -> Path:
+        """``/run/vgpukit/health/resets.json``: when each device was last reset by vgpukit (BDF -> time):
+        the health layer counts no event from before it."""
+        return self.run("vgpukit", "health", "resets.json")
+
+    # ------------------------------------------------------------------ /var/lib
+    def quarantine_record(self, bdf: str | None = None) -> Path:
+        """``/var/lib/vgpukit/quarantine/<bdf>.json``: a device an operator or the remediation policy
+        quarantined (survives a reboot: ``vgpukit release`` ends it); without ``bdf``, the directory."""
+        if bdf is None:
+            return self.path("var", "lib", "vgpukit", "quarantine")
+        return self.path("var", "lib", "vgpukit", "quarantine", check_component(bdf, "PCI address") + ".json")
+
     # ------------------------------------------------------------------ programs
     def cuda_checkpoint_tools(self) -> list[Path]:
         """Where NVIDIA's ``cuda-checkpoint`` utility (driver R550+) is looked for, in order."""

@@ -137,6 +137,23 @@ def host_session(run: Session, tmp: Path) -> None:
     assert run.run_cli(sim, "sim", "fault", "add", "CreateGpuInstance", "--nth", "5").exit_code == 0
     run(sim, "sim", "fault", "list")
     run(sim, "recover")
+    assert run.run_cli(sim, "sim", "fault", "clear").exit_code == 0
+    run(sim, "quarantine", "gpu6", "--reason", "bench test")
+    run(sim, "release", "gpu6")
+    run(sim, "drain", "gpu6", "--dry-run")
+    run(sim, "reset", "gpu6")
+    assert run.run_cli(sim, "sim", "fault", "xid", "gpu7", "95").exit_code == 0
+    run(sim, "remediate", "gpu7", "--dry-run")
+    run(sim, "remediate", "gpu7")
+    assert run.run_cli(sim, "sim", "fault", "xid", "gpu7", "79").exit_code == 0
+    run(sim, "remediate", "gpu7", ok=(5,))
+    assert run.run_cli(sim, "sim", "fault", "xid", "gpu6", "95").exit_code == 0
+    policy = tmp / "remediation.yaml"
+    policy.write_text("vms: shutdown\n")
+    looked = run.run_cli(sim, "remediate", "--auto", "--policy", str(policy), "--for", "0", "--json")
+    assert looked.exit_code == 0 and looked.stdout, looked.stderr  # JSON lines: one event each
+    run.docs.extend(("remediate --auto", json.loads(line)) for line in looked.stdout.splitlines())
+    run(sim, "health", ok=(4,))
     run(sim, "units", "list")
     run(sim, "units", "install", "vgpukit-qos.service")
     run(sim, "sim", "reboot")

@@ -92,8 +92,10 @@ def test_units_run_the_installed_entry_point(tmp_path: Path) -> None:
         "vgpukit-mdev-start@.service",
         "vgpukit-qos.service",
         "vgpukit-exporter.service",
+        "vgpukit-remediate.service",
     }
     assert execs["vgpukit-exporter.service"] == f"ExecStart={script} exporter --listen :9401"
+    assert execs["vgpukit-remediate.service"] == f"ExecStart={script} remediate --auto"
     assert execs["vgpukit-mdev-restore.service"] == f"ExecStart={script} mdev start --all"
     assert execs["vgpukit-mdev-start@.service"] == f"ExecStart={script} mdev start --all --parent %I"
     assert execs["vgpukit-qos.service"] == f"ExecStart={script} qos daemon --config /etc/vgpukit/qos.yaml"

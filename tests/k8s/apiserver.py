@@ -8,6 +8,7 @@
   one JSON event per line, ``ADDED`` first, then ``MODIFIED`` on every change, until the timeout
 * ``PATCH /api/v1/nodes/NAME`` with a merge / strategic-merge patch of labels and annotations
   (CoreV1Api.patch_node); a ``null`` value deletes the key, as the API server does.
+* ``POST /api/v1/namespaces/NS/events`` (CoreV1Api.create_namespaced_event): kept in ``events``
 * ``GET /apis/resource.k8s.io/v1/namespaces/NS/resourceclaims/NAME``
   (ResourceV1Api.read_namespaced_resource_claim): the claims a test put in ``claims``.
 * ``/apis/resource.k8s.io/v1/resourceslices[/NAME]``: list (``fieldSelector`` on ``spec.nodeName``
@@ -62,6 +63,7 @@ class ApiServer:
         self.label_history: list[dict[str, str]] = []
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}  # (namespace, name) -> ResourceClaim
         self.slices: dict[str, dict[str, Any]] = {}  # name -> ResourceSlice (resourceVersion set)
+        self.events: list[dict[str, Any]] = []  # core/v1 Events created (POST /api/v1/namespaces/NS/events)
         self.closing = False
         handler = type("Handler", (_Handler,), {"api": self})
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -346,6 +348,14 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         path, query = self._record()
         body = self._body()
+        parts = path.strip("/").split("/")
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 5 and parts[4] == "events":
+            with self.api.changed:
+                body.setdefault("metadata", {})["namespace"] = parts[3]
+                self.api.events.append(body)
+                self.api.changed.notify_all()
+            self._send(201, body)
+            return
         if path != SLICES:
             self._not_found()
             return

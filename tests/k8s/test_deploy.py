@@ -52,7 +52,10 @@ def test_a_broken_manifest_is_caught() -> None:
 
 def test_rbac_is_least_privilege() -> None:
     (role,) = of_kind("ClusterRole")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},  # the remediation policy's events
+    ]
     assert not of_kind("Role") and not of_kind("RoleBinding")
     (binding,) = of_kind("ClusterRoleBinding")
     assert binding["subjects"] == [

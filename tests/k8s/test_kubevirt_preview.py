@@ -58,7 +58,7 @@ def test_resources_show_the_health_the_plugin_lists(tmp_path: Path) -> None:
     doc = _json(sim, "k8s", "resources", "--kubevirt")
     assert {d["health"] for d in doc["resources"][res]} == {"Healthy"}
     assert invoke(sim, "sim", "fault", "lost", "gpu0").exit_code == 0
-    doc = _json(sim, "k8s", "resources", "--kubevirt")
+    doc = _json(sim, "k8s", "resources", "--kubevirt", code=6)  # offered Unhealthy by the health rule: exit 6
     assert [(d["health"], d["why"]) for d in doc["resources"][res]] == [
         ("Unhealthy", "the GPU stopped answering (NVML: GPU is lost)")
     ] * 2

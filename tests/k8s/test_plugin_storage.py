@@ -14,8 +14,7 @@ import pytest
 from tests.conftest import invoke, make_sim
 from tests.k8s.kubelet import Kubelet
 from vgpukit.clikit.context import App
-from vgpukit.k8s import cli as k8s_cli
-from vgpukit.k8s import kubevirt
+from vgpukit.k8s import cli_health, kubevirt
 from vgpukit.k8s.plugin import Manager, plugin_dir
 from vgpukit.wiring import Wiring
 
@@ -44,7 +43,7 @@ def test_a_bad_vf_turns_unhealthy_on_a_read_only_run(
         return fresh.host, None, fresh.close
 
     caplog.set_level(logging.WARNING, logger="vgpukit.health")
-    manager = Manager(host, kubevirt.Poller(open_host, "vgpukit"), "devices", health=k8s_cli._health(app))  # type: ignore[arg-type]
+    manager = Manager(host, kubevirt.Poller(open_host, "vgpukit"), "devices", health=cli_health.health(app))  # type: ignore[arg-type]
     events: list[str] = []
     stop = threading.Event()
     thread = threading.Thread(target=manager.run, args=(stop, 0.05, events.append), daemon=True)

@@ -181,7 +181,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if IN_GUEST or skip_reason():
         return
     items = [i for i in session.items if _is_real_case(i)]
-    if not items:
+    steps_only = [i for i in session.items if "guest" in getattr(i, "fixturenames", ())]  # read GUEST_STEPS
+    if not items and not steps_only:  # a module of guest steps alone boots the guest too (no in-guest pytest)
         return
     bg = _Background([i.nodeid for i in items], list(session.items))
     session.config.stash[_GUEST] = bg

@@ -96,4 +96,4 @@ def test_enable_on_a_device_health_does_not_watch_opens_no_nvml(sim_dir: Path) -
 
     facts = planner.Facts(Host(sim_dir), nvml=no_nvml)
     steps = planner.plan(facts, planner.EnableRequest(NIC0, 4, "vfio-pci", timeout=5))
-    assert steps and facts.unusable(NIC0) is None
+    assert steps and facts.exclusions.why(NIC0) is None

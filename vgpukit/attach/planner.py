@@ -82,6 +82,20 @@ def check_not_held(host: Host, target: AttachTarget) -> None:
         )
 
 
+def check_not_quarantined(host: Host, found: list[AttachTarget]) -> None:
+    """The quarantine rule: no device (nor an mdev or VF carved from one) goes to a VM while quarantined."""
+    from .. import quarantine as qr
+    from ..host_layout import BDF_RE
+
+    quarantined = qr.load(host)
+    if not quarantined:
+        return
+    for t in found:
+        bdf = t.bdf if t.kind == "pci" else t.parent
+        if bdf and BDF_RE.match(bdf):
+            qr.refuse(host, bdf, t.label, quarantined)
+
+
 # ----------------------------------------------------------------------------- requests, outcome
 @dataclass(frozen=True)
 class Attach:
@@ -163,6 +177,7 @@ def targets_for(
         check_not_console(t)
         check_iommu(host, t)
         t.element(mac=mac, vlan=vlan)  # --mac on a non-NIC is bad input now, not after connecting
+    check_not_quarantined(host, targets)
     return targets
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import Busy, Conflict
+from ..errors import Busy, Conflict, DeviceUnusable
 from ..host import Host
 from ..libvirt.domain import Device
 from . import media
 from .devices import AttachTarget, resolve
 from .hostfacts import firmware_for, hugepage_warnings, placement_for
 from .model import DomainSpec
-from .planner import check_iommu, check_not_console
+from .planner import check_iommu, check_not_console, check_not_quarantined
 
 if TYPE_CHECKING:
     from ..nvml import Nvml
@@ -62,7 +62,12 @@ def domain(
         try:
             check_not_console(t)
             check_iommu(host, t)
-        except (Busy, Conflict) as exc:  # rendering is allowed; starting that VM would fail or take the console
+            check_not_quarantined(host, [t])
+        except (
+            Busy,
+            Conflict,
+            DeviceUnusable,
+        ) as exc:  # rendering is allowed; starting that VM would fail or take the console
             warnings.append(str(exc))
     fw = firmware_for(host, firmware)
     if fw.kind == "bios" and firmware == "auto":

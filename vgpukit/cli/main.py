@@ -47,6 +47,19 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "health",
         "Device health (XIDs, ECC, lost GPUs, AER, VFs gone), the action to take.",
     ),
+    "quarantine": (
+        "vgpukit.remedy.cli",
+        "quarantine_cmd",
+        "Keep every door from placing work on a device until released.",
+    ),
+    "release": ("vgpukit.remedy.cli", "release_cmd", "End a device's quarantine."),
+    "drain": ("vgpukit.remedy.cli", "drain_cmd", "Move all work off a device: VMs, processes, Kubernetes pods."),
+    "reset": ("vgpukit.remedy.cli", "reset_cmd", "Reset a device and rebuild exactly what it carried."),
+    "remediate": (
+        "vgpukit.remedy.cli",
+        "remediate_cmd",
+        "Quarantine, drain, reset, rebuild, verify and release a device: one journaled plan.",
+    ),
     "exporter": (
         "vgpukit.cli.cmd_exporter",
         "exporter",

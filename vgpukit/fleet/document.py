@@ -89,6 +89,7 @@ class HostConfig:
     vgpu: list[VgpuWant] = field(default_factory=list)
     mig: list[migconfig.Entry] | None = None
     qos: dict[str, Any] | None = None
+    remediation: dict[str, Any] | None = None  # the remediation policy (vgpukit.remedy.policy)
     mig_name: str | None = None  # the mig-configs name ``mig`` selects
     warnings: list[str] = field(default_factory=list)  # what mig-parted accepts silently (docs/mig.md)
     strict: bool = False  # such warnings refuse instead (--strict)
@@ -121,7 +122,7 @@ def _line(item: Any) -> int:
     return item.line if isinstance(item, _Map) else 0
 
 
-_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "boolean": (bool,)}
+_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
 
 
 class _Walker:
@@ -162,7 +163,7 @@ class _Walker:
             return value
         if kind is not None:
             ok = _TYPES[kind]
-            if not isinstance(value, ok) or (kind == "integer" and isinstance(value, bool)):
+            if not isinstance(value, ok) or (kind in ("integer", "number") and isinstance(value, bool)):
                 raise self._err(node, f"{what} must be {article(kind)}")
         if "pattern" in s and not re.search(s["pattern"], value):
             raise self._err(node, f"{what} is not a valid name ({s.get('description', 'see the schema')})")
@@ -293,6 +294,7 @@ class Document:
                 raise NotFound(f"{cfg.place('mig')}: config {name}: mig names no config under mig-configs")
             cfg.mig, cfg.mig_name = self.mig[raw["mig"]], raw["mig"]
         cfg.qos = raw.get("qos")
+        cfg.remediation = raw.get("remediation")
         return cfg
 
     def _sel(self, cfg: HostConfig, item: dict[str, Any], key: str, path: tuple[Any, ...]) -> Selector:

@@ -27,6 +27,7 @@ from ..errors import Busy, DeviceUnusable, InUse, InvalidInput, Unsupported, Vgp
 from ..exclusion import Exclusions, skipped_doc
 from ..holders import OpenFiles
 from ..inputs import where_in
+from ..mdev import converge as mdev_converge
 from ..mdev import planner as mdev_planner
 from ..mdev import sysfs as mdev_sysfs
 from ..pci import PciDevice, Scan, vf_address
@@ -37,7 +38,7 @@ from ..vgpu.catalog import short_name
 from ..vgpu.model import MDEV, GpuView
 from .document import HostConfig, Selector, VgpuWant
 
-AREAS = ("sriov", "bind", "mdev", "vgpu", "mig", "qos")
+AREAS = ("sriov", "bind", "mdev", "vgpu", "mig", "qos", "remediation")
 IDS_RE = re.compile(r"([0-9a-fA-F]{4}):([0-9a-fA-F]{4})\Z")
 FORCE_KEY = "set force: true on the vfio entry"  # how a host config overrides what --force overrides
 T = TypeVar("T")
@@ -203,6 +204,7 @@ def _plan(ctx: _Ctx) -> Plan:
     out.add("mdev", mdev_add)
     out.add("vgpu", vgpu_add)
     out.add("qos", _qos(ctx, out))
+    out.add("remediation", _remediation(ctx))
     out.skipped = ctx.skipped
     return out
 
@@ -303,7 +305,7 @@ def _mdev(ctx: _Ctx) -> tuple[list[Step], list[Step]]:
         ctx.at(sel)
         if ctx.scan.exists(parent) and ctx.excluded("mdev", sel, parent):
             continue
-        r, a = ctx.located(sel, lambda: mdev_planner.converge(facts, [parent], wants))  # noqa: B023
+        r, a = ctx.located(sel, lambda: mdev_converge.converge(facts, [parent], wants))  # noqa: B023
         rm += r
         add += a
     return rm, add
@@ -362,6 +364,11 @@ def _qos(ctx: _Ctx, out: Plan) -> list[Step]:
         raise InvalidInput(f"{where}: config {ctx.cfg.name}: qos: {err}") from None
     try:
         found = qos_planner.plan_config(ctx.host, want, nvml=lambda: ctx.env.nvml, mig=ctx.mig_after)
+    except DeviceUnusable as err:  # a new tenant on a quarantined device: the section is left alone, the rest done
+        located = f"{ctx.cfg.place('qos')}: config {ctx.cfg.name}: {err.message}"
+        name = naming.aliases(ctx.scan).get(err.device or "", err.device or "")
+        ctx.skipped.append(("qos", name, DeviceUnusable(located, device=err.device, hint=err.hint)))
+        return []
     except VgpukitError as err:  # two keys of one GPU: the error is placed at one, name the other's line
         also = err.__dict__.get("also")
         if also:
@@ -371,3 +378,16 @@ def _qos(ctx: _Ctx, out: Plan) -> list[Step]:
     out.warnings += found.warnings
     out.unmet += found.unmet
     return found.steps
+
+
+# ----------------------------------------------------------------------------- remediation
+def _remediation(ctx: _Ctx) -> list[Step]:
+    """The ``remediation:`` section: the policy file the runner reads (docs/health.md, "Remediation")."""
+    if ctx.cfg.remediation is None:
+        return []
+    from ..remedy import policy
+
+    try:
+        return policy.plan_config(ctx.host, ctx.cfg.remediation)
+    except VgpukitError as err:
+        raise InvalidInput(f"{ctx.cfg.place('remediation')}: config {ctx.cfg.name}: {err}") from None

@@ -17,6 +17,7 @@ from ..naming import aliases
 from ..nvml.errors import GPU_IS_LOST, NvmlError
 from ..nvml.model import EventWatcher, Nvml, NvmlEvent
 from ..pci import PciDevice, Scan
+from . import resets
 from .log import Record
 from .model import DEFAULT_WINDOW, DeviceHealth, HealthEvent, event, summarize, summarize_slices
 from .scope import VFIO, watched
@@ -187,10 +188,11 @@ def look(
         event(float(r["time"]), r["device"], r["bdf"], r["kind"], r["data"], table, r.get("gi", -1))
         for r in record.events
     ]
+    reset_at = resets.load(host)  # a reset by vgpukit is a recovery point too (vgpukit reset / remediate)
     out = []
     for bdf, (name, kind) in devices.items():
         evs = [e for e in past if e.bdf == bdf]
-        since = float(pci[bdf].get("cleared", 0))
+        since = max(float(pci[bdf].get("cleared", 0)), reset_at.get(bdf, 0.0))
         counted = [e for e in evs if e.time >= since]  # a new event of this very look counts
         health = summarize(name, bdf, kind, findings.get(bdf, []), evs, table, now, window, counted)
         if any(e.slice_scoped for e in counted):

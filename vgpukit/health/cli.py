@@ -60,7 +60,7 @@ def _warn(keeper: record_log.Keeper) -> None:
         click.echo(f"vgpukit: warning: {note}", err=True)
 
 
-def _render(devices: list[DeviceHealth]) -> None:
+def _render(devices: list[DeviceHealth], remedy: list[str] | None = None) -> None:
     rows = []
     for d in devices:
         rows.append([d.device, d.bdf, d.state, d.action, "; ".join(d.reasons)])
@@ -77,6 +77,11 @@ def _render(devices: list[DeviceHealth]) -> None:
         say("recent events:")
         for e in recent:
             say(f"  {_stamp(e.time)}  {e.line()}")
+    if remedy:
+        say("")
+        say("remediation:")
+        for line in remedy:
+            say(line)
 
 
 def _stamp(t: float) -> str:
@@ -132,7 +137,11 @@ def health(
     keeper.save(app.host, record)
     _warn(keeper)
     if not watch:
-        emit(app, "health", {"devices": [d.as_dict() for d in devices], "window": window}, lambda: _render(devices))
+        from .. import remedies as view  # quarantined devices and this boot's remediations (docs/health.md)
+
+        cure = view.section(app.host)
+        doc = {"devices": [d.as_dict() for d in devices], "window": window, "remediation": cure}
+        emit(app, "health", doc, lambda: _render(devices, view.lines(cure)))
         ctx.exit(exit_code(devices))
     chosen = {d.bdf for d in devices} if device is not None else None
 

@@ -18,6 +18,11 @@ host changes (a device let go) and ``apply --dry-run`` says it would pass; 6 (a 
 layer finds unusable was left alone, everything else applied) is ``partial`` with the message
 ``left alone: ...``; anything else is ``failed``. Both labels and the annotation go in one
 ``PATCH /api/v1/nodes/NAME``.
+
+The agent also runs the remediation policy the config installs (docs/health.md, "Remediation"): one
+look every ``remedy_s`` seconds (``vgpukit remediate --auto --for 0 --json``, :class:`RemedyRunner`),
+each event a Kubernetes Event on the Node (``VgpukitRemediation``, ``VgpukitEscalation``: a device
+that needs a reboot, ``VgpukitRemediationFailed``).
 """
 
 from __future__ import annotations
@@ -108,6 +113,62 @@ def outcome(code: int, stdout: str) -> ApplyOutcome:
     return ApplyOutcome(FAILED, message or f"apply exited with {code}")
 
 
+class RemedyRunner:
+    """Runs one look of the remediation policy (``vgpukit remediate --auto --for 0 --json``) as a
+    subprocess, with this agent's --root/--sim: the events it reports, one JSON document a line. No
+    policy installed (exit 3): no events (the host config has no ``remediation:`` section)."""
+
+    def __init__(self, command: str, root: Path | None = None, sim_dir: Path | None = None) -> None:
+        self.command = command
+        self.where = ["--sim", str(sim_dir)] if sim_dir else ["--root", str(root)] if root else []
+
+    def argv(self) -> list[str]:
+        return [self.command, *self.where, "remediate", "--auto", "--for", "0", "--json"]
+
+    def __call__(self) -> list[dict[str, Any]]:
+        try:
+            proc = subprocess.run(self.argv(), capture_output=True, text=True, timeout=APPLY_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return [{"outcome": "failed", "message": f"could not run remediate --auto: {type(err).__name__}"}]
+        if proc.returncode == 3:
+            return []
+        out = []
+        for line in proc.stdout.splitlines():
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(doc, dict) and doc.get("schema") == "vgpukit.remedy-event/v1":
+                out.append(doc)
+        if proc.returncode and not out:
+            out.append({"outcome": "failed", "message": f"remediate --auto exited with {proc.returncode}"})
+        return out
+
+
+def event_body(node: str, ev: dict[str, Any]) -> dict[str, Any]:
+    """A core/v1 Event on this Node for one remediation event (Warning unless it went well)."""
+    import datetime
+
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    outcome = str(ev.get("outcome", ""))
+    reason = {"escalated": "VgpukitEscalation", "failed": "VgpukitRemediationFailed"}.get(outcome, "VgpukitRemediation")
+    what = str(ev.get("what", "remediate"))
+    device = str(ev.get("device", "?"))
+    esc = f" needs a {ev['escalate']}:" if ev.get("escalate") else ""
+    message = f"{device} ({ev.get('bdf', '?')}): {what} {outcome}:{esc} {ev.get('message', '')}".strip()[:1000]
+    return {
+        "metadata": {"generateName": f"{node}.vgpukit-remedy-"},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node},
+        "reason": reason,
+        "message": message,
+        "type": "Normal" if outcome == "done" else "Warning",
+        "source": {"component": "vgpukit-node-agent", "host": node},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
 def kube_api(kubeconfig: str | None) -> Any:
     """CoreV1Api from the in-cluster service account, else the kubeconfig file."""
     from kubernetes import client
@@ -173,6 +234,8 @@ class Agent:
         self.check = check  # apply --dry-run: whether a refused config would pass now
         self.longest_s = LONGEST_S  # with host events: the longest wait for a busy host's lock
         self.done: str | None = None  # the config whose outcome (success / failed) was reported last
+        self.remedy: Callable[[], list[dict[str, Any]]] | None = None  # one look of the remediation policy
+        self.remedy_s = 30.0  # seconds between two looks
 
     def labels(self, obj: Any) -> dict[str, str]:
         return dict(obj.metadata.labels or {})
@@ -201,10 +264,31 @@ class Agent:
             self.done = name
         return result
 
+    def remediate(self) -> int:
+        """One look of the remediation policy; each event becomes a Kubernetes Event on this Node. How many."""
+        if self.remedy is None:
+            return 0
+        events = self.remedy()
+        for ev in events:
+            self.api.create_namespaced_event("default", event_body(self.node, ev))
+            self.log(f"{self.node}: remediation: {event_body(self.node, ev)['message']}")
+        return len(events)
+
+    def _remedy_loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.remediate()
+            except Exception as err:  # the API server went away: log one line, try at the next look
+                self.log(f"{self.node}: remediation events: {api_error(err)}")
+            stop.wait(self.remedy_s)
+
     def run(self, stop: threading.Event) -> None:
         """Reconcile, then follow the node's label until ``stop``. A busy host is tried again when its
         lock is released, a config refused for devices in use when the host changes and a dry run says
-        it would pass (with ``host``; without: a busy host every ``retry_s``, a refused config never)."""
+        it would pass (with ``host``; without: a busy host every ``retry_s``, a refused config never).
+        With a remediation runner, its policy looks at the host every ``remedy_s`` seconds meanwhile."""
+        if self.remedy is not None:
+            threading.Thread(target=self._remedy_loop, args=(stop,), daemon=True, name="remediation").start()
         inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         if self.host is not None:
             self.host.on_change(lambda kinds: inbox.put(("host", kinds)))

@@ -18,6 +18,7 @@ from ..clikit.output import emit, finish_read, say, table
 from ..clikit.params import NAME, AsciiFloat
 from ..clikit.watch import resync_option, start_watch
 from ..partial import as_json
+from .cli_health import finish_unhealthy, remediate_every_option, with_remediation
 from .cli_host import _dra_opener, _health, _log, _options, _poller
 from .cli_options import ShareChoice, kubernetes_release, node_name, replicas_option, vm_mode, vm_options
 from .stopping import Bell, Stop
@@ -106,7 +107,7 @@ def resources(
     if version is None and given:
         raise click.UsageError(f"{given[0]} goes with --kubernetes (the DRA plugin's slices for that release)")
     inv = _poller(app, replicas, vms)()
-    sick = _health(app)()  # what the running plugin marks Unhealthy, by the same rule
+    sick = _health(app)()  # what the running plugin marks Unhealthy, by the same rule (quarantines too)
     view: dict[str, Any] = {}
     if version is not None:
         from .cli_dra import slices_view
@@ -122,8 +123,8 @@ def resources(
 
     def doc() -> dict[str, Any]:
         resources: dict[str, list[dict[str, Any]]] = {name: [] for name in sorted(inv.resources)}
-        for name, d, health, why in listed:
-            entry = {"id": d.id, "numa": d.numa, "cdi": d.cdi_name, "held_by": list(d.held_by), "health": health}
+        for name, d, state, why in listed:
+            entry = {"id": d.id, "numa": d.numa, "cdi": d.cdi_name, "held_by": list(d.held_by), "health": state}
             resources[name].append({**entry, "why": why} if why else entry)
         return {**view, "resources": resources, "warnings": inv.warnings, "unreadable": as_json(inv.unread)}
 
@@ -144,6 +145,7 @@ def resources(
 
     emit(app, "k8s-resources", doc, human)
     finish_read(app, inv.unread)  # a GPU NVML cannot answer for: nothing of it offered, named, exit 6
+    finish_unhealthy(app, inv, sick)  # offered Unhealthy by the health rule (not: held), named, exit 6
 
 
 @k8s.command("device-plugin")
@@ -217,8 +219,11 @@ def device_plugin(app: App, replicas: int, interval: float, resync: float, mode:
     help="The vgpukit executable that runs 'apply' (with this command's --root/--sim).",
 )
 @click.option("--once", is_flag=True, help="Act on the node's current label once, then exit.")
+@remediate_every_option
 @click.pass_obj
-def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, apply_command: str, once: bool) -> None:
+def node_agent(
+    app: App, node: str, config_file: Path, kubeconfig: str | None, apply_command: str, once: bool, remedy_s: float
+) -> None:
     """Apply the named host config that the node label vgpukit.io/config selects.
 
     Watches this Node; on a new value runs 'vgpukit apply -f FILE -c NAME --json' and reports
@@ -232,12 +237,14 @@ def node_agent(app: App, node: str, config_file: Path, kubeconfig: str | None, a
     runner = ApplyRunner(apply_command, config_file, root=app.root, sim_dir=app.sim_dir)
     host = None if once else AgentHost(app.host, start_watch(app, {}, nvml=False))  # lock let go, devices let go
     agent = Agent(kube_api(kubeconfig), node, runner, log=_log, host=host, check=runner.check)
+    agent = with_remediation(agent, app, apply_command, remedy_s)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # a watch blocks in a read: interrupt it
         signal.signal(sig, _exit)
     if once:
         try:
             agent.reconcile(agent.current_config())
+            agent.remediate()
         except Exception as err:
             raise api_error(err) from None
         return

@@ -43,7 +43,8 @@ def allocate_cmd(app: App, devices: tuple[str, ...], replicas: int, mode: str, v
     allocated."""
     from google.protobuf.json_format import MessageToDict
 
-    from .cli_host import _health, _poller
+    from .cli_host import _health as health_look
+    from .cli_host import _poller
     from .inventory import HEALTHY, health_of
     from .plugin import container_response
 
@@ -57,7 +58,7 @@ def allocate_cmd(app: App, devices: tuple[str, ...], replicas: int, mode: str, v
             f"no device {', '.join(unknown)[:200]} offered to {mode_name} here",
             hint=f"see: vgpukit k8s resources{' --kubevirt' if vms else ''}",
         )
-    sick = _health(app)()
+    sick = health_look(app)()
     by_resource: dict[str, list[str]] = {}
     for i in dict.fromkeys(devices):
         by_resource.setdefault(where[i][0], []).append(i)

@@ -205,6 +205,7 @@ def dra_plugin(
     driver = Driver(node, _dra_opener(app), ClaimReader(api), lambda: model.get("sick") or {}, partitionable, taints)
     driver.device_metadata = metadata  # KEP-5304 (docs/kubevirt.md)
     driver.unhealthy_effect = unhealthy_effect or "NoSchedule"  # NoExecute: Kubernetes evicts the pods
+    driver.evicting = lambda: model.get("evicting") or {}  # drained / remediated: the taint's effect NoExecute
     driver.capacity.choice = share  # shared by capacity
     driver.model = model
     plugin = Plugin(app.host, driver, interval, Publisher(api, node, partitionable)).start()

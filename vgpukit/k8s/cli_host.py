@@ -39,22 +39,12 @@ def _poller(app: App, replicas: int, vms: str | None = None) -> Callable[[], Inv
 
 
 def _health(app: App) -> Callable[[], dict[str, str]]:
-    """The unusable devices (BDF -> why) at every poll, from the health layer (which records them; in memory
-    while the record cannot be written, said once)."""
-    from ..health import fact
-    from ..health.log import Keeper
+    """The unusable devices (BDF -> why) at every poll: the one look of the Kubernetes commands
+    (:func:`vgpukit.k8s.cli_health.health`: the health layer's unusable devices, the VFs of an unusable PF,
+    the quarantined devices)."""
+    from .cli_health import health
 
-    keeper = Keeper()
-
-    def look() -> dict[str, str]:
-        fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
-        try:
-            devices = fact.current(fresh.host, fresh.nvml, keeper=keeper)
-            return {**fact.unusable(devices), **fact.unusable_slices(devices)}  # BDFs, and MIG devices' UUIDs
-        finally:
-            fresh.close()
-
-    return look
+    return health(app)
 
 
 def _log(line: str) -> None:

@@ -4,7 +4,8 @@
   are read again, the rest kept), recomputed when PCI functions, vgpukit's files or NVML change;
 * ``held``: the same devices with who holds them (one ``/proc`` scan), read again when a VFIO node is
   opened or closed too;
-* ``health``, ``sick``: the health layer's (:mod:`vgpukit.health.watched`).
+* ``health``, ``sick``: the health layer's (:mod:`vgpukit.health.watched`), ``sick`` and ``evicting`` as
+  the Kubernetes commands read them (:mod:`.cli_health`: quarantined devices too).
 """
 
 from __future__ import annotations
@@ -45,11 +46,25 @@ def kubevirt_views(naming: str) -> dict[str, View]:
     return {"inventory": view(inventory, *DEVICES), "held": view(held, *DEVICES, "holders")}
 
 
+def k8s_health_views() -> dict[str, View]:
+    """The health layer's views (the record kept current), ``sick`` as the Kubernetes commands read it
+    (:func:`.unusable.unusable`: a PF's VFs and quarantined devices too), and ``evicting``: the
+    quarantined devices whose pods Kubernetes should evict (quarantines are journaled changes: a commit
+    refreshes them)."""
+    from .. import quarantine as qr
+    from .unusable import unusable
+
+    views = health_views(save=True)
+    views["sick"] = view(lambda r: unusable(r.host, r.value("health") or []), *DEVICES)
+    views["evicting"] = view(lambda r: qr.evicting(r.host), *DEVICES)
+    return views
+
+
 def device_plugin_views(options: Callable[[Host], Options], vms: str | None = None) -> dict[str, View]:
     """The device plugin's: its inventory with who holds the devices (``vms``: the KubeVirt mode's naming),
     health (its record kept current)."""
     devices = kubevirt_views(vms) if vms else inventory_views(options)
-    return {**devices, **health_views(save=True)}
+    return {**devices, **k8s_health_views()}
 
 
 def dra_views() -> dict[str, View]:
@@ -58,7 +73,7 @@ def dra_views() -> dict[str, View]:
     from .dra.ondemand_vgpu import types_on
     from .dra.slices import NvmlFacts
 
-    views = {**inventory_views(lambda _host: Options(replicas=1)), **health_views(save=True)}
+    views = {**inventory_views(lambda _host: Options(replicas=1)), **k8s_health_views()}
     views["facts"] = view(lambda r: NvmlFacts(r.nvml), *DEVICES)
     views["vgpu_types"] = view(lambda r: types_on(r.host, r.scan), *DEVICES)  # each vGPU's vgpuTypeID
     return views

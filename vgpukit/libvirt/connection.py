@@ -118,6 +118,45 @@ class Libvirt:
         dom = self._dom(name)
         return int(self._call(f"reading the CPU time of {name!r}", dom.info)[4])
 
+    # ------------------------------------------------------------------ lifecycle (draining a device)
+    def exists(self, name: str) -> bool:
+        try:
+            self._dom(name)
+        except NotFound:
+            return False
+        return True
+
+    def shutdown(self, name: str) -> None:
+        """Ask the guest to shut down (ACPI): it may take its time, or ignore it."""
+        dom = self._dom(name)
+        self._call(f"shutting down {name!r}", dom.shutdown)
+
+    def destroy(self, name: str) -> None:
+        """Stop the domain at once (pull the plug)."""
+        dom = self._dom(name)
+        self._call(f"destroying {name!r}", dom.destroy)
+
+    def managed_save(self, name: str) -> None:
+        """Save the domain's state to libvirt's managed save image and stop it; the next start restores it."""
+        dom = self._dom(name)
+        self._call(f"saving {name!r} (managed save)", lambda: dom.managedSave(0))
+
+    def start(self, name: str) -> None:
+        """Start a defined domain (from its managed save image when it has one)."""
+        dom = self._dom(name)
+        self._call(f"starting {name!r}", dom.create)
+
+    def create_xml(self, xml: str) -> str:
+        """Start a transient domain from its XML."""
+        dom = self._call("starting a transient domain", lambda: self.conn.createXML(xml, 0))
+        return str(dom.name())
+
+    def migrate(self, name: str, dest: Libvirt) -> None:
+        """Live-migrate the domain to ``dest`` (persistent there, undefined here)."""
+        dom = self._dom(name)
+        flags = self.lv.VIR_MIGRATE_LIVE | self.lv.VIR_MIGRATE_PERSIST_DEST | self.lv.VIR_MIGRATE_UNDEFINE_SOURCE
+        self._call(f"migrating {name!r} to {dest.uri}", lambda: dom.migrate(dest.conn, flags, None, None, 0))
+
     def close(self) -> None:
         try:
             self.conn.close()

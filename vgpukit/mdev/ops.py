@@ -61,7 +61,7 @@ def create(
     req = planner.Create(
         type_id, count, parent, tuple(parents) if parents is not None else None, uid, strategy, numa, define, auto
     )
-    todo = planner.create(planner.read(host), req)
+    todo = planner.create(planner.read(host, nvml=lambda: env.nvml), req)
     execute(env, todo.steps)
     result = CreateResult(todo.describe(), [Created(d.uuid, d.parent, d.type_id) for d in todo.instances])
     if not host.dry_run:
@@ -177,7 +177,7 @@ def start(env: Env, d: Definition, force: bool = False, keep_going: bool = False
     """
     out = StartOutcome(d.uuid, d.parent, d.type_id, "started")
     try:
-        todo = planner.start(planner.read(env.host, definitions=False), d, force)
+        todo = planner.start(planner.read(env.host, definitions=False, nvml=lambda: env.nvml), d, force)
     except VgpukitError as err:
         if not keep_going:
             raise

@@ -10,14 +10,18 @@ parses command lines.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ..engine import Step
 from ..errors import Conflict, InUse, InvalidInput, NotFound
+from ..exclusion import Exclusions
 from ..host import Host
 from ..inputs import at
 from ..naming import unknown
 from . import callouts, mdevctl, sysfs
+from .excluded import refuse_excluded
 from .model import (
     PACK,
     Definition,
@@ -27,11 +31,13 @@ from .model import (
     check_type_id,
     check_uuid,
     new_uuid,
-    planned_uuids,
 )
 from .placement import candidates, plan
 from .placement import type_named as type_named  # a rule of the planner (kept in placement.py for size)
 from .steps import CreateMdev, Refuse, RemoveMdev, SetMdevAttr, callout_steps, drop_definition, put_definition
+
+if TYPE_CHECKING:
+    from ..nvml import Nvml
 
 Wants = dict[str, tuple[int, tuple[str, ...]]]  # type -> (count, pinned UUIDs)
 BIG = 1 << 20  # "room enough": a parent losing instances in the same plan (the kernel re-checks)
@@ -48,6 +54,7 @@ class Facts:
     callouts: bool = False  # whether any call-out or notifier script is installed
     domains: dict[str, tuple[str, ...]] = field(default_factory=dict)  # uuid -> running libvirt domains naming it
     home: str = ""  # mdevctl's definition directory, as the user sees it (read from the host door)
+    exclusions: Exclusions | None = None  # the one predicate (quarantine, health), asked when work is placed
 
     def parent(self, name: str) -> MdevParent:
         """Parent ``name``; the one 'not on this host' refusal (exit 3) otherwise."""
@@ -67,9 +74,12 @@ class Facts:
         return self.files.get((d.uuid, d.parent)) or f"{self.home}/{d.parent}/{d.uuid}"
 
 
-def read(host: Host, definitions: bool = True, uri: str | None = None) -> Facts:
+def read(
+    host: Host, definitions: bool = True, uri: str | None = None, nvml: Callable[[], Nvml | None] | None = None
+) -> Facts:
     """The facts of ``host`` the planner plans from; with ``uri`` (a libvirt that applies: the system
-    one on a real host) also the running domains whose definition names each mdev."""
+    one on a real host) also the running domains whose definition names each mdev. ``nvml``: what the
+    exclusion predicate asks about a parent's health (read only when work is placed on it)."""
     defs = mdevctl.read_all(host)[0] if definitions else []
     files: dict[tuple[str, str], str] = {}
     for d in defs:
@@ -82,7 +92,7 @@ def read(host: Host, definitions: bool = True, uri: str | None = None) -> Facts:
         doms = {u: tuple(names) for u, names in running_users(uri).items() if names}
     parents, instances = tuple(sysfs.parents(host)), tuple(sysfs.instances(host))
     home = host.display(host.mdevctl_dir())
-    return Facts(parents, instances, tuple(defs), files, callouts.installed(host), doms, home)
+    return Facts(parents, instances, tuple(defs), files, callouts.installed(host), doms, home, Exclusions(host, nvml))
 
 
 @dataclass
@@ -181,6 +191,10 @@ def create(facts: Facts, req: Create) -> MdevPlan:
         type_of(facts, req.parent, req.type_id)
     elif req.among is not None:
         known = [p for p in known if p.name in req.among]
+    keep = refuse_excluded(
+        facts.exclusions, [p.name for p in known]
+    )  # a named excluded parent is refused; a choice skips it
+    known = [p for p in known if p.name in keep]
     uid = check_uuid(req.uuid) if req.uuid is not None else None
     out = MdevPlan()
     if uid is not None:
@@ -257,6 +271,7 @@ def start(facts: Facts, d: Definition, force: bool = False) -> Start:
         return Start("conflict", f"UUID is active as {active.type_id} on {active.parent}")
     if not any(p.name == d.parent for p in facts.parents):
         return Start("parent-absent", "parent not present; started when it appears (udev rule)")
+    refuse_excluded(facts.exclusions, [d.parent])
     room = facts.parent(d.parent).type(d.type_id)
     if room is None:
         type_of(facts, d.parent, d.type_id)
@@ -375,73 +390,3 @@ def undefine(facts: Facts, uid: str, paths: list[str], parent: str | None, force
     devices = [d for d in facts.definitions if d.uuid == uid and parent in (None, d.parent)]
     change: list[Step] = [drop_definition(p, uid) for p in paths]
     return MdevPlan(wrapped(facts, "undefine", devices, change, force))
-
-
-# ----------------------------------------------------------------------------- converge (apply)
-def _keep(
-    have: list[MdevInstance], pinned: tuple[str, ...], count: int, taken: set[str]
-) -> tuple[list[MdevInstance], list[str]]:
-    """Which instances stay (pinned, then in use, then by UUID) and which pinned UUIDs are missing.
-    ``taken``: every UUID the request pins on these parents (one pinned as another type is not kept)."""
-    mine = {i.uuid: i for i in have}
-    kept = [mine[u] for u in pinned if u in mine]
-    rest = sorted((i for i in have if i.uuid not in taken), key=lambda i: (not i.in_use, i.uuid))
-    kept += rest[: max(0, count - len(pinned))]
-    return kept, [u for u in pinned if u not in mine]
-
-
-def converge(facts: Facts, parents: list[str], wants: Wants) -> tuple[list[Step], list[Step]]:
-    """Exactly ``wants[type] = (count, pinned uuids)`` instances on ``parents`` (other types removed):
-    the removal steps and the creation steps (each with their call-outs)."""
-    objs = [facts.parent(p) for p in parents]
-    on = [i for i in facts.instances if i.parent in parents]
-    elsewhere = {i.uuid: i for i in facts.instances if i.parent not in parents}
-    gone: list[MdevInstance] = []
-    todo: list[tuple[str, list[str]]] = []
-    taken = {u for _, pinned in wants.values() for u in pinned}
-    for type_id, (count, pinned) in wants.items():
-        if len(parents) == 1:
-            type_of(facts, parents[0], type_id)
-        else:
-            candidates(objs, type_id)  # "no mdev parent offers type T" when none does
-        for u in pinned:
-            if u in elsewhere:
-                raise at(Conflict(f"mdev {u} exists already on {elsewhere[u].parent}", value=u), "uuids")
-        have = [i for i in on if i.type_id == type_id]
-        kept, missing = _keep(have, pinned, count, taken)
-        gone += [i for i in have if i not in kept]
-        new = planned_uuids(
-            parents, type_id, count - len(kept) - len(missing), {i.uuid for i in facts.instances} | taken
-        )
-        todo.append((type_id, missing + new))
-    gone += [i for i in on if i.type_id not in wants]
-    made: list[Definition] = []
-    for type_id, uuids in todo:
-        if not uuids:
-            continue
-        # removals free capacity the kernel shares between types in ways only it knows: a parent losing
-        # instances is not checked here (each creation checks, and a failure rolls the whole run back)
-        freeing = {i.parent for i in gone}
-        cands = [(p, BIG if p in freeing else a) for p, a in candidates(objs, type_id)]
-        slots = [s.parent for s in plan(cands, type_id, len(uuids)) for _ in range(s.count)]
-        made += [Definition(u, p, type_id) for p, u in zip(slots, uuids, strict=True)]
-    busy = [i for i in gone if i.in_use or facts.domains.get(i.uuid)]
-    if busy:
-        raise in_use(busy[0], facts.domains.get(busy[0].uuid, ()))
-    gone.sort(key=lambda i: i.uuid)
-    stopped = [Definition(i.uuid, i.parent, i.type_id) for i in gone]
-    removals = wrapped(facts, "stop", stopped, [RemoveMdev(d.uuid, d.parent, d.type_id) for d in stopped])
-    removals += _stale_definitions(facts, parents, {i.uuid for i in gone}, {i.uuid for i in on} | taken)
-    adds = wrapped(facts, "start", made, [CreateMdev(d.parent, d.type_id, d.uuid) for d in made])
-    return removals, adds
-
-
-def _stale_definitions(facts: Facts, parents: list[str], gone: set[str], here: set[str]) -> list[Step]:
-    """The definitions that would bring back at boot what the request does not have: those of the
-    instances it removes (as ``vgpu remove`` does), and the ``auto`` ones of devices that are not
-    running (``here``: running or pinned UUIDs) on its parents."""
-    stale = [d for d in facts.definitions if d.parent in parents and (d.uuid in gone or d.uuid not in here)]
-    steps: list[Step] = []
-    for d in sorted((d for d in stale if d.uuid in gone or d.start == "auto"), key=lambda d: d.uuid):
-        steps += undefine(facts, d.uuid, [facts.path(d)], d.parent).steps
-    return steps

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..errors import VgpukitError
 from ..host import Host
 from ..nvml.model import Nvml
 from . import devices, slices, tenants
@@ -44,6 +45,12 @@ class HostCollector:
             slices.slice_families,
         ):
             out.extend(families(snap, self.fields))
+        try:
+            from .remedy import remedy_families
+
+            out.extend(remedy_families(self.host, snap.hostname))
+        except VgpukitError:
+            snap.errors["remediation"] = 1
         errors = GaugeMetricFamily(
             "vgpukit_exporter_source_errors", "1 when a source could not be read this scrape.", labels=["source"]
         )

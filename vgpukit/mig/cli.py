@@ -107,6 +107,9 @@ def partition(
     scan = Scan(app.host)
     g = resolve_gpu(app, gpu, scan)
     unusable = health_of(app).get(g.bdf)
+    from .. import quarantine as qr
+
+    qr.refuse(app.host, g.bdf, label_of(scan, g))
     layout.refuse_unusable(g, label_of(scan, g), {g.bdf: unusable} if unusable else None)
     if not g.mig_capable:
         raise Unsupported(f"{gpu} ({g.name}) is not MIG-capable", device=g.bdf)

@@ -326,6 +326,11 @@ class Nvml(Protocol):
         """Utilization, memory, power, temperature and ECC counts now (raises NvmlError: a lost GPU)."""
         ...
 
+    def recovery_action(self, gpu: int) -> int | None:
+        """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (field 230): 0 none, 1 GPU reset, 2 node reboot, 3 drain
+        P2P, 4 drain and reset, 5 recover the IMEX domain; None where the driver does not report it."""
+        ...
+
     def watch_events(self, since: dict[int, int] | None = None) -> EventWatcher:
         """An event watcher over every GPU. ``since`` (GPU index -> last ``seq`` seen) lets the simulated
         driver hand over events that came before; a real event set only sees events after it is created."""

@@ -120,6 +120,9 @@ class RealNvml(GpuIndex):
     def telemetry(self, gpu: int) -> GpuTelemetry:
         return real_events.telemetry(self.n, gpu)
 
+    def recovery_action(self, gpu: int) -> int | None:
+        return real_events.recovery_action(self.n, gpu)
+
     def watch_events(self, since: dict[int, int] | None = None) -> real_events.RealEventWatcher:
         return real_events.RealEventWatcher(self.n, int(self.n.nvmlDeviceGetCount()))
 

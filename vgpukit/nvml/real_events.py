@@ -23,6 +23,23 @@ CORRECTED, UNCORRECTED, VOLATILE, AGGREGATE = 0, 1, 0, 1  # nvmlMemoryErrorType_
 TEMPERATURE_GPU = 0  # NVML_TEMPERATURE_GPU
 
 
+RECOVERY_ACTION_FIELD = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvml.h)
+
+
+def recovery_action(n: Any, gpu: int) -> int | None:
+    """The driver's recovery action for the GPU (field 230: 0 none, 1 GPU reset, 2 node reboot, 3 drain
+    P2P, 4 drain and reset, 5 recover the IMEX domain); None where the driver or library lacks it."""
+    try:
+        h = n.nvmlDeviceGetHandleByIndex(gpu)
+        values = n.nvmlDeviceGetFieldValues(h, [RECOVERY_ACTION_FIELD])
+    except (NvmlError, AttributeError):  # an older pynvml has no field values; a lost GPU answers none
+        return None
+    v = values[0] if values else None
+    if v is None or int(getattr(v, "nvmlReturn", 1)) != 0:
+        return None
+    return int(v.value.uiVal)
+
+
 def condition(n: Any, gpu: int) -> GpuCondition:
     try:
         h = n.nvmlDeviceGetHandleByIndex(gpu)

@@ -265,6 +265,29 @@ class Plan:
     unmet: list[str] = field(default_factory=list)  # what the config has that apply cannot make (a dropped tenant)
 
 
+def refuse_quarantined(host: Host, keys: list[str]) -> None:
+    """The quarantine rule: no new tenant on a quarantined device, named by its alias (gpu3) or address."""
+    from .. import quarantine as qr
+
+    found = qr.load(host)
+    if not found or not keys:
+        return
+    from ..naming import aliases
+    from ..pci import Scan
+
+    names = aliases(Scan(host), light=True)
+    by_key = {
+        k.lower(): (q, f"{names[b]} ({b})" if b in names else b)
+        for b, q in found.items()
+        for k in (b, names.get(b))
+        if k
+    }
+    for key in keys:
+        hit = by_key.get(key.lower())
+        if hit is not None:
+            raise qr.refusal(*hit)
+
+
 def plan_config(host: Host, want: QosConfig, nvml: NvmlSource = None, mig: dict[str, bool] | None = None) -> Plan:
     """The steps that make ``/etc/vgpukit/qos.yaml`` the config ``want`` and a running daemon run it
     (none when the file, or what the daemon runs with its run-time changes, already is, and the daemon
@@ -280,7 +303,10 @@ def plan_config(host: Host, want: QosConfig, nvml: NvmlSource = None, mig: dict[
     base = load_base(host, path)
     shown = host.display(path)
     told = daemon_view(host)
-    if want.to_dict() not in (base.to_dict(), effective(base, Overlay.load(host))[0].to_dict()):
+    running = effective(base, Overlay.load(host))[0]
+    if want.to_dict() not in (base.to_dict(), running.to_dict()):
+        had = {(k, t.name) for k, g in running.gpus.items() for t in g.tenants}
+        refuse_quarantined(host, [k for k, g in want.gpus.items() for t in g.tenants if (k, t.name) not in had])
         text = yaml.safe_dump(want.to_dict(), sort_keys=False)
         return Plan([PutQosConfig(shown, text, 0o644, reload=told is not None)], warnings)
     steps: list[Step] = []

@@ -13,6 +13,8 @@ from typing import Any
 from ..errors import Conflict, InvalidInput, NotFound, Unsupported, VgpukitError, from_oserror
 from ..inputs import check_component, load_yaml
 from .driver_files import write_driver_files
+from .reactions_reset import add_files as add_reset_files
+from .reactions_reset import default_methods
 from .state import KernelState, sim_meta_dir
 from .tree import CHAR_DEVICES_MARK, RW, SimTree
 
@@ -119,6 +121,7 @@ class Builder:
         group = node.get("group", self.state.next_group)
         self.state.next_group = max(self.state.next_group, group + 1)
         d = self.tree.add_pci_device(parent, bdf, model, numa, cpus, group)
+        add_reset_files(self.tree, d, default_methods(model))
         driver = node.get("driver", model.get("driver")) or self.state.match_driver(model["ids"], model["class"])
         if model.get("rdma") and driver:  # e.g. mlx5: mlx5_core registers mlx5_<n> in probe order
             prefix = str(model["rdma"])

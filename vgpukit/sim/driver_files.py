@@ -46,6 +46,10 @@ MPS_CONTROL = """#!/bin/sh
 # simulated nvidia-cuda-mps-control (vgpukit/sim/mps_control.py)
 exec {python} -m vgpukit.sim.mps_control "$@"
 """
+SMI = """#!/bin/sh
+# simulated nvidia-smi (vgpukit/sim/nvidia_smi.py): acts on the simulated host in VGPUKIT_ROOT
+exec {python} -m vgpukit.sim.nvidia_smi "$@"
+"""
 X8664_LIBC6 = 0x0303  # FLAG_ELF_LIBC6 | FLAG_X8664_LIB64
 
 
@@ -84,6 +88,7 @@ def write_driver_files(tree: SimTree) -> None:
         (bindir / b).chmod(0o755)
     # the MPS control daemon's command interface (vgpukit/sim/mps_control.py), by this Python
     (bindir / "nvidia-cuda-mps-control").write_text(MPS_CONTROL.format(python=sys.executable))
+    (bindir / "nvidia-smi").write_text(SMI.format(python=sys.executable))  # resets, persistence mode
     (bindir / "nvidia-cdi-hook").write_text(HOOK)
     (bindir / "nvidia-cdi-hook").chmod(0o755)
     firmware = root / "lib" / "firmware" / "nvidia" / VERSION

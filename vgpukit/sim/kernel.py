@@ -39,6 +39,7 @@ REACTION_MODULES = (
     "vgpukit.sim.reactions_vgpu",  # first: it claims sriov_numvfs of vGPU-capable PFs before the PCI core
     "vgpukit.sim.reactions_pci",
     "vgpukit.sim.reactions_mdev",
+    "vgpukit.sim.reactions_reset",
 )
 
 

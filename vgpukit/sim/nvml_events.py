@@ -130,6 +130,10 @@ def inject_xid(sim_dir: Path, gpu: int, xid: int, gi: int | None = None) -> None
         if gi is not None and str(gi) not in {str(i.get("id")) for i in g.get("gis", [])}:
             raise NotFound(f"GPU {gpu} has no GPU instance {gi}")
     _append(sim_dir, gpu, "xid", xid, gi)
+    if isinstance(effect.get("recovery"), int):
+        with _locked(sim_dir, write=True) as state:
+            g = _gpu_entry(state, gpu)
+            g["recovery_action"] = max(int(g.get("recovery_action", 0)), effect["recovery"])
     if effect.get("ecc") in ("single", "double"):
         inject_ecc(sim_dir, gpu, effect["ecc"] == "double")
     if effect.get("lost"):
@@ -140,7 +144,7 @@ def recover(sim_dir: Path, gpu: int) -> None:
     """The GPU answers again, its volatile ECC counts cleared (as after a reset or a reboot)."""
     with _locked(sim_dir, write=True) as state:
         g = _gpu_entry(state, gpu)
-        for key in ("lost", "ecc_corrected", "ecc_uncorrected"):
+        for key in ("lost", "ecc_corrected", "ecc_uncorrected", "recovery_action"):
             g.pop(key, None)
 
 
@@ -281,6 +285,14 @@ class SimHealth:
                 ecc_sbe_agg=int(g.get("ecc_corrected_agg", 0)),
                 ecc_dbe_agg=int(g.get("ecc_uncorrected_agg", 0)),
             )
+
+    def recovery_action(self, gpu: int) -> int | None:
+        """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (field 230): what the driver says recovers the GPU."""
+        with _locked(self.sim_dir, write=False) as state:
+            g = _gpu_entry(state, gpu)
+            if g.get("lost"):
+                raise nvml_error(GPU_IS_LOST, f"GPU {gpu}")
+            return int(g.get("recovery_action", 0))
 
     def watch_events(self, since: dict[int, int] | None = None) -> SimEventWatcher:
         with self.store.locked(write=False) as state:

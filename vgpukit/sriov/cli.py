@@ -270,7 +270,7 @@ def bind(app: App, device: str, driver: str | None, restore: bool, force: bool) 
 
     if bool(driver) == restore:
         raise InvalidInput("give exactly one of --driver NAME or --restore")
-    facts = planner.Facts(app.host)
+    facts = planner.Facts(app.host, nvml=lambda: app.nvml)  # the health rule reads NVML (a lost GPU)
     bdf = _bdf(app, device, facts.scan)
     steps = planner.plan(facts, planner.BindRequest(bdf, driver, restore, force, name=device))
     warnings = binding.group_warnings(app.host, bdf) if driver == binding.VFIO else []

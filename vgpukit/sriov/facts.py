@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .. import pci_kind
+from ..exclusion import Exclusions
 from ..holders import OpenFiles
 from ..host import Host
 from ..pci import PciDevice, Scan
@@ -34,8 +35,8 @@ class Facts:
     ) -> None:
         self.host = host
         self.nvml = nvml
-        self._unusable: dict[str, str] | None = None
         self.scan = scan or Scan(host)
+        self.exclusions = Exclusions(host, nvml, self.scan)  # the one predicate (quarantine, health), read once
         self.files = files or OpenFiles(host)
         self.libvirt_uri = libvirt_uri
         self._domains: dict[str, list[User]] | None = None
@@ -69,19 +70,6 @@ class Facts:
                 pf = replace(pf, vfs=vfs)
             self._pfs[bdf] = pf
         return self._pfs[bdf]
-
-    def unusable(self, bdf: str) -> str | None:
-        """Why the health layer finds ``bdf`` unusable for SR-IOV (None: usable); read once."""
-        if self._unusable is None:
-            from ..health import scope  # loaded only by the commands that plan an enable
-
-            if not scope.is_watched(self.scan, bdf):  # a NIC's PF: no NVML, no record to read
-                return None
-            from ..health import fact
-
-            nvml = self.nvml() if self.nvml is not None else None
-            self._unusable = fact.unusable_now(self.host, nvml, ("vfs-missing",), self.scan)
-        return self._unusable.get(bdf)
 
     def require_driver(self, driver: str) -> None:
         if driver not in self._loaded:

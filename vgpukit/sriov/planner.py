@@ -15,10 +15,11 @@ agent and the Ansible module); the front ends only build requests and render (do
 * **in use**: a device (or a VF destroyed by a count change) held by a process, carrying mdevs or a
   vGPU, or assigned to a libvirt domain (with a URI) is not moved -- InUse (exit 4) unless forced;
 * **driver loaded**: the target driver must be there -- NotFound (exit 3);
-* **health**: no VFs are carved out of a PF the health layer finds unusable (the fact
-  :func:`vgpukit.health.fact.unusable_now`, read in :class:`Facts`; a ``vfs-missing`` finding does
-  not count: re-creating the VFs a PF reset took away is its repair) -- DeviceUnusable (exit 6),
-  never forced;
+* **health**: no VFs are carved out of a PF the health layer finds unusable, nor of a quarantined one,
+  and no device (nor a VF of such a PF) is bound to a new driver (the one predicate,
+  :class:`vgpukit.exclusion.Exclusions`, read in :class:`Facts`; a ``vfs-missing`` finding does not
+  count: re-creating the VFs a PF reset took away is its repair) -- DeviceUnusable (exit 6), never
+  forced; ``bind --restore`` and ``unbind`` (taking a device back) are not refused;
 * counts and modes: bad input -- InvalidInput (exit 2).
 
 Pure: it changes nothing, prints nothing and parses no argv. What it knows of the host it reads
@@ -31,7 +32,6 @@ from .. import naming, pci_kind
 from ..engine import Step
 from ..engine.files import PutFile
 from ..errors import InUse, InvalidInput, Unsupported
-from ..exclusion import refusal
 from ..pci import PciDevice, vf_address
 from ..records import Record
 from . import binding
@@ -212,9 +212,10 @@ def in_use_error(pf: PfInfo, vfs: list[VfInfo], what: str, force_how: str | None
 # ----------------------------------------------------------------------------- SR-IOV
 def plan_enable(facts: Facts, req: EnableRequest) -> list[Step]:
     pf = facts.pf(req.pf)
-    why = facts.unusable(pf.bdf)
-    if why is not None:  # the health rule: no VFs are carved out of an unusable device (every door's words)
-        raise refusal(_label(pf.bdf, naming.aliases(facts.scan).get(pf.bdf, "")), pf.bdf, why)
+    label = _label(pf.bdf, naming.aliases(facts.scan).get(pf.bdf, ""))
+    refused = facts.exclusions.check(pf.bdf, label)  # no VFs are carved out of an unusable or quarantined device
+    if refused is not None:
+        raise refused
     count, driver = req.count, req.driver
     if driver not in DRIVER_MODES:
         raise InvalidInput(f"--driver must be one of {', '.join(DRIVER_MODES)}", value=driver)
@@ -309,6 +310,9 @@ def plan_bind(facts: Facts, req: BindRequest) -> list[Step]:
         facts.require_driver(req.driver)
         if cur == req.driver:
             return []
+        refused = facts.exclusions.check_carved(bdf, _label(bdf, req.name))  # nothing new for an unusable device
+        if refused is not None:
+            raise refused
         _move(facts, bdf, what, req.driver, req.force, req.force_how)
         return [BindDriver(bdf, req.driver, note=f"{bdf} (now on {cur or 'no driver'})")]
     known = binding.remembered(host, bdf)

@@ -23,8 +23,8 @@ class VgpuOutcome:
 
 def create(env: Env, gpu: GpuView, wanted: str, count: int, define: bool = False, auto: bool = False) -> VgpuOutcome:
     host = env.host
-    facts = planner.read(host, gpu)
-    mdev = mdev_planner.read(host) if gpu.interface == MDEV else None
+    facts = planner.read(host, gpu, nvml=lambda: env.nvml)
+    mdev = mdev_planner.read(host, nvml=lambda: env.nvml) if gpu.interface == MDEV else None
     todo = planner.create(facts, mdev, wanted, count, define, auto)
     execute(env, todo.steps)
     return VgpuOutcome([s.describe() for s in staged(todo.steps)], todo.created)

@@ -10,14 +10,17 @@ parses command lines.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..engine import Step
 from ..errors import InUse, InvalidInput, NoCapacity, NotFound, Unsupported
+from ..exclusion import Exclusions
 from ..holders import Holder, group_holders
 from ..host import Host
 from ..inputs import at
+from ..mdev import converge as mdev_converge
 from ..mdev import planner as mdev_planner
 from ..mdev.model import Definition, MdevInstance, check_uuid
 from ..pci import is_bdf, parse_bdf
@@ -25,6 +28,9 @@ from . import hostview
 from .catalog import for_device, short_name
 from .model import MDEV, GpuView, VgpuType
 from .steps import SetVgpuType
+
+if TYPE_CHECKING:
+    from ..nvml import Nvml
 
 
 @dataclass(frozen=True)
@@ -36,18 +42,21 @@ class Facts:
     current: dict[str, int] = field(default_factory=dict)  # VF -> current type id (0: none)
     holders: dict[str, tuple[Holder, ...]] = field(default_factory=dict)  # VF -> who holds its group
     ids: str = ""  # the GPU's vendor:device (its catalogue)
+    exclusions: Exclusions | None = None  # the one predicate (quarantine, health), asked when a vGPU is made
 
     @property
     def label(self) -> str:
         return self.gpu.alias or self.gpu.bdf
 
 
-def read(host: Host, gpu: GpuView, ids: str = "") -> Facts:
+def read(host: Host, gpu: GpuView, ids: str = "", nvml: Callable[[], Nvml | None] | None = None) -> Facts:
+    """The GPU's facts; ``nvml``: what the one exclusion predicate asks about its health (a lost GPU),
+    read only when a rule asks."""
     current = {v: hostview.current_type(host, v) for v in gpu.vfs}
     groups = {v: host.link_name(host.pci_device(v, "iommu_group")) for v in gpu.vfs if current[v]}
     held = group_holders(host, {int(g) for g in groups.values() if g and g.isdigit()})
     holders = {v: tuple(held.get(int(g), [])) for v, g in groups.items() if g and g.isdigit()}
-    return Facts(gpu, tuple(hostview.types(host, gpu)), current, holders, ids)
+    return Facts(gpu, tuple(hostview.types(host, gpu)), current, holders, ids, Exclusions(host, nvml))
 
 
 @dataclass
@@ -136,6 +145,10 @@ def create(
     if auto and not define:
         raise InvalidInput("--auto needs --define (it is the start mode of the persistent definition)")
     interface = require_interface(facts.gpu)
+    label = f"{facts.gpu.alias} ({facts.gpu.bdf})" if facts.gpu.alias else facts.gpu.bdf
+    refused = facts.exclusions.check(facts.gpu.bdf, label) if facts.exclusions is not None else None
+    if refused is not None:  # nothing is carved from a quarantined or unusable GPU (every door's words)
+        raise refused
     t = find_type(facts.types, facts.gpu, wanted)
     if interface == MDEV:
         assert mdev is not None
@@ -259,7 +272,7 @@ def converge_mdev(
         for t, count in chosen:
             if count > have.get(t.type_id, 0):
                 _mdev_room(facts, t, count - have.get(t.type_id, 0))
-    return mdev_planner.converge(mdev, list(facts.gpu.parents), want)
+    return mdev_converge.converge(mdev, list(facts.gpu.parents), want)
 
 
 def converge_vfs(facts: Facts, wants: list[tuple[str, int]], fresh: list[str] | None) -> tuple[list[Step], list[Step]]:

@@ -60,6 +60,7 @@ class Driver:
         self.open_host = open_host
         self.read_claim = read_claim
         self.health = health
+        self.evicting: Callable[[], dict[str, str]] = dict  # devices whose taint evicts (NoExecute): drained
         self.lock = threading.Lock()
         self.registered: bool | None = None
         self.registration_error = ""
@@ -148,6 +149,7 @@ class Driver:
         tainted (or left out), a lost one's as last published, and the devices claims hold on it too
         (:mod:`.lost`)."""
         sick = self.health()
+        evict = self.evicting() if self.taints_ok else {}  # drained (vgpukit drain): their pods are evicted
         inv, facts = self.read()
         effect = self.unhealthy_effect
 
@@ -155,7 +157,8 @@ class Driver:
             if slices.unusable(d, sick) and not self.taints_ok:
                 return None
             e = slices.device_entry(d, inv.pci, facts, self.vgpu_types)
-            return slices.taint(e, effect) if slices.unusable(d, sick) else e
+            own = "NoExecute" if slices.unusable(d, evict) else effect
+            return slices.taint(e, own) if slices.unusable(d, sick) else e
 
         every = dra_devices(inv)
         marked = [e for e in map(entry, slices.offered(every, sick, self.taints_ok)) if e is not None]

@@ -101,8 +101,8 @@ def exists(env: Env, entry: dict[str, Any]) -> bool:
 
 def plan(env: Env, m: MadeVgpu) -> tuple[list[Step], dict[str, Any]]:
     """The vGPU planner's steps creating one vGPU of the device's type, and its made-record entry."""
-    facts = vgpu_planner.read(env.host, m.gpu)
-    mdev = mdev_planner.read(env.host) if m.gpu.interface == MDEV else None
+    facts = vgpu_planner.read(env.host, m.gpu, nvml=lambda: env.nvml)
+    mdev = mdev_planner.read(env.host, nvml=lambda: env.nvml) if m.gpu.interface == MDEV else None
     todo = vgpu_planner.create(facts, mdev, m.type.type_id, 1)
     entry = {
         "kind": "vgpu",

@@ -169,7 +169,8 @@ EFFECTS = ("NoSchedule", "NoExecute")  # what --unhealthy-effect takes (the API:
 def taint(entry: dict[str, Any], effect: str = "NoSchedule") -> dict[str, Any]:
     """The device entry with the health layer's taint (resource.k8s.io/v1 ``DeviceTaint``, feature gate
     ``DRADeviceTaints``): NoSchedule by default, so no new claim gets it and pods already running keep it;
-    NoExecute (``--unhealthy-effect``) also has Kubernetes evict the pods using it."""
+    NoExecute (``--unhealthy-effect``; a drained device's, ``vgpukit drain``) also has Kubernetes evict the
+    pods using it."""
     return {**entry, "taints": [{"key": TAINT_KEY, "value": "unusable", "effect": effect}]}
 
 

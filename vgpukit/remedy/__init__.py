@@ -1,0 +1,1 @@
+"""Curing one device: quarantine, drain, reset, rebuild (docs/health.md, "Remediation")."""
