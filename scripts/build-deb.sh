@@ -67,7 +67,7 @@ VERSION=$(cat "$R/VERSION"); rm "$R/VERSION"
 
 # 2. dependencies: Debian's own packages where bookworm's version satisfies the requirement (Depends:),
 # everything else pinned by pip's resolver and vendored into the private directory
-DEBIAN_HAS="click rich jinja2 markupsafe pyyaml pygments markdown-it-py mdurl"
+DEBIAN_HAS="click rich jinja2 markupsafe pyyaml pygments markdown-it-py mdurl pyudev"
 req="$WHEEL[k8s]"
 if ! env -u PYTHONPATH "$PY" -m pip download -q --no-index --find-links "$HOUSE" -d "$HOUSE" "$req" >/dev/null 2>&1; then
   env -u PYTHONPATH "$PY" -m pip download -q -d "$HOUSE" "$req" >/dev/null
@@ -148,7 +148,7 @@ Version: $VERSION
 Architecture: amd64
 Maintainer: vgpukit maintainers <vgpukit@example.org>
 Installed-Size: $SIZE
-Depends: python3 (>= 3.11), python3 (<< 3.12), python3-click (>= 8.1), python3-rich (>= 13), python3-jinja2 (>= 3.1), python3-yaml (>= 6), libc6 (>= 2.34)
+Depends: python3 (>= 3.11), python3 (<< 3.12), python3-click (>= 8.1), python3-rich (>= 13), python3-jinja2 (>= 3.1), python3-yaml (>= 6), python3-pyudev (>= 0.24), libc6 (>= 2.34)
 Suggests: mdevctl, libvirt-clients, podman
 Section: admin
 Priority: optional

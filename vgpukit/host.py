@@ -260,6 +260,17 @@ class Host(Containment, SysfsLayout):
         real = self._real_dir(os.path.abspath(link))  # refused outside
         return real[len(self._real_root) :] if real.startswith(self._real_root + "/") else "/"
 
+    def real_directory(self, path: Path | str) -> str:
+        """Where the directory ``path`` really is, resolved inside the root (refused outside): what the
+        watch layer (:mod:`vgpukit.host_notify`) gives inotify."""
+        whole = os.path.abspath(path)
+        if not self._confined:
+            return whole
+        try:
+            return self._real_dir(whole)
+        except OutsideRoot:
+            raise self._outside(path) from None
+
     def socket_address(self, path: Path) -> str:
         """The address to bind or connect a Unix socket at ``path``: its directory must resolve
         inside the root (a socket is created through its directory, which may be a planted link)."""

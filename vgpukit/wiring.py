@@ -19,6 +19,7 @@ from .host import Host
 if TYPE_CHECKING:
     from .engine import Env
     from .nvml import Nvml
+    from .watch.loop import Kernel
 
 
 class Wiring:
@@ -46,6 +47,28 @@ class Wiring:
         from .nvml.real import RealNvml
 
         return RealNvml.try_open()
+
+    def open_uevents(self, host: Host, sim_dir: Path | None) -> Kernel | None:
+        """Where kernel uevents come from: the simulated kernel's feed on a simulated host, the netlink
+        socket where the root's /sys is the running kernel's, else none (a copied tree under --root)."""
+        if sim_dir is not None:
+            from .sim.uevents import FeedReader
+
+            return FeedReader(sim_dir)
+        from .host_notify import live_sysfs
+
+        if not live_sysfs(host):
+            return None
+        from .errors import HostIOError
+        from .watch.netlink import NetlinkReader
+
+        try:
+            return NetlinkReader()
+        except HostIOError as err:
+            from .logs import logger
+
+            logger("vgpukit.watch").warning("%s: changes are seen by inotify and the safety net only", err)
+            return None
 
     def derived(self) -> tuple[Callable[[Env], list[Any]], ...]:
         """The files kept current after every change: the CDI specs."""

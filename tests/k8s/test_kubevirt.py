@@ -212,3 +212,33 @@ def test_a_sick_gpu_makes_its_vgpus_unhealthy(short_tmp: Path) -> None:
         stop.set()
         thread.join(10)
         kubelet.stop()
+
+
+def test_the_command_listens_in_the_kubevirt_mode(short_tmp: Path) -> None:
+    """``--kubevirt`` takes its devices from the watch's model too (no timer: ``--interval`` an hour):
+    VFs another command creates reach ListAndWatch under the KubeVirt mode's resource names."""
+    import signal
+    import subprocess
+    import sys
+
+    sim = hgx(short_tmp / "h")
+    kubelet = Kubelet(plugin_dir(sim_host(sim))).start()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    cmd = [sys.executable, "-m", "vgpukit", "--sim", str(sim), "k8s", "device-plugin", "--kubevirt"]
+    cmd += ["--interval", "3600"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def vfs() -> int:
+        ep = kubelet.endpoints.get(VF_RES)
+        return len(ep.updates[-1][1]) if ep is not None and ep.updates else 0
+
+    try:
+        assert kubelet.wait(lambda: vfs() == 3, timeout=30)
+        _ok(sim, "sriov", "enable", "nic1", "--vfs", "2", "--driver", "vfio-pci")
+        assert kubelet.wait(lambda: vfs() == 5, timeout=10)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+        kubelet.stop()
+    assert proc.returncode == 0, err
+    assert "listening to kernel uevents" in out + err

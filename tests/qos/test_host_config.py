@@ -1,7 +1,8 @@
 """QoS through a host config (docs/qos.md, "Through a host config"):
 
 * ``apply`` of a ``qos:`` section writes the config file *and* tells the running daemon (its reload
-  path); ``assert`` compares against what the daemon runs (a file changed behind its back, not yet
+  path); ``assert`` compares against what the daemon runs (an edit by hand is picked up by the daemon,
+  which listens to its file; a file changed behind the back of a daemon that does not listen, not yet
   loaded, is a difference that ``apply`` repairs with a reload);
 * tenants the daemon dropped (their cgroup gone) are shown by ``qos status`` with why, are not offered
   by ``k8s resources``, are a warning of ``apply``, and are picked up by the next ``apply`` once their
@@ -23,7 +24,7 @@ import yaml
 
 from tests.conftest import as_json, invoke, make_sim
 from tests.doors import harness
-from tests.qos.conftest import DaemonProc
+from tests.qos.conftest import DaemonProc, wait_for
 
 
 @pytest.fixture
@@ -73,13 +74,35 @@ def test_apply_tells_the_daemon_and_assert_compares_what_it_runs(tmp_path: Path,
         assert running(d) == {"a", "b"}  # the daemon was told
         assert invoke(sim, "assert", "-f", str(f)).exit_code == 0
         assert as_json(invoke(sim, "apply", "-f", str(f), "--json"))["plan"] == []
-        # the file changed behind the daemon's back: it still runs a and b
+        # an edit by hand: the daemon listens to its file and runs it by itself; assert agrees
         (sim / "etc/vgpukit/qos.yaml").write_text(yaml.safe_dump(tenants({"a": a})))
         f2 = host_file(tmp_path, tenants({"a": a}))
-        r = invoke(sim, "assert", "-f", str(f2), "--json")
+        assert wait_for(lambda: running(d) == {"a"}, timeout=10)  # the daemon runs the edited file
+        assert invoke(sim, "assert", "-f", str(f2)).exit_code == 0
+        assert as_json(invoke(sim, "apply", "-f", str(f2), "--json"))["plan"] == []
+    finally:
+        d.stop()
+
+
+def test_a_daemon_behind_its_file_is_a_difference_that_apply_repairs_with_a_reload(
+    tmp_path: Path, sleepers: list[int]
+) -> None:
+    """A daemon that does not listen to its file (its directory was not there when it started: reloaded
+    on SIGHUP only) runs an older config than the file: assert says so, apply's plan is the reload."""
+    sim = make_sim(tmp_path / "host", "hgx-a100")
+    a = {"class": "online", "share": 40, "pids": [sleepers[0]]}
+    (sim / "etc/vgpukit").rmdir()
+    d = DaemonProc(sim, sim=True).start()
+    try:
+        assert running(d) == set()
+        (sim / "etc/vgpukit").mkdir()
+        (sim / "etc/vgpukit/qos.yaml").write_text(yaml.safe_dump(tenants({"a": a})))  # behind the daemon's back
+        f = host_file(tmp_path, tenants({"a": a}))
+        r = invoke(sim, "assert", "-f", str(f), "--json")
         assert r.exit_code == 1 and "reload the QoS daemon's configuration" in as_json(r)["differences"][0]
-        assert invoke(sim, "apply", "-f", str(f2)).exit_code == 0
-        assert running(d) == {"a"} and invoke(sim, "assert", "-f", str(f2)).exit_code == 0
+        assert running(d) == set()
+        assert invoke(sim, "apply", "-f", str(f)).exit_code == 0
+        assert running(d) == {"a"} and invoke(sim, "assert", "-f", str(f)).exit_code == 0
     finally:
         d.stop()
 

@@ -60,10 +60,16 @@ def test_sighup_with_a_broken_config_keeps_the_running_one(tmp_path: Path, spawn
             (f"gpus:\n  gpu0:\n    tenants:\n      w:\n        class: {SECRET}\n        share: 30\n", "line 5"),
             (f"gpus: [broken {SECRET}\n", "(line 1)"),
         ]
-        for n, (text, where) in enumerate(broken, 1):
-            cfg.write_text(text)
+        for text, where in broken:
+            before = d.req(op="status")["config"]["reloads_refused"]
+            cfg.write_text(text)  # the daemon follows its file (inotify) and SIGHUP asks again: one refusal or two
             d.proc.send_signal(signal.SIGHUP)
-            assert wait_for(lambda n=n: d.req(op="status")["config"]["reloads_refused"] == n, timeout=5), text[:60]
+
+            def refused(before: int = before, where: str = where) -> bool:
+                config = d.req(op="status")["config"]
+                return config["reloads_refused"] > before and where in (config["reload_error"] or {}).get("message", "")
+
+            assert wait_for(refused, timeout=5), text[:60]
             st = d.req(op="status")
             err = st["config"]["reload_error"]
             assert "/qos.yaml: " in err["message"] and where in err["message"], err
@@ -77,13 +83,13 @@ def test_sighup_with_a_broken_config_keeps_the_running_one(tmp_path: Path, spawn
         with pytest.raises(InvalidInput, match="reload refused"):  # the control socket's reload op
             d.req(op="reload")
         refused = log_lines(d, "reload refused")
-        assert len(refused) == len(broken) + 1 and all(SECRET not in ln and "/qos.yaml: " in ln for ln in refused)
+        assert len(refused) >= len(broken) + 1 and all(SECRET not in ln and "/qos.yaml: " in ln for ln in refused)
         assert SECRET not in (tmp_path / "daemon.log").read_text()
         cfg.write_text(good.replace("burst-share", "fixed-share"))
         d.proc.send_signal(signal.SIGHUP)
         assert wait_for(lambda: d.req(op="status")["gpus"][0]["policy"] == "fixed-share", timeout=5)
         conf = d.req(op="status")["config"]
-        assert conf["reload_error"] is None and conf["reloads_refused"] == len(broken) + 1 and conf["reloads"] == 1
+        assert conf["reload_error"] is None and conf["reloads_refused"] >= len(broken) + 1 and conf["reloads"] >= 1
     finally:
         assert d.stop() == 0
 
@@ -121,7 +127,7 @@ def test_refused_datagrams_are_counted_and_logged_once(daemon: DaemonProc, spawn
     assert wait_for(lambda: sum(daemon.req(op="status")["demand_refused"].values()) == 350, timeout=5)
     counts = daemon.req(op="status")["demand_refused"]
     assert counts == {"malformed": 300, "unknown-tenant": 50, "not-owner": 0}
-    assert len(log_lines(daemon, "refused")) == 1  # the first one; the rest are summarised once a minute
+    assert len(log_lines(daemon, "datagram refused")) == 1  # the first one; the rest are summarised once a minute
     assert "\x1b" not in (daemon.root / "daemon.log").read_text()
     p = spawn()
     daemon.req(

@@ -85,7 +85,8 @@ def _is_real_case(item: pytest.Item) -> bool:
 
 def _guest_steps(rk: RealKernel, items: list[pytest.Item], nodeids: list[str]) -> list[GuestStep]:
     """``GUEST_STEPS`` of every collected module, in collection order: ``(name, kind, args[,
-    timeout])``; kinds: ``vgpukit`` (its arguments), ``sh`` (a shell command), ``sh-vgpukit`` (a shell
+    timeout])``; kinds: ``vgpukit`` (its arguments), ``python`` (the guest's interpreter's arguments:
+    ``-m tests.realkernel.MODULE``), ``sh`` (a shell command), ``sh-vgpukit`` (a shell
     command in which the word VGPUKIT stands for the guest's ``python -m vgpukit`` and
     INSTALL_MDEVCTL for the command installing Debian's mdevctl)."""
     steps: list[GuestStep] = []
@@ -99,6 +100,8 @@ def _guest_steps(rk: RealKernel, items: list[pytest.Item], nodeids: list[str]) -
             seen.add(name)
             if kind == "vgpukit":
                 cmd = rk.vgpukit_command(*args)
+            elif kind == "python":
+                cmd = rk.python_command(*args)
             elif kind == "sh-vgpukit":
                 cmd = args[0].replace("VGPUKIT", rk.vgpukit_command())
                 if "INSTALL_MDEVCTL" in cmd:

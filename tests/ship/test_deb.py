@@ -72,6 +72,8 @@ def test_install_upgrade_and_tour(machine: Chroot, debs: dict[str, Path]) -> Non
     # the shims: /usr/sbin/mdevctl is vgpukit's through update-alternatives (no mdevctl package here)
     assert machine.run("readlink -f /usr/sbin/mdevctl").stdout.strip() == "/usr/lib/vgpukit/bin/mdevctl"
     machine.run("VGPUKIT_SIM=/tmp/t4-mdev mdevctl list && VGPUKIT_SIM=/tmp/t4-mdev lsmdev")
+    # the watch's runtime dependency: Debian's python3-pyudev (the Depends) over libudev1, loadable
+    machine.run("python3 -c 'import pyudev; pyudev.Context()' && dpkg-query -W libudev1 python3-pyudev")
     # and /usr/bin/nvidia-mig-parted (no nvidia-mig-manager package here)
     assert (
         machine.run("readlink -f /usr/bin/nvidia-mig-parted").stdout.strip() == "/usr/lib/vgpukit/bin/nvidia-mig-parted"

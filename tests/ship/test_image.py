@@ -77,6 +77,7 @@ def test_device_plugin_registers_through_the_shared_socket_directory(image: str,
         _chosen, resp = kubelet.allocate(resource, 1)
         assert resp.cdi_devices[0].name.startswith(resource.split("-")[0] + "="), resp
         assert f"registered {resource}" in logs
+        assert "listening to kernel uevents, inotify, NVML events" in logs  # the watch, pyudev's reader in the image
     finally:
         subprocess.run([*PODMAN, "rm", "-f", "-t", "10", name], capture_output=True)
         kubelet.stop()

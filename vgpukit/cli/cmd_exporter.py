@@ -1,8 +1,10 @@
 """``vgpukit exporter``: Prometheus metrics of the host (dcgm-exporter's GPU series, health, tenants,
-slices), read afresh at every scrape; ``--once`` prints one scrape."""
+slices): the devices and their health kept by the watch, the rest read at every scrape; ``--once``
+prints one scrape (read afresh)."""
 
 from __future__ import annotations
 
+import select
 import socket
 import sys
 from typing import Any
@@ -11,6 +13,7 @@ import click
 
 from ..clikit.context import App
 from ..clikit.params import Listen
+from ..clikit.watch import resync_option, start_watch
 from ..errors import Busy, HostIOError
 
 DEFAULT_LISTEN = ":9401"  # dcgm-exporter's 9400 is left to it: both may run on one host
@@ -25,22 +28,33 @@ DEFAULT_LISTEN = ":9401"  # dcgm-exporter's 9400 is left to it: both may run on 
     help="ADDR:PORT to serve /metrics on (:PORT: every address; [::1]:PORT for IPv6).",
 )
 @click.option("--once", is_flag=True, help="Print one scrape (text exposition format) to stdout and exit.")
+@resync_option
 @click.pass_obj
-def exporter(app: App, listen: tuple[str, int], once: bool) -> None:
+def exporter(app: App, listen: tuple[str, int], once: bool, resync: float) -> None:
     """Serve Prometheus metrics: GPUs (dcgm-exporter names), health, QoS tenants, slices and holders.
 
-    Every scrape reads the host afresh through the facades (nothing cached). Series: docs/metrics.md.
+    The devices and their health are kept current by listening for changes (docs/engine.md, "The watch");
+    telemetry, holders, QoS and CUDA usage are read at each scrape. Series: docs/metrics.md.
     """
     from ..metrics.collector import HostCollector, text
 
     if app.json:  # a scrape is the Prometheus text format, and nothing else
         raise click.UsageError("the exporter writes the Prometheus text format: no --json")
-    collector = HostCollector(app.host, lambda: app.nvml)
     if once:
-        sys.stdout.write(text(collector))
+        sys.stdout.write(text(HostCollector(app.host, lambda: app.nvml)))
         _lost(app)
         return
-    _serve(collector, *listen)
+    from ..health.watched import health_views
+    from ..k8s.inventory import Options
+    from ..k8s.watched import inventory_views
+
+    views = {**inventory_views(lambda _host: Options(replicas=0)), **health_views(save=False)}
+    views.pop("held")  # holders are read at each scrape
+    watch = start_watch(app, views, resync)
+    try:
+        _serve(HostCollector(app.host, lambda: app.nvml, watch.model), *listen)
+    finally:
+        watch.close()
 
 
 def _lost(app: App) -> None:
@@ -79,9 +93,15 @@ def _serve(collector: Any, addr: str, port: int) -> None:
             raise Busy(f"port {port} is already in use", hint="another exporter? pick one with --listen") from exc
         raise HostIOError(f"cannot listen on {addr or '*'}:{port}: {exc.strerror}") from exc
     click.echo(f"vgpukit exporter: serving /metrics on {addr or '*'}:{port}", err=True)
+    from ..k8s.stopping import Stop
+
+    # SIGTERM and SIGINT set a flag and write a byte (never an exception in the middle of a scrape, which
+    # the WSGI handler would answer as an error and go on); the select wakes whichever thread got it
+    stop = Stop().on_signals()
     try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+        while not stop.is_set():
+            ready, _, _ = select.select([server.fileno(), stop.fileno()], [], [])
+            if server.fileno() in ready:
+                server.handle_request()
     finally:
         server.server_close()

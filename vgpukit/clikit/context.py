@@ -26,6 +26,8 @@ class Wiring(Protocol):
 
     def derived(self) -> tuple[Callable[[Env], list[Any]], ...]: ...
 
+    def open_uevents(self, host: Host, sim_dir: Path | None) -> Any: ...
+
 
 class App:
     """Per-invocation context: where the host is, how to print, whether to act. (A plain class: every

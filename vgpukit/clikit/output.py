@@ -78,11 +78,12 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any
 
 
 def say(text: str, style: str | None = None) -> None:
-    """One human line (styled on a terminal)."""
+    """One human line (styled on a terminal), written at once (a long-running command's first line
+    reaches a pipe, a container's log, before it waits)."""
     if is_tty() and style:
         console().print(text, style=style)
     else:
-        print(text)
+        print(text, flush=True)
 
 
 def emit_result(

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import queue
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -13,9 +14,9 @@ from ..clikit.context import App
 from ..clikit.options import json_option
 from ..clikit.output import emit, json_doc, say, table
 from ..clikit.params import AsciiFloat, DeviceName
+from ..clikit.watch import resync_option
 from ..errors import NotFound
 from ..naming import PCI, resolve
-from ..nvml.model import EventWatcher
 from . import check, xid
 from . import log as record_log
 from .model import DEFAULT_WINDOW, DeviceHealth, HealthEvent, exit_code
@@ -44,11 +45,9 @@ def _select(app: App, device: str | None, devices: list[DeviceHealth]) -> list[D
     return chosen
 
 
-def _look(
-    app: App, keeper: record_log.Keeper, table: xid.XidTable, window: float, watcher: EventWatcher | None = None
-) -> check.Look:
+def _look(app: App, keeper: record_log.Keeper, table: xid.XidTable, window: float) -> check.Look:
     record = keeper.load(app.host)
-    found = check.look(app.host, app.nvml, table, record, watcher=watcher, window=window)
+    found = check.look(app.host, app.nvml, table, record, window=window)
     keeper.save(app.host, record)
     _warn(keeper)
     return found
@@ -113,6 +112,7 @@ def _stream(app: App, e: HealthEvent) -> None:
 @click.option(
     "--xid-table", "xid_table", type=click.Path(dir_okay=False, path_type=Path), help="Another XID table (YAML)."
 )
+@resync_option
 @json_option
 @click.pass_context
 def health(
@@ -122,6 +122,7 @@ def health(
     seconds: float | None,
     window: float,
     xid_table: Path | None,
+    resync: float,
 ) -> None:
     """Each device's health (GPUs, their VFs, vfio-pci devices, SR-IOV PFs), its recent events, the action to take.
 
@@ -143,41 +144,51 @@ def health(
         emit(app, "health", doc, lambda: _render(devices, view.lines(cure)))
         ctx.exit(exit_code(devices))
     chosen = {d.bdf for d in devices} if device is not None else None
-    for e in found.new_events:  # what came since the last look, first
+
+    def show(e: HealthEvent) -> None:
         if chosen is None or e.bdf in chosen:
             _stream(app, e)
-    nvml = app.nvml
-    watcher = nvml.watch_events(None) if nvml is not None else None
-    end = None if seconds is None else time.monotonic() + seconds
-    try:
-        while end is None or time.monotonic() < end:
-            left = 1.0 if end is None else max(0.0, min(1.0, end - time.monotonic()))
-            if watcher is not None:
-                events = watcher.wait(left)  # returns as soon as one comes
-                found = _look(app, keeper, table, window, _Replay(events))
-            else:
-                time.sleep(left)
-                found = _look(app, keeper, table, window)
-            for e in found.new_events:
-                if chosen is None or e.bdf in chosen:
-                    _stream(app, e)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        if watcher is not None:
-            watcher.close()
+
+    for e in found.new_events:  # what came since the last look, first
+        show(e)
+    found = _follow(app, keeper, table, window, resync, None if seconds is None else time.monotonic() + seconds, show)
     ctx.exit(exit_code(_select(app, device, found.devices)))
 
 
-class _Replay:
-    """The events a watcher already delivered, handed to one look (which waits no further)."""
+def _follow(
+    app: App,
+    keeper: record_log.Keeper,
+    table: xid.XidTable,
+    window: float,
+    resync: float,
+    end: float | None,
+    show: Callable[[HealthEvent], None],
+) -> check.Look:
+    """Stream each look's new events until ``end`` (or an interrupt): a look whenever the watch says the
+    devices may have changed (kernel uevents, NVML events, a committed change; docs/engine.md, "The
+    watch"), none on a timer but the safety net's. The last look, made at the end, is returned."""
+    from ..clikit.watch import start_watch
+    from .watched import health_views
 
-    def __init__(self, events: list[Any]) -> None:
-        self.events = events
-
-    def wait(self, timeout: float) -> list[Any]:
-        out, self.events = self.events, []
-        return out
-
-    def close(self) -> None:
+    came: queue.SimpleQueue[list[HealthEvent]] = queue.SimpleQueue()
+    watch = start_watch(app, health_views(True, table, window, came.put, keeper), resync)
+    try:
+        while end is None or time.monotonic() < end:
+            try:
+                events = came.get(timeout=None if end is None else max(0.0, end - time.monotonic()))
+            except queue.Empty:
+                break
+            for e in events:
+                show(e)
+            _warn(keeper)  # the record could not be written: said once
+    except KeyboardInterrupt:
         pass
+    finally:
+        watch.close()
+    while not came.empty():
+        for e in came.get():
+            show(e)
+    found = _look(app, keeper, table, window)  # the devices' state at the end (and what came at the last moment)
+    for e in found.new_events:
+        show(e)
+    return found

@@ -10,11 +10,14 @@ client. When ``vgpukit.io/config`` names a config that is not applied yet it
    ``vgpukit.io/config.message``.
 
 Exit codes follow apply's contract (docs/fleet.md): 0 success; 4 with ``error`` = ``busy`` (another
-vgpukit command holds the host lock) stays ``pending`` and is retried after ``RETRY_S``; 4 with
+vgpukit command holds the host lock) stays ``pending`` and is tried again when the host lock is
+released (the agent listens to its host, :mod:`.agent_host`; without, after ``RETRY_S``); 4 with
 ``in-use`` (the change would destroy devices in use) is ``failed`` with the message
-``refused: ...``: the agent drains nothing, it leaves that to the operator; 6 (a device the health
+``refused: ...``: the agent drains nothing, it leaves that to the operator, and tries again when the
+host changes (a device let go) and ``apply --dry-run`` says it would pass; 6 (a device the health
 layer finds unusable was left alone, everything else applied) is ``partial`` with the message
-``left alone: ...``; anything else is ``failed``. Both labels and the annotation go in one ``PATCH /api/v1/nodes/NAME``.
+``left alone: ...``; anything else is ``failed``. Both labels and the annotation go in one
+``PATCH /api/v1/nodes/NAME``.
 
 The agent also runs the remediation policy the config installs (docs/health.md, "Remediation"): one
 look every ``remedy_s`` seconds (``vgpukit remediate --auto --for 0 --json``, :class:`RemedyRunner`),
@@ -25,12 +28,13 @@ that needs a reboot, ``VgpukitRemediationFailed``).
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import HostIOError, InvalidInput, VgpukitError
 
@@ -40,7 +44,9 @@ MESSAGE_ANNOTATION = "vgpukit.io/config.message"
 PENDING, SUCCESS, FAILED, PARTIAL = "pending", "success", "failed", "partial"
 EXIT_BUSY = 4  # apply's "refused, nothing changed" (error: busy | in-use | no-capacity | conflict)
 EXIT_SKIPPED = 6  # apply's "done, except the devices named" (unusable devices left alone)
-RETRY_S = 10.0
+RETRY_S = 10.0  # a busy host tried again (without host events), the API server read again after an error
+LONGEST_S = 300.0  # with host events: the longest wait for a busy host's lock to be released
+HOST_CHANGES = {"holders", "pci", "docs"}  # a device let go, a device changed, a change committed
 WATCH_TIMEOUT_S = 300  # the server ends a watch after this long; the agent reads the node and watches again
 APPLY_TIMEOUT_S = 1800
 
@@ -49,6 +55,15 @@ APPLY_TIMEOUT_S = 1800
 class ApplyOutcome:
     state: str  # pending | success | failed
     message: str
+    in_use: bool = False  # refused because devices are in use: it may pass once the host changes
+
+
+class HostEvents(Protocol):
+    """What the agent hears from its host (:mod:`.agent_host`): changes, and whether the host lock is free."""
+
+    def on_change(self, tell: Callable[[set[str]], None]) -> None: ...
+
+    def lock_free(self) -> bool: ...
 
 
 class ApplyRunner:
@@ -62,12 +77,17 @@ class ApplyRunner:
     def argv(self, name: str) -> list[str]:
         return [self.command, *self.where, "apply", "-f", str(self.config_file), "-c", name, "--json"]
 
-    def __call__(self, name: str) -> ApplyOutcome:
+    def __call__(self, name: str, dry_run: bool = False) -> ApplyOutcome:
+        argv = self.argv(name) + (["--dry-run"] if dry_run else [])
         try:
-            proc = subprocess.run(self.argv(name), capture_output=True, text=True, timeout=APPLY_TIMEOUT_S, check=False)
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=APPLY_TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired) as err:
             return ApplyOutcome(FAILED, f"could not run {self.command} apply: {type(err).__name__}")
         return outcome(proc.returncode, proc.stdout)
+
+    def check(self, name: str) -> ApplyOutcome:
+        """What ``apply`` would answer now (``--dry-run``: the host lock not taken, nothing changed)."""
+        return self(name, dry_run=True)
 
 
 def outcome(code: int, stdout: str) -> ApplyOutcome:
@@ -85,7 +105,7 @@ def outcome(code: int, stdout: str) -> ApplyOutcome:
     if code == EXIT_BUSY and doc.get("error") == "busy":
         return ApplyOutcome(PENDING, f"waiting: {message or 'host busy'}")
     if code == EXIT_BUSY and doc.get("error") == "in-use":
-        return ApplyOutcome(FAILED, f"refused: {message or 'devices in use'}")
+        return ApplyOutcome(FAILED, f"refused: {message or 'devices in use'}", in_use=True)
     skipped = doc.get("skipped")
     if code == EXIT_SKIPPED and isinstance(skipped, list) and skipped and isinstance(skipped[0], dict):
         more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
@@ -201,6 +221,8 @@ class Agent:
         apply: Callable[[str], ApplyOutcome],
         log: Callable[[str], None],
         retry_s: float = RETRY_S,
+        host: HostEvents | None = None,
+        check: Callable[[str], ApplyOutcome] | None = None,
     ) -> None:
         self.retry_s = retry_s
         self.watch_timeout_s = WATCH_TIMEOUT_S
@@ -208,6 +230,9 @@ class Agent:
         self.node = node
         self.apply = apply
         self.log = log
+        self.host = host  # None: a busy host is tried again every retry_s, a refused config never
+        self.check = check  # apply --dry-run: whether a refused config would pass now
+        self.longest_s = LONGEST_S  # with host events: the longest wait for a busy host's lock
         self.done: str | None = None  # the config whose outcome (success / failed) was reported last
         self.remedy: Callable[[], list[dict[str, Any]]] | None = None  # one look of the remediation policy
         self.remedy_s = 30.0  # seconds between two looks
@@ -258,19 +283,58 @@ class Agent:
             stop.wait(self.remedy_s)
 
     def run(self, stop: threading.Event) -> None:
-        """Reconcile, then follow the node's label until ``stop``; a busy host is retried. With a
-        remediation runner, its policy looks at the host every ``remedy_s`` seconds meanwhile."""
-        from kubernetes import watch
-
+        """Reconcile, then follow the node's label until ``stop``. A busy host is tried again when its
+        lock is released, a config refused for devices in use when the host changes and a dry run says
+        it would pass (with ``host``; without: a busy host every ``retry_s``, a refused config never).
+        With a remediation runner, its policy looks at the host every ``remedy_s`` seconds meanwhile."""
         if self.remedy is not None:
             threading.Thread(target=self._remedy_loop, args=(stop,), daemon=True, name="remediation").start()
+        inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        if self.host is not None:
+            self.host.on_change(lambda kinds: inbox.put(("host", kinds)))
+        threading.Thread(target=self._follow, args=(stop, inbox), daemon=True, name="vgpukit-agent-node").start()
+        name: str | None = None
+        waiting: ApplyOutcome | None = None  # the last outcome, while the host may still change it
+        while not stop.is_set():
+            try:
+                what, value = inbox.get(timeout=self._patience(waiting))
+            except queue.Empty:
+                what, value = "timer", None
+            if what == "stop":
+                return
+            if what == "label":
+                if value == name and waiting is not None:
+                    continue  # the node changed, not its label: the host decides when to try again
+                name, result = value, self.reconcile(value)
+            elif name is None or waiting is None or not self._again(waiting, name, what, value):
+                continue
+            else:
+                if waiting.in_use:
+                    self.done = None  # a dry run says it would pass now
+                result = self.reconcile(name)
+            if result is not None:
+                waiting = result if result.state == PENDING or result.in_use else None
+
+    def _patience(self, waiting: ApplyOutcome | None) -> float | None:
+        if waiting is None or waiting.state != PENDING:
+            return None  # until the label or the host changes
+        return self.retry_s if self.host is None else self.longest_s
+
+    def _again(self, waiting: ApplyOutcome, name: str, what: str, kinds: set[str] | None) -> bool:
+        """Whether to try the waiting config again now (``what``: ``host`` with its kinds of change, or ``timer``)."""
+        if waiting.state == PENDING:
+            return what == "timer" or self.host is None or self.host.lock_free()
+        if not waiting.in_use or what != "host" or self.check is None or not (kinds or set()) & HOST_CHANGES:
+            return False
+        return self.check(name).state == SUCCESS
+
+    def _follow(self, stop: threading.Event, inbox: queue.SimpleQueue[tuple[str, Any]]) -> None:
+        """The node's label, read then watched (again after each watch ends), into ``inbox``."""
+        from kubernetes import watch
 
         while not stop.is_set():
             try:
-                result = self.reconcile(self.current_config())
-                if result is not None and result.state == PENDING:
-                    stop.wait(self.retry_s)
-                    continue
+                inbox.put(("label", self.current_config()))
                 w = watch.Watch()
                 field = f"metadata.name={self.node}"
                 for event in w.stream(self.api.list_node, field_selector=field, timeout_seconds=self.watch_timeout_s):
@@ -278,12 +342,9 @@ class Agent:
                         w.stop()
                         break
                     obj = event.get("object")
-                    if obj is None or event.get("type") not in ("ADDED", "MODIFIED"):
-                        continue
-                    result = self.reconcile(self.labels(obj).get(CONFIG_LABEL))
-                    if result is not None and result.state == PENDING:
-                        w.stop()
-                        stop.wait(self.retry_s)
+                    if obj is not None and event.get("type") in ("ADDED", "MODIFIED"):
+                        inbox.put(("label", self.labels(obj).get(CONFIG_LABEL)))
             except Exception as err:  # the API server went away: log one line, try again
                 self.log(f"{self.node}: {api_error(err)}")
                 stop.wait(self.retry_s)
+        inbox.put(("stop", None))

@@ -16,11 +16,12 @@ from ..clikit.lazy import LazyGroup
 from ..clikit.options import json_option
 from ..clikit.output import emit, finish_read, say, table
 from ..clikit.params import NAME, AsciiFloat
+from ..clikit.watch import resync_option, start_watch
 from ..partial import as_json
 from .cli_health import finish_unhealthy, remediate_every_option, with_remediation
-from .cli_host import _dra_opener, _health, _log, _poller
+from .cli_host import _dra_opener, _health, _log, _options, _poller
 from .cli_options import ShareChoice, kubernetes_release, node_name, replicas_option, vm_mode, vm_options
-from .stopping import Stop
+from .stopping import Bell, Stop
 
 if TYPE_CHECKING:
     from .dra.capacity import Choice
@@ -151,12 +152,13 @@ def resources(
 @replicas_option
 @click.option(
     "--interval",
-    type=AsciiFloat(0.05, 60),
-    default=1.0,
+    type=AsciiFloat(0.05, 3600),
+    default=3600.0,
     show_default=True,
     metavar="SECONDS",
-    help="How often the host and the kubelet socket are checked (ListAndWatch updates follow within it).",
+    help="The longest wait before the plugin looks again when nothing changed (changes wake it at once).",
 )
+@resync_option
 @click.option(
     "--allocate",
     "mode",
@@ -168,20 +170,31 @@ def resources(
 )
 @vm_options
 @click.pass_obj
-def device_plugin(app: App, replicas: int, interval: float, mode: str, vms: str | None) -> None:
+def device_plugin(app: App, replicas: int, interval: float, resync: float, mode: str, vms: str | None) -> None:
     """Serve the kubelet Device Plugin API v1beta1, one socket and resource per kind of device.
 
-    Runs until SIGTERM/SIGINT; registers with <root>/var/lib/kubelet/device-plugins/kubelet.sock and
-    again whenever the kubelet restarts.
+    Runs until SIGTERM/SIGINT; registers with <root>/var/lib/kubelet/device-plugins/kubelet.sock (again on restarts).
     """
+    from ..host_notify import CHANGED
+    from .inventory import Inventory
     from .plugin import Manager, plugin_dir
+    from .watched import device_plugin_views
 
-    host = app.host
+    host, woken = app.host, Bell()
     host.mkdir(plugin_dir(host))
-    manager = Manager(host, _poller(app, replicas, vms), vm_mode(vms, mode), health=_health(app))
+    views = device_plugin_views(lambda h: _options(h, replicas), vms)
+    watch = start_watch(app, views, resync, dirs={str(plugin_dir(host)): (CHANGED, "kubelet")})
+    watch.listeners.append(lambda _touch: woken.ring())
+    model = watch.model
+    manager = Manager(
+        host, lambda: model.get("held") or Inventory(), vm_mode(vms, mode), health=lambda: model.get("sick") or {}
+    )
     stop = Stop().on_signals()
-    say(f"vgpukit device plugin: {host.display(plugin_dir(host))}, polling every {interval:g}s")
-    manager.run(stop, interval, on_event=_log)
+    say(f"vgpukit device plugin: {host.display(plugin_dir(host))}, {watch.describe()}")
+    try:
+        manager.run(stop, interval, on_event=_log, woken=woken)
+    finally:
+        watch.close()
 
 
 @k8s.command("node-agent")
@@ -215,12 +228,16 @@ def node_agent(
 
     Watches this Node; on a new value runs 'vgpukit apply -f FILE -c NAME --json' and reports
     vgpukit.io/config.state (pending, success, failed). Changes that would destroy devices in use
-    are refused by apply and reported as failed (the agent drains nothing).
+    are refused by apply and reported as failed (the agent drains nothing; it tries again when the
+    devices are let go); a busy host is tried again when its lock is released.
     """
     from .agent import Agent, ApplyRunner, api_error, kube_api
+    from .agent_host import AgentHost
 
     runner = ApplyRunner(apply_command, config_file, root=app.root, sim_dir=app.sim_dir)
-    agent = with_remediation(Agent(kube_api(kubeconfig), node, runner, log=_log), app, apply_command, remedy_s)
+    host = None if once else AgentHost(app.host, start_watch(app, {}, nvml=False))  # lock let go, devices let go
+    agent = Agent(kube_api(kubeconfig), node, runner, log=_log, host=host, check=runner.check)
+    agent = with_remediation(agent, app, apply_command, remedy_s)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # a watch blocks in a read: interrupt it
         signal.signal(sig, _exit)

@@ -15,7 +15,7 @@ from ..clikit.context import App
 from ..clikit.options import json_option
 from ..clikit.output import emit, say, table
 from ..clikit.params import NAME, AsciiFloat
-from .cli_health import evicting
+from ..clikit.watch import resync_option, start_watch
 from .cli_host import _dra_opener, _health, _log_to_stderr, _poller
 from .cli_options import ShareChoice, device_metadata_option, kubernetes_release, node_name
 from .stopping import Stop
@@ -128,10 +128,11 @@ def show(view: dict[str, Any]) -> None:
     "--interval",
     type=AsciiFloat(0.1, 3600),
     metavar="SECONDS",
-    default=5.0,
+    default=3600.0,
     show_default=True,
-    help="How often the host is looked at (the health stream, the ResourceSlice).",
+    help="The longest wait before the plugin publishes again when nothing changed (changes wake it at once).",
 )
+@resync_option
 @click.option(
     "--partitionable",
     type=click.Choice(["auto", "on", "off"]),
@@ -174,6 +175,7 @@ def dra_plugin(
     node: str,
     kubeconfig: str | None,
     interval: float,
+    resync: float,
     partitionable: str,
     taints: str,
     unhealthy_effect: str | None,
@@ -193,20 +195,26 @@ def dra_plugin(
 
     if taints == "off" and unhealthy_effect is not None:
         raise click.UsageError("--unhealthy-effect is the effect of the taint --device-taints off never publishes")
+    from .watched import dra_views
+
     _log_to_stderr("vgpukit.k8s.dra")
     api = resource_api(kubeconfig)
-    driver = Driver(node, _dra_opener(app), ClaimReader(api), _health(app), partitionable, taints)
+    stop = Stop().on_signals()  # before the servers: a SIGTERM from then on ends the plugin cleanly
+    watch = start_watch(app, dra_views(), resync)
+    model = watch.model
+    driver = Driver(node, _dra_opener(app), ClaimReader(api), lambda: model.get("sick") or {}, partitionable, taints)
     driver.device_metadata = metadata  # KEP-5304 (docs/kubevirt.md)
     driver.unhealthy_effect = unhealthy_effect or "NoSchedule"  # NoExecute: Kubernetes evicts the pods
-    driver.evicting = evicting(app)  # drained / remediated devices: the taint's effect is NoExecute
+    driver.evicting = lambda: model.get("evicting") or {}  # drained / remediated: the taint's effect NoExecute
     driver.capacity.choice = share  # shared by capacity
-    stop = Stop().on_signals()  # before the servers: a SIGTERM from then on ends the plugin cleanly
+    driver.model = model
     plugin = Plugin(app.host, driver, interval, Publisher(api, node, partitionable)).start()
-    say(f"vgpukit DRA plugin: {app.host.display(registry_socket(app.host))}, node {node}")
+    say(f"vgpukit DRA plugin: {app.host.display(registry_socket(app.host))}, node {node}, {watch.describe()}")
     try:
         stop.wait()
     finally:
         plugin.close()
+        watch.close()
 
 
 def _yaml(docs: list[dict[str, Any]]) -> None:

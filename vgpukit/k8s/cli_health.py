@@ -13,7 +13,6 @@ from ..clikit.context import App
 from ..clikit.params import AsciiFloat
 
 if TYPE_CHECKING:
-    from ..host import Host
     from .agent import Agent
     from .inventory import Inventory
 
@@ -32,35 +31,20 @@ def health(app: App) -> Callable[[], dict[str, str]]:
     """The unusable devices (BDF -> why) at every poll, from the health layer (which records them; in memory
     while the record cannot be written, said once), the VFs of an unusable PF (a PF's fault takes its VFs
     with it, as the one exclusion predicate says), and the quarantined ones and their VFs."""
-    from .. import quarantine as qr
     from ..health import fact
     from ..health.log import Keeper
+    from .unusable import unusable
 
     keeper = Keeper()
 
     def look() -> dict[str, str]:
         fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
         try:
-            devices = fact.current(fresh.host, fresh.nvml, keeper=keeper)
-            sick = _with_vfs(fresh.host, fact.unusable(devices))
-            # BDFs, and MIG devices' UUIDs; a quarantine's reason first
-            return {**sick, **fact.unusable_slices(devices), **qr.reasons(fresh.host)}
+            return unusable(fresh.host, fact.current(fresh.host, fresh.nvml, keeper=keeper))  # a PF's VFs too
         finally:
             fresh.close()
 
     return look
-
-
-def _with_vfs(host: Host, sick: dict[str, str]) -> dict[str, str]:
-    """``sick`` and the VFs of each PF in it (by its ``virtfnN`` links): ``carved from PF: why``."""
-    out = dict(sick)
-    for bdf, why in sick.items():
-        entries = host.listdir(host.pci_device(bdf)) if host.is_dir(host.pci_device(bdf)) else []
-        for name in entries:
-            vf = host.link_name(host.pci_device(bdf, name)) if name.startswith("virtfn") else None
-            if vf:
-                out.setdefault(vf, f"carved from {bdf}: {why}")
-    return out
 
 
 def evicting(app: App) -> Callable[[], dict[str, str]]:

@@ -9,10 +9,11 @@ Life cycle, as the kubelet's device manager expects it (k8s.io/kubelet deviceplu
    gets the whole device list again whenever a device appears, goes or changes health;
 4. ``GetPreferredAllocation`` at admission, ``Allocate`` before each container starts.
 
-The :class:`Manager` polls the host every ``interval`` seconds (one :func:`inventory.collect`) and
-watches ``kubelet.sock``: when the kubelet restarts it binds a new socket and deletes the plugins'
-sockets, so a new socket identity, or a plugin socket gone, makes every plugin serve anew and
-register again.
+The :class:`Manager` takes the devices from the watch's host model (:mod:`vgpukit.watch`: kernel
+uevents, NVML events, inotify) whenever it changes, and looks at ``kubelet.sock`` whenever the
+kubelet's directory changes (inotify): when the kubelet restarts it binds a new socket and deletes
+the plugins' sockets, so a new socket identity, or a plugin socket gone, makes every plugin serve
+anew and register again.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from ..logs import logger
 from ..words import plural
 from . import preferred as pref
 from .inventory import HEALTHY, UNHEALTHY, Device, Inventory, carry_unread, health_of
-from .stopping import Stopping
+from .stopping import Bell, Stopping, wait_woken
 from .v1beta1 import api_pb2 as api
 from .v1beta1 import api_pb2_grpc
 
@@ -43,6 +44,8 @@ log = logger("vgpukit.k8s")
 API_VERSION = "v1beta1"
 __all__ = ["HEALTHY", "UNHEALTHY", "Manager", "container_response", "plugin_dir"]  # HEALTHY: tests import it here
 RECOVER_POLLS = 3  # polls in a row a device must be found usable again before it is Healthy again
+RECOVER_WAIT = 1.0  # seconds between those polls when the plugin listens (no change wakes it meanwhile)
+RETRY_WAIT = 5.0  # seconds before serving or registering that failed is tried again (when the plugin listens)
 KUBELET_SOCKET = "kubelet.sock"
 MODES = ("both", "cdi", "devices")  # what Allocate answers: CDI names, device specs/env/mounts, or both
 # env variables whose values of several devices are joined with commas: the NVIDIA container runtime's
@@ -129,14 +132,20 @@ class Servicer:
         return api.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
     def ListAndWatch(self, request: api.Empty, context: grpc.ServicerContext) -> Iterator[api.ListAndWatchResponse]:
-        state, seen = self.state, [-1]
+        state, seen, ended = self.state, [-1], [False]
+
+        def end() -> None:  # the kubelet went away: wake the wait below (no timer looks for it)
+            with state.cond:
+                ended[0] = True
+                state.cond.notify_all()
+
+        if not context.add_callback(end):
+            return
         while context.is_active():
             with state.cond:
-                state.cond.wait_for(lambda: state.version != seen[0] or state.stopping, timeout=1.0)
-                if state.stopping:
+                state.cond.wait_for(lambda: state.version != seen[0] or state.stopping or ended[0])
+                if state.stopping or ended[0]:
                     return
-                if state.version == seen[0]:
-                    continue
                 seen[0], listing = state.version, state.listing()
             yield _response(listing)
 
@@ -270,6 +279,7 @@ class Manager:
         self.mode = mode
         self.health = health  # BDF -> why, of the devices the health layer finds unusable
         self.sick: dict[str, int] = {}  # unusable BDF -> healthy polls since (recovered at RECOVER_POLLS)
+        self.unsettled = False  # a plugin not served, or not registered with the kubelet there: tried again soon
         self.plugins: dict[str, ResourcePlugin] = {}
         self.last = Inventory()
         self.lock = threading.Lock()
@@ -299,6 +309,7 @@ class Manager:
             if plugin.state.update(inv.resources.get(name, []), sick):
                 events.append(f"{name}: {plural(len(plugin.state.devices), 'device')}")
         kubelet = socket_identity(self.host, plugin_dir(self.host) / KUBELET_SOCKET)
+        self.unsettled = False
         for name, plugin in sorted(self.plugins.items()):
             if plugin.socket_gone():  # the kubelet restarted and cleared the directory (or serving failed)
                 events.append(self._serve(plugin, f"serving {name} again"))
@@ -308,6 +319,7 @@ class Manager:
                     events.append(f"registered {name}")
                 except (grpc.RpcError, VgpukitError) as err:
                     events.append(f"{name}: registration failed: {_rpc_error(err)}")
+            self.unsettled |= plugin.server is None or (kubelet is not None and plugin.registered_with != kubelet)
         if failed is not None:
             events.append(f"reading the host failed (devices unchanged): {failed}")
         return events
@@ -340,7 +352,16 @@ class Manager:
             return f"{plugin.state.name}: {err}"
         return done
 
-    def run(self, stop: Stopping, interval: float, on_event: Callable[[str], None] = log.info) -> None:
+    def run(
+        self,
+        stop: Stopping,
+        interval: float,
+        on_event: Callable[[str], None] = log.info,
+        woken: Bell | None = None,
+    ) -> None:
+        """Poll, then wait ``interval`` seconds; with ``woken`` (rung by the watch when the host model or the
+        kubelet's directory changed) until it rings instead, or ``interval`` passed (a device coming back
+        to health is looked at every RECOVER_WAIT seconds until it is Healthy again)."""
         try:
             while not stop.is_set():
                 try:
@@ -349,7 +370,12 @@ class Manager:
                     events = [f"reading the host failed (devices unchanged): {err}"]
                 for event in events:
                     on_event(event)
-                stop.wait(interval)
+                if woken is None:
+                    stop.wait(interval)
+                else:  # a device recovering, a plugin not served or registered: looked at again soon
+                    recovering = any(self.sick.values())  # found usable again, not yet RECOVER_POLLS times
+                    soon = RECOVER_WAIT if recovering else RETRY_WAIT if self.unsettled else interval
+                    wait_woken(stop, woken, min(interval, soon))
         finally:
             self.close()
 

@@ -17,11 +17,12 @@ from .snapshot import take
 class HostCollector:
     """Host state is read at every scrape; the shipped tables (DCGM mapping, XID table) once."""
 
-    def __init__(self, host: Host, nvml: Callable[[], Nvml | None]) -> None:
+    def __init__(self, host: Host, nvml: Callable[[], Nvml | None], model: Any = None) -> None:
         from ..health import xid
 
         self.host = host
         self.nvml = nvml  # the composition's lazy NVML handle (opened on the first scrape)
+        self.model = model  # the watch's host model (devices, health), or None: everything read per scrape
         self.fields = devices.fields()
         self.xids = xid.builtin()
 
@@ -33,7 +34,7 @@ class HostCollector:
 
         start = time.perf_counter()
         cpu = time.process_time()
-        snap = take(self.host, self.nvml(), self.xids)
+        snap = take(self.host, self.nvml(), self.xids, self.model)
         out: list[Any] = []
         for families in (
             devices.dcgm_families,

@@ -100,11 +100,12 @@ def _qos(host: Host) -> dict[str, Any] | None:
     return control.request(host, {"op": "status"}, timeout=2.0)
 
 
-def _slices(host: Host, nvml: Nvml | None, scan: Scan) -> list[Slice]:
+def _slices(host: Host, nvml: Nvml | None, scan: Scan, model: Any = None) -> list[Slice]:
     from ..k8s.dra.holders import claims_by_id
-    from ..k8s.inventory import PREFIX, Options, collect
+    from ..k8s.inventory import PREFIX, Options, collect, with_holders
 
-    inv = collect(host, nvml, Options(replicas=0), scan=scan)
+    kept = model.get("inventory") if model is not None else None
+    inv = with_holders(host, kept) if kept is not None else collect(host, nvml, Options(replicas=0), scan=scan)
     claims = claims_by_id(host, inv)
     out = []
     for resource, devices in inv.resources.items():
@@ -121,15 +122,23 @@ def _health(host: Host, nvml: Nvml | None, table: XidTable, scan: Scan) -> list[
     return check.look(host, nvml, table, record_log.load(host), scan=scan).devices
 
 
-def take(host: Host, nvml: Nvml | None, xids: XidTable) -> Snapshot:
-    """Everything, read now (``xids``: the XID table, loaded once by the caller)."""
+def take(host: Host, nvml: Nvml | None, xids: XidTable, model: Any = None) -> Snapshot:
+    """Everything, read now (``xids``: the XID table, loaded once by the caller). ``model``: the watch's
+    (:mod:`vgpukit.k8s.watched` views ``inventory`` and ``health``), kept current by what changes: the
+    devices and their health come from it, who holds them is read now, as NVML's telemetry, the QoS
+    daemon's status and the tenants' CUDA regions are (the scrape is what asks)."""
     snap = Snapshot(hostname())
-    scan = Scan(host)  # one PCI read, shared by the health layer and the inventory
+    scan = Scan(host)  # one PCI read, shared by the health layer and the inventory (none with a model)
+    kept = model.get("health") if model is not None else None
+
+    def health() -> list[DeviceHealth]:
+        return list(kept) if kept is not None else _health(host, nvml, xids, scan)
+
     steps: list[tuple[str, Any]] = [
-        ("health", lambda: setattr(snap, "health", _health(host, nvml, xids, scan))),
+        ("health", lambda: setattr(snap, "health", health())),
         ("qos", lambda: setattr(snap, "qos", _qos(host))),
         ("cuda", lambda: setattr(snap, "cuda", _cuda(host))),
-        ("inventory", lambda: setattr(snap, "slices", _slices(host, nvml, scan))),
+        ("inventory", lambda: setattr(snap, "slices", _slices(host, nvml, scan, model))),
     ]
     if nvml is not None:
         steps.insert(0, ("nvml", lambda: setattr(snap, "gpus", _gpus(nvml))))

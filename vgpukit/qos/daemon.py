@@ -1,12 +1,12 @@
 """The QoS daemon: one select loop driving every GPU's scheduler on the monotonic clock.
 
-Wakes on: a demand datagram (preemption path: receive -> decide -> freeze, no polling), a control
-request, a signal, the next slice boundary of any GPU, the sampling tick (only while some tenant's
-demand is sampled: ``sample``, or ``auto`` before its first notification), and a 250 ms housekeeping
-tick (guardian heartbeat, systemd watchdog, liveness of tenants, the refusal log's summary, metrics).
-
-A broken config file never stops a running daemon: a reload is refused (one log line, ``qos status``,
-metrics) and the running configuration kept. At start it is exit 2, before anything is frozen.
+Wakes on: a demand datagram (preemption path: receive -> decide -> freeze, no polling), a control request,
+a signal, a change of the config file's content (reloaded, as on SIGHUP), the next slice boundary of any
+GPU, the sampling tick (only while some tenant's demand is sampled: ``sample``, or ``auto`` before its
+first notification), and a 250 ms housekeeping tick (guardian heartbeat, systemd watchdog, liveness of
+tenants, the refusal log's summary, metrics). A broken config file never stops a running daemon: a
+reload is refused (one log line, ``qos status``, metrics) and the running configuration kept. At start
+it is exit 2, before anything is frozen.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from . import demand as demand_proto
 from . import planner
 from .backends import Backend, backend_for
 from .config import Overlay
+from .config_watch import ConfigWatch
 from .control import ControlServer, daemon_lock
 from .memruntime import GpuMemory
 from .model import POLICIES, QosConfig, Tenant, check_key
@@ -356,13 +357,13 @@ class Daemon:
             self._run(ready)
 
     def _run(self, ready: Callable[[], None] | None) -> None:
-        thawed = thaw_all(self.host, load_managed(self.host))  # a previous daemon may have died
-        if thawed:
+        if thawed := thaw_all(self.host, load_managed(self.host)):  # a previous daemon may have died
             log.warning("thawed %d target(s) left by a previous daemon", len(thawed))
         guardian = Guardian.start(self.host, float(self.base.watchdog_s))
         wake_r, old_handlers = self._signals()
         dsock = demand_proto.open_server(self.host)
         ctrl = ControlServer(self.host, self.handle)
+        self.config_watch = ConfigWatch(self.host, self.config_path)  # an edit reloads, as SIGHUP does
         try:
             self.apply_config(self.effective())
             sd_notify("READY=1\nSTATUS=scheduling")
@@ -377,6 +378,7 @@ class Daemon:
             save_managed(self.host, [])
             ctrl.close()
             dsock.close()
+            self.config_watch.close()
             for path in (demand_proto.socket_path(self.host), ctrl_path(self.host)):
                 with contextlib.suppress(VgpukitError):
                     self.host.remove(path)
@@ -425,7 +427,7 @@ class Daemon:
                 deadlines.append(next_sample)
             timeout = max(0.0, (min(deadlines) - self.clock()) / 1e9)
             try:
-                fds: list[Any] = [wake_r, dsock, *ctrl.fds()]
+                fds: list[Any] = [wake_r, dsock, *ctrl.fds(), *self.config_watch.fds()]
                 ready, _, _ = select.select(fds, [], [], timeout)
             except InterruptedError:
                 continue
@@ -436,6 +438,8 @@ class Daemon:
                 elif obj == wake_r:
                     with contextlib.suppress(OSError):
                         os.read(wake_r, 512)
+                elif obj in self.config_watch.fds():
+                    self.reload_requested |= self.config_watch.changed()
                 else:
                     ctrl.ready(obj)
 

@@ -44,7 +44,16 @@ def hold(root: Path, group: str, comm: str = "qemu-system-x86", owner: str = "")
     tree.write_attr(d / "cmdline", f"{comm}\0-name\0{owner or 'sim-vm'}\0")
     tree.mkdir(d / "fd")
     os.symlink(_devnode_text(group), d / "fd" / "20")  # an absolute link text, as /proc shows it
+    _touch_node(root, group)
     return pid
+
+
+def _touch_node(root: Path, group: str) -> None:
+    """Open and close the group's node, as the process that opens it (or, exiting, closes it) would:
+    inotify watchers of /dev/vfio see it (the watch reads the holders again). The simulated process
+    holds no descriptor, so its open and its close come together."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(root / "dev" / "vfio" / group, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC))
 
 
 def release(root: Path, pid: int) -> bool:
@@ -53,5 +62,8 @@ def release(root: Path, pid: int) -> bool:
         return False
     import shutil  # only when a holder is released
 
+    groups = [os.path.basename(os.readlink(d / "fd" / fd)) for fd in os.listdir(d / "fd")]
     shutil.rmtree(d)
+    for group in groups:
+        _touch_node(root, group)
     return True

@@ -157,9 +157,9 @@ class SimKernel:
         self.writes.tick()
         # one per write, sharing what the kernel's earlier writes found to be real directories (as a
         # command's Host does; forgotten when a reaction is undone)
-        from .tree import SimTree  # a command that only reads loads none of the write machinery
+        from .uevents import AnnouncingTree, publish  # a command that only reads loads none of the write machinery
 
-        tree = SimTree(
+        tree = AnnouncingTree(
             self.root,
             resolved=True,
             real_dirs=self.real_dirs,
@@ -190,6 +190,7 @@ class SimKernel:
             finally:
                 self.umask, self.char_nodes = tree.umask, tree.char_nodes  # learnt once per kernel
             journal.commit()
+            publish(self.root, tree.uevents)  # what the write did, announced once it is done (docs/simulator.md)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

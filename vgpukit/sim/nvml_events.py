@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import time
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInput, NotFound
+from ..host import Host
+from ..host_notify import IN_CREATE, IN_MODIFY, Inotify
 from ..inputs import load_yaml
 from ..nvml.errors import GPU_IS_LOST, nvml_error
 from ..nvml.model import GpuCondition, GpuTelemetry, NvmlEvent
-from .nvml_state import STATE_DIR, _locked
+from .nvml_state import STATE_DIR, Store, _locked
 from .state import corrupt
 
 EVENTS_DIR = "events"
@@ -148,9 +151,9 @@ def recover(sim_dir: Path, gpu: int) -> None:
 def pf_reset(sim_dir: Path, pf: str) -> list[str]:
     """A function-level reset of PF ``pf`` that takes its VFs away: the VFs leave sysfs while
     ``sriov_numvfs`` still says how many were configured. The VFs' addresses."""
-    from .tree import SimTree  # the sysfs tree loads with the PCI faults only (SimNvml's reads need none)
+    from .uevents import AnnouncingTree, publish  # the sysfs tree loads with the PCI faults only
 
-    tree = SimTree(Path(sim_dir))
+    tree = AnnouncingTree(Path(sim_dir))
     pf_dir = tree.device_dir(pf)
     if not pf_dir.is_dir():
         raise NotFound(f"no PCI device {pf} on the simulated host", value=pf)
@@ -163,6 +166,7 @@ def pf_reset(sim_dir: Path, pf: str) -> list[str]:
             tree.remove_pci_device(vf)
             tree.unlink(pf_dir / entry)
             gone.append(vf)
+    publish(tree.root, tree.uevents)  # each VF's removal, as the PCI core announces it
     return gone
 
 
@@ -170,9 +174,9 @@ def aer(sim_dir: Path, bdf: str, kind: str) -> int:
     """Count one AER error of ``kind`` (correctable, fatal, nonfatal) on ``bdf``; the new total."""
     if kind not in AER_KINDS:
         raise InvalidInput(f"unknown AER error kind {kind!r}", hint=f"one of {', '.join(AER_KINDS)}")
-    from .tree import SimTree
+    from .uevents import AnnouncingTree, publish
 
-    tree = SimTree(Path(sim_dir))
+    tree = AnnouncingTree(Path(sim_dir))
     d = tree.device_dir(bdf)
     if not d.is_dir():
         raise NotFound(f"no PCI device {bdf} on the simulated host", value=bdf)
@@ -186,6 +190,9 @@ def aer(sim_dir: Path, bdf: str, kind: str) -> int:
     counts[total_key] = counts.get(total_key, 0) + 1
     counts.setdefault("Undefined", 0)
     tree.write_attr(path, "".join(f"{k} {v}\n" for k, v in sorted(counts.items(), key=lambda kv: kv[0] == total_key)))
+    if kind != "correctable":  # the AER driver's recovery announces itself (pci_uevent_ers); a counted
+        tree.recovery(bdf)  # correctable error announces nothing
+        publish(tree.root, tree.uevents)
     return counts[total_key]
 
 
@@ -194,6 +201,7 @@ class SimEventWatcher:
     def __init__(self, sim_dir: Path, count: int, since: dict[int, int] | None) -> None:
         self.sim_dir = Path(sim_dir)
         self.count = count
+        self.inotify: Inotify | None = None  # made at the first wait that blocks
         if since is None:  # as a real event set: what comes from now on
             self.seen = {gpu: len(_read(self.sim_dir, gpu)) for gpu in range(count)}
         else:
@@ -211,31 +219,54 @@ class SimEventWatcher:
         return sorted(out, key=lambda e: (e.time, e.gpu, e.seq))
 
     def wait(self, timeout: float) -> list[NvmlEvent]:
+        """As nvmlEventSetWait: blocks until an event comes (inotify on the event files' directory wakes
+        it: an idle wait costs nothing) or ``timeout`` passed."""
         end = time.monotonic() + timeout
         while True:
             found = self._new()
-            if found or time.monotonic() >= end:
+            left = end - time.monotonic()
+            if found or left <= 0:
                 return found
-            time.sleep(min(POLL, max(0.0, end - time.monotonic())))
+            notify = self._notify()
+            if notify is None:
+                time.sleep(min(POLL, left))
+                continue
+            ready, _, _ = select.select([notify], [], [], left)
+            if ready:
+                notify.read()
+
+    def _notify(self) -> Inotify | None:
+        if self.inotify is None:
+            d = events_file(self.sim_dir, 0).parent
+            d.mkdir(exist_ok=True)
+            notify = Inotify(Host(self.sim_dir))
+            if notify.add(d, IN_MODIFY | IN_CREATE):
+                self.inotify = notify
+            else:
+                notify.close()
+        return self.inotify
 
     def close(self) -> None:
-        pass
+        if self.inotify is not None:
+            self.inotify.close()
+            self.inotify = None
 
 
 class SimHealth:
     """The health calls of :class:`vgpukit.sim.nvml.SimNvml` (a mixin: ``sim_dir`` is the host's)."""
 
     sim_dir: Path
+    store: Store  # the facade's own: what it read is read again only when the driver's files changed
 
     def condition(self, gpu: int) -> GpuCondition:
-        with _locked(self.sim_dir, write=False) as state:
+        with self.store.locked(write=False) as state:
             g = _gpu_entry(state, gpu)
             if g.get("lost"):
                 return GpuCondition(True, None, None)
             return GpuCondition(False, int(g.get("ecc_corrected", 0)), int(g.get("ecc_uncorrected", 0)))
 
     def telemetry(self, gpu: int) -> GpuTelemetry:
-        with _locked(self.sim_dir, write=False) as state:
+        with self.store.locked(write=False) as state:
             g = _gpu_entry(state, gpu)
             if g.get("lost"):
                 raise nvml_error(GPU_IS_LOST, f"GPU {gpu}")
@@ -264,6 +295,6 @@ class SimHealth:
             return int(g.get("recovery_action", 0))
 
     def watch_events(self, since: dict[int, int] | None = None) -> SimEventWatcher:
-        with _locked(self.sim_dir, write=False) as state:
+        with self.store.locked(write=False) as state:
             count = len(state["gpus"])
         return SimEventWatcher(self.sim_dir, count, since)

@@ -21,6 +21,7 @@ from .files import read_attr
 from .holders import holders_of
 from .kernel import Reaction, Write, fail
 from .tree import WO, SimTree
+from .uevents import announce, devpath, event, vfio_group
 
 UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
@@ -126,6 +127,9 @@ def create(w: Write) -> None:
     present[type_id] = present.get(type_id, 0) + 1
     w.state.set_counts(parent, present)
     refresh_available(w.tree, parent_dir, pool)
+    path = devpath(w.root, Path(w.tree.inside(d, follow=True)))  # as Linux 6.1 announces it (seen: mtty)
+    announce(w.tree, event("add", path, "mdev"), event("add", vfio_group(str(group)), "vfio"))
+    announce(w.tree, event("bind", path, "mdev", DRIVER="vfio_mdev"))
 
 
 def _remove_match(w: Write) -> bool:
@@ -149,8 +153,11 @@ def remove(w: Write) -> None:
     pool = w.state.mdev_pools[parent or ""]
     parent_dir = type_dir.parent.parent
     present = counts(parent_dir, pool)
+    path = devpath(w.root, Path(w.tree.inside(d, follow=True)))
     for p in (type_dir / "devices" / uid, mdev_bus(w) / "devices" / uid, mdev_bus(w) / "drivers" / "vfio_mdev" / uid):
         w.tree.unlink(p)
+    announce(w.tree, event("remove", vfio_group(group), "vfio"), event("unbind", path, "mdev"))
+    announce(w.tree, event("remove", path, "mdev"))
     w.tree.leave_group(uid, d)
     w.tree.remove_tree(d)
     present[type_dir.name] = max(0, present.get(type_dir.name, 0) - 1)

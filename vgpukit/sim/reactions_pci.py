@@ -16,6 +16,7 @@ from pathlib import Path
 from .config_space import HEADER_TYPE_OFFSET
 from .files import HeldOpen, read_attr
 from .kernel import Reaction, Write, fail
+from .uevents import pf_changed
 
 # The kernel's device names (pci_name(): "%04x:%02x:%02x.%d"); the simulator's own, not the toolkit's.
 BDF_RE = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([01][0-9a-f])\.([0-7])$")
@@ -188,6 +189,7 @@ def sriov_numvfs(w: Write) -> None:
         tree.held = None
         held.close_all()
     w.tree.set_attr(pf_dir / "sriov_numvfs", want)
+    pf_changed(w.tree, pf)  # after its VFs' add, change and bind (seen on Linux 6.1; none when VFs go)
 
 
 def _bool_attr(w: Write) -> None:

@@ -12,6 +12,7 @@ from ...engine import session
 from ...engine.env import Env
 from ...errors import VgpukitError
 from ...logs import logger
+from ...watch.model import HostModel
 from ..dra_v1 import api_pb2 as dra
 from ..drahealth_v1 import api_pb2 as hl
 from ..inventory import Inventory, carry_unread
@@ -70,6 +71,27 @@ class Driver:
         self.told: dict[str, set[str]] = {}  # the read failures logged, by reader (once each, while they last)
         self.kept = lost.Kept()  # the parts last published: a lost GPU's are published again, tainted
         self.hidden: set[str] = set()  # what claims made, as last known (a lost GPU's cannot be listed)
+        self.model: HostModel | None = None  # the watch's (vgpukit.watch): its views instead of a read per call
+
+    def version(self) -> int:
+        """The watch's model's version: taken before a read, handed to :meth:`wait_change` after it."""
+        return self.model.version if self.model is not None else 0
+
+    def wait_change(
+        self, stop: threading.Event, timeout: float, since: int, active: Callable[[], bool] = lambda: True
+    ) -> None:
+        """Until the watch's model differs from version ``since`` (at once when it changed while the caller
+        read and published; without a model: ``timeout`` seconds), ``stop`` is set, ``active`` turns False
+        or ``timeout`` passed; whoever sets ``stop`` or ends a stream calls :meth:`nudge`."""
+        if self.model is None:
+            stop.wait(timeout)
+            return
+        self.model.wait(since, timeout, until=lambda: stop.is_set() or not active())
+
+    def nudge(self) -> None:
+        """Wake every :meth:`wait_change` to look at its stop and stream again."""
+        if self.model is not None:
+            self.model.nudge()
 
     def _once(self, reader: str, now: set[str]) -> None:
         """Log each read failure once while it lasts (a lost GPU fails the same read at every poll)."""
@@ -79,7 +101,16 @@ class Driver:
 
     def read(self) -> tuple[Inventory, slices.NvmlFacts]:
         """The inventory and NVML's facts now; where a read fails (a GPU fell off the bus), the last good one
-        (NVML's facts of a GPU it cannot answer for: the last known)."""
+        (NVML's facts of a GPU it cannot answer for: the last known); with the watch's model, its views."""
+        if self.model is not None:  # kept current by the watch (views of ..watched: held, facts, vgpu_types)
+            inv, facts = self.model.get("held"), self.model.get("facts")
+            self.vgpu_types = self.model.get("vgpu_types") or self.vgpu_types
+            last_inv, last_facts = self.last
+            self.last = (
+                carry_unread(last_inv, inv) if inv else last_inv,
+                facts.carry(last_facts) if facts else last_facts,
+            )
+            return self.last
         env, collect, close = self.open_host()
         inv, facts = self.last
         failed: set[str] = set()

@@ -23,6 +23,7 @@ from typing import Any
 
 from ...engine.env import Env
 from ...engine.step import Step
+from ...host import Host
 from ...logs import logger
 from ...mdev import planner as mdev_planner
 from ...pci import PciDevice, Scan
@@ -58,7 +59,12 @@ def type_label(t: VgpuType | str) -> str:
 
 def existing_types(env: Env) -> dict[str, str]:
     """The type id of every existing vGPU (mdev UUID or VF address -> ``nvidia-232``), the vGPU area's view."""
-    return {v.id: v.type_id for v in hostview.vgpus(env.host, hostview.gpus(env.host, Scan(env.host)))}
+    return types_on(env.host, Scan(env.host))
+
+
+def types_on(host: Host, scan: Scan) -> dict[str, str]:
+    """:func:`existing_types` through ``scan`` (the watch's model keeps one between its refreshes)."""
+    return {v.id: v.type_id for v in hostview.vgpus(host, hostview.gpus(host, scan))}
 
 
 def counter_set(gpu: GpuView) -> str:

@@ -45,6 +45,7 @@ log = logger("vgpukit.k8s.dra")
 
 SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # the DRA API versions served (GetInfo's supported_versions)
 HEALTH_TIMEOUT = 30  # seconds the kubelet waits for a new health report before a device is UNKNOWN
+RETRY = 5.0  # seconds before a publication that failed (the API server away) is tried again
 DRA: Any = dra_grpc  # generated without type annotations
 DRA_BETA: Any = dra_beta_grpc
 HEALTH: Any = hl_grpc
@@ -112,13 +113,15 @@ class HealthService:
         HEALTH_TIMEOUT/2 seconds, so the kubelet never times a healthy device out)."""
         last: list[tuple[str, int, str]] | None = None
         sent = 0.0
+        context.add_callback(self.driver.nudge)  # the kubelet went away: the wait below ends
         while context.is_active() and not self.stop.is_set():
+            seen = self.driver.version()  # a change while this look runs is looked at again at once
             try:
                 now = self.driver.health_report()
             except VgpukitError as err:
                 log.warning("reading the host failed: %s", err)
                 now = last or []
-            if now != last or time.monotonic() - sent > HEALTH_TIMEOUT / 2:
+            if now != last or time.monotonic() - sent >= HEALTH_TIMEOUT / 2:
                 stamp = int(time.time())
                 yield hl.NodeWatchResourcesResponse(
                     devices=[
@@ -133,7 +136,8 @@ class HealthService:
                     ]
                 )
                 last, sent = now, time.monotonic()
-            self.stop.wait(self.interval)
+            resend = sent + HEALTH_TIMEOUT / 2 - time.monotonic()
+            self.driver.wait_change(self.stop, max(0.0, min(self.interval, resend)), seen, context.is_active)
 
 
 class Plugin:
@@ -149,30 +153,33 @@ class Plugin:
         self.servers: list[grpc.Server] = []
         self.interval = interval
 
-    def _serve(self, path: Path, add: Callable[[grpc.Server], None]) -> None:
-        self.host.mkdir(path.parent)
-        self.host.remove(path)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="vgpukit-dra"))
+    def _serve(self, paths: list[Path], add: Callable[[grpc.Server], None]) -> None:
+        """One gRPC server on every socket of ``paths`` (each server's thread wakes five times a second
+        to look for signals, grpc's cython poll: one server, not one per socket, idles cheapest)."""
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="vgpukit-dra"))
         add(server)
-        try:
-            server.add_insecure_port("unix://" + self.host.socket_address(path))
-        except RuntimeError as err:
-            server.stop(None)
-            raise OSError(f"cannot serve on {self.host.display(path)}") from err
+        for path in paths:
+            self.host.mkdir(path.parent)
+            self.host.remove(path)
+            try:
+                server.add_insecure_port("unix://" + self.host.socket_address(path))
+            except RuntimeError as err:
+                server.stop(None)
+                raise OSError(f"cannot serve on {self.host.display(path)}") from err
         server.start()
         self.servers.append(server)
 
     def start(self) -> Plugin:
         dra_sock, reg_sock = plugin_socket(self.host), registry_socket(self.host)
+        registration = Registration(self.driver, self.host.display(dra_sock))
 
-        def node(server: grpc.Server) -> None:
+        def services(server: grpc.Server) -> None:  # the kubelet asks the registration socket for
+            REG.add_RegistrationServicer_to_server(registration, server)  # Registration only, the other for DRA
             DRA.add_DRAPluginServicer_to_server(NodeService(self.driver), server)
             DRA_BETA.add_DRAPluginServicer_to_server(NodeService(self.driver, dra_beta), server)
             HEALTH.add_DRAResourceHealthServicer_to_server(HealthService(self.driver, self.interval, self.stop), server)
 
-        self._serve(dra_sock, node)
-        registration = Registration(self.driver, self.host.display(dra_sock))
-        self._serve(reg_sock, lambda server: REG.add_RegistrationServicer_to_server(registration, server))
+        self._serve([dra_sock, reg_sock], services)
         if self.publisher is not None:
             threading.Thread(target=self._publish, args=(self.publisher,), daemon=True, name="vgpukit-dra-pub").start()
         return self
@@ -214,6 +221,8 @@ class Plugin:
         API server serves is found out before the first write (:mod:`.cluster`): with ``--partitionable
         auto``, partitionable devices are published where it keeps counters, the static view elsewhere."""
         while not self.stop.is_set():
+            failed = True  # until published: tried again after RETRY seconds, changes or not
+            seen = self.driver.version()  # a change while this publication runs is published next, at once
             try:
                 self._served(publisher)
                 done = publisher.publish(*self.driver.publication())
@@ -238,14 +247,16 @@ class Plugin:
                         "leaving unusable devices out of the slices instead"
                     )
                     continue
+                failed = False
             except VgpukitError as err:
                 log.warning("publishing the ResourceSlice failed (tried again): %s", err)
             except Exception as err:  # never end publishing silently: the device list would go stale
                 log.warning("publishing the ResourceSlice failed (tried again): %s: %s", type(err).__name__, err)
-            self.stop.wait(self.interval)
+            self.driver.wait_change(self.stop, min(self.interval, RETRY) if failed else self.interval, seen)
 
     def close(self) -> None:
         self.stop.set()
+        self.driver.nudge()
         for server in self.servers:
             server.stop(grace=0.5).wait(10)  # bounded: a handler that never returns must not keep the plugin up
         self.servers.clear()
