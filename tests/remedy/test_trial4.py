@@ -1,0 +1,64 @@
+"""The fourth new-user trial's findings about remediation (issue 35): each test failed before its fix."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from tests.conftest import invoke, make_sim
+
+Q = "var/lib/vgpukit/quarantine"
+
+
+def ok(sim: Path, *args: str) -> dict[str, object]:
+    r = invoke(sim, *args, "--json")
+    assert r.exit_code == 0, (args, r.stderr)
+    return json.loads(r.stdout)
+
+
+def mig_uuids(sim: Path, gpu: str) -> list[str]:
+    r = invoke(sim, "mig", "status", gpu, "--json")
+    assert r.exit_code == 0, r.stderr
+    found: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+        elif isinstance(node, str) and node.startswith("MIG-") and node not in found:
+            found.append(node)
+
+    walk(json.loads(r.stdout))
+    return found
+
+
+def test_h1_no_qos_tenant_on_a_mig_slice_of_a_quarantined_gpu(tmp_path: Path) -> None:
+    sim = make_sim(tmp_path / "h", "hgx-a100")
+    ok(sim, "partition", "gpu3", "--mig", "1g.5gb")
+    slice_ = mig_uuids(sim, "gpu3")[0]
+    ok(sim, "quarantine", "gpu3", "--reason", "t")
+    add = ["qos", "tenant", "add", slice_, "z", "--class", "online", "--share", "10", "--pid", str(os.getpid())]
+    r = invoke(sim, *add)
+    assert r.exit_code == 6 and "quarantined" in r.stderr and "carved from gpu3" in r.stderr, (r.exit_code, r.stderr)
+
+
+def test_h3_the_simulator_has_a_boot_id_a_reboot_changes(tmp_path: Path) -> None:
+    sim = make_sim(tmp_path / "h", "hgx-a100")
+    boot = sim / "proc/sys/kernel/random/boot_id"
+    first = boot.read_text().strip()
+    assert len(first) == 36
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("start: {reboot: quarantine}\n")
+    auto = ["remediate", "--auto", "--policy", str(policy), "--for", "0", "--json"]
+    assert invoke(sim, "sim", "fault", "xid", "gpu5", "79").exit_code == 0
+    assert invoke(sim, *auto).exit_code == 0
+    assert json.loads((sim / Q / "0000:84:00.0.json").read_text())["boot_id"] == first
+    assert invoke(sim, "sim", "reboot").exit_code == 0
+    assert boot.read_text().strip() not in ("", first)
+    again = [json.loads(line) for line in invoke(sim, *auto).stdout.splitlines()]
+    assert [(e["device"], e["what"], e["outcome"]) for e in again] == [("gpu5", "release", "done")]
+    assert not (sim / Q / "0000:84:00.0.json").exists()
