@@ -62,3 +62,41 @@ def test_h3_the_simulator_has_a_boot_id_a_reboot_changes(tmp_path: Path) -> None
     again = [json.loads(line) for line in invoke(sim, *auto).stdout.splitlines()]
     assert [(e["device"], e["what"], e["outcome"]) for e in again] == [("gpu5", "release", "done")]
     assert not (sim / Q / "0000:84:00.0.json").exists()
+
+
+def test_m2_a_rolled_back_drain_says_the_quarantine_stays_and_why(tmp_path: Path) -> None:
+    sim = make_sim(tmp_path / "h", "hgx-a100")
+    ok(sim, "bind", "gpu4", "--driver", "vfio-pci")
+    assert invoke(sim, "sim", "hold", "gpu4", "--vm", "w4").exit_code == 0
+    assert invoke(sim, "sim", "fault", "aer", "gpu4", "fatal").exit_code == 0
+    r = invoke(sim, "remediate", "gpu4", "--timeout", "0.5", "--connect", "test:///default")
+    assert r.exit_code == 4 and "rolled back" in r.stderr, r.stderr
+    assert "gpu4 (0000:83:00.0) stays quarantined: it is not healthy" in r.stderr, r.stderr
+    assert (sim / Q / "0000:83:00.0.json").exists()
+
+
+def test_m3_quarantine_again_or_drain_keeps_the_operators_reason(tmp_path: Path) -> None:
+    sim = make_sim(tmp_path / "h", "hgx-a100")
+    ok(sim, "quarantine", "gpu2", "--reason", "other")
+    assert ok(sim, "quarantine", "gpu2")["plan"] == []  # no --reason: the one it has
+    assert json.loads((sim / Q / "0000:23:00.0.json").read_text())["reason"] == "other"
+    ok(sim, "quarantine", "gpu3", "--reason", "t")
+    ok(sim, "drain", "gpu3", "--vms", "migrate")
+    record = json.loads((sim / Q / "0000:24:00.0.json").read_text())
+    assert (record["reason"], record["by"], record["evict"]) == ("t", "operator", True)
+
+
+def test_m4_remediate_keeps_an_operators_quarantine_and_says_so(tmp_path: Path) -> None:
+    sim = make_sim(tmp_path / "h", "h100-vgpu")
+    ok(sim, "quarantine", "gpu0", "--reason", "rma")
+    assert invoke(sim, "sim", "fault", "xid", "gpu0", "95").exit_code == 0
+    done = ok(sim, "remediate", "gpu0")
+    assert any(
+        str(s).startswith("keep gpu0 ") and "by the operator: rma" in str(s) and "vgpukit release gpu0" in str(s)
+        for s in done["plan"]  # type: ignore[attr-defined]
+    ), done["plan"]
+    files = list((sim / Q).glob("*.json"))
+    assert len(files) == 1
+    record = json.loads(files[0].read_text())
+    assert (record["reason"], record["by"]) == ("rma", "operator")
+    assert invoke(sim, "health", "gpu0").exit_code == 0  # cured: only the operator's word keeps it out
