@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
+
+import yaml
 
 from tests.conftest import invoke, make_sim
 
@@ -100,3 +103,34 @@ def test_m4_remediate_keeps_an_operators_quarantine_and_says_so(tmp_path: Path) 
     record = json.loads(files[0].read_text())
     assert (record["reason"], record["by"]) == ("rma", "operator")
     assert invoke(sim, "health", "gpu0").exit_code == 0  # cured: only the operator's word keeps it out
+
+
+def test_h2_the_qos_tenants_of_a_rebuilt_mig_gpu_follow_their_slices(tmp_path: Path) -> None:
+    sim = make_sim(tmp_path / "h", "hgx-a100")
+    ok(sim, "partition", "gpu3", "--mig", "1g.5gb=3")
+    old = mig_uuids(sim, "gpu3")
+    web, batch = old[0], old[-1]
+    gone = []  # the tenants' processes ended (a drain waits for live ones): the configuration stays
+    for _ in range(2):
+        p = subprocess.Popen(["true"])
+        p.wait()
+        gone.append(p.pid)
+    (sim / "etc/vgpukit/qos.yaml").write_text(
+        "gpus:\n"
+        f"  {web}:\n    tenants:\n      web: {{class: online, share: 50, pids: [{gone[0]}]}}\n"
+        f"  {batch}:\n    tenants:\n      batch: {{class: offline, share: 10, pids: [{gone[1]}]}}\n"
+    )
+    assert invoke(sim, "sim", "fault", "xid", "gpu3", "95").exit_code == 0
+    plan = ok(sim, "remediate", "gpu3", "--dry-run")
+    rebuilds = [str(r) for r in plan["rebuild"]]  # type: ignore[attr-defined]
+    said = f"QoS tenant web on {web} (pids:{gone[0]}), re-keyed to the rebuilt slice's new MIG UUID"
+    assert said in rebuilds, rebuilds
+    assert any(str(s).startswith("re-key QoS tenants web, batch of gpu3") for s in plan["plan"]), plan["plan"]  # type: ignore[attr-defined]
+    r = invoke(sim, "remediate", "gpu3")
+    assert r.exit_code == 0, r.stderr
+    new = mig_uuids(sim, "gpu3")
+    assert len(new) == len(old) and not set(new) & set(old)  # every slice has a new UUID
+    text = (sim / "etc/vgpukit/qos.yaml").read_text()
+    assert web not in text and batch not in text and new[0] in text and new[-1] in text, text
+    keys = {k: list(v["tenants"]) for k, v in yaml.safe_load(text)["gpus"].items()}
+    assert keys == {new[0]: ["web"], new[-1]: ["batch"]}  # same placement, same tenant

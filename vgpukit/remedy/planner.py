@@ -225,6 +225,12 @@ def rebuild(f: DeviceFacts) -> list[Step]:
         ]
     out += [SetVgpuType(v.bdf, str(v.vgpu_type)) for v in c.vfs if v.vgpu_type]
     out += [CreateMdev(m.parent, m.type_id, m.uuid, check_capacity=False) for m in c.mdevs]
+    slices = c.mig_slices()
+    moved = tuple(dict.fromkeys(t.name for t in c.tenants if t.gpu.lower() in {s[0].lower() for s in slices}))
+    if moved and f.nvml_index is not None:  # new MIG UUIDs: the tenants follow their slices
+        from .rekey import RekeyQos
+
+        out.append(RekeyQos(f.bdf, f.label, f.nvml_index, slices, moved))
     return out
 
 
