@@ -134,3 +134,26 @@ def test_h2_the_qos_tenants_of_a_rebuilt_mig_gpu_follow_their_slices(tmp_path: P
     assert web not in text and batch not in text and new[0] in text and new[-1] in text, text
     keys = {k: list(v["tenants"]) for k, v in yaml.safe_load(text)["gpus"].items()}
     assert keys == {new[0]: ["web"], new[-1]: ["batch"]}  # same placement, same tenant
+
+
+def test_m1_a_drain_starts_again_only_the_vms_it_stopped_and_names_an_unknown_domain(tmp_path: Path) -> None:
+    """The QEMU holding gpu4 names a domain test:///default does not have: the drain stops nothing, says so
+    when the time is up, and the run does not fail trying to start it again."""
+    from vgpukit.engine import Env, execute
+    from vgpukit.errors import InUse
+    from vgpukit.host import Host
+    from vgpukit.remedy.domains import StartDomain, StopDomain
+    from vgpukit.remedy.steps import WaitFree
+
+    sim = make_sim(tmp_path / "h", "hgx-a100")
+    ok(sim, "bind", "gpu4", "--driver", "vfio-pci")
+    pid = ok(sim, "sim", "hold", "gpu4", "--vm", "w4")["pid"]
+    uri = "test:///default"
+    stop, start = StopDomain(uri, "w4", "shutdown", 5.0), StartDomain(uri, "w4")
+    try:
+        execute(Env(Host(sim), command="test"), [stop, WaitFree("0000:83:00.0", "gpu4", 0.3)])
+        raise AssertionError("the wait did not refuse")
+    except InUse as err:
+        assert f"VM w4 (pid {pid})" in err.message and "domain w4 not found on test:///default" in err.message
+    assert invoke(sim, "sim", "release", str(pid)).exit_code == 0
+    execute(Env(Host(sim), command="test"), [stop, WaitFree("0000:83:00.0", "gpu4", 5.0), start])  # no VM to start
