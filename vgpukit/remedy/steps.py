@@ -209,9 +209,7 @@ class ResetDevice(Step):
 
     def describe(self) -> str:
         if self.method == "nvidia-smi":
-            return (
-                f"reset {self.label} with nvidia-smi -r -i {self.index} (persistence mode off first, as it was after)"
-            )
+            return f"reset {self.label} with nvidia-smi -r -i {self.index} (persistence mode off for it, then back)"
         listed = f" (the kernel tries {', '.join(self.methods)})" if self.methods else ""
         return f"reset {self.label} through /sys/bus/pci/devices/{self.bdf}/reset{listed}"
 
