@@ -157,3 +157,14 @@ def test_m1_a_drain_starts_again_only_the_vms_it_stopped_and_names_an_unknown_do
         assert f"VM w4 (pid {pid})" in err.message and "domain w4 not found on test:///default" in err.message
     assert invoke(sim, "sim", "release", str(pid)).exit_code == 0
     execute(Env(Host(sim), command="test"), [stop, WaitFree("0000:83:00.0", "gpu4", 5.0), start])  # no VM to start
+
+
+def test_m6_health_shows_the_vfs_of_an_unusable_pf_unusable(tmp_path: Path) -> None:
+    sim = make_sim(tmp_path / "h", "hgx-a100")
+    ok(sim, "sriov", "enable", "nic1", "--vfs", "4")
+    ok(sim, "bind", "nic1 vf0", "--driver", "vfio-pci")  # a VF the health layer watches
+    assert invoke(sim, "sim", "fault", "aer", "nic1", "fatal").exit_code == 0
+    r = invoke(sim, "health", "--json")
+    vfs = [d for d in json.loads(r.stdout)["devices"] if d["kind"] == "vf" and d["bdf"].startswith("0000:25:")]
+    assert [(d["bdf"], d["state"]) for d in vfs] == [("0000:25:00.2", "unusable")], vfs
+    assert vfs[0]["reasons"][0] == "carved from nic1: PCIe AER fatal errors counted", vfs
