@@ -168,3 +168,10 @@ def test_m6_health_shows_the_vfs_of_an_unusable_pf_unusable(tmp_path: Path) -> N
     vfs = [d for d in json.loads(r.stdout)["devices"] if d["kind"] == "vf" and d["bdf"].startswith("0000:25:")]
     assert [(d["bdf"], d["state"]) for d in vfs] == [("0000:25:00.2", "unusable")], vfs
     assert vfs[0]["reasons"][0] == "carved from nic1: PCIe AER fatal errors counted", vfs
+
+
+def test_l5_a_quarantined_gpu_is_refused_first_whatever_it_offers(tmp_path: Path) -> None:
+    sim = make_sim(tmp_path / "h", "hgx-a100")  # no vGPU host driver: gpu2 offers no vGPU types
+    ok(sim, "quarantine", "gpu2", "--reason", "t")
+    r = invoke(sim, "vgpu", "create", "gpu2", "--type", "x")
+    assert r.exit_code == 6 and "quarantined: t" in r.stderr, r.stderr
