@@ -175,3 +175,12 @@ def test_l5_a_quarantined_gpu_is_refused_first_whatever_it_offers(tmp_path: Path
     ok(sim, "quarantine", "gpu2", "--reason", "t")
     r = invoke(sim, "vgpu", "create", "gpu2", "--type", "x")
     assert r.exit_code == 6 and "quarantined: t" in r.stderr, r.stderr
+
+
+def test_l7_health_of_one_device_shows_its_remediation_only(tmp_path: Path) -> None:
+    sim = make_sim(tmp_path / "h", "hgx-a100")
+    ok(sim, "quarantine", "gpu2", "--reason", "a")
+    ok(sim, "quarantine", "gpu3", "--reason", "b")
+    cure = json.loads(invoke(sim, "health", "gpu3", "--json").stdout)["remediation"]
+    assert [q["device"] for q in cure["quarantined"]] == ["gpu3"]
+    assert {r["device"] for r in cure["runs"]} == {"gpu3"}

@@ -159,7 +159,7 @@ def health(
     if not watch:
         from .. import remedies as view  # quarantined devices and this boot's remediations (docs/health.md)
 
-        cure = view.section(app.host)
+        cure = view.section(app.host, {d.bdf for d in devices} if device is not None else None)
         doc = {"devices": [d.as_dict() for d in devices], "window": window, "remediation": cure}
         emit(app, "health", doc, lambda: _render(devices, view.lines(cure)))
         ctx.exit(exit_code(devices))
