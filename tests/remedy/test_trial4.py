@@ -184,3 +184,19 @@ def test_l7_health_of_one_device_shows_its_remediation_only(tmp_path: Path) -> N
     cure = json.loads(invoke(sim, "health", "gpu3", "--json").stdout)["remediation"]
     assert [q["device"] for q in cure["quarantined"]] == ["gpu3"]
     assert {r["device"] for r in cure["runs"]} == {"gpu3"}
+
+
+def test_l6_auto_lines_say_done_once_and_no_escalation_is_null(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("per-device: {runs: 5, hours: 1}\n")
+    auto = ["remediate", "--auto", "--policy", str(policy), "--for", "0"]
+    for name, json_out in (("a", True), ("b", False)):
+        sim = make_sim(tmp_path / name, "hgx-a100")
+        assert invoke(sim, "sim", "fault", "xid", "gpu1", "46").exit_code == 0
+        r = invoke(sim, *auto, *(["--json"] if json_out else []))
+        assert r.exit_code == 0, r.stderr
+        if json_out:
+            events = [json.loads(line) for line in r.stdout.splitlines()]
+            assert [(e["what"], e["outcome"], e["escalate"]) for e in events] == [("remediate", "done", None)]
+        else:
+            assert "remediate done: " in r.stdout and r.stdout.count("remediate done") == 1, r.stdout

@@ -51,7 +51,7 @@ class Event:
     escalate: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "escalate": self.escalate or None}  # null when none, as remediate --json
 
 
 def _recovery(env: Env, f: DeviceFacts) -> int | None:
@@ -107,7 +107,7 @@ def _act(env: Env, policy: Policy, f: DeviceFacts, what: str, action: str, sourc
     execute(env, plan.steps)
     if plan.escalate:
         return Event(f.name, f.bdf, what, "escalated", action, f"needs a {plan.escalate} ({source})", plan.escalate)
-    return Event(f.name, f.bdf, what, "done", action, f"{what} done ({source})")
+    return Event(f.name, f.bdf, what, "done", action, source)  # the line says "<what> done: <source>"
 
 
 def _release(env: Env, f: DeviceFacts, started: float) -> Event:
