@@ -88,11 +88,12 @@ def since(runs: list[Run], seconds: float, now: float | None = None) -> list[Run
 SHOWN = 10  # the latest runs the health report lists
 
 
-def section(host: Host) -> dict[str, Any]:
-    """The ``remediation`` object of the ``vgpukit.health/v1`` document."""
-    runs = load(host)
+def section(host: Host, only: set[str] | None = None) -> dict[str, Any]:
+    """The ``remediation`` object of the ``vgpukit.health/v1`` document; ``only``: of those devices (BDFs:
+    ``health gpu3`` shows gpu3's)."""
+    runs = [r for r in load(host) if only is None or r.bdf in only]
     return {
-        "quarantined": [q.as_dict() for q in qr.load(host).values()],
+        "quarantined": [q.as_dict() for q in qr.load(host).values() if only is None or q.bdf in only],
         "runs": [r.as_dict() for r in runs[-SHOWN:]],
         "escalations": [r.as_dict() for r in runs if r.escalate][-SHOWN:],
     }

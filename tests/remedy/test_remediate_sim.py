@@ -179,7 +179,9 @@ def test_xid79_is_quarantined_drained_and_escalated_once(tmp_path: Path) -> None
     assert first.exit_code == 0 and again.exit_code == 0, first.stderr + again.stderr
     assert again.stdout == "" and gpus(sim)[5].get("resets", 0) == 0  # raised once, never a reset loop
     scrape = invoke(sim, "exporter", "--once").stdout
-    assert "vgpukit_remediation_escalations{Hostname=" in scrape and 'action="reboot"' in scrape
+    assert "vgpukit_remediation_escalations_total{Hostname=" in scrape and 'action="reboot"' in scrape
+    assert "# TYPE vgpukit_remediation_escalations_total counter" in scrape
+    assert "vgpukit_remediation_runs_total{" in scrape
     assert "vgpukit_remediation_quarantined{" in scrape and 'device="gpu5"' in scrape
 
 

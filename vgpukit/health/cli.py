@@ -45,6 +45,27 @@ def _select(app: App, device: str | None, devices: list[DeviceHealth]) -> list[D
     return chosen
 
 
+def _carved(app: App, devices: list[DeviceHealth]) -> list[DeviceHealth]:
+    """A VF of an unusable PF is shown unusable, ``carved from PF: why`` (as every door refuses it and
+    the Kubernetes plugins list it); its own causes stay its own (the policy acts on the PF)."""
+    from dataclasses import replace
+
+    from ..quarantine import parent_of
+    from .fact import unusable
+
+    sick = unusable(devices)
+    if not sick:
+        return devices
+    out = []
+    for d in devices:
+        pf = parent_of(app.host, d.bdf) if d.kind == "vf" and d.state != "unusable" else None
+        if pf in sick:
+            name = next((p.device for p in devices if p.bdf == pf), pf)
+            d = replace(d, state="unusable", reasons=(f"carved from {name}: {sick[pf]}", *d.reasons))
+        out.append(d)
+    return out
+
+
 def _look(app: App, keeper: record_log.Keeper, table: xid.XidTable, window: float) -> check.Look:
     record = keeper.load(app.host)
     found = check.look(app.host, app.nvml, table, record, window=window)
@@ -133,13 +154,13 @@ def health(
     keeper = record_log.Keeper(lasting=watch, warn=False)  # a record it cannot write: one warning, no failure
     record = keeper.load(app.host)
     found = check.look(app.host, app.nvml, table, record, window=window)
-    devices = _select(app, device, found.devices)  # a name it does not watch: refused, nothing recorded
+    devices = _select(app, device, _carved(app, found.devices))  # a name it does not watch: refused
     keeper.save(app.host, record)
     _warn(keeper)
     if not watch:
         from .. import remedies as view  # quarantined devices and this boot's remediations (docs/health.md)
 
-        cure = view.section(app.host)
+        cure = view.section(app.host, {d.bdf for d in devices} if device is not None else None)
         doc = {"devices": [d.as_dict() for d in devices], "window": window, "remediation": cure}
         emit(app, "health", doc, lambda: _render(devices, view.lines(cure)))
         ctx.exit(exit_code(devices))

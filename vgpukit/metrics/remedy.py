@@ -11,7 +11,7 @@ from ..host import Host
 
 
 def remedy_families(host: Host, hostname: str) -> Iterator[Any]:
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     from .. import quarantine as qr
     from .. import remedies as history
@@ -24,14 +24,14 @@ def remedy_families(host: Host, hostname: str) -> Iterator[Any]:
     for q in qr.load(host).values():
         quarantined.add_metric([q.device, q.bdf, q.by, str(q.evict).lower(), hostname], 1.0)
     runs = history.load(host)
-    count = GaugeMetricFamily(
+    count = CounterMetricFamily(  # counters: exposed as ..._total, reset at a reboot (Prometheus expects it)
         "vgpukit_remediation_runs",
         "Remediation runs this boot (quarantine, drain, reset, remediate, auto), by outcome.",
         labels=["device", "bdf", "what", "outcome", "Hostname"],
     )
     for (device, bdf, what, outcome), n in sorted(Counter((r.device, r.bdf, r.what, r.outcome) for r in runs).items()):
         count.add_metric([device, bdf, what, outcome, hostname], float(n))
-    escalations = GaugeMetricFamily(
+    escalations = CounterMetricFamily(
         "vgpukit_remediation_escalations",
         "Escalations this boot: a device that needs a reboot (or a replacement) vgpukit does not do.",
         labels=["device", "bdf", "action", "Hostname"],

@@ -196,7 +196,7 @@ def tenant_add(
     gpu = _check_key(app, gpu)  # the input first, then the host
     from .planner import refuse_quarantined
 
-    refuse_quarantined(app.host, [gpu])  # the planner's quarantine rule, before the daemon is asked
+    refuse_quarantined(app.host, [gpu], lambda: app.nvml)  # the planner's quarantine rule, before the daemon is asked
     reply = control.request(
         app.host, {"op": "tenant-add", "gpu": gpu, "name": name, "tenant": t.to_dict(), "dry_run": app.dry_run}
     )

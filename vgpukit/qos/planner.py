@@ -265,8 +265,10 @@ class Plan:
     unmet: list[str] = field(default_factory=list)  # what the config has that apply cannot make (a dropped tenant)
 
 
-def refuse_quarantined(host: Host, keys: list[str]) -> None:
-    """The quarantine rule: no new tenant on a quarantined device, named by its alias (gpu3) or address."""
+def refuse_quarantined(host: Host, keys: list[str], nvml: NvmlSource = None) -> None:
+    """The quarantine rule: no new tenant on a quarantined device, named by its alias (gpu3) or address,
+    nor on anything carved from it (a MIG device, by its ``MIG-`` UUID: its GPU's quarantine covers it)."""
+    from .. import naming
     from .. import quarantine as qr
 
     found = qr.load(host)
@@ -286,6 +288,13 @@ def refuse_quarantined(host: Host, keys: list[str]) -> None:
         hit = by_key.get(key.lower())
         if hit is not None:
             raise qr.refusal(*hit)
+        if naming.form_of(key) == "mig-uuid":
+            try:
+                bdf = naming.resolve(host, key, frozenset({naming.MIG}), nvml=nvml).bdf
+            except VgpukitError:  # not a MIG device of this host: the key rules say so, not this one
+                bdf = None
+            if bdf in found:
+                raise qr.refusal(found[bdf], key, "piece")
 
 
 def plan_config(host: Host, want: QosConfig, nvml: NvmlSource = None, mig: dict[str, bool] | None = None) -> Plan:
@@ -306,7 +315,7 @@ def plan_config(host: Host, want: QosConfig, nvml: NvmlSource = None, mig: dict[
     running = effective(base, Overlay.load(host))[0]
     if want.to_dict() not in (base.to_dict(), running.to_dict()):
         had = {(k, t.name) for k, g in running.gpus.items() for t in g.tenants}
-        refuse_quarantined(host, [k for k, g in want.gpus.items() for t in g.tenants if (k, t.name) not in had])
+        refuse_quarantined(host, [k for k, g in want.gpus.items() for t in g.tenants if (k, t.name) not in had], nvml)
         text = yaml.safe_dump(want.to_dict(), sort_keys=False)
         return Plan([PutQosConfig(shown, text, 0o644, reload=told is not None)], warnings)
     steps: list[Step] = []

@@ -29,6 +29,7 @@ from .. import remedies as history
 from ..engine import Env, execute, session
 from ..errors import VgpukitError
 from ..remedies import Run
+from ..words import plural
 from .facts import DeviceFacts, read
 from .planner import DrainPolicy, action_of, plan_drain, plan_remediate
 from .planner import quarantine as plan_quarantine
@@ -50,7 +51,7 @@ class Event:
     escalate: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "escalate": self.escalate or None}  # null when none, as remediate --json
 
 
 def _recovery(env: Env, f: DeviceFacts) -> int | None:
@@ -74,9 +75,9 @@ def _limited(policy: Policy, runs: list[Run], bdf: str, q: qr.Quarantine | None,
         if len(failed) > policy.retries:
             return f"{len(failed)} failed runs since its quarantine (retries: {policy.retries})"
     if len(history.since(mine, policy.per_device.hours * 3600, now)) >= policy.per_device.runs:
-        return f"per-device limit: {policy.per_device.runs} runs in {policy.per_device.hours:g} h"
+        return f"per-device limit: {plural(policy.per_device.runs, 'run')} in {policy.per_device.hours:g} h"
     if len(history.since(auto, policy.per_host.hours * 3600, now)) >= policy.per_host.runs:
-        return f"per-host limit: {policy.per_host.runs} runs in {policy.per_host.hours:g} h"
+        return f"per-host limit: {plural(policy.per_host.runs, 'run')} in {policy.per_host.hours:g} h"
     return ""
 
 
@@ -106,7 +107,7 @@ def _act(env: Env, policy: Policy, f: DeviceFacts, what: str, action: str, sourc
     execute(env, plan.steps)
     if plan.escalate:
         return Event(f.name, f.bdf, what, "escalated", action, f"needs a {plan.escalate} ({source})", plan.escalate)
-    return Event(f.name, f.bdf, what, "done", action, f"{what} done ({source})")
+    return Event(f.name, f.bdf, what, "done", action, source)  # the line says "<what> done: <source>"
 
 
 def _release(env: Env, f: DeviceFacts, started: float) -> Event:

@@ -59,8 +59,13 @@ tenants_option = click.option(
 )
 
 
-def _reason(text: str | None, default: str) -> str:
-    return check_text(text, "--reason", max_len=500) if text is not None else default
+def _reason(text: str | None, default: str, f: Any = None) -> str:
+    """The --reason given, else the device's own quarantine's (a quarantine again without --reason, a
+    drain of a quarantined device, keep the operator's words), else ``default``."""
+    if text is not None:
+        return check_text(text, "--reason", max_len=500)
+    own = getattr(f, "quarantine", None)
+    return own.reason if own is not None and own.bdf == f.bdf and own.reason else default
 
 
 def _facts(app: App, device: str) -> Any:
@@ -111,6 +116,24 @@ def _record(app: App, plan: Any, what: str, outcome: str, started: float, messag
     add(app.host, run)
 
 
+def _kept(app: App, plan: Any, what: str, err: VgpukitError) -> None:
+    """A failed plan that was rolled back and left the device quarantined says so, and why: the rollback
+    lifts a quarantine only from a device that verifies healthy (or puts back the one it had)."""
+    from .. import quarantine as qr
+
+    if "rolled back" not in err.message or what not in ("drain", "remediate"):
+        return
+    q = qr.load(app.host).get(plan.bdf)
+    if q is None:
+        return
+    from .steps import unhealthy
+
+    why = unhealthy(app.env, plan.bdf)
+    because = f"it is not healthy ({why})" if why else f"it was before ({q.reason or 'no reason given'})"
+    err.message = f"{err.message}; {plan.label} stays quarantined: {because}"
+    err.args = (err.message,)
+
+
 def report(app: App, kind: str, plan: Any, what: str, extra: dict[str, Any] | None = None) -> None:
     """Execute ``plan``, record it, report it (the plan, the holders, what is rebuilt)."""
     from ..engine import execute
@@ -120,6 +143,7 @@ def report(app: App, kind: str, plan: Any, what: str, extra: dict[str, Any] | No
         execute(app.env, plan.steps)
     except VgpukitError as err:
         _record(app, plan, what, "failed", started, str(err))
+        _kept(app, plan, what, err)
         raise
     outcome = "escalated" if plan.escalate else "done"
     if plan.steps or plan.escalate:
@@ -150,7 +174,7 @@ def quarantine_cmd(app: App, device: str, reason: str | None, evict: bool) -> No
     from . import planner
 
     f = _facts(app, device)
-    q = qr.make(app.host, f.bdf, f.name, _reason(reason, ""), evict=evict)
+    q = qr.make(app.host, f.bdf, f.name, _reason(reason, "", f), evict=evict)
     plan = planner.Plan(f.bdf, f.label, holders=list(f.holders))
     plan.steps = planner.quarantine(f, q, app.host.display(app.host.quarantine_record(f.bdf)))
     report(app, "quarantine", plan, "quarantine")
@@ -211,7 +235,7 @@ def drain_cmd(
     from . import planner
 
     f = _facts(app, device)
-    q = qr.make(app.host, f.bdf, f.name, _reason(reason, "draining"), evict=True)
+    q = qr.make(app.host, f.bdf, f.name, _reason(reason, "draining", f), evict=True)
     path = app.host.display(app.host.quarantine_record(f.bdf))
     plan = planner.plan_drain(f, _policy(vms, dest, uri, timeout, force, tenants), q, path, _claims(app, f))
     report(app, "drain", plan, "drain")

@@ -66,6 +66,11 @@ class StopDomain(Step):
 
     def apply(self, env: Env) -> None:
         lv = libvirt_of(env, self.uri)
+        if not lv.exists(self.name):  # a holder's QEMU names a domain this libvirt does not have
+            unknown = env.seen.setdefault("remedy-unknown-domains", [])
+            if isinstance(unknown, list):
+                unknown.append(f"domain {self.name} not found on {self.uri}")
+            return
         if not _active(lv, self.name):
             return
         if self.how == "managedsave":
@@ -121,7 +126,10 @@ class StartDomain(Step):
             lv.create_xml(self.xml)
 
     def verify(self, env: Env) -> None:
-        if not _active(libvirt_of(env, self.uri), self.name):
+        lv = libvirt_of(env, self.uri)
+        if not lv.exists(self.name) and not self.xml:
+            return  # a domain this libvirt does not know: the drain stopped nothing, nothing to start again
+        if not _active(lv, self.name):
             raise VerifyFailed(f"VM {self.name} did not start again")
 
 

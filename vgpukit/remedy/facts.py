@@ -100,8 +100,17 @@ class Carried:
             out.append(f"{self.numvfs} VFs on {', '.join(drivers)}")
         out += [f"vGPU type {v.vgpu_type} on VF {v.bdf}" for v in self.vfs if v.vgpu_type]
         out += [f"mdev {m.uuid} ({m.type_id} on {m.parent})" for m in self.mdevs]
-        out += [f"QoS tenant {t.name} on {t.gpu} ({t.target})" for t in self.tenants]
+        mig = {s[0].lower() for s in self.mig_slices()}
+        out += [
+            f"QoS tenant {t.name} on {t.gpu} ({t.target})"
+            + (", re-keyed to the rebuilt slice's new MIG UUID" if t.gpu.lower() in mig else "")
+            for t in self.tenants
+        ]
         return out
+
+    def mig_slices(self) -> tuple[tuple[str, int, int, int], ...]:
+        """Each MIG device: (its UUID, its GPU instance's profile id and start, its compute instance's start)."""
+        return tuple((c.uuid, g.profile_id, g.start, c.start) for g in self.gis for c in g.cis if c.uuid)
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -123,7 +123,9 @@ def quarantine(f: DeviceFacts, q: qr.Quarantine, host_path: str) -> list[Step]:
     if now is not None and (now.reason, now.evict) == (q.reason, q.evict or now.evict):
         return []
     if now is not None:  # a new reason: the record keeps when and by whom it started
-        q = qr.Quarantine(q.bdf, q.device, q.reason, now.since, now.by, q.evict or now.evict, q.finding, q.action)
+        q = qr.Quarantine(
+            q.bdf, q.device, q.reason, now.since, now.by, q.evict or now.evict, q.finding, q.action, now.boot_id
+        )
     return [PutFile(host_path, q.render(), 0o644, what=f"quarantine {f.label}: {q.reason or 'no reason given'}")]
 
 
@@ -223,6 +225,12 @@ def rebuild(f: DeviceFacts) -> list[Step]:
         ]
     out += [SetVgpuType(v.bdf, str(v.vgpu_type)) for v in c.vfs if v.vgpu_type]
     out += [CreateMdev(m.parent, m.type_id, m.uuid, check_capacity=False) for m in c.mdevs]
+    slices = c.mig_slices()
+    moved = tuple(dict.fromkeys(t.name for t in c.tenants if t.gpu.lower() in {s[0].lower() for s in slices}))
+    if moved and f.nvml_index is not None:  # new MIG UUIDs: the tenants follow their slices
+        from .rekey import RekeyQos
+
+        out.append(RekeyQos(f.bdf, f.label, f.nvml_index, slices, moved))
     return out
 
 
@@ -279,5 +287,16 @@ def plan_remediate(
         return plan
     reset, plan.method = reset_steps(f)
     plan.rebuild = f.carried.pieces()
-    plan.steps += [*reset, *again, PutFile(record_path, None, 0o644, what=f"release {f.label} (verified)")]
+    own = f.quarantine if f.quarantine is not None and f.quarantine.bdf == f.bdf else None
+    if own is not None and own.by == "operator":  # an operator's "do not use" outlives the cure (health.md)
+        why = own.reason or "no reason given"
+        end = PutFile(
+            record_path,
+            own.render(),
+            0o644,
+            what=f"keep {f.label} quarantined (by the operator: {why}); verified: vgpukit release {f.name} ends it",
+        )
+    else:
+        end = PutFile(record_path, None, 0o644, what=f"release {f.label} (verified)")
+    plan.steps += [*reset, *again, end]
     return plan

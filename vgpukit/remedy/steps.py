@@ -132,9 +132,12 @@ class WaitFree(Step):
             if not left:
                 return
             if time.monotonic() >= deadline:
+                unknown = env.seen.get("remedy-unknown-domains")
+                why = f" ({'; '.join(unknown)})" if isinstance(unknown, list) and unknown else ""
                 raise InUse(
                     f"{self.label} is still held after {self.timeout:g} s: {'; '.join(left[:5])}"
-                    + (f" and {plural(len(left) - 5, 'more holder')}" if len(left) > 5 else ""),
+                    + (f" and {plural(len(left) - 5, 'more holder')}" if len(left) > 5 else "")
+                    + why,
                     device=self.bdf,
                     hint="stop them, or drain again with a longer --timeout",
                 )
@@ -206,9 +209,7 @@ class ResetDevice(Step):
 
     def describe(self) -> str:
         if self.method == "nvidia-smi":
-            return (
-                f"reset {self.label} with nvidia-smi -r -i {self.index} (persistence mode off first, as it was after)"
-            )
+            return f"reset {self.label} with nvidia-smi -r -i {self.index} (persistence mode off for it, then back)"
         listed = f" (the kernel tries {', '.join(self.methods)})" if self.methods else ""
         return f"reset {self.label} through /sys/bus/pci/devices/{self.bdf}/reset{listed}"
 

@@ -76,6 +76,8 @@ class Builder:
         for sub in ("sys/bus/pci/devices", "sys/kernel/iommu_groups", "dev/vfio", "proc", "run/vgpukit", "etc/vgpukit"):
             self.tree.mkdir(self.root / sub)
         self.tree.write_attr(self.tree.bus_pci / "drivers_probe", "", 0o200)
+        # this boot's id, as the kernel makes one at every boot (a reboot builds /proc again: a new one)
+        self.tree.write_attr(self.root / "proc/sys/kernel/random/boot_id", uuid.uuid4())
         self.tree.write_attr(self.tree.bus_pci / "drivers_autoprobe", 1, RW)
         self.tree.make_devnode(self.tree.devnode("vfio", "vfio"), 10, 196)
         for drv, ids in self.profile.get("drivers", {}).items():

@@ -144,11 +144,11 @@ def create(
         raise InvalidInput(f"--count must be at least 1, not {count}", value=count)
     if auto and not define:
         raise InvalidInput("--auto needs --define (it is the start mode of the persistent definition)")
-    interface = require_interface(facts.gpu)
     label = f"{facts.gpu.alias} ({facts.gpu.bdf})" if facts.gpu.alias else facts.gpu.bdf
     refused = facts.exclusions.check(facts.gpu.bdf, label) if facts.exclusions is not None else None
-    if refused is not None:  # nothing is carved from a quarantined or unusable GPU (every door's words)
-        raise refused
+    if refused is not None:  # nothing is carved from a quarantined or unusable GPU (every door's words),
+        raise refused  # said first: a device the operator took out is the answer, whatever it offers
+    interface = require_interface(facts.gpu)
     t = find_type(facts.types, facts.gpu, wanted)
     if interface == MDEV:
         assert mdev is not None
