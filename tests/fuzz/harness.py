@@ -31,6 +31,9 @@ OK_CODES = {0, 2, 3, 4, 5}
 # on like a real kernel's, even when an instance is created and removed again)
 VOLATILE = {".vgpukit-sim/lock", ".vgpukit-sim/nvml.lock", "run/vgpukit/lock", ".vgpukit-sim/kernel.json"}
 VOLATILE |= {".vgpukit-sim/kernel.jsonl"}
+# the simulated kernel's uevent feed: a failed command that made and rolled back a device announced both, as
+# the kernel does (docs/simulator.md); the host itself is as before
+VOLATILE |= {".vgpukit-sim/uevents.jsonl"}
 
 Snapshot = dict[str, object]
 

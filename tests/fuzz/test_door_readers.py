@@ -49,6 +49,7 @@ READERS: dict[str, Callable[[Host, Path], Any]] = {
     "is_dir": lambda h, p: h.is_dir(p),
     "is_file": lambda h, p: h.is_file(p),
     "resolve": lambda h, p: h.resolve(p),
+    "real_directory": lambda h, p: h.real_directory(p),
     "device_path": lambda h, p: h.device_path(p),
     "socket_address": lambda h, p: h.socket_address(p),
     "check_inside": lambda h, p: h.check_inside(p),

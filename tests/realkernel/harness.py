@@ -48,7 +48,12 @@ BASE_PACKAGES = ("qemu-system-x86", "busybox-static", "cpio", "gzip", "kmod")
 MTTY_PACKAGES = ("make", "xz-utils")
 # libvirt as a client of mdevctl (test_libvirt_mdev_realkernel.py): libvirtd with its nodedev driver
 # (pulls libvirt-daemon-driver-qemu and five small libraries) and virsh; the guest runs the host's root.
-LIBVIRT_PACKAGES = ("libvirt-daemon", "libvirt-clients", "qemu-utils")  # qemu-img: render domain's disk
+LIBVIRT_PACKAGES = (
+    "libvirt-daemon",
+    "libvirt-clients",
+    "qemu-utils",
+    "iproute2",
+)  # qemu-img: render domain's disk; ip: its bridge
 MIN_INITRD_BYTES = 512 * 1024  # busybox alone is larger: anything smaller is a broken build
 INITRD_KEEP_SECONDS = 24 * 3600  # an initrd of another module set is removed once unused for this long
 # Guest modules in load order (their dependencies are resolved with modprobe --show-depends).

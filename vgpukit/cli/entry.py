@@ -20,7 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     """The command; its output's reader gone (``vgpukit sriov list | head -1``) ends it quietly, exit 141,
     as other command-line tools (click's own answer, exit 1 silently, would read as a failure)."""
     try:
-        return _main(argv)
+        rc = _main(argv)
+        sys.stdout.flush()  # here, not at interpreter exit (where a gone reader makes Python exit 120)
+        return rc
     except BrokenPipeError:
         return _reader_gone()
     except SystemExit:
