@@ -59,6 +59,13 @@ tenants_option = click.option(
 )
 
 
+def drain_options(f: Any) -> Any:
+    """The options of a drain (``drain`` and ``remediate`` take the same), in the order --help shows them."""
+    for option in (reason_option, tenants_option, force_option, timeout_option, connect_option, to_option, vms_option):
+        f = option(f)
+    return f
+
+
 def _reason(text: str | None, default: str, f: Any = None) -> str:
     """The --reason given, else the device's own quarantine's (a quarantine again without --reason, a
     drain of a quarantined device, keep the operator's words), else ``default``."""
@@ -204,13 +211,7 @@ def _policy(vms: str, dest: str | None, uri: str, timeout: float, force: bool, t
 
 @click.command("drain")
 @click.argument("device", type=DEVICE)
-@vms_option
-@to_option
-@connect_option
-@timeout_option
-@force_option
-@tenants_option
-@reason_option
+@drain_options
 @json_option
 @dry_run_option
 @click.pass_obj
@@ -287,13 +288,7 @@ def reset_cmd(app: App, device: str) -> None:
 @click.option(
     "--for", "seconds", type=AsciiFloat(0, 31536000), metavar="SECONDS", help="With --auto: stop after SECONDS."
 )
-@vms_option
-@to_option
-@connect_option
-@timeout_option
-@force_option
-@tenants_option
-@reason_option
+@drain_options
 @json_option
 @dry_run_option
 @click.pass_obj
