@@ -16,14 +16,14 @@ import threading
 import time
 from pathlib import Path
 
-from vgpukit.k8s.stopping import Stop
+from vgpukit.stopping import Stop
 
 ROOT = str(Path(__file__).resolve().parents[2])
 
 CHILD = textwrap.dedent(
     """
     import os, signal, threading, time
-    from vgpukit.k8s.stopping import Stop
+    from vgpukit.stopping import Stop
 
     stop = Stop().on_signals()
 
@@ -52,7 +52,7 @@ def test_a_signal_inside_the_wait_never_hangs_it() -> None:
 
 
 def test_wait_answers_like_an_event() -> None:
-    stop = Stop(poll=0.01)
+    stop = Stop()
     began = time.monotonic()
     assert stop.wait(0.05) is False and time.monotonic() - began >= 0.05
     assert not stop.is_set()

@@ -18,10 +18,10 @@ from ..clikit.output import emit, finish_read, say, table
 from ..clikit.params import NAME, AsciiFloat
 from ..clikit.watch import resync_option, start_watch
 from ..partial import as_json
+from ..stopping import Bell, Stop
 from .cli_health import finish_unhealthy, remediate_every_option, with_remediation
 from .cli_host import _dra_opener, _health, _log, _options, _poller
 from .cli_options import ShareChoice, kubernetes_release, node_name, replicas_option, vm_mode, vm_options
-from .stopping import Bell, Stop
 
 if TYPE_CHECKING:
     from .dra.capacity import Choice
