@@ -66,6 +66,8 @@ class Stop:
     def on_signals(self, *signums: int, hangup: Callable[[], None] | None = None) -> Stop:
         """Set by SIGTERM and SIGINT (or ``signums``) from now on (from the main thread); with ``hangup``,
         SIGHUP calls it (it may only set a flag: the waiter wakes and looks). :meth:`restore` undoes it."""
+        if threading.current_thread() is not threading.main_thread():
+            return self  # signals reach the main thread only: a door run in a thread (tests) is stopped by set()
         handlers: dict[int, Any] = {int(s): self._handler for s in signums or (signal.SIGTERM, signal.SIGINT)}
         if hangup is not None:
             handlers[int(signal.SIGHUP)] = lambda _s, _f: hangup()

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import signal
 import socket
 import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,10 +38,6 @@ if TYPE_CHECKING:
 )
 def k8s() -> None:
     """Kubernetes: device plugin (kubelet API v1beta1, CDI), NFD node labels, config agent."""
-
-
-def _exit(*_: object) -> None:
-    raise SystemExit(0)
 
 
 def _default_node() -> str:
@@ -235,12 +229,11 @@ def node_agent(
     from .agent_host import AgentHost
 
     runner = ApplyRunner(apply_command, config_file, root=app.root, sim_dir=app.sim_dir)
-    host = None if once else AgentHost(app.host, start_watch(app, {}, nvml=False))  # lock let go, devices let go
+    # lock let go, devices let go; with remediation, health changes too (NVML events)
+    host = None if once else AgentHost(app.host, start_watch(app, {}, nvml=remedy_s > 0))
     agent = Agent(kube_api(kubeconfig), node, runner, log=_log, host=host, check=runner.check)
     agent = with_remediation(agent, app, apply_command, remedy_s)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):  # a watch blocks in a read: interrupt it
-        signal.signal(sig, _exit)
+    stop = Stop().on_signals()  # the main thread waits in its inbox: told by Stop.then
     if once:
         try:
             agent.reconcile(agent.current_config())
