@@ -103,7 +103,7 @@ def test_an_idle_waiter_blocks_with_no_timeout(waiter: str) -> None:
     the kernel in a select with no timeout (not a timed test: the kernel says what it waits in)."""
     from prometheus_client import CollectorRegistry
 
-    from vgpukit.metrics.serve import MetricsServer
+    from vgpukit.metrics_server import MetricsServer
     from vgpukit.stopping import Bell, wait_woken
 
     stop = Stop()

@@ -71,7 +71,7 @@ def _serve(collector: Any, addr: str, port: int) -> None:
     """One thread: the metrics server answers each scrape in the foreground, until SIGTERM or SIGINT."""
     from prometheus_client import CollectorRegistry
 
-    from ..metrics.serve import MetricsServer
+    from ..metrics_server import MetricsServer
     from ..stopping import Stop
 
     registry = CollectorRegistry(auto_describe=False)

@@ -152,7 +152,7 @@ class Metrics:
 
     def serve(self, port: int, addr: str, stop: Stop) -> None:
         """/metrics on ``addr:port`` from a thread, until ``stop`` (the daemon's): the one metrics server."""
-        from ..metrics.serve import MetricsServer
+        from ..metrics_server import MetricsServer
 
         MetricsServer(
             self.registry, addr, port, hint="another QoS daemon? pick one with --metrics-port"

@@ -17,14 +17,14 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ..errors import Busy, HostIOError
+from .errors import Busy, HostIOError
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
     from prometheus_client import CollectorRegistry
 
-    from ..stopping import Stop
+    from .stopping import Stop
 
 
 class MetricsServer:
