@@ -55,14 +55,13 @@ class MetricsServer:
 
     def serve(self, stop: Stop) -> None:
         """Answer each scrape until ``stop`` is set, then close."""
+        stopped = stop.waiter()  # its own pipe: the main loop keeps the bytes of the signals that do not stop
         try:
             while not stop.is_set():
-                fds: list[Any] = [self, stop]
+                fds: list[Any] = [self, stopped]
                 ready, _, _ = select.select(fds, [], [])
                 if self in ready:
                     self.server.handle_request()
-                elif not stop.is_set():
-                    stop.quiet()  # a signal that does not stop (SIGHUP): its byte taken
         finally:
             self.server.server_close()
 

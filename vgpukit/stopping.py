@@ -62,6 +62,7 @@ class Stop:
         self._flag = False
         self.bell = Bell()
         self._before: dict[int, Any] = {}  # the handlers (and wake-up fd, at -1) that on_signals replaced
+        self._waiters: list[Bell] = []  # rung when set, never by another signal's byte (:meth:`waiter`)
 
     def on_signals(self, *signums: int, hangup: Callable[[], None] | None = None) -> Stop:
         """Set by SIGTERM and SIGINT (or ``signums``) from now on (from the main thread); with ``hangup``,
@@ -70,7 +71,12 @@ class Stop:
             return self  # signals reach the main thread only: a door run in a thread (tests) is stopped by set()
         handlers: dict[int, Any] = {int(s): self._handler for s in signums or (signal.SIGTERM, signal.SIGINT)}
         if hangup is not None:
-            handlers[int(signal.SIGHUP)] = lambda _s, _f: hangup()
+
+            def hung_up(_signum: int, _frame: FrameType | None) -> None:
+                hangup()
+                self.bell.ring()  # its own byte: a waiter that took the wake-up byte first wakes again
+
+            handlers[int(signal.SIGHUP)] = hung_up
         for signum, handler in handlers.items():
             self._before.setdefault(signum, signal.signal(signum, handler))
         self._before.setdefault(-1, signal.set_wakeup_fd(self.bell._w))
@@ -86,12 +92,22 @@ class Stop:
         self._before.clear()
 
     def _handler(self, _signum: int, _frame: FrameType | None) -> None:
-        self._flag = True  # a plain store and a write: nothing here may take a lock the interrupted code holds
-        self.bell.ring()
+        self.set()  # a plain store and writes: nothing here may take a lock the interrupted code holds
 
     def set(self) -> None:
         self._flag = True
         self.bell.ring()
+        for bell in self._waiters:
+            bell.ring()
+
+    def waiter(self) -> Bell:
+        """A pipe for another thread's ``select`` beside the main loop's: rung when set, and only then (the
+        wake-up bytes of a signal that does not stop, SIGHUP, stay in the main pipe for the main loop)."""
+        bell = Bell()
+        self._waiters.append(bell)
+        if self._flag:
+            bell.ring()
+        return bell
 
     def is_set(self) -> bool:
         return self._flag

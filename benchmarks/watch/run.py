@@ -165,9 +165,12 @@ HOSTS = {"hgx-a100": HostSpec("hgx-a100", make_hgx, hgx_changes(), tenants=True)
 CHECKOUT = ROOT
 
 
+RESYNC: str | None = None  # --resync: the doors' safety net (VGPUKIT_RESYNC), None: their default
+
+
 def _env() -> dict[str, str]:
     """The checkout's vgpukit first (``python -m`` also puts the working directory first: ``cwd=CHECKOUT``)."""
-    return {**os.environ, "PYTHONPATH": str(CHECKOUT)}
+    return {**os.environ, "PYTHONPATH": str(CHECKOUT), **({"VGPUKIT_RESYNC": RESYNC} if RESYNC else {})}
 
 
 def vg(sim: Path, *args: str) -> float:
@@ -469,7 +472,7 @@ def scrape_rows(spec: HostSpec, doors: Doors, base: Path, samples: int) -> tuple
 
 
 def main() -> int:
-    global CHECKOUT
+    global CHECKOUT, RESYNC
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--idle", type=float, default=600.0, help="seconds of the idle measurement (0: none)")
@@ -478,8 +481,10 @@ def main() -> int:
     ap.add_argument("--hosts", default=",".join(HOSTS))
     ap.add_argument("--no-latency", action="store_true", help="only the idle and scrape measurements")
     ap.add_argument("--json", type=Path, help="also write the rows here")
+    ap.add_argument("--resync", help="the doors' safety net in seconds (VGPUKIT_RESYNC; default: theirs, 300)")
     args = ap.parse_args()
     CHECKOUT = args.checkout.resolve()
+    RESYNC = args.resync
     samples, idle = (3, 30.0) if args.quick else (args.samples, args.idle)
     rows: list[tuple[str, ...]] = []
     hosts: dict[str, Doors] = {}
@@ -497,7 +502,7 @@ def main() -> int:
         finally:
             for doors in hosts.values():
                 doors.close()
-    print(f"checkout: {CHECKOUT}; {os.cpu_count()} CPUs")
+    print(f"checkout: {CHECKOUT}; {os.cpu_count()} CPUs; safety net: {RESYNC or 'the default'}")
     for line in LOADS:
         print(f"load average around the idle measurement, {line}")
     for line in MISSES:
