@@ -73,7 +73,7 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=5)
     ap.add_argument("--hosts", default="hgx-a100,1024-vf")
     args = ap.parse_args()
-    print("| host | door | full re-read CPU ms p50 | max | % of a core at --resync 300 | at 3600 | NVML-only pass ms p50 |")
+    print("| host | door | full re-read CPU ms p50 | max | % of a core at --resync 300 | at 3600 | NVML-only ms p50 |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="resync") as d:
         for name in args.hosts.split(","):
