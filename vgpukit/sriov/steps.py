@@ -130,9 +130,7 @@ class BindDriver(Observing[DeviceNow]):
         cur, override = now.driver, now.override
         if cur is None and not before.present and not host.exists(host.pci_device(self.bdf)):
             raise VerifyFailed(f"{self.bdf} does not exist", device=self.bdf)
-        rec = self._remembers(now)
-        if cur != self.driver:
-            binding.require_driver(host, self.driver)
+        rec = self._remembers(now)  # the driver is loaded: the plan checked it under the host lock
         if rec is not None:
             binding.remember(host, rec)
         if cur == self.driver:
