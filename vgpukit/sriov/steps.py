@@ -16,8 +16,7 @@ from typing import ClassVar
 
 from ..engine import Env, Step, step_kind
 from ..errors import VerifyFailed
-from ..host import Host
-from ..host_layout import DRIVER_OVERRIDE
+from ..host import DRIVER_OVERRIDE, Host
 from ..pci import virtfns
 from ..words import plural
 from . import binding

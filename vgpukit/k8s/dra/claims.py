@@ -2,7 +2,7 @@
 
 ``prepare`` answers the same devices again for a claim it prepared already (the record is read back);
 ``unprepare`` removes the spec and the record, and does nothing for a claim it does not know. The
-record lives under the run directory (:meth:`vgpukit.host_layout.Layout.dra_claim_record`), so a
+record lives under the run directory (:meth:`vgpukit.host.Host.dra_claim_record`), so a
 plugin restarted between the two still unprepares.
 
 Crash safety: a prepare is two journaled engine runs (host lock, rollback on failure, repair of a
