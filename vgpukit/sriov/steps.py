@@ -21,8 +21,7 @@ import msgspec
 from ..engine import Env, Observing, Outcome, Step, step_kind
 from ..engine.attr import SetAttr
 from ..errors import VerifyFailed
-from ..host import Host
-from ..host_layout import DRIVER_OVERRIDE, SRIOV_AUTOPROBE
+from ..host import DRIVER_OVERRIDE, SRIOV_AUTOPROBE, Host
 from ..pci import virtfns
 from ..words import plural
 from . import binding
@@ -31,14 +30,14 @@ from .kernel import numvfs_write, wait_for_vfs
 from .model import Bound, Known
 
 # A bind record as data: the record file's exact text; None: no record.
-Record = str | None
+BindRecordText = str | None
 
 
-def _record(env: Env, bdf: str) -> Record:
+def _record(env: Env, bdf: str) -> BindRecordText:
     return env.host.read_raw_opt(binding.record_path(env.host, bdf))
 
 
-def _set_record(env: Env, bdf: str, rec: Record) -> None:
+def _set_record(env: Env, bdf: str, rec: BindRecordText) -> None:
     path = binding.record_path(env.host, bdf)
     if env.host.read_raw_opt(path) == rec:
         return
@@ -59,7 +58,7 @@ class PutBack(Step):
     driver: str | None
     override: str | None
     probe: bool = False
-    record: Record = None
+    record: BindRecordText = None
 
     def describe(self) -> str:
         return f"put {self.bdf} back on {Remembered(self.bdf, self.driver, self.override, self.probe).describe()}"
@@ -282,7 +281,7 @@ def _remove_vfs(host: Host, pf: str, total: int) -> None:
     numvfs_write(host, pf, 0, total)
 
 
-VfState = tuple[str, str | None, str | None, Record]  # bdf, driver, override, bind record
+VfState = tuple[str, str | None, str | None, BindRecordText]  # bdf, driver, override, bind record
 
 
 @step_kind
