@@ -101,8 +101,8 @@ def _qos(host: Host) -> dict[str, Any] | None:
 
 
 def _slices(host: Host, nvml: Nvml | None, scan: Scan, model: Any = None) -> list[Slice]:
-    from ..k8s.dra.holders import claims_by_id
-    from ..k8s.inventory import PREFIX, Options, collect, with_holders
+    from ..node.claimed import claims_by_id
+    from ..node.inventory import PREFIX, Options, collect, with_holders
 
     kept = model.get("inventory") if model is not None else None
     inv = with_holders(host, kept) if kept is not None else collect(host, nvml, Options(replicas=0), scan=scan)
