@@ -2,7 +2,9 @@
 plugin and the exporter:
 
 * ``inventory``: :func:`.inventory.collect` over the model's PCI snapshot (functions a change named
-  are read again, the rest kept), recomputed when PCI functions, vgpukit's files or NVML change;
+  are read again, the rest kept), recomputed when PCI functions, vgpukit's files or NVML change; a
+  change of plain PCI functions only (VFs created, bound, unbound) updates just their devices
+  (:func:`.update.update`);
 * ``held``: the same devices with who holds them (one ``/proc`` scan), read again when a VFIO node is
   opened or closed too.
 """
@@ -15,6 +17,7 @@ from ..health.watched import DEVICES
 from ..host import Host
 from ..watch.model import Refresh, View, view
 from .inventory import Inventory, Options, collect, with_holders
+from .update import update
 
 
 def held_view() -> View:
@@ -27,8 +30,16 @@ def held_view() -> View:
     return view(held, *DEVICES, "holders")
 
 
+INCREMENTAL = frozenset({"pci", "holders", "lock"})  # kinds of change the inventory may follow function by function
+
+
 def inventory_views(options: Callable[[Host], Options]) -> dict[str, View]:
     def inventory(r: Refresh) -> Inventory:
-        return collect(r.host, r.nvml, options(r.host), scan=r.scan)
+        opts, last = options(r.host), r.value("inventory")
+        if last is not None and r.touch.kinds <= INCREMENTAL:  # no full re-read, no file or NVML change
+            kept = update(last, r.host, r.nvml, opts, r.scan, r.touch.bdfs | r.touch.added)
+            if kept is not None:
+                return kept
+        return collect(r.host, r.nvml, opts, scan=r.scan)
 
     return {"inventory": view(inventory, *DEVICES), "held": held_view()}
