@@ -1,9 +1,10 @@
 """The inventory the watch keeps incrementally (vgpukit/node/update.py) equals a fresh collection after any
-sequence of changes, and a change of plain PCI functions only (a NIC's VFs created, bound, unbound) is
-followed function by function, not by collecting the whole host again."""
+sequence of changes, and a change is followed function by function (the VFs of the functions that did not
+change kept), not by collecting the whole host again."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -128,5 +129,41 @@ def test_a_vf_bound_is_followed_function_by_function(tmp_path: Path, monkeypatch
     committed = Touch()
     committed.kinds.add("docs")
     model.refresh(committed)
-    assert counted.answered == before  # a file of vgpukit's changed: everything again
+    assert counted.answered == before + 1  # the GPUs' side read again, the VFs kept
     assert model.get("held") == fresh(sim)
+    assert invoke(sim, "cdi", "enable", "--hook", "/usr/bin/nvidia-cdi-hook").exit_code in (0, 2)
+    settings = Touch()
+    settings.kinds.add("docs")
+    settings.settings = True  # a configuration file of vgpukit's: everything again
+    model.refresh(settings)
+    assert counted.answered == before + 1
+    assert model.get("held") == fresh(sim)
+    assert model.get("held") == fresh(sim)
+
+
+def test_the_watch_follows_a_bind_without_collecting_everything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the watch's own loop (uevents from the simulated feed, inotify on /dev/vfio): the VFIO group
+    node a bind creates is the bound function's change (``pci``, its group), not a file of vgpukit's."""
+    from vgpukit.clikit.watch import nvml_events
+    from vgpukit.watch.loop import Watch
+
+    counted = Counted()
+    monkeypatch.setattr(node_views, "update", counted)
+    sim = make_sim(tmp_path / "h")
+    assert invoke(sim, "sriov", "enable", "nic3", "--vfs", "4").exit_code == 0
+    app = app_of(sim)
+    model = HostModel(opener(app), inventory_views(lambda _h: OPTIONS))
+    watch = Watch(model, app.host, FeedReader(sim), nvml_events(app), resync=3600).start()
+    try:
+        seen = model.version
+        assert invoke(sim, "bind", "0000:a5:00.3", "--driver", "vfio-pci").exit_code == 0
+        end = time.monotonic() + 20
+        while time.monotonic() < end and not (counted.answered and model.get("held") == fresh(sim)):
+            seen = model.wait(seen, 0.2)
+        assert counted.answered, "the bind was followed by collecting everything"
+        assert model.get("held") == fresh(sim)
+    finally:
+        watch.close()
+        app.close()

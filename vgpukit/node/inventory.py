@@ -155,12 +155,18 @@ def cdi_entries(
 
 
 def collect(
-    host: Host, nvml: Nvml | None, options: Options, scan: Scan | None = None, only: Collection[str] | None = None
+    host: Host,
+    nvml: Nvml | None,
+    options: Options,
+    scan: Scan | None = None,
+    only: Collection[str] | None = None,
+    read: Collection[str] | None = None,
 ) -> Inventory:
     """Every device the node offers, by resource (one read of sysfs, /proc and NVML; ``scan``: the
     caller's PCI snapshot, whose reads are not made again). ``only``: the PCI functions (BDFs) to read,
     with their PFs (None: all): the same rules over fewer functions, for a caller that needs a few
-    (a DRA claim's prepare); GPUs, MIG devices and mdevs are read as always."""
+    (a DRA claim's prepare); GPUs, MIG devices and mdevs are read as always. ``read``: the whole bus
+    known, but the functions' own devices (VFs of a pool) read for these only (:mod:`.update`)."""
     inv = Inventory()
     scan = scan or Scan(host)
     if only is None:
@@ -171,7 +177,7 @@ def collect(
         inv.pci = {d.bdf: d for d in sorted([*fns, *pfs], key=lambda d: d.bdf)}
     inv.listed = {bdf: scan.entries(bdf) for bdf in inv.pci}
     inv.vfio_shown = host.display(host.vfio_dir()) + "/"
-    cdi_devices = cdi_entries(host, nvml, inv.warnings, scan, only)
+    cdi_devices = cdi_entries(host, nvml, inv.warnings, scan, only if only is not None else read)
     views = hostview.gpus(host, scan)
     vgpus = hostview.vgpus(host, views)
     taken = {v.id for v in vgpus}

@@ -2,9 +2,9 @@
 plugin and the exporter:
 
 * ``inventory``: :func:`.inventory.collect` over the model's PCI snapshot (functions a change named
-  are read again, the rest kept), recomputed when PCI functions, vgpukit's files or NVML change; a
-  change of plain PCI functions only (VFs created, bound, unbound) updates just their devices
-  (:func:`.update.update`);
+  are read again, the rest kept), recomputed when PCI functions, vgpukit's files or NVML change: the own devices
+  (VFs of a pool) of the functions that did not change are kept, the rest read again
+  (:func:`.update.update`); a full re-read or a configuration file of vgpukit's collects everything;
 * ``held``: the same devices with who holds them (one ``/proc`` scan), read again when a VFIO node is
   opened or closed too.
 """
@@ -30,14 +30,11 @@ def held_view() -> View:
     return view(held, *DEVICES, "holders")
 
 
-INCREMENTAL = frozenset({"pci", "holders", "lock"})  # kinds of change the inventory may follow function by function
-
-
 def inventory_views(options: Callable[[Host], Options]) -> dict[str, View]:
     def inventory(r: Refresh) -> Inventory:
         opts, last = options(r.host), r.value("inventory")
-        if last is not None and r.touch.kinds <= INCREMENTAL:  # no full re-read, no file or NVML change
-            kept = update(last, r.host, r.nvml, opts, r.scan, r.touch.bdfs | r.touch.added)
+        if last is not None and not r.touch.full and not r.touch.settings:  # no full re-read, no settings
+            kept = update(last, r.host, r.nvml, opts, r.scan, r.touch.bdfs | r.touch.added, r.touch.groups)
             if kept is not None:
                 return kept
         return collect(r.host, r.nvml, opts, scan=r.scan)
