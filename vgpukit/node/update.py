@@ -94,7 +94,7 @@ def update(
     pci_lines.sort(key=lambda w: order.get(_pci_warning(w) or "", -1))
     others = [w for w in fresh.warnings if _pci_warning(w) is None]
     inv = Inventory(
-        {n: sorted(ds, key=lambda d: d.id) for n, ds in resources.items()},
+        {n: sorted(ds, key=lambda d: d.id) for n, ds in resources.items() if ds},
         pci,
         pci_lines + others,
         fresh.unread,
