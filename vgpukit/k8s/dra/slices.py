@@ -207,7 +207,6 @@ class Publisher:
         self.features = False  # also read the taints' and consumable capacity's gates before writing
         self.said: set[str] = set()  # warnings logged once
         self.stored: dict[str, Any] | None = None  # this node's slices as stored, from our writes (None: list)
-        self.writes = 0  # slices written (created or replaced) since the start
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         """One API call; a connection that hangs gives up after API_TIMEOUT (the next poll tries again)."""
@@ -248,9 +247,9 @@ class Publisher:
         self.published = wanted
         return done
 
-    def _current(self) -> tuple[dict[str, Any], list[str]]:
+    def _current(self) -> dict[str, Any]:
         """This node's slices as the API server has them (by name), listed only when not known from this
-        publisher's own writes (the first time, and after a failed call), and the names not wanted any more."""
+        publisher's own writes (the first time, and after a failed call)."""
         if self.stored is None:
             selector = f"spec.nodeName={self.node},spec.driver={DRIVER}"
             listing = self._call(self.api.list_resource_slice, field_selector=selector) or {}
@@ -259,15 +258,15 @@ class Publisher:
                 for item in listing.get("items") or []
                 if item.get("spec", {}).get("driver") == DRIVER and item.get("spec", {}).get("nodeName") == self.node
             }
-        return dict(self.stored), []
+        return dict(self.stored)
 
     def _publish(self, wanted: dict[str, dict[str, Any]]) -> str | None:
         """Write what differs. As the upstream ResourceSlice controller (k8s.io/dynamic-resource-allocation
         ``resourceslice``): when the pool keeps its slices and one slice of several changes, that one slice
         is updated at the pool's generation (one write is atomic: no consumer sees a mixed pool); otherwise
-        the generation goes up and every slice is written (docs/dra.md, "Publishing")."""
+        the generation goes up and every slice is written (docs/kubernetes.md, "ResourceSlice")."""
         try:
-            known, _ = self._current()
+            known = self._current()
             current = {n: known[n] for n in wanted if n in known}
             stale = sorted(n for n in known if n not in wanted)  # deleted once the wanted ones are stored
             count = len(wanted)  # every slice of the pool, counter-only ones included
@@ -297,7 +296,6 @@ class Publisher:
             raise
         if not write:
             return None
-        self.writes += len(write)
         extra = f" in {plural(count, 'slice')}" if count > 1 else ""
         if len(write) < count:  # one slice of several: the others as they were
             return f"published {plural(devices, 'device')} in slice {name} (generation {gen}, {count - 1} unchanged)"
