@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from vgpukit.k8s import kubevirt
-from vgpukit.k8s.inventory import with_holders
+from vgpukit.node.inventory import with_holders
 
 from . import harness
 from .targets import PF, VF_BDFS, Target

@@ -207,10 +207,13 @@ class Watch:
         if kind == "holders":
             if ev.mask & HOLDERS:
                 touch.kinds.add("holders")
-            if ev.mask & (IN_CREATE | IN_MOVED_TO | GONE):
-                touch.kinds.add("docs")  # a node came or went (under a root without uevents: the only word)
+            if ev.mask & (IN_CREATE | IN_MOVED_TO | GONE):  # a node came or went: its group's functions
+                touch.kinds.add("pci" if self.kernel is not None else "docs")  # (without uevents: the only word)
+                if ev.dir == str(self.host.vfio_dir()) and ev.name.isdigit():
+                    touch.groups.add(ev.name)
         else:
             touch.kinds.add(kind)
+            touch.settings |= ev.dir != str(self.host.state_dir())  # a config file, not the journal gone
         touch.why.append(f"{self.host.display(ev.dir)}/{ev.name}")
         if self.kernel is None and "docs" in touch.kinds and not touch.full:
             touch.everything("a change without kernel uevents under this root")  # it says not what changed
