@@ -151,8 +151,27 @@ ULIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
 
 
 BASE_JOB = pytest.StashKey[Future[Path]]()
-BUILDS = pytest.StashKey[dict[str, Future[Any]]]()  # "dists", "debs", "image": started at collection
+BUILDS = pytest.StashKey[dict[str, Future[Any]]]()  # "dists", "debs", "image", "release": from collection on
 BUILD_DIR = pytest.StashKey[Path]()
+
+
+def release_tagged(where: Path, debian_base: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """scripts/release.sh on a clone of the committed tree tagged v<version>: its output directory and
+    its run (the image's root file system from the session's debootstrap, as the image fixture's)."""
+    clone = where / "vgpukit"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", "tag", "-a", f"v{version()}",
+                    "-m", "test"], cwd=clone, check=True)  # fmt: skip
+    out = where / "out"
+    done = subprocess.run(
+        ["bash", "scripts/release.sh", "-o", str(out)],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        env=clean_env(PYTHON=sys.executable, TMPDIR=str(where), VGPUKIT_IMAGE_BASE=str(debian_base)),
+        timeout=1200,
+    )
+    return out, done
 
 
 def _wanted(session: pytest.Session, fixture: str) -> bool:
@@ -162,19 +181,20 @@ def _wanted(session: pytest.Session, fixture: str) -> bool:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the session's slow set-ups in the background, one after another, as soon as the session's
     tests are known: the debootstrap (debian_base), then the sdist and wheel, the .deb and the node
-    image of this tree, each when a collected test needs it and its tools are here (else the fixture
-    builds it, or skips saying why). They run beside every other test (the shipping tests run last:
-    tests/conftest.py), at a lower priority than the tests (tests/background.py); each fixture waits
-    for its job."""
+    image of this tree, then scripts/release.sh on a tagged clone of it; each when a collected test
+    needs it and its tools are here (else the fixture does the work, or skips saying why). They run
+    beside every other test (the shipping tests run last: tests/conftest.py), at a lower priority than
+    the tests (tests/background.py); each fixture waits for its job."""
     root = os.geteuid() == 0
     base = _wanted(session, "debian_base") and root and all(shutil.which(t) for t in ("debootstrap", "tar"))
-    wants = {name: _wanted(session, name) for name in ("dists", "debs", "image")}
+    wants = {name: _wanted(session, name) for name in ("dists", "debs", "image", "tagged_release")}
     wants["debs"] = wants["debs"] or wants["image"]
     wants["dists"] = wants["dists"] or wants["debs"]
     have = {
         "dists": all(shutil.which(t) for t in ("make", "cc")),
         "debs": all(shutil.which(t) for t in ("dpkg-deb", "make", "cc")),
         "image": root and base and all(shutil.which(t) for t in ("podman", "runc")),
+        "tagged_release": root and base and all(shutil.which(t) for t in ("git", "podman", "runc", "dpkg-deb")),
     }
     if not base and not any(wants.values()):
         return
@@ -191,6 +211,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             if wants["image"] and have["image"]:
                 base_job = session.stash[BASE_JOB]
                 jobs["image"] = pool.submit(lambda: build_image(jobs["debs"].result(), base_job.result()))
+    if wants["tagged_release"] and have["tagged_release"]:  # after the image: the tests need that first
+        jobs["release"] = pool.submit(lambda: release_tagged(out / "release", session.stash[BASE_JOB].result()))
     session.stash[BUILDS] = jobs
     pool.shutdown(wait=False)  # the jobs run on; the interpreter waits for them at exit
 
