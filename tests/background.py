@@ -1,15 +1,15 @@
-"""Work the suite starts in background threads at collection (the real-kernel guests' QEMU boots, the
-shipping tests' debootstrap and builds) runs beside the host-side tests, which are the session's
-critical path (CONTRIBUTING.md, "The suite's time budget"). It runs at a lower priority, so that on a
-machine with fewer free cores than runnable jobs the tests keep theirs and the background work takes
-what is left."""
+"""The shipping tests' set-ups started at collection (the debootstrap, the builds: tests/ship/conftest.py)
+run beside the host-side tests, which are the session's critical path (CONTRIBUTING.md, "The suite's
+time budget"). They run at a lower priority, so that on a machine with fewer free cores than runnable
+jobs the tests and the real-kernel guest keep theirs and the builds take what is left. (The guest's
+thread keeps the tests' priority: under TCG a starved guest runs out of its time limit.)"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 
-NICE = 5  # CFS weight 335 against the tests' 1024: the tests keep a whole core when three jobs share two
+NICE = 5  # CFS weight 335 against 1024: the builds take what the tests and the guest leave
 
 
 def lower_priority() -> None:

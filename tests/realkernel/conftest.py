@@ -35,8 +35,6 @@ from typing import Any
 
 import pytest
 
-from tests.background import lower_priority
-
 from .harness import GUEST_OUT, GuestRun, GuestStep, RealKernel, Unavailable, skip_or_fail, skip_reason
 from .targets import RealTarget, SimTarget, Target
 
@@ -161,7 +159,6 @@ class _Background:
         self.thread = threading.Thread(target=self._run, name="realkernel-guest", daemon=True)
 
     def _run(self) -> None:
-        lower_priority()  # QEMU yields to the host-side tests (tests/background.py)
         try:
             self._shared()
         finally:
@@ -230,7 +227,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     boots: dict[str, Any] = {}
     for item in session.items:
         module = getattr(item, "module", None)
-        if "boots" in getattr(item, "fixturenames", ()) and module is not None:
+        if "boots" in getattr(item, "fixturenames", ()) and hasattr(module, "BOOTS"):
             boots.setdefault(module.__name__.rsplit(".", 1)[-1], module.BOOTS)
     if not items and not steps_only and not boots:  # a module of guest steps alone boots the guest too
         return
@@ -270,8 +267,8 @@ def boots(request: pytest.FixtureRequest) -> Any:
     bg = request.config.stash.get(_GUEST, None)
     name = request.module.__name__.rsplit(".", 1)[-1]
     job = bg.boots.get(name) if bg is not None else None
-    if job is None:  # not collected at the start (cannot happen for a collected case's fixture)
-        skip_or_fail(f"the boots of {name} were not started")
+    if job is None:  # a module without BOOTS (or not collected at the start)
+        pytest.fail(f"{name} uses the boots fixture: it needs a module-level BOOTS function", pytrace=False)
     job.done.wait()
     request.config.stash[_SECONDS] = _timings(bg)
     if job.error is not None:
