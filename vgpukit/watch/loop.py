@@ -278,11 +278,12 @@ class Watch:
                 if events:
                     with self.nvml_lock:
                         self.nvml_events += events
-                    with contextlib.suppress(BlockingIOError):
-                        os.write(self.nvml_w, b"n")
+                    with contextlib.suppress(BlockingIOError, BrokenPipeError):  # full: a wake-up is pending
+                        os.write(self.nvml_w, b"n")  # closed: the watch has stopped reading
         except VgpukitError as err:
             log.warning("NVML events no longer watched: %s", err)
         finally:
+            os.close(self.nvml_w)  # this thread's end of the pipe: close() leaves it to the thread
             watcher.close()
             close()
 
@@ -296,7 +297,8 @@ class Watch:
         self.inotify.close()
         if self.kernel is not None:
             self.kernel.close()
-        for fd in (self.stop_r, self.stop_w, self.nvml_r, self.nvml_w):
+        nvml_thread = any(t.name == NVML_THREAD for t in self.threads)  # it closes nvml_w when it ends
+        for fd in (self.stop_r, self.stop_w, self.nvml_r, *(() if nvml_thread else (self.nvml_w,))):
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.model.poke()
