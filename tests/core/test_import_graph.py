@@ -220,32 +220,31 @@ def test_the_door_checks_can_fail() -> None:
     assert reachable(g, "vgpukit.x.planner") == {"vgpukit.x.model", "vgpukit.fleet.plan"}
 
 
-def seen_fillers() -> set[str]:
-    """Front-end code that fills a command's step cache (``env.seen``): a store into it, or a call
-    that does (``planned(env, ...)``, ``SriovSeen.of(...)``)."""
+def command_wide_notes() -> set[str]:
+    """Code that keeps what steps read in a command-wide dict (``env.seen``, gone): any use of a
+    ``seen`` attribute of an ``env`` or an ``Env`` (what steps observed is the run's outcome)."""
     out: set[str] = set()
     for path in sorted(PKG.rglob("*.py")):
         mod = module_name(path)
-        if not is_door(mod):
-            continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
-                if isinstance(node.value, ast.Attribute) and node.value.attr == "seen":
-                    out.add(f"{mod}:{node.lineno} stores into .seen")
-            elif isinstance(node, ast.Call):
-                f = node.func
-                name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
-                owner = f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else ""
-                if name == "planned" or (owner == "SriovSeen" and name == "of"):
-                    out.add(f"{mod}:{node.lineno} calls {name}")
+            if isinstance(node, ast.Attribute) and node.attr == "seen":
+                owner = node.value
+                name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+                if name == "env":
+                    out.add(f"{mod}:{node.lineno} uses env.seen")
     return out
 
 
-def test_no_front_end_fills_the_steps_cache() -> None:
-    """What the steps read or wrote is the steps' own (sriov: ``SriovSeen``); what the plan read travels
-    in the steps (``was``): a front end only reads it for its report."""
-    bad = sorted(seen_fillers())
-    assert not bad, "front ends filling env.seen:\n" + "\n".join(bad)
+def test_what_steps_observed_is_the_runs_outcome_not_a_command_wide_dict() -> None:
+    """Steps hand what they read before and after to the executor (``Observing``), which returns it in
+    the run's ``Outcome``; a report renders from that. Nothing rides on ``Env`` from step to step."""
+    from dataclasses import fields
+
+    from vgpukit.engine import Env
+
+    assert "seen" not in {f.name for f in fields(Env)}
+    bad = sorted(command_wide_notes())
+    assert not bad, "state carried from step to step through env.seen:\n" + "\n".join(bad)
 
 
 def test_the_click_toolkit_names_no_area_and_no_simulator() -> None:

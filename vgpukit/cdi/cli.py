@@ -96,7 +96,7 @@ def _done(app: App, todo: Any, lost: list[Unread] | None = None) -> None:
     """Run the plan (a dry run lists it) and report its files."""
     from ..engine import execute
 
-    done = [s.describe() for s in todo.preview] if app.dry_run else execute(app.env, todo.steps)
+    done = [s.describe() for s in todo.preview] if app.dry_run else list(execute(app.env, todo.steps).done)
     data = {"files": _files(app.host, todo.files), "warnings": todo.warnings, "unreadable": as_json(lost or [])}
     emit_result(app, "cdi", plan=done, data=data, human=lambda: _human(todo.files))
     finish_read(app, lost or [])

@@ -85,9 +85,14 @@ def remembered_lenient(host: Host, bdf: str) -> Remembered | None:
         return None
 
 
+def record_text(rec: Remembered) -> str:
+    """The bind record of ``rec.bdf``, as :func:`remember` writes it."""
+    return json.dumps(asdict(rec), indent=1) + "\n"
+
+
 def remember(host: Host, rec: Remembered) -> str:
     """Write the bind record of ``rec.bdf``; its text."""
-    text = json.dumps(asdict(rec), indent=1) + "\n"
+    text = record_text(rec)
     host.write_file(record_path(host, rec.bdf), text)
     return text
 
