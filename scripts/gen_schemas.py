@@ -20,6 +20,7 @@ SCHEMAS = ROOT / "vgpukit/data/schemas"
 DECLARED = {
     "dra/sharing-config.json": "vgpukit.k8s.dra.config",
     "qos/config.json": "vgpukit.qos.document",
+    "host.json": "vgpukit.fleet.declaration",
 }
 
 

@@ -10,12 +10,13 @@ shipped files equal the generated ones). What a schema cannot say (one field aga
 named twice, a share over a capacity) is the area's planner's (docs/decisions.md, "Configuration
 documents").
 
-Refusals never quote the document: a value is named by its type only, an unknown key only when it
-looks like a name, a refused enum by the values allowed.
+Refusals never quote the document: a value is named by its type only, an unknown key by the keys
+allowed there (its line and column are the key's), a refused enum by the values allowed.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, TypeVar
 
@@ -46,13 +47,19 @@ def convert(doc: Any, typ: type[T] | Any, where: str = "") -> T:
 
 
 def schema(typ: Any, **head: Any) -> dict[str, Any]:
-    """The JSON Schema (2020-12) of ``typ``, its definitions under ``$defs``; ``head`` (``$id``,
-    ``title``, ``description``) comes first."""
+    """The JSON Schema (2020-12) of ``typ``, its definitions under ``$defs`` (a top-level struct inlined);
+    ``head`` (``$id``, ``title``, ``description``) comes first and wins over the struct's own."""
     (body,), defs = msgspec.json.schema_components([typ], ref_template="#/$defs/{name}")
     for d in defs.values():  # a docstring's line breaks and indentation are not the description's
         if "description" in d:
             d["description"] = " ".join(d["description"].split())
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **head, **body, "$defs": defs}
+    ref = body.get("$ref", "")
+    name = ref.rpartition("/")[2]
+    if set(body) == {"$ref"} and f'"{ref}"' not in json.dumps({k: v for k, v in defs.items() if k != name}):
+        body = {k: v for k, v in defs.pop(name).items() if k != "title"}
+    out = {"$schema": "https://json-schema.org/draft/2020-12/schema", **head}
+    out.update((k, v) for k, v in body.items() if k not in head)
+    return {**out, "$defs": defs} if defs else out
 
 
 def _explain(doc: Any, typ: Any, raw: str) -> tuple[tuple[Any, ...], str, tuple[Any, ...]]:
@@ -163,9 +170,9 @@ def _message(what: str, info: Any) -> str:
         if len(allowed) == 1:
             return f"expected {allowed[0]}"
         return "expected one of " + ", ".join(map(str, allowed)) if allowed else "not an allowed value"
-    if what.startswith("Object contains unknown field"):
-        name = what.partition("`")[2].rpartition("`")[0]
-        return f"unknown field {name}" if _NAME.match(name) else "unknown field (not a name)"
+    if what.startswith("Object contains unknown field"):  # its place is the key's; the name is content
+        known = [f.encode_name for f in info.fields] if isinstance(info, mi.StructType) else []
+        return f"unknown field (allowed: {', '.join(known)})" if known else "unknown field"
     if "matching regex" in what:
         return "expected str in the form the schema describes (its pattern)"
     return (what[:1].lower() + what[1:]).replace("`", "").replace("Object", "object")
