@@ -130,20 +130,22 @@ def _check(doc: Any, root: yaml.Node, source: str, places: Positions) -> None:
 def _no_duplicate_keys(root: yaml.Node, source: str) -> None:
     """A key written twice in one mapping is refused (PyYAML keeps the last silently); mig-configs is
     mig-parted's, whose leniencies its reader says (docs/mig.md)."""
-    stack = [root]
+    stack: list[tuple[yaml.Node, tuple[Any, ...]]] = [(root, ())]
     while stack:
-        node = stack.pop()
+        node, path = stack.pop()
         if isinstance(node, yaml.MappingNode):
             seen: set[Any] = set()
             for k, v in node.value:
                 key = _value(k)
                 if key in seen and isinstance(key, str | int):
-                    raise _err(source, k, "a key written twice in one mapping")
+                    named = len(path) > 1 and path[0] == "configs" and SAFE_NAME.match(str(path[1]))
+                    shown = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+                    raise _err(source, k, f"{f'config {path[1]}: ' if named else ''}{shown}: a key written twice")
                 seen.add(key)
-                if not (node is root and key == "mig-configs"):
-                    stack.append(v)
+                if path or key != "mig-configs":
+                    stack.append((v, (*path, key if SAFE_NAME.match(str(key)) else "?")))
         elif isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
+            stack.extend((v, (*path, i)) for i, v in enumerate(node.value))
 
 
 def _mig_lines(root: yaml.MappingNode) -> dict[str, int]:
