@@ -16,19 +16,43 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "vgpukit/data/schemas"
-# shipped file -> the module whose json_schema() declares it
-DECLARED = {
-    "dra/sharing-config.json": "vgpukit.k8s.dra.config",
-    "qos/config.json": "vgpukit.qos.document",
-    "host.json": "vgpukit.fleet.declaration",
+# shipped file -> (module, the declared type, the schema's $id, title, description)
+DECLARED: dict[str, tuple[str, str, dict[str, str]]] = {
+    "dra/sharing-config.json": (
+        "vgpukit.k8s.dra.config",
+        "Parameters",
+        {
+            "$id": "https://vgpukit.io/schemas/dra/sharing-config.json",
+            "title": "vgpukit DRA driver (gpu.vgpukit.io): opaque sharing parameters of a ResourceClaim or DeviceClass",
+            "description": "The `opaque.parameters` of a config entry whose `opaque.driver` is gpu.vgpukit.io. "
+            "docs/kubernetes.md, 'Sharing in the claim'. Generated from vgpukit/k8s/dra/config.py.",
+        },
+    ),
+    "qos/config.json": (
+        "vgpukit.qos.document",
+        "QosDoc",
+        {
+            "$id": "https://vgpukit.dev/schemas/qos/config.json",
+            "title": "vgpukit QoS config (/etc/vgpukit/qos.yaml)",
+            "description": "The QoS daemon's configuration, also a host config's qos section. docs/qos.md. "
+            "Generated from vgpukit/qos/document.py.",
+        },
+    ),
+    "host.json": (
+        "vgpukit.fleet.declaration",
+        "HostDoc",
+        {"$id": "https://vgpukit.dev/schemas/host.json", "title": "vgpukit.host/v1"},
+    ),
 }
 
 
 def generated() -> dict[str, str]:
     """Each declared schema file's text, as it ships."""
+    from vgpukit.declared import schema
+
     out = {}
-    for name, module in DECLARED.items():
-        doc: dict[str, Any] = importlib.import_module(module).json_schema()
+    for name, (module, typ, head) in DECLARED.items():
+        doc: dict[str, Any] = schema(getattr(importlib.import_module(module), typ), **head)
         out[name] = json.dumps(doc, indent=2) + "\n"
     return out
 

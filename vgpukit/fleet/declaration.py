@@ -18,7 +18,6 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from ..declared import schema
 from ..remedy.policy import RemediationDoc
 
 # (?!\n): Python's $ (msgspec's and jsonschema's re.search) also matches before a last newline
@@ -117,8 +116,3 @@ class HostDoc(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         ]
         | UnsetType
     ) = msgspec.field(name="mig-configs", default=UNSET)
-
-
-def json_schema() -> dict[str, Any]:
-    """The shipped ``vgpukit/data/schemas/host.json`` (``scripts/gen_schemas.py``)."""
-    return schema(HostDoc, **{"$id": "https://vgpukit.dev/schemas/host.json", "title": "vgpukit.host/v1"})

@@ -11,12 +11,10 @@ and the QoS planner's (docs/decisions.md, "Configuration documents").
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Literal, get_args
 
 import msgspec
 from msgspec import Meta
-
-from ..declared import schema
 
 PolicyName = Literal["best-effort", "fixed-share", "burst-share"]
 ClassName = Literal["online", "offline"]
@@ -82,16 +80,3 @@ class QosDoc(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     gpus: dict[Key, GpuDoc | None] | None = None
     watchdog_s: Annotated[float, Meta(ge=0.1, le=3600)] = 2.0  # a freeze not renewed is undone after this long
     sample_ms: Annotated[int, Meta(ge=1, le=1000)] = 10
-
-
-def json_schema() -> dict[str, Any]:
-    """The shipped ``vgpukit/data/schemas/qos/config.json`` (``scripts/gen_schemas.py``)."""
-    return schema(
-        QosDoc,
-        **{
-            "$id": "https://vgpukit.dev/schemas/qos/config.json",
-            "title": "vgpukit QoS config (/etc/vgpukit/qos.yaml)",
-            "description": "The QoS daemon's configuration, also a host config's qos section. docs/qos.md. "
-            "Generated from vgpukit/qos/document.py.",
-        },
-    )

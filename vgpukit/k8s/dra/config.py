@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from ...declared import convert, schema
+from ...declared import convert
 from ...errors import InvalidInput
 from ...inputs import parse_k8s_quantity
 
@@ -101,19 +101,6 @@ class QosClassConfig(_Kind, tag=True, frozen=True):
 
 Parameters = TimeSliceConfig | MemoryCapConfig | MpsConfig | QosClassConfig
 KINDS = tuple(t.__name__ for t in (TimeSliceConfig, MemoryCapConfig, MpsConfig, QosClassConfig))
-
-
-def json_schema() -> dict[str, Any]:
-    """The shipped ``vgpukit/data/schemas/dra/sharing-config.json`` (``scripts/gen_schemas.py``)."""
-    return schema(
-        Parameters,
-        **{
-            "$id": "https://vgpukit.io/schemas/dra/sharing-config.json",
-            "title": "vgpukit DRA driver (gpu.vgpukit.io): opaque sharing parameters of a ResourceClaim or DeviceClass",
-            "description": "The `opaque.parameters` of a config entry whose `opaque.driver` is gpu.vgpukit.io. "
-            "docs/kubernetes.md, 'Sharing in the claim'. Generated from vgpukit/k8s/dra/config.py.",
-        },
-    )
 
 
 @dataclass(frozen=True)
