@@ -72,6 +72,10 @@ class Tenant:
         if self.kind not in KINDS:
             raise InvalidInput(f"tenant {self.name}: kind must be cgroup, pids or domain")
         convert(self.to_dict(), TenantDoc, f"tenant {self.name}")
+        return self.rules()
+
+    def rules(self) -> Tenant:
+        """The rules between the tenant's fields (what its declaration cannot say)."""
         if self.memory_burst is not None and self.cls != "offline":
             raise at(
                 InvalidInput(
@@ -146,7 +150,7 @@ class Tenant:
             inflight=doc.inflight,
             inflight_ms=doc.inflight_ms,
             memory_burst=_size(doc.memory_burst, name, "memory_burst"),
-        ).validate()
+        ).rules()
 
 
 def _size(value: int | str | None, name: str, what: str) -> int | None:
@@ -221,7 +225,7 @@ class Gpu:
             slice_ms=doc.slice_ms,
             tenants=tuple(under(("tenants", n), partial(Tenant.of, n, t)) for n, t in (doc.tenants or {}).items()),
             memory=under(("memory",), partial(MemoryPolicy.of, key, doc.memory)),
-        ).validate()
+        )
 
 
 @dataclass
@@ -254,4 +258,4 @@ class QosConfig:
             gpus={k: under(("gpus", k), partial(Gpu.of, k, g)) for k, g in (got.gpus or {}).items()},
             watchdog_s=got.watchdog_s,
             sample_ms=got.sample_ms,
-        ).validate()
+        )
