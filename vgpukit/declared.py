@@ -90,7 +90,7 @@ def _explain(doc: Any, typ: Any, raw: str) -> tuple[tuple[Any, ...], str, tuple[
     key: tuple[Any, ...] = ()
     if what.startswith("Object contains unknown field") and isinstance(node, dict):
         key = next(((k, "<key>") for k in node if what == f"Object contains unknown field `{k}`"), ())
-    return tuple(path), _message(what, _resolve(info, node)), key
+    return tuple(path), _message(what, _resolve(info, node), _described(info)), key
 
 
 def _resolve(info: Any, node: Any) -> Any:
@@ -163,7 +163,16 @@ def _union(*types: Any) -> Any:
     return out
 
 
-def _message(what: str, info: Any) -> str:
+def _described(info: Any) -> str | None:
+    """The description the declaration gives the value's form (a ``Meta(description=...)``), if any."""
+    if isinstance(info, mi.Metadata):
+        return (info.extra_json_schema or {}).get("description") or _described(info.type)
+    if isinstance(info, mi.UnionType):
+        return next((d for t in info.types if (d := _described(t))), None)
+    return None
+
+
+def _message(what: str, info: Any, described: str | None = None) -> str:
     """msgspec's message, said in the house style, with the document's content left out."""
     if what.startswith(("Invalid enum value", "Invalid value")):
         allowed = info.values if isinstance(info, mi.LiteralType) else ()
@@ -173,6 +182,6 @@ def _message(what: str, info: Any) -> str:
     if what.startswith("Object contains unknown field"):  # its place is the key's; the name is content
         known = [f.encode_name for f in info.fields] if isinstance(info, mi.StructType) else []
         return f"unknown field (allowed: {', '.join(known)})" if known else "unknown field"
-    if "matching regex" in what:
-        return "expected str in the form the schema describes (its pattern)"
+    if "matching regex" in what:  # the form as the declaration describes it, not the regex
+        return f"expected {described}" if described else "expected str in the form the schema describes"
     return (what[:1].lower() + what[1:]).replace("`", "").replace("Object", "object")

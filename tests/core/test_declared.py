@@ -167,6 +167,11 @@ def test_the_host_declaration_accepts_exactly_what_its_schema_does(doc: Any) -> 
             "$: unknown field (allowed: gpus, watchdog_s, sample_ms)",
             (SECRET, "<key>"),
         ),
+        (  # a value not of its form: the form as the declaration describes it, not the regex
+            {"gpus": {"g": {"tenants": {"t": {"share": 1, "domain": SECRET + " x"}}}}},
+            "$.gpus.g.tenants.t.domain: expected a GPU key, tenant or domain name: letters, digits, _ . : -",
+            ("gpus", "g", "tenants", "t", "domain"),
+        ),
         ({"gpus": {1: {}}}, "$.gpus: a key is not a name (text)", ("gpus",)),
         ({"gpus": {"x\n": {}}}, "$.gpus: a key is not a name of the allowed form", ("gpus",)),
         ({"watchdog_s": True}, "$.watchdog_s: expected float, got bool", ("watchdog_s",)),
