@@ -32,6 +32,7 @@ from msgspec import Meta
 from ...declared import convert
 from ...errors import InvalidInput
 from ...inputs import parse_k8s_quantity
+from ...qos.document import ClassName, PolicyName  # the QoS config's own classes and policies
 
 API_VERSION = "vgpukit.io/v1"
 SOURCES = ("FromClass", "FromClaim")
@@ -52,9 +53,8 @@ Quantity = (
     ]
 )
 Percent = Annotated[int, Meta(ge=1, le=100)]
-Class = Literal["online", "offline"]
 Policy = Annotated[
-    Literal["best-effort", "fixed-share", "burst-share"],
+    PolicyName,
     Meta(description="the GPU's QoS policy: set by the first time-sliced claim (or share) of a GPU without tenants"),
 ]
 ApiVersion = Literal["vgpukit.io/v1"]
@@ -68,7 +68,7 @@ class TimeSliceConfig(_Kind, tag=True, frozen=True):
     """A QoS tenant (vgpukit qos, docs/qos.md) for the pod's cgroup on the device."""
 
     share: Percent
-    cls: Class = msgspec.field(name="class", default="offline")
+    cls: ClassName = msgspec.field(name="class", default="offline")
     policy: Policy | msgspec.UnsetType = msgspec.UNSET
 
 
@@ -95,12 +95,11 @@ class QosClassConfig(_Kind, tag=True, frozen=True):
     """The QoS class (and the GPU's policy) of a share of a device shared by capacity: its compute share and
     memory cap are what the scheduler allocated (docs/kubernetes.md, 'GPUs shared by capacity')."""
 
-    cls: Class = msgspec.field(name="class", default="offline")
+    cls: ClassName = msgspec.field(name="class", default="offline")
     policy: Policy | msgspec.UnsetType = msgspec.UNSET
 
 
 Parameters = TimeSliceConfig | MemoryCapConfig | MpsConfig | QosClassConfig
-KINDS = tuple(t.__name__ for t in (TimeSliceConfig, MemoryCapConfig, MpsConfig, QosClassConfig))
 
 
 @dataclass(frozen=True)
