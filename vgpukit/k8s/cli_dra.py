@@ -16,15 +16,15 @@ from ..clikit.options import json_option
 from ..clikit.output import emit, say, table
 from ..clikit.params import NAME, AsciiFloat
 from ..clikit.watch import resync_option, start_watch
+from ..stopping import Stop
 from .cli_host import _dra_opener, _health, _log_to_stderr, _poller
 from .cli_options import ShareChoice, device_metadata_option, kubernetes_release, node_name
-from .stopping import Stop
 
 if TYPE_CHECKING:
     from ..engine.env import Env
+    from ..node.inventory import Inventory
     from .dra.capacity import Choice
     from .dra.driver import Driver
-    from .inventory import Inventory
 
 Opener = Callable[[], tuple["Env", Callable[..., "Inventory"], Callable[[], None]]]
 
