@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Union
 
 from .errors import InvalidInput, NotFound
-from .host_layout import BDF_RE, SHORT_BDF_RE
+from .host import BDF_RE, SHORT_BDF_RE
 from .pci import Scan, Sriov
 from .records import Record
 from .words import plural, span

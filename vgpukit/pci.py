@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .data.pci_names import PciNames
 from .errors import InvalidInput, NotFound
-from .host import Host
-from .host_layout import (
+from .host import (
     BDF_RE,
     BOOT_VGA,
     DRIVER,
@@ -31,12 +30,13 @@ from .host_layout import (
     SRIOV_TOTALVFS,
     SRIOV_VF_DEVICE,
     VIRTFN,
+    Host,
 )
 from .pci_kind import hex_id, kind_of, read_kind
 from .records import Record
 
 if TYPE_CHECKING:
-    from .hostio import DirFiles
+    from .host import DirFiles
 
 HOST_BRIDGE_RE = re.compile(r"^pci([0-9a-f]{4}):([0-9a-f]{2})\Z", re.ASCII)
 

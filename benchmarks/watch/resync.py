@@ -29,8 +29,9 @@ from vgpukit.clikit.context import App  # noqa: E402
 from vgpukit.clikit.watch import opener  # noqa: E402
 from vgpukit.health.watched import health_views  # noqa: E402
 from vgpukit.k8s.cli_host import _options  # noqa: E402
-from vgpukit.k8s.inventory import Options  # noqa: E402
-from vgpukit.k8s.watched import device_plugin_views, dra_views, inventory_views  # noqa: E402
+from vgpukit.k8s.watched import device_plugin_views, dra_views  # noqa: E402
+from vgpukit.node.inventory import Options  # noqa: E402
+from vgpukit.node.views import inventory_views  # noqa: E402
 from vgpukit.watch.model import HostModel, View  # noqa: E402
 from vgpukit.watch.touch import Touch  # noqa: E402
 from vgpukit.wiring import Wiring  # noqa: E402

@@ -220,32 +220,31 @@ def test_the_door_checks_can_fail() -> None:
     assert reachable(g, "vgpukit.x.planner") == {"vgpukit.x.model", "vgpukit.fleet.plan"}
 
 
-def seen_fillers() -> set[str]:
-    """Front-end code that fills a command's step cache (``env.seen``): a store into it, or a call
-    that does (``planned(env, ...)``, ``SriovSeen.of(...)``)."""
+def command_wide_notes() -> set[str]:
+    """Code that keeps what steps read in a command-wide dict (``env.seen``, gone): any use of a
+    ``seen`` attribute of an ``env`` or an ``Env`` (what steps observed is the run's outcome)."""
     out: set[str] = set()
     for path in sorted(PKG.rglob("*.py")):
         mod = module_name(path)
-        if not is_door(mod):
-            continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
-                if isinstance(node.value, ast.Attribute) and node.value.attr == "seen":
-                    out.add(f"{mod}:{node.lineno} stores into .seen")
-            elif isinstance(node, ast.Call):
-                f = node.func
-                name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
-                owner = f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else ""
-                if name == "planned" or (owner == "SriovSeen" and name == "of"):
-                    out.add(f"{mod}:{node.lineno} calls {name}")
+            if isinstance(node, ast.Attribute) and node.attr == "seen":
+                owner = node.value
+                name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+                if name == "env":
+                    out.add(f"{mod}:{node.lineno} uses env.seen")
     return out
 
 
-def test_no_front_end_fills_the_steps_cache() -> None:
-    """What the steps read or wrote is the steps' own (sriov: ``SriovSeen``); what the plan read travels
-    in the steps (``was``): a front end only reads it for its report."""
-    bad = sorted(seen_fillers())
-    assert not bad, "front ends filling env.seen:\n" + "\n".join(bad)
+def test_what_steps_observed_is_the_runs_outcome_not_a_command_wide_dict() -> None:
+    """Steps hand what they read before and after to the executor (``Observing``), which returns it in
+    the run's ``Outcome``; a report renders from that. Nothing rides on ``Env`` from step to step."""
+    from dataclasses import fields
+
+    from vgpukit.engine import Env
+
+    assert "seen" not in {f.name for f in fields(Env)}
+    bad = sorted(command_wide_notes())
+    assert not bad, "state carried from step to step through env.seen:\n" + "\n".join(bad)
 
 
 def test_the_click_toolkit_names_no_area_and_no_simulator() -> None:
@@ -253,9 +252,9 @@ def test_the_click_toolkit_names_no_area_and_no_simulator() -> None:
     kernel and NVML, the CDI specs kept current) comes from vgpukit.wiring, given by whoever starts it."""
     graph = import_graph()
     low = ("vgpukit.clikit", "vgpukit.errors", "vgpukit.host", "vgpukit.inputs", "vgpukit.engine", "vgpukit.nvml")
-    low += ("vgpukit.naming", "vgpukit.pci", "vgpukit.hostio", "vgpukit.host_layout", "vgpukit.words", "vgpukit.data")
+    low += ("vgpukit.naming", "vgpukit.pci", "vgpukit.words", "vgpukit.data")
     low += ("vgpukit.records", "vgpukit.extras", "vgpukit.processes", "vgpukit.holders", "vgpukit.iommu")
-    low += ("vgpukit.watch", "vgpukit.host_notify")  # the watch: listening, next to the host door (no area)
+    low += ("vgpukit.watch",)  # the watch: listening, next to the host door (no area)
     low += ("vgpukit.partial",)  # what a whole-host read could not read (no area)
     bad = sorted(
         f"{m} -> {d}"
@@ -265,6 +264,57 @@ def test_the_click_toolkit_names_no_area_and_no_simulator() -> None:
         if not any(d == p or d.startswith(p + ".") for p in low)
     )
     assert not bad, "the click toolkit importing an area, the simulator or a front end:\n" + "\n".join(bad)
+
+
+# ----------------------------------------------------------------------------- the host door's rooms
+HOST_FACES = ("vgpukit.host", "vgpukit.host.notify")  # the door and what it takes and returns; its listening side
+# Each room of the door (docs/engine.md, "The host door") and the rooms it may stand on.
+HOST_ROOMS = {
+    "vgpukit.host.contain": set(),
+    "vgpukit.host.fileio": set(),
+    "vgpukit.host.programs": set(),
+    "vgpukit.host.kernel_paths": {"vgpukit.host.contain"},
+    "vgpukit.host.file_places": {"vgpukit.host.contain"},
+    "vgpukit.host.changes": {"vgpukit.host.contain", "vgpukit.host.fileio"},
+    "vgpukit.host.door": {"vgpukit.host." + r for r in ("contain", "fileio", "programs", "kernel_paths", "file_places")}
+    | {"vgpukit.host.changes"},
+    "vgpukit.host.notify": {"vgpukit.host.door"},
+}
+
+
+def host_room_breaches(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of a room of the host door from outside it (only its faces are public), and imports between
+    its rooms that :data:`HOST_ROOMS` does not list (a room reaching up or sideways)."""
+    bad = []
+    for mod, deps in graph.items():
+        inside = mod == "vgpukit.host" or mod.startswith("vgpukit.host.")
+        for dep in sorted(deps):
+            if not dep.startswith("vgpukit.host.") or mod == "vgpukit.host":
+                continue
+            if not inside and dep not in HOST_FACES:
+                bad.append(f"{mod} -> {dep} (import it from vgpukit.host)")
+            elif inside and dep not in HOST_ROOMS.get(mod, set()):
+                bad.append(f"{mod} -> {dep} (not a room it stands on)")
+    return bad
+
+
+def test_the_host_door_is_entered_by_its_face_and_its_rooms_stand_in_order() -> None:
+    graph = import_graph()
+    assert set(HOST_ROOMS) == {m for m in graph if m.startswith("vgpukit.host.")}, "a room of the door unlisted here"
+    bad = host_room_breaches(graph)
+    assert not bad, "the host door's rooms entered from outside or out of order:\n" + "\n".join(bad)
+
+
+def test_the_host_room_check_can_fail() -> None:
+    g = {
+        "vgpukit.mdev.callouts": {"vgpukit.host.programs"},
+        "vgpukit.pci": {"vgpukit.host"},
+        "vgpukit.host.contain": {"vgpukit.host.door"},
+    }
+    assert host_room_breaches(g) == [
+        "vgpukit.mdev.callouts -> vgpukit.host.programs (import it from vgpukit.host)",
+        "vgpukit.host.contain -> vgpukit.host.door (not a room it stands on)",
+    ]
 
 
 def package_of(mod: str) -> str:
@@ -285,3 +335,29 @@ def test_no_package_loops() -> None:
     a layer in the structure picture, even when no two modules import each other."""
     found = cycles(package_graph(import_graph()))
     assert not found, "package loops (move the shared fact below both):\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+# ----------------------------------------------------------------------------- the node's device view
+def below_kubernetes(graph: dict[str, set[str]]) -> list[str]:
+    """Modules outside the Kubernetes package (``vgpukit.k8s``) that reach it, the top-level commands
+    (``vgpukit.cli``, which compose every front end) aside: the node's device view (``vgpukit.node``) is
+    below every front end, so the exporter (``vgpukit.metrics``) and remediation read it without Kubernetes."""
+    return sorted(
+        f"{m} -> {d}"
+        for m in graph
+        if not m.startswith(("vgpukit.k8s.", "vgpukit.cli."))
+        for d in reachable(graph, m)
+        if d.startswith("vgpukit.k8s.")
+    )
+
+
+def test_the_node_view_and_its_readers_stand_below_kubernetes() -> None:
+    graph = import_graph()
+    assert {"vgpukit.node.inventory", "vgpukit.node.claimed", "vgpukit.node.views"} <= set(graph)
+    bad = below_kubernetes(graph)
+    assert not bad, "modules reaching the Kubernetes package (read vgpukit.node instead):\n" + "\n".join(bad)
+    g = {"vgpukit.metrics.snapshot": {"vgpukit.node.x"}, "vgpukit.node.x": {"vgpukit.k8s.inventory"}}
+    assert below_kubernetes(g) == [
+        "vgpukit.metrics.snapshot -> vgpukit.k8s.inventory",
+        "vgpukit.node.x -> vgpukit.k8s.inventory",
+    ]

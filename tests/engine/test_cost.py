@@ -1,6 +1,7 @@
 """What a change costs, counted (never timed: speed targets live in benchmarks/scale).
 
-* a step reads what it needs once (``env.seen``), however many phases (inverse, apply, verify) use it;
+* a step reads what it needs once (an ``Observing`` step's ``read``), however many phases (inverse, apply,
+  verify) use it;
 * a simulated-kernel write costs what it changes: the state stays loaded in the process, and a
   reaction's changes are appended to ``kernel.jsonl``, not saved as the whole ``kernel.json``;
 * the state a long-lived :class:`SimKernel` holds is the state on disk, after every kind of reaction.

@@ -99,5 +99,5 @@ def test_derived_files_come_from_the_environment(tmp_path: Path) -> None:
 
     env = Env(Host(tmp_path), command="test", derived=(refresher,))
     done = execute(env, [PutFile("/etc/vgpukit/x.conf", "x\n")])
-    assert seen == ["asked"] and len(done) == 2
+    assert seen == ["asked"] and len(done.done) == 2
     assert (tmp_path / "etc/vgpukit/derived.txt").read_text() == "derived\n"

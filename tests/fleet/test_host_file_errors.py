@@ -81,4 +81,5 @@ def test_a_type_error_names_the_config_it_is_in(setup: tuple[Path, Path], comman
     typed = doc.parent / "typed.yaml"
     r = invoke(sim, command, "-f", str(typed), "-c", "ok")
     assert r.exit_code == 2
-    assert r.stderr == f"vgpukit: error: {typed}:7:14: config typed: vfs must be an integer\n"
+    refused = "config typed: $.configs.typed.sriov[0].vfs: expected int, got str"
+    assert r.stderr == f"vgpukit: error: {typed}:7:14: {refused}\n"

@@ -18,7 +18,7 @@ from vgpukit.k8s.dra.api import ClaimReader, resource_api
 from vgpukit.k8s.dra.devices import DRIVER
 from vgpukit.k8s.dra.server import Driver, Plugin, registry_socket
 from vgpukit.k8s.drahealth_v1 import api_pb2 as hl
-from vgpukit.k8s.inventory import Options, collect
+from vgpukit.node.inventory import Options, collect
 from vgpukit.wiring import Wiring
 
 NODE = "node-1"
@@ -231,7 +231,7 @@ def test_claims_phase_one_cannot_serve_are_refused_with_a_clear_error(short_tmp:
         cfg = [{"opaque": {"driver": DRIVER, "parameters": {"sharing": "MPS"}}}]
         gpu = next(n for n, d in node.driver.devices().items() if d.kind == "gpu")
         out = node.kubelet.prepare(node.add(claim("u-4", "c4", gpu, config=cfg))).claims["u-4"]
-        assert out.error == "config entry 1: apiVersion must be vgpukit.io/v1" and not out.devices
+        assert out.error == "config entry 1: $: object missing required field kind" and not out.devices
         assert "not found" in node.kubelet.prepare(("default", "gone", "u-5")).claims["u-5"].error
         assert not any(p.exists() for u in ("u-3", "u-4", "u-5") for p in node.files(u))
     finally:

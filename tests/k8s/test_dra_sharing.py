@@ -187,7 +187,7 @@ def test_conflicting_sharing_is_refused_with_nothing_done(node: Node) -> None:
     assert mps.pid(node.host, qos_key(node.driver.devices()[gpu])) is None
     bad = [opaque({"apiVersion": V, "kind": "MemoryCapConfig", "limit": "lots"})]
     out = node.kubelet.prepare(node.add(claim("c-2", "c2", gpu, config=bad))).claims["c-2"]
-    assert out.error.startswith("config entry 1: MemoryCapConfig: limit must be") and "lots" not in out.error
+    assert out.error.startswith("config entry 1: $.limit: expected") and "lots" not in out.error
 
 
 def _pod_cgroup(sim: Path, pod: str) -> Path:
@@ -273,7 +273,7 @@ from pathlib import Path
 from vgpukit.clikit.context import App
 from vgpukit.k8s.dra import claims, mps, sharing
 from vgpukit.k8s.dra.devices import dra_devices
-from vgpukit.k8s.inventory import Options, collect
+from vgpukit.node.inventory import Options, collect
 from vgpukit.wiring import Wiring
 import json
 

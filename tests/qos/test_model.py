@@ -126,10 +126,13 @@ def test_config_errors_name_file_and_line_never_content(tmp_path: Path) -> None:
         ("gpus:\n  gpu0: " + "[" * 3000 + "]" * 3000 + "\n# SECRET\n", "line 2"),
         ("gpus:\n  gpu0: {policy: 'SECRET" + "x" * 5000 + "'}\n", "line 2, column 18"),
         (
-            "gpus:\n  gpu0:\n    slice_ms: 5\n    tenants:\n      w:\n        pids: [5]\n        memory: 4GB\n",
+            "gpus:\n  gpu0:\n    slice_ms: 5\n    tenants:\n      w:\n        pids: [5]\n        memory: 4GB\n"
+            "        share: 5\n",
             "line 7, column 17",
         ),
-        ("gpus:\n  gpu0:\n    tenants:\n      w: {pids: [5]}\n    bogus: 1\n", "line 5, column 5"),
+        # the declaration reads the keys in order: a tenant before the unknown key is a whole tenant
+        ("gpus:\n  gpu0:\n    tenants:\n      w: {pids: [5], share: 5}\n    bogus: 1\n", "line 5, column 5"),
+        ("gpus:\n  gpu0:\n    tenants:\n      w: {pids: [5]}\n", "line 4, column 10: $.gpus.gpu0.tenants.w"),
     ]
     for text, line in cases:
         path.write_text(text)

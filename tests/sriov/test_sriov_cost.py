@@ -19,8 +19,8 @@ from vgpukit.host import Host
 from vgpukit.pci import Scan
 from vgpukit.sim.kernel import SimKernel
 from vgpukit.sriov import planner
-from vgpukit.sriov.model import SriovSeen, read_pf
-from vgpukit.sriov.steps import BindDriver
+from vgpukit.sriov.model import read_pf
+from vgpukit.sriov.steps import BindDriver, observed
 
 
 class CountingHost(Host):
@@ -68,11 +68,9 @@ def test_enable_to_vfio_reads_each_attribute_once(sim_dir: Path) -> None:
     facts = planner.Facts(host, scan)
     steps = planner.plan(facts, planner.EnableRequest(NIC0, 16, "vfio-pci", timeout=5))
     host.vfs = {s.bdf for s in steps if isinstance(s, BindDriver)}
-    execute(env, steps)
-    # the command's report: the PF as it is now, from what the steps read and wrote
-    after = read_pf(
-        host, NIC0, OpenFiles(host), scan=Scan(host), seen=SriovSeen.find(env.seen), before=scan.device(NIC0)
-    )
+    outcome = execute(env, steps)
+    # the command's report: the PF as it is now, from what the steps observed
+    after = read_pf(host, NIC0, OpenFiles(host), scan=Scan(host), known=observed(outcome), before=scan.device(NIC0))
     assert after.num_vfs == 16 and {v.driver for v in after.vfs} == {"vfio-pci"}
     assert {v.driver_override for v in after.vfs} == {"vfio-pci"}
     assert {v.original_driver for v in after.vfs} == {None}

@@ -12,7 +12,7 @@ from ..clikit.context import App
 from ..clikit.lazy import LazyGroup
 from ..clikit.options import dry_run_option, json_option, mutating
 from ..clikit.output import emit, emit_result, finish_read, json_doc, print_json, say, table
-from ..host_layout import CDI_SPEC_DIRS
+from ..host import CDI_SPEC_DIRS
 from ..partial import Unread, as_json
 from ..pci import Scan
 
@@ -96,7 +96,7 @@ def _done(app: App, todo: Any, lost: list[Unread] | None = None) -> None:
     """Run the plan (a dry run lists it) and report its files."""
     from ..engine import execute
 
-    done = [s.describe() for s in todo.preview] if app.dry_run else execute(app.env, todo.steps)
+    done = [s.describe() for s in todo.preview] if app.dry_run else list(execute(app.env, todo.steps).done)
     data = {"files": _files(app.host, todo.files), "warnings": todo.warnings, "unreadable": as_json(lost or [])}
     emit_result(app, "cdi", plan=done, data=data, human=lambda: _human(todo.files))
     finish_read(app, lost or [])

@@ -38,8 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..cdi_settings import CLASSES, Settings
-from ..host import Host
-from ..host_layout import IOMMU_GROUP
+from ..host import IOMMU_GROUP, Host
 from ..pci import PciDevice, Scan
 from ..pci_kind import vgpu_type
 from . import nvidia

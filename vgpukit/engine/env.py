@@ -26,11 +26,6 @@ class Env:
     _nvml: Nvml | None = field(default=None, repr=False)
     _nvml_loaded: bool = field(default=False, repr=False)
     locked: int = field(default=0, repr=False)  # depth of held host-lock sessions
-    # What the command's steps just read or wrote, for the rest of the command to use instead of reading
-    # it again: a step's inverse() reads afresh and leaves what it read for its apply() and verify(); a
-    # step that changes a thing another step noted updates or drops that entry; what verify() read stays
-    # for the command's report. Undo (and recovery) clear it before each inverse.
-    seen: dict[str, object] = field(default_factory=dict, repr=False)
     recovering: bool = field(default=False, repr=False)  # replaying an interrupted command's journal
     # Connections a command already has open (e.g. "libvirt:<uri>"), for its steps to use.
     handles: dict[str, object] = field(default_factory=dict, repr=False)

@@ -11,7 +11,8 @@ from ..words import plural
 from . import journal as jr
 from .env import Env
 from .lock import host_lock
-from .step import AFTER, BEFORE, STAGES, Step, from_dict, to_entry
+from .outcome import Observed, Outcome
+from .step import AFTER, BEFORE, STAGES, Observing, Step, from_dict, to_entry
 
 log = logger("vgpukit.engine")
 
@@ -44,8 +45,9 @@ def _as_list(inv: Step | list[Step] | None) -> list[Step]:
     return inv if isinstance(inv, list) else [inv]
 
 
-def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[str]:
-    """Apply ``steps`` in order under the host lock; what was done, in words.
+def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> Outcome:
+    """Apply ``steps`` in order under the host lock: what was done, in words, and what each step
+    observed (:class:`~vgpukit.engine.outcome.Outcome`).
 
     Before each step its inverse is journaled (fsync'd). When a step fails, the inverses run newest
     first and the error is re-raised, same class, with "rolled back the N steps done" (and any undo that
@@ -57,37 +59,45 @@ def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[st
     """
     steps = staged(steps)
     if env.host.dry_run:
-        return [s.describe() for s in steps]
+        return Outcome(tuple(s.describe() for s in steps))
     if not steps:
-        return []
+        return Outcome()
     after = [s for s in steps if s.stage == AFTER]
     steps = steps[: len(steps) - len(after)]
     with session(env):
         book = jr.Journal(env.host, env.command)
         undo: list[Step] = []
         done: list[str] = []
+        observed: list[Observed] = []
         changed = 0  # CHANGE steps done (BEFORE steps change nothing on the host)
 
-        ahead: list[list[Step]] = []  # inverses of the next steps of a batch, journaled already
+        # what the next steps of a batch read before (their inverses journaled already)
+        ahead: list[tuple[object, list[Step]]] = []
 
-        def journal(group: Sequence[Step]) -> list[list[Step]]:
-            inverses = [_as_list(step.inverse(env)) for step in group]
-            book.add_all([to_entry(inv) for invs in inverses for inv in invs])
-            return inverses
+        def journal(group: Sequence[Step]) -> list[tuple[object, list[Step]]]:
+            read = [_before(step, env) for step in group]
+            book.add_all([to_entry(inv) for _, invs in read for inv in invs])
+            return read
 
         def run(step: Step, rest: Sequence[Step]) -> None:
             nonlocal changed
             if ahead:
-                invs = ahead.pop(0)
+                before, invs = ahead.pop(0)
             else:  # a batch (steps in a row with the step's batch key): journaled at once, one fsync
                 n = 1
                 while step.batch() and n <= len(rest) and rest[n - 1].batch() == step.batch():
                     n += 1
-                invs, *later = journal([step, *rest[: n - 1]])
+                (before, invs), *later = journal([step, *rest[: n - 1]])
                 ahead.extend(later)
             undo.extend(invs)
-            step.apply(env)
-            step.verify(env)
+            back: object = None
+            if isinstance(step, Observing):
+                step.change(env, before)
+                back = step.check(env, before)
+            else:
+                step.apply(env)
+                step.verify(env)
+            observed.append(Observed(step, before, back))
             done.append(step.describe())
             changed += step.stage != BEFORE
             if env.progress is not None and len(done) <= len(steps):
@@ -128,9 +138,19 @@ def execute(env: Env, steps: Sequence[Step], *, derived: bool = True) -> list[st
             try:
                 step.apply(env)
                 done.append(step.describe())
+                observed.append(Observed(step))
             except VgpukitError as exc:
                 log.warning("%s: %s", step.describe(), exc)
-        return done
+        return Outcome(tuple(done), tuple(observed))
+
+
+def _before(step: Step, env: Env) -> tuple[object, list[Step]]:
+    """What ``step`` reads before it acts (an :class:`Observing` step: its state; else None) and its
+    inverse(s), read now."""
+    if isinstance(step, Observing):
+        before = step.read(env)
+        return before, _as_list(step.undo(before))
+    return None, _as_list(step.inverse(env))
 
 
 def staged(steps: Sequence[Step]) -> list[Step]:
@@ -149,7 +169,7 @@ def refresh(env: Env) -> list[str]:
     if env.host.dry_run:
         return []
     with session(env):
-        return execute(env, derived_steps(env), derived=False)
+        return list(execute(env, derived_steps(env), derived=False).done)
 
 
 def _undo(env: Env, undo: list[Step], what: str) -> tuple[int, list[tuple[str, VgpukitError]]]:
@@ -158,8 +178,7 @@ def _undo(env: Env, undo: list[Step], what: str) -> tuple[int, list[tuple[str, V
     failures: list[tuple[str, VgpukitError]] = []
     if env.progress is not None and undo:
         env.progress.begin(what, len(undo))
-    for inv in reversed(undo):
-        env.seen.clear()  # each inverse reads the state it puts back
+    for inv in reversed(undo):  # each inverse reads the state it puts back (its apply)
         try:
             inv.apply(env)
             count += 1
@@ -170,7 +189,6 @@ def _undo(env: Env, undo: list[Step], what: str) -> tuple[int, list[tuple[str, V
             env.progress.advance(inv.describe())
     if env.progress is not None and undo:
         env.progress.end()
-    env.seen.clear()
     return count, failures
 
 
@@ -220,5 +238,5 @@ def recover(env: Env) -> list[str]:
             hint=exc.hint,
         ) from exc
     # the host is as it was before the interrupted command: derived files follow it
-    lines += [f"refreshed: {line}" for line in execute(env, derived_steps(env), derived=False)]
+    lines += [f"refreshed: {line}" for line in execute(env, derived_steps(env), derived=False).done]
     return lines

@@ -5,20 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..errors import VerifyFailed
 from .env import Env
-from .step import Step, step_kind
+from .step import Observing, Step, step_kind
 
 
-def _rel(path: str) -> tuple[str, ...]:
+def rel(path: str) -> tuple[str, ...]:
+    """``/etc/x/y`` (a path as seen on the host) as the parts the host door joins under its root."""
     return tuple(p for p in path.split("/") if p)
 
 
 @step_kind
 @dataclass(frozen=True)
-class PutFile(Step):
+class PutFile(Observing[str | None]):
     """Ensure the file at ``path`` (as seen on the host, e.g. /etc/mdevctl.d/...) holds ``text``,
-    or is absent when ``text`` is None. ``what``: how plans say it (default "write PATH")."""
+    or is absent when ``text`` is None. ``what``: how plans say it (default "write PATH").
+    Observed: the file's text before (None: absent) and after (as written: the write raises when it
+    did not take)."""
 
     kind: ClassVar[str] = "put-file"
     path: str
@@ -31,20 +33,14 @@ class PutFile(Step):
             return self.what
         return f"remove {self.path}" if self.text is None else f"write {self.path}"
 
-    def inverse(self, env: Env) -> Step:
-        old = env.seen[f"file:{self.path}"] = env.host.read_raw_opt(env.host.path(*_rel(self.path)))
-        return PutFile(self.path, old, self.mode)
+    def read(self, env: Env) -> str | None:
+        return env.host.read_raw_opt(env.host.path(*rel(self.path)))
 
-    def _now(self, env: Env) -> str | None:
-        """The file's content: as the inverse just read it or apply wrote it (``env.seen``), else read now."""
-        key = f"file:{self.path}"
-        if key not in env.seen:
-            env.seen[key] = env.host.read_raw_opt(env.host.path(*_rel(self.path)))
-        now = env.seen[key]
-        return now if isinstance(now, str) else None
+    def undo(self, before: str | None) -> Step:
+        return PutFile(self.path, before, self.mode)
 
-    def apply(self, env: Env) -> None:
-        target = env.host.path(*_rel(self.path))
+    def change(self, env: Env, before: str | None) -> None:
+        target = env.host.path(*rel(self.path))
         if env.recovering:
             # temporaries of an atomic write that the kill interrupted (".NAME.xxxx" beside it): the
             # host lock is held, so no live writer owns them (only a killed command leaves them)
@@ -53,10 +49,8 @@ class PutFile(Step):
                     env.host.remove(target.parent / name)
         if self.text is None:
             env.host.remove(target)
-        elif self._now(env) != self.text:
+        elif before != self.text:
             env.host.write_file(target, self.text, self.mode)
-        env.seen[f"file:{self.path}"] = self.text  # what is there now (write_file raises when it is not)
 
-    def verify(self, env: Env) -> None:
-        if self._now(env) != self.text:
-            raise VerifyFailed(f"{self.path} does not read back as written", path=self.path)
+    def check(self, env: Env, before: str | None) -> str | None:
+        return self.text  # what is there now: write_file and remove raise when they did not take

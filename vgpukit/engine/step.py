@@ -18,7 +18,7 @@ import importlib
 import importlib.util
 import re
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from ..errors import InvalidInput
 from .env import Env
@@ -32,6 +32,7 @@ BEFORE, CHANGE, AFTER = "before", "change", "after"
 STAGES = (BEFORE, CHANGE, AFTER)
 _MODULE = re.compile(r"vgpukit(\.[a-z_][a-z0-9_]*)+\Z")  # what a journal entry may name as its step's module
 S = TypeVar("S", bound="type[Step]")
+T = TypeVar("T")
 
 
 class Step:
@@ -62,6 +63,40 @@ class Step:
     def to_dict(self) -> dict[str, Any]:
         fields: dict[str, Any] = dataclasses.asdict(self) if dataclasses.is_dataclass(self) else {}
         return {"kind": self.kind, "text": self.describe(), **fields}
+
+
+class Observing(Step, Generic[T]):
+    """A step that reads the state it changes once, tuned-style: :meth:`read` (the state before, what
+    its inverse and its change start from), :meth:`undo` (the inverse, from that), :meth:`change`
+    (apply, knowing it) and :meth:`check` (verify; returns what it read back, the state after).
+
+    The executor calls these and keeps ``before`` and ``after`` in the run's
+    :class:`~vgpukit.engine.outcome.Observed` of the step, which the front end renders. Called as a
+    plain step (an inverse replayed by undo or recovery, a caller outside the executor), each phase
+    reads afresh."""
+
+    def read(self, env: Env) -> T:
+        raise NotImplementedError
+
+    def undo(self, before: T) -> Step | list[Step] | None:
+        raise NotImplementedError
+
+    def change(self, env: Env, before: T) -> None:
+        raise NotImplementedError
+
+    def check(self, env: Env, before: T) -> object:
+        """Raise :class:`~vgpukit.errors.VerifyFailed` when the change did not take; else what was read
+        back (None: nothing)."""
+        return None
+
+    def inverse(self, env: Env) -> Step | list[Step] | None:
+        return self.undo(self.read(env))
+
+    def apply(self, env: Env) -> None:
+        self.change(env, self.read(env))
+
+    def verify(self, env: Env) -> None:
+        self.check(env, self.read(env))
 
 
 Refresher = Callable[[Env], list["Step"]]  # a derived-file refresher (``Env.derived``)

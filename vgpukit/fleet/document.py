@@ -1,9 +1,11 @@
 """The ``vgpukit.host/v1`` document: several named host configs in one YAML file.
 
-The file is checked against ``vgpukit/data/schemas/host.json`` while it is walked as YAML nodes, so
-every error names its line (``FILE:LINE: ...``) and never quotes the file's content. Unknown keys
-are refused. The ``mig-configs`` section is mig-parted's v1 format, read by mig-parted's own reader
-(:func:`vgpukit.mig.config.parse`), so a mig-parted file is also a valid host document.
+The file is checked by its declaration (:mod:`vgpukit.fleet.declaration`, from which
+``vgpukit/data/schemas/host.json`` is generated): every error names the line and column of the value
+at fault (``FILE:LINE:COLUMN: config NAME: $.PATH: expected ...``, the places kept from PyYAML's node
+tree) and never quotes the file's content. Unknown keys are refused. The ``mig-configs`` section is
+mig-parted's v1 format, read by mig-parted's own reader (:func:`vgpukit.mig.config.parse`), so a
+mig-parted file is also a valid host document.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ from typing import Any
 
 import yaml
 
-from ..data import load_json
+from ..declared import convert
 from ..errors import InvalidInput, NotFound
-from ..inputs import Positions, load_yaml, positions
+from ..inputs import Positions, load_yaml, positions, where_in
 from ..mig import config as migconfig
-from ..words import article
+from .declaration import HostDoc
 
 MAX_DOC_BYTES = 1024 * 1024
 SCHEMA = "vgpukit.host/v1"
@@ -112,95 +114,38 @@ def _value(node: yaml.Node) -> Any:
     return yaml.safe_load(yaml.serialize(node)) if isinstance(node, yaml.ScalarNode) else None
 
 
-class _Map(dict[str, Any]):
-    """A mapping of the document, with the line it starts on."""
+def _check(doc: Any, root: yaml.Node, source: str, places: Positions) -> None:
+    """``doc`` as its declaration has it, else one InvalidInput at the place of the value at fault."""
+    _no_duplicate_keys(root, source)
+    try:
+        convert(doc, HostDoc)
+    except InvalidInput as err:
+        path = where_in(err)
+        found = places.locate(path) or (1, 1)
+        name = path[1] if len(path) > 1 and path[0] == "configs" and isinstance(path[1], str) else None
+        config = f"config {name}: " if name is not None and SAFE_NAME.match(name) else ""
+        raise InvalidInput(f"{source}:{found[0]}:{found[1]}: {config}{err}", path=source) from None
 
-    line = 0
 
-
-def _line(item: Any) -> int:
-    return item.line if isinstance(item, _Map) else 0
-
-
-_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
-
-
-class _Walker:
-    """Checks a YAML node tree against the JSON-schema subset host.json uses, with line numbers."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.schema: dict[str, Any] = load_json("schemas/host.json")
-        self.config: str | None = None  # the config being checked: its errors name it
-
-    def _err(self, node: yaml.Node, msg: str) -> InvalidInput:
-        return _err(self.source, node, f"config {self.config}: {msg}" if self.config else msg)
-
-    def _deref(self, s: dict[str, Any]) -> dict[str, Any]:
-        while "$ref" in s:
-            s = {**self.schema["$defs"][s["$ref"].rsplit("/", 1)[1]], **{k: v for k, v in s.items() if k != "$ref"}}
-        return s
-
-    def check(self, node: yaml.Node, s: dict[str, Any], what: str) -> Any:
-        s = self._deref(s)
-        if s.get("x-vgpukit-opaque"):
-            if not isinstance(node, yaml.MappingNode):
-                raise self._err(node, f"{what} must be a mapping")
-            return yaml.safe_load(yaml.serialize(node))
-        kind = s.get("type")
-        if kind == "object":
-            return self._object(node, s, what)
-        if kind == "array":
-            if not isinstance(node, yaml.SequenceNode):
-                raise self._err(node, f"{what} must be a list")
-            if len(node.value) > s.get("maxItems", 1 << 30):
-                raise self._err(node, f"{what}: more than {s['maxItems']} items")
-            return [self.check(item, s["items"], f"an item of {what}") for item in node.value]
-        value = _value(node)
-        if "enum" in s:
-            if value not in s["enum"] or isinstance(value, bool):
-                raise self._err(node, f"{what} must be one of {', '.join(map(str, s['enum']))}")
-            return value
-        if kind is not None:
-            ok = _TYPES[kind]
-            if not isinstance(value, ok) or (kind in ("integer", "number") and isinstance(value, bool)):
-                raise self._err(node, f"{what} must be {article(kind)}")
-        if "pattern" in s and not re.search(s["pattern"], value):
-            raise self._err(node, f"{what} is not a valid name ({s.get('description', 'see the schema')})")
-        if "minimum" in s and not s["minimum"] <= value <= s["maximum"]:
-            raise self._err(node, f"{what} must be {s['minimum']}..{s['maximum']}")
-        return value
-
-    def _object(self, node: yaml.Node, s: dict[str, Any], what: str) -> dict[str, Any]:
-        if not isinstance(node, yaml.MappingNode):
-            raise self._err(node, f"{what} must be a mapping")
-        props: dict[str, Any] = s.get("properties", {})
-        extra = s.get("additionalProperties", True)
-        out = _Map()
-        out.line = node.start_mark.line + 1
-        for k, v in node.value:
-            key = _value(k)
-            if not isinstance(key, str):
-                raise self._err(k, f"a key in {what} must be a plain name")
-            if key in out:
-                raise self._err(k, f"duplicate key in {what}")
-            if key in props:
-                out[key] = self.check(v, props[key], key)
-            elif extra is False:
-                raise self._err(k, f"unknown key in {what} (allowed: {', '.join(props)})")
-            else:
-                if "propertyNames" in s:
-                    self.check(k, s["propertyNames"], f"a name in {what}")
-                named = SAFE_NAME.match(key) is not None
-                outer, self.config = self.config, key if named else None
-                out[key] = self.check(v, extra, "the config" if named else "a config")
-                self.config = outer
-        if len(out) > s.get("maxProperties", 1 << 30):
-            raise self._err(node, f"{what}: more than {s['maxProperties']} entries")
-        missing = [r for r in s.get("required", []) if r not in out]
-        if missing:
-            raise self._err(node, f"{what} lacks {missing[0]!r}")
-        return out
+def _no_duplicate_keys(root: yaml.Node, source: str) -> None:
+    """A key written twice in one mapping is refused (PyYAML keeps the last silently); mig-configs is
+    mig-parted's, whose leniencies its reader says (docs/mig.md)."""
+    stack: list[tuple[yaml.Node, tuple[Any, ...]]] = [(root, ())]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for k, v in node.value:
+                key = _value(k)
+                if key in seen and isinstance(key, str | int):
+                    named = len(path) > 1 and path[0] == "configs" and SAFE_NAME.match(str(path[1]))
+                    shown = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+                    raise _err(source, k, f"{f'config {path[1]}: ' if named else ''}{shown}: a key written twice")
+                seen.add(key)
+                if path or key != "mig-configs":
+                    stack.append((v, (*path, key if SAFE_NAME.match(str(key)) else "?")))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((v, (*path, i)) for i, v in enumerate(node.value))
 
 
 def _mig_lines(root: yaml.MappingNode) -> dict[str, int]:
@@ -272,7 +217,8 @@ class Document:
             cfg.mig, cfg.mig_name, cfg.line = self.mig[name], name, self.mig_lines.get(name, 0)
             cfg.path = ("mig-configs", name)
             return cfg
-        cfg.line, cfg.path = _line(raw), ("configs", name)
+        cfg.path = ("configs", name)
+        cfg.line = self._line(cfg.path)
         for i, item in enumerate(raw.get("sriov", [])):
             sel = self._sel(cfg, item, "device", ("sriov", i))
             cfg.sriov.append(SriovWant(sel, item["vfs"], item.get("driver", "default")))
@@ -308,19 +254,23 @@ class Document:
                 f"{where}: config {cfg.name}: match: a vendor:device filter is 4 hex digits each (15b3:101b)"
             )
         fields = tuple((k, str(v)) for k, v in item.items() if isinstance(v, str | int) and not isinstance(v, bool))
-        return Selector(item.get(key), item.get("match"), _line(item), (*cfg.path, *path), fields)
+        return Selector(item.get(key), item.get("match"), self._line((*cfg.path, *path)), (*cfg.path, *path), fields)
+
+    def _line(self, path: tuple[Any, ...]) -> int:
+        found = self.places.locate(path)
+        return found[0] if found else 0
 
 
 def parse(text: str, source: str) -> Document:
     """Check ``text`` (the file's content) and return its configs; any problem is one InvalidInput."""
     text = migconfig.yaml_text(text)  # a JSON file indented with tabs, as mig-parted reads it
-    load_yaml(text, source, max_bytes=MAX_DOC_BYTES)  # size, syntax and nesting first: one line, no content
+    doc = load_yaml(text, source, max_bytes=MAX_DOC_BYTES)  # size, syntax and nesting first: one line, no content
     root = yaml.compose(text, Loader=yaml.SafeLoader)
     if root is None:
         raise InvalidInput(f"{source}: empty document", path=source)
-    walker = _Walker(source)
-    doc = walker.check(root, walker.schema, "the document")
-    assert isinstance(root, yaml.MappingNode)
+    places = positions(root)
+    _check(doc, root, source, places)
+    assert isinstance(root, yaml.MappingNode) and isinstance(doc, dict)
     notes: list[migconfig.Note] = []
     lines: dict[str, int] = {}
     if doc["version"] == "v1":  # a mig-parted file: read by mig-parted's reader, with its leniencies
@@ -332,4 +282,4 @@ def parse(text: str, source: str) -> Document:
         lines = _mig_lines(root)
     else:
         mig = _mig_configs(source, root, notes, lines)
-    return Document(source, doc.get("configs", {}), mig, doc["version"] == SCHEMA, notes, lines, positions(root))
+    return Document(source, doc.get("configs", {}), mig, doc["version"] == SCHEMA, notes, lines, places)

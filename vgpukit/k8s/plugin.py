@@ -33,11 +33,11 @@ import grpc.aio
 from ..errors import VgpukitError
 from ..host import Host
 from ..logs import logger
+from ..node.inventory import HEALTHY, UNHEALTHY, Device, Inventory, carry_unread, health_of
 from ..stopping import Bell, Stop, wait_woken
 from ..words import plural
 from . import preferred as pref
 from .aio import Abort, Context, Loop, Wake, aborting
-from .inventory import HEALTHY, UNHEALTHY, Device, Inventory, carry_unread, health_of
 from .v1beta1 import api_pb2 as api
 from .v1beta1 import api_pb2_grpc
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidInput
+from ..declared import convert
 from ..inputs import parse_size
+from .document import MAX_MS, SUSPENDS, MemoryDoc
 
-SUSPENDS = ("off", "freeze", "checkpoint")
-KEYS = ("watermark", "suspend", "restore_ms", "reclaim_ms")
-MAX_MS = 3_600_000
+KEYS = tuple(MemoryDoc.__struct_fields__)
+__all__ = ["KEYS", "MAX_MS", "SUSPENDS", "MemoryPolicy"]
 
 
 @dataclass(frozen=True)
@@ -31,15 +31,8 @@ class MemoryPolicy:
         return self == MemoryPolicy()
 
     def validate(self, key: str) -> MemoryPolicy:
-        if not isinstance(self.suspend, str) or self.suspend not in SUSPENDS:
-            raise InvalidInput(f"{key}: memory suspend must be one of {', '.join(SUSPENDS)}")
-        for what, value, lo, hi in (
-            ("watermark", self.watermark, 0, 1 << 50),
-            ("restore_ms", self.restore_ms, 0, MAX_MS),
-            ("reclaim_ms", self.reclaim_ms, 0, MAX_MS),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-                raise InvalidInput(f"{key}: memory {what} must be an integer {lo}..{hi}")
+        """The policy as its declaration (:class:`~vgpukit.qos.document.MemoryDoc`) has it."""
+        convert(self.to_dict(), MemoryDoc, f"{key}: memory")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -56,17 +49,17 @@ class MemoryPolicy:
 
     @classmethod
     def from_dict(cls, key: str, doc: Any) -> MemoryPolicy:
-        """The policy of a document whose keys are KEYS (the caller refuses others, naming them)."""
+        return cls.of(key, convert(doc, MemoryDoc | None, f"{key}: memory"))
+
+    @classmethod
+    def of(cls, key: str, doc: MemoryDoc | None) -> MemoryPolicy:
+        """The policy a declared document describes (None: the defaults)."""
         if doc is None:
             return cls()
-        if not isinstance(doc, dict):
-            raise InvalidInput(f"{key}: memory must be a mapping ({', '.join(KEYS)})")
-        if set(doc) - set(KEYS):
-            raise InvalidInput(f"{key}: memory: unknown keys")
-        wm = doc.get("watermark", 0)
+        wm = doc.watermark
         return cls(
             watermark=parse_size(wm, f"{key}: memory watermark") if isinstance(wm, str) else wm,
-            suspend=doc.get("suspend", "off"),
-            restore_ms=doc.get("restore_ms", 1000),
-            reclaim_ms=doc.get("reclaim_ms", 10000),
+            suspend=doc.suspend,
+            restore_ms=doc.restore_ms,
+            reclaim_ms=doc.reclaim_ms,
         ).validate(key)

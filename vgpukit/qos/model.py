@@ -11,26 +11,32 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from ..declared import convert
 from ..errors import InvalidInput, NotFound
-from ..inputs import at, has_control, parse_float, parse_int, parse_size, under
-from .mempolicy import KEYS as MEMORY_KEYS
+from ..inputs import at, has_control, parse_size, under
+from .document import (  # the QoS config's declaration: types and bounds of every field
+    CLASSES,
+    DEMANDS,
+    KEY_FORM,
+    MAX_INFLIGHT,
+    MAX_INFLIGHT_MS,
+    MAX_SLICE_MS,
+    MIN_SLICE_MS,
+    PID_MAX,
+    POLICIES,
+    GpuDoc,
+    QosDoc,
+    TenantDoc,
+)
 from .mempolicy import MemoryPolicy
 
-POLICIES = ("best-effort", "fixed-share", "burst-share")
-CLASSES = ("online", "offline")
+__all__ = ["CLASSES", "DEMANDS", "MAX_INFLIGHT", "MAX_INFLIGHT_MS", "MAX_SLICE_MS", "MIN_SLICE_MS", "POLICIES"]
+
 KINDS = ("cgroup", "pids", "domain")
-# auto (default): sampled until the tenant's first notification, notified from then on;
-# notify: only notifications; sample: only CPU-time sampling (docs/qos.md, "Demand")
-DEMANDS = ("auto", "notify", "sample")
 MAX_TENANTS = 64
-PID_MAX = 4194304  # the kernel's PID_MAX_LIMIT on 64-bit
 DEFAULT_SLICE_MS = 10  # chosen by measurement, see docs/qos.md ("Slice length")
-MIN_SLICE_MS = 1
-MAX_SLICE_MS = 1000
 MAX_PID = PID_MAX  # the name the CLI options use
-MAX_INFLIGHT = 1023  # launches per stream the CUDA library keeps outstanding (docs/cuda.md)
-MAX_INFLIGHT_MS = 3_600_000
-_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,128}\Z", re.ASCII)
+_KEY = re.compile(KEY_FORM, re.ASCII)
 LIBRARY_KEYS = ("memory", "inflight", "inflight_ms", "memory_burst")  # a tenant's libvgpukit-cuda settings
 
 
@@ -39,26 +45,6 @@ def check_key(value: str, what: str) -> str:
     if not isinstance(value, str) or not _KEY.match(value):
         raise InvalidInput(f"invalid {what}: use letters, digits and _ . : - (1 to 128 characters)")
     return value
-
-
-def unknown_keys(keys: set[Any]) -> str:
-    """Unknown keys of a document, named only when they look like keys (never arbitrary content)."""
-    shown = sorted(k for k in keys if isinstance(k, str) and _KEY.match(k) and len(k) <= 40)
-    return ", ".join(shown[:5]) + (f" and {len(keys) - len(shown[:5])} more" if len(keys) > len(shown[:5]) else "")
-
-
-def _first(doc: dict[Any, Any], keys: set[Any]) -> Any:
-    """The first of ``keys`` in ``doc``'s order (where an error about them points)."""
-    return next(k for k in doc if k in keys)
-
-
-def number(value: Any, what: str, lo: float, hi: float, integer: bool = False) -> Any:
-    """A number from a document: a real int (or float), not a string or a boolean, within bounds."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or (integer and not isinstance(value, int)):
-        raise InvalidInput(f"{what} must be {'an integer' if integer else 'a number'}")
-    if integer:
-        return parse_int(value, what, lo=int(lo), hi=int(hi))
-    return parse_float(value, what, lo=lo, hi=hi)
 
 
 @dataclass(frozen=True)
@@ -80,22 +66,16 @@ class Tenant:
     memory_burst: int | None = None  # offline: unified memory beyond the cap (docs/qos.md, "Memory QoS")
 
     def validate(self) -> Tenant:
+        """The tenant as the declaration (:class:`~vgpukit.qos.document.TenantDoc`) and the rules between
+        its fields have it; values come from files and sockets: messages never quote them."""
         check_key(self.name, "tenant name")
-        # values come from files and sockets: messages name the field, never quote the value
-        if not isinstance(self.cls, str) or self.cls not in CLASSES:
-            raise at(InvalidInput(f"tenant {self.name}: class must be online or offline"), "class")
-        if isinstance(self.share, bool) or not isinstance(self.share, int) or not 1 <= self.share <= 100:
-            raise at(InvalidInput(f"tenant {self.name}: share must be an integer percent 1..100"), "share")
-        if not isinstance(self.demand, str) or self.demand not in DEMANDS:
-            raise at(InvalidInput(f"tenant {self.name}: demand must be one of {', '.join(DEMANDS)}"), "demand")
-        for what, value, hi in (
-            ("memory", self.memory, 1 << 50),
-            ("inflight", self.inflight, MAX_INFLIGHT),
-            ("inflight_ms", self.inflight_ms, MAX_INFLIGHT_MS),
-            ("memory_burst", self.memory_burst, 1 << 50),
-        ):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi):
-                raise at(InvalidInput(f"tenant {self.name}: {what} must be an integer 1..{hi}"), what)
+        if self.kind not in KINDS:
+            raise InvalidInput(f"tenant {self.name}: kind must be cgroup, pids or domain")
+        convert(self.to_dict(), TenantDoc, f"tenant {self.name}")
+        return self.rules()
+
+    def rules(self) -> Tenant:
+        """The rules between the tenant's fields (what its declaration cannot say)."""
         if self.memory_burst is not None and self.cls != "offline":
             raise at(
                 InvalidInput(
@@ -109,18 +89,14 @@ class Tenant:
                 f"tenant {self.name}: a memory burst goes beyond a memory cap: give the cap too (--memory, memory:)"
             )
             raise at(err, "memory_burst")
-        if self.kind == "cgroup":
+        if self.kind == "cgroup":  # a path below the cgroup root (what a schema's pattern would say badly)
             cg = self.cgroup
-            if not isinstance(cg, str) or not cg or has_control(cg) or len(cg) > 4096 or ".." in cg.split("/"):
+            if not isinstance(cg, str) or not cg or has_control(cg) or ".." in cg.split("/"):
                 raise at(InvalidInput(f"tenant {self.name}: invalid cgroup path"), "cgroup")
-        elif self.kind == "pids":
-            bad = [p for p in self.pids if isinstance(p, bool) or not isinstance(p, int) or not 1 < p <= PID_MAX]
-            if not self.pids or bad:
-                raise at(InvalidInput(f"tenant {self.name}: pids must be process ids > 1"), "pids")
-        elif self.kind == "domain":
-            under(("domain",), lambda: check_key(self.domain or "", "libvirt domain name"))
-        else:
-            raise InvalidInput(f"tenant {self.name}: kind must be cgroup, pids or domain")
+        elif self.kind == "pids" and not self.pids:
+            raise at(InvalidInput(f"tenant {self.name}: pids must be process ids > 1"), "pids")
+        elif self.kind == "domain" and not self.domain:
+            raise at(InvalidInput(f"tenant {self.name}: a domain tenant names its libvirt domain"), "domain")
         return self
 
     @property
@@ -152,51 +128,36 @@ class Tenant:
     @classmethod
     def from_dict(cls, name: str, doc: Any) -> Tenant:
         check_key(name, "tenant name")
-        if not isinstance(doc, dict):
-            raise InvalidInput(f"tenant {name}: expected a mapping")
-        unknown = set(doc) - {
-            "class",
-            "share",
-            "demand",
-            "cgroup",
-            "pids",
-            "domain",
-            "memory",
-            "inflight",
-            "inflight_ms",
-            "memory_burst",
-        }
-        if unknown:
-            raise at(
-                InvalidInput(f"tenant {name}: unknown keys {unknown_keys(unknown)}"), _first(doc, unknown), "<key>"
-            )
-        targets = [k for k in ("cgroup", "pids", "domain") if doc.get(k) not in (None, [], "")]
+        return cls.of(name, convert(doc, TenantDoc, f"tenant {name}"))
+
+    @classmethod
+    def of(cls, name: str, doc: TenantDoc) -> Tenant:
+        """The tenant a declared document describes, checked by the rules between its fields."""
+        targets = [k for k in KINDS if getattr(doc, k) not in (None, [], "")]
         if len(targets) != 1:
             raise InvalidInput(f"tenant {name}: give exactly one of cgroup, pids, domain")
-        kind = "pids" if targets[0] == "pids" else targets[0]
-        pids = doc.get("pids") or []
-        if not isinstance(pids, list):
-            pids = [pids]
+        pids = doc.pids if isinstance(doc.pids, list) else [] if doc.pids is None else [doc.pids]
         return Tenant(
             name=name,
-            cls=doc.get("class", "offline"),
-            share=doc.get("share", 0),
-            kind=kind,
-            cgroup=doc.get("cgroup"),
+            cls=doc.cls,
+            share=doc.share,
+            kind=targets[0],
+            cgroup=doc.cgroup,
             pids=tuple(pids),
-            domain=doc.get("domain"),
-            demand=doc.get("demand", "auto"),
-            memory=None
-            if doc.get("memory") is None
-            else under(("memory",), lambda: parse_size(doc["memory"], f"tenant {name}: memory", lo=1)),
-            inflight=doc.get("inflight"),
-            inflight_ms=doc.get("inflight_ms"),
-            memory_burst=None
-            if doc.get("memory_burst") is None
-            else under(
-                ("memory_burst",), lambda: parse_size(doc["memory_burst"], f"tenant {name}: memory_burst", lo=1)
-            ),
-        ).validate()
+            domain=doc.domain,
+            demand=doc.demand,
+            memory=_size(doc.memory, name, "memory"),
+            inflight=doc.inflight,
+            inflight_ms=doc.inflight_ms,
+            memory_burst=_size(doc.memory_burst, name, "memory_burst"),
+        ).rules()
+
+
+def _size(value: int | str | None, name: str, what: str) -> int | None:
+    """Bytes of a size the declaration let through (an integer, or text with a unit: ``4G``)."""
+    if value is None or isinstance(value, int):
+        return value
+    return under((what,), lambda: parse_size(value, f"tenant {name}: {what}", lo=1))
 
 
 @dataclass(frozen=True)
@@ -228,9 +189,7 @@ class Gpu:
     def validate(self) -> Gpu:
         check_key(self.key, "GPU key")
         self.memory.validate(self.key)
-        if not isinstance(self.policy, str) or self.policy not in POLICIES:
-            raise at(InvalidInput(f"{self.key}: policy must be one of {', '.join(POLICIES)}"), "policy")
-        under(("slice_ms",), lambda: number(self.slice_ms, f"{self.key}: slice_ms", MIN_SLICE_MS, MAX_SLICE_MS, True))
+        convert({"policy": self.policy, "slice_ms": self.slice_ms}, GpuDoc, self.key)
         for t in self.tenants:
             under(("tenants", t.name), t.validate)
         return self
@@ -254,28 +213,19 @@ class Gpu:
     @classmethod
     def from_dict(cls, key: str, doc: Any) -> Gpu:
         check_key(key, "GPU key")
-        if doc is None:
-            doc = {}
-        check_key(key, "GPU key")
-        if not isinstance(doc, dict):
-            raise InvalidInput(f"{key}: expected a mapping")
-        unknown = set(doc) - {"policy", "slice_ms", "tenants", "memory"}
-        if unknown:
-            raise at(InvalidInput(f"{key}: unknown keys {unknown_keys(unknown)}"), _first(doc, unknown), "<key>")
-        tenants = doc.get("tenants") or {}
-        if not isinstance(tenants, dict):
-            raise at(InvalidInput(f"{key}: tenants must be a mapping name -> tenant"), "tenants")
-        memory = doc.get("memory")
-        if isinstance(memory, dict) and set(memory) - set(MEMORY_KEYS):
-            err = InvalidInput(f"{key}: memory: unknown keys {unknown_keys(set(memory) - set(MEMORY_KEYS))}")
-            raise at(err, "memory", _first(memory, set(memory) - set(MEMORY_KEYS)), "<key>")
+        return cls.of(key, convert(doc, GpuDoc | None, key))
+
+    @classmethod
+    def of(cls, key: str, doc: GpuDoc | None) -> Gpu:
+        """The GPU a declared document describes (None: the defaults)."""
+        doc = doc or GpuDoc()
         return Gpu(
             key=key,
-            policy=doc.get("policy", "best-effort"),
-            slice_ms=doc.get("slice_ms", DEFAULT_SLICE_MS),
-            tenants=tuple(under(("tenants", n), partial(Tenant.from_dict, str(n), t)) for n, t in tenants.items()),
-            memory=under(("memory",), partial(MemoryPolicy.from_dict, key, doc.get("memory"))),
-        ).validate()
+            policy=doc.policy,
+            slice_ms=doc.slice_ms,
+            tenants=tuple(under(("tenants", n), partial(Tenant.of, n, t)) for n, t in (doc.tenants or {}).items()),
+            memory=under(("memory",), partial(MemoryPolicy.of, key, doc.memory)),
+        )
 
 
 @dataclass
@@ -289,8 +239,7 @@ class QosConfig:
     def validate(self) -> QosConfig:
         for key, gpu in self.gpus.items():
             under(("gpus", key), gpu.validate)
-        under(("watchdog_s",), lambda: number(self.watchdog_s, "watchdog_s (seconds)", 0.1, 3600))
-        under(("sample_ms",), lambda: number(self.sample_ms, "sample_ms", 1, 1000, integer=True))
+        convert({"watchdog_s": self.watchdog_s, "sample_ms": self.sample_ms}, QosDoc)
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -302,18 +251,11 @@ class QosConfig:
 
     @classmethod
     def from_dict(cls, doc: Any) -> QosConfig:
-        if doc is None:
-            doc = {}
-        if not isinstance(doc, dict):
-            raise InvalidInput("QoS config: expected a mapping at the top level")
-        unknown = set(doc) - {"gpus", "watchdog_s", "sample_ms"}
-        if unknown:
-            raise at(InvalidInput(f"QoS config: unknown keys {unknown_keys(unknown)}"), _first(doc, unknown), "<key>")
-        gpus = doc.get("gpus") or {}
-        if not isinstance(gpus, dict):
-            raise at(InvalidInput("QoS config: gpus must be a mapping key -> settings"), "gpus")
+        """The config of a document (YAML or JSON, parsed), checked by its declaration
+        (:class:`~vgpukit.qos.document.QosDoc`: a refusal names the path, ``$.gpus.gpu0.slice_ms``)."""
+        got: QosDoc = convert({} if doc is None else doc, QosDoc)
         return cls(
-            gpus={str(k): under(("gpus", k), partial(Gpu.from_dict, str(k), v)) for k, v in gpus.items()},
-            watchdog_s=doc.get("watchdog_s", 2.0),
-            sample_ms=doc.get("sample_ms", 10),
-        ).validate()
+            gpus={k: under(("gpus", k), partial(Gpu.of, k, g)) for k, g in (got.gpus or {}).items()},
+            watchdog_s=got.watchdog_s,
+            sample_ms=got.sample_ms,
+        )

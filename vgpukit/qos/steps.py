@@ -51,18 +51,17 @@ class PutQosConfig(PutFile):
         told = "; reload the QoS daemon" if self.reload else " (no QoS daemon runs: it reads it when it starts)"
         return f"write the QoS config {self.path}{told}"
 
-    def inverse(self, env: Env) -> Step:
-        old = super().inverse(env)
-        assert isinstance(old, PutFile)
-        return PutQosConfig(old.path, old.text, old.mode, reload=self.reload)
+    def undo(self, before: str | None) -> Step:
+        return PutQosConfig(self.path, before, self.mode, reload=self.reload)
 
-    def apply(self, env: Env) -> None:
-        super().apply(env)
+    def change(self, env: Env, before: str | None) -> None:
+        super().change(env, before)
         _tell(env)
 
-    def verify(self, env: Env) -> None:
-        super().verify(env)
+    def check(self, env: Env, before: str | None) -> str | None:
+        after = super().check(env, before)
         _runs(env, self.path, self.text)
+        return after
 
 
 @step_kind

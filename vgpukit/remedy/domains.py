@@ -66,11 +66,8 @@ class StopDomain(Step):
 
     def apply(self, env: Env) -> None:
         lv = libvirt_of(env, self.uri)
-        if not lv.exists(self.name):  # a holder's QEMU names a domain this libvirt does not have
-            unknown = env.seen.setdefault("remedy-unknown-domains", [])
-            if isinstance(unknown, list):
-                unknown.append(f"domain {self.name} not found on {self.uri}")
-            return
+        if not lv.exists(self.name):  # a holder's QEMU names a domain this libvirt does not have: the
+            return  # wait that follows says so (remedy.steps.WaitFree) if it still holds the device then
         if not _active(lv, self.name):
             return
         if self.how == "managedsave":

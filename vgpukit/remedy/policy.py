@@ -26,8 +26,12 @@ like the QoS config), which the long-running runner reads (:mod:`.auto`: the nod
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from ..declared import convert
 from ..engine import Step
 from ..engine.files import PutFile
 from ..errors import InvalidInput, VgpukitError
@@ -38,6 +42,42 @@ WHAT = ("remediate", "drain", "quarantine", "none")
 ACTIONS = ("reset", "drain", "reboot", "replace")
 DEFAULT_START = {"reset": "remediate", "drain": "drain", "reboot": "drain", "replace": "drain"}
 MAX_BYTES = 64 * 1024
+
+# ---- the declaration of the section (the host document's schema, host.json, is generated from it)
+Start = Literal["remediate", "drain", "quarantine", "none"]
+Escalate = Literal["drain", "quarantine", "none"]  # a reset does not cure what needs a reboot or a new part
+Uri = Annotated[str, Meta(min_length=1, max_length=1024)]
+
+
+class StartDoc(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """What a device's action starts."""
+
+    reset: Start = "remediate"
+    drain: Start = "drain"
+    reboot: Escalate = "drain"
+    replace: Escalate = "drain"
+
+
+class RateDoc(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    runs: Annotated[int, Meta(ge=0, le=1000)]
+    hours: Annotated[float, Meta(ge=0.01, le=8760)]
+
+
+class RemediationDoc(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename="kebab"):
+    """The remediation policy (docs/health.md, Remediation): apply writes it to /etc/vgpukit/remediation.yaml
+    for the node agent or 'vgpukit remediate --auto'."""
+
+    start: StartDoc = StartDoc()
+    vms: Literal["migrate", "managedsave", "shutdown", "fail"] = "shutdown"
+    to: Annotated[Uri, Meta(description="the destination libvirt URI of vms: migrate")] | UnsetType = UNSET
+    connect: Annotated[Uri, Meta(description="the libvirt the VMs are defined in")] = "qemu:///system"
+    timeout: Annotated[float, Meta(ge=0, le=86400)] = 300.0
+    force: bool = False
+    tenants: Literal["wait", "stop"] = "wait"
+    retries: Annotated[int, Meta(ge=0, le=10)] = 1
+    per_device: RateDoc = RateDoc(3, 24.0)
+    per_host: RateDoc = RateDoc(6, 1.0)
+    interval: Annotated[float, Meta(ge=1, le=86400)] = 30.0
 
 
 @dataclass(frozen=True)
@@ -82,68 +122,24 @@ class Policy:
         return doc
 
 
-def _num(doc: dict[str, Any], key: str, lo: float, hi: float, default: float, integer: bool = False) -> Any:
-    value = doc.get(key, default)
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not lo <= value <= hi:
-        raise InvalidInput(f"remediation: {key} must be {'an integer' if integer else 'a number'} {lo:g}..{hi:g}")
-    return value
-
-
-def _rate(doc: dict[str, Any], key: str, default: Rate) -> Rate:
-    raw = doc.get(key)
-    if raw is None:
-        return default
-    if not isinstance(raw, dict) or set(raw) - {"runs", "hours"}:
-        raise InvalidInput(f"remediation: {key} takes runs and hours")
-    return Rate(_num(raw, "runs", 0, 1000, default.runs, True), _num(raw, "hours", 0.01, 8760, default.hours))
-
-
 def from_dict(doc: Any) -> Policy:
-    """A policy from its document (the host config's section, or the file apply wrote); refused with one
-    line naming the key, never quoting the value."""
-    if not isinstance(doc, dict):
-        raise InvalidInput("remediation must be a mapping")
-    known = {"start", "vms", "to", "connect", "timeout", "force", "tenants", "retries", "per-device", "per-host",
-             "interval"}  # fmt: skip
-    if set(doc) - known:
-        raise InvalidInput(f"remediation: unknown key (allowed: {', '.join(sorted(known))})")
-    start = dict(DEFAULT_START)
-    raw = doc.get("start", {})
-    if not isinstance(raw, dict) or set(raw) - set(ACTIONS):
-        raise InvalidInput(f"remediation: start takes {', '.join(ACTIONS)}")
-    for action, what in raw.items():
-        if what not in WHAT:
-            raise InvalidInput(f"remediation: start.{action} must be one of {', '.join(WHAT)}")
-        if action in ("reboot", "replace") and what == "remediate":
-            raise InvalidInput(f"remediation: start.{action} cannot be remediate: a reset does not cure it (drain)")
-        start[action] = what
-    vms = doc.get("vms", "shutdown")
-    if vms not in ("migrate", "managedsave", "shutdown", "fail"):
-        raise InvalidInput("remediation: vms must be one of migrate, managedsave, shutdown, fail")
-    for key in ("to", "connect"):
-        if key in doc and (not isinstance(doc[key], str) or not doc[key] or len(doc[key]) > 1024):
-            raise InvalidInput(f"remediation: {key} must be a libvirt URI")
-    if vms == "migrate" and not doc.get("to"):
+    """A policy from its document (the host config's section, or the file apply wrote), checked by its
+    declaration (:class:`RemediationDoc`); refused with one line naming the key, never quoting the value."""
+    got: RemediationDoc = convert(doc, RemediationDoc, "remediation")
+    if got.vms == "migrate" and got.to is UNSET:
         raise InvalidInput("remediation: vms migrate needs to (the destination libvirt URI)")
-    force = doc.get("force", False)
-    if not isinstance(force, bool):
-        raise InvalidInput("remediation: force must be true or false")
-    tenants = doc.get("tenants", "wait")
-    if tenants not in ("wait", "stop"):
-        raise InvalidInput("remediation: tenants must be wait or stop")
     return Policy(
-        start,
-        vms,
-        doc.get("to"),
-        doc.get("connect", "qemu:///system"),
-        float(_num(doc, "timeout", 0, 86400, 300.0)),
-        force,
-        tenants,
-        _num(doc, "retries", 0, 10, 1, True),
-        _rate(doc, "per-device", Rate(3, 24.0)),
-        _rate(doc, "per-host", Rate(6, 1.0)),
-        float(_num(doc, "interval", 1, 86400, 30.0)),
+        {a: getattr(got.start, a) for a in ACTIONS},
+        got.vms,
+        None if got.to is UNSET else got.to,
+        got.connect,
+        float(got.timeout),
+        got.force,
+        got.tenants,
+        got.retries,
+        Rate(got.per_device.runs, float(got.per_device.hours)),
+        Rate(got.per_host.runs, float(got.per_host.hours)),
+        float(got.interval),
     )
 
 

@@ -102,6 +102,15 @@ class Settle(Step):
             env.host.write_file(path, want)
 
 
+def _unknown_domains(env: Env, vms: list[str]) -> list[str]:
+    """The VMs holding the device that no libvirt this command reached has (a QEMU naming a domain
+    its libvirt does not know: the drain could not stop it), in words."""
+    from ..libvirt.connection import Libvirt
+
+    opened = [(key.removeprefix("libvirt:"), lv) for key, lv in env.handles.items() if isinstance(lv, Libvirt)]
+    return [f"domain {vm} not found on {uri}" for vm in dict.fromkeys(vms) for uri, lv in opened if not lv.exists(vm)]
+
+
 @step_kind
 @dataclass(frozen=True)
 class WaitFree(Step):
@@ -117,23 +126,24 @@ class WaitFree(Step):
     def describe(self) -> str:
         return f"wait up to {self.timeout:g} s until nothing holds {self.label} or a piece of it"
 
-    def _left(self, env: Env) -> list[str]:
+    def _left(self, env: Env) -> tuple[list[str], list[str]]:
+        """Who still holds the device, in words; and the VMs among them, by domain name."""
         from .facts import read
 
         found = read(env.host, env.nvml, self.bdf)
         left = [h.describe() for h in found.holders]
         left += [f"Kubernetes claim {c}" for c in self.claims if env.host.exists(env.host.dra_claim_record(c))]
-        return left
+        return left, [h.name for h in found.holders if h.kind == "vm"]
 
     def apply(self, env: Env) -> None:
         deadline = time.monotonic() + self.timeout
         while True:
-            left = self._left(env)
+            left, vms = self._left(env)
             if not left:
                 return
             if time.monotonic() >= deadline:
-                unknown = env.seen.get("remedy-unknown-domains")
-                why = f" ({'; '.join(unknown)})" if isinstance(unknown, list) and unknown else ""
+                unknown = _unknown_domains(env, vms)
+                why = f" ({'; '.join(unknown)})" if unknown else ""
                 raise InUse(
                     f"{self.label} is still held after {self.timeout:g} s: {'; '.join(left[:5])}"
                     + (f" and {plural(len(left) - 5, 'more holder')}" if len(left) > 5 else "")

@@ -75,7 +75,7 @@ class Write:
 
 
 class Change(Protocol):
-    """A change the host door is about to make, as its watch is told (``vgpukit.hostio.Change``)."""
+    """A change the host door is about to make, as its watch is told (``vgpukit.host.Change``)."""
 
     action: str  # write | write-file | remove | mkdir | create | append | record
     path: str  # as the host sees it

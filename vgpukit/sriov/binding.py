@@ -85,9 +85,14 @@ def remembered_lenient(host: Host, bdf: str) -> Remembered | None:
         return None
 
 
+def record_text(rec: Remembered) -> str:
+    """The bind record of ``rec.bdf``, as :func:`remember` writes it."""
+    return json.dumps(asdict(rec), indent=1) + "\n"
+
+
 def remember(host: Host, rec: Remembered) -> str:
     """Write the bind record of ``rec.bdf``; its text."""
-    text = json.dumps(asdict(rec), indent=1) + "\n"
+    text = record_text(rec)
     host.write_file(record_path(host, rec.bdf), text)
     return text
 
@@ -137,7 +142,7 @@ def group_warnings(host: Host, bdf: str, also_moving: frozenset[str] = frozenset
     """Members of ``bdf``'s IOMMU group that would keep the group from being usable through VFIO, and
     the VFs of a PF (``bdf``) that stay enabled under it."""
     from .. import iommu
-    from ..host_layout import IOMMU_GROUP
+    from ..host import IOMMU_GROUP
 
     numvfs = (host.read_opt(host.pci_device(bdf, "sriov_numvfs")) or "").strip()
     vfs = [pf_with_vfs(bdf, int(numvfs))] if numvfs.isdigit() and int(numvfs) else []

@@ -16,7 +16,7 @@ from ..errors import InvalidInput
 from ..holders import OpenFiles
 from ..pci import Scan, read_device
 from . import binding
-from .model import PfInfo, SriovSeen, list_pfs, read_pf
+from .model import PfInfo, list_pfs, read_pf
 from .usage import libvirt_users
 
 if TYPE_CHECKING:
@@ -136,16 +136,18 @@ def _planned_pf(app: App, name: str, libvirt_uri: str | None) -> tuple[Facts, Pf
 def _report(
     app: App, kind: str, facts: Facts, pf: PfInfo, steps: list[Step], extra: dict[str, Any] | None = None
 ) -> None:
-    """Execute the planned ``steps`` and report the PF: what the steps read and wrote, the rest read afresh."""
+    """Execute the planned ``steps`` and report the PF: what the steps observed (the run's outcome), the
+    rest read afresh."""
     from ..engine import execute  # the change machinery loads with the commands that change things
+    from .steps import observed
 
-    execute(app.env, steps)
+    outcome = execute(app.env, steps)
     plan = [s.describe() for s in steps]
     data: dict[str, Any] = {"steps": [s.to_dict() for s in steps], **(extra or {})}
     if not app.dry_run:
         before = facts.scan.device(pf.bdf)
-        seen = SriovSeen.find(app.env.seen)  # what the steps read and wrote
-        after = read_pf(app.host, pf.bdf, OpenFiles(app.host), alias=pf.alias, seen=seen, before=before)
+        known = observed(outcome)  # what the steps read and wrote
+        after = read_pf(app.host, pf.bdf, OpenFiles(app.host), alias=pf.alias, known=known, before=before)
         data["pf"] = after.to_dict()
     summary = _pf_line(pf, data.get("pf"), (extra or {}).get("requested"))
     emit_result(app, kind, plan=plan, data=data, summary=[summary])

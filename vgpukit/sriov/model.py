@@ -2,51 +2,39 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from ..errors import Unsupported
 from ..holders import OpenFiles
-from ..host import Host
-from ..host_layout import DRIVER, DRIVER_OVERRIDE, IOMMU_GROUP
+from ..host import DRIVER, DRIVER_OVERRIDE, IOMMU_GROUP, SRIOV_AUTOPROBE, Host
 from ..naming import aliases
 from ..pci import PciDevice, Scan, read_device, virtfns_listed
 from .binding import parse_record, record_path, remembered
 from .usage import User, pci_users
 
-SEEN_KEY = "sriov"  # where a command's :class:`SriovSeen` lives in ``env.seen``
+
+class Bound(msgspec.Struct, frozen=True):
+    """A device after a step moved it: its driver as the step read it back; its ``driver_override`` and
+    bind record text (None: none) as the step read or wrote them (unset: the step does not know)."""
+
+    driver: str | None
+    override: str | msgspec.UnsetType | None = msgspec.UNSET
+    record: str | msgspec.UnsetType | None = msgspec.UNSET
 
 
 @dataclass
-class SriovSeen:
-    """What the sriov steps of one command read or wrote, so that neither a later step nor the report
-    (:func:`read_pf` with ``seen``) reads it again. Owned by the steps: each fills what it read or
-    wrote (none reads it from a front end); it lives in ``env.seen`` under :data:`SEEN_KEY`, which the
-    engine clears before each inverse, so undo and recovery start from nothing known."""
+class Known:
+    """What the SR-IOV steps of one run observed, as the run left it
+    (:func:`vgpukit.sriov.steps.observed` reads it from the run's outcome), so the command's report
+    (:func:`read_pf` with ``known``) does not read it again."""
 
-    drivers: dict[str, str | None] = field(default_factory=dict)  # a device's driver as a verify() read it
+    drivers: dict[str, str | None] = field(default_factory=dict)  # a device's driver as read back
     overrides: dict[str, str | None] = field(default_factory=dict)  # driver_override as read or written
     records: dict[str, str | None] = field(default_factory=dict)  # bind record text (None: none)
-    present: dict[str, bool] = field(default_factory=dict)  # the device's directory, as an inverse saw it
-    autoprobe: dict[str, int | None] = field(default_factory=dict)  # a PF's sriov_drivers_autoprobe
-    numvfs: dict[str, int] = field(default_factory=dict)  # a PF's sriov_numvfs
-    loaded: set[str] = field(default_factory=set)  # drivers found loaded (checked once per command)
-    inverses: dict[str, object] = field(default_factory=dict)  # bdf -> the put-back step its inverse read
-
-    @classmethod
-    def of(cls, seen: MutableMapping[str, object]) -> SriovSeen:
-        """The command's snapshot in ``seen`` (``env.seen``), made empty the first time."""
-        mine = seen.get(SEEN_KEY)
-        if not isinstance(mine, SriovSeen):
-            mine = seen[SEEN_KEY] = cls()
-        return mine
-
-    @staticmethod
-    def find(seen: Mapping[str, object]) -> SriovSeen | None:
-        """The command's snapshot, if its steps made one (for a report: nothing is created)."""
-        mine = seen.get(SEEN_KEY)
-        return mine if isinstance(mine, SriovSeen) else None
+    attrs: dict[str, str | None] = field(default_factory=dict)  # an attribute (path as seen) as set
 
     def forget_devices(self) -> None:
         """VFs appeared or went away: what is known of devices' drivers, overrides and records is stale."""
@@ -126,25 +114,25 @@ def require_sriov(dev: PciDevice, name: str) -> None:
         raise Unsupported(f"{what} has no SR-IOV capability ({dev.name})", device=dev.bdf)
 
 
-def _read_vf(host: Host, index: int, bdf: str, files: OpenFiles, records: set[str], seen: SriovSeen | None) -> VfInfo:
+def _read_vf(host: Host, index: int, bdf: str, files: OpenFiles, records: set[str], known: Known | None) -> VfInfo:
     """What ``sriov list`` shows of a VF: one directory listing, then only what is there (not what
-    ``seen`` has: what the command's steps just read or wrote)."""
+    ``known`` has: what the command's steps observed)."""
     d = host.pci_device(bdf)
     base = f"{d}/"
     entries = set(host.listdir(d))
     group = host.link_name(base + IOMMU_GROUP) if IOMMU_GROUP in entries else None
-    if seen is not None and bdf in seen.overrides:  # as a step read or wrote it
-        override = seen.overrides[bdf]
+    if known is not None and bdf in known.overrides:  # as a step read or wrote it
+        override = known.overrides[bdf]
     else:
         override = host.read_opt(base + DRIVER_OVERRIDE) if DRIVER_OVERRIDE in entries else None
-    if seen is not None and bdf in seen.records:  # the record as a step read or wrote it: its text, or None
-        text = seen.records[bdf]
+    if known is not None and bdf in known.records:  # the record as a step read or wrote it: its text, or None
+        text = known.records[bdf]
         rec = parse_record(host, bdf, text) if text is not None else None
     else:
         rec = remembered(host, bdf) if f"{bdf}.json" in records else None
     iommu_group = int(group) if group and group.isdigit() else None
-    if seen is not None and bdf in seen.drivers:  # as a step's verify() read it
-        driver = seen.drivers[bdf]
+    if known is not None and bdf in known.drivers:  # as a step read it back
+        driver = known.drivers[bdf]
     else:
         driver = host.link_name(base + DRIVER) if DRIVER in entries else None
     return VfInfo(
@@ -165,21 +153,21 @@ def read_pf(
     alias: str | None = None,
     name: str | None = None,
     scan: Scan | None = None,
-    seen: SriovSeen | None = None,
+    known: Known | None = None,
     before: PciDevice | None = None,
 ) -> PfInfo:
-    """The PF and its VFs. After a change: ``seen``, what the command's steps read and wrote, and
+    """The PF and its VFs. After a change: ``known``, what the command's steps observed, and
     ``before``, the PF as the command read it first (what the change did not touch is not read again:
     its VFs are listed afresh, where they are is known from its offset and stride)."""
     if before is not None and before.sriov is not None:
-        dev = _after(host, before, seen)
+        dev = _after(host, before, known)
     else:
         dev = scan.device(bdf) if scan is not None else read_device(host, bdf)
     require_sriov(dev, name or bdf)
     assert dev.sriov is not None
     records = set(host.listdir(record_path(host, bdf).parent)) if dev.sriov.vfs else set()
     there = [(i, vf) for i, vf in enumerate(dev.sriov.vfs) if _there(host, vf, scan, before)]
-    vfs = [_read_vf(host, i, vf, files, records, seen) for i, vf in there]
+    vfs = [_read_vf(host, i, vf, files, records, known) for i, vf in there]
     s = dev.sriov
     return PfInfo(
         bdf=bdf,
@@ -207,15 +195,16 @@ def _there(host: Host, vf: str, scan: Scan | None, before: PciDevice | None) -> 
     return scan.exists(vf) if scan is not None else host.exists(host.pci_device(vf))
 
 
-def _after(host: Host, before: PciDevice, seen: SriovSeen | None) -> PciDevice:
+def _after(host: Host, before: PciDevice, known: Known | None) -> PciDevice:
     """``before`` with its VFs as the PF lists them now and its autoprobe as the command left it."""
     s = before.sriov
     assert s is not None
     base = f"{host.pci_device(before.bdf)}/"
     vfs = tuple(virtfns_listed(host, before.bdf, base, host.listdir(base), s.offset, s.stride))
-    known = seen.autoprobe.get(before.bdf) if seen is not None else None  # as the sriov steps left it
-    autoprobe = s.autoprobe if known is None else known
-    return before.replace(sriov=s.replace(num_vfs=len(vfs), vfs=vfs, autoprobe=bool(autoprobe)))
+    path = host.display(host.pci_device(before.bdf, SRIOV_AUTOPROBE))
+    left = known.attrs.get(path) if known is not None else None  # as the sriov steps left it
+    autoprobe = s.autoprobe if left is None else left == "1"
+    return before.replace(sriov=s.replace(num_vfs=len(vfs), vfs=vfs, autoprobe=autoprobe))
 
 
 def list_pfs(host: Host, files: OpenFiles, scan: Scan) -> list[PfInfo]:

@@ -38,7 +38,7 @@ from . import binding
 from .binding import DRIVER_MODES, VFIO, Remembered
 from .facts import Facts
 from .model import PfInfo, VfInfo
-from .steps import BindDriver, RestoreDriver, SetAutoprobe, SetNumVfs, UnbindDriver
+from .steps import BindDriver, RestoreDriver, SetNumVfs, UnbindDriver, set_autoprobe
 
 FORCE_FLAG = "pass --force"  # how the area commands override a refusal that can be overridden
 
@@ -247,7 +247,7 @@ def plan_enable(facts: Facts, req: EnableRequest) -> list[Step]:
     # each step carries what it starts from, as read here under the host lock (not read again)
     if recreate and create_autoprobe != pf.autoprobe:
         why = " while the VFs are created" if want_autoprobe else ""
-        steps.append(SetAutoprobe(pf.bdf, create_autoprobe, why, was=pf.autoprobe))
+        steps.append(set_autoprobe(facts.host, pf.bdf, create_autoprobe, why, was=pf.autoprobe))
     if recreate:
         steps.append(SetNumVfs(pf.bdf, count, pf.total_vfs, req.timeout, was=0))
         offset, stride = pf.offset or 1, pf.stride or 1
@@ -257,11 +257,11 @@ def plan_enable(facts: Facts, req: EnableRequest) -> list[Step]:
                 BindDriver(expected[n], VFIO, pf.autoprobe, f"VF {n} ({expected[n]})", pf.bdf) for n in range(count)
             ]
         if create_autoprobe != want_autoprobe:
-            steps.append(SetAutoprobe(pf.bdf, want_autoprobe, " (as it was)", was=create_autoprobe))
+            steps.append(set_autoprobe(facts.host, pf.bdf, want_autoprobe, " (as it was)", was=create_autoprobe))
         return steps
     # Same count: only the bindings (and a persistent autoprobe change) may differ.
     if req.no_autoprobe and pf.autoprobe:
-        steps.append(SetAutoprobe(pf.bdf, False, was=True))
+        steps.append(set_autoprobe(facts.host, pf.bdf, False, was=True))
     if driver == VFIO:
         steps += [BindDriver(v.bdf, VFIO, False, f"VF {v.index} ({v.bdf})", pf.bdf) for v in pf.vfs if v.driver != VFIO]
         # an idempotent re-run repairs lost records of VFs it put on vfio-pci

@@ -1,6 +1,8 @@
 """Sharing in the claim: the DRA driver's opaque parameters (``apiVersion: vgpukit.io/v1``), parsed strictly.
 
-Four kinds, one JSON Schema (``vgpukit/data/schemas/dra/sharing-config.json``):
+Four kinds, declared once below (``msgspec.Struct`` types with their bounds): the declaration checks the
+parameters (:func:`vgpukit.declared.convert`) and is the JSON Schema that ships
+(``vgpukit/data/schemas/dra/sharing-config.json``, written by ``scripts/gen_schemas.py``):
 
 * ``TimeSliceConfig`` {``class``: online|offline (default offline), ``share``: 1..100, ``policy``}: a QoS
   tenant (the QoS planner's rules, docs/qos.md);
@@ -15,28 +17,89 @@ They come in the allocation result's ``config[]`` (``source`` FromClass/FromClai
 requests they apply to, empty for all, ``main`` also covering ``main/sub``; ``opaque{driver,
 parameters}``). Precedence (docs/kubernetes.md): class entries first, then the claim's, each in list
 order; for one kind, a later entry replaces an earlier one. Entries of other drivers are ignored.
-A refusal is one line naming the entry and the field, never quoting the value.
+A refusal is one line naming the entry and the path of the field in its parameters (``config entry 2:
+$.share: expected int >= 1``), never quoting the value.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
+import msgspec
+from msgspec import Meta
+
+from ...declared import convert
 from ...errors import InvalidInput
 from ...inputs import parse_k8s_quantity
-from ...qos.model import CLASSES, POLICIES, unknown_keys
+from ...qos.document import ClassName, PolicyName  # the QoS config's own classes and policies
 
 API_VERSION = "vgpukit.io/v1"
-KINDS = ("TimeSliceConfig", "MemoryCapConfig", "MpsConfig", "QosClassConfig")
 SOURCES = ("FromClass", "FromClaim")
 MAX_BYTES = 1 << 50
-_FIELDS = {
-    "TimeSliceConfig": ({"share"}, {"class", "policy"}),
-    "MemoryCapConfig": ({"limit"}, {"burst"}),
-    "MpsConfig": (set(), {"activeThreadPercentage", "pinnedDeviceMemoryLimit"}),
-    "QosClassConfig": (set(), {"class", "policy"}),
-}
+
+# ---- the declaration: what a config entry's ``opaque.parameters`` may be (and its JSON Schema)
+_QUANTITY_FORM = r"^[+]?([0-9]+([.][0-9]*)?|[.][0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]{1,2})?$"
+Quantity = (
+    Annotated[int, Meta(ge=1, le=MAX_BYTES)]
+    | Annotated[
+        str,
+        Meta(
+            max_length=64,
+            pattern=_QUANTITY_FORM,
+            description="bytes: an integer, or a Kubernetes quantity (4Gi, 1.5Gi, 4G = 4*10^9, 1e9) that comes "
+            "to whole bytes, at most 1 PiB",
+        ),
+    ]
+)
+Percent = Annotated[int, Meta(ge=1, le=100)]
+Policy = Annotated[
+    PolicyName,
+    Meta(description="the GPU's QoS policy: set by the first time-sliced claim (or share) of a GPU without tenants"),
+]
+ApiVersion = Literal["vgpukit.io/v1"]
+
+
+class _Kind(msgspec.Struct, forbid_unknown_fields=True, frozen=True, tag_field="kind"):
+    api_version: ApiVersion = msgspec.field(name="apiVersion")
+
+
+class TimeSliceConfig(_Kind, tag=True, frozen=True):
+    """A QoS tenant (vgpukit qos, docs/qos.md) for the pod's cgroup on the device."""
+
+    share: Percent
+    cls: ClassName = msgspec.field(name="class", default="offline")
+    policy: Policy | msgspec.UnsetType = msgspec.UNSET
+
+
+class MemoryCapConfig(_Kind, tag=True, frozen=True):
+    """A device memory cap enforced by the CUDA interception library (docs/cuda.md); for offline tenants a
+    burst of unified memory beyond it, lent back under pressure (docs/qos.md, Memory QoS)."""
+
+    limit: Quantity
+    burst: Quantity | msgspec.UnsetType = msgspec.UNSET
+
+
+class MpsConfig(_Kind, tag=True, frozen=True):
+    """NVIDIA MPS: one control daemon per GPU or MIG device, started and stopped by the driver."""
+
+    active_thread_percentage: Percent | msgspec.UnsetType = msgspec.field(
+        name="activeThreadPercentage", default=msgspec.UNSET
+    )
+    pinned_device_memory_limit: Quantity | msgspec.UnsetType = msgspec.field(
+        name="pinnedDeviceMemoryLimit", default=msgspec.UNSET
+    )
+
+
+class QosClassConfig(_Kind, tag=True, frozen=True):
+    """The QoS class (and the GPU's policy) of a share of a device shared by capacity: its compute share and
+    memory cap are what the scheduler allocated (docs/kubernetes.md, 'GPUs shared by capacity')."""
+
+    cls: ClassName = msgspec.field(name="class", default="offline")
+    policy: Policy | msgspec.UnsetType = msgspec.UNSET
+
+
+Parameters = TimeSliceConfig | MemoryCapConfig | MpsConfig | QosClassConfig
 
 
 @dataclass(frozen=True)
@@ -128,47 +191,26 @@ def quantity(value: Any, what: str) -> int:
     return parse_k8s_quantity(value, what, lo=1, hi=MAX_BYTES)
 
 
-def _percent(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100:
-        raise InvalidInput(f"{what} must be an integer percent 1..100")
-    return value
+def _opt(value: Any) -> Any:
+    return None if value is msgspec.UNSET else value
 
 
 def parameters(doc: Any, where: str) -> tuple[str, Any]:
-    """(kind, value) of one entry's ``opaque.parameters``; refused as the schema says."""
-    if not isinstance(doc, dict):
-        raise InvalidInput(f"{where}: parameters must be an object with apiVersion and kind")
-    if doc.get("apiVersion") != API_VERSION:
-        raise InvalidInput(f"{where}: apiVersion must be {API_VERSION}")
-    kind = doc.get("kind")
-    if kind not in _FIELDS:
-        raise InvalidInput(f"{where}: kind must be one of {', '.join(KINDS)}")
-    required, optional = _FIELDS[kind]
-    unknown = set(doc) - required - optional - {"apiVersion", "kind"}
-    if unknown:
-        raise InvalidInput(f"{where}: {kind}: unknown fields {unknown_keys(unknown) or '(not names)'}")
-    nulls = sorted(k for k in required | optional if k in doc and doc[k] is None)
-    if nulls:
-        raise InvalidInput(f"{where}: {kind}: {nulls[0]} must not be null (leave it out)")
-    missing = sorted(required - set(doc))
-    if missing:
-        raise InvalidInput(f"{where}: {kind}: {', '.join(missing)} is required")
-    if kind in ("TimeSliceConfig", "QosClassConfig"):
-        cls, policy = doc.get("class", "offline"), doc.get("policy")
-        if not isinstance(cls, str) or cls not in CLASSES:
-            raise InvalidInput(f"{where}: {kind}: class must be online or offline")
-        if policy is not None and (not isinstance(policy, str) or policy not in POLICIES):
-            raise InvalidInput(f"{where}: {kind}: policy must be one of {', '.join(POLICIES)}")
-        if kind == "QosClassConfig":
-            return kind, QosClass(cls, policy)
-        return kind, TimeSlice(cls, _percent(doc["share"], f"{where}: {kind}: share"), policy)
-    if kind == "MemoryCapConfig":
-        burst = None if doc.get("burst") is None else quantity(doc["burst"], f"{where}: {kind}: burst")
-        return kind, MemoryCap(quantity(doc["limit"], f"{where}: {kind}: limit"), burst)
-    atp, pinned = doc.get("activeThreadPercentage"), doc.get("pinnedDeviceMemoryLimit")
+    """(kind, value) of one entry's ``opaque.parameters``, checked by the declaration (``$`` in a refusal
+    is the parameters)."""
+    p: Parameters = convert(doc, Parameters, where)
+    kind = type(p).__name__
+    if isinstance(p, QosClassConfig):
+        return kind, QosClass(p.cls, _opt(p.policy))
+    if isinstance(p, TimeSliceConfig):
+        return kind, TimeSlice(p.cls, p.share, _opt(p.policy))
+    if isinstance(p, MemoryCapConfig):
+        burst = None if p.burst is msgspec.UNSET else quantity(p.burst, f"{where}: $.burst")
+        return kind, MemoryCap(quantity(p.limit, f"{where}: $.limit"), burst)
+    pinned = p.pinned_device_memory_limit
     return kind, Mps(
-        None if atp is None else _percent(atp, f"{where}: {kind}: activeThreadPercentage"),
-        None if pinned is None else quantity(pinned, f"{where}: {kind}: pinnedDeviceMemoryLimit"),
+        _opt(p.active_thread_percentage),
+        None if pinned is msgspec.UNSET else quantity(pinned, f"{where}: $.pinnedDeviceMemoryLimit"),
     )
 
 

@@ -16,11 +16,11 @@ import struct
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import from_oserror
-from .records import Record
+from ..errors import from_oserror
+from ..records import Record
 
 if TYPE_CHECKING:
-    from .host import Host
+    from .door import Host
 
 # <sys/inotify.h>
 IN_ACCESS, IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE, IN_CLOSE_NOWRITE = 0x1, 0x2, 0x4, 0x8, 0x10
