@@ -11,9 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+import msgspec
+
 from .errors import VgpukitError, from_oserror, storage_error
 from .host_layout import SELF_FD
-from .records import Record
 
 
 def _debug(msg: str, *args: object) -> None:
@@ -220,16 +221,12 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class Change(Record):
+class Change(msgspec.Struct, frozen=True):
     """One change to the host, as recorded in dry-run mode and in the change log."""
 
-    __slots__ = ("action", "path", "value")
     action: str  # write | write-file | remove | mkdir | symlink
     path: str
-    value: str | None
-
-    def __init__(self, action: str, path: str, value: str | None = None) -> None:
-        self._init(action=action, path=path, value=value)
+    value: str | None = None
 
     def describe(self) -> str:
         if self.action == "write":
@@ -258,18 +255,14 @@ def change_error(exc: OSError, shown: Change) -> VgpukitError:
     return storage_error(exc, path=shown.path, action=VERBS.get(shown.action, shown.action))
 
 
-class ProgramResult(Record):
+class ProgramResult(msgspec.Struct, frozen=True):
     """What a program run through the host door did: exit code (None when a signal ended it or it
     could not be started or timed out), its output (capped), and why it did not run when it did not."""
 
-    __slots__ = ("rc", "stdout", "stderr", "error")  # noqa: RUF023 (field order)
     rc: int | None
-    stdout: str
-    stderr: str
-    error: str  # "not executable", "timed out after N s"... ("" when it ran to an exit)
-
-    def __init__(self, rc: int | None, stdout: str = "", stderr: str = "", error: str = "") -> None:
-        self._init(rc=rc, stdout=stdout, stderr=stderr, error=error)
+    stdout: str = ""
+    stderr: str = ""
+    error: str = ""  # "not executable", "timed out after N s"... ("" when it ran to an exit)
 
 
 MAX_PROGRAM_OUTPUT = 1024 * 1024

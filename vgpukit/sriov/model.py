@@ -6,6 +6,8 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from ..errors import Unsupported
 from ..holders import OpenFiles
 from ..host import Host
@@ -215,7 +217,9 @@ def _after(host: Host, before: PciDevice, seen: SriovSeen | None) -> PciDevice:
     vfs = tuple(virtfns_listed(host, before.bdf, base, host.listdir(base), s.offset, s.stride))
     known = seen.autoprobe.get(before.bdf) if seen is not None else None  # as the sriov steps left it
     autoprobe = s.autoprobe if known is None else known
-    return before.replace(sriov=s.replace(num_vfs=len(vfs), vfs=vfs, autoprobe=bool(autoprobe)))
+    return msgspec.structs.replace(
+        before, sriov=msgspec.structs.replace(s, num_vfs=len(vfs), vfs=vfs, autoprobe=bool(autoprobe))
+    )
 
 
 def list_pfs(host: Host, files: OpenFiles, scan: Scan) -> list[PfInfo]:
