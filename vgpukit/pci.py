@@ -123,7 +123,7 @@ class PciDevice(msgspec.Struct, frozen=True):
     def is_vf(self) -> bool:
         return self.physfn is not None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # a reshape: class_code as a hex class, adds ids
         d: dict[str, Any] = msgspec.to_builtins(self)
         d["class"] = f"0x{self.class_code:06x}"
         del d["class_code"]

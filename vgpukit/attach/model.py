@@ -10,14 +10,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import msgspec
+
 from ..errors import InvalidInput
 from ..libvirt.domain import Device
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}\Z", re.ASCII)
 
 
-@dataclass(frozen=True)
-class Firmware:
+class Firmware(msgspec.Struct, frozen=True):
     """``efi``: libvirt picks OVMF from the firmware descriptors; ``pflash``: explicit OVMF files;
     ``bios``: SeaBIOS (no UEFI found on the host)."""
 
@@ -26,8 +27,7 @@ class Firmware:
     nvram_template: str | None = None
 
 
-@dataclass(frozen=True)
-class GuestPlacement:
+class GuestPlacement(msgspec.Struct, frozen=True):
     """Where the guest runs: the devices' NUMA node, its CPUs, and one pin per vCPU."""
 
     numa_node: int | None = None

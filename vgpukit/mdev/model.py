@@ -119,7 +119,7 @@ class MdevParent(msgspec.Struct, frozen=True):
     def type(self, type_id: str) -> MdevType | None:
         return next((t for t in self.types if t.type_id == type_id), None)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # a reshape: mdevctl-like words (parent, pci)
         return {
             "parent": self.name,
             "pci": self.is_pci,
@@ -139,7 +139,7 @@ class MdevInstance(msgspec.Struct, frozen=True):
     def in_use(self) -> bool:
         return bool(self.holders)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # a reshape: type_id as type; adds in_use
         return {
             "uuid": self.uuid,
             "parent": self.parent,
@@ -166,7 +166,7 @@ class Definition(msgspec.Struct, frozen=True):
     def to_mdevctl(self) -> dict[str, Any]:
         return {"mdev_type": self.type_id, "start": self.start, "attrs": [{k: v} for k, v in self.attrs]}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # a reshape: type_id as type; attributes as mdevctl's list of one-key maps
         return {
             "uuid": self.uuid,
             "parent": self.parent,

@@ -61,8 +61,7 @@ class SriovSeen:
             known.pop(bdf, None)
 
 
-@dataclass(frozen=True)
-class VfInfo:
+class VfInfo(msgspec.Struct, frozen=True):
     index: int
     bdf: str
     driver: str | None
@@ -75,7 +74,7 @@ class VfInfo:
     def in_use(self) -> bool:
         return bool(self.users)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # a reshape: adds in_use before users
         return {
             "index": self.index,
             "bdf": self.bdf,
@@ -83,13 +82,12 @@ class VfInfo:
             "driver_override": self.driver_override,
             "iommu_group": self.iommu_group,
             "in_use": self.in_use,
-            "users": [u.to_dict() for u in self.users],
+            "users": msgspec.to_builtins(self.users),
             "original_driver": self.original_driver,
         }
 
 
-@dataclass(frozen=True)
-class PfInfo:
+class PfInfo(msgspec.Struct, frozen=True):
     bdf: str
     alias: str | None
     ids: str
@@ -101,10 +99,10 @@ class PfInfo:
     autoprobe: bool
     offset: int | None
     stride: int | None
-    vfs: tuple[VfInfo, ...] = field(default=())  # the VFs there (their functions in sysfs)
+    vfs: tuple[VfInfo, ...] = msgspec.field(default=())  # the VFs there (their functions in sysfs)
     missing: int = 0  # VFs configured (num_vfs) but not there: a PF reset took them away
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # a reshape: missing is shown as missing_vfs, after autoprobe
         return {
             "bdf": self.bdf,
             "alias": self.alias,

@@ -37,7 +37,9 @@ class GpuView(msgspec.Struct, frozen=True):
     missing_vfs: int = 0  # VFs configured (sriov_numvfs) but not there: a PF reset took them away
     num_vfs: int = 0  # VFs configured (sriov_numvfs)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(
+        self,
+    ) -> dict[str, Any]:  # a reshape: gpu, mdev_parents, VFs counted
         return {
             "gpu": self.bdf,
             "alias": self.alias,
@@ -67,7 +69,7 @@ class Vgpu(msgspec.Struct, frozen=True):
         ``manual``), ``no``, or ``-`` where there are no definitions (vGPUs on VFs)."""
         return self.start or ("no" if self.interface == MDEV else "-")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # a reshape: adds in_use and defined
         d: dict[str, Any] = msgspec.to_builtins(self)
         d["in_use"] = bool(self.used_by)
         d["defined"] = self.start is not None
