@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 from ..inventory import PREFIX, Device, Inventory
 
@@ -30,8 +31,7 @@ _UNSAFE = re.compile(r"[^a-z0-9-]+")
 _PCI_NAME = re.compile(r"(?:gpu|vf)-([0-9a-f]{4,8})-([0-9a-f]{2})-([0-9a-f]{2})-([0-7])")
 
 
-@dataclass(frozen=True)
-class DraDevice:
+class DraDevice(msgspec.Struct, frozen=True):
     name: str  # a DNS label, unique in the node's pool
     kind: str
     device: Device  # the inventory's record: id, PCI function, NUMA node, CDI name
