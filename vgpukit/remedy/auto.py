@@ -51,10 +51,8 @@ class Event(msgspec.Struct, frozen=True):
     escalate: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            **msgspec.structs.asdict(self),
-            "escalate": self.escalate or None,
-        }  # null when none, as remediate --json
+        # a reshape: escalate is null when none, as remediate --json
+        return {**msgspec.structs.asdict(self), "escalate": self.escalate or None}
 
 
 def _recovery(env: Env, f: DeviceFacts) -> int | None:
