@@ -18,6 +18,7 @@ from tests.fleet.test_ansible import play, site
 from tests.k8s.kubelet import Kubelet
 from tests.k8s.test_device_plugin import poller
 from vgpukit.k8s.plugin import Manager, plugin_dir
+from vgpukit.stopping import Stop
 
 FLEET = """\
 version: vgpukit.host/v1
@@ -85,7 +86,7 @@ def test_one_fleet_file_ansible_then_device_plugins_advertise_and_allocate_cdi_n
         host = sim_host(sim)
         kubelet = Kubelet(plugin_dir(host)).start()
         manager = Manager(host, poller(sim))
-        stop = threading.Event()
+        stop = Stop()
         thread = threading.Thread(target=manager.run, args=(stop, 0.05), daemon=True)
         thread.start()
         try:

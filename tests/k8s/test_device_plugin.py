@@ -20,6 +20,7 @@ from tests.k8s.kubelet import Kubelet
 from vgpukit.clikit.context import App
 from vgpukit.k8s.inventory import Inventory, Options, Poller, collect
 from vgpukit.k8s.plugin import HEALTHY, UNHEALTHY, Manager, plugin_dir
+from vgpukit.stopping import Stop
 from vgpukit.wiring import Wiring
 
 VF_POOL = "vgpukit.io/vf-15b3-101b"
@@ -75,7 +76,7 @@ class Running:
         self.host = sim_host(sim)
         self.kubelet = Kubelet(plugin_dir(self.host)).start()
         self.manager = Manager(self.host, poller(sim))
-        self.stop = threading.Event()
+        self.stop = Stop()
         self.thread = threading.Thread(target=self.manager.run, args=(self.stop, 0.05), daemon=True)
         self.thread.start()
 
@@ -256,7 +257,7 @@ def test_a_failed_host_read_keeps_the_plugin_serving(short_tmp: Path) -> None:
 
     manager = Manager(sim_host(sim), flaky)
     events: list[str] = []
-    stop = threading.Event()
+    stop = Stop()
     thread = threading.Thread(target=manager.run, args=(stop, 0.02, events.append), daemon=True)
     thread.start()
     try:

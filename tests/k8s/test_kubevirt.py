@@ -17,6 +17,7 @@ from tests.k8s.kubelet import Kubelet
 from vgpukit.clikit.context import App
 from vgpukit.k8s import kubevirt
 from vgpukit.k8s.plugin import Manager, plugin_dir
+from vgpukit.stopping import Stop
 from vgpukit.wiring import Wiring
 
 VF_RES = "vgpukit.io/vm-pci-15b3-101c"
@@ -53,7 +54,7 @@ class Running:
             return app.host, None, app.close
 
         self.manager = Manager(self.host, kubevirt.Poller(open_host, naming), "devices")  # type: ignore[arg-type]
-        self.stop = threading.Event()
+        self.stop = Stop()
         self.thread = threading.Thread(target=self.manager.run, args=(self.stop, 0.05), daemon=True)
         self.thread.start()
 
@@ -197,7 +198,7 @@ def test_a_sick_gpu_makes_its_vgpus_unhealthy(short_tmp: Path) -> None:
         return app.host, None, app.close
 
     manager = Manager(host, kubevirt.Poller(open_host, "vgpukit"), "devices", health=lambda: dict(sick))  # type: ignore[arg-type]
-    stop = threading.Event()
+    stop = Stop()
     thread = threading.Thread(target=manager.run, args=(stop, 0.05), daemon=True)
     thread.start()
     try:

@@ -26,6 +26,7 @@ from vgpukit.k8s.agent import (
     kube_api,
     outcome,
 )
+from vgpukit.stopping import Stop
 
 # A stand-in for `vgpukit apply` following the contract (docs/fleet.md): records its argv, answers by config name.
 STAND_IN = """#!{python}
@@ -102,7 +103,7 @@ def test_watches_the_label_and_refuses_changes_that_destroy_devices_in_use(
 ) -> None:
     agent = agent_for(api, tmp_path, stand_in)
     agent.watch_timeout_s = 1  # the agent notices `stop` when a watch ends (and watches again)
-    stop = threading.Event()
+    stop = Stop()
     thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
     thread.start()
     try:

@@ -22,6 +22,7 @@ from tests.watch.helpers import app_of
 from vgpukit.clikit.watch import start_watch
 from vgpukit.k8s.agent import CONFIG_LABEL, FAILED, PENDING, STATE_LABEL, SUCCESS, Agent, ApplyRunner, kube_api
 from vgpukit.k8s.agent_host import AgentHost
+from vgpukit.stopping import Stop
 
 # `vgpukit apply` as the contract says (docs/fleet.md): busy, or refused for devices in use, until the
 # test says the host is free (the file FREE); --dry-run answers as the real one would.
@@ -56,7 +57,7 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Api
     client = kube_api(str(api.kubeconfig(tmp_path / "kubeconfig")))
     agent = Agent(client, "node-1", runner, log=lambda _line: None, retry_s=3600, host=host, check=runner.check)
     agent.watch_timeout_s = 1  # the agent notices `stop` when a watch ends
-    stop = threading.Event()
+    stop = Stop()
     thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
     thread.start()
     assert api.wait(lambda: any(m == "GET" and p == "/api/v1/nodes" for m, p, _q, _c in api.requests))

@@ -16,6 +16,7 @@ from tests.k8s.kubelet import Kubelet
 from vgpukit.clikit.context import App
 from vgpukit.k8s import cli_health, kubevirt
 from vgpukit.k8s.plugin import Manager, plugin_dir
+from vgpukit.stopping import Stop
 from vgpukit.wiring import Wiring
 
 VF_RES = "vgpukit.io/vm-pci-15b3-101c"
@@ -45,7 +46,7 @@ def test_a_bad_vf_turns_unhealthy_on_a_read_only_run(
     caplog.set_level(logging.WARNING, logger="vgpukit.health")
     manager = Manager(host, kubevirt.Poller(open_host, "vgpukit"), "devices", health=cli_health.health(app))  # type: ignore[arg-type]
     events: list[str] = []
-    stop = threading.Event()
+    stop = Stop()
     thread = threading.Thread(target=manager.run, args=(stop, 0.05, events.append), daemon=True)
     thread.start()
     try:

@@ -205,3 +205,25 @@ def test_tenant_add_warns_when_the_cuda_library_is_missing(tmp_path: Path, spawn
         assert r.exit_code == 0 and json.loads(r.stdout)["warnings"] == [] and r.stderr == ""
     finally:
         d.stop()
+
+
+def test_daemon_metrics_port_in_use_is_one_line_exit_4(tmp_path: Path) -> None:
+    """The one metrics server (vgpukit/metrics_server.py) says a port in use as the exporter does."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        env = dict(os.environ, VGPUKIT_ROOT=str(tmp_path), PYTHONPATH=str(REPO))
+        env.pop("NOTIFY_SOCKET", None)
+        cmd = ["qos", "daemon", "--metrics-port", str(port), "--metrics-addr", "127.0.0.1"]
+        out = subprocess.run(
+            [sys.executable, "-m", "vgpukit", *cmd], env=env, capture_output=True, text=True, timeout=60
+        )
+    assert out.returncode == 4, out.stderr
+    errors = [ln for ln in out.stderr.splitlines() if "error" in ln]
+    assert errors == [
+        f"vgpukit: error: port {port} is already in use (hint: another QoS daemon? pick one with --metrics-port)"
+    ] or (len(errors) == 1 and f"port {port} is already in use" in errors[0]), out.stderr
+    assert "Traceback" not in out.stderr

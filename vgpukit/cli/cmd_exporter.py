@@ -4,8 +4,6 @@ prints one scrape (read afresh)."""
 
 from __future__ import annotations
 
-import select
-import socket
 import sys
 from typing import Any
 
@@ -14,7 +12,6 @@ import click
 from ..clikit.context import App
 from ..clikit.params import Listen
 from ..clikit.watch import resync_option, start_watch
-from ..errors import Busy, HostIOError
 
 DEFAULT_LISTEN = ":9401"  # dcgm-exporter's 9400 is left to it: both may run on one host
 
@@ -71,37 +68,16 @@ def _lost(app: App) -> None:
 
 
 def _serve(collector: Any, addr: str, port: int) -> None:
-    """One thread: the WSGI server answers each scrape in the foreground, until interrupted."""
-    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+    """One thread: the metrics server answers each scrape in the foreground, until SIGTERM or SIGINT."""
+    from prometheus_client import CollectorRegistry
 
-    from prometheus_client import CollectorRegistry, make_wsgi_app
+    from ..metrics_server import MetricsServer
+    from ..stopping import Stop
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-
-    class Quiet(WSGIRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    class Server(WSGIServer):
-        address_family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-
-    try:
-        server = make_server(addr, port, make_wsgi_app(registry), server_class=Server, handler_class=Quiet)
-    except OSError as exc:
-        if exc.errno == 98:  # EADDRINUSE
-            raise Busy(f"port {port} is already in use", hint="another exporter? pick one with --listen") from exc
-        raise HostIOError(f"cannot listen on {addr or '*'}:{port}: {exc.strerror}") from exc
-    click.echo(f"vgpukit exporter: serving /metrics on {addr or '*'}:{port}", err=True)
-    from ..k8s.stopping import Stop
-
+    server = MetricsServer(registry, addr, port, hint="another exporter? pick one with --listen")
+    click.echo(f"vgpukit exporter: serving /metrics on {server.where}", err=True)
     # SIGTERM and SIGINT set a flag and write a byte (never an exception in the middle of a scrape, which
     # the WSGI handler would answer as an error and go on); the select wakes whichever thread got it
-    stop = Stop().on_signals()
-    try:
-        while not stop.is_set():
-            ready, _, _ = select.select([server.fileno(), stop.fileno()], [], [])
-            if server.fileno() in ready:
-                server.handle_request()
-    finally:
-        server.server_close()
+    server.serve(Stop().on_signals())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import queue
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -190,12 +191,16 @@ def _follow(
     devices may have changed (kernel uevents, NVML events, a committed change; docs/engine.md, "The
     watch"), none on a timer but the safety net's. The last look, made at the end, is returned."""
     from ..clikit.watch import start_watch
+    from ..stopping import Stop
     from .watched import health_views
 
     came: queue.SimpleQueue[list[HealthEvent]] = queue.SimpleQueue()
+    # an interrupt ends the stream (the stop idiom: vgpukit/stopping.py); SIGTERM keeps its default action
+    stop = Stop().on_signals(signal.SIGINT)
+    stop.then(lambda: came.put([]))  # the queue's wait wakes (SimpleQueue.put: safe from anywhere)
     watch = start_watch(app, health_views(True, table, window, came.put, keeper), resync)
     try:
-        while end is None or time.monotonic() < end:
+        while (end is None or time.monotonic() < end) and not stop.is_set():
             try:
                 events = came.get(timeout=None if end is None else max(0.0, end - time.monotonic()))
             except queue.Empty:
@@ -203,10 +208,9 @@ def _follow(
             for e in events:
                 show(e)
             _warn(keeper)  # the record could not be written: said once
-    except KeyboardInterrupt:
-        pass
     finally:
         watch.close()
+        stop.restore()
     while not came.empty():
         for e in came.get():
             show(e)

@@ -20,8 +20,11 @@ layer finds unusable was left alone, everything else applied) is ``partial`` wit
 ``PATCH /api/v1/nodes/NAME``.
 
 The agent also runs the remediation policy the config installs (docs/health.md, "Remediation"): one
-look every ``remedy_s`` seconds (``vgpukit remediate --auto --for 0 --json``, :class:`RemedyRunner`),
-each event a Kubernetes Event on the Node (``VgpukitRemediation``, ``VgpukitEscalation``: a device
+look (``vgpukit remediate --auto --for 0 --json``, :class:`RemedyRunner`) at start, then whenever its
+host says a device's health may have changed (:data:`REMEDY_CHANGES`: NVML events, kernel uevents, a
+change committed such as a quarantine or a release, a file under ``/etc/vgpukit`` such as the policy),
+and at the latest every ``remedy_s`` seconds (a safety net for what says nothing: a correctable AER
+count), each event a Kubernetes Event on the Node (``VgpukitRemediation``, ``VgpukitEscalation``: a device
 that needs a reboot, ``VgpukitRemediationFailed``).
 """
 
@@ -37,6 +40,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import HostIOError, InvalidInput, VgpukitError
+from ..stopping import Bell, Stop, wait_woken
 
 CONFIG_LABEL = "vgpukit.io/config"
 STATE_LABEL = "vgpukit.io/config.state"
@@ -47,6 +51,8 @@ EXIT_SKIPPED = 6  # apply's "done, except the devices named" (unusable devices l
 RETRY_S = 10.0  # a busy host tried again (without host events), the API server read again after an error
 LONGEST_S = 300.0  # with host events: the longest wait for a busy host's lock to be released
 HOST_CHANGES = {"holders", "pci", "docs"}  # a device let go, a device changed, a change committed
+REMEDY_CHANGES = {"nvml", "pci", "docs", "full"}  # a device's health may have changed: the policy looks
+REMEDY_S = 300.0  # with host events: the longest between two looks of the remediation policy
 WATCH_TIMEOUT_S = 300  # the server ends a watch after this long; the agent reads the node and watches again
 APPLY_TIMEOUT_S = 1800
 
@@ -235,7 +241,7 @@ class Agent:
         self.longest_s = LONGEST_S  # with host events: the longest wait for a busy host's lock
         self.done: str | None = None  # the config whose outcome (success / failed) was reported last
         self.remedy: Callable[[], list[dict[str, Any]]] | None = None  # one look of the remediation policy
-        self.remedy_s = 30.0  # seconds between two looks
+        self.remedy_s = REMEDY_S  # the longest between two looks (without host events: the period)
 
     def labels(self, obj: Any) -> dict[str, str]:
         return dict(obj.metadata.labels or {})
@@ -274,24 +280,33 @@ class Agent:
             self.log(f"{self.node}: remediation: {event_body(self.node, ev)['message']}")
         return len(events)
 
-    def _remedy_loop(self, stop: threading.Event) -> None:
+    def _remedy_loop(self, stop: Stop, woken: Bell) -> None:
         while not stop.is_set():
             try:
                 self.remediate()
             except Exception as err:  # the API server went away: log one line, try at the next look
                 self.log(f"{self.node}: remediation events: {api_error(err)}")
-            stop.wait(self.remedy_s)
+            wait_woken(stop, woken, self.remedy_s)  # a health change rings it; a burst is one look more
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: Stop) -> None:
         """Reconcile, then follow the node's label until ``stop``. A busy host is tried again when its
         lock is released, a config refused for devices in use when the host changes and a dry run says
         it would pass (with ``host``; without: a busy host every ``retry_s``, a refused config never).
-        With a remediation runner, its policy looks at the host every ``remedy_s`` seconds meanwhile."""
-        if self.remedy is not None:
-            threading.Thread(target=self._remedy_loop, args=(stop,), daemon=True, name="remediation").start()
+        With a remediation runner, its policy looks at the host when the host says a device's health may
+        have changed, and at the latest every ``remedy_s`` seconds."""
         inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        stop.then(lambda: inbox.put(("stop", None)), name="vgpukit-agent-stop")  # put: safe from anywhere
+        remedy = Bell()
+        if self.remedy is not None:
+            threading.Thread(target=self._remedy_loop, args=(stop, remedy), daemon=True, name="remediation").start()
         if self.host is not None:
-            self.host.on_change(lambda kinds: inbox.put(("host", kinds)))
+
+            def tell(kinds: set[str]) -> None:
+                inbox.put(("host", kinds))
+                if kinds & REMEDY_CHANGES:
+                    remedy.ring()
+
+            self.host.on_change(tell)
         threading.Thread(target=self._follow, args=(stop, inbox), daemon=True, name="vgpukit-agent-node").start()
         name: str | None = None
         waiting: ApplyOutcome | None = None  # the last outcome, while the host may still change it
@@ -328,7 +343,7 @@ class Agent:
             return False
         return self.check(name).state == SUCCESS
 
-    def _follow(self, stop: threading.Event, inbox: queue.SimpleQueue[tuple[str, Any]]) -> None:
+    def _follow(self, stop: Stop, inbox: queue.SimpleQueue[tuple[str, Any]]) -> None:
         """The node's label, read then watched (again after each watch ends), into ``inbox``."""
         from kubernetes import watch
 

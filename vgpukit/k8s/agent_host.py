@@ -2,6 +2,7 @@
 
 * the host lock let go (its file closed by a writer, :data:`vgpukit.watch.loop.LOCK`): a config that
   found the host busy is tried again at once, if the lock is free;
+* NVML events (kind ``nvml``, with remediation): the remediation policy looks (as on ``pci``, ``docs``);
 * a device let go, a device changed, a change committed (kinds ``holders``, ``pci``, ``docs``): a
   config refused for devices in use is tried again when ``apply --dry-run`` says it would pass.
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from ..watch.touch import Touch
 
 log = logger("vgpukit.k8s")
-TOLD = {"lock", "holders", "pci", "docs", "full"}  # kinds of change the agent is told of
+TOLD = {"lock", "holders", "pci", "docs", "nvml", "full"}  # kinds of change the agent is told of
 
 
 class AgentHost:

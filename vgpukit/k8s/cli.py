@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import signal
 import socket
 import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,10 +16,10 @@ from ..clikit.output import emit, finish_read, say, table
 from ..clikit.params import NAME, AsciiFloat
 from ..clikit.watch import resync_option, start_watch
 from ..partial import as_json
+from ..stopping import Bell, Stop
 from .cli_health import finish_unhealthy, remediate_every_option, with_remediation
 from .cli_host import _dra_opener, _health, _log, _options, _poller
 from .cli_options import ShareChoice, kubernetes_release, node_name, replicas_option, vm_mode, vm_options
-from .stopping import Bell, Stop
 
 if TYPE_CHECKING:
     from .dra.capacity import Choice
@@ -40,10 +38,6 @@ if TYPE_CHECKING:
 )
 def k8s() -> None:
     """Kubernetes: device plugin (kubelet API v1beta1, CDI), NFD node labels, config agent."""
-
-
-def _exit(*_: object) -> None:
-    raise SystemExit(0)
 
 
 def _default_node() -> str:
@@ -235,12 +229,11 @@ def node_agent(
     from .agent_host import AgentHost
 
     runner = ApplyRunner(apply_command, config_file, root=app.root, sim_dir=app.sim_dir)
-    host = None if once else AgentHost(app.host, start_watch(app, {}, nvml=False))  # lock let go, devices let go
+    # lock let go, devices let go; with remediation, health changes too (NVML events)
+    host = None if once else AgentHost(app.host, start_watch(app, {}, nvml=remedy_s > 0))
     agent = Agent(kube_api(kubeconfig), node, runner, log=_log, host=host, check=runner.check)
     agent = with_remediation(agent, app, apply_command, remedy_s)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):  # a watch blocks in a read: interrupt it
-        signal.signal(sig, _exit)
+    stop = Stop().on_signals()  # the main thread waits in its inbox: told by Stop.then
     if once:
         try:
             agent.reconcile(agent.current_config())

@@ -16,9 +16,9 @@ from ..clikit.options import json_option
 from ..clikit.output import emit, say, table
 from ..clikit.params import NAME, AsciiFloat
 from ..clikit.watch import resync_option, start_watch
+from ..stopping import Stop
 from .cli_host import _dra_opener, _health, _log_to_stderr, _poller
 from .cli_options import ShareChoice, device_metadata_option, kubernetes_release, node_name
-from .stopping import Stop
 
 if TYPE_CHECKING:
     from ..engine.env import Env

@@ -20,10 +20,11 @@ remediate_every_option = click.option(
     "--remediate-every",
     "remedy_s",
     type=AsciiFloat(0, 86400),
-    default=30.0,
+    default=300.0,
     show_default=True,
     metavar="SECONDS",
-    help="Run the installed remediation policy this often, its events as Kubernetes Events (0: never).",
+    help="Run the installed remediation policy when a device's health may have changed (host events), and at "
+    "the latest this often; its events as Kubernetes Events (0: never).",
 )
 
 
@@ -62,7 +63,8 @@ def evicting(app: App) -> Callable[[], dict[str, str]]:
 
 
 def with_remediation(agent: Agent, app: App, command: str, seconds: float) -> Agent:
-    """The agent running the installed remediation policy every ``seconds`` (0: never)."""
+    """The agent running the installed remediation policy on health changes, at the latest every ``seconds``
+    (0: never)."""
     from .agent import RemedyRunner
 
     if seconds > 0:  # the policy the applied config installed (none: no events)

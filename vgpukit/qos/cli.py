@@ -60,7 +60,7 @@ def daemon_cmd(app: App, config_path: str | None, metrics_port: int | None, metr
             m.update([rt.status(now) for rt in dm.gpus.values()], dm.counters())
 
         d.on_tick = tick
-        d.run(ready=lambda: m.serve(metrics_port, metrics_addr))
+        d.run(ready=lambda: m.serve(metrics_port, metrics_addr, d.stop))
     else:
         d.run()
 

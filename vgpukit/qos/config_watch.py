@@ -6,6 +6,11 @@ inotify on the file's directory (the host door's, contained; a ``--config FILE``
 watched where it is, as it is read): a write closed, a file renamed into place (editors, ``apply``'s
 atomic write), a file created or removed, and a Kubernetes ConfigMap volume's update (its ``..data``
 link swapped). Only a change of the content counts: a write of the same text reloads nothing.
+
+A file refused is refused once: the daemon hears an edit twice (inotify and the SIGHUP of ``systemctl
+reload`` or an editor's script), and the bytes refused last are not read again by either
+(:meth:`ConfigWatch.judging`); the control socket's ``reload`` op, a question that wants its answer,
+judges them again.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ class ConfigWatch:
         self.user_file = path != default_config_path(host)
         self.notify: Inotify | None = None
         self.seen = self._digest()
+        self.refused: str | None = None  # the digest of the content refused last (None: the last reload took it)
+        self.judged: str | None = None  # the digest of the content the reload under way reads
         try:
             notify = Inotify(host)
             if notify.add(path.parent, MASK, user_file=self.user_file):
@@ -48,6 +55,16 @@ class ConfigWatch:
         except VgpukitError:
             return "unreadable"  # the reload says why
         return None if text is None else hashlib.sha256(text.encode()).hexdigest()
+
+    def judging(self, asked: bool) -> bool:
+        """Whether a reload should read the file now: ``asked`` (the control socket's ``reload``), or its
+        content is not the one refused last (an unreadable file is always read again: it says why)."""
+        self.judged = self._digest()
+        return asked or self.judged in (None, "unreadable") or self.judged != self.refused
+
+    def verdict(self, refused: bool) -> None:
+        """The reload under way refused the content it read (or took it)."""
+        self.refused = self.judged if refused else None
 
     def fds(self) -> list[Inotify]:
         return [self.notify] if self.notify is not None else []

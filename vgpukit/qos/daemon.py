@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import signal
 import socket
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from ..errors import InvalidInput, NotFound, VgpukitError
 from ..host import Host
 from ..libvirt.connection import Session
 from ..logs import logger
+from ..stopping import Stop
 from ..words import plural
 from . import demand as demand_proto
 from . import planner
@@ -75,8 +75,9 @@ class Daemon:
         self.sampling = False
         self.gpus: dict[str, GpuRuntime] = {}
         self.sampler = Sampler()
-        self.stop_requested = False
+        self.stop = Stop()  # SIGTERM, SIGINT (the stop idiom: vgpukit/stopping.py)
         self.reload_requested = False
+        self.config_watch: ConfigWatch | None = None  # the file listened to (from the start of the loop)
         self.reloads = 0
         self.reloads_refused = 0
         self.reload_error: dict[str, str] | None = None  # why the file's content is not what runs
@@ -154,8 +155,12 @@ class Daemon:
             log.warning("%s", p)
         return cfg
 
-    def reload(self) -> str | None:
-        """Re-read the config file; a broken one is refused (one log line) and the running config kept."""
+    def reload(self, asked: bool = True) -> str | None:
+        """Re-read the config file; a broken one is refused (one log line) and the running config kept. Not
+        ``asked`` (an inotify event, SIGHUP), the bytes refused last are not judged again (:class:`ConfigWatch`)."""
+        watch = self.config_watch
+        if watch is not None and not watch.judging(asked):
+            return (self.reload_error or {}).get("message")
         try:
             base = planner.load(self.host, self.config_path)
         except VgpukitError as err:
@@ -168,9 +173,13 @@ class Daemon:
             self.apply_config(self.effective())
             self.reloads += 1
             self.reload_error = None
+            if watch is not None:
+                watch.verdict(refused=False)
             log.info("configuration reloaded: %s", plural(len(self.gpus), "GPU"))
             return None
         self.reloads_refused += 1
+        if watch is not None:
+            watch.verdict(refused=True)
         self.reload_error = {"message": why, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         log.error("configuration reload refused, keeping the running configuration: %s", why)
         return why
@@ -334,24 +343,6 @@ class Daemon:
             self._drop(gone, key)
 
     # ------------------------------------------------------------------ the loop
-    def _signals(self) -> tuple[int, dict[int, Any]]:
-        r, w = os.pipe()
-        os.set_blocking(r, False)
-        os.set_blocking(w, False)
-        old: dict[int, Any] = {int(s): signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-
-        def stop(_sig: int, _frame: Any) -> None:
-            self.stop_requested = True
-
-        def hup(_sig: int, _frame: Any) -> None:
-            self.reload_requested = True
-
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGHUP, hup)
-        old[-1] = signal.set_wakeup_fd(w)
-        return r, old
-
     def run(self, ready: Callable[[], None] | None = None) -> None:
         with daemon_lock(self.host):  # a second daemon refuses before it touches anything
             self._run(ready)
@@ -360,17 +351,17 @@ class Daemon:
         if thawed := thaw_all(self.host, load_managed(self.host)):  # a previous daemon may have died
             log.warning("thawed %d target(s) left by a previous daemon", len(thawed))
         guardian = Guardian.start(self.host, float(self.base.watchdog_s))
-        wake_r, old_handlers = self._signals()
+        stop = self.stop.on_signals(hangup=self._hangup)  # SIGHUP: reload (docs/engine.md, the stop idiom)
         dsock = demand_proto.open_server(self.host)
         ctrl = ControlServer(self.host, self.handle)
-        self.config_watch = ConfigWatch(self.host, self.config_path)  # an edit reloads, as SIGHUP does
+        watch = self.config_watch = ConfigWatch(self.host, self.config_path)  # an edit reloads, as SIGHUP does
         try:
             self.apply_config(self.effective())
             sd_notify("READY=1\nSTATUS=scheduling")
             log.info("qos daemon ready (pid %d): %s", os.getpid(), plural(len(self.gpus), "GPU"))
             if ready:
                 ready()
-            self._loop(guardian, wake_r, dsock, ctrl)
+            self._loop(guardian, stop, dsock, ctrl, watch)
         finally:
             sd_notify("STOPPING=1")
             for rt in self.gpus.values():
@@ -378,27 +369,29 @@ class Daemon:
             save_managed(self.host, [])
             ctrl.close()
             dsock.close()
-            self.config_watch.close()
+            watch.close()
             for path in (demand_proto.socket_path(self.host), ctrl_path(self.host)):
                 with contextlib.suppress(VgpukitError):
                     self.host.remove(path)
             guardian.stop()
-            signal.set_wakeup_fd(old_handlers.pop(-1))
-            for sig, handler in old_handlers.items():
-                signal.signal(sig, handler)
-            os.close(wake_r)
+            stop.restore()
             self.libvirt.close()
             log.info("qos daemon stopped, every tenant thawed")
 
-    def _loop(self, guardian: Guardian, wake_r: int, dsock: socket.socket, ctrl: ControlServer) -> None:
+    def _hangup(self) -> None:
+        self.reload_requested = True
+
+    def _loop(
+        self, guardian: Guardian, stop: Stop, dsock: socket.socket, ctrl: ControlServer, watch: ConfigWatch
+    ) -> None:
         wd_usec = int(os.environ.get("WATCHDOG_USEC", "0") or 0)
         wd_every = wd_usec * 500 if wd_usec else 0  # ns: half the systemd watchdog
         next_wd = next_house = next_live = next_sample = self.clock()
-        while not self.stop_requested:
+        while not stop.is_set():
             now = self.clock()
             if self.reload_requested:
                 self.reload_requested = False
-                self.reload()
+                self.reload(asked=False)
             for key, rt in list(self.gpus.items()):
                 if rt.next_at is not None and rt.next_at <= now:
                     rt.timer.add((now - rt.next_at) / 1e9)
@@ -427,7 +420,7 @@ class Daemon:
                 deadlines.append(next_sample)
             timeout = max(0.0, (min(deadlines) - self.clock()) / 1e9)
             try:
-                fds: list[Any] = [wake_r, dsock, *ctrl.fds(), *self.config_watch.fds()]
+                fds: list[Any] = [stop, dsock, *ctrl.fds(), *watch.fds()]
                 ready, _, _ = select.select(fds, [], [], timeout)
             except InterruptedError:
                 continue
@@ -435,11 +428,10 @@ class Daemon:
                 if obj is dsock:
                     for data, pid, uid in demand_proto.receive(dsock):
                         self.on_demand(data, pid, uid)
-                elif obj == wake_r:
-                    with contextlib.suppress(OSError):
-                        os.read(wake_r, 512)
-                elif obj in self.config_watch.fds():
-                    self.reload_requested |= self.config_watch.changed()
+                elif obj is stop:
+                    stop.quiet()  # a signal's byte (its handler ran): the loop looks at the flags
+                elif obj in watch.fds():
+                    self.reload_requested |= watch.changed()
                 else:
                     ctrl.ready(obj)
 

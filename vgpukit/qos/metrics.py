@@ -8,7 +8,10 @@ observed as events happen.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..stopping import Stop
 
 LABELS = ["gpu", "tenant", "class"]
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -147,10 +150,13 @@ class Metrics:
             registry=self.registry,
         )
 
-    def serve(self, port: int, addr: str = "") -> None:
-        from prometheus_client import start_http_server
+    def serve(self, port: int, addr: str, stop: Stop) -> None:
+        """/metrics on ``addr:port`` from a thread, until ``stop`` (the daemon's): the one metrics server."""
+        from ..metrics_server import MetricsServer
 
-        start_http_server(port, addr=addr, registry=self.registry)
+        MetricsServer(
+            self.registry, addr, port, hint="another QoS daemon? pick one with --metrics-port"
+        ).serve_in_thread(stop)
 
     def update(self, snapshot: list[dict[str, Any]], daemon: dict[str, Any] | None = None) -> None:
         self.snap.snapshot = snapshot
