@@ -4,7 +4,7 @@ Read by the CDI area (``vgpukit/cdi/``) and by QoS's planner (whether the gpu-sh
 tenants, where the CUDA library is), so it sits below both.
 
 ``{"schema": "vgpukit.cdi-settings/v1", "dir": DIR, "classes": [...], "hook": PATH,
-"cuda_library": PATH}``: the spec directory (DIR: one of ``host_layout.CDI_SPEC_DIRS``), the classes
+"cuda_library": PATH}``: the spec directory (DIR: one of ``vgpukit.host.CDI_SPEC_DIRS``), the classes
 kept, the ``nvidia-cdi-hook`` the GPU specs run (a path the container runtime runs, never taken under
 ``--root``) and the ``libvgpukit-cuda.so`` the gpu-share specs inject (a host path, under ``--root``).
 """
@@ -18,8 +18,7 @@ from typing import Any
 import msgspec
 
 from .errors import InvalidInput
-from .host import Host
-from .host_layout import CDI_SPEC_DIRS
+from .host import CDI_SPEC_DIRS, Host
 from .inputs import check_text, load_json
 
 SCHEMA = "vgpukit.cdi-settings/v1"

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .host import Host
-from .host_layout import DRIVER
+from .host import DRIVER, Host
 from .pci_kind import kind_of
 
 HARMLESS_DRIVERS = ("pcieport", "shpchp")

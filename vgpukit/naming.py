@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Union
 import msgspec
 
 from .errors import InvalidInput, NotFound
-from .host_layout import BDF_RE, SHORT_BDF_RE
+from .host import BDF_RE, SHORT_BDF_RE
 from .pci import Scan, Sriov
 from .words import plural, span
 

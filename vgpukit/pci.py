@@ -15,8 +15,7 @@ import msgspec
 
 from .data.pci_names import PciNames
 from .errors import InvalidInput, NotFound
-from .host import Host
-from .host_layout import (
+from .host import (
     BDF_RE,
     BOOT_VGA,
     DRIVER,
@@ -33,11 +32,12 @@ from .host_layout import (
     SRIOV_TOTALVFS,
     SRIOV_VF_DEVICE,
     VIRTFN,
+    Host,
 )
 from .pci_kind import hex_id, kind_of, read_kind
 
 if TYPE_CHECKING:
-    from .hostio import DirFiles
+    from .host import DirFiles
 
 HOST_BRIDGE_RE = re.compile(r"^pci([0-9a-f]{4}):([0-9a-f]{2})\Z", re.ASCII)
 

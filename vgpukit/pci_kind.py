@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .errors import NotFound
-from .host_layout import BOOT_VGA, CONFIG, PHYSFN
+from .host import BOOT_VGA, CONFIG, PHYSFN
 
 if TYPE_CHECKING:
     from .host import Host

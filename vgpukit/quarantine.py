@@ -23,8 +23,7 @@ from typing import Any
 import msgspec
 
 from .errors import DeviceUnusable, VgpukitError
-from .host import Host
-from .host_layout import BDF_RE, PHYSFN
+from .host import BDF_RE, PHYSFN, Host
 from .inputs import load_json
 
 SCHEMA = "vgpukit.quarantine/v1"

@@ -55,7 +55,7 @@ class Wiring:
             from .sim.uevents import FeedReader
 
             return FeedReader(sim_dir)
-        from .host_notify import live_sysfs
+        from .host.notify import live_sysfs
 
         if not live_sysfs(host):
             return None

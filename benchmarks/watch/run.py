@@ -61,7 +61,7 @@ from hosts import sriov_host, write_profile  # type: ignore[import-not-found]  #
 from tests.k8s.apiserver import ApiServer  # noqa: E402
 from tests.k8s.kubelet import Kubelet  # noqa: E402
 from vgpukit.host import Host  # noqa: E402
-from vgpukit.host_notify import IN_CLOSE_WRITE, IN_CREATE, IN_DELETE, IN_MODIFY, IN_MOVED_FROM, IN_MOVED_TO, Inotify  # noqa: E402
+from vgpukit.host.notify import IN_CLOSE_WRITE, IN_CREATE, IN_DELETE, IN_MODIFY, IN_MOVED_FROM, IN_MOVED_TO, Inotify  # noqa: E402
 
 NODE = "node-1"
 SCRAPES = 10  # scrapes in a row per sample of the exporter's CPU

@@ -20,14 +20,14 @@ def _sources() -> list[Path]:
 def test_host_paths_only_in_the_host_door() -> None:
     offenders = []
     for path in _sources():
-        if path.name in ("host.py", "hostio.py", "host_layout.py") and path.parent == PKG:
+        if path.parent == PKG / "host" and path.name in ("contain.py", "kernel_paths.py", "file_places.py"):
             continue
         for n, line in enumerate(path.read_text().splitlines(), 1):
             stripped = line.strip()
             if stripped.startswith("#") or not HOST_LITERAL.search(line):
                 continue
             offenders.append(f"{path.relative_to(ROOT)}:{n}: {stripped}")
-    assert not offenders, "host paths built outside vgpukit/host.py:\n" + "\n".join(offenders)
+    assert not offenders, "host paths built outside the host door (vgpukit/host/):\n" + "\n".join(offenders)
 
 
 def test_no_patching_of_open_or_os_in_tests() -> None:
@@ -45,7 +45,7 @@ def test_modules_stay_small() -> None:
     big = [
         f"{p.relative_to(ROOT)}: {n}" for p in _sources() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
     ]
-    assert not big, f"modules over {MAX_MODULE_LINES} lines: {big}"
+    assert not big, f"modules over {MAX_MODULE_LINES} lines (split by what they hold: docs/decisions.md): {big}"
 
 
 def test_help_imports_nothing_heavy() -> None:

@@ -253,9 +253,9 @@ def test_the_click_toolkit_names_no_area_and_no_simulator() -> None:
     kernel and NVML, the CDI specs kept current) comes from vgpukit.wiring, given by whoever starts it."""
     graph = import_graph()
     low = ("vgpukit.clikit", "vgpukit.errors", "vgpukit.host", "vgpukit.inputs", "vgpukit.engine", "vgpukit.nvml")
-    low += ("vgpukit.naming", "vgpukit.pci", "vgpukit.hostio", "vgpukit.host_layout", "vgpukit.words", "vgpukit.data")
+    low += ("vgpukit.naming", "vgpukit.pci", "vgpukit.words", "vgpukit.data")
     low += ("vgpukit.records", "vgpukit.extras", "vgpukit.processes", "vgpukit.holders", "vgpukit.iommu")
-    low += ("vgpukit.watch", "vgpukit.host_notify")  # the watch: listening, next to the host door (no area)
+    low += ("vgpukit.watch",)  # the watch: listening, next to the host door (no area)
     low += ("vgpukit.partial",)  # what a whole-host read could not read (no area)
     bad = sorted(
         f"{m} -> {d}"
@@ -265,6 +265,57 @@ def test_the_click_toolkit_names_no_area_and_no_simulator() -> None:
         if not any(d == p or d.startswith(p + ".") for p in low)
     )
     assert not bad, "the click toolkit importing an area, the simulator or a front end:\n" + "\n".join(bad)
+
+
+# ----------------------------------------------------------------------------- the host door's rooms
+HOST_FACES = ("vgpukit.host", "vgpukit.host.notify")  # the door and what it takes and returns; its listening side
+# Each room of the door (docs/engine.md, "The host door") and the rooms it may stand on.
+HOST_ROOMS = {
+    "vgpukit.host.contain": set(),
+    "vgpukit.host.fileio": set(),
+    "vgpukit.host.programs": set(),
+    "vgpukit.host.kernel_paths": {"vgpukit.host.contain"},
+    "vgpukit.host.file_places": {"vgpukit.host.contain"},
+    "vgpukit.host.changes": {"vgpukit.host.contain", "vgpukit.host.fileio"},
+    "vgpukit.host.door": {"vgpukit.host." + r for r in ("contain", "fileio", "programs", "kernel_paths", "file_places")}
+    | {"vgpukit.host.changes"},
+    "vgpukit.host.notify": {"vgpukit.host.door"},
+}
+
+
+def host_room_breaches(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of a room of the host door from outside it (only its faces are public), and imports between
+    its rooms that :data:`HOST_ROOMS` does not list (a room reaching up or sideways)."""
+    bad = []
+    for mod, deps in graph.items():
+        inside = mod == "vgpukit.host" or mod.startswith("vgpukit.host.")
+        for dep in sorted(deps):
+            if not dep.startswith("vgpukit.host.") or mod == "vgpukit.host":
+                continue
+            if not inside and dep not in HOST_FACES:
+                bad.append(f"{mod} -> {dep} (import it from vgpukit.host)")
+            elif inside and dep not in HOST_ROOMS.get(mod, set()):
+                bad.append(f"{mod} -> {dep} (not a room it stands on)")
+    return bad
+
+
+def test_the_host_door_is_entered_by_its_face_and_its_rooms_stand_in_order() -> None:
+    graph = import_graph()
+    assert set(HOST_ROOMS) == {m for m in graph if m.startswith("vgpukit.host.")}, "a room of the door unlisted here"
+    bad = host_room_breaches(graph)
+    assert not bad, "the host door's rooms entered from outside or out of order:\n" + "\n".join(bad)
+
+
+def test_the_host_room_check_can_fail() -> None:
+    g = {
+        "vgpukit.mdev.callouts": {"vgpukit.host.programs"},
+        "vgpukit.pci": {"vgpukit.host"},
+        "vgpukit.host.contain": {"vgpukit.host.door"},
+    }
+    assert host_room_breaches(g) == [
+        "vgpukit.mdev.callouts -> vgpukit.host.programs (import it from vgpukit.host)",
+        "vgpukit.host.contain -> vgpukit.host.door (not a room it stands on)",
+    ]
 
 
 def package_of(mod: str) -> str:

@@ -21,7 +21,7 @@ SIM_FILES = [p for p in sorted((PKG / "sim").glob("*.py")) if p.stem != "cli" an
 ALLOWED = {
     "vgpukit.errors",
     "vgpukit.host",
-    "vgpukit.host_notify",  # the host door's inotify (the simulated kernel's feed, its NVML events)
+    "vgpukit.host.notify",  # the host door's inotify (the simulated kernel's feed, its NVML events)
     "vgpukit.inputs",
     "vgpukit.records",  # the immutable record base class (no facts, no rules)
     "vgpukit.logs",  # the loggers and the `vgpukit: warning:` prefix (no facts, no rules)

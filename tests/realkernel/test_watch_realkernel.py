@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from vgpukit.host_notify import Uevent
+from vgpukit.host.notify import Uevent
 
 from .conftest import GuestSession
 from .harness import skip_or_fail

@@ -25,7 +25,7 @@ from typing import Any
 
 from tests.k8s.kubelet import Kubelet
 from tests.realkernel.targets import PF, PF_IDS, VF_BDFS, RealTarget, SimTarget, Target
-from vgpukit.host_notify import IN_DELETE, IN_MOVED_FROM, Inotify
+from vgpukit.host.notify import IN_DELETE, IN_MOVED_FROM, Inotify
 from vgpukit.k8s.plugin import plugin_dir
 
 RESOURCE = "vgpukit.io/vf-" + PF_IDS.replace(":", "-")

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import Run, make_sim
 from vgpukit.clikit.watch import nvml_events
-from vgpukit.host_notify import IN_Q_OVERFLOW, Lost, parse
+from vgpukit.host.notify import IN_Q_OVERFLOW, Lost, parse
 from vgpukit.sim.uevents import FeedReader
 from vgpukit.watch.loop import Watch
 from vgpukit.watch.touch import Touch

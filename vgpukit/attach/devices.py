@@ -17,8 +17,7 @@ import msgspec
 
 from .. import naming
 from ..errors import InvalidInput, NotFound, Unsupported
-from ..host import Host
-from ..host_layout import BDF_RE, DRIVER, IOMMU_GROUP, MDEV_TYPE
+from ..host import BDF_RE, DRIVER, IOMMU_GROUP, MDEV_TYPE, Host
 from ..libvirt.domain import Device, HostdevInterface, MdevHostdev, PciAddress, PciHostdev
 from ..naming import NvmlSource
 from ..pci import Scan, read_device

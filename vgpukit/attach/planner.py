@@ -86,7 +86,7 @@ def check_not_held(host: Host, target: AttachTarget) -> None:
 def check_not_quarantined(host: Host, found: list[AttachTarget]) -> None:
     """The quarantine rule: no device (nor an mdev or VF carved from one) goes to a VM while quarantined."""
     from .. import quarantine as qr
-    from ..host_layout import BDF_RE
+    from ..host import BDF_RE
 
     quarantined = qr.load(host)
     if not quarantined:

@@ -12,7 +12,7 @@ from ..clikit.context import App
 from ..clikit.lazy import LazyGroup
 from ..clikit.options import dry_run_option, json_option, mutating
 from ..clikit.output import emit, emit_result, finish_read, json_doc, print_json, say, table
-from ..host_layout import CDI_SPEC_DIRS
+from ..host import CDI_SPEC_DIRS
 from ..partial import Unread, as_json
 from ..pci import Scan
 

@@ -37,8 +37,7 @@ import msgspec
 
 from ..cdi_settings import DEFAULT_HOOK, host_path
 from ..errors import OutsideRoot
-from ..host import Host
-from ..host_layout import NVIDIA_IPC_PATHS
+from ..host import NVIDIA_IPC_PATHS, Host
 from . import ldcache
 
 MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "rbind", "rprivate")

@@ -39,8 +39,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..cdi_settings import CLASSES, Settings
-from ..host import Host
-from ..host_layout import IOMMU_GROUP
+from ..host import IOMMU_GROUP, Host
 from ..pci import PciDevice, Scan
 from ..pci_kind import vgpu_type
 from . import nvidia

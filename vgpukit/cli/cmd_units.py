@@ -19,7 +19,7 @@ from ..clikit.options import dry_run_option, json_option, mutating
 from ..clikit.output import emit, emit_result, say
 from ..entrypoint import entry_point
 from ..errors import InvalidInput, NotFound
-from ..host_layout import SYSTEMD_UNIT_DIR, UDEV_RULES_DIR
+from ..host import SYSTEMD_UNIT_DIR, UDEV_RULES_DIR
 
 MARKER = "@VGPUKIT@"
 DESTINATIONS = {"systemd": tuple(SYSTEMD_UNIT_DIR.split("/")[1:]), "udev": tuple(UDEV_RULES_DIR.split("/")[1:])}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import click
 
 from ..errors import InvalidInput
-from ..host_layout import MDEV_TYPES
+from ..host import MDEV_TYPES
 from ..inputs import check_range, check_text, parse_float, parse_int, parse_listen, parse_size
 
 if TYPE_CHECKING:

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidInput, VgpukitError
-from ..host import Host
-from ..hostio import Change, fsync_dir
+from ..host import Change, Host
 from ..inputs import load_json
 from ..logs import logger
 
@@ -51,7 +50,7 @@ class Journal:
         except VgpukitError:  # a full or failing file system: leave no headless journal behind
             self.close(committed=False)
             raise
-        fsync_dir(self.path.parent)
+        host.sync_dir(self.path.parent)
 
     def _append(self, docs: list[dict[str, Any]]) -> None:
         data = memoryview("".join(json.dumps(d, separators=(",", ":"), default=str) + "\n" for d in docs).encode())
@@ -93,7 +92,7 @@ class Journal:
                 logger("vgpukit.engine").warning("could not remove the journal: %s", exc)
         finally:
             os.close(self.fd)
-        fsync_dir(self.path.parent)
+        self.host.sync_dir(self.path.parent)
 
     def _emptied(self) -> bool:
         """Empty the journal in place (a committed change whose journal cannot be unlinked): True when done."""
@@ -139,4 +138,4 @@ def pending(host: Host) -> Pending | None:
 def discard(host: Host) -> None:
     path = host.state_dir("journal")
     host.remove(path)
-    fsync_dir(path.parent)
+    host.sync_dir(path.parent)

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import Busy, from_oserror
-from ..host import Host
-from ..hostio import Change
+from ..host import Change, Host
 
 if TYPE_CHECKING:
     from .progress import Progress

@@ -13,8 +13,7 @@ from typing import Any
 
 from msgspec.structs import replace
 
-from ..host import Host
-from ..host_layout import AER_DEV_CORRECTABLE, AER_DEV_FATAL, AER_DEV_NONFATAL
+from ..host import AER_DEV_CORRECTABLE, AER_DEV_FATAL, AER_DEV_NONFATAL, Host
 from ..naming import aliases
 from ..nvml.errors import GPU_IS_LOST, NvmlError
 from ..nvml.model import EventWatcher, Nvml, NvmlEvent

@@ -169,7 +169,7 @@ def device_plugin(app: App, replicas: int, interval: float, resync: float, mode:
 
     Runs until SIGTERM/SIGINT; registers with <root>/var/lib/kubelet/device-plugins/kubelet.sock (again on restarts).
     """
-    from ..host_notify import CHANGED
+    from ..host.notify import CHANGED
     from .inventory import Inventory
     from .plugin import Manager, plugin_dir
     from .watched import device_plugin_views

@@ -32,8 +32,7 @@ from ..cdi import spec as cdi
 from ..cdi.mig import gpu_minor
 from ..errors import VgpukitError
 from ..holders import OpenFiles
-from ..host import Host
-from ..host_layout import DRIVER, VFIO_DEV
+from ..host import DRIVER, VFIO_DEV, Host
 from ..mdev import sysfs as mdev_sysfs
 from ..naming import aliases
 from ..partial import Unread, lost_gpus

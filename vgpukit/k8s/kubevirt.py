@@ -34,8 +34,7 @@ from typing import TYPE_CHECKING
 
 from .. import iommu
 from ..cdi.spec import vendor_vfio
-from ..host import Host
-from ..host_layout import VFIO_DEV
+from ..host import VFIO_DEV, Host
 from ..mdev import sysfs as mdev_sysfs
 from ..mdev.model import MdevParent
 from ..pci import PciDevice, Scan

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Protocol
 import msgspec
 
 from ..errors import InvalidInput
-from ..host_layout import BDF_RE
+from ..host import BDF_RE
 from ..pci import parse_bdf
 from .xmlbuilder import INT, ONOFF, STR, YESNO, XMLBuilder, XMLChildProperty, XMLProperty, parse_c_uint
 

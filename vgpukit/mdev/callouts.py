@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Unsupported, VgpukitError
-from ..host import Host
-from ..hostio import ProgramResult
+from ..host import Host, ProgramResult
 from ..inputs import load_json
 from ..logs import logger
 from .mdevctl import parse_attrs

@@ -78,7 +78,7 @@ def jsonfile_option(help_text: str) -> Callable[[F], F]:
 
 def read_jsonfile(app: App, path: str) -> str:
     """A ``--jsonfile`` FILE (a regular file), or standard input for ``-`` and ``/dev/stdin``."""
-    from ..host_layout import STDIN_PATH
+    from ..host import STDIN_PATH
     from .mdevctl import MAX_DEFINITION_BYTES
 
     if path in ("-", STDIN_PATH):

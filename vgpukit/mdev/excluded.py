@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..errors import DeviceUnusable
 from ..exclusion import Exclusions
-from ..host_layout import BDF_RE
+from ..host import BDF_RE
 
 
 def excluded(ex: Exclusions | None, parent: str) -> DeviceUnusable | None:

@@ -237,7 +237,7 @@ FromFile = planner_modify.FromFile
 def modify(
     env: Env, uid: str, parent: str | None, m: Modification, force: bool = False
 ) -> tuple[list[str], Definition]:
-    """Change a definition (type, start mode, one attribute added or deleted): :func:`planner.modify`."""
+    """Change a definition (type, start mode, one attribute added or deleted): :func:`planner_modify.modify`."""
     todo, new = planner_modify.modify(planner.read(env.host), uid, parent, m, force)
     execute(env, todo.steps)
     return [s.describe() for s in todo.steps if isinstance(s, PutFile)], new

@@ -11,7 +11,7 @@ from ..engine import Env, Step, step_kind
 from ..engine.files import PutFile
 from ..engine.step import AFTER, BEFORE
 from ..errors import Conflict, NoCapacity, VerifyFailed, VgpukitError
-from ..host_layout import MDEV_TYPE
+from ..host import MDEV_TYPE
 from . import mdevctl, sysfs
 from .callouts import Callout, CalloutRefused, live_modify
 from .model import Definition

@@ -11,8 +11,7 @@ import os
 
 from ..errors import Busy, Conflict, InvalidInput, NoCapacity, NotFound, VgpukitError
 from ..holders import Holder, OpenFiles, callers, device_users
-from ..host import Host
-from ..host_layout import BDF_RE, IOMMU_GROUP, MDEV_TYPE, MDEV_TYPES
+from ..host import BDF_RE, IOMMU_GROUP, MDEV_TYPE, MDEV_TYPES, Host
 from .model import MdevInstance, MdevParent, MdevType, check_attr_name, check_uuid
 
 

@@ -11,7 +11,7 @@ loading (the config and vgpukit itself live on disk; NVML needs the driver loade
 from __future__ import annotations
 
 from ..errors import InvalidInput
-from ..host_layout import SYSTEMD_UNIT_DIR
+from ..host import SYSTEMD_UNIT_DIR
 
 UNIT = f"{SYSTEMD_UNIT_DIR}/vgpukit-mig.service"
 TARGET = f"{SYSTEMD_UNIT_DIR}/nvidia-gpu-reset.target"

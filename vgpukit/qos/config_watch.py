@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import VgpukitError
 from ..host import Host
-from ..host_notify import IN_CLOSE_WRITE, IN_CREATE, IN_DELETE, IN_MOVED_FROM, IN_MOVED_TO, IN_Q_OVERFLOW, Inotify
+from ..host.notify import IN_CLOSE_WRITE, IN_CREATE, IN_DELETE, IN_MOVED_FROM, IN_MOVED_TO, IN_Q_OVERFLOW, Inotify
 from ..logs import logger
 from .config import MAX_CONFIG_BYTES, default_config_path
 

@@ -25,8 +25,7 @@ from .. import quarantine as qr
 from ..errors import NotFound, VgpukitError
 from ..holders import Holder as VfioHolder
 from ..holders import OpenFiles, callers, device_users
-from ..host import Host
-from ..host_layout import SRIOV_AUTOPROBE
+from ..host import SRIOV_AUTOPROBE, Host
 from ..nvml.errors import NvmlError
 from ..nvml.model import Nvml
 from ..pci import Scan, virtfns

@@ -183,7 +183,7 @@ def release(app: App, pid: int) -> None:
 
 def _group_of(app: App, device: str) -> str:
     from .. import naming
-    from ..host_layout import IOMMU_GROUP
+    from ..host import IOMMU_GROUP
 
     host = app.host
     t = naming.resolve(host, device, frozenset({naming.PCI, naming.MDEV}), nvml=lambda: app.nvml)

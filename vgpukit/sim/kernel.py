@@ -76,7 +76,7 @@ class Write:
 
 
 class Change(Protocol):
-    """A change the host door is about to make, as its watch is told (``vgpukit.hostio.Change``)."""
+    """A change the host door is about to make, as its watch is told (``vgpukit.host.Change``)."""
 
     @property
     def action(self) -> str:  # write | write-file | remove | mkdir | create | append | record

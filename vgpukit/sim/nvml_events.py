@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import InvalidInput, NotFound
 from ..host import Host
-from ..host_notify import IN_CREATE, IN_MODIFY, Inotify
+from ..host.notify import IN_CREATE, IN_MODIFY, Inotify
 from ..inputs import load_yaml
 from ..nvml.errors import GPU_IS_LOST, nvml_error
 from ..nvml.model import GpuCondition, GpuTelemetry, NvmlEvent

@@ -10,7 +10,7 @@ makes, and in which order, is the simulator's own table (:data:`ORDER` and the c
 
 :class:`FeedReader` is the listening side, as a netlink socket is: it wakes (inotify) when the feed
 grows and delivers what came since it opened; a reader left behind by more than its buffer loses
-the events, as a netlink socket does with ENOBUFS, and says so (:class:`~vgpukit.host_notify.Lost`).
+the events, as a netlink socket does with ENOBUFS, and says so (:class:`~vgpukit.host.notify.Lost`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..host import Host
-from ..host_notify import CHANGED, IN_MODIFY, Inotify, Lost, Uevent
+from ..host.notify import CHANGED, IN_MODIFY, Inotify, Lost, Uevent
 from .state import sim_meta_dir
 from .tree import SimTree
 

@@ -137,7 +137,7 @@ def group_warnings(host: Host, bdf: str, also_moving: frozenset[str] = frozenset
     """Members of ``bdf``'s IOMMU group that would keep the group from being usable through VFIO, and
     the VFs of a PF (``bdf``) that stay enabled under it."""
     from .. import iommu
-    from ..host_layout import IOMMU_GROUP
+    from ..host import IOMMU_GROUP
 
     numvfs = (host.read_opt(host.pci_device(bdf, "sriov_numvfs")) or "").strip()
     vfs = [pf_with_vfs(bdf, int(numvfs))] if numvfs.isdigit() and int(numvfs) else []

@@ -6,8 +6,7 @@ import errno
 import time
 
 from ..errors import Busy, InvalidInput, NotFound, VerifyFailed, VgpukitError
-from ..host import Host
-from ..host_layout import VIRTFN
+from ..host import VIRTFN, Host
 
 POLL_SECONDS = 0.05
 

@@ -10,8 +10,7 @@ import msgspec
 
 from ..errors import Unsupported
 from ..holders import OpenFiles
-from ..host import Host
-from ..host_layout import DRIVER, DRIVER_OVERRIDE, IOMMU_GROUP
+from ..host import DRIVER, DRIVER_OVERRIDE, IOMMU_GROUP, Host
 from ..naming import aliases
 from ..pci import PciDevice, Scan, read_device, virtfns_listed
 from .binding import parse_record, record_path, remembered

@@ -16,8 +16,7 @@ from typing import ClassVar
 
 from ..engine import Env, Step, step_kind
 from ..errors import VerifyFailed
-from ..host import Host
-from ..host_layout import DRIVER_OVERRIDE
+from ..host import DRIVER_OVERRIDE, Host
 from ..pci import virtfns
 from ..words import plural
 from . import binding
@@ -26,10 +25,10 @@ from .kernel import numvfs_write, wait_for_vfs
 from .model import SriovSeen
 
 # A bind record as data: the record file's exact text; None: no record.
-Record = str | None
+BindRecordText = str | None
 
 
-def _record(env: Env, bdf: str) -> Record:
+def _record(env: Env, bdf: str) -> BindRecordText:
     return env.host.read_raw_opt(binding.record_path(env.host, bdf))
 
 
@@ -37,7 +36,7 @@ def _seen(env: Env) -> SriovSeen:
     return SriovSeen.of(env.seen)
 
 
-def _set_record(env: Env, bdf: str, rec: Record) -> None:
+def _set_record(env: Env, bdf: str, rec: BindRecordText) -> None:
     path = binding.record_path(env.host, bdf)
     _seen(env).records.pop(bdf, None)
     if env.host.read_raw_opt(path) == rec:
@@ -59,7 +58,7 @@ class PutBack(Step):
     driver: str | None
     override: str | None
     probe: bool = False
-    record: Record = None
+    record: BindRecordText = None
 
     def describe(self) -> str:
         return f"put {self.bdf} back on {Remembered(self.bdf, self.driver, self.override, self.probe).describe()}"
@@ -290,7 +289,7 @@ def _remove_vfs(host: Host, pf: str, total: int) -> None:
     numvfs_write(host, pf, 0, total)
 
 
-VfState = tuple[str, str | None, str | None, Record]  # bdf, driver, override, bind record
+VfState = tuple[str, str | None, str | None, BindRecordText]  # bdf, driver, override, bind record
 
 
 @step_kind

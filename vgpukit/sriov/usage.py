@@ -17,8 +17,7 @@ import msgspec
 
 from ..errors import VgpukitError
 from ..holders import OpenFiles
-from ..host import Host
-from ..host_layout import BDF_RE, VFIO_DEV
+from ..host import BDF_RE, VFIO_DEV, Host
 from ..naming import MDEV_UUID_RE
 
 

@@ -13,8 +13,7 @@ import re
 import msgspec
 
 from ..holders import group_holders
-from ..host import Host
-from ..host_layout import MDEV_TYPES
+from ..host import MDEV_TYPES, Host
 from ..mdev import mdevctl
 from ..mdev import sysfs as mdev_sysfs
 from ..mdev.model import MdevType

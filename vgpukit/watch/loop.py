@@ -3,7 +3,7 @@
 Sources (each optional):
 
 * kernel uevents: pyudev's netlink monitor where the root's ``/sys`` is the running kernel's
-  (:func:`vgpukit.host_notify.live_sysfs`), the simulated kernel's feed on a simulated host, none under
+  (:func:`vgpukit.host.notify.live_sysfs`), the simulated kernel's feed on a simulated host, none under
   a ``--root`` that is a copied tree (then a committed change of the engine re-reads everything);
 * inotify (the host door's, contained in the root): the engine's journal leaving ``/run/vgpukit`` (a
   change committed), ``/etc/vgpukit``, ``/etc/mdevctl.d`` and its parents' directories, and ``/dev/vfio``
@@ -28,7 +28,7 @@ from typing import Protocol
 
 from ..errors import VgpukitError
 from ..host import Host
-from ..host_notify import (
+from ..host.notify import (
     CHANGED,
     IN_CLOSE_NOWRITE,
     IN_CLOSE_WRITE,

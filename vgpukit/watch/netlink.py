@@ -4,7 +4,7 @@ The monitor listens to the kernel's own messages (source ``kernel``: no udevd ne
 guest or a container), filtered to the subsystems whose devices vgpukit hands out. Only what the
 message carries is read (a device received from a monitor is sealed: libudev reads no sysfs for it),
 so nothing here reaches the host's files outside the host door. A receive buffer that overflowed
-(``ENOBUFS``: the kernel dropped messages) is reported as :class:`~vgpukit.host_notify.Lost`.
+(``ENOBUFS``: the kernel dropped messages) is reported as :class:`~vgpukit.host.notify.Lost`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import errno
 from typing import Any
 
 from ..errors import HostIOError
-from ..host_notify import Lost, Uevent
+from ..host.notify import Lost, Uevent
 
 SUBSYSTEMS = ("pci", "mdev", "vfio", "nvidia")
 BUFFER = 16 << 20  # bytes the socket may hold unread (a burst of thousands of VFs); needs CAP_NET_ADMIN

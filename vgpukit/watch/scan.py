@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..host import Host
-from ..host_layout import PHYSFN
+from ..host import PHYSFN, Host
 from ..pci import Scan
 
 

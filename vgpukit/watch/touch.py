@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..host_layout import BDF_RE
-from ..host_notify import Uevent
+from ..host import BDF_RE
+from ..host.notify import Uevent
 
 KINDS = ("pci", "docs", "holders", "lock", "nvml", "full")
 

@@ -2,23 +2,28 @@
 
 ``prepare`` answers the same devices again for a claim it prepared already (the record is read back);
 ``unprepare`` removes the spec and the record, and does nothing for a claim it does not know. The
-record lives under the run directory (:meth:`vgpukit.host_layout.Layout.dra_claim_record`), so a
+record lives under the run directory (:meth:`vgpukit.host.Host.dra_claim_record`), so a
 plugin restarted between the two still unprepares.
 
-Crash safety: a prepare is two journaled engine runs (host lock, rollback on failure, repair of a
-killed run by the next command):
+Crash safety: a prepare is up to three journaled engine runs (host lock, rollback on failure, repair of
+a killed run by the next command):
 
-1. the **intent**: the record, in state ``preparing`` (the allocation and every host change about to
+1. what is **made on demand** for the claim (a MIG slice at the scheduler's placement, a vGPU:
+   :mod:`.ondemand`), its *made record* written before it in the same run; no run when every device
+   of the claim exists already;
+2. the **intent**: the record, in state ``preparing`` (the allocation and every host change about to
    be made, e.g. the VFs moved to vfio-pci), written *first*, then the host changes themselves;
-2. the claim's CDI spec (its edits are read from the host as it is after run 1) and the record, in
-   state ``prepared``.
+3. the claim's sharing, its CDI spec (its edits are read from the host as it is after run 2) and the
+   record, in state ``prepared``.
 
-A kill -9 inside a run is rolled back by the next command (the record with it); a kill between the
-two runs leaves a ``preparing`` record naming every change made, so the kubelet's retried prepare
-finishes it and an unprepare undoes exactly it. Nothing the plugin did is ever unrecorded.
+A kill -9 inside a run is rolled back by the next command (the record with it). A kill after run 1
+leaves a made record and no claim record: the retried prepare keeps what was made, and an unprepare
+(or a refused prepare) destroys it. A kill between runs 2 and 3 leaves a ``preparing`` record naming
+every change made, so the kubelet's retried prepare finishes it and an unprepare undoes exactly it.
+Nothing the plugin did is ever unrecorded.
 
 A request's opaque configuration (:mod:`.config`) shares its device: :mod:`.sharing` plans the steps
-(QoS tenant, MPS daemon) and the container edits, which run in run 2 with the spec and the record,
+(QoS tenant, MPS daemon) and the container edits, which run in run 3 with the spec and the record,
 and the record's ``sharing`` lists what they made for unprepare. A share of a device shared by capacity
 (the result's ``shareID`` and ``consumedCapacity``, kept in the record) is planned the same way by
 :mod:`.shares`: its QoS tenant and memory cap, the shareID answered with the device.
@@ -69,8 +74,8 @@ class Prepared(msgspec.Struct, frozen=True):
 
 
 @dataclass
-class Record:
-    """What the plugin did for a claim, as the record file holds it."""
+class ClaimRecord:
+    """What the plugin did for a claim, as its record file (:meth:`vgpukit.host.Host.dra_claim_record`) holds it."""
 
     claim: dict[str, str]
     state: str
@@ -133,9 +138,9 @@ def results_of(claim: Any, pool: str) -> list[Result]:
     return out
 
 
-def read_record(env: Env, uid: str) -> Record | None:
-    """The claim's record, None when the plugin never prepared it (or it was unprepared). A record of
-    phase 1 (no ``state``) is a prepared one."""
+def read_record(env: Env, uid: str) -> ClaimRecord | None:
+    """The claim's record, None when the plugin never prepared it (or it was unprepared). A record written
+    before records had a ``state`` is a prepared one."""
     path = env.host.dra_claim_record(uid)
     text = env.host.read_raw_opt(path)
     if not isinstance(text, str):
@@ -159,7 +164,7 @@ def read_record(env: Env, uid: str) -> Record | None:
             raise ValueError(state)
         claim = {str(k): str(v) for k, v in doc.get("claim", {}).items()}
         bound = [b for b in doc.get("boundToVfio", []) if isinstance(b, str)]
-        return Record(claim, state, results, bound, devices, _list(doc.get("sharing", [])))
+        return ClaimRecord(claim, state, results, bound, devices, _list(doc.get("sharing", [])))
     except (ValueError, KeyError, TypeError, AttributeError):  # not quoted: file content stays out of messages
         raise HostIOError(f"the record of claim {uid} is unreadable: {env.host.display(path)}") from None
 
@@ -181,7 +186,7 @@ def _bind_steps(env: Env, bdfs: list[str], restore: bool) -> list[Any]:
     return [s for b in bdfs for s in plan_bind(facts, BindRequest(b, driver=driver, restore=restore, name=b))]
 
 
-def _record_step(env: Env, record: Record) -> PutFile:
+def _record_step(env: Env, record: ClaimRecord) -> PutFile:
     path = env.host.display(env.host.dra_claim_record(record.claim.get("uid", "")))
     return PutFile(path, record.render(), 0o600, what=f"record claim {record.claim.get('uid', '')} ({record.state})")
 
@@ -230,7 +235,7 @@ def _prepare(
                 "VFs and mdevs, and MIG slices and vGPUs made on demand"
             )
         bound = sorted({offered[r.device].device.id for r in results if offered[r.device].host_driver})
-        found = Record({"uid": uid, **ref}, PREPARING, list(results), bound)
+        found = ClaimRecord({"uid": uid, **ref}, PREPARING, list(results), bound)
         try:
             execute(env, [_record_step(env, found), *_bind_steps(env, bound, restore=False)], derived=bool(bound))
         except VgpukitError:
@@ -280,8 +285,10 @@ def _drop_made(env: Env, uid: str) -> bool:
     return bool(steps)
 
 
-def _write(env: Env, record: Record, offered: dict[str, DraDevice], device_metadata: bool = False) -> list[Prepared]:
-    """Run 2: the claim's sharing (QoS tenant, MPS daemon), its CDI spec from the host as it is now, and the
+def _write(
+    env: Env, record: ClaimRecord, offered: dict[str, DraDevice], device_metadata: bool = False
+) -> list[Prepared]:
+    """Run 3: the claim's sharing (QoS tenant, MPS daemon), its CDI spec from the host as it is now, and the
     record marked prepared."""
     uid = record.claim["uid"]
     settings = load_settings(env.host)
@@ -309,7 +316,7 @@ def _write(env: Env, record: Record, offered: dict[str, DraDevice], device_metad
     meta: list[PutFile] = []
     if device_metadata:  # KEP-5304: what each request's devices are, for the workload (KubeVirt)
         meta, prepared = metadata.plan(env, record.claim, prepared, offered)
-    done = Record(record.claim, PREPARED, record.results, record.bound, prepared, shared.record)
+    done = ClaimRecord(record.claim, PREPARED, record.results, record.bound, prepared, shared.record)
     host = env.host
     steps = [
         *shared.steps,
@@ -323,7 +330,7 @@ def _write(env: Env, record: Record, offered: dict[str, DraDevice], device_metad
     return prepared
 
 
-def _undo(env: Env, record: Record) -> None:
+def _undo(env: Env, record: ClaimRecord) -> None:
     """Every change the record names put back (what its sharing made first: an MPS daemon stops before its
     MIG slice goes), what was made on demand for the claim destroyed, the spec and the record removed:
     one engine run."""

@@ -31,7 +31,7 @@ from msgspec.structs import replace
 from ...engine.env import Env
 from ...engine.files import PutFile
 from ...errors import VgpukitError
-from ...host_layout import DRA_METADATA_CONTAINER_DIR as CONTAINER_DIR
+from ...host import DRA_METADATA_CONTAINER_DIR as CONTAINER_DIR
 from ...pci import read_device
 from .attributes import standard
 from .devices import DRIVER, DraDevice

@@ -6,9 +6,9 @@ of the GPU at 0000:07:00.0. The placement is the scheduler's (it chose that devi
 planner (:func:`vgpukit.mig.layout.plan_gi_at`) plans the GPU instance and its full-size compute
 instance there, or refuses (slots taken, MIG mode off), and the change engine runs the steps. On a GPU
 whose model changes MIG mode without a reset, the first slice's steps turn MIG mode on (recorded:
-:meth:`vgpukit.host_layout.Layout.dra_mig_mode_record`) and the last slice's unprepare turns it off.
+:meth:`vgpukit.host.Host.dra_mig_mode_record`) and the last slice's unprepare turns it off.
 
-Crash safety: the claim's *made record* (:meth:`vgpukit.host_layout.Layout.dra_made_record`: GPU,
+Crash safety: the claim's *made record* (:meth:`vgpukit.host.Host.dra_made_record`: GPU,
 profile, placement) is written in the same journaled engine run as the GPU instance, before it; a
 kill -9 during that run is rolled back whole by the next command's recovery. Once the run is
 committed the record names the slice, so the next prepare of the claim finds it (and keeps it) and
@@ -137,7 +137,7 @@ def _entry(m: Made) -> dict[str, Any]:
 
 
 def _mode_record(env: Env, bdf: str, uid: str | None) -> PutFile:
-    """The record that MIG mode is on for claims (:meth:`vgpukit.host_layout.Layout.dra_mig_mode_record`),
+    """The record that MIG mode is on for claims (:meth:`vgpukit.host.Host.dra_mig_mode_record`),
     written with the first slice that turns it on, removed (``uid`` None) when it is turned off again."""
     path = env.host.display(env.host.dra_mig_mode_record(bdf))
     if uid is None:

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from .errors import from_oserror
+from ..errors import from_oserror
 
 if TYPE_CHECKING:
-    from .host import Host
+    from .door import Host
 
 # <sys/inotify.h>
 IN_ACCESS, IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE, IN_CLOSE_NOWRITE = 0x1, 0x2, 0x4, 0x8, 0x10

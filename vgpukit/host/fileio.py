@@ -1,5 +1,8 @@
-"""Low-level pieces of the host door: how a control-file write reaches the kernel, canonical paths
-without a per-component walk, durable renames. Used only by :mod:`vgpukit.host` (and the journal)."""
+"""The host door's file I/O, on descriptors the door opened (contained) or paths it checked: how a
+control-file write reaches the kernel (:class:`KernelPort`), capped reads of attributes and documents, a
+directory's files read by name (:class:`DirFiles`, what :meth:`vgpukit.host.Host.files` returns), a file
+mapped in place, and atomic, durable writes (a temporary renamed over, the directory fsync'd). No root,
+no containment here: :mod:`.contain` decides what may be opened; this opens, reads and writes it."""
 
 from __future__ import annotations
 
@@ -10,19 +13,6 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
-
-import msgspec
-
-from .errors import VgpukitError, from_oserror, storage_error
-from .host_layout import SELF_FD
-
-
-def _debug(msg: str, *args: object) -> None:
-    """The host door's debug logging, loaded when a change or a program run needs it (mdevctl's reads
-    load no logging)."""
-    import logging
-
-    logging.getLogger("vgpukit.host").debug(msg, *args)
 
 
 class KernelPort(Protocol):
@@ -40,21 +30,6 @@ class RealKernel:
             os.write(fd, data.encode())
         finally:
             os.close(fd)
-
-
-def _real_path(path: Path | str) -> str:
-    """The canonical path, as the kernel resolves it: an ``O_PATH`` open and one readlink of its
-    ``/proc/self/fd`` entry, instead of an lstat per component; ``realpath`` where that cannot be."""
-    try:
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    except OSError:
-        return os.path.realpath(path)
-    try:
-        return os.readlink(f"{SELF_FD}/{fd}")
-    except OSError:
-        return os.path.realpath(path)
-    finally:
-        os.close(fd)
 
 
 def read_capped(fd: int, limit: int) -> bytes:
@@ -219,86 +194,3 @@ def fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-class Change(msgspec.Struct, frozen=True):
-    """One change to the host, as recorded in dry-run mode and in the change log."""
-
-    action: str  # write | write-file | remove | mkdir | symlink
-    path: str
-    value: str | None = None
-
-    def describe(self) -> str:
-        if self.action == "write":
-            return f"write {self.value!r} > {self.path}"
-        if self.action == "write-file":
-            return f"write file {self.path}"
-        return f"{self.action} {self.path}" + (f" -> {self.value}" if self.value else "")
-
-
-# How an error line says each change of a file (kernel control-file writes keep their own words).
-VERBS = {
-    "write-file": "writing",
-    "remove": "removing",
-    "mkdir": "creating the directory",
-    "create": "opening",
-    "append": "writing",
-    "record": "writing",
-}
-
-
-def change_error(exc: OSError, shown: Change) -> VgpukitError:
-    """The typed error of a failed change: a kernel control file's errno is the kernel's answer (ENOSPC:
-    no capacity); a file's names the file and what to free or fix on a full or read-only file system."""
-    if shown.action == "write":
-        return from_oserror(exc, path=shown.path, action=f"write {shown.value!r} to", value=shown.value)
-    return storage_error(exc, path=shown.path, action=VERBS.get(shown.action, shown.action))
-
-
-class ProgramResult(msgspec.Struct, frozen=True):
-    """What a program run through the host door did: exit code (None when a signal ended it or it
-    could not be started or timed out), its output (capped), and why it did not run when it did not."""
-
-    rc: int | None
-    stdout: str = ""
-    stderr: str = ""
-    error: str = ""  # "not executable", "timed out after N s"... ("" when it ran to an exit)
-
-
-MAX_PROGRAM_OUTPUT = 1024 * 1024
-
-
-def run_program(
-    argv: list[str], stdin: str | None, env: dict[str, str], timeout: float, cwd: str = "/"
-) -> ProgramResult:
-    """Run ``argv`` (no shell), ``stdin`` written then closed (an empty, closed stdin when None)."""
-    import subprocess  # only commands that run programs pay for it
-
-    try:
-        proc = subprocess.run(
-            argv,
-            input=(stdin or "").encode(),
-            capture_output=True,
-            env={**os.environ, **env},
-            cwd=cwd,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return ProgramResult(None, error=f"timed out after {timeout:g} s")
-    except OSError as exc:
-        return ProgramResult(None, error=os.strerror(exc.errno) if exc.errno else str(exc))
-    out = proc.stdout[:MAX_PROGRAM_OUTPUT].decode(errors="replace")
-    err = proc.stderr[:MAX_PROGRAM_OUTPUT].decode(errors="replace")
-    return ProgramResult(proc.returncode if proc.returncode >= 0 else None, out, err)
-
-
-def follow_link(link: str, real_root: str, root_text: str, resolve: Callable[[str], str]) -> str:
-    """A symlink's real target: its text joined to its (real) directory, then resolved by ``resolve``
-    as a path under ``root_text`` (component by component, remembered: no realpath from ``/``);
-    ``os.path.realpath`` when it leaves the root or has ".." after a name that may itself be a link."""
-    text = os.readlink(link)
-    target = os.path.normpath(os.path.join(os.path.dirname(link), text))
-    if not target.startswith(real_root + "/") or ".." in text.lstrip("./").split("/"):
-        return os.path.realpath(link)
-    return resolve(root_text + target[len(real_root) :])

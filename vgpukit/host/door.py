@@ -1,16 +1,22 @@
-"""The one door to the host.
+"""The one door to the host: :class:`Host`.
 
-Every path vgpukit reads or writes (/sys, /dev, /proc, /etc, /run) is derived here from one root (``--root`` /
-``VGPUKIT_ROOT``, default ``/``), as mdevctl does. Every change to the host goes through :meth:`Host._change`, which
+Every path vgpukit reads or writes (/sys, /dev, /proc, /etc, /run) is derived from one root (``--root`` /
+``VGPUKIT_ROOT``, default ``/``), as mdevctl does. ``Host`` is assembled from the rooms of this package,
+each holding one concern (docs/engine.md, "The host door"):
 
-* refuses targets that escape the root (``..``, absolute parts, symlinks pointing outside),
-* confines reads, listings, socket addresses and link resolution to the root (docs/safety.md),
-* reads documents (configs, definitions, records, templates) with :meth:`Host.read_doc` (regular),
-* records instead of acting when the host is in dry-run mode, and logs each change at debug level,
-* turns ``OSError`` into the typed errors of :mod:`vgpukit.errors`, carrying path and errno.
+* :mod:`.contain` -- the root, the one join of a path under it, and refusing what leads outside
+  (reads, listings, socket addresses and link resolution confined to the root; docs/safety.md);
+* :mod:`.kernel_paths` -- where the kernel lays things out (/sys, /dev, /proc);
+* :mod:`.file_places` -- where vgpukit's and other programs' files live (/etc, /run, /var/lib);
+* :mod:`.changes` -- the one gate every change passes through: refused outside the root, recorded,
+  not made in dry-run mode, logged at debug level, an ``OSError`` turned into a typed error;
+* :mod:`.fileio` -- the reads and writes themselves, on what containment opened or checked;
+* :mod:`.programs` -- programs run under the root (mdevctl's callout scripts).
 
-Writes to kernel control files go through a :class:`KernelPort`: a plain ``write(2)`` on a real host;
-the simulator (``vgpukit.sim``) plugs in a port that plays the kernel's reactions.
+This module holds the reads: documents (configs, definitions, records, templates) with
+:meth:`Host.read_doc` (regular), attributes with :meth:`Host.read` (capped), listings, links, nodes.
+Writes to kernel control files go through a :class:`~.fileio.KernelPort`: a plain ``write(2)`` on a
+real host; the simulator (``vgpukit.sim``) plugs in a port that plays the kernel's reactions.
 """
 
 from __future__ import annotations
@@ -22,12 +28,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from . import hostio
-from .errors import InvalidInput, NotFound, OutsideRoot, from_oserror
-from .host_contain import Containment
-from .host_layout import SysfsLayout
-from .hostio import Change, KernelPort, ProgramResult, RealKernel, _debug, _real_path, run_program
-from .inputs import MAX_DOC_BYTES, check_component
+from ..errors import InvalidInput, NotFound, OutsideRoot, from_oserror
+from ..inputs import MAX_DOC_BYTES, check_component
+from .changes import Change, Changes, debug
+from .contain import real_path
+from .file_places import FilePlaces
+from .fileio import DirFiles, KernelPort, RealKernel, TempNames, map_regular, read_capped, read_document
+from .kernel_paths import KernelPaths
+from .programs import ProgramResult, run_program
 
 T = TypeVar("T")
 
@@ -40,7 +48,7 @@ def check_name(name: str, what: str = "name") -> str:
     return check_component(name, what)
 
 
-class Host(Containment, SysfsLayout):
+class Host(KernelPaths, FilePlaces, Changes):
     """Root-aware access to the host's files. Construct one per command; never a global.
     (A plain class: every command creates one, and a dataclass costs start-up time to define.)"""
 
@@ -52,55 +60,17 @@ class Host(Containment, SysfsLayout):
         changes: list[Change] | None = None,
         watch: Callable[[Change], None] | None = None,
     ) -> None:
-        self.kernel: KernelPort = kernel if kernel is not None else RealKernel()
+        self.kernel = kernel if kernel is not None else RealKernel()
         self.watch = watch  # told of every change before it is made (the simulator's crash testing)
         self.dry_run = dry_run
-        self.changes: list[Change] = [] if changes is None else changes
+        self.changes = [] if changes is None else changes
         self.root = Path(os.path.abspath(root))
         self._root_text = str(self.root).rstrip("/")
         self._real_root = os.path.realpath(self.root)
         self._confined = self._real_root != "/"  # with root /, every path is inside
-        self._real_dirs: dict[str, str] = {}  # directory -> where it really is (inside the root)
-        self._plain: set[str] = set()  # files found not to be links, in directories inside the root
-        self._temps = hostio.TempNames()  # names of the temporaries write_file renames into place
-
-    # ----------------------------------------------------------------- locations
-    def path(self, *parts: str) -> Path:
-        """``root/parts...``. Parts are relative; ``..`` and absolute parts are refused."""
-        pieces = [self._root_text]
-        for part in parts:
-            text = os.fspath(part)
-            if text.startswith("/") or "\0" in text:
-                raise InvalidInput(f"refusing path component {text!r}", value=part)
-            for piece in text.split("/"):
-                if piece == "..":
-                    raise InvalidInput(f"refusing path component {piece!r}", value=part)
-                if piece and piece != ".":
-                    pieces.append(piece)
-        return Path("/".join(pieces) or "/")
-
-    def sys(self, *parts: str) -> Path:
-        return self.path("sys", *parts)
-
-    def dev(self, *parts: str) -> Path:
-        return self.path("dev", *parts)
-
-    def proc(self, *parts: str) -> Path:
-        return self.path("proc", *parts)
-
-    def etc(self, *parts: str) -> Path:
-        return self.path("etc", *parts)
-
-    def run(self, *parts: str) -> Path:
-        return self.path("run", *parts)
-
-    def config_dir(self, *parts: str) -> Path:
-        """vgpukit's own configuration: ``/etc/vgpukit``."""
-        return self.etc("vgpukit", *parts)
-
-    def state_dir(self, *parts: str) -> Path:
-        """vgpukit's runtime state: ``/run/vgpukit``."""
-        return self.run("vgpukit", *parts)
+        self._real_dirs = {}  # directory -> where it really is (inside the root)
+        self._plain = set()  # files found not to be links, in directories inside the root
+        self._temps = TempNames()  # names of the temporaries write_file renames into place
 
     # ----------------------------------------------------------------- reads
     def _read_op(self, action: str, path: Path | str, fn: Callable[[], T]) -> T:
@@ -118,7 +88,7 @@ class Host(Containment, SysfsLayout):
         return (st := self._stat(path)) is not None and stat.S_ISDIR(st.st_mode)
 
     def _read_bytes(self, path: Path | str, limit: int) -> bytes:
-        data = hostio.read_capped(self._open_contained(path, _READ_FLAGS), limit)
+        data = read_capped(self._open_contained(path, _READ_FLAGS), limit)
         if len(data) > limit:
             raise InvalidInput(f"{self.display(path)}: larger than {limit} bytes", path=self.display(path))
         return data
@@ -152,7 +122,7 @@ class Host(Containment, SysfsLayout):
     def read_bytes_opt(self, path: Path | str, limit: int) -> bytes | None:
         """At most ``limit`` bytes of a binary file, or None when it does not exist. Contained."""
         try:
-            return hostio.read_capped(self._open_contained(path, _READ_FLAGS), limit)[:limit]
+            return read_capped(self._open_contained(path, _READ_FLAGS), limit)[:limit]
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -161,7 +131,7 @@ class Host(Containment, SysfsLayout):
     def map_opt(self, path: Path | str) -> mmap.mmap | None:
         """A regular file mapped read-only, searched in place (pci.ids); None if absent or empty. Contained."""
         try:
-            return hostio.map_regular(self._open_contained(path, _READ_FLAGS))
+            return map_regular(self._open_contained(path, _READ_FLAGS))
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -199,7 +169,7 @@ class Host(Containment, SysfsLayout):
         except OSError as exc:
             raise from_oserror(exc, path=shown, action=f"reading {what}") from None
         try:
-            return hostio.read_document(fd, f"{what} {shown}", max_bytes)
+            return read_document(fd, f"{what} {shown}", max_bytes)
         except OSError as exc:
             raise from_oserror(exc, path=shown, action=f"reading {what}") from None
         except ValueError as exc:
@@ -220,10 +190,10 @@ class Host(Containment, SysfsLayout):
         except OSError as exc:
             raise from_oserror(exc, path=self.display(path), action="listing") from exc
 
-    def files(self, path: Path | str) -> hostio.DirFiles:
+    def files(self, path: Path | str) -> DirFiles:
         """A directory's files read by name: resolved (contained) and listed once (``with`` it)."""
         real = self._real_dir(os.path.abspath(path)) if self._confined else os.fspath(path)  # or OutsideRoot
-        return self._read_op("listing", path, lambda: hostio.DirFiles(real, f"{path}/", self.read_opt, MAX_ATTR_BYTES))
+        return self._read_op("listing", path, lambda: DirFiles(real, f"{path}/", self.read_opt, MAX_ATTR_BYTES))
 
     def readlink(self, path: Path | str) -> str | None:
         """A symlink's target as text (never followed here; use :meth:`resolve` to use it as a path)."""
@@ -247,7 +217,7 @@ class Host(Containment, SysfsLayout):
 
     def resolve(self, path: Path) -> Path:
         """Canonical path, which must stay inside the root."""
-        real = _real_path(path)
+        real = real_path(path)
         if self._confined and not self._inside(real):
             raise self._outside(path)
         return Path(real)
@@ -262,7 +232,7 @@ class Host(Containment, SysfsLayout):
 
     def real_directory(self, path: Path | str) -> str:
         """Where the directory ``path`` really is, resolved inside the root (refused outside): what the
-        watch layer (:mod:`vgpukit.host_notify`) gives inotify."""
+        watch layer (:mod:`vgpukit.host.notify`) gives inotify."""
         whole = os.path.abspath(path)
         if not self._confined:
             return whole
@@ -283,65 +253,5 @@ class Host(Containment, SysfsLayout):
     ) -> ProgramResult:
         """Run ``path`` (a hook script under the root), refused outside the root; VGPUKIT_ROOT and ``env`` set."""
         self.check_inside(path)
-        _debug("run %s %s", self.display(path), " ".join(args))
+        debug("run %s %s", self.display(path), " ".join(args))
         return run_program([str(path), *args], stdin, {**(env or {}), "VGPUKIT_ROOT": str(self.root)}, timeout)
-
-    # ----------------------------------------------------------------- changes
-    def _change(self, change: Change, target: Path, apply: Callable[[], None]) -> None:
-        """The single gate every change passes through."""
-        whole = os.path.abspath(target)
-        parent = os.path.dirname(whole)
-        is_link = False
-        if whole not in self._plain:
-            try:
-                is_link = stat.S_ISLNK(os.lstat(whole).st_mode)
-                if not is_link and change.action == "write":
-                    self._plain.add(whole)  # a control file, checked once: written again without a stat
-            except OSError:
-                pass
-        try:
-            outside = self._confined and bool(self._real_dir(parent)) and is_link and not self.contains(target)
-        except OutsideRoot:
-            outside = True
-        if outside:
-            raise OutsideRoot(
-                f"refusing to change {self.display(target)}: it leads outside the host root {self.root}",
-                path=self.display(target),
-            )
-        shown = Change(change.action, self.display(target), change.value)
-        if self.dry_run:
-            _debug("dry-run: %s", shown.describe())
-        else:
-            self.through(shown, apply)
-        self.changes.append(shown)
-
-    def through(self, shown: Change, fn: Callable[[], T]) -> T:
-        """Make the change ``shown`` (its path as the user sees it) with ``fn``: the watch is told first, an
-        OSError becomes one typed line (hostio.change_error). The engine's own files (journal, lock) too."""
-        _debug("%s", shown.describe())
-        try:
-            if self.watch is not None:
-                self.watch(shown)  # the simulator's crash testing and storage faults
-            return fn()
-        except OSError as exc:
-            raise hostio.change_error(exc, shown) from exc
-
-    def write(self, path: Path, value: str) -> None:
-        """Write a kernel control file (sysfs attribute) with one write."""
-        self._change(Change("write", str(path), value), path, lambda: self.kernel.write(path, value))
-
-    def write_file(self, path: Path, text: str, mode: int = 0o644) -> None:
-        """Create or replace a regular file atomically and durably (config, state, records, specs)."""
-        self._change(Change("write-file", str(path)), path, lambda: hostio.write_atomic(path, text, mode, self._temps))
-
-    def remove(self, path: Path, missing_ok: bool = True) -> None:
-        if not os.path.lexists(path):
-            if missing_ok:
-                return
-            raise NotFound(f"{self.display(path)} does not exist", path=self.display(path))
-        self._change(Change("remove", str(path)), path, lambda: os.unlink(path))
-
-    def mkdir(self, path: Path) -> None:
-        if path.is_dir():
-            return
-        self._change(Change("mkdir", str(path)), path, lambda: path.mkdir(parents=True, exist_ok=True))

@@ -1,10 +1,12 @@
-"""Containment: where a path under the host root really is, and refusing what leads outside.
+"""Containment: the host root, the one join that names a path under it (:meth:`Containment.path`) and its
+inverse (:meth:`Containment.display`), where such a path really is, and refusing what leads outside.
 
 :class:`vgpukit.host.Host` is built on this: every read, listing, link resolution, socket address and
-change of the host door asks here first (docs/safety.md). Directories are resolved component by
-component inside the root and remembered for the command (one ``lstat`` per new component, a
-``readlink`` only where one is a link); a file that is itself a link is followed only by an ``O_PATH``
-open whose real path is checked before anything is opened for reading.
+change of the host door asks here first (docs/safety.md), and every place the door names (the kernel's,
+:mod:`.kernel_paths`; vgpukit's and other programs' files, :mod:`.file_places`) is joined here.
+Directories are resolved component by component inside the root and remembered for the command (one
+``lstat`` per new component, a ``readlink`` only where one is a link); a file that is itself a link is
+followed only by an ``O_PATH`` open whose real path is checked before anything is opened for reading.
 """
 
 from __future__ import annotations
@@ -12,15 +14,43 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
-from .errors import OutsideRoot
-from .host_layout import SELF_FD
-from .hostio import _real_path, follow_link
+from ..errors import InvalidInput, OutsideRoot
+
+# This process's open files (the door resolves what an fd really opened): never under the root.
+SELF_FD = "/proc/self/fd"
+
+
+def real_path(path: Path | str) -> str:
+    """The canonical path, as the kernel resolves it: an ``O_PATH`` open and one readlink of its
+    ``/proc/self/fd`` entry, instead of an lstat per component; ``realpath`` where that cannot be."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return os.path.realpath(path)
+    try:
+        return os.readlink(f"{SELF_FD}/{fd}")
+    except OSError:
+        return os.path.realpath(path)
+    finally:
+        os.close(fd)
+
+
+def follow_link(link: str, real_root: str, root_text: str, resolve: Callable[[str], str]) -> str:
+    """A symlink's real target: its text joined to its (real) directory, then resolved by ``resolve``
+    as a path under ``root_text`` (component by component, remembered: no realpath from ``/``);
+    ``os.path.realpath`` when it leaves the root or has ".." after a name that may itself be a link."""
+    text = os.readlink(link)
+    target = os.path.normpath(os.path.join(os.path.dirname(link), text))
+    if not target.startswith(real_root + "/") or ".." in text.lstrip("./").split("/"):
+        return os.path.realpath(link)
+    return resolve(root_text + target[len(real_root) :])
 
 
 class Containment:
-    """The root's checks, shared by every access of the host door (attributes set by ``Host``)."""
+    """The root's names and checks, shared by every access of the host door (attributes set by ``Host``)."""
 
     root: Path
     _root_text: str  # the root as given, without a trailing slash
@@ -28,6 +58,20 @@ class Containment:
     _confined: bool  # False with root /: every path is inside
     _real_dirs: dict[str, str]  # directory -> where it really is (inside the root)
     _plain: set[str]  # files found not to be links, in directories inside the root
+
+    def path(self, *parts: str) -> Path:
+        """``root/parts...``. Parts are relative; ``..`` and absolute parts are refused."""
+        pieces = [self._root_text]
+        for part in parts:
+            text = os.fspath(part)
+            if text.startswith("/") or "\0" in text:
+                raise InvalidInput(f"refusing path component {text!r}", value=part)
+            for piece in text.split("/"):
+                if piece == "..":
+                    raise InvalidInput(f"refusing path component {piece!r}", value=part)
+                if piece and piece != ".":
+                    pieces.append(piece)
+        return Path("/".join(pieces) or "/")
 
     def display(self, path: Path | str) -> str:
         """The path as the user would see it on the host (root stripped)."""
@@ -38,7 +82,7 @@ class Containment:
         return "/" + rel if not rel.startswith("..") else p
 
     def contains(self, path: Path | str) -> bool:
-        return not self._confined or self._inside(_real_path(path))
+        return not self._confined or self._inside(real_path(path))
 
     def _inside(self, real: str) -> bool:
         return real == self._real_root or real.startswith(self._real_root + "/")
@@ -106,7 +150,7 @@ class Containment:
         if directory == self._root_text:
             real = self._real_root
         elif depth > 40 or not directory.startswith(self._root_text + "/"):  # a link loop, or outside
-            real = _real_path(directory)
+            real = real_path(directory)
         else:
             parent, name = os.path.split(directory)
             real = os.path.join(self._real_dir(parent, depth), name)
