@@ -336,3 +336,29 @@ def test_no_package_loops() -> None:
     a layer in the structure picture, even when no two modules import each other."""
     found = cycles(package_graph(import_graph()))
     assert not found, "package loops (move the shared fact below both):\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+# ----------------------------------------------------------------------------- the node's device view
+def below_kubernetes(graph: dict[str, set[str]]) -> list[str]:
+    """Modules outside the Kubernetes package (``vgpukit.k8s``) that reach it, the top-level commands
+    (``vgpukit.cli``, which compose every front end) aside: the node's device view (``vgpukit.node``) is
+    below every front end, so the exporter (``vgpukit.metrics``) and remediation read it without Kubernetes."""
+    return sorted(
+        f"{m} -> {d}"
+        for m in graph
+        if not m.startswith(("vgpukit.k8s.", "vgpukit.cli."))
+        for d in reachable(graph, m)
+        if d.startswith("vgpukit.k8s.")
+    )
+
+
+def test_the_node_view_and_its_readers_stand_below_kubernetes() -> None:
+    graph = import_graph()
+    assert {"vgpukit.node.inventory", "vgpukit.node.claimed", "vgpukit.node.views"} <= set(graph)
+    bad = below_kubernetes(graph)
+    assert not bad, "modules reaching the Kubernetes package (read vgpukit.node instead):\n" + "\n".join(bad)
+    g = {"vgpukit.metrics.snapshot": {"vgpukit.node.x"}, "vgpukit.node.x": {"vgpukit.k8s.inventory"}}
+    assert below_kubernetes(g) == [
+        "vgpukit.metrics.snapshot -> vgpukit.k8s.inventory",
+        "vgpukit.node.x -> vgpukit.k8s.inventory",
+    ]

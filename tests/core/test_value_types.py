@@ -18,7 +18,7 @@ PENDING = {
     "vgpukit/fleet/document.py",
     "vgpukit/k8s/dra/config.py",
     "vgpukit/qos/config.py",
-    "vgpukit/k8s/inventory.py",
+    "vgpukit/node/inventory.py",
     "vgpukit/watch/model.py",
     "vgpukit/k8s/agent.py",
 }

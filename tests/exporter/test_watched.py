@@ -10,9 +10,9 @@ from tests.conftest import Run, make_sim
 from tests.watch.helpers import app_of
 from vgpukit.clikit.watch import opener
 from vgpukit.health.watched import health_views
-from vgpukit.k8s.inventory import Options
-from vgpukit.k8s.watched import inventory_views
 from vgpukit.metrics.collector import HostCollector, text
+from vgpukit.node.inventory import Options
+from vgpukit.node.views import inventory_views
 from vgpukit.watch.model import HostModel
 from vgpukit.watch.touch import Touch
 

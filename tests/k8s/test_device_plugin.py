@@ -18,8 +18,8 @@ import yaml
 from tests.conftest import invoke, make_sim, sim_host
 from tests.k8s.kubelet import Kubelet
 from vgpukit.clikit.context import App
-from vgpukit.k8s.inventory import Inventory, Options, Poller, collect
 from vgpukit.k8s.plugin import HEALTHY, UNHEALTHY, Manager, plugin_dir
+from vgpukit.node.inventory import Inventory, Options, Poller, collect
 from vgpukit.stopping import Stop
 from vgpukit.wiring import Wiring
 

@@ -28,7 +28,7 @@ from tests.qos.conftest import DaemonProc
 from vgpukit.k8s.dra import capacity
 from vgpukit.k8s.dra.extended import SHARE, class_name, device_class, device_classes
 from vgpukit.k8s.dra.server import Driver
-from vgpukit.k8s.inventory import Options, collect
+from vgpukit.node.inventory import Options, collect
 
 HOSTS = {  # profile -> the commands that make the device plugin's devices
     "hgx-a100": [("partition", "gpu1", "--mig", "3g.20gb,2g.10gb"),

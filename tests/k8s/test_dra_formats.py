@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from vgpukit.errors import VgpukitError
 from vgpukit.k8s.dra.claims import results_of
-from vgpukit.k8s.dra.devices import DRIVER, KINDS, device_name, pci_functions
+from vgpukit.k8s.dra.devices import DRIVER, pci_functions
+from vgpukit.node.dra_names import KINDS, device_name
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 

@@ -18,7 +18,7 @@ from vgpukit.k8s.dra.api import ClaimReader, resource_api
 from vgpukit.k8s.dra.devices import DRIVER
 from vgpukit.k8s.dra.server import Driver, Plugin, registry_socket
 from vgpukit.k8s.drahealth_v1 import api_pb2 as hl
-from vgpukit.k8s.inventory import Options, collect
+from vgpukit.node.inventory import Options, collect
 from vgpukit.wiring import Wiring
 
 NODE = "node-1"

@@ -273,7 +273,7 @@ from pathlib import Path
 from vgpukit.clikit.context import App
 from vgpukit.k8s.dra import claims, mps, sharing
 from vgpukit.k8s.dra.devices import dra_devices
-from vgpukit.k8s.inventory import Options, collect
+from vgpukit.node.inventory import Options, collect
 from vgpukit.wiring import Wiring
 import json
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from tests.conftest import invoke, make_sim
 from vgpukit.clikit.context import App
-from vgpukit.k8s.inventory import Options, collect
 from vgpukit.k8s.preferred import Distances, preferred
+from vgpukit.node.inventory import Options, collect
 from vgpukit.wiring import Wiring
 
 

@@ -8,6 +8,11 @@
   case then reports what its twin did in the guest (the body is not run on the host).
 * In the guest (``VGPUKIT_IN_GUEST=1``) ``real`` cases run for real against the guest kernel and
   their outcomes are written to the out share.
+* A module that needs fresh guests of its own (a real reboot, libvirtd starting domains) names a
+  function ``BOOTS(keep, cancel)`` that boots them and returns their runs; the same background thread
+  runs it right after the shared guest, and the module's ``boots`` fixture waits for its answer. So
+  every QEMU boot of the session runs beside the host-side tests, one at a time (the machine's other
+  core), instead of in the middle of the session.
 
 Deselected (not collected as tests) with VGPUKIT_SKIP_REALKERNEL=1. When QEMU / Debian's kernel cannot
 be had the cases skip with the reason locally, and FAIL in CI (``CI=true``): a suite that could not run
@@ -124,11 +129,23 @@ def _install_mdevctl(rk: RealKernel) -> str:
         return f"(echo {shlex.quote(f'mdevctl unavailable: {exc}')} >&2; false)"
 
 
-class _Background:
-    """The one guest run of this session, started in a thread as soon as the cases are collected, so
-    QEMU boots and runs while the rest of the suite runs on the host (the first real case waits)."""
+@dataclass
+class _Boots:
+    """A module's own boots (its ``BOOTS``), run in the background thread after the shared guest."""
 
-    def __init__(self, nodeids: list[str], steps_of: list[pytest.Item]) -> None:
+    fn: Any
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Any = None
+    error: BaseException | None = None  # raised again by the module's ``boots`` fixture (a skip too)
+    seconds: float | None = None
+
+
+class _Background:
+    """The guest runs of this session, started in a thread as soon as the cases are collected, so
+    QEMU boots and runs while the rest of the suite runs on the host: first the shared guest (the first
+    real case waits for it), then each collected module's own ``BOOTS``, one after another."""
+
+    def __init__(self, nodeids: list[str], steps_of: list[pytest.Item], boots: dict[str, Any]) -> None:
         self.session = GuestSession(nodeids=nodeids)
         self.unavailable: str | None = None
         self.crashed: BaseException | None = None
@@ -137,9 +154,30 @@ class _Background:
         self.cancel = threading.Event()
         self.keep = Path(tempfile.mkdtemp(prefix="vgpukit-guest."))  # removed when the session ends
         self._items = steps_of
+        self.shared_done = threading.Event()  # the shared guest's outcome is known
+        self.boots = {name: _Boots(fn) for name, fn in boots.items()}
         self.thread = threading.Thread(target=self._run, name="realkernel-guest", daemon=True)
 
     def _run(self) -> None:
+        try:
+            self._shared()
+        finally:
+            self.shared_done.set()
+        for name, boots in self.boots.items():
+            t0 = time.monotonic()
+            try:
+                if self.cancel.is_set():
+                    raise RuntimeError("the session ended before this module's boots")
+                keep = self.keep / name
+                keep.mkdir()
+                boots.result = boots.fn(keep, self.cancel)
+            except BaseException as exc:  # a skip or failure too: the module's fixture raises it again
+                boots.error = exc
+            finally:
+                boots.seconds = time.monotonic() - t0
+                boots.done.set()
+
+    def _shared(self) -> None:
         try:
             rk = RealKernel()
             rk.config.timeout = max(rk.config.timeout, 1500.0)  # every module's steps + the in-guest cases, under TCG
@@ -152,9 +190,13 @@ class _Background:
             self.prepare_seconds = time.monotonic() - began
             session = self.session
             session.mtty = assets.mtty
+            steps = _guest_steps(rk, self._items, session.nodeids)
+            if not steps:  # only modules with boots of their own were collected
+                session.error = "no shared guest in this session (no real case and no GUEST_STEPS collected)"
+                return
             t0 = time.monotonic()
             run = rk.run(
-                _guest_steps(rk, self._items, session.nodeids),
+                steps,
                 keep_dir=self.keep,
                 env={"VGPUKIT_GUEST_MTTY": "1" if assets.mtty else "0"},
                 cancel=self.cancel,
@@ -182,9 +224,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     items = [i for i in session.items if _is_real_case(i)]
     steps_only = [i for i in session.items if "guest" in getattr(i, "fixturenames", ())]  # read GUEST_STEPS
-    if not items and not steps_only:  # a module of guest steps alone boots the guest too (no in-guest pytest)
+    boots: dict[str, Any] = {}
+    for item in session.items:
+        module = getattr(item, "module", None)
+        if "boots" in getattr(item, "fixturenames", ()) and hasattr(module, "BOOTS"):
+            boots.setdefault(module.__name__.rsplit(".", 1)[-1], module.BOOTS)
+    if not items and not steps_only and not boots:  # a module of guest steps alone boots the guest too
         return
-    bg = _Background([i.nodeid for i in items], list(session.items))
+    bg = _Background([i.nodeid for i in items], list(session.items), boots)
     session.config.stash[_GUEST] = bg
     bg.thread.start()
 
@@ -197,7 +244,7 @@ def guest_session(request: pytest.FixtureRequest) -> GuestSession:
     bg = request.config.stash.get(_GUEST, None)
     if bg is None:  # no real case was collected at the start (cannot happen for a real case's fixture)
         skip_or_fail("the guest was not started")
-    bg.thread.join()
+    bg.shared_done.wait()
     if bg.unavailable:
         skip_or_fail(bg.unavailable)
     if bg.crashed is not None:
@@ -210,15 +257,39 @@ def guest_session(request: pytest.FixtureRequest) -> GuestSession:
 _SECONDS = pytest.StashKey[str]()
 
 
+@pytest.fixture(scope="module")
+def boots(request: pytest.FixtureRequest) -> Any:
+    """What the module's ``BOOTS`` returned: its own guests, booted in the session's background thread
+    after the shared guest (this waits for them)."""
+    reason = skip_reason()
+    if reason:
+        skip_or_fail(reason)
+    bg = request.config.stash.get(_GUEST, None)
+    name = request.module.__name__.rsplit(".", 1)[-1]
+    job = bg.boots.get(name) if bg is not None else None
+    if job is None:  # a module without BOOTS (or not collected at the start)
+        pytest.fail(f"{name} uses the boots fixture: it needs a module-level BOOTS function", pytrace=False)
+    job.done.wait()
+    request.config.stash[_SECONDS] = _timings(bg)
+    if job.error is not None:
+        raise job.error
+    return job.result
+
+
 def _timings(bg: _Background) -> str:
     """Where the guest's time went (the session's critical path when the rest of the suite is faster)."""
     run = bg.session.run
-    parts = [f"prepare {bg.prepare_seconds or 0:.1f} s", f"one QEMU boot {bg.seconds:.1f} s"]
+    parts = [f"prepare {bg.prepare_seconds or 0:.1f} s"]
+    if bg.seconds is not None:
+        parts.append(f"shared QEMU boot {bg.seconds:.1f} s")
     if run is not None:
         if run.boot_seconds is not None:
             parts.append(f"first step at {run.boot_seconds:.0f} s of guest uptime")
         steps = sorted((r for r in run.steps.values() if r.seconds is not None), key=lambda r: -(r.seconds or 0))
         parts.append("slowest steps " + ", ".join(f"{r.name} {r.seconds:.0f} s" for r in steps[:4]))
+    own = [f"{name} {job.seconds:.0f} s" for name, job in bg.boots.items() if job.seconds is not None]
+    if own:
+        parts.append("modules' own boots (after it, in the background) " + ", ".join(own))
     return "; ".join(parts)
 
 

@@ -30,12 +30,13 @@ from tests.k8s.kubelet import Kubelet
 from vgpukit.clikit.context import App
 from vgpukit.k8s import kubevirt
 from vgpukit.k8s.dra import metadata
-from vgpukit.k8s.dra.devices import DRIVER, device_name
+from vgpukit.k8s.dra.devices import DRIVER
 from vgpukit.k8s.dra.server import Driver
 from vgpukit.k8s.dra_v1 import api_pb2 as dra
-from vgpukit.k8s.inventory import Options, collect
 from vgpukit.k8s.plugin import Manager, plugin_dir
 from vgpukit.libvirt.domain import DomainXML
+from vgpukit.node.dra_names import device_name
+from vgpukit.node.inventory import Options, collect
 from vgpukit.wiring import Wiring
 
 PF, VF1, VF2 = "0000:00:02.0", "0000:00:02.1", "0000:00:02.2"

@@ -15,8 +15,11 @@ import sys
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.background import lower_priority
 
 from .debian import base_tarball
 
@@ -50,10 +53,15 @@ def version() -> str:
 
 
 @pytest.fixture(scope="session")
-def dists(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def dists(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """``python -m build`` of this tree: the sdist, and the wheel built from that sdist."""
     need(("make", "cc"))
-    out = tmp_path_factory.mktemp("dist")
+    job = request.session.stash.get(BUILDS, {}).get("dists")
+    return job.result() if job is not None else build_dists(tmp_path_factory.mktemp("dist"))
+
+
+def build_dists(out: Path) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
     subprocess.run(
         [sys.executable, "-m", "build", "-o", str(out), str(ROOT)], check=True, capture_output=True, env=clean_env()
     )
@@ -89,10 +97,17 @@ PREVIOUS = "0.0.1"  # the "previous release" the upgrade test starts from (same 
 
 
 @pytest.fixture(scope="session")
-def debs(dists: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def debs(
+    request: pytest.FixtureRequest, dists: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
     """scripts/build-deb.sh of this tree's wheel: the package, and the same as version PREVIOUS."""
     need(("dpkg-deb", "make", "cc"))
-    out = tmp_path_factory.mktemp("deb")
+    job = request.session.stash.get(BUILDS, {}).get("debs")
+    return job.result() if job is not None else build_debs(dists, tmp_path_factory.mktemp("deb"))
+
+
+def build_debs(dists: dict[str, Path], out: Path) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
     env = clean_env(PYTHON=sys.executable, VGPUKIT_WHEELHOUSE=str(WHEELHOUSE), TMPDIR=str(out))
     built = {}
     for key, extra in (("current", []), ("previous", ["--version", PREVIOUS])):
@@ -136,18 +151,79 @@ ULIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
 
 
 BASE_JOB = pytest.StashKey[Future[Path]]()
+BUILDS = pytest.StashKey[dict[str, Future[Any]]]()  # "dists", "debs", "image", "release": from collection on
+BUILD_DIR = pytest.StashKey[Path]()
+
+
+def release_tagged(where: Path, debian_base: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """scripts/release.sh on a clone of the committed tree tagged v<version>: its output directory and
+    its run (the image's root file system from the session's debootstrap, as the image fixture's)."""
+    clone = where / "vgpukit"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", "tag", "-a", f"v{version()}",
+                    "-m", "test"], cwd=clone, check=True)  # fmt: skip
+    out = where / "out"
+    done = subprocess.run(
+        ["bash", "scripts/release.sh", "-o", str(out)],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        env=clean_env(PYTHON=sys.executable, TMPDIR=str(where), VGPUKIT_IMAGE_BASE=str(debian_base)),
+        timeout=1200,
+    )
+    return out, done
+
+
+def _wanted(session: pytest.Session, fixture: str) -> bool:
+    return any(fixture in getattr(item, "fixturenames", ()) for item in session.items)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the session's debootstrap (debian_base) in the background as soon as the session's tests
-    are known, when one of them needs it: it needs nothing of this tree, so it runs beside every other
-    test (the shipping tests run last: tests/conftest.py)."""
-    wanted = any("debian_base" in getattr(item, "fixturenames", ()) for item in session.items)
-    if not wanted or os.geteuid() != 0 or not all(shutil.which(t) for t in ("debootstrap", "tar")):
+    """Start the session's slow set-ups in the background, one after another, as soon as the session's
+    tests are known: the debootstrap (debian_base), then the sdist and wheel, the .deb and the node
+    image of this tree, then scripts/release.sh on a tagged clone of it; each when a collected test
+    needs it and its tools are here (else the fixture does the work, or skips saying why). They run
+    beside every other test (the shipping tests run last: tests/conftest.py), at a lower priority than
+    the tests (tests/background.py); each fixture waits for its job."""
+    root = os.geteuid() == 0
+    base = _wanted(session, "debian_base") and root and all(shutil.which(t) for t in ("debootstrap", "tar"))
+    wants = {name: _wanted(session, name) for name in ("dists", "debs", "image", "tagged_release")}
+    wants["debs"] = wants["debs"] or wants["image"]
+    wants["dists"] = wants["dists"] or wants["debs"]
+    have = {
+        "dists": all(shutil.which(t) for t in ("make", "cc")),
+        "debs": all(shutil.which(t) for t in ("dpkg-deb", "make", "cc")),
+        "image": root and base and all(shutil.which(t) for t in ("podman", "runc")),
+        "tagged_release": root and base and all(shutil.which(t) for t in ("git", "podman", "runc", "dpkg-deb")),
+    }
+    if not base and not any(wants.values()):
         return
-    pool = ThreadPoolExecutor(1, thread_name_prefix="debootstrap")
-    session.stash[BASE_JOB] = pool.submit(base_tarball)
-    pool.shutdown(wait=False)  # the job runs on; the interpreter waits for it at exit
+    pool = ThreadPoolExecutor(1, thread_name_prefix="ship-setup", initializer=lower_priority)
+    if base:
+        session.stash[BASE_JOB] = pool.submit(base_tarball)
+    out = Path(tempfile.mkdtemp(prefix="vgpukit-ship-builds."))
+    session.stash[BUILD_DIR] = out
+    jobs: dict[str, Future[Any]] = {}
+    if wants["dists"] and have["dists"]:
+        jobs["dists"] = pool.submit(build_dists, out / "dist")
+        if wants["debs"] and have["debs"]:
+            jobs["debs"] = pool.submit(lambda: build_debs(jobs["dists"].result(), out / "deb"))
+            if wants["image"] and have["image"]:
+                base_job = session.stash[BASE_JOB]
+                jobs["image"] = pool.submit(lambda: build_image(jobs["debs"].result(), base_job.result()))
+    if wants["tagged_release"] and have["tagged_release"]:  # after the image: the tests need that first
+        jobs["release"] = pool.submit(lambda: release_tagged(out / "release", session.stash[BASE_JOB].result()))
+    session.stash[BUILDS] = jobs
+    pool.shutdown(wait=False)  # the jobs run on; the interpreter waits for them at exit
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    out = session.stash.get(BUILD_DIR, None)
+    jobs = session.stash.get(BUILDS, {})
+    for job in jobs.values():  # the session ended first (-x, ^C): builds not started never start
+        job.cancel()
+    if out is not None and all(j.done() for j in jobs.values()):
+        shutil.rmtree(out, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -160,14 +236,19 @@ def debian_base(request: pytest.FixtureRequest) -> Path:
 
 
 @pytest.fixture(scope="session")
-def image(debs: dict[str, Path], debian_base: Path) -> str:
+def image(request: pytest.FixtureRequest, debs: dict[str, Path], debian_base: Path) -> str:
     """scripts/build-image.sh with this tree's package: localhost/vgpukit:<version>."""
     need(("podman", "runc"), root=True)
-    done = subprocess.run(
+    job = request.session.stash.get(BUILDS, {}).get("image")
+    done = job.result() if job is not None else build_image(debs, debian_base)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def build_image(debs: dict[str, Path], debian_base: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         ["bash", str(ROOT / "scripts" / "build-image.sh"), "--deb", str(debs["current"]), "--base", str(debian_base)],
         capture_output=True,
         text=True,
         env=clean_env(),
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout.strip().splitlines()[-1]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, clean_env, need, version
+from .conftest import BUILDS, ROOT, clean_env, need, release_tagged, version
 
 pytestmark = pytest.mark.ship
 
@@ -43,13 +43,20 @@ def test_refuses_a_dirty_tree_and_an_untagged_head(clone: Path) -> None:
     assert done.returncode == 1 and f"HEAD is not tagged v{version()}" in done.stderr
 
 
-def test_tagged_release_builds_every_artefact_with_one_version(clone: Path, debian_base: Path) -> None:
-    need(("podman", "runc", "dpkg-deb"), root=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", "tag", "-a", f"v{version()}",
-                    "-m", "test"], cwd=clone, check=True)  # fmt: skip
-    out = clone.parent / "out"
-    # the image's root file system from the session's debootstrap, as the image fixture's (build-image.sh)
-    done = _release(clone, "-o", str(out), VGPUKIT_IMAGE_BASE=str(debian_base))
+@pytest.fixture(scope="module")
+def tagged_release(
+    request: pytest.FixtureRequest, debian_base: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """scripts/release.sh on a clone of this tree tagged v<version> (started at collection: conftest)."""
+    need(("git", "podman", "runc", "dpkg-deb"), root=True)
+    job = request.session.stash.get(BUILDS, {}).get("release")
+    return job.result() if job is not None else release_tagged(tmp_path_factory.mktemp("tagged"), debian_base)
+
+
+def test_tagged_release_builds_every_artefact_with_one_version(
+    tagged_release: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, done = tagged_release
     assert done.returncode == 0, done.stderr[-3000:]
     v = version()
     names = {p.name for p in out.iterdir()}

@@ -8,8 +8,8 @@ from typing import Any
 from vgpukit.clikit.context import App
 from vgpukit.clikit.watch import opener
 from vgpukit.health.watched import health_views
-from vgpukit.k8s.inventory import Inventory, Options, collect, with_holders
-from vgpukit.k8s.watched import inventory_views
+from vgpukit.node.inventory import Inventory, Options, collect, with_holders
+from vgpukit.node.views import inventory_views
 from vgpukit.watch.model import HostModel, View
 from vgpukit.wiring import Wiring
 

@@ -42,8 +42,8 @@ def exporter(app: App, listen: tuple[str, int], once: bool, resync: float) -> No
         _lost(app)
         return
     from ..health.watched import health_views
-    from ..k8s.inventory import Options
-    from ..k8s.watched import inventory_views
+    from ..node.inventory import Options
+    from ..node.views import inventory_views
 
     views = {**inventory_views(lambda _host: Options(replicas=0)), **health_views(save=False)}
     views.pop("held")  # holders are read at each scrape

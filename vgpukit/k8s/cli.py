@@ -95,7 +95,7 @@ def resources(
 ) -> None:
     """Show the resources and devices the device plugin would advertise now, with the health it would list
     them with (and the DRA plugin's slices)."""
-    from .inventory import health_of
+    from ..node.inventory import health_of
 
     given = [o for o, v in (("--partitionable", partitionable), ("--share-by-capacity", share), ("--node", node)) if v]
     if version is None and given:
@@ -170,7 +170,7 @@ def device_plugin(app: App, replicas: int, interval: float, resync: float, mode:
     Runs until SIGTERM/SIGINT; registers with <root>/var/lib/kubelet/device-plugins/kubelet.sock (again on restarts).
     """
     from ..host.notify import CHANGED
-    from .inventory import Inventory
+    from ..node.inventory import Inventory
     from .plugin import Manager, plugin_dir
     from .watched import device_plugin_views
 

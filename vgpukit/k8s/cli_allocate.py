@@ -43,9 +43,9 @@ def allocate_cmd(app: App, devices: tuple[str, ...], replicas: int, mode: str, v
     allocated."""
     from google.protobuf.json_format import MessageToDict
 
+    from ..node.inventory import HEALTHY, health_of
     from .cli_host import _health as health_look
     from .cli_host import _poller
-    from .inventory import HEALTHY, health_of
     from .plugin import container_response
 
     answer_mode = vm_mode(vms, mode)

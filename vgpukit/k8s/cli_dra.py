@@ -22,9 +22,9 @@ from .cli_options import ShareChoice, device_metadata_option, kubernetes_release
 
 if TYPE_CHECKING:
     from ..engine.env import Env
+    from ..node.inventory import Inventory
     from .dra.capacity import Choice
     from .dra.driver import Driver
-    from .inventory import Inventory
 
 Opener = Callable[[], tuple["Env", Callable[..., "Inventory"], Callable[[], None]]]
 

@@ -13,8 +13,8 @@ from ..clikit.context import App
 from ..clikit.params import AsciiFloat
 
 if TYPE_CHECKING:
+    from ..node.inventory import Inventory
     from .agent import Agent
-    from .inventory import Inventory
 
 remediate_every_option = click.option(
     "--remediate-every",

@@ -13,21 +13,22 @@ from ..clikit.context import App
 if TYPE_CHECKING:
     from ..engine.env import Env
     from ..host import Host
+    from ..node.inventory import Inventory, Options
     from ..nvml import Nvml
-    from .inventory import Inventory, Options
 
 
 def _options(host: Host, replicas: int) -> Options:
     """gpu-share replicas and the QoS daemon's effective config (tenants' shares and memory caps)."""
+    from ..node.inventory import Options
     from ..qos.planner import offered
-    from .inventory import Options
 
     return Options(replicas=replicas, qos=offered(host))  # not the tenants the daemon dropped
 
 
 def _poller(app: App, replicas: int, vms: str | None = None) -> Callable[[], Inventory]:
     """Reads the host afresh at every poll (a new App: nothing cached); ``vms``: the KubeVirt mode's naming."""
-    from . import inventory, kubevirt
+    from ..node import inventory
+    from . import kubevirt
 
     def open_host() -> tuple[Host, Nvml | None, Callable[[], None]]:
         fresh = App(root=app.root, sim_dir=app.sim_dir, wiring=app.wiring)
@@ -69,7 +70,7 @@ def _log_to_stderr(name: str) -> None:
 
 def _dra_opener(app: App) -> Callable[[], tuple[Env, Callable[..., Inventory], Callable[[], None]]]:
     """A fresh host, NVML and engine environment for each kubelet call (nothing cached between calls)."""
-    from .inventory import Options, collect
+    from ..node.inventory import Options, collect
 
     def open_host() -> tuple[Env, Callable[..., Inventory], Callable[[], None]]:
         fresh = App(root=app.root, sim_dir=app.sim_dir, command="vgpukit k8s dra-plugin", wiring=app.wiring)

@@ -23,8 +23,8 @@ def labels_cmd(app: App, write: bool) -> None:
     --write puts them in <root>/etc/kubernetes/node-feature-discovery/features.d/vgpukit (rewritten
     only when they change), through the change engine: under the host lock, journaled, --dry-run.
     """
+    from ..node.inventory import collect
     from . import labels as lb
-    from .inventory import collect
 
     host = app.host
     path = lb.feature_file(host)

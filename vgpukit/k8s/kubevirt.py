@@ -37,12 +37,12 @@ from ..cdi.spec import vendor_vfio
 from ..host import VFIO_DEV, Host
 from ..mdev import sysfs as mdev_sysfs
 from ..mdev.model import MdevParent
+from ..node.inventory import PREFIX, Device, Inventory, resource_part, signature, with_holders
 from ..pci import PciDevice, Scan
 from ..sriov.binding import pf_with_vfs
 from ..vgpu import hostview
 from ..vgpu.catalog import short_name
 from ..vgpu.model import GpuView, Vgpu
-from .inventory import PREFIX, Device, Inventory, resource_part, signature, with_holders
 
 if TYPE_CHECKING:
     from ..data.pci_names import PciNames
@@ -242,7 +242,7 @@ def _mdevs(
 
 class Poller:
     """The KubeVirt mode's view of the host per poll: a full :func:`collect` when the inventory's
-    :func:`~vgpukit.k8s.inventory.signature` changed, else only the holders read again."""
+    :func:`~vgpukit.node.inventory.signature` changed, else only the holders read again."""
 
     def __init__(self, open_host: Callable[[], tuple[Host, Nvml | None, Callable[[], None]]], naming: str) -> None:
         self.open_host = open_host

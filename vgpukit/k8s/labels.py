@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 from ..health import fact as health
 from ..host import Host
+from ..node.inventory import PREFIX, Inventory, resource_part
 from ..pci import Scan
 from ..vgpu import hostview
 from ..vgpu.catalog import short_name
-from .inventory import PREFIX, Inventory, resource_part
 
 if TYPE_CHECKING:
     from pathlib import Path

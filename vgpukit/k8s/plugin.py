@@ -32,10 +32,10 @@ import grpc
 from ..errors import VgpukitError
 from ..host import Host
 from ..logs import logger
+from ..node.inventory import HEALTHY, UNHEALTHY, Device, Inventory, carry_unread, health_of
 from ..stopping import Bell, Stop, wait_woken
 from ..words import plural
 from . import preferred as pref
-from .inventory import HEALTHY, UNHEALTHY, Device, Inventory, carry_unread, health_of
 from .v1beta1 import api_pb2 as api
 from .v1beta1 import api_pb2_grpc
 

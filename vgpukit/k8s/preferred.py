@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..node.inventory import Device
 from ..pci import PciDevice
 from ..topology import RANK, port_roles, relation
-from .inventory import Device
 
 
 class Distances:

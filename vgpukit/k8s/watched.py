@@ -1,9 +1,7 @@
-"""The views of the host the long-running Kubernetes doors and the exporter keep (:mod:`vgpukit.watch`).
+"""The views of the host the long-running Kubernetes doors keep (:mod:`vgpukit.watch`).
 
-* ``inventory``: :func:`.inventory.collect` over the model's PCI snapshot (functions a change named
-  are read again, the rest kept), recomputed when PCI functions, vgpukit's files or NVML change;
-* ``held``: the same devices with who holds them (one ``/proc`` scan), read again when a VFIO node is
-  opened or closed too;
+* ``inventory``, ``held``: the node's devices and who holds them (:mod:`vgpukit.node.views`; the
+  KubeVirt mode's own inventory here);
 * ``health``, ``sick``: the health layer's (:mod:`vgpukit.health.watched`), ``sick`` and ``evicting`` as
   the Kubernetes commands read them (:mod:`.cli_health`: quarantined devices too).
 """
@@ -14,19 +12,9 @@ from collections.abc import Callable
 
 from ..health.watched import DEVICES, health_views
 from ..host import Host
+from ..node.inventory import Inventory, Options
+from ..node.views import held_view, inventory_views
 from ..watch.model import Refresh, View, view
-from .inventory import Inventory, Options, collect, with_holders
-
-
-def inventory_views(options: Callable[[Host], Options]) -> dict[str, View]:
-    def inventory(r: Refresh) -> Inventory:
-        return collect(r.host, r.nvml, options(r.host), scan=r.scan)
-
-    def held(r: Refresh) -> Inventory:
-        inv = r.value("inventory")
-        return with_holders(r.host, inv) if inv is not None else Inventory()
-
-    return {"inventory": view(inventory, *DEVICES), "held": view(held, *DEVICES, "holders")}
 
 
 def kubevirt_views(naming: str) -> dict[str, View]:
@@ -39,11 +27,7 @@ def kubevirt_views(naming: str) -> dict[str, View]:
         inv.warnings += offers.warnings
         return inv
 
-    def held(r: Refresh) -> Inventory:
-        inv = r.value("inventory")
-        return with_holders(r.host, inv) if inv is not None else Inventory()
-
-    return {"inventory": view(inventory, *DEVICES), "held": view(held, *DEVICES, "holders")}
+    return {"inventory": view(inventory, *DEVICES), "held": held_view()}
 
 
 def k8s_health_views() -> dict[str, View]:

@@ -101,8 +101,8 @@ def _qos(host: Host) -> dict[str, Any] | None:
 
 
 def _slices(host: Host, nvml: Nvml | None, scan: Scan, model: Any = None) -> list[Slice]:
-    from ..k8s.dra.holders import claims_by_id
-    from ..k8s.inventory import PREFIX, Options, collect, with_holders
+    from ..node.claimed import claims_by_id
+    from ..node.inventory import PREFIX, Options, collect, with_holders
 
     kept = model.get("inventory") if model is not None else None
     inv = with_holders(host, kept) if kept is not None else collect(host, nvml, Options(replicas=0), scan=scan)
@@ -124,9 +124,9 @@ def _health(host: Host, nvml: Nvml | None, table: XidTable, scan: Scan) -> list[
 
 def take(host: Host, nvml: Nvml | None, xids: XidTable, model: Any = None) -> Snapshot:
     """Everything, read now (``xids``: the XID table, loaded once by the caller). ``model``: the watch's
-    (:mod:`vgpukit.k8s.watched` views ``inventory`` and ``health``), kept current by what changes: the
-    devices and their health come from it, who holds them is read now, as NVML's telemetry, the QoS
-    daemon's status and the tenants' CUDA regions are (the scrape is what asks)."""
+    (:mod:`vgpukit.node.views` ``inventory``, :mod:`vgpukit.health.watched` ``health``), kept current by
+    what changes: the devices and their health come from it, who holds them is read now, as NVML's
+    telemetry, the QoS daemon's status and the tenants' CUDA regions are (the scrape is what asks)."""
     snap = Snapshot(hostname())
     scan = Scan(host)  # one PCI read, shared by the health layer and the inventory (none with a model)
     kept = model.get("health") if model is not None else None

@@ -87,8 +87,8 @@ def _claims(app: App, f: Any) -> tuple[str, ...]:
     host = app.host
     if not host.is_dir(host.dra_claim_records()) or not host.listdir(host.dra_claim_records()):
         return ()
-    from ..k8s.dra.holders import claims_by_id
-    from ..k8s.inventory import Options, collect
+    from ..node.claimed import claims_by_id
+    from ..node.inventory import Options, collect
 
     inv = collect(host, app.nvml, Options(replicas=0))
     c = f.carried

@@ -207,10 +207,13 @@ class Watch:
         if kind == "holders":
             if ev.mask & HOLDERS:
                 touch.kinds.add("holders")
-            if ev.mask & (IN_CREATE | IN_MOVED_TO | GONE):
-                touch.kinds.add("docs")  # a node came or went (under a root without uevents: the only word)
+            if ev.mask & (IN_CREATE | IN_MOVED_TO | GONE):  # a node came or went: its group's functions
+                touch.kinds.add("pci" if self.kernel is not None else "docs")  # (without uevents: the only word)
+                if ev.dir == str(self.host.vfio_dir()) and ev.name.isdigit():
+                    touch.groups.add(ev.name)
         else:
             touch.kinds.add(kind)
+            touch.settings |= ev.dir != str(self.host.state_dir())  # a config file, not the journal gone
         touch.why.append(f"{self.host.display(ev.dir)}/{ev.name}")
         if self.kernel is None and "docs" in touch.kinds and not touch.full:
             touch.everything("a change without kernel uevents under this root")  # it says not what changed
@@ -275,11 +278,12 @@ class Watch:
                 if events:
                     with self.nvml_lock:
                         self.nvml_events += events
-                    with contextlib.suppress(BlockingIOError):
-                        os.write(self.nvml_w, b"n")
+                    with contextlib.suppress(BlockingIOError, BrokenPipeError):  # full: a wake-up is pending
+                        os.write(self.nvml_w, b"n")  # closed: the watch has stopped reading
         except VgpukitError as err:
             log.warning("NVML events no longer watched: %s", err)
         finally:
+            os.close(self.nvml_w)  # this thread's end of the pipe: close() leaves it to the thread
             watcher.close()
             close()
 
@@ -293,7 +297,8 @@ class Watch:
         self.inotify.close()
         if self.kernel is not None:
             self.kernel.close()
-        for fd in (self.stop_r, self.stop_w, self.nvml_r, self.nvml_w):
+        nvml_thread = any(t.name == NVML_THREAD for t in self.threads)  # it closes nvml_w when it ends
+        for fd in (self.stop_r, self.stop_w, self.nvml_r, *(() if nvml_thread else (self.nvml_w,))):
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.model.poke()

@@ -7,6 +7,7 @@ address, an mdev's UUID under its parent, a VFIO group). Kinds (what a view of t
 * ``docs``: a file vgpukit keeps changed (a change committed by the change engine: its journal removed;
   a config file under ``/etc/vgpukit``, an mdevctl definition);
 * ``holders``: a VFIO node was opened or closed (``/dev/vfio``): who holds a device may have changed;
+  a node that came or went is ``pci`` too, its group in ``groups`` (``docs`` where no uevents come);
 * ``lock``: the host lock's file was closed by a writer (a command let go of the lock);
 * ``nvml``: the NVIDIA driver reported events (XID, ECC, a lost GPU);
 * ``full``: events were lost, the process just started, or the safety net's time came: read it all.
@@ -27,6 +28,8 @@ KINDS = ("pci", "docs", "holders", "lock", "nvml", "full")
 class Touch:
     bdfs: set[str] = field(default_factory=set)
     added: set[str] = field(default_factory=set)  # functions that appeared (their PF is read again too)
+    groups: set[str] = field(default_factory=set)  # VFIO groups whose node came or went (/dev/vfio/<group>)
+    settings: bool = False  # a configuration file of vgpukit's changed (not only a change committed)
     kinds: set[str] = field(default_factory=set)
     why: list[str] = field(default_factory=list)  # for the debug log: what came
     nvml_events: list[Any] = field(default_factory=list)  # what the watch's NVML event set delivered
@@ -49,6 +52,8 @@ class Touch:
         self.kinds.add("pci")
         self.why.append(ev.line())
         own = [p for p in parts if BDF_RE.match(p)]
+        if ev.subsystem == "vfio" and not own and parts and parts[-1].isdigit():
+            self.groups.add(parts[-1])  # a VFIO group's node: the functions in that group
         if not own:
             return  # a virtual device (a VFIO group, an mdev of a virtual parent): nothing to forget
         bdf = own[-1]
@@ -59,6 +64,8 @@ class Touch:
     def merge(self, other: Touch) -> None:
         self.bdfs |= other.bdfs
         self.added |= other.added
+        self.groups |= other.groups
+        self.settings |= other.settings
         self.kinds |= other.kinds
         self.why += other.why
         self.nvml_events += other.nvml_events

@@ -178,7 +178,7 @@ def dropped(wanted: Iterable[dict[str, Any]], stored: dict[str, Any]) -> bool:
 def holds(host: Host, but: str = "") -> tuple[set[str], set[str]]:
     """(devices claims hold exclusively, devices claims hold shares of), from every claim record (prepared
     or preparing) but claim ``but``'s."""
-    from .holders import record_docs
+    from ...node.claimed import record_docs
 
     exclusive: set[str] = set()
     shared: set[str] = set()

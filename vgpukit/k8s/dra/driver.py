@@ -12,10 +12,10 @@ from ...engine import session
 from ...engine.env import Env
 from ...errors import VgpukitError
 from ...logs import logger
+from ...node.inventory import Inventory, carry_unread
 from ...watch.model import HostModel
 from ..dra_v1 import api_pb2 as dra
 from ..drahealth_v1 import api_pb2 as hl
-from ..inventory import Inventory, carry_unread
 from . import capacity, claims, extended, lost, metadata, ondemand_vgpu, partitions, slices
 from .devices import DraDevice, dra_devices, pci_functions
 

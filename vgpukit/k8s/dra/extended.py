@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..inventory import Inventory
+from ...node.inventory import Inventory
 from .devices import DRIVER, DraDevice
 
 ATTRIBUTE = "devicePluginResource"

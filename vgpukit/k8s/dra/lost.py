@@ -80,7 +80,7 @@ def claimed(env: Env) -> dict[str, dict[str, Any]]:
     """Every device a claim on this node holds (prepared or being prepared), by the name the scheduler
     allocated: ``function`` (the PCI function whose health is the device's, "" when unknown) and, for one
     made on demand, its made record's entry (``made``)."""
-    from .holders import record_docs
+    from ...node.claimed import record_docs
     from .ondemand import all_made
 
     out: dict[str, dict[str, Any]] = {}

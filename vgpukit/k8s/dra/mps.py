@@ -28,8 +28,8 @@ from ...engine.env import Env
 from ...engine.step import Step, step_kind
 from ...errors import Conflict, HostIOError, NotFound, VerifyFailed
 from ...host import Host
+from ...node.claimed import claim_uid, record_docs
 from .config import Mps
-from .holders import claim_uid, record_docs
 
 BINARY = "nvidia-cuda-mps-control"
 PID_FILE = "nvidia-cuda-mps-control.pid"

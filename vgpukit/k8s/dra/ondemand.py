@@ -31,10 +31,11 @@ from ...errors import Busy, Conflict, HostIOError
 from ...logs import logger
 from ...mig import layout
 from ...mig.steps import SetMode, find_gi
+from ...node.dra_names import device_name
+from ...node.inventory import PREFIX, Device
 from ...nvml import GiProfile, Nvml, NvmlGpu
-from ..inventory import PREFIX, Device
 from . import ondemand_vgpu
-from .devices import DraDevice, device_name
+from .devices import DraDevice
 
 log = logger("vgpukit.k8s.dra")
 

@@ -27,14 +27,15 @@ from ...engine.step import Step
 from ...host import Host
 from ...logs import logger
 from ...mdev import planner as mdev_planner
+from ...node.dra_names import device_name
+from ...node.inventory import PREFIX, Device, resource_part
 from ...pci import PciDevice, Scan
 from ...vgpu import hostview
 from ...vgpu import planner as vgpu_planner
 from ...vgpu.catalog import short_name
 from ...vgpu.model import MDEV, GpuView, VgpuType
-from ..inventory import PREFIX, Device, resource_part
 from .attributes import standard
-from .devices import DraDevice, device_name
+from .devices import DraDevice
 
 log = logger("vgpukit.k8s.dra")
 MIB = 1024 * 1024

@@ -40,12 +40,13 @@ from ...engine.env import Env
 from ...errors import VgpukitError
 from ...logs import logger
 from ...mig import layout, planner
+from ...node.dra_names import device_name
+from ...node.inventory import Device
 from ...nvml import GiProfile, Nvml, NvmlGpu
 from ...pci import PciDevice
-from ..inventory import Device
 from . import ondemand_vgpu, slices
 from .attributes import standard
-from .devices import DraDevice, device_name
+from .devices import DraDevice
 from .ondemand import Made, all_made, catalog, placements
 
 log = logger("vgpukit.k8s.dra")

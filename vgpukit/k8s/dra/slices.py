@@ -206,6 +206,7 @@ class Publisher:
         self.capacity_dropped = False  # a shared device stored without its consumable capacity (.capacity)
         self.features = False  # also read the taints' and consumable capacity's gates before writing
         self.said: set[str] = set()  # warnings logged once
+        self.stored: dict[str, Any] | None = None  # this node's slices as stored, from our writes (None: list)
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         """One API call; a connection that hangs gives up after API_TIMEOUT (the next poll tries again)."""
@@ -228,6 +229,8 @@ class Publisher:
                 log.warning("%s", line)
         if wanted == self.published:
             return None
+        if self.published is None:  # a start (or a publisher told to forget): what the server has is listed
+            self.stored = None
         try:
             done = self._publish(wanted)
         except VgpukitError:
@@ -244,54 +247,88 @@ class Publisher:
         self.published = wanted
         return done
 
+    def _current(self) -> dict[str, Any]:
+        """This node's slices as the API server has them (by name), listed only when not known from this
+        publisher's own writes (the first time, and after a failed call)."""
+        if self.stored is None:
+            selector = f"spec.nodeName={self.node},spec.driver={DRIVER}"
+            listing = self._call(self.api.list_resource_slice, field_selector=selector) or {}
+            self.stored = {
+                item["metadata"]["name"]: item
+                for item in listing.get("items") or []
+                if item.get("spec", {}).get("driver") == DRIVER and item.get("spec", {}).get("nodeName") == self.node
+            }
+        return dict(self.stored)
+
     def _publish(self, wanted: dict[str, dict[str, Any]]) -> str | None:
-        selector = f"spec.nodeName={self.node},spec.driver={DRIVER}"
-        listing = self._call(self.api.list_resource_slice, field_selector=selector) or {}
-        current: dict[str, Any] = {}
-        stale: list[str] = []  # slices of ours no longer wanted: deleted once the wanted ones are stored
-        for item in listing.get("items") or []:
-            name = item["metadata"]["name"]
-            if name in wanted:
-                current[name] = item
-            elif item.get("spec", {}).get("driver") == DRIVER and item.get("spec", {}).get("nodeName") == self.node:
-                stale.append(name)
-        count = len(wanted)  # every slice of the pool, counter-only ones included
-        same = set(current) == set(wanted) and all(
-            _stored(current[n]["spec"].get("devices")) == (wanted[n].get("devices") or [])
-            and (current[n]["spec"].get("sharedCounters") or []) == (wanted[n].get("sharedCounters") or [])
-            and current[n]["spec"]["pool"].get("resourceSliceCount") == count
-            for n in wanted
-        )
-        if same and len({str(c["spec"]["pool"].get("generation")) for c in current.values()}) == 1:
-            self._delete(stale)
-            return None
-        gen = max((int(c["spec"]["pool"].get("generation", 0)) for c in current.values()), default=0) + 1
-        devices = 0
-        for name, part in wanted.items():
-            doc = self._doc(name, part, gen, count)
-            if name in current:
-                doc["metadata"]["resourceVersion"] = current[name]["metadata"].get("resourceVersion")
-                stored = self._call(self.api.replace_resource_slice, name, doc)  # 409 when stale: next poll
+        """Write what differs. As the upstream ResourceSlice controller (k8s.io/dynamic-resource-allocation
+        ``resourceslice``): when the pool keeps its slices and one slice of several changes, that one slice
+        is updated at the pool's generation (one write is atomic: no consumer sees a mixed pool); otherwise
+        the generation goes up and every slice is written (docs/kubernetes.md, "ResourceSlice")."""
+        try:
+            known = self._current()
+            current = {n: known[n] for n in wanted if n in known}
+            stale = sorted(n for n in known if n not in wanted)  # deleted once the wanted ones are stored
+            count = len(wanted)  # every slice of the pool, counter-only ones included
+            changed = [n for n in wanted if n not in current or not _same(current[n], wanted[n], count)]
+            gens = {str(c["spec"]["pool"].get("generation")) for c in current.values()}
+            gen = max((int(c["spec"]["pool"].get("generation", 0)) for c in current.values()), default=0)
+            if len(current) == len(wanted) and len(gens) == 1 and (not changed or (len(changed) == 1 and count > 1)):
+                write = changed  # the pool's slices kept, one of several changed: written at its generation
             else:
-                stored = self._call(self.api.create_resource_slice, doc)
-            if part.get("sharedCounters") and not (stored or {}).get("spec", {}).get("sharedCounters"):
-                self.counters_dropped = True
-            kept = {d.get("name") for d in (stored or {}).get("spec", {}).get("devices") or [] if d.get("taints")}
-            if stored is not None and any("taints" in d and d["name"] not in kept for d in part.get("devices", [])):
-                self.taints_dropped = True
-            if stored is not None and capacity.dropped(part.get("devices", []), stored):
-                self.capacity_dropped = True
-            devices += len(part.get("devices", []))
-        self._delete(stale)
+                gen, write = gen + 1, list(wanted)
+            devices = 0
+            for name in write:
+                part = wanted[name]
+                doc = self._doc(name, part, gen, count)
+                if name in current:
+                    doc["metadata"]["resourceVersion"] = current[name]["metadata"].get("resourceVersion")
+                    stored = self._call(self.api.replace_resource_slice, name, doc)  # 409 when stale: next poll
+                else:
+                    stored = self._call(self.api.create_resource_slice, doc)
+                self._check(part, stored)
+                if self.stored is not None:
+                    self.stored[name] = stored or doc
+                devices += len(part.get("devices", []))
+            self._delete(stale)
+        except BaseException:
+            self.stored = None  # not known any more: listed before the next write
+            raise
+        if not write:
+            return None
         extra = f" in {plural(count, 'slice')}" if count > 1 else ""
+        if len(write) < count:  # one slice of several: the others as they were
+            return f"published {plural(devices, 'device')} in slice {name} (generation {gen}, {count - 1} unchanged)"
         return f"published {plural(devices, 'device')}{extra} (generation {gen})"
+
+    def _check(self, part: dict[str, Any], stored: Any) -> None:
+        """What the API server dropped of a slice it stored: counter sets, taints, consumable capacity."""
+        if part.get("sharedCounters") and not (stored or {}).get("spec", {}).get("sharedCounters"):
+            self.counters_dropped = True
+        kept = {d.get("name") for d in (stored or {}).get("spec", {}).get("devices") or [] if d.get("taints")}
+        if stored is not None and any("taints" in d and d["name"] not in kept for d in part.get("devices", [])):
+            self.taints_dropped = True
+        if stored is not None and capacity.dropped(part.get("devices", []), stored):
+            self.capacity_dropped = True
 
     def _delete(self, names: list[str]) -> None:
         for name in names:
             self._call(self.api.delete_resource_slice, name)
+            if self.stored is not None:
+                self.stored.pop(name, None)
 
     def _doc(self, name: str, part: dict[str, Any], generation: int, count: int = 1) -> dict[str, Any]:
         return slice_doc(self.node, name, part, generation, count)
+
+
+def _same(stored: dict[str, Any], part: dict[str, Any], count: int) -> bool:
+    """Whether a stored slice holds ``part`` in a pool of ``count`` slices."""
+    spec = stored["spec"]
+    return (
+        _stored(spec.get("devices")) == (part.get("devices") or [])
+        and (spec.get("sharedCounters") or []) == (part.get("sharedCounters") or [])
+        and spec["pool"].get("resourceSliceCount") == count
+    )
 
 
 def slice_doc(node: str, name: str, part: dict[str, Any], generation: int, count: int) -> dict[str, Any]:

@@ -14,8 +14,9 @@ import hashlib
 from typing import Any
 
 from ...errors import InvalidInput, NotFound
+from ...node.dra_names import device_name
 from .cluster import _table, release
-from .devices import DRIVER, device_name
+from .devices import DRIVER
 
 KEY = f"{DRIVER}/maintenance"
 

@@ -101,6 +101,7 @@ class Inventory:
     # as the scan listed them, and /dev/vfio/ as the host shows it
     listed: dict[str, frozenset[str]] = field(default_factory=dict, compare=False, repr=False)
     vfio_shown: str = field(default="", compare=False, repr=False)
+    options: Options | None = field(default=None, compare=False, repr=False)  # what it was collected with
 
     def add(self, resource: str, dev: Device) -> None:
         self.resources.setdefault(f"{PREFIX}/{resource}", []).append(dev)
@@ -123,16 +124,23 @@ class CdiEntry:
 
 
 def cdi_entries(
-    host: Host, nvml: Nvml | None, warnings: list[str], scan: Scan | None = None, only: Collection[str] | None = None
+    host: Host,
+    nvml: Nvml | None,
+    warnings: list[str],
+    scan: Scan | None = None,
+    only: Collection[str] | None = None,
+    classes: tuple[str, ...] | None = None,
 ) -> dict[str, CdiEntry]:
     """``vgpukit.io/vf=0000:05:00.2`` -> its entry, for every device the CDI collector
     (:mod:`vgpukit.cdi.spec`, with the host's ``cdi enable`` settings: what ``vgpukit cdi generate``
     writes) names; the one place this module reads CDI. ``all`` devices are left out. ``only``: the
-    PCI functions (BDFs) whose ``vf``/``pci`` entries are read (None: every function)."""
-    from ..cdi_settings import load_settings
+    PCI functions (BDFs) whose ``vf``/``pci`` entries are read (None: every function); ``classes``: the
+    CDI classes read (None: all)."""
+    from ..cdi_settings import CLASSES, load_settings
 
     scope = None if only is None else {"vf": only, "pci": only}
-    specs, found = cdi.collect(host, nvml, settings=load_settings(host), scan=scan, only=scope)
+    settings = load_settings(host)
+    specs, found = cdi.collect(host, nvml, classes or CLASSES, settings=settings, scan=scan, only=scope)
     warnings += found
     out = {}
     for spec in specs:
@@ -146,12 +154,18 @@ def cdi_entries(
 
 
 def collect(
-    host: Host, nvml: Nvml | None, options: Options, scan: Scan | None = None, only: Collection[str] | None = None
+    host: Host,
+    nvml: Nvml | None,
+    options: Options,
+    scan: Scan | None = None,
+    only: Collection[str] | None = None,
+    read: Collection[str] | None = None,
 ) -> Inventory:
     """Every device the node offers, by resource (one read of sysfs, /proc and NVML; ``scan``: the
     caller's PCI snapshot, whose reads are not made again). ``only``: the PCI functions (BDFs) to read,
     with their PFs (None: all): the same rules over fewer functions, for a caller that needs a few
-    (a DRA claim's prepare); GPUs, MIG devices and mdevs are read as always."""
+    (a DRA claim's prepare); GPUs, MIG devices and mdevs are read as always. ``read``: the whole bus
+    known, but the functions' own devices (VFs of a pool) read for these only (:mod:`.update`)."""
     inv = Inventory()
     scan = scan or Scan(host)
     if only is None:
@@ -162,14 +176,14 @@ def collect(
         inv.pci = {d.bdf: d for d in sorted([*fns, *pfs], key=lambda d: d.bdf)}
     inv.listed = {bdf: scan.entries(bdf) for bdf in inv.pci}
     inv.vfio_shown = host.display(host.vfio_dir()) + "/"
-    cdi_devices = cdi_entries(host, nvml, inv.warnings, scan, only)
+    cdi_devices = cdi_entries(host, nvml, inv.warnings, scan, only if only is not None else read)
     views = hostview.gpus(host, scan)
     vgpus = hostview.vgpus(host, views)
     taken = {v.id for v in vgpus}
     if nvml is not None and only is None:
         inv.unread = lost_gpus(nvml.gpus(), aliases(scan))
     _vgpus(host, inv, vgpus, cdi_devices)
-    _vfs(host, inv, taken, cdi_devices)
+    vfs(host, inv, taken, cdi_devices)
     _mdevs(host, inv, taken, cdi_devices)
     _mig(host, inv, nvml, cdi_devices)
     if options.replicas > 0:
@@ -177,6 +191,7 @@ def collect(
         _shares(host, inv, nvml, options, scan, vgpu_hosts, cdi_devices)
     for devices in inv.resources.values():
         devices.sort(key=lambda d: d.id)
+    inv.options = options
     return with_holders(host, inv)
 
 
@@ -187,7 +202,7 @@ def with_holders(host: Host, inv: Inventory) -> Inventory:
         name: [_held(d, tuple(h.describe() for n in d.watch for h in files.holders(n))) for d in devices]
         for name, devices in inv.resources.items()
     }
-    return Inventory(resources, inv.pci, inv.warnings, inv.unread)
+    return Inventory(resources, inv.pci, inv.warnings, inv.unread, options=inv.options)
 
 
 def carry_unread(last: Inventory, now: Inventory) -> Inventory:
@@ -257,7 +272,8 @@ def _vgpus(host: Host, inv: Inventory, vgpus: list[Vgpu], cdi_devices: dict[str,
             inv.add(f"vgpu-{resource_part(short_name(v.name))}", dev)
 
 
-def _vfs(host: Host, inv: Inventory, taken: set[str], cdi_devices: dict[str, CdiEntry]) -> None:
+def vfs(host: Host, inv: Inventory, taken: set[str], cdi_devices: dict[str, CdiEntry]) -> None:
+    """The VFs of ``inv.pci`` bound to VFIO, each in its PF's pool (``taken``: VFs offered as vGPUs)."""
     for bdf, d in inv.pci.items():
         if not d.is_vf or bdf in taken or d.physfn is None:
             continue

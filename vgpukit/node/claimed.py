@@ -1,8 +1,8 @@
 """Which prepared ResourceClaim each device was prepared for: the claim records the DRA plugin writes
-(:mod:`.claims`, ``/run/vgpukit/dra/claims/<uid>.json``), only read, and read tolerantly (keys the
-reader does not know are skipped; a record it cannot read is left out) -- for the exporter's
-``namespace`` and ``claim`` labels. DRA device names are mapped back to the inventory's devices by
-:func:`.devices.dra_devices`, the one naming rule."""
+(:mod:`vgpukit.k8s.dra.claims`, ``/run/vgpukit/dra/claims/<uid>.json``), only read, and read tolerantly
+(keys the reader does not know are skipped; a record it cannot read is left out) -- for the exporter's
+``namespace`` and ``claim`` labels and remediation's claims of a device. DRA device names are mapped back
+to the inventory's devices by :func:`.dra_names.named`, the one naming rule."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Any
 
 import msgspec
 
-from ...errors import VgpukitError
-from ...host import Host
-from ...inputs import load_json
-from ..inventory import Inventory
-from .devices import dra_devices
+from ..errors import VgpukitError
+from ..host import Host
+from ..inputs import load_json
+from .dra_names import named
+from .inventory import Inventory
 
 PREPARED = "prepared"  # the record's state once the claim's devices were answered (claims.PREPARED)
 
@@ -73,4 +73,4 @@ def claims_by_id(host: Host, inv: Inventory) -> dict[str, ClaimRef]:
     by_name = claims_by_device(host)
     if not by_name:
         return {}
-    return {d.device.id: by_name[name] for name, d in dra_devices(inv).items() if name in by_name}
+    return {d.device.id: by_name[name] for name, d in named(inv).items() if name in by_name}
