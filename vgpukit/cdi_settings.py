@@ -12,9 +12,10 @@ kept, the ``nvidia-cdi-hook`` the GPU specs run (a path the container runtime ru
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from .errors import InvalidInput
 from .host import CDI_SPEC_DIRS, Host
@@ -35,8 +36,7 @@ def check_abs(value: str, what: str) -> str:
     return value.rstrip("/") or "/"
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(msgspec.Struct, frozen=True):
     dir: str = DIRS[0]
     classes: tuple[str, ...] = CLASSES
     hook: str = DEFAULT_HOOK  # the nvidia-cdi-hook the GPU specs call (path on the host)

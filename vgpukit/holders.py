@@ -9,19 +9,16 @@ needed to say which VM uses a device.
 
 from __future__ import annotations
 
+import msgspec
+
 from .errors import VgpukitError
 from .host import Host
-from .records import Record
 
 
-class Holder(Record):
-    __slots__ = ("pid", "comm", "vm")  # noqa: RUF023 (field order)
+class Holder(msgspec.Struct, frozen=True):
     pid: int
     comm: str | None
-    vm: str | None  # QEMU -name (libvirt domain name) when known
-
-    def __init__(self, pid: int, comm: str | None, vm: str | None = None) -> None:
-        self._init(pid=pid, comm=comm, vm=vm)
+    vm: str | None = None  # QEMU -name (libvirt domain name) when known
 
     def describe(self) -> str:
         who = self.vm or self.comm or "process"

@@ -14,7 +14,7 @@ Any other member (a device still on its host driver) keeps the group from being 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from .host import DRIVER, Host
 from .pci_kind import kind_of
@@ -22,8 +22,7 @@ from .pci_kind import kind_of
 HARMLESS_DRIVERS = ("pcieport", "shpchp")
 
 
-@dataclass(frozen=True)
-class Blocker:
+class Blocker(msgspec.Struct, frozen=True):
     """A group member that keeps the group from being viable."""
 
     bdf: str

@@ -32,10 +32,11 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Union
 
+import msgspec
+
 from .errors import InvalidInput, NotFound
 from .host import BDF_RE, SHORT_BDF_RE
 from .pci import Scan, Sriov
-from .records import Record
 from .words import plural, span
 
 if TYPE_CHECKING:
@@ -80,27 +81,15 @@ _FORM_WORDS = {  # a form, in words (a plain word, or invalid text, needs none: 
 }
 
 
-class ResolvedName(Record):
+class ResolvedName(msgspec.Struct, frozen=True):
     """What a name resolved to."""
 
-    __slots__ = ("name", "kind", "bdf", "uuid", "parent", "nvml_index")  # noqa: RUF023 (field order)
     name: str  # as the user typed it
     kind: str  # PCI | GPU | MDEV | MIG | PARENT
-    bdf: str | None  # the PCI function (a GPU; the GPU of a MIG device; a PCI mdev parent)
-    uuid: str | None  # GPU-/MIG- UUID, or the mdev UUID
-    parent: str | None  # mdev parent name (kind PARENT)
-    nvml_index: int | None  # GPU / MIG: NVML's index of the GPU
-
-    def __init__(
-        self,
-        name: str,
-        kind: str,
-        bdf: str | None = None,
-        uuid: str | None = None,
-        parent: str | None = None,
-        nvml_index: int | None = None,
-    ) -> None:
-        self._init(name=name, kind=kind, bdf=bdf, uuid=uuid, parent=parent, nvml_index=nvml_index)
+    bdf: str | None = None  # the PCI function (a GPU; the GPU of a MIG device; a PCI mdev parent)
+    uuid: str | None = None  # GPU-/MIG- UUID, or the mdev UUID
+    parent: str | None = None  # mdev parent name (kind PARENT)
+    nvml_index: int | None = None  # GPU / MIG: NVML's index of the GPU
 
     @property
     def label(self) -> str:

@@ -12,22 +12,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+import msgspec
+
 from .errors import Partial
 from .nvml.errors import CODE_NAMES, GPU_IS_LOST, NvmlError
 from .nvml.model import NvmlGpu
-from .records import Record
 
 T = TypeVar("T")
 
 
-class Unread(Record):
-    __slots__ = ("device", "bdf", "reason")  # noqa: RUF023 (field order)
+class Unread(msgspec.Struct, frozen=True):
     device: str  # gpuN, or the PCI address
     bdf: str  # "" when NVML cannot say (a lost GPU whose handle it does not give)
     reason: str
-
-    def __init__(self, device: str, bdf: str, reason: str) -> None:
-        self._init(device=device, bdf=bdf, reason=reason)
 
     @property
     def label(self) -> str:
@@ -73,7 +70,7 @@ def each_gpu(
 
 
 def as_json(unread: Iterable[Unread]) -> list[dict[str, Any]]:
-    return [u.as_dict() for u in unread]
+    return [msgspec.to_builtins(u) for u in unread]
 
 
 def error(unread: list[Unread], alone: bool = False) -> Partial:

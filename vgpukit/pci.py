@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from .data.pci_names import PciNames
 from .errors import InvalidInput, NotFound
 from .host import (
@@ -33,7 +35,6 @@ from .host import (
     Host,
 )
 from .pci_kind import hex_id, kind_of, read_kind
-from .records import Record
 
 if TYPE_CHECKING:
     from .host import DirFiles
@@ -63,21 +64,11 @@ def bdf_sort_key(bdf: str) -> tuple[int, int, int, int]:
     return (int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16), int(m.group(4), 16))
 
 
-class Link(Record):
-    __slots__ = ("speed", "width", "max_speed", "max_width")  # noqa: RUF023 (field order)
-    speed: str | None
-    width: int | None
-    max_speed: str | None
-    max_width: int | None
-
-    def __init__(
-        self,
-        speed: str | None = None,
-        width: int | None = None,
-        max_speed: str | None = None,
-        max_width: int | None = None,
-    ) -> None:
-        self._init(speed=speed, width=width, max_speed=max_speed, max_width=max_width)
+class Link(msgspec.Struct, frozen=True):
+    speed: str | None = None
+    width: int | None = None
+    max_speed: str | None = None
+    max_width: int | None = None
 
     def describe(self) -> str:
         if not self.speed:
@@ -91,43 +82,17 @@ class Link(Record):
         return text
 
 
-class Sriov(Record):
-    __slots__ = ("total_vfs", "num_vfs", "vf_device", "autoprobe", "offset", "stride", "vfs")  # noqa: RUF023
+class Sriov(msgspec.Struct, frozen=True):
     total_vfs: int
     num_vfs: int
     vf_device: str | None
     autoprobe: bool
     offset: int | None
     stride: int | None
-    vfs: tuple[str, ...]
-
-    def __init__(
-        self,
-        total_vfs: int,
-        num_vfs: int,
-        vf_device: str | None,
-        autoprobe: bool,
-        offset: int | None,
-        stride: int | None,
-        vfs: tuple[str, ...] = (),
-    ) -> None:
-        self._init(
-            total_vfs=total_vfs,
-            num_vfs=num_vfs,
-            vf_device=vf_device,
-            autoprobe=autoprobe,
-            offset=offset,
-            stride=stride,
-            vfs=vfs,
-        )
+    vfs: tuple[str, ...] = ()
 
 
-class PciDevice(Record):
-    __slots__ = (  # noqa: RUF023 (field order: the JSON documents' key order)
-        "bdf", "vendor", "device", "class_code", "kind", "name", "driver", "numa_node", "iommu_group", "link",
-        "local_cpulist", "parents", "host_bridge", "subsystem", "subsystem_name", "driver_override", "sriov",
-        "physfn", "mdev_types", "boot_vga", "extra",
-    )  # fmt: skip
+class PciDevice(msgspec.Struct, frozen=True):
     bdf: str
     vendor: str  # "10de"
     device: str  # "20b0"
@@ -141,62 +106,14 @@ class PciDevice(Record):
     local_cpulist: str | None
     parents: tuple[str, ...]  # ancestor BDFs from the root port down (nearest last)
     host_bridge: str  # "pci0000:00"
-    subsystem: str | None
-    subsystem_name: str | None  # the board, where the PCI ID database names it
-    driver_override: str | None
-    sriov: Sriov | None
-    physfn: str | None
-    mdev_types: tuple[str, ...]
-    boot_vga: bool  # the firmware's console display device (sysfs boot_vga = 1)
-    extra: dict[str, Any]
-
-    def __init__(
-        self,
-        bdf: str,
-        vendor: str,
-        device: str,
-        class_code: int,
-        kind: str,
-        name: str,
-        driver: str | None,
-        numa_node: int | None,
-        iommu_group: int | None,
-        link: Link,
-        local_cpulist: str | None,
-        parents: tuple[str, ...],
-        host_bridge: str,
-        subsystem: str | None = None,
-        subsystem_name: str | None = None,
-        driver_override: str | None = None,
-        sriov: Sriov | None = None,
-        physfn: str | None = None,
-        mdev_types: tuple[str, ...] = (),
-        boot_vga: bool = False,
-        extra: dict[str, Any] | None = None,
-    ) -> None:
-        self._init(
-            bdf=bdf,
-            vendor=vendor,
-            device=device,
-            class_code=class_code,
-            kind=kind,
-            name=name,
-            driver=driver,
-            numa_node=numa_node,
-            iommu_group=iommu_group,
-            link=link,
-            local_cpulist=local_cpulist,
-            parents=parents,
-            host_bridge=host_bridge,
-            subsystem=subsystem,
-            subsystem_name=subsystem_name,
-            driver_override=driver_override,
-            sriov=sriov,
-            physfn=physfn,
-            mdev_types=mdev_types,
-            boot_vga=boot_vga,
-            extra={} if extra is None else extra,
-        )
+    subsystem: str | None = None
+    subsystem_name: str | None = None  # the board, where the PCI ID database names it
+    driver_override: str | None = None
+    sriov: Sriov | None = None
+    physfn: str | None = None
+    mdev_types: tuple[str, ...] = ()
+    boot_vga: bool = False  # the firmware's console display device (sysfs boot_vga = 1)
+    extra: dict[str, Any] = {}
 
     @property
     def ids(self) -> str:
@@ -206,15 +123,11 @@ class PciDevice(Record):
     def is_vf(self) -> bool:
         return self.physfn is not None
 
-    def to_dict(self) -> dict[str, Any]:
-        d = self.as_dict()
+    def to_dict(self) -> dict[str, Any]:  # a reshape: class_code as a hex class, adds ids
+        d: dict[str, Any] = msgspec.to_builtins(self)
         d["class"] = f"0x{self.class_code:06x}"
         del d["class_code"]
         d["ids"] = self.ids
-        d["parents"] = list(self.parents)
-        d["mdev_types"] = list(self.mdev_types)
-        if self.sriov:
-            d["sriov"]["vfs"] = list(self.sriov.vfs)
         return d
 
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from .errors import DeviceUnusable, VgpukitError
 from .host import BDF_RE, PHYSFN, Host
@@ -29,8 +30,7 @@ SCHEMA = "vgpukit.quarantine/v1"
 BY = ("operator", "policy", "remediate")
 
 
-@dataclass(frozen=True)
-class Quarantine:
+class Quarantine(msgspec.Struct, frozen=True):
     bdf: str
     device: str  # how it was named: gpu3, nic0, the address
     reason: str
@@ -42,21 +42,8 @@ class Quarantine:
     boot_id: str = ""  # the boot it was set in
 
     def render(self) -> str:
-        doc = {"schema": SCHEMA, **self.as_dict()}
+        doc = {"schema": SCHEMA, **msgspec.to_builtins(self)}
         return json.dumps(doc, indent=2, sort_keys=True) + "\n"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "bdf": self.bdf,
-            "device": self.device,
-            "reason": self.reason,
-            "since": self.since,
-            "by": self.by,
-            "evict": self.evict,
-            "finding": self.finding,
-            "action": self.action,
-            "boot_id": self.boot_id,
-        }
 
     def why(self) -> str:
         return f"quarantined: {self.reason}" if self.reason else "quarantined"

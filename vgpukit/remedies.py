@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from . import quarantine as qr
 from .errors import VgpukitError
@@ -25,8 +26,7 @@ KEEP = 256
 OUTCOMES = ("done", "failed", "refused", "escalated")
 
 
-@dataclass(frozen=True)
-class Run:
+class Run(msgspec.Struct, frozen=True):
     time: float
     device: str
     bdf: str
@@ -36,9 +36,6 @@ class Run:
     escalate: str = ""
     seconds: float = 0.0
     message: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def _path(host: Host) -> Any:
@@ -77,7 +74,7 @@ def load(host: Host) -> list[Run]:
 def add(host: Host, run: Run) -> None:
     runs = [*load(host), run][-KEEP:]
     host.mkdir(_path(host).parent)
-    host.write_file(_path(host), json.dumps({"runs": [r.as_dict() for r in runs]}, indent=1) + "\n")
+    host.write_file(_path(host), json.dumps({"runs": msgspec.to_builtins(runs)}, indent=1) + "\n")
 
 
 def since(runs: list[Run], seconds: float, now: float | None = None) -> list[Run]:
@@ -93,9 +90,9 @@ def section(host: Host, only: set[str] | None = None) -> dict[str, Any]:
     ``health gpu3`` shows gpu3's)."""
     runs = [r for r in load(host) if only is None or r.bdf in only]
     return {
-        "quarantined": [q.as_dict() for q in qr.load(host).values() if only is None or q.bdf in only],
-        "runs": [r.as_dict() for r in runs[-SHOWN:]],
-        "escalations": [r.as_dict() for r in runs if r.escalate][-SHOWN:],
+        "quarantined": [msgspec.to_builtins(q) for q in qr.load(host).values() if only is None or q.bdf in only],
+        "runs": msgspec.to_builtins(runs[-SHOWN:]),
+        "escalations": msgspec.to_builtins([r for r in runs if r.escalate][-SHOWN:]),
     }
 
 

@@ -13,7 +13,7 @@ Accepted names (first match wins):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from .. import naming
 from ..errors import InvalidInput, NotFound, Unsupported
@@ -23,8 +23,7 @@ from ..naming import NvmlSource
 from ..pci import Scan, read_device
 
 
-@dataclass(frozen=True)
-class AttachTarget:
+class AttachTarget(msgspec.Struct, frozen=True):
     """A device on this host that can be handed to a VM."""
 
     name: str  # as the user typed it

@@ -12,7 +12,7 @@ Firmware (decided in this order, see docs/attach.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from ..data import load_yaml
 from ..errors import InvalidInput, NotFound
@@ -79,8 +79,7 @@ def parse_cpulist(text: str) -> list[int]:
     return cpus
 
 
-@dataclass(frozen=True)
-class NodeInfo:
+class NodeInfo(msgspec.Struct, frozen=True):
     node: int
     cpulist: str
     cpus: tuple[int, ...]

@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 import re
 import struct
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from ..data import load_yaml
 from ..errors import InvalidInput, NotFound
@@ -70,8 +71,7 @@ def qcow2_backing(header: bytes) -> tuple[str | None, bool]:
     return name, False
 
 
-@dataclass(frozen=True)
-class DiskRequest:
+class DiskRequest(msgspec.Struct, frozen=True):
     """One ``--disk`` value: ``PATH`` or ``[path=]PATH[,format=FMT]`` (virt-install's spelling)."""
 
     path: str

@@ -8,7 +8,8 @@ their own templates.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+
+import msgspec
 
 from ..errors import InvalidInput
 from ..libvirt.domain import Device
@@ -16,8 +17,7 @@ from ..libvirt.domain import Device
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}\Z", re.ASCII)
 
 
-@dataclass(frozen=True)
-class Firmware:
+class Firmware(msgspec.Struct, frozen=True):
     """``efi``: libvirt picks OVMF from the firmware descriptors; ``pflash``: explicit OVMF files;
     ``bios``: SeaBIOS (no UEFI found on the host)."""
 
@@ -26,8 +26,7 @@ class Firmware:
     nvram_template: str | None = None
 
 
-@dataclass(frozen=True)
-class GuestPlacement:
+class GuestPlacement(msgspec.Struct, frozen=True):
     """Where the guest runs: the devices' NUMA node, its CPUs, and one pin per vCPU."""
 
     numa_node: int | None = None
@@ -35,8 +34,7 @@ class GuestPlacement:
     pins: tuple[tuple[int, int], ...] = ()
 
 
-@dataclass(frozen=True)
-class Disk:
+class Disk(msgspec.Struct, frozen=True):
     """A disk or CD-ROM: ``path`` as the host names it, ``format`` as libvirt names it (``qcow2``,
     ``raw``...), ``source`` ``file`` or ``block``, ``target`` the guest's name (``vda``, ``sda``) on ``bus``."""
 
@@ -52,8 +50,7 @@ class Disk:
             raise InvalidInput(f"invalid disk {self.path!r} ({self.device}, {self.source})", value=self.path)
 
 
-@dataclass(frozen=True)
-class Nic:
+class Nic(msgspec.Struct, frozen=True):
     """A virtio NIC on a libvirt network (``kind`` ``network``) or a host bridge (``bridge``)."""
 
     kind: str
@@ -64,14 +61,13 @@ class Nic:
             raise InvalidInput(f"invalid NIC kind {self.kind!r}: network or bridge", value=self.kind)
 
 
-@dataclass(frozen=True)
-class DomainSpec:
+class DomainSpec(msgspec.Struct, frozen=True):
     name: str
     memory_mib: int
     vcpus: int
     devices: tuple[Device, ...] = ()
-    firmware: Firmware = field(default_factory=Firmware)
-    placement: GuestPlacement = field(default_factory=GuestPlacement)
+    firmware: Firmware = msgspec.field(default_factory=Firmware)
+    placement: GuestPlacement = msgspec.field(default_factory=GuestPlacement)
     hugepages: bool = False
     disks: tuple[Disk, ...] = ()
     nics: tuple[Nic, ...] = ()

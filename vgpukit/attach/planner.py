@@ -20,8 +20,9 @@ rendered for later).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from .. import iommu, naming
 from ..errors import Busy, Conflict, InvalidInput, NotFound
@@ -97,8 +98,7 @@ def check_not_quarantined(host: Host, found: list[AttachTarget]) -> None:
 
 
 # ----------------------------------------------------------------------------- requests, outcome
-@dataclass(frozen=True)
-class Attach:
+class Attach(msgspec.Struct, frozen=True):
     domain: str
     names: tuple[str, ...]
     live: bool = False
@@ -107,25 +107,23 @@ class Attach:
     vlan: int | None = None
 
 
-@dataclass(frozen=True)
-class Detach:
+class Detach(msgspec.Struct, frozen=True):
     domain: str
     names: tuple[str, ...]
     live: bool = False
     config: bool = False
 
 
-@dataclass
-class AttachOutcome:
+class AttachOutcome(msgspec.Struct):
     domain: str
     uri: str
-    steps: list[DomainDevice] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
+    steps: list[DomainDevice] = msgspec.field(default_factory=list)
+    unchanged: list[str] = msgspec.field(default_factory=list)
 
     def plan(self, verb: str) -> list[str]:
         return [s.describe() for s in self.steps]
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> dict[str, object]:  # a reshape: the steps shown as devices (label, key, scopes, xml)
         return {
             "domain": self.domain,
             "uri": self.uri,

@@ -19,7 +19,8 @@ every ``*.so*`` file in the standard 64-bit library directories (:data:`FALLBACK
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+
+import msgspec
 
 from ..host import Host
 
@@ -34,8 +35,7 @@ LIB64_ARCHES = {0x0300, 0x0500, 0x0800, 0x0900, 0x0A00}  # x86-64, ppc64, ia64, 
 FALLBACK_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib", "/lib")
 
 
-@dataclass(frozen=True)
-class CacheEntry:
+class CacheEntry(msgspec.Struct, frozen=True):
     soname: str  # libcuda.so.1
     path: str  # /usr/lib/x86_64-linux-gnu/libcuda.so.1 (as the host sees it)
 

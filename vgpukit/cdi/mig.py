@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ..host import Host
 from ..nvml.errors import NvmlError
@@ -23,8 +24,7 @@ MINOR_LINE = re.compile(r"^(\S+)\s+(\d+)$")
 DEVICE_MINOR = re.compile(r"^Device Minor:\s*(\d+)", re.MULTILINE)
 
 
-@dataclass(frozen=True)
-class MigSlice:
+class MigSlice(msgspec.Struct, frozen=True):
     uuid: str  # MIG-...
     gpu_bdf: str
     minor: int  # /dev/nvidia<minor>

@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from ..cdi_settings import DEFAULT_HOOK, host_path
 from ..errors import OutsideRoot
@@ -58,8 +59,7 @@ VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)+\Z", re.ASCII)
 DOT_SO_LINKS = {"libcuda.so": "libcuda.so.1", "libnvidia-opticalflow.so": "libnvidia-opticalflow.so.1"}
 
 
-@dataclass(frozen=True)
-class Edits:
+class Edits(msgspec.Struct, frozen=True):
     """CDI ``containerEdits``: env, device nodes, hooks, mounts (as nvidia-ctk orders them)."""
 
     env: tuple[str, ...] = ()
@@ -81,7 +81,7 @@ class Edits:
     def __bool__(self) -> bool:
         return bool(self.env or self.nodes or self.hooks or self.mounts)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # a reshape: nvidia-ctk's keys (deviceNodes), empty parts left out
         out: dict[str, Any] = {}
         parts = (("env", self.env), ("deviceNodes", self.nodes), ("hooks", self.hooks), ("mounts", self.mounts))
         for key, value in parts:
@@ -122,8 +122,7 @@ def _resolve(host: Host, path: str) -> str | None:
     return host.display(real) if host.exists(real) else None
 
 
-@dataclass(frozen=True)
-class Driver:
+class Driver(msgspec.Struct, frozen=True):
     version: str
     lib_dirs: tuple[str, ...]  # directories of the versioned driver libraries (host view)
     libraries: tuple[str, ...]

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from ..cdi_settings import CLASSES, DIRS, SPEC_STEM, Settings, check_abs, load_settings, settings_path
 from ..engine.files import PutFile
 from ..errors import InvalidInput
@@ -107,8 +109,7 @@ def derived_plans(host: Host, settings: Settings, nvml: Callable[[], Nvml | None
 
 
 # ----------------------------------------------------------------------------- requests
-@dataclass(frozen=True)
-class Generate:
+class Generate(msgspec.Struct, frozen=True):
     """``cdi generate``: the specs of ``classes`` (empty: the enabled ones, else all) to ``output``
     (None: the enabled directory, else /etc/cdi; ``-``: only collected, for printing)."""
 
@@ -116,20 +117,17 @@ class Generate:
     classes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Enable:
+class Enable(msgspec.Struct, frozen=True):
     """``cdi enable``: keep ``settings``'s specs current from now on."""
 
     settings: Settings
 
 
-@dataclass(frozen=True)
-class Disable:
+class Disable(msgspec.Struct, frozen=True):
     """``cdi disable``: stop keeping specs current; the specs vgpukit wrote go."""
 
 
-@dataclass(frozen=True)
-class Refresh:
+class Refresh(msgspec.Struct, frozen=True):
     """After any change to the host (the engine's derived files): the enabled specs that changed."""
 
 

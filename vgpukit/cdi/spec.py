@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ..cdi_settings import CLASSES, Settings
 from ..host import IOMMU_GROUP, Host
@@ -56,8 +57,7 @@ NVML_CLASSES = frozenset({"gpu", "mig", "gpu-share"})
 ALL = "all"
 
 
-@dataclass(frozen=True)
-class Node:
+class Node(msgspec.Struct, frozen=True):
     """A VFIO node: the path as the host shows it, with the real path under a non-/ root."""
 
     path: str  # /dev/vfio/12
@@ -65,7 +65,9 @@ class Node:
     major: int | None = None
     minor: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(
+        self,
+    ) -> dict[str, Any]:  # a reshape: CDI's words (hostPath, type), major/minor when known
         d: dict[str, Any] = {"path": self.path}
         if self.host_path:
             d["hostPath"] = self.host_path
@@ -75,20 +77,18 @@ class Node:
         return d
 
 
-@dataclass(frozen=True)
-class CdiDevice:
+class CdiDevice(msgspec.Struct, frozen=True):
     name: str
     edits: Edits
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # a reshape: CDI's containerEdits
         return {"name": self.name, "containerEdits": self.edits.to_dict()}
 
 
-@dataclass
-class Spec:
+class Spec(msgspec.Struct):
     cls: str
-    devices: list[CdiDevice] = field(default_factory=list)
-    edits: Edits = field(default_factory=Edits)  # spec-wide (the NVIDIA driver's user space)
+    devices: list[CdiDevice] = msgspec.field(default_factory=list)
+    edits: Edits = msgspec.field(default_factory=Edits)  # spec-wide (the NVIDIA driver's user space)
 
     @property
     def kind(self) -> str:
@@ -97,7 +97,9 @@ class Spec:
     def names(self) -> list[str]:
         return [f"{self.kind}={d.name}" for d in self.devices]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(
+        self,
+    ) -> dict[str, Any]:  # a reshape: cdiVersion and kind first, edits when any
         doc: dict[str, Any] = {
             "cdiVersion": CDI_VERSION,
             "kind": self.kind,

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from .. import processes
 from ..host import Host, check_name
@@ -45,8 +46,7 @@ CONFIG_KEYS = ("memory", "memory_burst", "class", "watermark", "reclaim_ms", "in
 CLASSES = {1: "online", 2: "offline"}
 
 
-@dataclass(frozen=True)
-class Usage:
+class Usage(msgspec.Struct, frozen=True):
     caps: tuple[int, ...]  # per device, 0 = uncapped
     used: tuple[int, ...]  # per device, bytes held by live processes
     processes: int

@@ -8,8 +8,10 @@ Devices looked at: every GPU (``gpuN``), the VFs of a GPU, and every function bo
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec.structs import replace
 
 from ..host import AER_DEV_CORRECTABLE, AER_DEV_FATAL, AER_DEV_NONFATAL, Host
 from ..naming import aliases

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import click
+import msgspec
 
 from ..clikit.context import App
 from ..clikit.options import json_option
@@ -49,7 +50,7 @@ def _select(app: App, device: str | None, devices: list[DeviceHealth]) -> list[D
 def _carved(app: App, devices: list[DeviceHealth]) -> list[DeviceHealth]:
     """A VF of an unusable PF is shown unusable, ``carved from PF: why`` (as every door refuses it and
     the Kubernetes plugins list it); its own causes stay its own (the policy acts on the PF)."""
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     from ..quarantine import parent_of
     from .fact import unusable
@@ -112,7 +113,7 @@ def _stamp(t: float) -> str:
 
 def _stream(app: App, e: HealthEvent) -> None:
     if app.json:
-        click.echo(json.dumps(json_doc("health-event", e.as_dict()), separators=(",", ":")))  # JSON lines
+        click.echo(json.dumps(json_doc("health-event", msgspec.to_builtins(e)), separators=(",", ":")))  # JSON lines
     else:
         click.echo(f"{_stamp(e.time)}  {e.line()}")
 

@@ -16,8 +16,10 @@ GPU, and so against all its slices. A slice's state is the worst of its GPU's an
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import Any
+
+import msgspec
+from msgspec.structs import replace
 
 from .xid import ACTIONS, SEVERITIES, XidTable
 
@@ -45,8 +47,7 @@ KINDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-@dataclass(frozen=True)
-class HealthEvent:
+class HealthEvent(msgspec.Struct, frozen=True, omit_defaults=True):  # gi left out when -1 (none)
     time: float  # seconds since the epoch
     device: str  # gpuN, or the PCI address
     bdf: str
@@ -56,12 +57,6 @@ class HealthEvent:
     action: str
     meaning: str
     gi: int = -1  # the GPU instance (MIG slice) the driver attributed it to; -1: none
-
-    def as_dict(self) -> dict[str, Any]:
-        d = dict(self.__dict__)
-        if self.gi < 0:
-            del d["gi"]
-        return d
 
     def line(self) -> str:
         what = f"XID {self.data}" if self.kind == "xid" else self.kind
@@ -74,8 +69,7 @@ class HealthEvent:
         return self.kind == "xid" and self.gi >= 0 and self.action in SLICE_ACTIONS
 
 
-@dataclass(frozen=True)
-class SliceHealth:
+class SliceHealth(msgspec.Struct, frozen=True):
     """A MIG slice (GPU instance ``gi``) of a GPU with events of its own: the worst of the GPU's state
     and its own events. ``mig``: the MIG device UUIDs of its compute instances (empty if unknown)."""
 
@@ -85,12 +79,11 @@ class SliceHealth:
     reasons: tuple[str, ...]
     mig: tuple[str, ...] = ()
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:  # a reshape: mig is not shown
         return {"gi": self.gi, "state": self.state, "action": self.action, "reasons": list(self.reasons)}
 
 
-@dataclass(frozen=True)
-class DeviceHealth:
+class DeviceHealth(msgspec.Struct, frozen=True):
     device: str  # gpuN, or the PCI address (a VF, a vfio device)
     bdf: str
     kind: str  # gpu | vf | pci
@@ -102,7 +95,7 @@ class DeviceHealth:
     slices: tuple[SliceHealth, ...] = ()  # its MIG slices with events of their own
     repair: str = ""  # the command that repairs it, where vgpukit has one (missing VFs: sriov enable)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:  # a reshape: reasons and events as lists, slices and repair only when any
         d: dict[str, Any] = {
             "device": self.device,
             "bdf": self.bdf,
@@ -110,7 +103,7 @@ class DeviceHealth:
             "state": self.state,
             "action": self.action,
             "reasons": list(self.reasons),
-            "events": [e.as_dict() for e in self.events],
+            "events": msgspec.to_builtins(self.events),
         }
         if self.slices:
             d["slices"] = [s.as_dict() for s in self.slices]

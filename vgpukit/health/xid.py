@@ -10,8 +10,9 @@ catalog's bucket and is classified otherwise, so the table cannot drift from its
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ..errors import InvalidInput
 from ..inputs import has_control, load_yaml
@@ -57,8 +58,7 @@ def rank(severity: str, action: str) -> tuple[int, int]:
     return SEVERITIES.index(severity), ACTIONS.index(action)
 
 
-@dataclass(frozen=True)
-class Catalog:
+class Catalog(msgspec.Struct, frozen=True):
     """What NVIDIA's Xid catalog says of one XID."""
 
     mnemonic: str
@@ -67,8 +67,7 @@ class Catalog:
     investigatory: str
 
 
-@dataclass(frozen=True)
-class XidClass:
+class XidClass(msgspec.Struct, frozen=True):
     meaning: str
     severity: str
     action: str
@@ -76,14 +75,12 @@ class XidClass:
     stricter: str | None = None  # why the row is stricter than catalog_class says
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(msgspec.Struct, frozen=True):
     title: str
     took: str  # what the table took from it
 
 
-@dataclass(frozen=True)
-class XidTable:
+class XidTable(msgspec.Struct, frozen=True):
     version: int
     sources: tuple[Source, ...]
     date: str

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import msgspec
+
 from ..errors import NotFound, OutsideRoot, VgpukitError, from_oserror, storage_error
-from ..records import Record
 from .contain import Containment
 from .fileio import KernelPort, TempNames, fsync_dir, write_atomic
 
@@ -31,16 +32,12 @@ def debug(msg: str, *args: object) -> None:
     logging.getLogger("vgpukit.host").debug(msg, *args)
 
 
-class Change(Record):
+class Change(msgspec.Struct, frozen=True):
     """One change to the host, as recorded in dry-run mode and in the change log."""
 
-    __slots__ = ("action", "path", "value")
     action: str  # write | write-file | remove | mkdir | symlink
     path: str
-    value: str | None
-
-    def __init__(self, action: str, path: str, value: str | None = None) -> None:
-        self._init(action=action, path=path, value=value)
+    value: str | None = None
 
     def describe(self) -> str:
         if self.action == "write":

@@ -16,8 +16,9 @@ import struct
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from ..errors import from_oserror
-from ..records import Record
 
 if TYPE_CHECKING:
     from .door import Host
@@ -34,17 +35,13 @@ _HEADER = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (
 SYSFS_MAGIC = 0x62656572  # statfs f_type of sysfs (linux/magic.h)
 
 
-class Event(Record):
+class Event(msgspec.Struct, frozen=True):
     """One inotify event: the watched directory (as given to :meth:`Inotify.add`), the entry's name
     in it ("" for the directory itself) and the mask; ``mask & IN_Q_OVERFLOW``: events were lost."""
 
-    __slots__ = ("dir", "name", "mask")  # noqa: RUF023
     dir: str
     name: str
     mask: int
-
-    def __init__(self, dir: str, name: str, mask: int) -> None:
-        self._init(dir=dir, name=name, mask=mask)
 
 
 def _libc() -> ctypes.CDLL:
@@ -148,19 +145,15 @@ def live_sysfs(host: Host) -> bool:
     return host.is_dir(sysdir) and fs_type(host.real_directory(sysdir)) == SYSFS_MAGIC
 
 
-class Uevent(Record):
+class Uevent(msgspec.Struct, frozen=True):
     """One kernel uevent as a listener gets it (netlink, or the simulated kernel's feed): ``action``
     (add, remove, bind, unbind, change, move...), ``devpath`` below ``/sys`` (``/devices/pci0000:00/...``),
     ``subsystem`` and the rest of the message's ``KEY=value`` pairs (``DRIVER``, ``MDEV_TYPE``...)."""
 
-    __slots__ = ("action", "devpath", "subsystem", "env")  # noqa: RUF023
     action: str
     devpath: str
     subsystem: str
-    env: tuple[tuple[str, str], ...]
-
-    def __init__(self, action: str, devpath: str, subsystem: str, env: tuple[tuple[str, str], ...] = ()) -> None:
-        self._init(action=action, devpath=devpath, subsystem=subsystem, env=env)
+    env: tuple[tuple[str, str], ...] = ()
 
     def get(self, key: str) -> str | None:
         return next((v for k, v in self.env if k == key), None)

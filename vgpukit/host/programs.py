@@ -6,21 +6,17 @@ from __future__ import annotations
 
 import os
 
-from ..records import Record
+import msgspec
 
 
-class ProgramResult(Record):
+class ProgramResult(msgspec.Struct, frozen=True):
     """What a program run through the host door did: exit code (None when a signal ended it or it
     could not be started or timed out), its output (capped), and why it did not run when it did not."""
 
-    __slots__ = ("rc", "stdout", "stderr", "error")  # noqa: RUF023 (field order)
     rc: int | None
-    stdout: str
-    stderr: str
-    error: str  # "not executable", "timed out after N s"... ("" when it ran to an exit)
-
-    def __init__(self, rc: int | None, stdout: str = "", stderr: str = "", error: str = "") -> None:
-        self._init(rc=rc, stdout=stdout, stderr=stderr, error=error)
+    stdout: str = ""
+    stderr: str = ""
+    error: str = ""  # "not executable", "timed out after N s"... ("" when it ran to an exit)
 
 
 MAX_PROGRAM_OUTPUT = 1024 * 1024

@@ -21,8 +21,9 @@ naming one of this node's resources for another selector. Warnings name the CR's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ..errors import InvalidInput
 from ..inputs import load_yaml
@@ -33,8 +34,7 @@ LISTS = {"pci": ("pciHostDevices", "pciVendorSelector"), "mdev": ("mediatedDevic
 MAX_CR_BYTES = 4 << 20  # a KubeVirt CR with its status is tens of kB
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(msgspec.Struct, frozen=True):
     """One ``permittedHostDevices`` entry this node needs."""
 
     kind: str  # pci | mdev

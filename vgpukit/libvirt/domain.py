@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
+
+import msgspec
 
 from ..errors import InvalidInput
 from ..host import BDF_RE
@@ -286,8 +287,7 @@ class DomainSource(Protocol):
     def xml(self, name: str, inactive: bool = False) -> str: ...
 
 
-@dataclass(frozen=True)
-class Assignment:
+class Assignment(msgspec.Struct, frozen=True):
     domain: str
     active: bool  # the domain is running
 

@@ -24,8 +24,9 @@ import io
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
+
+import msgspec
 
 from ..errors import InvalidInput
 
@@ -33,8 +34,7 @@ T = TypeVar("T")
 B = TypeVar("B", bound="XMLBuilder")
 
 
-@dataclass(frozen=True)
-class Codec(Generic[T]):
+class Codec(msgspec.Struct, Generic[T], frozen=True):
     """How a property's XML text maps to a value. ``parse`` raises ValueError on bad text."""
 
     parse: Callable[[str], T]

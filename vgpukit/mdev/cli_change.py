@@ -153,7 +153,7 @@ def modify_cmd(
 def _modify_from_file(app: App, uid: str, where: str | None, req: ops.FromFile, force: bool) -> None:
     """``modify --jsonfile F`` (the definition), ``--live --jsonfile F`` (the running device) and
     ``--live --defined --jsonfile F`` (both), refused as mdevctl refuses them (planner_modify)."""
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     from .planner_modify import check_from_file
 

@@ -19,20 +19,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
+
 from ..host import Host
-from ..records import Record
 from . import mdevctl, sysfs
 from .model import Definition, MdevParent, check_uuid
 
 
-class Entry(Record):
-    __slots__ = ("device", "active", "defined")  # noqa: RUF023 (field order)
+class Entry(msgspec.Struct, frozen=True):
     device: Definition
     active: bool
     defined: bool
-
-    def __init__(self, device: Definition, active: bool, defined: bool) -> None:
-        self._init(device=device, active=active, defined=defined)
 
 
 def entries(host: Host, defined: bool, uid: str | None = None, parent: str | None = None) -> list[Entry]:

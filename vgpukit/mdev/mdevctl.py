@@ -18,10 +18,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from ..errors import InvalidInput, OutsideRoot, VgpukitError
 from ..host import Host
 from ..inputs import check_text, load_json
-from ..records import Record
 from .model import START_MODES, Definition, check_attr_name, check_parent_name, check_type_id, check_uuid
 
 SCRIPTS_DIR = "scripts.d"  # mdevctl's callouts and notifiers live here: not a parent
@@ -29,13 +30,9 @@ MAX_DEFINITION_BYTES = 64 * 1024
 MAX_ATTR_VALUE = 4096
 
 
-class BadFile(Record):
-    __slots__ = ("path", "reason")
+class BadFile(msgspec.Struct, frozen=True):
     path: str
     reason: str
-
-    def __init__(self, path: str, reason: str) -> None:
-        self._init(path=path, reason=reason)
 
 
 def parse(parent: str, uid: str, text: str, where: str = "definition") -> Definition:

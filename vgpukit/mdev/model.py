@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import msgspec
+
 from ..errors import InvalidInput
 from ..holders import Holder
-from ..records import Record
 
 PACK, SPREAD = "pack", "spread"  # placement strategies of 'mdev create' (mdev.placement)
 
@@ -96,8 +97,7 @@ def check_attr_name(text: str) -> str:
     return text
 
 
-class MdevType(Record):
-    __slots__ = ("parent", "type_id", "name", "description", "device_api", "available")  # noqa: RUF023 (field order)
+class MdevType(msgspec.Struct, frozen=True):
     parent: str
     type_id: str
     name: str | None
@@ -105,42 +105,21 @@ class MdevType(Record):
     device_api: str | None
     available: int
 
-    def __init__(
-        self,
-        parent: str,
-        type_id: str,
-        name: str | None,
-        description: str | None,
-        device_api: str | None,
-        available: int,
-    ) -> None:
-        self._init(
-            parent=parent,
-            type_id=type_id,
-            name=name,
-            description=description,
-            device_api=device_api,
-            available=available,
-        )
-
     def to_dict(self) -> dict[str, Any]:
-        return self.as_dict()
+        d: dict[str, Any] = msgspec.to_builtins(self)
+        return d
 
 
-class MdevParent(Record):
-    __slots__ = ("name", "is_pci", "numa_node", "types")  # noqa: RUF023 (field order)
+class MdevParent(msgspec.Struct, frozen=True):
     name: str  # mdev_bus name: a BDF or e.g. "mtty"
     is_pci: bool
     numa_node: int | None
     types: tuple[MdevType, ...]
 
-    def __init__(self, name: str, is_pci: bool, numa_node: int | None, types: tuple[MdevType, ...]) -> None:
-        self._init(name=name, is_pci=is_pci, numa_node=numa_node, types=types)
-
     def type(self, type_id: str) -> MdevType | None:
         return next((t for t in self.types if t.type_id == type_id), None)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # a reshape: mdevctl-like words (parent, pci)
         return {
             "parent": self.name,
             "pci": self.is_pci,
@@ -149,48 +128,36 @@ class MdevParent(Record):
         }
 
 
-class MdevInstance(Record):
-    __slots__ = ("uuid", "parent", "type_id", "iommu_group", "holders")  # noqa: RUF023 (field order)
+class MdevInstance(msgspec.Struct, frozen=True):
     uuid: str
     parent: str
     type_id: str
     iommu_group: int | None
-    holders: tuple[Holder, ...]
-
-    def __init__(
-        self, uuid: str, parent: str, type_id: str, iommu_group: int | None, holders: tuple[Holder, ...] = ()
-    ) -> None:
-        self._init(uuid=uuid, parent=parent, type_id=type_id, iommu_group=iommu_group, holders=holders)
+    holders: tuple[Holder, ...] = ()
 
     @property
     def in_use(self) -> bool:
         return bool(self.holders)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # a reshape: type_id as type; adds in_use
         return {
             "uuid": self.uuid,
             "parent": self.parent,
             "type": self.type_id,
             "iommu_group": self.iommu_group,
             "in_use": self.in_use,
-            "used_by": [h.as_dict() for h in self.holders],
+            "used_by": msgspec.to_builtins(self.holders),
         }
 
 
-class Definition(Record):
+class Definition(msgspec.Struct, frozen=True):
     """A persistent definition in mdevctl's format (``/etc/mdevctl.d/<parent>/<uuid>``)."""
 
-    __slots__ = ("uuid", "parent", "type_id", "start", "attrs")  # noqa: RUF023 (field order)
     uuid: str
     parent: str
     type_id: str
-    start: str  # auto | manual
-    attrs: tuple[tuple[str, str], ...]
-
-    def __init__(
-        self, uuid: str, parent: str, type_id: str, start: str = "manual", attrs: tuple[tuple[str, str], ...] = ()
-    ) -> None:
-        self._init(uuid=uuid, parent=parent, type_id=type_id, start=start, attrs=attrs)
+    start: str = "manual"  # auto | manual
+    attrs: tuple[tuple[str, str], ...] = ()
 
     @property
     def auto(self) -> bool:
@@ -199,7 +166,7 @@ class Definition(Record):
     def to_mdevctl(self) -> dict[str, Any]:
         return {"mdev_type": self.type_id, "start": self.start, "attrs": [{k: v} for k, v in self.attrs]}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # a reshape: type_id as type; attributes as mdevctl's list of one-key maps
         return {
             "uuid": self.uuid,
             "parent": self.parent,

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from ..engine import Env, execute
 from ..engine.files import PutFile
 from ..errors import InvalidInput, NotFound, StorageFault, VgpukitError
@@ -21,13 +23,12 @@ from .steps import CalloutLive, RemoveMdev
 log = logger("vgpukit.mdev")
 
 
-@dataclass
-class Created:
+class Created(msgspec.Struct):
     uuid: str
     parent: str
     type_id: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # a reshape: type_id is shown as type, as mdev list --json
         return {"uuid": self.uuid, "parent": self.parent, "type": self.type_id}
 
 
@@ -146,15 +147,14 @@ def undefine(env: Env, uid: str, parent: str | None = None, force: bool = False)
     return [s.describe() for s in todo.steps if isinstance(s, PutFile)]
 
 
-@dataclass
-class StartOutcome:
+class StartOutcome(msgspec.Struct):
     uuid: str
     parent: str
     type_id: str
     status: str  # started | active | parent-absent | conflict | failed | would-start
     message: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # a reshape: type_id is shown as type, as mdev list --json
         return {
             "uuid": self.uuid,
             "parent": self.parent,

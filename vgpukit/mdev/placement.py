@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from ..errors import InvalidInput, NoCapacity, NotFound
 from ..inputs import at
 from .model import PACK, SPREAD, MdevParent, short_name
 
 
-@dataclass(frozen=True)
-class Slot:
+class Slot(msgspec.Struct, frozen=True):
     parent: str
     count: int
 

@@ -11,8 +11,11 @@ parses command lines.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import msgspec
+from msgspec.structs import replace
 
 from ..engine import Step
 from ..errors import Conflict, InUse, InvalidInput, NotFound
@@ -43,16 +46,17 @@ Wants = dict[str, tuple[int, tuple[str, ...]]]  # type -> (count, pinned UUIDs)
 BIG = 1 << 20  # "room enough": a parent losing instances in the same plan (the kernel re-checks)
 
 
-@dataclass(frozen=True)
-class Facts:
+class Facts(msgspec.Struct, frozen=True):
     """What the planner needs to know of the host, read once."""
 
     parents: tuple[MdevParent, ...]
     instances: tuple[MdevInstance, ...]
     definitions: tuple[Definition, ...] = ()
-    files: dict[tuple[str, str], str] = field(default_factory=dict)  # (uuid, parent) -> its file
+    files: dict[tuple[str, str], str] = msgspec.field(default_factory=dict)  # (uuid, parent) -> its file
     callouts: bool = False  # whether any call-out or notifier script is installed
-    domains: dict[str, tuple[str, ...]] = field(default_factory=dict)  # uuid -> running libvirt domains naming it
+    domains: dict[str, tuple[str, ...]] = msgspec.field(
+        default_factory=dict
+    )  # uuid -> running libvirt domains naming it
     home: str = ""  # mdevctl's definition directory, as the user sees it (read from the host door)
     exclusions: Exclusions | None = None  # the one predicate (quarantine, health), asked when work is placed
 
@@ -157,8 +161,7 @@ def wrapped(
 
 
 # ----------------------------------------------------------------------------- create
-@dataclass(frozen=True)
-class Create:
+class Create(msgspec.Struct, frozen=True):
     """N new instances of one type: on ``parent``, or on parents chosen by ``strategy`` (among
     ``among``, on NUMA node ``numa``); ``uuid`` names the one instance; ``define`` also writes
     definitions (start ``auto`` with ``auto``)."""

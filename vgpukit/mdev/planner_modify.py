@@ -13,7 +13,7 @@ none is versioned or supports the event (docs/mdev.md, "modify --live").
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from ..engine import Step
 from ..errors import InvalidInput, NotFound, Unsupported
@@ -24,8 +24,7 @@ from .planner import Facts, MdevPlan, check_type, one_definition, wrapped
 from .steps import CalloutLive, put_definition
 
 
-@dataclass(frozen=True)
-class Modification:
+class Modification(msgspec.Struct, frozen=True):
     """What ``modify`` changes in a definition (mdevctl's ``modify`` options)."""
 
     type_id: str | None = None
@@ -84,8 +83,7 @@ def modify(
     return _replace(facts, d, new, force)
 
 
-@dataclass(frozen=True)
-class FromFile:
+class FromFile(msgspec.Struct, frozen=True):
     """``modify --jsonfile``: the file's ``text`` (``where``: its name, for messages); ``live``,
     ``defined``: mdevctl's ``--live`` / ``--defined``; the other options only to refuse them."""
 

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ..health.model import STATES
 from .snapshot import Gpu, Snapshot
@@ -13,8 +14,7 @@ from .snapshot import Gpu, Snapshot
 MIB = 1 << 20
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(msgspec.Struct, frozen=True):
     name: str
     type: str  # gauge | counter
     unit: str
@@ -22,8 +22,7 @@ class Field:
     help: str
 
 
-@dataclass(frozen=True)
-class FieldTable:
+class FieldTable(msgspec.Struct, frozen=True):
     labels: tuple[str, ...]
     mig_labels: tuple[str, ...]
     fields: tuple[Field, ...]

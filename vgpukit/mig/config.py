@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from ..errors import InvalidInput, NotFound
 from ..inputs import load_yaml
 from .grammar import DeviceId, MigName, parse_device_id, parse_mig_name
@@ -51,8 +53,7 @@ SAFE_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,64}\Z", re.ASCII)  # file content sho
 GO_INT_MAX = (1 << 63) - 1  # Go's int: what mig-parted's reader takes for an index or a count
 
 
-@dataclass(frozen=True)
-class Note:
+class Note(msgspec.Struct, frozen=True):
     """Something mig-parted's reader accepts that vgpukit says out loud: a warning, refused under --strict."""
 
     source: str

@@ -6,14 +6,14 @@ Pure string parsing (ValueError when malformed); :mod:`vgpukit.mig.config` reads
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+import msgspec
 
 _ATTR = re.compile(r"[A-Za-z.][A-Za-z0-9.]*\Z", re.ASCII)
 _GO_INT = re.compile(r"[+-]?[0-9]+\Z", re.ASCII)
 
 
-@dataclass(frozen=True)
-class DeviceId:
+class DeviceId(msgspec.Struct, frozen=True):
     """A ``device-filter`` item: PCI device and vendor, optionally the subsystem device and vendor."""
 
     device: int
@@ -37,8 +37,7 @@ class DeviceId:
         return DeviceId(self.device, self.vendor)
 
 
-@dataclass(frozen=True)
-class MigName:
+class MigName(msgspec.Struct, frozen=True):
     """A MIG device name as go-nvlib parses it: ``[<c>c.]<g>g.<gb>gb[+attr,...|-attr,...]``."""
 
     c: int

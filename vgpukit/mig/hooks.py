@@ -30,6 +30,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from ..errors import VgpukitError
 from ..inputs import load_yaml
 from .config import _err, _mapping, _scalar
@@ -49,8 +51,7 @@ HOOK_KEYS = ("command", "args", "envs", "workdir")
 MAX_HOOKS_BYTES = 256 * 1024
 
 
-@dataclass(frozen=True)
-class Hook:
+class Hook(msgspec.Struct, frozen=True):
     line: int
     command: str
     args: tuple[str, ...] = ()

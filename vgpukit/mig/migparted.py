@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from .. import naming
 from ..errors import DeviceUnusable, InvalidInput, Unsupported, VgpukitError
 from ..exclusion import LOST, Exclusions, refusal
@@ -38,8 +40,7 @@ from .spec import WantGi, ci_allowed, ci_layout_fits
 from .steps import MigStep, Reset, SetMode
 
 
-@dataclass(frozen=True)
-class MigRequest:
+class MigRequest(msgspec.Struct, frozen=True):
     """The selected config of a mig-parted file and how to apply it."""
 
     entries: Sequence[Entry]

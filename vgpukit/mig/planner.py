@@ -19,31 +19,24 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+import msgspec
+
 from ..errors import InvalidInput, NoCapacity
 from ..nvml import GiProfile
-from ..records import Record
 
 
-class Occupant(Record):
+class Occupant(msgspec.Struct, frozen=True):
     """A GPU instance that stays where it is."""
 
-    __slots__ = ("profile_id", "start", "size", "label")  # noqa: RUF023 (field order)
     profile_id: int
     start: int
     size: int
     label: str  # "GI 3 (2g.10gb)"
 
-    def __init__(self, profile_id: int, start: int, size: int, label: str) -> None:
-        self._init(profile_id=profile_id, start=start, size=size, label=label)
 
-
-class GiPlacement(Record):
-    __slots__ = ("profile", "start")
+class GiPlacement(msgspec.Struct, frozen=True):
     profile: GiProfile
     start: int
-
-    def __init__(self, profile: GiProfile, start: int) -> None:
-        self._init(profile=profile, start=start)
 
     @property
     def slots(self) -> range:

@@ -10,25 +10,22 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+import msgspec
+
 from ..errors import InvalidInput
 from ..inputs import parse_int
 from ..nvml import GiProfile
 from ..nvml.table import ci_allowed_table, ci_enums
-from ..records import Record
 
 ITEM_RE = re.compile(r"^\s*(?P<name>[^=\s]+)\s*(?:=\s*(?P<count>\S+))?\s*\Z", re.ASCII)
 MAX_COUNT = 64  # MIG devices of one profile on one GPU: 7 GIs x 7 CIs at most
 CI_RE = re.compile(r"^(?P<c>[0-9]+)c\.(?P<gi>.+)\Z", re.ASCII)
 
 
-class WantGi(Record):
-    __slots__ = ("profile", "cis", "strict")  # noqa: RUF023 (field order)
+class WantGi(msgspec.Struct, frozen=True):
     profile: GiProfile
     cis: tuple[int, ...]  # compute-instance slice counts, largest first
-    strict: bool  # an existing GI matches only with exactly these CIs (else: any CIs of its own)
-
-    def __init__(self, profile: GiProfile, cis: tuple[int, ...], strict: bool = True) -> None:
-        self._init(profile=profile, cis=cis, strict=strict)
+    strict: bool = True  # an existing GI matches only with exactly these CIs (else: any CIs of its own)
 
     @property
     def default_cis(self) -> bool:

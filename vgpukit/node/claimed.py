@@ -7,8 +7,9 @@ to the inventory's devices by :func:`.dra_names.named`, the one naming rule."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ..errors import VgpukitError
 from ..host import Host
@@ -19,8 +20,7 @@ from .inventory import Inventory
 PREPARED = "prepared"  # the record's state once the claim's devices were answered (claims.PREPARED)
 
 
-@dataclass(frozen=True)
-class ClaimRef:
+class ClaimRef(msgspec.Struct, frozen=True):
     uid: str
     namespace: str
     name: str

@@ -17,7 +17,8 @@ mdev     existing mediated devices (vGPUs included)       ``mdev-<uuid>``
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+import msgspec
 
 from .inventory import PREFIX, Device, Inventory
 
@@ -25,8 +26,7 @@ KINDS = ("gpu", "mig", "vf", "mdev")
 _UNSAFE = re.compile(r"[^a-z0-9-]+")
 
 
-@dataclass(frozen=True)
-class Named:
+class Named(msgspec.Struct, frozen=True):
     """One device of the pool: its DRA name and kind, the inventory's record, its device plugin resource."""
 
     name: str  # a DNS label, unique in the node's pool

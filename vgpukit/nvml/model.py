@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..records import Record
+import msgspec
 
 
-class NvmlGpu(Record):
+class NvmlGpu(msgspec.Struct, frozen=True):
     """A GPU as NVML enumerates it. ``lost``: NVML answers GPU_IS_LOST for it (it fell off the bus or
     stopped answering): then only ``index`` and what the driver still gave are known (``bdf``, ``uuid``,
     ``name``: "" where it did not say; the MIG mode as last known, off when unknown) and every other
     call on it fails; a whole-host read shows it marked (docs/health.md, "One bad device")."""
 
-    __slots__ = ("bdf", "index", "lost", "mig_capable", "mig_current", "mig_pending", "name", "pci_device_id", "uuid")
     index: int
     bdf: str  # canonical lower-case DDDD:BB:DD.F
     uuid: str  # GPU-...
@@ -21,66 +20,33 @@ class NvmlGpu(Record):
     mig_capable: bool
     mig_current: bool  # current MIG mode
     mig_pending: bool  # pending MIG mode (as NVML reports it: equals current when no change is pending)
-    pci_device_id: int | None  # (device << 16) | vendor, as NVML's pciDeviceId (0x20B010DE)
-    lost: bool
-
-    def __init__(
-        self,
-        index: int,
-        bdf: str,
-        uuid: str,
-        name: str,
-        mig_capable: bool,
-        mig_current: bool,
-        mig_pending: bool,
-        pci_device_id: int | None = None,
-        lost: bool = False,
-    ) -> None:
-        self._init(
-            index=index,
-            bdf=bdf,
-            uuid=uuid,
-            name=name,
-            mig_capable=mig_capable,
-            mig_current=mig_current,
-            mig_pending=mig_pending,
-            pci_device_id=pci_device_id,
-            lost=lost,
-        )
+    pci_device_id: int | None = None  # (device << 16) | vendor, as NVML's pciDeviceId (0x20B010DE)
+    lost: bool = False
 
     @property
     def mode_change_pending(self) -> bool:
         return self.mig_current != self.mig_pending
 
 
-class NvLink(Record):
+class NvLink(msgspec.Struct, frozen=True):
     """One active NVLink of a GPU, as NVML reports it (nvmlDeviceGetNvLinkState = enabled,
     nvmlDeviceGetNvLinkRemotePciInfo_v2, nvmlDeviceGetNvLinkRemoteDeviceType)."""
 
-    __slots__ = ("link", "remote_bdf", "remote_type")
     link: int  # the link's number on its GPU
     remote_bdf: str  # canonical lower-case DDDD:BB:DD.F of the other end (a GPU or an NVSwitch)
     remote_type: str  # "gpu" | "switch" | "ibmnpu" | "unknown"
 
-    def __init__(self, link: int, remote_bdf: str, remote_type: str) -> None:
-        self._init(link=link, remote_bdf=remote_bdf, remote_type=remote_type)
 
-
-class GpuLinks(Record):
+class GpuLinks(msgspec.Struct, frozen=True):
     """What ``nvidia-smi topo -m`` asks NVML about one GPU."""
 
-    __slots__ = ("numa_id", "nvlinks")
     nvlinks: tuple[NvLink, ...]  # active links in link order; () for a GPU without NVLink
     numa_id: int | None  # NUMA node of the GPU's own memory (nvmlDeviceGetNumaNodeId); None: none
 
-    def __init__(self, nvlinks: tuple[NvLink, ...], numa_id: int | None) -> None:
-        self._init(nvlinks=nvlinks, numa_id=numa_id)
 
-
-class GiProfile(Record):
+class GiProfile(msgspec.Struct, frozen=True):
     """A GPU-instance profile as the device reports it (nvmlGpuInstanceProfileInfo_v2 + placements)."""
 
-    __slots__ = ("enum", "id", "max_count", "media", "memory_mib", "name", "size", "slices", "sms", "starts")
     id: int  # device profile id (create/placement calls take this)
     enum: int  # NVML_GPU_INSTANCE_PROFILE_* it was queried with
     name: str  # "3g.20gb"
@@ -90,37 +56,10 @@ class GiProfile(Record):
     sms: int
     max_count: int
     starts: tuple[int, ...]  # possible placement starts
-    media: bool  # "+me": uses the GPU's single media-engine set
-
-    def __init__(
-        self,
-        id: int,
-        enum: int,
-        name: str,
-        slices: int,
-        size: int,
-        memory_mib: int,
-        sms: int,
-        max_count: int,
-        starts: tuple[int, ...],
-        media: bool = False,
-    ) -> None:
-        self._init(
-            id=id,
-            enum=enum,
-            name=name,
-            slices=slices,
-            size=size,
-            memory_mib=memory_mib,
-            sms=sms,
-            max_count=max_count,
-            starts=starts,
-            media=media,
-        )
+    media: bool = False  # "+me": uses the GPU's single media-engine set
 
 
-class CiProfile(Record):
-    __slots__ = ("enum", "full", "max_count", "name", "slices", "starts")
+class CiProfile(msgspec.Struct, frozen=True):
     enum: int  # NVML_COMPUTE_INSTANCE_PROFILE_* (also the nvidia-smi CI profile id)
     name: str  # "1c.3g.20gb" ("3g.20gb" for the full-size one)
     slices: int
@@ -128,12 +67,8 @@ class CiProfile(Record):
     starts: tuple[int, ...]
     full: bool  # the default compute instance of its GPU instance (uses all compute slices)
 
-    def __init__(self, enum: int, name: str, slices: int, max_count: int, starts: tuple[int, ...], full: bool) -> None:
-        self._init(enum=enum, name=name, slices=slices, max_count=max_count, starts=starts, full=full)
 
-
-class ComputeInstance(Record):
-    __slots__ = ("gi_id", "id", "profile", "slices", "start", "uuid")
+class ComputeInstance(msgspec.Struct, frozen=True):
     id: int
     gi_id: int
     profile: int  # CI profile enum
@@ -141,40 +76,22 @@ class ComputeInstance(Record):
     start: int
     uuid: str  # MIG-...
 
-    def __init__(self, id: int, gi_id: int, profile: int, slices: int, start: int, uuid: str) -> None:
-        self._init(id=id, gi_id=gi_id, profile=profile, slices=slices, start=start, uuid=uuid)
 
-
-class GpuInstance(Record):
-    __slots__ = ("compute_instances", "id", "profile_id", "size", "start")
+class GpuInstance(msgspec.Struct, frozen=True):
     id: int
     profile_id: int
     start: int
     size: int
-    compute_instances: tuple[ComputeInstance, ...]
-
-    def __init__(
-        self,
-        id: int,
-        profile_id: int,
-        start: int,
-        size: int,
-        compute_instances: tuple[ComputeInstance, ...] = (),
-    ) -> None:
-        self._init(id=id, profile_id=profile_id, start=start, size=size, compute_instances=compute_instances)
+    compute_instances: tuple[ComputeInstance, ...] = ()
 
 
-class NvmlProcess(Record):
+class NvmlProcess(msgspec.Struct, frozen=True):
     """A process or client holding a GPU (gi_id/ci_id set when it runs inside a MIG device)."""
 
-    __slots__ = ("ci_id", "gi_id", "name", "pid")
     pid: int
     name: str
-    gi_id: int | None
-    ci_id: int | None
-
-    def __init__(self, pid: int, name: str, gi_id: int | None = None, ci_id: int | None = None) -> None:
-        self._init(pid=pid, name=name, gi_id=gi_id, ci_id=ci_id)
+    gi_id: int | None = None
+    ci_id: int | None = None
 
     def describe(self) -> str:
         where = f" in GI {self.gi_id}" if self.gi_id is not None else ""
@@ -184,7 +101,7 @@ class NvmlProcess(Record):
 EVENT_KINDS = ("xid", "ecc-single", "ecc-double", "clock", "power-source", "lost", "error")
 
 
-class NvmlEvent(Record):
+class NvmlEvent(msgspec.Struct, frozen=True):
     """One event of a GPU as an NVML event set delivers it, or a failure the watcher turned into one.
 
     ``kind``: ``xid`` (``data`` = the XID), ``ecc-single`` / ``ecc-double`` (ECC errors counted),
@@ -192,62 +109,39 @@ class NvmlEvent(Record):
     ``error`` (another NVML failure on this GPU; ``data`` = the NVML code). ``gi``: the GPU instance
     (MIG slice) the driver attributed it to (``nvmlEventData_t.gpuInstanceId``), -1 for none."""
 
-    __slots__ = ("gpu", "kind", "data", "time", "seq", "gi")  # noqa: RUF023
     gpu: int  # NVML index
     kind: str
-    data: int
-    time: float  # seconds since the epoch, when the watcher saw it
-    seq: int  # the backend's order (the simulated driver: the line of the GPU's event file)
-    gi: int
-
-    def __init__(self, gpu: int, kind: str, data: int = 0, time: float = 0.0, seq: int = 0, gi: int = -1) -> None:
-        self._init(gpu=gpu, kind=kind, data=data, time=time, seq=seq, gi=gi)
+    data: int = 0
+    time: float = 0.0  # seconds since the epoch, when the watcher saw it
+    seq: int = 0  # the backend's order (the simulated driver: the line of the GPU's event file)
+    gi: int = -1
 
 
-class GpuCondition(Record):
+class GpuCondition(msgspec.Struct, frozen=True):
     """What NVML says of a GPU's health now."""
 
-    __slots__ = ("lost", "ecc_corrected", "ecc_uncorrected")  # noqa: RUF023
     lost: bool  # calls on it answer NVML_ERROR_GPU_IS_LOST
     ecc_corrected: int | None  # volatile ECC error counts since the last reset; None: no ECC / not supported
     ecc_uncorrected: int | None
 
-    def __init__(self, lost: bool, ecc_corrected: int | None, ecc_uncorrected: int | None) -> None:
-        self._init(lost=lost, ecc_corrected=ecc_corrected, ecc_uncorrected=ecc_uncorrected)
 
-
-class GpuTelemetry(Record):
+class GpuTelemetry(msgspec.Struct, frozen=True):
     """What a GPU reports of itself now, for monitoring (None: the GPU does not report it).
 
     NVML calls: nvmlDeviceGetUtilizationRates (``util``, ``mem_util``: percent), nvmlDeviceGetMemoryInfo
     (``fb_used_mib``, ``fb_free_mib``), nvmlDeviceGetPowerUsage (``power_w``, from milliwatts),
     nvmlDeviceGetTemperature (``temp_c``), nvmlDeviceGetTotalEccErrors (volatile and aggregate counts)."""
 
-    __slots__ = (  # noqa: RUF023 (field order)
-        "util",
-        "mem_util",
-        "fb_used_mib",
-        "fb_free_mib",
-        "power_w",
-        "temp_c",
-        "ecc_sbe_vol",
-        "ecc_dbe_vol",
-        "ecc_sbe_agg",
-        "ecc_dbe_agg",
-    )
-    util: int | None
-    mem_util: int | None
-    fb_used_mib: int | None
-    fb_free_mib: int | None
-    power_w: float | None
-    temp_c: int | None
-    ecc_sbe_vol: int | None
-    ecc_dbe_vol: int | None
-    ecc_sbe_agg: int | None
-    ecc_dbe_agg: int | None
-
-    def __init__(self, **values: int | float | None) -> None:
-        self._init(**{k: values.get(k) for k in self.__slots__})
+    util: int | None = None
+    mem_util: int | None = None
+    fb_used_mib: int | None = None
+    fb_free_mib: int | None = None
+    power_w: float | None = None
+    temp_c: int | None = None
+    ecc_sbe_vol: int | None = None
+    ecc_dbe_vol: int | None = None
+    ecc_sbe_agg: int | None = None
+    ecc_dbe_agg: int | None = None
 
 
 class EventWatcher(Protocol):

@@ -14,6 +14,8 @@ import subprocess
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import msgspec
+
 from ..errors import HostIOError, Unsupported
 from ..logs import logger
 from . import real_events
@@ -329,7 +331,7 @@ class RealNvml(GpuIndex):
                 )
             )
         most = max((c.slices for c in out), default=0)
-        return [c.replace(full=c.slices == most) for c in out]
+        return [msgspec.structs.replace(c, full=c.slices == most) for c in out]
 
     def create_compute_instance(self, gpu: int, gi_id: int, profile: int, start: int | None = None) -> ComputeInstance:
         n, gi = self.n, self._gi(gpu, gi_id)

@@ -6,47 +6,22 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+import msgspec
+
 from ..data import load_json
 from ..errors import NotFound
-from ..records import Record
 from .model import CiProfile, GiProfile
 
 
-class MigModel(Record):
-    __slots__ = (  # noqa: RUF023 (field order)
-        "key", "arch", "memory_slots", "compute_slices", "profiles", "product_names", "pci_device_ids",
-        "without_reset",
-    )  # fmt: skip
+class MigModel(msgspec.Struct, frozen=True):
     key: str
     arch: str  # ampere | hopper
-    without_reset: bool  # a MIG mode change applies at once (data: mig_mode_without_reset, with its source)
     memory_slots: int
     compute_slices: int
     profiles: tuple[GiProfile, ...]
     product_names: tuple[str, ...]
     pci_device_ids: tuple[int, ...]
-
-    def __init__(
-        self,
-        key: str,
-        arch: str,
-        memory_slots: int,
-        compute_slices: int,
-        profiles: tuple[GiProfile, ...],
-        product_names: tuple[str, ...],
-        pci_device_ids: tuple[int, ...],
-        without_reset: bool = False,
-    ) -> None:
-        self._init(
-            key=key,
-            arch=arch,
-            memory_slots=memory_slots,
-            compute_slices=compute_slices,
-            profiles=profiles,
-            product_names=product_names,
-            pci_device_ids=pci_device_ids,
-            without_reset=without_reset,
-        )
+    without_reset: bool = False  # a MIG mode change applies at once (data: mig_mode_without_reset, with its source)
 
     @property
     def reset_required(self) -> bool:

@@ -25,8 +25,9 @@ import struct
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from ..errors import InvalidInput
 from ..host import Host
@@ -44,8 +45,7 @@ _LOGGED = ("malformed", "not-owner")
 MEMORY_VERBS = ("need", "low", "moved")
 
 
-@dataclass(frozen=True)
-class DemandMsg:
+class DemandMsg(msgspec.Struct, frozen=True):
     gpu: str
     tenant: str
     busy: bool

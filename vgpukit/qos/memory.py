@@ -15,13 +15,12 @@ The rules (docs/qos.md, "Memory QoS"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from .mempolicy import MemoryPolicy
 
 
-@dataclass(frozen=True)
-class Holder:
+class Holder(msgspec.Struct, frozen=True):
     """What one tenant holds on the GPU (from its shared region) and its state."""
 
     name: str
@@ -44,8 +43,7 @@ class Holder:
         return max(0, min(self.evictable - self.evicted, self.resident - self.cap))
 
 
-@dataclass(frozen=True)
-class Relief:
+class Relief(msgspec.Struct, frozen=True):
     evict: dict[str, int]  # tenant -> bytes it should keep on the host (its new request)
     suspend: tuple[str, ...]  # tenants to suspend (checkpoint) or freeze, in order
     freed: int  # bytes the plan frees on the device

@@ -8,8 +8,9 @@ suspended (``suspend``). What the daemon does with these settings is :mod:`vgpuk
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ..declared import convert
 from ..inputs import parse_size
@@ -19,8 +20,7 @@ KEYS = tuple(MemoryDoc.__struct_fields__)
 __all__ = ["KEYS", "MAX_MS", "SUSPENDS", "MemoryPolicy"]
 
 
-@dataclass(frozen=True)
-class MemoryPolicy:
+class MemoryPolicy(msgspec.Struct, frozen=True):
     watermark: int = 0  # bytes the GPU keeps free for online tenants (0: only refused allocations count)
     suspend: str = "off"  # the last resort for offline tenants: off | freeze (keeps memory) | checkpoint
     restore_ms: int = 1000  # pressure gone this long: offline tenants get their memory back
@@ -36,12 +36,7 @@ class MemoryPolicy:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "watermark": self.watermark,
-            "suspend": self.suspend,
-            "restore_ms": self.restore_ms,
-            "reclaim_ms": self.reclaim_ms,
-        }
+        return msgspec.structs.asdict(self)
 
     def replace(self, changes: dict[str, Any]) -> MemoryPolicy:
         doc = {**self.to_dict(), **{k: v for k, v in changes.items() if v is not None}}

@@ -7,9 +7,10 @@ address, a MIG UUID); the device need not exist, so a MIG slice or a whole host 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
+
+import msgspec
 
 from ..declared import convert
 from ..errors import InvalidInput, NotFound
@@ -47,8 +48,7 @@ def check_key(value: str, what: str) -> str:
     return value
 
 
-@dataclass(frozen=True)
-class Tenant:
+class Tenant(msgspec.Struct, frozen=True):
     """One tenant of one GPU and what it is on the host."""
 
     name: str
@@ -107,7 +107,9 @@ class Tenant:
             return "pids:" + ",".join(str(p) for p in self.pids)
         return f"domain:{self.domain}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(
+        self,
+    ) -> dict[str, Any]:  # a reshape: the config file's words (class, target)
         doc: dict[str, Any] = {"class": self.cls, "share": self.share, "demand": self.demand}
         if self.kind == "cgroup":
             doc["cgroup"] = self.cgroup
@@ -160,15 +162,14 @@ def _size(value: int | str | None, name: str, what: str) -> int | None:
     return under((what,), lambda: parse_size(value, f"tenant {name}: {what}", lo=1))
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(msgspec.Struct, frozen=True):
     """Policy, slice and tenants of one schedulable device."""
 
     key: str
     policy: str = "best-effort"
     slice_ms: int = DEFAULT_SLICE_MS
     tenants: tuple[Tenant, ...] = ()
-    memory: MemoryPolicy = field(default_factory=MemoryPolicy)
+    memory: MemoryPolicy = msgspec.field(default_factory=MemoryPolicy)
 
     @property
     def memory_qos(self) -> bool:
@@ -200,7 +201,7 @@ class Gpu:
                 return t
         raise NotFound(f"{self.key}: no tenant {name}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # a reshape: tenants keyed by name; memory only when not the default
         doc: dict[str, Any] = {
             "policy": self.policy,
             "slice_ms": self.slice_ms,
@@ -228,11 +229,10 @@ class Gpu:
         )
 
 
-@dataclass
-class QosConfig:
+class QosConfig(msgspec.Struct):
     """The daemon's whole configuration: GPUs by key, plus daemon settings."""
 
-    gpus: dict[str, Gpu] = field(default_factory=dict)
+    gpus: dict[str, Gpu] = msgspec.field(default_factory=dict)
     watchdog_s: float = 2.0  # a freeze not renewed by a live daemon is undone after this long
     sample_ms: int = 10  # sampling interval (demand sample, and auto until the first notification)
 
@@ -242,7 +242,7 @@ class QosConfig:
         convert({"watchdog_s": self.watchdog_s, "sample_ms": self.sample_ms}, QosDoc)
         return self
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # a reshape: GPUs sorted by key
         return {
             "watchdog_s": self.watchdog_s,
             "sample_ms": self.sample_ms,

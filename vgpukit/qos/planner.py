@@ -28,12 +28,13 @@ exist: the daemon drops such a tenant with a warning, docs/qos.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
+from msgspec.structs import replace
 
 from ..engine import Step
 from ..errors import Conflict, NoCapacity, NotFound, VgpukitError
@@ -98,22 +99,19 @@ def check(cfg: QosConfig) -> QosConfig:
 
 
 # ----------------------------------------------------------------------------- run-time changes
-@dataclass(frozen=True)
-class SetPolicy:
+class SetPolicy(msgspec.Struct, frozen=True):
     gpu: str
     policy: str | None
     slice_ms: int | None
     memory: dict[str, Any] | None = None  # memory QoS settings to change (MemoryPolicy's keys), None: keep
 
 
-@dataclass(frozen=True)
-class AddTenant:
+class AddTenant(msgspec.Struct, frozen=True):
     gpu: str
     tenant: Tenant
 
 
-@dataclass(frozen=True)
-class RemoveTenant:
+class RemoveTenant(msgspec.Struct, frozen=True):
     gpu: str
     name: str
 
@@ -121,8 +119,7 @@ class RemoveTenant:
 Request = SetPolicy | AddTenant | RemoveTenant
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(msgspec.Struct, frozen=True):
     config: QosConfig  # the whole configuration once the change is made
     plan: list[str]  # what changes, one line each (empty: nothing to do)
     gpu: Gpu | None  # the GPU's settings once the change is made (None: removed)
@@ -220,8 +217,7 @@ def offered(host: Host) -> QosConfig:
     return cfg
 
 
-@dataclass(frozen=True)
-class Library:
+class Library(msgspec.Struct, frozen=True):
     """What the CUDA interception library's rule needs: where it is, whether it is there, whether the
     gpu-share CDI class is enabled (its spec carries every tenant)."""
 
@@ -258,11 +254,12 @@ def caps(t: Tenant) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- a host config's qos:
-@dataclass(frozen=True)
-class Plan:
+class Plan(msgspec.Struct, frozen=True):
     steps: list[Step]
     warnings: list[str]
-    unmet: list[str] = field(default_factory=list)  # what the config has that apply cannot make (a dropped tenant)
+    unmet: list[str] = msgspec.field(
+        default_factory=list
+    )  # what the config has that apply cannot make (a dropped tenant)
 
 
 def refuse_quarantined(host: Host, keys: list[str], nvml: NvmlSource = None) -> None:

@@ -14,8 +14,10 @@ Nothing here executes or prints; a refusal is raised, noted at the key it is abo
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Union
+
+import msgspec
+from msgspec.structs import replace
 
 from .. import naming
 from ..errors import Conflict, InvalidInput, NotFound, VgpukitError
@@ -111,8 +113,7 @@ def _gpu_here(host: Host, key: str, nvml: NvmlSource, scan: Scan, mig: dict[str,
 
 
 # ----------------------------------------------------------------------------- the daemon's view
-@dataclass(frozen=True)
-class Dropped:
+class Dropped(msgspec.Struct, frozen=True):
     """A tenant of the configuration the daemon does not run, and why (its target is gone)."""
 
     gpu: str
@@ -120,8 +121,7 @@ class Dropped:
     reason: str
 
 
-@dataclass(frozen=True)
-class DaemonView:
+class DaemonView(msgspec.Struct, frozen=True):
     pid: int | None
     loaded: dict[str, Any] | None  # the configuration file as it loaded it last (None: it does not say)
     dropped: tuple[Dropped, ...]

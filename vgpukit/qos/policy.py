@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import msgspec
+
 NS_PER_MS = 1_000_000
 # A busy tenant kept off the device by others' overrun (a late daemon wake-up) may be owed up to
 # this many slices; an idle tenant banks at most one slice. Bounds the burst to 3 slices.
@@ -45,8 +47,7 @@ class TenantState:
     last_grant: int = -1  # round-robin tie break: least recently granted first
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(msgspec.Struct, frozen=True):
     granted: str | None  # the tenant that holds the device now
     frozen: frozenset[str]  # busy tenants that must not run
     next_at: int | None  # call decide() again at this time (ns) even without events

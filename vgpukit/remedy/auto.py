@@ -21,8 +21,9 @@ boot is released (a reboot was the cure: the escalation's answer).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from .. import quarantine as qr
 from .. import remedies as history
@@ -38,8 +39,7 @@ from .policy import Policy
 AUTO = "auto"
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(msgspec.Struct, frozen=True):
     """What a look did about one device (a Kubernetes Event where the node agent runs it)."""
 
     device: str
@@ -51,7 +51,8 @@ class Event:
     escalate: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "escalate": self.escalate or None}  # null when none, as remediate --json
+        # a reshape: escalate is null when none, as remediate --json
+        return {**msgspec.structs.asdict(self), "escalate": self.escalate or None}
 
 
 def _recovery(env: Env, f: DeviceFacts) -> int | None:

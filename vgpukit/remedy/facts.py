@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from .. import naming, processes
 from .. import quarantine as qr
 from ..errors import NotFound, VgpukitError
@@ -29,16 +31,14 @@ from ..nvml.model import Nvml
 from ..pci import Scan, virtfns
 
 
-@dataclass(frozen=True)
-class Ci:
+class Ci(msgspec.Struct, frozen=True):
     id: int
     start: int
     slices: int
     uuid: str
 
 
-@dataclass(frozen=True)
-class Gi:
+class Gi(msgspec.Struct, frozen=True):
     id: int
     profile_id: int
     profile: str
@@ -47,8 +47,7 @@ class Gi:
     cis: tuple[Ci, ...] = ()
 
 
-@dataclass(frozen=True)
-class Vf:
+class Vf(msgspec.Struct, frozen=True):
     bdf: str
     driver: str | None
     override: str | None
@@ -57,16 +56,14 @@ class Vf:
     group: int | None = None
 
 
-@dataclass(frozen=True)
-class Mdev:
+class Mdev(msgspec.Struct, frozen=True):
     uuid: str
     parent: str
     type_id: str
     group: int | None = None
 
 
-@dataclass(frozen=True)
-class Tenant:
+class Tenant(msgspec.Struct, frozen=True):
     gpu: str  # the QoS GPU key it is scheduled under (gpuN, the address, a MIG UUID)
     name: str
     kind: str  # cgroup | pids | domain
@@ -75,8 +72,7 @@ class Tenant:
     domain: str = ""
 
 
-@dataclass(frozen=True)
-class Carried:
+class Carried(msgspec.Struct, frozen=True):
     """What the device carries now; rebuilt exactly after a reset."""
 
     mig: bool  # MIG mode in effect
@@ -111,7 +107,7 @@ class Carried:
         """Each MIG device: (its UUID, its GPU instance's profile id and start, its compute instance's start)."""
         return tuple((c.uuid, g.profile_id, g.start, c.start) for g in self.gis for c in g.cis if c.uuid)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:  # a reshape: the report's words (gpu_instances, vf_drivers...)
         return {
             "mig": self.mig,
             "gpu_instances": [
@@ -120,20 +116,19 @@ class Carried:
                     "profile": g.profile,
                     "start": g.start,
                     "size": g.size,
-                    "compute_instances": [c.__dict__ for c in g.cis],
+                    "compute_instances": msgspec.to_builtins(g.cis),
                 }
                 for g in self.gis
             ],
             "vfs": self.numvfs,
             "vf_drivers": {v.bdf: v.driver for v in self.vfs},
             "vgpus": {v.bdf: v.vgpu_type for v in self.vfs if v.vgpu_type},
-            "mdevs": [m.__dict__ for m in self.mdevs],
+            "mdevs": msgspec.to_builtins(self.mdevs),
             "qos_tenants": [{"gpu": t.gpu, "name": t.name, "target": t.target} for t in self.tenants],
         }
 
 
-@dataclass(frozen=True)
-class Holder:
+class Holder(msgspec.Struct, frozen=True):
     """Someone using the device or a piece of it."""
 
     kind: str  # vm | process | tenant | pod
@@ -146,9 +141,6 @@ class Holder:
         who = {"vm": "VM", "process": "process", "tenant": "QoS tenant", "pod": "Kubernetes claim"}[self.kind]
         pid = f" (pid {self.pid})" if self.pid else ""
         return f"{who} {self.name}{pid} on {self.piece}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name, "piece": self.piece, "pid": self.pid, "claim": self.claim}
 
 
 @dataclass

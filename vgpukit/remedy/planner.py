@@ -27,8 +27,9 @@ else the health layer's (the XID catalog, as data): :func:`action_of`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from .. import quarantine as qr
 from ..data import load_yaml
@@ -48,8 +49,7 @@ VMS = ("migrate", "managedsave", "shutdown", "fail")
 CURABLE = ("none", "restart-app", "reset", "drain")  # a reset is worth trying; reboot / replace are not
 
 
-@dataclass(frozen=True)
-class DrainPolicy:
+class DrainPolicy(msgspec.Struct, frozen=True):
     vms: str = "shutdown"
     to: str | None = None  # the destination libvirt URI for --vms migrate
     uri: str = DEFAULT_URI  # where the VMs holding the device are defined
@@ -58,21 +58,22 @@ class DrainPolicy:
     tenants: str = "wait"  # wait for the QoS tenants' processes to end, or stop them (SIGTERM)
 
 
-@dataclass
-class Plan:
+class Plan(msgspec.Struct):
     """What a remediation command will do (the steps) and everything its dry run shows."""
 
     bdf: str
     label: str
-    steps: list[Step] = field(default_factory=list)
-    holders: list[Holder] = field(default_factory=list)
-    rebuild: list[str] = field(default_factory=list)
+    steps: list[Step] = msgspec.field(default_factory=list)
+    holders: list[Holder] = msgspec.field(default_factory=list)
+    rebuild: list[str] = msgspec.field(default_factory=list)
     action: str = "none"  # what the device needs (reset, reboot...)
     source: str = ""  # where the action comes from (NVML recovery action, the health layer)
     escalate: str = ""  # reboot | replace: what the operator must do (vgpukit does not)
     method: str = ""  # how it is reset
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(
+        self,
+    ) -> dict[str, Any]:  # a reshape: the report's words, null when none
         return {
             "device": self.label,
             "bdf": self.bdf,
@@ -80,7 +81,7 @@ class Plan:
             "action_source": self.source,
             "escalate": self.escalate or None,
             "reset_method": self.method or None,
-            "holders": [h.as_dict() for h in self.holders],
+            "holders": msgspec.to_builtins(self.holders),
             "rebuild": list(self.rebuild),
         }
 

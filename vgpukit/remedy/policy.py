@@ -25,7 +25,6 @@ like the QoS config), which the long-running runner reads (:mod:`.auto`: the nod
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -80,15 +79,13 @@ class RemediationDoc(msgspec.Struct, forbid_unknown_fields=True, frozen=True, re
     interval: Annotated[float, Meta(ge=1, le=86400)] = 30.0
 
 
-@dataclass(frozen=True)
-class Rate:
+class Rate(msgspec.Struct, frozen=True):
     runs: int
     hours: float
 
 
-@dataclass(frozen=True)
-class Policy:
-    start: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_START))
+class Policy(msgspec.Struct, frozen=True):
+    start: dict[str, str] = msgspec.field(default_factory=lambda: dict(DEFAULT_START))
     vms: str = "shutdown"
     to: str | None = None
     connect: str = "qemu:///system"
@@ -104,7 +101,7 @@ class Policy:
         """What a device needing ``action`` gets (an action the policy does not name: nothing)."""
         return self.start.get(action, "none")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # a reshape: the policy file's words (per-device, per-host)
         doc: dict[str, Any] = {
             "start": dict(self.start),
             "vms": self.vms,

@@ -26,7 +26,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from ..records import Record
+import msgspec
+
 from .crash import KillAt
 from .journal import LOG, Journal, undo
 from .state import CHANGES, KERNEL, STORAGE_FAULTS, KernelState, corrupt, locked, sim_meta_dir, stamp
@@ -77,18 +78,19 @@ class Write:
 class Change(Protocol):
     """A change the host door is about to make, as its watch is told (``vgpukit.host.Change``)."""
 
-    action: str  # write | write-file | remove | mkdir | create | append | record
-    path: str  # as the host sees it
+    @property
+    def action(self) -> str:  # write | write-file | remove | mkdir | create | append | record
+        ...
+
+    @property
+    def path(self) -> str:  # as the host sees it
+        ...
 
 
-class Reaction(Record):
-    __slots__ = ("name", "matches", "handle")  # noqa: RUF023 (field order)
+class Reaction(msgspec.Struct, frozen=True):
     name: str
     matches: Callable[[Write], bool]
     handle: Callable[[Write], None]
-
-    def __init__(self, name: str, matches: Callable[[Write], bool], handle: Callable[[Write], None]) -> None:
-        self._init(name=name, matches=matches, handle=handle)
 
 
 def fail(code: int) -> OSError:

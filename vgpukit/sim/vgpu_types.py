@@ -6,9 +6,10 @@ source, and tests check that both agree on every type they both describe.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from ..errors import NotFound
 from ..inputs import load_yaml
@@ -16,8 +17,7 @@ from ..inputs import load_yaml
 DATA = "nvidia-vgpu.yaml"
 
 
-@dataclass(frozen=True)
-class VgpuType:
+class VgpuType(msgspec.Struct, frozen=True):
     id: int
     name: str  # without the board's prefix: "T4-4Q"
     framebuffer_mb: int
@@ -34,8 +34,7 @@ class VgpuType:
         )
 
 
-@dataclass(frozen=True)
-class Board:
+class Board(msgspec.Struct, frozen=True):
     key: str
     interface: str  # mdev | vfio
     framebuffer_mb: int

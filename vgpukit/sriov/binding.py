@@ -10,8 +10,9 @@ and so the undo of a failed command can.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import msgspec
 
 from ..errors import InvalidInput, NotFound
 from ..host import Host
@@ -21,8 +22,7 @@ VFIO = "vfio-pci"
 DRIVER_MODES = ("default", VFIO, "none")  # what `sriov enable --driver` accepts
 
 
-@dataclass(frozen=True)
-class Remembered:
+class Remembered(msgspec.Struct, frozen=True):
     """How to put a device back: its original driver and override; ``probe``: let the kernel choose."""
 
     bdf: str
@@ -87,7 +87,7 @@ def remembered_lenient(host: Host, bdf: str) -> Remembered | None:
 
 def record_text(rec: Remembered) -> str:
     """The bind record of ``rec.bdf``, as :func:`remember` writes it."""
-    return json.dumps(asdict(rec), indent=1) + "\n"
+    return json.dumps(msgspec.to_builtins(rec), indent=1) + "\n"
 
 
 def remember(host: Host, rec: Remembered) -> str:

@@ -43,7 +43,7 @@ def _with_libvirt(app: App, pfs: list[PfInfo], uri: str | None) -> list[PfInfo]:
     doms = libvirt_users(app.host, uri)
     if not doms:
         return pfs
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     return [replace(pf, vfs=tuple(replace(v, users=(*v.users, *doms.get(v.bdf, []))) for v in pf.vfs)) for pf in pfs]
 

@@ -4,8 +4,9 @@ per command (:class:`Facts`; the planner, :mod:`vgpukit.sriov.planner`, decides)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING
+
+from msgspec.structs import replace
 
 from .. import pci_kind
 from ..exclusion import Exclusions

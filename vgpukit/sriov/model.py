@@ -47,8 +47,7 @@ class Known:
             known.pop(bdf, None)
 
 
-@dataclass(frozen=True)
-class VfInfo:
+class VfInfo(msgspec.Struct, frozen=True):
     index: int
     bdf: str
     driver: str | None
@@ -61,7 +60,7 @@ class VfInfo:
     def in_use(self) -> bool:
         return bool(self.users)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # a reshape: adds in_use before users
         return {
             "index": self.index,
             "bdf": self.bdf,
@@ -69,13 +68,12 @@ class VfInfo:
             "driver_override": self.driver_override,
             "iommu_group": self.iommu_group,
             "in_use": self.in_use,
-            "users": [u.to_dict() for u in self.users],
+            "users": msgspec.to_builtins(self.users),
             "original_driver": self.original_driver,
         }
 
 
-@dataclass(frozen=True)
-class PfInfo:
+class PfInfo(msgspec.Struct, frozen=True):
     bdf: str
     alias: str | None
     ids: str
@@ -87,10 +85,10 @@ class PfInfo:
     autoprobe: bool
     offset: int | None
     stride: int | None
-    vfs: tuple[VfInfo, ...] = field(default=())  # the VFs there (their functions in sysfs)
+    vfs: tuple[VfInfo, ...] = msgspec.field(default=())  # the VFs there (their functions in sysfs)
     missing: int = 0  # VFs configured (num_vfs) but not there: a PF reset took them away
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # a reshape: missing is shown as missing_vfs, after autoprobe
         return {
             "bdf": self.bdf,
             "alias": self.alias,
@@ -204,7 +202,9 @@ def _after(host: Host, before: PciDevice, known: Known | None) -> PciDevice:
     path = host.display(host.pci_device(before.bdf, SRIOV_AUTOPROBE))
     left = known.attrs.get(path) if known is not None else None  # as the sriov steps left it
     autoprobe = s.autoprobe if left is None else left == "1"
-    return before.replace(sriov=s.replace(num_vfs=len(vfs), vfs=vfs, autoprobe=autoprobe))
+    return msgspec.structs.replace(
+        before, sriov=msgspec.structs.replace(s, num_vfs=len(vfs), vfs=vfs, autoprobe=autoprobe)
+    )
 
 
 def list_pfs(host: Host, files: OpenFiles, scan: Scan) -> list[PfInfo]:

@@ -28,12 +28,13 @@ through the facades, each fact once per command, in :class:`Facts`.
 
 from __future__ import annotations
 
+import msgspec
+
 from .. import naming, pci_kind
 from ..engine import Step
 from ..engine.files import PutFile
 from ..errors import InUse, InvalidInput, Unsupported
 from ..pci import PciDevice, vf_address
-from ..records import Record
 from . import binding
 from .binding import DRIVER_MODES, VFIO, Remembered
 from .facts import Facts
@@ -44,93 +45,53 @@ FORCE_FLAG = "pass --force"  # how the area commands override a refusal that can
 
 
 # ----------------------------------------------------------------------------- requests
-class EnableRequest(Record):  # records, not dataclasses: ~10 ms less at import (vgpukit/records.py)
+class EnableRequest(msgspec.Struct, frozen=True):
     """Exactly ``count`` VFs on ``pf``, bound as ``driver`` says (``default``, ``vfio-pci``, ``none``).
     ``force_how``: how the door forces (None: it has no way to)."""
 
-    __slots__ = ("pf", "count", "driver", "no_autoprobe", "force", "timeout", "force_how")  # noqa: RUF023
     pf: str
     count: int
-    driver: str
-    no_autoprobe: bool
-    force: bool
-    timeout: float
-    force_how: str | None
-
-    def __init__(
-        self,
-        pf: str,
-        count: int,
-        driver: str = "default",
-        no_autoprobe: bool = False,
-        force: bool = False,
-        timeout: float = 10.0,
-        force_how: str | None = FORCE_FLAG,
-    ) -> None:
-        values = dict(pf=pf, count=count, driver=driver, no_autoprobe=no_autoprobe, force=force, timeout=timeout)
-        self._init(**values, force_how=force_how)
+    driver: str = "default"
+    no_autoprobe: bool = False
+    force: bool = False
+    timeout: float = 10.0
+    force_how: str | None = FORCE_FLAG
 
 
-class DisableRequest(Record):
-    __slots__ = ("pf", "force", "force_how")  # noqa: RUF023
+class DisableRequest(msgspec.Struct, frozen=True):
     pf: str
-    force: bool
-    force_how: str | None
-
-    def __init__(self, pf: str, force: bool = False, force_how: str | None = FORCE_FLAG) -> None:
-        self._init(pf=pf, force=force, force_how=force_how)
+    force: bool = False
+    force_how: str | None = FORCE_FLAG
 
 
-class BindRequest(Record):
+class BindRequest(msgspec.Struct, frozen=True):
     """Move ``bdf`` to ``driver``, or (``restore``) back where vgpukit found it. ``name``: how the user
     named it (shown in refusals)."""
 
-    __slots__ = ("bdf", "driver", "restore", "force", "name", "force_how")  # noqa: RUF023
     bdf: str
-    driver: str | None
-    restore: bool
-    force: bool
-    name: str
-    force_how: str | None
-
-    def __init__(
-        self,
-        bdf: str,
-        driver: str | None = None,
-        restore: bool = False,
-        force: bool = False,
-        name: str = "",
-        force_how: str | None = FORCE_FLAG,
-    ) -> None:
-        self._init(bdf=bdf, driver=driver, restore=restore, force=force, name=name, force_how=force_how)
+    driver: str | None = None
+    restore: bool = False
+    force: bool = False
+    name: str = ""
+    force_how: str | None = FORCE_FLAG
 
 
-class UnbindRequest(Record):
-    __slots__ = ("bdf", "force", "name", "force_how")  # noqa: RUF023
+class UnbindRequest(msgspec.Struct, frozen=True):
     bdf: str
-    force: bool
-    name: str
-    force_how: str | None
-
-    def __init__(self, bdf: str, force: bool = False, name: str = "", force_how: str | None = FORCE_FLAG) -> None:
-        self._init(bdf=bdf, force=force, name=name, force_how=force_how)
+    force: bool = False
+    name: str = ""
+    force_how: str | None = FORCE_FLAG
 
 
-class VfioRequest(Record):
+class VfioRequest(msgspec.Struct, frozen=True):
     """Every device of ``bdfs`` on vfio-pci (a host config's ``vfio:`` entry). ``match``: they were
     selected by this pattern, not named -- devices vfio-pci cannot or must not take (bridges,
     host-critical functions) are then left out, and refused only when nothing else matched."""
 
-    __slots__ = ("bdfs", "match", "force", "force_how")  # noqa: RUF023
     bdfs: tuple[str, ...]
-    match: str | None
-    force: bool
-    force_how: str | None
-
-    def __init__(
-        self, bdfs: tuple[str, ...], match: str | None = None, force: bool = False, force_how: str | None = FORCE_FLAG
-    ) -> None:
-        self._init(bdfs=bdfs, match=match, force=force, force_how=force_how)
+    match: str | None = None
+    force: bool = False
+    force_how: str | None = FORCE_FLAG
 
 
 Request = EnableRequest | DisableRequest | BindRequest | UnbindRequest | VfioRequest

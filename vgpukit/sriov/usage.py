@@ -13,8 +13,7 @@ A PCI function (VF or PF) or an mdev is *in use* when
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import msgspec
 
 from ..errors import VgpukitError
 from ..holders import OpenFiles
@@ -22,8 +21,7 @@ from ..host import BDF_RE, VFIO_DEV, Host
 from ..naming import MDEV_UUID_RE
 
 
-@dataclass(frozen=True)
-class User:
+class User(msgspec.Struct, frozen=True):
     """One reason a device is in use."""
 
     kind: str  # process | mdev | vgpu | libvirt
@@ -38,9 +36,6 @@ class User:
         if self.kind == "vgpu":
             return f"carries vGPU type {self.ref}"
         return f"assigned to libvirt domain {self.ref}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "ref": self.ref, "detail": self.detail}
 
 
 def group_node(host: Host, group: int) -> str:

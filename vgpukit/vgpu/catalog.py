@@ -11,16 +11,14 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+import msgspec
+
 from ..data import load_yaml
 from ..errors import NotFound
 from ..mdev.model import short_name as short_name  # the one comparable form of a type name (mdev types are named so)
-from ..records import Record
 
 
-class TypeSpec(Record):
-    __slots__ = (  # noqa: RUF023 (field order)
-        "id", "name", "framebuffer_mb", "max_instances", "num_heads", "frl_config", "max_resolution",
-    )  # fmt: skip
+class TypeSpec(msgspec.Struct, frozen=True):
     id: int
     name: str  # short name without prefix: "T4-4Q"
     framebuffer_mb: int
@@ -28,26 +26,6 @@ class TypeSpec(Record):
     num_heads: int
     frl_config: int
     max_resolution: str
-
-    def __init__(
-        self,
-        id: int,
-        name: str,
-        framebuffer_mb: int,
-        max_instances: int,
-        num_heads: int,
-        frl_config: int,
-        max_resolution: str,
-    ) -> None:
-        self._init(
-            id=id,
-            name=name,
-            framebuffer_mb=framebuffer_mb,
-            max_instances=max_instances,
-            num_heads=num_heads,
-            frl_config=frl_config,
-            max_resolution=max_resolution,
-        )
 
     def description(self) -> str:
         """The text NVIDIA's driver shows in an mdev type's ``description``."""
@@ -57,11 +35,7 @@ class TypeSpec(Record):
         )
 
 
-class Catalog(Record):
-    __slots__ = (  # noqa: RUF023 (field order)
-        "key", "gpu", "pci_ids", "vf_pci_ids", "interface", "framebuffer_mb", "homogeneous", "name_prefix",
-        "types",
-    )  # fmt: skip
+class Catalog(msgspec.Struct, frozen=True):
     key: str  # file name without .yaml
     gpu: str
     pci_ids: tuple[str, ...]
@@ -71,30 +45,6 @@ class Catalog(Record):
     homogeneous: bool
     name_prefix: str
     types: tuple[TypeSpec, ...]
-
-    def __init__(
-        self,
-        key: str,
-        gpu: str,
-        pci_ids: tuple[str, ...],
-        vf_pci_ids: tuple[str, ...],
-        interface: str,
-        framebuffer_mb: int,
-        homogeneous: bool,
-        name_prefix: str,
-        types: tuple[TypeSpec, ...],
-    ) -> None:
-        self._init(
-            key=key,
-            gpu=gpu,
-            pci_ids=pci_ids,
-            vf_pci_ids=vf_pci_ids,
-            interface=interface,
-            framebuffer_mb=framebuffer_mb,
-            homogeneous=homogeneous,
-            name_prefix=name_prefix,
-            types=types,
-        )
 
     def full_name(self, spec: TypeSpec) -> str:
         return f"{self.name_prefix}{spec.name}"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+import msgspec
+
 from ..holders import group_holders
 from ..host import MDEV_TYPES, Host
 from ..mdev import mdevctl
@@ -159,7 +161,7 @@ def vgpus(host: Host, views: list[GpuView]) -> list[Vgpu]:
                     name=t.name or inst.type_id,
                     parent=inst.parent,
                     iommu_group=inst.iommu_group,
-                    used_by=tuple(h.as_dict() for h in inst.holders),
+                    used_by=tuple(msgspec.structs.asdict(h) for h in inst.holders),
                 )
             )
     rows: list[tuple[GpuView, str, int, int | None]] = []
@@ -183,7 +185,7 @@ def vgpus(host: Host, views: list[GpuView]) -> list[Vgpu]:
                 name=name,
                 vf=vf,
                 iommu_group=group,
-                used_by=tuple(h.as_dict() for h in holders.get(group, [])) if group is not None else (),
+                used_by=tuple(msgspec.structs.asdict(h) for h in holders.get(group, [])) if group is not None else (),
             )
         )
     return out
@@ -196,7 +198,7 @@ def with_definitions(host: Host, views: list[GpuView], items: list[Vgpu]) -> lis
     parent_gpu = {p: g.bdf for g in views for p in g.parents}
     defs = [d for d in mdevctl.read_all(host)[0] if d.parent in parent_gpu]
     start = {d.uuid: d.start for d in defs}
-    out = [v.replace(start=start.get(v.id)) if v.interface == MDEV else v for v in items]
+    out = [msgspec.structs.replace(v, start=start.get(v.id)) if v.interface == MDEV else v for v in items]
     active = {v.id for v in items}
     names: dict[tuple[str, str], str] = {}
     for d in defs:

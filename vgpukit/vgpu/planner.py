@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from ..engine import Step
 from ..errors import InUse, InvalidInput, NoCapacity, NotFound, Unsupported
 from ..exclusion import Exclusions
@@ -33,14 +35,13 @@ if TYPE_CHECKING:
     from ..nvml import Nvml
 
 
-@dataclass(frozen=True)
-class Facts:
+class Facts(msgspec.Struct, frozen=True):
     """One GPU as the planner needs it: its types, and (vendor VFIO) each VF's type and holders."""
 
     gpu: GpuView
     types: tuple[VgpuType, ...]
-    current: dict[str, int] = field(default_factory=dict)  # VF -> current type id (0: none)
-    holders: dict[str, tuple[Holder, ...]] = field(default_factory=dict)  # VF -> who holds its group
+    current: dict[str, int] = msgspec.field(default_factory=dict)  # VF -> current type id (0: none)
+    holders: dict[str, tuple[Holder, ...]] = msgspec.field(default_factory=dict)  # VF -> who holds its group
     ids: str = ""  # the GPU's vendor:device (its catalogue)
     exclusions: Exclusions | None = None  # the one predicate (quarantine, health), asked when a vGPU is made
 

@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from ...errors import InvalidInput, VgpukitError
 from ...inputs import k8s_quantity
 from ...logs import logger
@@ -75,8 +77,7 @@ def base_name(name: str) -> str | None:
     return name[len(PREFIX) :] if name.startswith(PREFIX) else None
 
 
-@dataclass(frozen=True)
-class Choice:
+class Choice(msgspec.Struct, frozen=True):
     """The devices the operator wants shared by capacity: kinds (``gpu``, ``mig``) and device names."""
 
     kinds: frozenset[str] = frozenset()

@@ -35,6 +35,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from ...cdi import spec as cdi
 from ...cdi.nvidia import Edits
 from ...cdi_settings import Settings, load_settings
@@ -50,21 +52,19 @@ CLAIM_CLASS = "claim"  # CDI kind vgpukit.io/claim
 PREPARING, PREPARED = "preparing", "prepared"
 
 
-@dataclass(frozen=True)
-class Result:
+class Result(msgspec.Struct, frozen=True):
     """One allocated device of a claim, as the scheduler wrote it in ``status.allocation``."""
 
     request: str
     pool: str
     device: str
-    sharing: Sharing = field(default_factory=Sharing)  # the request's opaque configuration (:mod:`.config`)
+    sharing: Sharing = msgspec.field(default_factory=Sharing)  # the request's opaque configuration (:mod:`.config`)
     pods: tuple[str, ...] = ()  # UIDs of the pods the claim is reserved for (status.reservedFor)
     share_id: str = ""  # a share of a device shared by capacity: the allocation's shareID (:mod:`.shares`)
     consumed: tuple[tuple[str, str], ...] = ()  # ... and its consumedCapacity (name, quantity)
 
 
-@dataclass(frozen=True)
-class Prepared:
+class Prepared(msgspec.Struct, frozen=True):
     request_names: tuple[str, ...]
     pool: str
     device: str

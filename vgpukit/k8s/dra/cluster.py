@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ...data import load_json
 from ...errors import InvalidInput, Unsupported, VgpukitError
@@ -40,8 +41,7 @@ LIST_VALUES = ("bools", "ints", "strings", "versions")  # list-type attribute va
 _VERSION = re.compile(r"v?(\d{1,3})\.(\d{1,3})(?:\.\d{1,5})?(?:[-+][0-9A-Za-z.+-]{0,60})?")
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(msgspec.Struct, frozen=True):
     """The limits of one ResourceSlice (None: no such limit in that layout)."""
 
     devices_per_slice: int
@@ -57,8 +57,7 @@ class Limits:
     attributes_and_capacities_per_device: int
 
 
-@dataclass(frozen=True)
-class Server:
+class Server(msgspec.Struct, frozen=True):
     """What one API server serves: its release (``1.35``), the layout of partitionable devices
     (``combined`` or ``split``), whether it keeps counters (gate ``DRAPartitionableDevices``), the limits."""
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 from ...node.dra_names import named
 from ...node.inventory import Device, Inventory
@@ -19,8 +20,7 @@ DRIVER = "gpu.vgpukit.io"
 _PCI_NAME = re.compile(r"(?:gpu|vf)-([0-9a-f]{4,8})-([0-9a-f]{2})-([0-9a-f]{2})-([0-7])")
 
 
-@dataclass(frozen=True)
-class DraDevice:
+class DraDevice(msgspec.Struct, frozen=True):
     name: str  # a DNS label, unique in the node's pool
     kind: str
     device: Device  # the inventory's record: id, PCI function, NUMA node, CDI name

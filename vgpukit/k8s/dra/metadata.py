@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from typing import Any, Protocol, TypeVar
+
+from msgspec.structs import replace
 
 from ...engine.env import Env
 from ...engine.files import PutFile

@@ -19,8 +19,9 @@ CDI spec not written yet).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ...engine import execute
 from ...engine.env import Env
@@ -39,8 +40,7 @@ from .devices import DraDevice
 log = logger("vgpukit.k8s.dra")
 
 
-@dataclass(frozen=True)
-class Made:
+class Made(msgspec.Struct, frozen=True):
     """A made-on-demand device: a GPU instance of ``profile`` at ``start`` on the GPU at ``bdf``."""
 
     name: str

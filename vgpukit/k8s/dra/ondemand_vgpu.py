@@ -18,8 +18,9 @@ plugin's lower-case form, ``vgpuTypeID``, ``productName`` as NVML names the GPU,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ...engine.env import Env
 from ...engine.step import Step
@@ -40,8 +41,7 @@ log = logger("vgpukit.k8s.dra")
 MIB = 1024 * 1024
 
 
-@dataclass(frozen=True)
-class MadeVgpu:
+class MadeVgpu(msgspec.Struct, frozen=True):
     name: str
     gpu: GpuView
     type: VgpuType
