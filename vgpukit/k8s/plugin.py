@@ -21,13 +21,14 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterator
-from concurrent import futures
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import grpc
+import grpc.aio
 
 from ..errors import VgpukitError
 from ..host import Host
@@ -36,6 +37,7 @@ from ..node.inventory import HEALTHY, UNHEALTHY, Device, Inventory, carry_unread
 from ..stopping import Bell, Stop, wait_woken
 from ..words import plural
 from . import preferred as pref
+from .aio import Abort, Context, Loop, Wake, aborting
 from .v1beta1 import api_pb2 as api
 from .v1beta1 import api_pb2_grpc
 
@@ -86,6 +88,7 @@ class State:
     stopping: bool = False
 
     sick: frozenset[str] = frozenset()  # PCI functions the health layer finds unusable (debounced)
+    wakes: set[Callable[[], None]] = field(default_factory=set)  # the streams' (ListAndWatch) rings
 
     def health(self, dev: Device) -> str:
         return health_of(dev, dict.fromkeys(self.sick, ""), self.allocated)[0]
@@ -103,12 +106,18 @@ class State:
                 return False
             self.version += 1
             self.cond.notify_all()
-            return True
+            wakes = list(self.wakes)
+        for wake in wakes:
+            wake()
+        return True
 
     def stop(self) -> None:
         with self.cond:
             self.stopping = True
             self.cond.notify_all()
+            wakes = list(self.wakes)
+        for wake in wakes:
+            wake()
 
 
 def _response(listing: list[tuple[str, str, int | None]]) -> api.ListAndWatchResponse:
@@ -121,42 +130,51 @@ def _response(listing: list[tuple[str, str, int | None]]) -> api.ListAndWatchRes
 
 
 class Servicer:
-    """The ``DevicePlugin`` service of one resource (registered by name on its gRPC server)."""
+    """The ``DevicePlugin`` service of one resource (registered by name on its ``grpc.aio`` server): async
+    handlers on the process's loop; the blocking ones in its executor."""
 
-    def __init__(self, state: State, inventory: Callable[[], Inventory], mode: str) -> None:
+    def __init__(self, state: State, inventory: Callable[[], Inventory], mode: str, loop: Loop) -> None:
         self.state = state
         self.inventory = inventory
         self.mode = mode
+        self.loop = loop
 
-    def GetDevicePluginOptions(self, request: api.Empty, context: grpc.ServicerContext) -> api.DevicePluginOptions:
+    async def GetDevicePluginOptions(self, request: api.Empty, context: Context) -> api.DevicePluginOptions:
         return api.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
-    def ListAndWatch(self, request: api.Empty, context: grpc.ServicerContext) -> Iterator[api.ListAndWatchResponse]:
-        state, seen, ended = self.state, [-1], [False]
-
-        def end() -> None:  # the kubelet went away: wake the wait below (no timer looks for it)
+    async def ListAndWatch(self, request: api.Empty, context: Context) -> AsyncIterator[api.ListAndWatchResponse]:
+        """The list, then again whenever it changes; awaits the manager's ring (no timer looks). The kubelet's
+        cancel raises CancelledError at the await: the stream ends, its ring is let go."""
+        state, seen, wake = self.state, -1, Wake()
+        with state.cond:
+            state.wakes.add(wake.ring)
+        try:
+            while True:
+                wake.clear()  # a change from here on rings the wait below
+                with state.cond:
+                    if state.stopping:
+                        return
+                    fresh = state.version != seen
+                    seen, listing = state.version, state.listing() if fresh else []
+                if fresh:
+                    yield _response(listing)
+                else:
+                    await wake.wait()
+        finally:
             with state.cond:
-                ended[0] = True
-                state.cond.notify_all()
+                state.wakes.discard(wake.ring)
 
-        if not context.add_callback(end):
-            return
-        while context.is_active():
-            with state.cond:
-                state.cond.wait_for(lambda: state.version != seen[0] or state.stopping or ended[0])
-                if state.stopping or ended[0]:
-                    return
-                seen[0], listing = state.version, state.listing()
-            yield _response(listing)
+    async def Allocate(self, request: api.AllocateRequest, context: Context) -> api.AllocateResponse:
+        return await aborting(context, self.loop.blocking(self.allocate, request))
 
-    def Allocate(self, request: api.AllocateRequest, context: grpc.ServicerContext) -> api.AllocateResponse:
+    def allocate(self, request: api.AllocateRequest) -> api.AllocateResponse:
         out = api.AllocateResponse()
         with self.state.cond:
             known = dict(self.state.devices)
         for creq in request.container_requests:
             unknown = [i for i in creq.devices_ids if i not in known]
             if unknown:
-                context.abort(grpc.StatusCode.NOT_FOUND, f"{self.state.name}: no device {', '.join(unknown)[:200]}")
+                raise Abort(grpc.StatusCode.NOT_FOUND, f"{self.state.name}: no device {', '.join(unknown)[:200]}")
             out.container_responses.append(self.container(known[i] for i in creq.devices_ids))
             with self.state.cond:
                 self.state.allocated.update(creq.devices_ids)
@@ -165,9 +183,12 @@ class Servicer:
     def container(self, devices: Iterator[Device]) -> api.ContainerAllocateResponse:
         return container_response(devices, self.mode)
 
-    def GetPreferredAllocation(
-        self, request: api.PreferredAllocationRequest, context: grpc.ServicerContext
+    async def GetPreferredAllocation(
+        self, request: api.PreferredAllocationRequest, context: Context
     ) -> api.PreferredAllocationResponse:
+        return await self.loop.blocking(self.preferred, request)
+
+    def preferred(self, request: api.PreferredAllocationRequest) -> api.PreferredAllocationResponse:
         with self.state.cond:
             devices = list(self.state.devices.values())
         dist = pref.Distances(devices, self.inventory().pci)
@@ -177,8 +198,8 @@ class Servicer:
             out.container_responses.append(api.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return out
 
-    def PreStartContainer(
-        self, request: api.PreStartContainerRequest, context: grpc.ServicerContext
+    async def PreStartContainer(
+        self, request: api.PreStartContainerRequest, context: Context
     ) -> api.PreStartContainerResponse:
         return api.PreStartContainerResponse()
 
@@ -215,12 +236,13 @@ def container_response(devices: Iterator[Device], mode: str) -> api.ContainerAll
 class ResourcePlugin:
     """One resource: its state, its gRPC server on its socket, its registration with the kubelet."""
 
-    def __init__(self, host: Host, name: str, inventory: Callable[[], Inventory], mode: str) -> None:
+    def __init__(self, host: Host, name: str, inventory: Callable[[], Inventory], mode: str, loop: Loop) -> None:
         self.host = host
+        self.loop = loop
         self.state = State(name)
-        self.servicer = Servicer(self.state, inventory, mode)
+        self.servicer = Servicer(self.state, inventory, mode, loop)
         self.socket = plugin_dir(host) / socket_name(name)
-        self.server: grpc.Server | None = None
+        self.server: grpc.aio.Server | None = None
         self.registered_with: tuple[int, int, int] | None = None  # kubelet.sock identity at registration
 
     def serve(self) -> None:
@@ -228,15 +250,11 @@ class ResourcePlugin:
         self.host.mkdir(self.socket.parent)
         self.host.remove(self.socket)  # a stale socket from an earlier run
         self.state.stopping = False
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="vgpukit-dp"))
-        GRPC.add_DevicePluginServicer_to_server(self.servicer, server)
+        address = "unix://" + self.host.socket_address(self.socket)
         try:
-            server.add_insecure_port("unix://" + self.host.socket_address(self.socket))
-        except RuntimeError as err:  # grpc's "failed to bind": reported, tried again at the next poll
-            server.stop(None)
+            self.server = self.loop.server(partial(GRPC.add_DevicePluginServicer_to_server, self.servicer), [address])
+        except OSError as err:  # grpc's "failed to bind": reported, tried again at the next poll
             raise OSError(f"cannot serve on {self.host.display(self.socket)}") from err
-        server.start()
-        self.server = server
         self.registered_with = None
 
     def register(self, kubelet: tuple[int, int, int]) -> None:
@@ -260,7 +278,7 @@ class ResourcePlugin:
     def close(self) -> None:
         self.state.stop()
         if self.server is not None:
-            self.server.stop(grace=0.5).wait(10)  # bounded: never kept up by a stuck handler
+            self.loop.stop(self.server)  # bounded: never kept up by a stuck handler
             self.server = None
 
 
@@ -283,6 +301,12 @@ class Manager:
         self.plugins: dict[str, ResourcePlugin] = {}
         self.last = Inventory()
         self.lock = threading.Lock()
+        self.loop: Loop | None = None  # every resource's server on one event loop, started at the first
+
+    def _loop(self) -> Loop:
+        if self.loop is None:
+            self.loop = Loop("vgpukit-dp")
+        return self.loop
 
     def inventory(self) -> Inventory:
         with self.lock:
@@ -304,7 +328,7 @@ class Manager:
         for name in sorted(set(inv.resources) | set(self.plugins)):
             plugin = self.plugins.get(name)
             if plugin is None:
-                plugin = self.plugins[name] = ResourcePlugin(self.host, name, self.inventory, self.mode)
+                plugin = self.plugins[name] = ResourcePlugin(self.host, name, self.inventory, self.mode, self._loop())
                 events.append(self._serve(plugin, f"serving {name}"))
             if plugin.state.update(inv.resources.get(name, []), sick):
                 events.append(f"{name}: {plural(len(plugin.state.devices), 'device')}")
@@ -383,6 +407,9 @@ class Manager:
         for plugin in self.plugins.values():
             plugin.close()
             self.host.remove(plugin.socket)
+        if self.loop is not None:
+            self.loop.close()
+            self.loop = None
 
 
 def _rpc_error(err: Exception) -> str:

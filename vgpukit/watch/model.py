@@ -73,6 +73,7 @@ class HostModel:
         self.scan: WarmScan | None = None
         self.stats = Stats()
         self.lock = threading.Lock()  # one refresh at a time (the watch's thread, or a reader that asks)
+        self.listeners: set[Callable[[], None]] = set()  # called on a change or nudge (an event loop's wake-up)
 
     def refresh(self, touch: Touch, nvml_events: list[NvmlEvent] | None = None) -> set[str]:
         """Recompute the views ``touch`` concerns; the names of those whose value changed."""
@@ -110,6 +111,8 @@ class HostModel:
                 if changed:
                     self.version += 1
                     self.cond.notify_all()
+            if changed:
+                self._tell()
             return changed
 
     def needs(self) -> set[str]:
@@ -131,9 +134,15 @@ class HostModel:
         """Wake every waiter to look at its ``until`` (a stop, a stream that ended), the views unchanged."""
         with self.cond:
             self.cond.notify_all()
+        self._tell()
 
     def poke(self) -> None:
         """Wake every waiter (a watch that closes)."""
         with self.cond:
             self.version += 1
             self.cond.notify_all()
+        self._tell()
+
+    def _tell(self) -> None:
+        for listener in list(self.listeners):
+            listener()

@@ -71,6 +71,7 @@ class Driver:
         self.told: dict[str, set[str]] = {}  # the read failures logged, by reader (once each, while they last)
         self.kept = lost.Kept()  # the parts last published: a lost GPU's are published again, tainted
         self.hidden: set[str] = set()  # what claims made, as last known (a lost GPU's cannot be listed)
+        self.rings: set[Callable[[], None]] = set()  # the streams' wake-ups (:meth:`listen`)
         self.model: HostModel | None = None  # the watch's (vgpukit.watch): its views instead of a read per call
 
     def version(self) -> int:
@@ -89,9 +90,22 @@ class Driver:
         self.model.wait(since, timeout, until=lambda: stop.is_set() or not active())
 
     def nudge(self) -> None:
-        """Wake every :meth:`wait_change` to look at its stop and stream again."""
+        """Wake every :meth:`wait_change` (and every stream :meth:`listen` ing) to look at its stop and stream again."""
         if self.model is not None:
             self.model.nudge()
+        for ring in list(self.rings):
+            ring()
+
+    def listen(self, ring: Callable[[], None]) -> None:
+        """Call ``ring`` (from the watch's thread, any thread) whenever the model changes or :meth:`nudge`."""
+        self.rings.add(ring)
+        if self.model is not None:
+            self.model.listeners.add(ring)
+
+    def unlisten(self, ring: Callable[[], None]) -> None:
+        self.rings.discard(ring)
+        if self.model is not None:
+            self.model.listeners.discard(ring)
 
     def _once(self, reader: str, now: set[str]) -> None:
         """Log each read failure once while it lasts (a lost GPU fails the same read at every poll)."""

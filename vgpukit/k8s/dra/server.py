@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent import futures
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
+import grpc.aio
 
 from ...errors import VgpukitError
 from ...host import Host
 from ...logs import logger
+from ..aio import Context, Loop, Wake
 from ..dra_v1 import api_pb2 as dra
 from ..dra_v1 import api_pb2_grpc as dra_grpc
 from ..dra_v1beta1 import api_pb2 as dra_beta
@@ -65,11 +66,11 @@ class Registration:
         self.driver = driver
         self.endpoint = endpoint
 
-    def GetInfo(self, request: reg.InfoRequest, context: grpc.ServicerContext) -> reg.PluginInfo:
+    async def GetInfo(self, request: reg.InfoRequest, context: Context) -> reg.PluginInfo:
         return reg.PluginInfo(type="DRAPlugin", name=DRIVER, endpoint=self.endpoint, supported_versions=SERVICES)
 
-    def NotifyRegistrationStatus(
-        self, request: reg.RegistrationStatus, context: grpc.ServicerContext
+    async def NotifyRegistrationStatus(
+        self, request: reg.RegistrationStatus, context: Context
     ) -> reg.RegistrationStatusResponse:
         self.driver.registered, self.driver.registration_error = request.plugin_registered, request.error[:200]
         if request.plugin_registered:
@@ -81,19 +82,27 @@ class Registration:
 
 class NodeService:
     """``DRAPlugin`` of one API version: ``pb`` is its generated module (v1, v1beta1: the same messages,
-    field for field, so an answer is carried over by its wire form)."""
+    field for field, so an answer is carried over by its wire form). Preparing and unpreparing (the
+    engine, the host lock) run in the loop's executor."""
 
-    def __init__(self, driver: Driver, pb: Any = dra) -> None:
+    def __init__(self, driver: Driver, loop: Loop, pb: Any = dra) -> None:
         self.driver = driver
+        self.loop = loop
         self.pb = pb
 
-    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+    async def NodePrepareResources(self, request: Any, context: Context) -> Any:
+        return await self.loop.blocking(self.prepare, request)
+
+    async def NodeUnprepareResources(self, request: Any, context: Context) -> Any:
+        return await self.loop.blocking(self.unprepare, request)
+
+    def prepare(self, request: Any) -> Any:
         out = self.pb.NodePrepareResourcesResponse()
         for claim in request.claims:
             out.claims[claim.uid].ParseFromString(self.driver.prepare(claim).SerializeToString())
         return out
 
-    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def unprepare(self, request: Any) -> Any:
         out = self.pb.NodeUnprepareResourcesResponse()
         for claim in request.claims:
             out.claims[claim.uid].ParseFromString(self.driver.unprepare(claim).SerializeToString())
@@ -101,43 +110,50 @@ class NodeService:
 
 
 class HealthService:
-    def __init__(self, driver: Driver, interval: float, stop: threading.Event) -> None:
+    def __init__(self, driver: Driver, interval: float, stop: threading.Event, loop: Loop) -> None:
         self.driver = driver
         self.interval = interval
         self.stop = stop
+        self.loop = loop
 
-    def NodeWatchResources(
-        self, request: hl.NodeWatchResourcesRequest, context: grpc.ServicerContext
-    ) -> Iterator[hl.NodeWatchResourcesResponse]:
+    async def NodeWatchResources(
+        self, request: hl.NodeWatchResourcesRequest, context: Context
+    ) -> AsyncIterator[hl.NodeWatchResourcesResponse]:
         """The whole list at once, then again whenever a device's health changes (and every
-        HEALTH_TIMEOUT/2 seconds, so the kubelet never times a healthy device out)."""
+        HEALTH_TIMEOUT/2 seconds, so the kubelet never times a healthy device out). Awaits the watch's ring
+        (its model changed, or the plugin stops); the kubelet's cancel ends it (CancelledError)."""
         last: list[tuple[str, int, str]] | None = None
         sent = 0.0
-        context.add_callback(self.driver.nudge)  # the kubelet went away: the wait below ends
-        while context.is_active() and not self.stop.is_set():
-            seen = self.driver.version()  # a change while this look runs is looked at again at once
-            try:
-                now = self.driver.health_report()
-            except VgpukitError as err:
-                log.warning("reading the host failed: %s", err)
-                now = last or []
-            if now != last or time.monotonic() - sent >= HEALTH_TIMEOUT / 2:
-                stamp = int(time.time())
-                yield hl.NodeWatchResourcesResponse(
-                    devices=[
-                        hl.DeviceHealth(
-                            device=hl.DeviceIdentifier(pool_name=self.driver.pool, device_name=name),
-                            health=status,  # type: ignore[arg-type]
-                            last_updated_time=stamp,
-                            health_check_timeout_seconds=HEALTH_TIMEOUT,
-                            message=why,
-                        )
-                        for name, status, why in now
-                    ]
-                )
-                last, sent = now, time.monotonic()
-            resend = sent + HEALTH_TIMEOUT / 2 - time.monotonic()
-            self.driver.wait_change(self.stop, max(0.0, min(self.interval, resend)), seen, context.is_active)
+        wake = Wake()
+        self.driver.listen(wake.ring)
+        try:
+            while not self.stop.is_set():
+                wake.clear()  # a change while this look runs is looked at again at once
+                try:
+                    now = await self.loop.blocking(self.driver.health_report)
+                except VgpukitError as err:
+                    log.warning("reading the host failed: %s", err)
+                    now = last or []
+                if now != last or time.monotonic() - sent >= HEALTH_TIMEOUT / 2:
+                    stamp = int(time.time())
+                    yield hl.NodeWatchResourcesResponse(
+                        devices=[
+                            hl.DeviceHealth(
+                                device=hl.DeviceIdentifier(pool_name=self.driver.pool, device_name=name),
+                                health=status,  # type: ignore[arg-type]
+                                last_updated_time=stamp,
+                                health_check_timeout_seconds=HEALTH_TIMEOUT,
+                                message=why,
+                            )
+                            for name, status, why in now
+                        ]
+                    )
+                    last, sent = now, time.monotonic()
+                resend = sent + HEALTH_TIMEOUT / 2 - time.monotonic()
+                if not self.stop.is_set():
+                    await wake.wait(max(0.0, min(self.interval, resend)))
+        finally:
+            self.driver.unlisten(wake.ring)
 
 
 class Plugin:
@@ -150,34 +166,33 @@ class Plugin:
         self.driver = driver
         self.publisher = publisher
         self.stop = threading.Event()
-        self.servers: list[grpc.Server] = []
+        self.servers: list[grpc.aio.Server] = []
         self.interval = interval
+        self.loop = Loop("vgpukit-dra", workers=8)  # the one event loop: every socket's server (vgpukit.k8s.aio)
 
-    def _serve(self, paths: list[Path], add: Callable[[grpc.Server], None]) -> None:
-        """One gRPC server on every socket of ``paths`` (each server's thread wakes five times a second
-        to look for signals, grpc's cython poll: one server, not one per socket, idles cheapest)."""
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="vgpukit-dra"))
-        add(server)
+    def _serve(self, paths: list[Path], add: Callable[[grpc.aio.Server], None]) -> None:
+        """One ``grpc.aio`` server on every socket of ``paths``, on the plugin's event loop."""
         for path in paths:
             self.host.mkdir(path.parent)
             self.host.remove(path)
-            try:
-                server.add_insecure_port("unix://" + self.host.socket_address(path))
-            except RuntimeError as err:
-                server.stop(None)
-                raise OSError(f"cannot serve on {self.host.display(path)}") from err
-        server.start()
+        try:
+            server = self.loop.server(add, ["unix://" + self.host.socket_address(path) for path in paths])
+        except OSError as err:
+            raise OSError(f"cannot serve on {', '.join(self.host.display(p) for p in paths)}") from err
         self.servers.append(server)
 
     def start(self) -> Plugin:
         dra_sock, reg_sock = plugin_socket(self.host), registry_socket(self.host)
         registration = Registration(self.driver, self.host.display(dra_sock))
 
-        def services(server: grpc.Server) -> None:  # the kubelet asks the registration socket for
+        loop = self.loop
+
+        def services(server: grpc.aio.Server) -> None:  # the kubelet asks the registration socket for
             REG.add_RegistrationServicer_to_server(registration, server)  # Registration only, the other for DRA
-            DRA.add_DRAPluginServicer_to_server(NodeService(self.driver), server)
-            DRA_BETA.add_DRAPluginServicer_to_server(NodeService(self.driver, dra_beta), server)
-            HEALTH.add_DRAResourceHealthServicer_to_server(HealthService(self.driver, self.interval, self.stop), server)
+            DRA.add_DRAPluginServicer_to_server(NodeService(self.driver, loop), server)
+            DRA_BETA.add_DRAPluginServicer_to_server(NodeService(self.driver, loop, dra_beta), server)
+            health = HealthService(self.driver, self.interval, self.stop, loop)
+            HEALTH.add_DRAResourceHealthServicer_to_server(health, server)
 
         self._serve([dra_sock, reg_sock], services)
         if self.publisher is not None:
@@ -258,7 +273,8 @@ class Plugin:
         self.stop.set()
         self.driver.nudge()
         for server in self.servers:
-            server.stop(grace=0.5).wait(10)  # bounded: a handler that never returns must not keep the plugin up
+            self.loop.stop(server)  # bounded: a handler that never returns must not keep the plugin up
         self.servers.clear()
+        self.loop.close()
         for path in (registry_socket(self.host), plugin_socket(self.host)):
             self.host.remove(path)
