@@ -30,8 +30,8 @@ ENVIRONMENT: dict[str, str] = {
     "VGPUKIT_STRICT": "apply, diff, assert refuse what mig-parted accepts silently in mig-configs (as --strict)",
     "MIG_PARTED_CONFIG_LABEL": "config name written by mig export (as -l)",
     "NODE_NAME": "this node's name for the Kubernetes node agent (as --node) and the exporter's Hostname label",
-    "VGPUKIT_RESYNC": "seconds between the long-running commands' safety-net full reads of the host (as --resync of "
-    "k8s device-plugin, k8s dra-plugin, exporter, health --watch; default 300)",
+    "VGPUKIT_RESYNC": "seconds between the long-running commands' safety-net looks at the GPUs' side, the whole "
+    "host every 12th look (as --resync of k8s device-plugin, k8s dra-plugin, exporter, health --watch; default 300)",
     "NOTIFY_SOCKET, WATCHDOG_USEC": "set by systemd: the QoS daemon reports readiness and keeps the watchdog fed",
     "VGPUKIT_SIM_CRASH_AT_WRITE": "testing: a command on a sim host kills itself before its Nth control-file write",
     "CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY, CUDA_VISIBLE_DEVICES": "set by the DRA plugin for the MPS "

@@ -28,8 +28,8 @@ resync_option = click.option(
     default=300.0,
     show_default=True,
     metavar="SECONDS",
-    help="The safety net: read the whole host again this often (changes themselves are listened to: kernel "
-    "uevents, NVML events, inotify; env VGPUKIT_RESYNC).",
+    help="The safety net: read the GPUs' side again this often, and the whole host every 12th time (changes "
+    "themselves are listened to: kernel uevents, NVML events, inotify; env VGPUKIT_RESYNC).",
 )
 
 

@@ -11,8 +11,12 @@ Sources (each optional):
 * NVML events: a thread blocks in the driver's wait (``nvmlEventSetWait``) and hands them over.
 
 A burst is taken whole (events are drained until the sources stay quiet for ``DEBOUNCE``) before one
-refresh. A safety net re-reads everything every ``resync`` seconds (default 5 minutes): what no event
-reports (an AER counter, a link's speed, a change made while events were lost unnoticed).
+refresh. A safety net looks every ``resync`` seconds (default 5 minutes) at what no event reports: the
+GPUs' side (a MIG layout another tool changed through NVML, which sends no event: the GPUs, their VFs,
+slices, vGPUs and health are read again), and, every :data:`FULL_EVERY`-th time (an hour by default),
+everything (an AER counter or a link's speed of any function, a change made while events were lost
+unnoticed). Where no kernel uevents come (a ``--root`` that is not the running kernel's) every look is a
+full re-read. Why two tiers: docs/decisions.md, "The safety net".
 """
 
 from __future__ import annotations
@@ -50,7 +54,8 @@ from .model import HostModel
 from .touch import Touch
 
 log = logger("vgpukit.watch")
-RESYNC = 300.0  # seconds between two safety-net full re-reads
+RESYNC = 300.0  # seconds between two safety-net looks (the GPUs' side)
+FULL_EVERY = 12  # every 12th look of the safety net re-reads everything (an hour at the default)
 DEBOUNCE = 0.005  # a burst ends when no event came for this long...
 BURST = 0.1  # ...or after this long (a refresh then runs, and the rest of the burst follows)
 NVML_WAIT = 5.0  # seconds the NVML thread blocks in the driver's wait before it looks at the stop flag
@@ -113,12 +118,15 @@ class Watch:
         self.threads: list[threading.Thread] = []
         self.listeners: list[Callable[[Touch], None]] = []  # told of every batch (after the refresh)
         self.next_resync = time.monotonic() + resync
+        self.nets = 0  # safety-net looks so far
 
     # ------------------------------------------------------------------ set-up
     def describe(self) -> str:
         kernel = "no kernel uevents (the root is not the running kernel's)" if self.kernel is None else "kernel uevents"
         what = [kernel, "inotify", *(["NVML events"] if self.nvml is not None else [])]
-        return f"listening to {', '.join(what)}; a full re-read every {self.resync:g} s"
+        full = self.resync if self.kernel is None else self.resync * FULL_EVERY
+        net = f"the GPUs' side read again every {self.resync:g} s, everything every {full:g} s"
+        return f"listening to {', '.join(what)}; {net}"
 
     def _add_dirs(self) -> None:
         for path, (mask, _kind) in list(self.dirs.items()):
@@ -227,9 +235,7 @@ class Watch:
                 continue
             if self.stop_r in ready:
                 return
-            touch = Touch()
-            if not ready:
-                touch.everything("safety net")
+            touch = self.safety_net() if not ready else Touch()
             burst_end = time.monotonic() + BURST
             while ready:
                 self._take(ready, touch)
@@ -239,13 +245,26 @@ class Watch:
                 ready, _, _ = select.select(self._fds(), [], [], min(DEBOUNCE, left))
                 if self.stop_r in ready:
                     return
-            if touch.full:
+            if touch.full or touch.net:
                 self.next_resync = time.monotonic() + self.resync
             if touch.full or touch.kinds & self.model.needs():
                 self._refresh(touch)
             elif touch:
                 for listener in self.listeners:
                     listener(touch)
+
+    def safety_net(self) -> Touch:
+        """What the safety net's next look reads: everything every :data:`FULL_EVERY`-th time (always
+        without kernel uevents), else the GPUs' side (a ``pci`` and ``nvml`` change naming no function:
+        the views read the GPUs again and keep the other functions' records)."""
+        self.nets += 1
+        touch = Touch(net=True)
+        if self.kernel is None or self.nets % FULL_EVERY == 0:
+            touch.everything("safety net")
+        else:
+            touch.kinds |= {"pci", "nvml"}
+            touch.why.append("safety net: the GPUs' side")
+        return touch
 
     def _refresh(self, touch: Touch) -> None:
         try:

@@ -10,7 +10,8 @@ address, an mdev's UUID under its parent, a VFIO group). Kinds (what a view of t
   a node that came or went is ``pci`` too, its group in ``groups`` (``docs`` where no uevents come);
 * ``lock``: the host lock's file was closed by a writer (a command let go of the lock);
 * ``nvml``: the NVIDIA driver reported events (XID, ECC, a lost GPU);
-* ``full``: events were lost, the process just started, or the safety net's time came: read it all.
+* ``full``: events were lost, the process just started, or the safety net's full look came: read it all
+  (its other looks are ``pci`` and ``nvml`` naming no function: the GPUs' side).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Touch:
     kinds: set[str] = field(default_factory=set)
     why: list[str] = field(default_factory=list)  # for the debug log: what came
     nvml_events: list[Any] = field(default_factory=list)  # what the watch's NVML event set delivered
+    net: bool = False  # the safety net's look (not an event's)
 
     def __bool__(self) -> bool:
         return bool(self.kinds)
@@ -69,3 +71,4 @@ class Touch:
         self.kinds |= other.kinds
         self.why += other.why
         self.nvml_events += other.nvml_events
+        self.net |= other.net
