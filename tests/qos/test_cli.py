@@ -226,4 +226,16 @@ def test_daemon_metrics_port_in_use_is_one_line_exit_4(tmp_path: Path) -> None:
     assert errors == [
         f"vgpukit: error: port {port} is already in use (hint: another QoS daemon? pick one with --metrics-port)"
     ] or (len(errors) == 1 and f"port {port} is already in use" in errors[0]), out.stderr
+    # refused before the daemon said it was ready (systemd's READY=1) or touched a tenant
+    assert "daemon ready" not in out.stderr and "stopped" not in out.stderr, out.stderr
+
+
+def test_daemon_metrics_address_not_here_is_exit_1(tmp_path: Path) -> None:
+    """Another bind failure than a port in use: one line, exit 1 (host-io), before the daemon is ready."""
+    env = dict(os.environ, VGPUKIT_ROOT=str(tmp_path), PYTHONPATH=str(REPO))
+    env.pop("NOTIFY_SOCKET", None)
+    cmd = ["qos", "daemon", "--metrics-port", "19602", "--metrics-addr", "192.0.2.1"]  # TEST-NET-1: not ours
+    out = subprocess.run([sys.executable, "-m", "vgpukit", *cmd], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stderr
+    assert "vgpukit: error: cannot listen on 192.0.2.1:19602: " in out.stderr and "daemon ready" not in out.stderr
     assert "Traceback" not in out.stderr

@@ -60,7 +60,12 @@ def daemon_cmd(app: App, config_path: str | None, metrics_port: int | None, metr
             m.update([rt.status(now) for rt in dm.gpus.values()], dm.counters())
 
         d.on_tick = tick
-        d.run(ready=lambda: m.serve(metrics_port, metrics_addr, d.stop))
+        server = m.bind(metrics_port, metrics_addr)  # refused before anything starts, READY=1 included
+
+        def serve() -> None:
+            server.serve_in_thread(d.stop)
+
+        d.run(ready=serve)
     else:
         d.run()
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..stopping import Stop
+    from ..metrics_server import MetricsServer
 
 LABELS = ["gpu", "tenant", "class"]
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -150,13 +150,12 @@ class Metrics:
             registry=self.registry,
         )
 
-    def serve(self, port: int, addr: str, stop: Stop) -> None:
-        """/metrics on ``addr:port`` from a thread, until ``stop`` (the daemon's): the one metrics server."""
+    def bind(self, port: int, addr: str) -> MetricsServer:
+        """The one metrics server on ``addr:port``, bound (a port in use is refused here, before the daemon
+        says it is ready); :meth:`MetricsServer.serve_in_thread` answers from then on."""
         from ..metrics_server import MetricsServer
 
-        MetricsServer(
-            self.registry, addr, port, hint="another QoS daemon? pick one with --metrics-port"
-        ).serve_in_thread(stop)
+        return MetricsServer(self.registry, addr, port, hint="another QoS daemon? pick one with --metrics-port")
 
     def update(self, snapshot: list[dict[str, Any]], daemon: dict[str, Any] | None = None) -> None:
         self.snap.snapshot = snapshot
