@@ -12,12 +12,12 @@ A port in use is :class:`~vgpukit.errors.Busy` (exit 4) naming the port; another
 from __future__ import annotations
 
 import errno
-import select
 import socket
 import threading
 from typing import TYPE_CHECKING, Any
 
 from .errors import Busy, HostIOError
+from .stopping import readable
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -59,7 +59,7 @@ class MetricsServer:
         try:
             while not stop.is_set():
                 fds: list[Any] = [self, stopped]
-                ready, _, _ = select.select(fds, [], [])
+                ready = readable(fds, None)
                 if self in ready:
                     self.server.handle_request()
         finally:

@@ -24,6 +24,20 @@ from types import FrameType
 from typing import Any
 
 
+def readable(fds: list[Any], timeout: float | None) -> list[Any]:
+    """Those of ``fds`` (file descriptors or objects with ``fileno()``) ready to read, waiting up to
+    ``timeout`` seconds (None: no timeout). ``poll``, not ``select``: a process with many files open (a
+    daemon with many sockets) has descriptors above ``select``'s limit of 1024."""
+    poller = select.poll()
+    by_fd: dict[int, Any] = {}
+    for f in fds:
+        fd = f if isinstance(f, int) else f.fileno()
+        by_fd[fd] = f
+        poller.register(fd, select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP)
+    ms = None if timeout is None else max(0, int(timeout * 1000 + 0.999))
+    return [by_fd[fd] for fd, _ in poller.poll(ms)]
+
+
 class Bell:
     """A wake-up any thread, or a signal handler, may ring: a byte in a pipe (no lock, so a handler that
     interrupts a waiter cannot deadlock it), waited for with ``select`` (a waiter costs nothing)."""
@@ -122,7 +136,7 @@ class Stop:
             left = None if end is None else end - time.monotonic()
             if left is not None and left <= 0:
                 break
-            ready, _, _ = select.select([self.bell], [], [], left)
+            ready = readable([self.bell], left)
             if ready and not self._flag:  # the signal's own byte, its handler not run yet (main thread)
                 time.sleep(0.001)
                 self.quiet()
@@ -158,7 +172,7 @@ def wait_woken(stop: Stop, woken: Bell, timeout: float | None) -> bool:
         if left is not None and left <= 0:
             return False
         fds: list[Any] = [woken, stop]
-        ready, _, _ = select.select(fds, [], [], left)
+        ready = readable(fds, left)
         if woken in ready and woken.take():
             return not stop.is_set()
         if stop in ready and not stop.is_set():

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import shutil
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from vgpukit.host.notify import Uevent
+from vgpukit.stopping import readable
 
 from .conftest import GuestSession
 from .harness import skip_or_fail
@@ -62,7 +62,7 @@ def _heard(reader: object) -> list[tuple[str, str, str]]:
     out: list[tuple[str, str, str]] = []
     end = time.monotonic() + 30
     while time.monotonic() < end:
-        if not select.select([reader], [], [], SETTLE)[0]:
+        if not readable([reader], SETTLE):
             break
         out += [(e.action, e.subsystem, _name(e)) for e in reader.read()]  # type: ignore[attr-defined]
     return out

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import socket
 import time
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from ..errors import InvalidInput, NotFound, VgpukitError
 from ..host import Host
 from ..libvirt.connection import Session
 from ..logs import logger
-from ..stopping import Stop
+from ..stopping import Stop, readable
 from ..words import plural
 from . import demand as demand_proto
 from . import planner
@@ -421,7 +420,7 @@ class Daemon:
             timeout = max(0.0, (min(deadlines) - self.clock()) / 1e9)
             try:
                 fds: list[Any] = [stop, dsock, *ctrl.fds(), *watch.fds()]
-                ready, _, _ = select.select(fds, [], [], timeout)
+                ready = readable(fds, timeout)
             except InterruptedError:
                 continue
             for obj in ready:

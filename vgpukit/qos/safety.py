@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import time
 from collections.abc import Iterable
@@ -26,6 +25,7 @@ from ..host import Host
 from ..inputs import load_json
 from ..libvirt.connection import Session
 from ..logs import logger
+from ..stopping import readable
 from .backends import backend_from_target
 
 log = logger("vgpukit.qos")
@@ -128,7 +128,7 @@ def _guard(host: Host, fd: int, watchdog_s: float) -> None:
         pass
     stale = False
     while True:
-        ready, _, _ = select.select([fd], [], [], watchdog_s)
+        ready = readable([fd], watchdog_s)
         if not ready:
             if not stale:
                 log.error("qos guardian: no heartbeat for %.1f s, thawing every tenant", watchdog_s)

@@ -231,7 +231,9 @@ class SimEventWatcher:
             if notify is None:
                 time.sleep(min(POLL, left))
                 continue
-            ready, _, _ = select.select([notify], [], [], left)
+            poller = select.poll()  # not select(): descriptors above 1024 in a busy process
+            poller.register(notify, select.POLLIN)
+            ready = poller.poll(None if left is None else max(0, int(left * 1000 + 0.999)))
             if ready:
                 notify.read()
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import threading
 import time
 from collections.abc import Callable
@@ -50,6 +49,7 @@ from ..host.notify import (
 )
 from ..logs import logger
 from ..nvml.model import EventWatcher, NvmlEvent
+from ..stopping import readable
 from .model import HostModel
 from .touch import Touch
 
@@ -230,7 +230,7 @@ class Watch:
         while not self.stop.is_set():
             timeout = max(0.0, self.next_resync - time.monotonic())
             try:
-                ready, _, _ = select.select(self._fds(), [], [], timeout)
+                ready = readable(self._fds(), timeout)
             except InterruptedError:
                 continue
             if self.stop_r in ready:
@@ -242,7 +242,7 @@ class Watch:
                 left = burst_end - time.monotonic()
                 if left <= 0 or touch.full:
                     break
-                ready, _, _ = select.select(self._fds(), [], [], min(DEBOUNCE, left))
+                ready = readable(self._fds(), min(DEBOUNCE, left))
                 if self.stop_r in ready:
                     return
             if touch.full or touch.net:
