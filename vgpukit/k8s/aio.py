@@ -105,6 +105,8 @@ class Loop:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(STOP_WAIT)
         self.executor.shutdown(wait=False, cancel_futures=True)
+        if not self.loop.is_running() and not self.loop.is_closed():
+            self.loop.close()  # its selector and self-pipe: three descriptors a process would otherwise keep
 
 
 class Wake:
