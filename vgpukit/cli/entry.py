@@ -61,9 +61,25 @@ def _reader_gone() -> int:
     return EXIT_PIPE
 
 
+def _msgspec_without_typing_extensions() -> None:
+    """Load msgspec (the value types) without ``typing_extensions``, which it tries first and replaces by
+    ``typing``'s own ``get_type_hints`` when absent (the same on Python 3.11 for vgpukit's types): that
+    import, with the ``inspect`` it pulls, is about a fifth of the mdevctl shim's 60 ms (docs/decisions.md,
+    "Start-up"). The module is hidden only while msgspec loads; later imports find it as usual."""
+    if "msgspec" in sys.modules or "typing_extensions" in sys.modules:
+        return
+    sys.modules["typing_extensions"] = None  # type: ignore[assignment]  # an ImportError for msgspec's try
+    try:
+        import msgspec  # noqa: F401
+    finally:
+        if sys.modules.get("typing_extensions", 0) is None:
+            del sys.modules["typing_extensions"]
+
+
 def _main(argv: list[str] | None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if "--mdevctl" in args:
+        _msgspec_without_typing_extensions()
         from ..mdev.cli_shim import fast_read
 
         rc = fast_read(args)
