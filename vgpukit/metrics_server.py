@@ -2,7 +2,7 @@
 QoS daemon (``qos daemon --metrics-port``).
 
 prometheus_client's WSGI app behind the standard library's WSGI server, answered one request at a time
-by whoever waits on it: :meth:`MetricsServer.serve` blocks in one ``select`` on the listening socket
+by whoever waits on it: :meth:`MetricsServer.serve` blocks in one ``poll`` on the listening socket
 and the process's :class:`~vgpukit.stopping.Stop` (no timeout: an idle server wakes for nothing), in
 the foreground (the exporter) or in a thread of its own (the QoS daemon, whose loop keeps its slices).
 A port in use is :class:`~vgpukit.errors.Busy` (exit 4) naming the port; another bind failure a

@@ -79,5 +79,5 @@ def _serve(collector: Any, addr: str, port: int) -> None:
     server = MetricsServer(registry, addr, port, hint="another exporter? pick one with --listen")
     click.echo(f"vgpukit exporter: serving /metrics on {server.where}", err=True)
     # SIGTERM and SIGINT set a flag and write a byte (never an exception in the middle of a scrape, which
-    # the WSGI handler would answer as an error and go on); the select wakes whichever thread got it
+    # the WSGI handler would answer as an error and go on); the poll wakes whichever thread got it
     server.serve(Stop().on_signals())

@@ -66,7 +66,7 @@ def parse(buf: bytes, dirs: dict[int, str]) -> list[Event]:
 
 class Inotify:
     """One inotify instance of the host door: directories under the root watched by their host path
-    (``fileno`` for ``select``; :meth:`read` never blocks)."""
+    (``fileno`` for ``poll``; :meth:`read` never blocks)."""
 
     def __init__(self, host: Host) -> None:
         self.host = host

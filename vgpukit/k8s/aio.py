@@ -4,7 +4,7 @@ A synchronous gRPC server keeps a Python thread that wakes five to eight times a
 poll looking for signals), one per server; the device plugin runs one server per resource. A ``grpc.aio``
 server's Python side sleeps in the loop's ``epoll`` until a call comes (docs/engine.md, "What an idle
 door still costs"). The loop runs in a thread of its own so that the main thread keeps the stop idiom
-(:mod:`vgpukit.stopping`: a ``select`` on the stop's pipe); the plugin's other threads hand servers to
+(:mod:`vgpukit.stopping`: a ``poll`` on the stop's pipe); the plugin's other threads hand servers to
 the loop (:meth:`Loop.call`), and the watch's thread tells a stream that something changed with
 :class:`Wake` (``loop.call_soon_threadsafe``: no polling).
 

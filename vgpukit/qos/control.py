@@ -61,7 +61,7 @@ class _Conn:
 
 
 class ControlServer:
-    """Non-blocking server multiplexed into the daemon's select loop."""
+    """Non-blocking server multiplexed into the daemon's poll loop."""
 
     def __init__(self, host: Host, handler: Handler) -> None:
         self.host = host

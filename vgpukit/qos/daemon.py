@@ -1,4 +1,4 @@
-"""The QoS daemon: one select loop driving every GPU's scheduler on the monotonic clock.
+"""The QoS daemon: one poll loop driving every GPU's scheduler on the monotonic clock.
 
 Wakes on: a demand datagram (preemption path: receive -> decide -> freeze, no polling), a control request,
 a signal, a change of the config file's content (reloaded, as on SIGHUP), the next slice boundary of any

@@ -154,7 +154,7 @@ def _parse(line: bytes) -> Uevent | None:
 
 
 class FeedReader:
-    """A listener on the simulated kernel's feed (``fileno`` for ``select``; :meth:`read` never blocks)."""
+    """A listener on the simulated kernel's feed (``fileno`` for ``poll``; :meth:`read` never blocks)."""
 
     def __init__(self, sim_dir: Path, buffer: int = BUFFER) -> None:
         self.root = Path(sim_dir)

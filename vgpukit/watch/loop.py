@@ -1,4 +1,4 @@
-"""The listening thread: kernel uevents, inotify and NVML events in one ``select``, feeding the model.
+"""The listening thread: kernel uevents, inotify and NVML events in one ``poll``, feeding the model.
 
 Sources (each optional):
 

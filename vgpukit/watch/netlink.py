@@ -20,7 +20,7 @@ BUFFER = 16 << 20  # bytes the socket may hold unread (a burst of thousands of V
 
 
 class NetlinkReader:
-    """``fileno`` for ``select``; :meth:`read` never blocks."""
+    """``fileno`` for ``poll``; :meth:`read` never blocks."""
 
     def __init__(self, buffer: int = BUFFER, subsystems: tuple[str, ...] = SUBSYSTEMS) -> None:
         try:
