@@ -5,7 +5,7 @@ A Python signal handler runs in the main thread between any two bytecodes, inclu
 ``threading.Event.wait()`` while the main thread holds the event's own lock. A handler that calls
 ``Event.set()`` then waits forever for that lock: the process ignores every later SIGTERM until the
 kubelet's (or systemd's) SIGKILL. It happened to the DRA plugin under load. So the handler here only
-sets a flag and writes a byte into a pipe (:class:`Bell`), and every waiter blocks in ``select`` on
+sets a flag and writes a byte into a pipe (:class:`Bell`), and every waiter blocks in ``poll`` (:func:`readable`) on
 that pipe, with no timeout unless it has a deadline of its own: nothing wakes to look at a flag.
 A waiter that blocks in something else (a queue) is told by :meth:`Stop.then`, a thread blocked on the
 pipe.
@@ -40,7 +40,7 @@ def readable(fds: list[Any], timeout: float | None) -> list[Any]:
 
 class Bell:
     """A wake-up any thread, or a signal handler, may ring: a byte in a pipe (no lock, so a handler that
-    interrupts a waiter cannot deadlock it), waited for with ``select`` (a waiter costs nothing)."""
+    interrupts a waiter cannot deadlock it), waited for with ``poll`` (a waiter costs nothing)."""
 
     def __init__(self) -> None:
         self._r, self._w = os.pipe()
@@ -67,9 +67,9 @@ class Stop:
     """``is_set`` / ``set`` / ``wait(timeout)`` like ``threading.Event``, safe to set from a signal handler
     and from any thread.
 
-    Set, it rings its :class:`Bell` (never taken: once set, every waiter's ``select`` returns at once).
+    Set, it rings its :class:`Bell` (never taken: once set, every waiter's ``poll`` returns at once).
     :meth:`on_signals` also makes the signal's own arrival ring it (``signal.set_wakeup_fd``), whichever
-    thread the kernel delivered it to: the main thread, blocked in ``select``, wakes and runs the handler.
+    thread the kernel delivered it to: the main thread, blocked in ``poll``, wakes and runs the handler.
     """
 
     def __init__(self) -> None:
@@ -115,7 +115,7 @@ class Stop:
             bell.ring()
 
     def waiter(self) -> Bell:
-        """A pipe for another thread's ``select`` beside the main loop's: rung when set, and only then (the
+        """A pipe for another thread's ``poll`` beside the main loop's: rung when set, and only then (the
         wake-up bytes of a signal that does not stop, SIGHUP, stay in the main pipe for the main loop)."""
         bell = Bell()
         self._waiters.append(bell)
@@ -130,16 +130,8 @@ class Stop:
         return self.bell.fileno()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Until set (True) or ``timeout`` seconds passed (False); no timeout: one ``select`` without one."""
-        end = None if timeout is None else time.monotonic() + timeout
-        while not self._flag:
-            left = None if end is None else end - time.monotonic()
-            if left is not None and left <= 0:
-                break
-            ready = readable([self.bell], left)
-            if ready and not self._flag:  # the signal's own byte, its handler not run yet (main thread)
-                time.sleep(0.001)
-                self.quiet()
+        """Until set (True) or ``timeout`` seconds passed (False); no timeout: one ``poll`` without one."""
+        wait_woken(self, None, timeout)
         return self._flag
 
     def quiet(self) -> None:
@@ -163,17 +155,18 @@ class Stop:
         return thread
 
 
-def wait_woken(stop: Stop, woken: Bell, timeout: float | None) -> bool:
+def wait_woken(stop: Stop, woken: Bell | None, timeout: float | None) -> bool:
     """Until ``woken`` rang (True, and it is quiet again), ``stop`` is set or ``timeout`` passed (False):
-    one ``select`` on both pipes (no timeout: ``None``)."""
+    one ``poll`` on both pipes (no timeout: ``None``; no ``woken``: the stop's pipe alone, as
+    :meth:`Stop.wait`)."""
     end = None if timeout is None else time.monotonic() + timeout
     while not stop.is_set():
         left = None if end is None else end - time.monotonic()
         if left is not None and left <= 0:
             return False
-        fds: list[Any] = [woken, stop]
+        fds: list[Any] = [stop] if woken is None else [woken, stop]
         ready = readable(fds, left)
-        if woken in ready and woken.take():
+        if woken is not None and woken in ready and woken.take():
             return not stop.is_set()
         if stop in ready and not stop.is_set():
             time.sleep(0.001)  # the signal's own byte, its handler not run yet
