@@ -23,7 +23,7 @@ ALLOWED = {
     "vgpukit.host",
     "vgpukit.host.notify",  # the host door's inotify (the simulated kernel's feed, its NVML events)
     "vgpukit.inputs",
-    "vgpukit.records",  # the immutable record base class (no facts, no rules)
+    "vgpukit.stopping",  # readable(): waiting on a file descriptor (no facts, no rules)
     "vgpukit.logs",  # the loggers and the `vgpukit: warning:` prefix (no facts, no rules)
     "vgpukit.nvml",
     "vgpukit.nvml.model",  # the facade's records (GiProfile, NvmlGpu, ...)

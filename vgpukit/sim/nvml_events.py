@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import time
 from functools import cache
 from pathlib import Path
@@ -24,6 +23,7 @@ from ..host.notify import IN_CREATE, IN_MODIFY, Inotify
 from ..inputs import load_yaml
 from ..nvml.errors import GPU_IS_LOST, nvml_error
 from ..nvml.model import GpuCondition, GpuTelemetry, NvmlEvent
+from ..stopping import readable
 from .nvml_state import STATE_DIR, Store, _locked
 from .state import corrupt
 
@@ -231,10 +231,7 @@ class SimEventWatcher:
             if notify is None:
                 time.sleep(min(POLL, left))
                 continue
-            poller = select.poll()  # not select(): descriptors above 1024 in a busy process
-            poller.register(notify, select.POLLIN)
-            ready = poller.poll(None if left is None else max(0, int(left * 1000 + 0.999)))
-            if ready:
+            if readable([notify], left):
                 notify.read()
 
     def _notify(self) -> Inotify | None:
