@@ -253,7 +253,7 @@ def test_the_click_toolkit_names_no_area_and_no_simulator() -> None:
     graph = import_graph()
     low = ("vgpukit.clikit", "vgpukit.errors", "vgpukit.host", "vgpukit.inputs", "vgpukit.engine", "vgpukit.nvml")
     low += ("vgpukit.naming", "vgpukit.pci", "vgpukit.words", "vgpukit.data")
-    low += ("vgpukit.records", "vgpukit.extras", "vgpukit.processes", "vgpukit.holders", "vgpukit.iommu")
+    low += ("vgpukit.extras", "vgpukit.processes", "vgpukit.holders", "vgpukit.iommu")
     low += ("vgpukit.watch",)  # the watch: listening, next to the host door (no area)
     low += ("vgpukit.partial",)  # what a whole-host read could not read (no area)
     bad = sorted(
