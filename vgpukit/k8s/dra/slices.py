@@ -19,7 +19,7 @@ from ...logs import logger
 from ...pci import PciDevice
 from ...words import plural
 from ..agent import api_error
-from . import capacity, cluster, pool
+from . import capacity, cluster, pool, wire
 from .attributes import standard
 from .devices import DRIVER, DraDevice
 from .pool import slice_name as slice_name
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 log = logger("vgpukit.k8s.dra")
 API_VERSION = "resource.k8s.io/v1"
 MIB = 1024 * 1024
-API_TIMEOUT = 30  # seconds one API call may take (connect and read)
+API_TIMEOUT = cluster.API_TIMEOUT  # seconds one API call may take (connect and read)
 
 
 def _s(value: str) -> dict[str, Any]:
@@ -207,11 +207,18 @@ class Publisher:
         self.features = False  # also read the taints' and consumable capacity's gates before writing
         self.said: set[str] = set()  # warnings logged once
         self.stored: dict[str, Any] | None = None  # this node's slices as stored, from our writes (None: list)
+        self.order: wire.Order | None = None  # how the client's models order a slice's keys (read at the first write)
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         """One API call; a connection that hangs gives up after API_TIMEOUT (the next poll tries again)."""
         raw = fn(*args, _preload_content=False, _request_timeout=API_TIMEOUT, **kw)
         return json.loads(raw.data) if raw.data else None
+
+    def _write(self, doc: dict[str, Any], name: str | None = None) -> Any:
+        """Create (``name`` None) or replace a slice, its body encoded without the client's models (:mod:`.wire`)."""
+        if self.order is None:
+            self.order = wire.Order()
+        return wire.write(self.api, self.order, doc, name)
 
     def detected(self) -> cluster.Server:
         """What the API server serves, found out now when not known yet."""
@@ -283,9 +290,9 @@ class Publisher:
                 doc = self._doc(name, part, gen, count)
                 if name in current:
                     doc["metadata"]["resourceVersion"] = current[name]["metadata"].get("resourceVersion")
-                    stored = self._call(self.api.replace_resource_slice, name, doc)  # 409 when stale: next poll
+                    stored = self._write(doc, name)  # 409 when stale: next poll
                 else:
-                    stored = self._call(self.api.create_resource_slice, doc)
+                    stored = self._write(doc)
                 self._check(part, stored)
                 if self.stored is not None:
                     self.stored[name] = stored or doc
