@@ -191,8 +191,8 @@ def look(
     ]
     reset_at = resets.load(host)  # a reset by vgpukit is a recovery point too (vgpukit reset / remediate)
     by_bdf: dict[str, list[HealthEvent]] = {}  # each device's events, in the record's order
-    for e in past:
-        by_bdf.setdefault(e.bdf, []).append(e)
+    for was in past:
+        by_bdf.setdefault(was.bdf, []).append(was)
     out = []
     for bdf, (name, kind) in devices.items():
         evs = by_bdf.get(bdf, [])
