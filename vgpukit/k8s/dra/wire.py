@@ -13,6 +13,7 @@ do not declare, a value of another type) goes through the client as before, whic
 
 from __future__ import annotations
 
+import contextlib
 import json
 import types
 import typing
@@ -57,7 +58,7 @@ def _unwrap(ann: Any) -> Any:
 
 class Order:
     """How the client's models order a body's keys (a ``V1ResourceSlice``'s), read from the models once per
-    publisher."""
+    publisher: what each annotation is (a list, a map, a model and its fields, a plain value), kept."""
 
     def __init__(self, root: Any = None) -> None:
         if root is None:
@@ -65,40 +66,50 @@ class Order:
 
             root = V1ResourceSlice
         self.root = root
-        self.plans: dict[Any, dict[str, tuple[str, Any]]] = {}
+        self.shapes: dict[Any, tuple[str, Any]] = {}
 
     def body(self, doc: dict[str, Any]) -> dict[str, Any]:
         return self._value(doc, self.root)  # type: ignore[no-any-return]
 
-    def _plan(self, cls: Any) -> dict[str, tuple[str, Any]] | None:
-        if cls not in self.plans:
-            plan = _model(cls)
-            if plan is None:
-                return None
-            self.plans[cls] = plan
-        return self.plans[cls]
+    def _shape(self, ann: Any) -> tuple[str, Any]:
+        try:
+            return self.shapes[ann]
+        except (KeyError, TypeError):  # not seen yet (or an annotation that cannot be a key: not kept)
+            pass
+        plain = _unwrap(ann)
+        origin = typing.get_origin(plain)
+        if origin in (list, typing.List):  # noqa: UP006
+            shape: tuple[str, Any] = ("list", typing.get_args(plain)[0])
+        elif origin in (dict, typing.Dict):  # noqa: UP006
+            shape = ("map", typing.get_args(plain)[1])
+        elif (plan := _model(plain)) is not None:
+            shape = ("model", plan)
+        else:
+            shape = ("plain", plain)
+        with contextlib.suppress(TypeError):
+            self.shapes[ann] = shape
+        return shape
 
     def _value(self, value: Any, ann: Any) -> Any:
-        ann = _unwrap(ann)
-        origin = typing.get_origin(ann)
-        if origin in (list, typing.List):  # noqa: UP006
+        what, of = self._shape(ann)
+        if what == "list":
             if not isinstance(value, list):
                 raise NotPlain("not a list")
-            (item,) = typing.get_args(ann)
-            return [self._value(v, item) for v in value]
-        if origin in (dict, typing.Dict):  # noqa: UP006
+            return [self._value(v, of) for v in value]
+        if what == "map":
             if not isinstance(value, dict):
                 raise NotPlain("not a map")
-            _key, item = typing.get_args(ann)
-            return {k: self._value(v, item) for k, v in value.items()}
-        plan = self._plan(ann)
-        if plan is not None:
-            if not isinstance(value, dict) or not value.keys() <= plan.keys():
-                raise NotPlain(f"not a {getattr(ann, '__name__', ann)}")
-            return {w: self._value(value[w], a) for w, (_n, a) in plan.items() if value.get(w) is not None}
-        if ann in PRIMITIVE and type(value) is ann:
+            return {k: self._value(v, of) for k, v in value.items()}
+        if what == "model":
+            if not isinstance(value, dict) or not value.keys() <= of.keys():
+                raise NotPlain("not a model's fields")
+            if len(value) == 1:  # an attribute's value, a capacity's: one field of several
+                ((w, v),) = value.items()
+                return {w: self._value(v, of[w][1])} if v is not None else {}
+            return {w: self._value(value[w], a) for w, (_n, a) in of.items() if value.get(w) is not None}
+        if of in PRIMITIVE and type(value) is of:
             return value
-        raise NotPlain(f"{type(value).__name__} for {ann}")
+        raise NotPlain(f"{type(value).__name__} for {of}")
 
 
 def write(api: Any, order: Order, doc: dict[str, Any], name: str | None = None) -> Any:
