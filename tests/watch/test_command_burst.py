@@ -65,6 +65,7 @@ def _watch(sim: Path) -> tuple[Watch, Feed, list[Touch]]:
     model = HostModel(open_host, {"seen": view(record, "pci", "docs")})  # type: ignore[arg-type]
     feed = Feed()
     watch = Watch(model, app.host, feed, None, resync=3600).start()
+    app.close()  # its host door stays usable: the watch's inotify and stat go through it
     seen.clear()  # the start's full refresh
     return watch, feed, seen
 
