@@ -48,11 +48,11 @@ def parse_int(text: object, what: str, *, lo: int | None = None, hi: int | None 
 
 _SIZE_RE = re.compile(r"([0-9]{1,20})(?:\.([0-9]{1,20}))?([kmgtp](?:i|ib)?|b)?\Z", re.ASCII | re.IGNORECASE)
 _SIZE_SHIFT = {"": 0, "b": 0, "k": 10, "m": 20, "g": 30, "t": 40, "p": 50}
-_SI_UNIT = re.compile(r"[0-9.]+[kmgtpe]b\Z", re.ASCII | re.IGNORECASE)
+SI_UNIT = re.compile(r"[0-9.]+[kmgtpe]b\Z", re.ASCII | re.IGNORECASE)
 SIZE_FORMS = "a size such as 4G, 4GiB, 1.5G or 512M (binary: G = GiB = 2^30 bytes)"
 
 
-def parse_size(text: object, what: str, *, lo: int = 0, hi: int = 1 << 50) -> int:
+def parse_size(text: object, what: str, *, lo: int | None = 0, hi: int | None = 1 << 50) -> int:
     """A byte count in vgpukit's own grammar (the command line, host configs, the QoS config;
     docs/cli.md, "Sizes"): an int, or ASCII digits (a decimal fraction allowed) with an optional unit
     ``K M G T P``, ``Ki``..., ``KiB``... (any case), every one binary, as QEMU's ``-m 4G`` and
@@ -65,7 +65,7 @@ def parse_size(text: object, what: str, *, lo: int = 0, hi: int = 1 << 50) -> in
     s = text.strip()
     m = _SIZE_RE.match(s)
     if m is None:
-        if _SI_UNIT.match(s):
+        if SI_UNIT.match(s):
             raise InvalidInput(
                 f"{what}: KB, MB, GB and TB are ambiguous (powers of 1000 or of 1024): write G or GiB "
                 "(binary) or the number of bytes"
@@ -105,7 +105,7 @@ def k8s_quantity(value: object, what: str, forms: str = "a Kubernetes quantity")
         raise InvalidInput(f"{what} must be {forms}") from None
 
 
-def parse_k8s_quantity(value: object, what: str, *, lo: int = 0, hi: int = 1 << 50) -> int:
+def parse_k8s_quantity(value: object, what: str, *, lo: int | None = 0, hi: int | None = 1 << 50) -> int:
     """A byte count where Kubernetes is the source (a DRA claim's opaque configuration): an int, or a
     :func:`k8s_quantity` that comes to whole bytes. Unlike :func:`parse_size`, ``4G`` is 4*10^9 bytes
     here, as the API server reads it."""
