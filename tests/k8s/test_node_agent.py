@@ -148,6 +148,8 @@ def allowed_verbs() -> set[str]:
 def test_outcome_follows_the_apply_contract() -> None:
     assert outcome(0, '{"changed": false, "plan": []}') == outcome(0, '{"changed": false}')
     assert outcome(0, '{"changed": false}').message == "nothing to change"
+    assert outcome(0, '{"changed": true, "plan": ["one"]}').message == "applied 1 step"  # not "1 steps"
+    assert outcome(0, '{"changed": true, "plan": ["one", "two"]}').message == "applied 2 steps"
     assert outcome(4, '{"error": "busy", "message": "m"}').state == PENDING
     assert outcome(4, '{"error": "in-use", "message": "m"}').message == "refused: m"
     assert outcome(4, '{"error": "no-capacity", "message": "m"}').state == FAILED
