@@ -54,9 +54,7 @@ def test_the_qos_file_names_the_line_of_the_size(tmp_path: Path) -> None:
     path.write_text("gpus:\n  gpu0:\n    tenants:\n      web: {share: 40, cgroup: web.slice, memory: 9999PiB}\n")
     with pytest.raises(InvalidInput) as exc:
         load_base(Host(tmp_path), path)
-    assert str(exc.value) == (
-        "/etc/vgpukit/qos.yaml: line 4, column 51: $.gpus.gpu0.tenants.web.memory: expected a size <= 1 PiB"
-    )
+    assert str(exc.value) == ("/etc/vgpukit/qos.yaml:4:51: $.gpus.gpu0.tenants.web.memory: expected a size <= 1 PiB")
 
 
 def test_a_host_config_size_refused_is_one_line_with_the_path(tmp_path: Path) -> None:

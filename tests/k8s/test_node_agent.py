@@ -45,7 +45,7 @@ if name == "busy" and not os.path.exists(os.environ["APPLY_LOG"] + ".busy"):
     sys.exit(4)
 if name == "broken":
     print(json.dumps({{"schema": "vgpukit.error/v1", "error": "invalid-input", "exit_code": 2,
-                      "message": "fleet.yaml: line 3: unknown key 'vfz'"}}))
+                      "message": "fleet.yaml:3:7: config a: $.configs.a: unknown field (allowed: sriov)"}}))
     sys.exit(2)
 print(json.dumps({{"schema": "vgpukit.apply/v1", "config": name, "changed": True, "plan": ["a", "b"]}}))
 """
@@ -170,7 +170,10 @@ def test_cli_once_against_the_stub(
     )  # fmt: skip
     assert r.exit_code == 0, r.stderr
     assert api.labels()[STATE_LABEL] == FAILED
-    assert api.node["metadata"]["annotations"][MESSAGE_ANNOTATION] == "fleet.yaml: line 3: unknown key 'vfz'"
+    assert (
+        api.node["metadata"]["annotations"][MESSAGE_ANNOTATION]
+        == "fleet.yaml:3:7: config a: $.configs.a: unknown field (allowed: sriov)"
+    )
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, stand_in: Path) -> None:
