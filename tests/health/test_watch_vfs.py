@@ -104,3 +104,15 @@ def test_fewer_vfs_forgets_the_ones_removed(sim: Path) -> None:
     pf_events = [(e["kind"], e["data"]) for d in doc["devices"] for e in d["events"] if d["bdf"] == NIC1]
     assert pf_events == [("vfs-removed", 1)]
     assert all(e["kind"] != "pci-gone" for d in doc["devices"] for e in d["events"])
+
+
+def test_vfs_that_left_with_their_pf_are_gone_not_removed(sim: Path) -> None:
+    from vgpukit.sim.uevents import AnnouncingTree, publish
+
+    tree = AnnouncingTree(sim)
+    for bdf in (NIC1, *VFS):  # the PF left the bus with its VFs (a surprise removal)
+        tree.remove_pci_device(bdf)
+    publish(tree.root, tree.uevents)
+    doc = json.loads(invoke(sim, "health", "--json").stdout)
+    gone = {d["bdf"]: d["reasons"] for d in doc["devices"] if d["state"] == "unusable"}
+    assert set(gone) == {NIC1, *VFS} and all(r == ["the device left sysfs"] for r in gone.values())

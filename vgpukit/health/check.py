@@ -63,7 +63,7 @@ def _pf_vfs(before: dict[str, Any], pci: dict[str, dict[str, Any]], scan: Scan) 
     looked at again even when no longer watched: VFs disabled, ``sriov_numvfs`` 0); None: not a VF, or
     its PF is gone too."""
     pf = before.get("physfn")
-    if not isinstance(pf, str):
+    if not isinstance(pf, str) or pci.get(pf, {}).get("gone"):  # its PF left sysfs too: gone, not removed
         return None
     if pf in pci and "numvfs" in pci[pf]:
         return pf, int(pci[pf]["numvfs"] or 0), int(pci[pf].get("vfs_present") or 0)
