@@ -75,6 +75,15 @@ def _pf_vfs(before: dict[str, Any], pci: dict[str, dict[str, Any]], scan: Scan) 
     return pf, sriov.num_vfs, sum(1 for vf in sriov.vfs if scan.exists(vf))
 
 
+def _renewed(dev: PciDevice, record: Record, scan: Scan) -> bool:
+    """A VF whose PF's VF count changed since the record (the kernel changes it only through 0): a new
+    function at an old address, to which nothing recorded of the old one applies (IOMMU group, AER)."""
+    if dev.physfn is None or not scan.exists(dev.physfn):
+        return False
+    was, sriov = record.pci.get(dev.physfn, {}).get("numvfs"), scan.device(dev.physfn).sriov
+    return was is not None and sriov is not None and int(was) != sriov.num_vfs
+
+
 def _repair(pf: str, facts: dict[str, Any], record: Record) -> str:
     """The command that re-creates the VFs of ``pf`` as they were (vfio-pci when every VF the record
     saw was there), or the host config's apply."""
@@ -146,7 +155,7 @@ def look(
     for dev, name, kind in watched(scan, names):
         devices[dev.bdf] = (name, kind)
         facts = _pci_facts(host, dev, scan.entries(dev.bdf), scan)
-        before = record.pci.get(dev.bdf, {})
+        before = {} if _renewed(dev, record, scan) else record.pci.get(dev.bdf, {})
         pci[dev.bdf] = {**facts, "name": name, "kind": kind}
         if "numvfs" in facts and facts["vfs_present"] < facts["numvfs"]:
             findings.setdefault(dev.bdf, []).append(("vfs-missing", facts["numvfs"] - facts["vfs_present"]))
