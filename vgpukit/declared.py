@@ -130,8 +130,12 @@ def _explain(doc: Any, typ: Any, raw: str) -> tuple[tuple[Any, ...], str, tuple[
         else:
             path.append(name)
             node, info = (node.get(name) if isinstance(node, dict) else None), _field(info, name)
-    if key_error:
-        return tuple(path), "a key is not a name" + (" of the allowed form" if "regex" in what else " (text)"), ()
+    if key_error:  # a mapping's key: the form a key must take, as the declaration describes it
+        keys = getattr(_resolve(info, node), "key_type", None)
+        form = _described(keys) if keys is not None else None
+        if "regex" not in what:
+            return tuple(path), "a key is not a name (text)", ()
+        return tuple(path), "a key is not a name of the allowed form" + (f" ({form})" if form else ""), ()
     refused = _REFUSED.match(what)
     if refused:  # a declaration's own check (text_sizes): its words, at its field
         return (*path, refused["field"]), refused["text"], ()
