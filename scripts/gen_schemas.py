@@ -22,7 +22,7 @@ DECLARED: dict[str, tuple[str, str, dict[str, str]]] = {
         "vgpukit.k8s.dra.config",
         "Parameters",
         {
-            "$id": "https://vgpukit.io/schemas/dra/sharing-config.json",
+            "$id": "https://vgpukit.dev/schemas/dra/sharing-config.json",
             "title": "vgpukit DRA driver (gpu.vgpukit.io): opaque sharing parameters of a ResourceClaim or DeviceClass",
             "description": "The `opaque.parameters` of a config entry whose `opaque.driver` is gpu.vgpukit.io. "
             "docs/kubernetes.md, 'Sharing in the claim'. Generated from vgpukit/k8s/dra/config.py.",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,18 @@ def sim_dir(tmp_path: Path) -> Path:
 def qemu_sim(tmp_path: Path) -> Path:
     """A fresh simulated host mirroring the real-kernel QEMU guest (NVMe SR-IOV PF + mtty)."""
     return make_sim(tmp_path / "guest", "qemu-guest")
+
+
+@pytest.fixture(autouse=True)
+def _no_watch_outlives_its_test() -> Iterator[None]:
+    """A watch a test started is closed by its end (``with start_watch(...)``): one left listening
+    failed a later test when its host was removed (CI, 2026-11-29). Its NVML thread ends by itself."""
+    before = {t.ident for t in threading.enumerate()}
+    yield
+    left = [t for t in threading.enumerate() if t.name == "vgpukit-watch" and t.ident not in before]
+    for t in left:
+        t.join(2)
+    assert not [t for t in left if t.is_alive()], "the test left a watch listening: close it"
 
 
 def sim_host(path: Path) -> Host:

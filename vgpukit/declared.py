@@ -24,12 +24,14 @@ import msgspec
 import msgspec.inspect as mi
 
 from .errors import InvalidInput
-from .inputs import at
+from .inputs import SI_UNIT, at, parse_k8s_quantity, parse_size
 
 T = TypeVar("T")
 _MSG = re.compile(r"(?P<what>.*?)(?: - at `(?P<path>[^`]*)`(?: in `(?P<outer>[^`]*)`)?)?\Z", re.DOTALL)
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,40}\Z", re.ASCII)
 _STEP = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+_FIELD = "field refused: "  # how a declaration's own check (__post_init__) names its field to _explain
+_REFUSED = re.compile(re.escape(_FIELD) + r"(?P<field>[A-Za-z0-9_]+): (?P<text>.*)\Z", re.DOTALL)
 
 
 def convert(doc: Any, typ: type[T] | Any, where: str = "") -> T:
@@ -44,6 +46,49 @@ def convert(doc: Any, typ: type[T] | Any, where: str = "") -> T:
         )
         msg = f"{shown}: {text}"
         raise at(InvalidInput(f"{where}: {msg}" if where else msg), *path, *key) from None
+
+
+def text_sizes(doc: msgspec.Struct, form: str, *fields: str, lo: int, hi: int, k8s: bool = False) -> None:
+    """A declaration's ``__post_init__`` check of its sizes written as text (``memory: 4G``), which no
+    schema can bound: each of ``fields`` that is text must come to ``lo``..``hi`` bytes, else the
+    refusal is :func:`convert`'s, at the field (``$.gpus.gpu0.tenants.web.memory: expected a size <=
+    1 PiB``). ``form``: what the declaration says the text may be (its ``Meta`` description)."""
+    names = dict(zip(doc.__struct_fields__, doc.__struct_encode_fields__, strict=True))
+    for name in fields:
+        value = getattr(doc, name)
+        if isinstance(value, str) and (problem := size_refused(value, form, lo=lo, hi=hi, k8s=k8s)):
+            raise ValueError(f"{_FIELD}{names[name]}: {problem}")  # msgspec adds the struct's path
+
+
+def size_refused(text: str, form: str, *, lo: int, hi: int, k8s: bool = False) -> str | None:
+    """What a size written as text in a configuration document fails, said as what was expected after the
+    value's path (:func:`text_sizes`), never quoting the text; None when it reads as ``lo``
+    to ``hi`` bytes. ``form``: the declaration's description of the sizes it takes; ``k8s``: Kubernetes'
+    grammar (:func:`~vgpukit.inputs.parse_k8s_quantity`), else vgpukit's own (:func:`~vgpukit.inputs.parse_size`)."""
+    try:
+        read = parse_k8s_quantity if k8s else parse_size
+        value = read(text, "size", lo=None, hi=None)
+    except InvalidInput as err:
+        if err.message.endswith("not a whole number of bytes"):
+            return "expected a whole number of bytes"
+        if not k8s and SI_UNIT.match(text.strip()):
+            return (
+                "expected a binary unit such as G or GiB (KB, MB, GB and TB are ambiguous: powers of 1000 or of 1024)"
+            )
+        return f"expected {form}"
+    if value < lo:
+        return f"expected a size >= {lo} byte{'s' if lo != 1 else ''}"
+    if value > hi:
+        return f"expected a size <= {bytes_text(hi)}"
+    return None
+
+
+def bytes_text(n: int) -> str:
+    """``n`` bytes in the largest binary unit that divides it (``1 PiB``, ``1536 MiB``, ``7 bytes``)."""
+    for shift, unit in ((50, "PiB"), (40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if n and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} byte{'s' if n != 1 else ''}"
 
 
 def schema(typ: Any, **head: Any) -> dict[str, Any]:
@@ -85,8 +130,15 @@ def _explain(doc: Any, typ: Any, raw: str) -> tuple[tuple[Any, ...], str, tuple[
         else:
             path.append(name)
             node, info = (node.get(name) if isinstance(node, dict) else None), _field(info, name)
-    if key_error:
-        return tuple(path), "a key is not a name" + (" of the allowed form" if "regex" in what else " (text)"), ()
+    if key_error:  # a mapping's key: the form a key must take, as the declaration describes it
+        keys = getattr(_resolve(info, node), "key_type", None)
+        form = _described(keys) if keys is not None else None
+        if "regex" not in what:
+            return tuple(path), "a key is not a name (text)", ()
+        return tuple(path), "a key is not a name of the allowed form" + (f" ({form})" if form else ""), ()
+    refused = _REFUSED.match(what)
+    if refused:  # a declaration's own check (text_sizes): its words, at its field
+        return (*path, refused["field"]), refused["text"], ()
     key: tuple[Any, ...] = ()
     if what.startswith("Object contains unknown field") and isinstance(node, dict):
         key = next(((k, "<key>") for k in node if what == f"Object contains unknown field `{k}`"), ())

@@ -48,11 +48,11 @@ def parse_int(text: object, what: str, *, lo: int | None = None, hi: int | None 
 
 _SIZE_RE = re.compile(r"([0-9]{1,20})(?:\.([0-9]{1,20}))?([kmgtp](?:i|ib)?|b)?\Z", re.ASCII | re.IGNORECASE)
 _SIZE_SHIFT = {"": 0, "b": 0, "k": 10, "m": 20, "g": 30, "t": 40, "p": 50}
-_SI_UNIT = re.compile(r"[0-9.]+[kmgtpe]b\Z", re.ASCII | re.IGNORECASE)
+SI_UNIT = re.compile(r"[0-9.]+[kmgtpe]b\Z", re.ASCII | re.IGNORECASE)
 SIZE_FORMS = "a size such as 4G, 4GiB, 1.5G or 512M (binary: G = GiB = 2^30 bytes)"
 
 
-def parse_size(text: object, what: str, *, lo: int = 0, hi: int = 1 << 50) -> int:
+def parse_size(text: object, what: str, *, lo: int | None = 0, hi: int | None = 1 << 50) -> int:
     """A byte count in vgpukit's own grammar (the command line, host configs, the QoS config;
     docs/cli.md, "Sizes"): an int, or ASCII digits (a decimal fraction allowed) with an optional unit
     ``K M G T P``, ``Ki``..., ``KiB``... (any case), every one binary, as QEMU's ``-m 4G`` and
@@ -65,7 +65,7 @@ def parse_size(text: object, what: str, *, lo: int = 0, hi: int = 1 << 50) -> in
     s = text.strip()
     m = _SIZE_RE.match(s)
     if m is None:
-        if _SI_UNIT.match(s):
+        if SI_UNIT.match(s):
             raise InvalidInput(
                 f"{what}: KB, MB, GB and TB are ambiguous (powers of 1000 or of 1024): write G or GiB "
                 "(binary) or the number of bytes"
@@ -105,7 +105,7 @@ def k8s_quantity(value: object, what: str, forms: str = "a Kubernetes quantity")
         raise InvalidInput(f"{what} must be {forms}") from None
 
 
-def parse_k8s_quantity(value: object, what: str, *, lo: int = 0, hi: int = 1 << 50) -> int:
+def parse_k8s_quantity(value: object, what: str, *, lo: int | None = 0, hi: int | None = 1 << 50) -> int:
     """A byte count where Kubernetes is the source (a DRA claim's opaque configuration): an int, or a
     :func:`k8s_quantity` that comes to whole bytes. Unlike :func:`parse_size`, ``4G`` is 4*10^9 bytes
     here, as the API server reads it."""
@@ -236,8 +236,7 @@ def _load_yaml(text: str, where: str, limit: int, max_bytes: int) -> tuple[Any, 
             try:
                 if self.depth > limit + 1:  # a collection at depth limit (scalars below it are fine)
                     mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
-                    line = f"line {mark.line + 1}: " if mark else ""
-                    raise InvalidInput(f"{where}: {line}nested more than {limit} levels deep")
+                    raise InvalidInput(f"{placed(where, _mark(mark))}: nested more than {limit} levels deep")
                 return super().compose_node(parent, index)
             finally:
                 self.depth -= 1
@@ -253,7 +252,7 @@ def _load_yaml(text: str, where: str, limit: int, max_bytes: int) -> tuple[Any, 
     except RecursionError:
         raise InvalidInput(f"{where}: nested more than {limit} levels deep") from None
     except yaml.YAMLError as exc:
-        raise InvalidInput(f"{where}: not valid YAML{_yaml_line(exc)}") from None
+        raise InvalidInput(f"{placed(where, _mark(getattr(exc, 'problem_mark', None)))}: not valid YAML") from None
     except (ValueError, OverflowError, TypeError):
         raise InvalidInput(f"{where}: a value cannot be read (out of range or of the wrong kind)") from None
     finally:
@@ -281,10 +280,9 @@ class Positions:
                 return found
         return None
 
-    def describe(self, path: Path) -> str:
-        """``line N, column C`` of :meth:`locate` (empty when unknown)."""
-        found = self.locate(path)
-        return f"line {found[0]}, column {found[1]}" if found else ""
+    def describe(self, where: str, path: Path) -> str:
+        """``WHERE:LINE:COLUMN`` of :meth:`locate` (:func:`placed`; ``WHERE`` alone when unknown)."""
+        return placed(where, self.locate(path))
 
 
 def positions(node: Any) -> Positions:
@@ -368,8 +366,8 @@ def _flow_depth(text: str, where: str, limit: int) -> None:
     for m in _BRACKET.finditer(_QUOTED.sub(lambda q: " " * len(q.group()), text)):  # positions kept
         depth = depth + 1 if m.group() in "[{" else max(depth - 1, 0)
         if depth > limit + 1:  # as the composer counts: a collection at depth limit is fine
-            line = text.count("\n", 0, m.start()) + 1
-            raise InvalidInput(f"{where}: line {line}: nested more than {limit} levels deep")
+            line, column = text.count("\n", 0, m.start()) + 1, m.start() - text.rfind("\n", 0, m.start())
+            raise InvalidInput(f"{placed(where, (line, column))}: nested more than {limit} levels deep")
 
 
 def _node_depth(node: Any, where: str, limit: int) -> None:
@@ -382,8 +380,7 @@ def _node_depth(node: Any, where: str, limit: int) -> None:
         if isinstance(n, yaml.ScalarNode):
             continue
         if depth >= limit:
-            line = n.start_mark.line + 1 if n.start_mark else "?"
-            raise InvalidInput(f"{where}: line {line}: nested more than {limit} levels deep")
+            raise InvalidInput(f"{placed(where, _mark(n.start_mark))}: nested more than {limit} levels deep")
         if id(n) in seen:
             continue
         seen.add(id(n))
@@ -394,9 +391,15 @@ def _node_depth(node: Any, where: str, limit: int) -> None:
             stack += [(v, depth + 1) for v in n.value]
 
 
-def _yaml_line(exc: Any) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    return f" (line {mark.line + 1})" if mark is not None else ""
+def placed(where: str, place: tuple[int, int] | None) -> str:
+    """``WHERE:LINE:COLUMN`` (1-based), the one way a place in a document is said (as compilers and
+    yamllint say it, and editors jump to it); ``WHERE`` alone when the place is not known."""
+    return f"{where}:{place[0]}:{place[1]}" if place else where
+
+
+def _mark(mark: Any) -> tuple[int, int] | None:
+    """(line, column), 1-based, of a PyYAML mark (None: none)."""
+    return (mark.line + 1, mark.column + 1) if mark is not None else None
 
 
 def _small(value: int) -> int | str:

@@ -173,7 +173,12 @@ def test_the_host_declaration_accepts_exactly_what_its_schema_does(doc: Any) -> 
             ("gpus", "g", "tenants", "t", "domain"),
         ),
         ({"gpus": {1: {}}}, "$.gpus: a key is not a name (text)", ("gpus",)),
-        ({"gpus": {"x\n": {}}}, "$.gpus: a key is not a name of the allowed form", ("gpus",)),
+        (
+            {"gpus": {"x\n": {}}},
+            "$.gpus: a key is not a name of the allowed form (a GPU key, tenant or domain name: letters, digits, "
+            "_ . : -)",
+            ("gpus",),
+        ),
         ({"watchdog_s": True}, "$.watchdog_s: expected float, got bool", ("watchdog_s",)),
         ([], "$: expected object, got array", ()),
     ],

@@ -29,3 +29,13 @@ def test_the_check_names_a_file_that_drifted(tmp_path: Path) -> None:
         assert main([]) == 0 and main(["--check"]) == 0
     finally:
         main.__globals__["SCHEMAS"] = ROOT / "vgpukit/data/schemas"
+
+
+def test_every_shipped_schema_is_named_where_it_lies_under_one_domain() -> None:
+    """``$id`` is ``https://vgpukit.dev/schemas/`` and the file's path under vgpukit/data/schemas (one domain:
+    the DRA sharing config's once said vgpukit.io, the API group of its ``apiVersion``, not a schema's home)."""
+    import json
+
+    base = ROOT / "vgpukit/data/schemas"
+    named = {p.relative_to(base).as_posix(): json.loads(p.read_text()).get("$id") for p in sorted(base.rglob("*.json"))}
+    assert named and {n: i for n, i in named.items() if i != f"https://vgpukit.dev/schemas/{n}"} == {}

@@ -14,7 +14,9 @@ Commands are the lines starting with ``vgpukit`` (``sh`` blocks) or ``$ vgpukit`
 (``console`` blocks, the other lines being output); ``export VGPUKIT_SIM=DIR`` sets the host of the
 commands after it, ``A && B`` runs both, ``> FILE`` writes the output to FILE (in the example's own
 directory, where relative paths point), and a comment with ``exit N`` is the exit code expected
-(else 0). ``vgpukit sim init DIR --profile P`` gives DIR a fresh copy of a P host built once per run.
+(else 0). A command followed by a ``vgpukit: error: ...`` line must fail and print that line (``...``
+stands for any text: a path of the simulated host, an elided part). ``vgpukit sim init DIR --profile
+P`` gives DIR a fresh copy of a P host built once per run.
 Every block of README.md and docs/**/*.md with a ``vgpukit`` command line must carry a marker.
 """
 
@@ -41,7 +43,7 @@ COMMAND = re.compile(r"^(?:\$ |# )?(vgpukit .*|export VGPUKIT_SIM=\S+)$")
 class Example:
     where: str  # FILE:LINE of the fence
     attrs: dict[str, str]
-    lines: list[tuple[str, bool]] = field(default_factory=list)  # command line (prompt stripped), shows an error
+    lines: list[tuple[str, str]] = field(default_factory=list)  # command line (prompt stripped), the error shown
     files: dict[str, str] = field(default_factory=dict)  # the document's example files: name -> content
 
 
@@ -60,7 +62,7 @@ def examples() -> tuple[list[Example], list[str]]:
             end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
             block = lines[i + 1 : end]
             body = [
-                (m.group(1), k + 1 < len(block) and block[k + 1].startswith("vgpukit: error:"))
+                (m.group(1), block[k + 1] if k + 1 < len(block) and block[k + 1].startswith("vgpukit: error:") else "")
                 for k, line in enumerate(block)
                 if (m := COMMAND.match(line))
             ]
@@ -120,7 +122,7 @@ class Session:
             raise AssertionError(f"the example names host {path}: declare it in the marker or sim init it")
         return self.hosts[path]
 
-    def run(self, line: str, shows_error: bool) -> None:
+    def run(self, line: str, shown: str) -> None:
         if line.startswith("export VGPUKIT_SIM="):
             self.current = self.host(line.split("=", 1)[1])
             return
@@ -130,10 +132,12 @@ class Session:
         parts = [p for chunk in _split(words, "&&") for p in _split(chunk, ";")]
         for k, part in enumerate(parts):
             last = k == len(parts) - 1
-            self.one(part, want if want is not None and last else -1 if shows_error and last else 0, line)
+            code = want if want is not None and last else -1 if shown and last else 0
+            self.one(part, code, line, shown if last else "")
 
-    def one(self, words: list[str], want: int, line: str) -> None:
-        """Run one command; ``want``: its exit code, -1 for any failure (the block shows an error)."""
+    def one(self, words: list[str], want: int, line: str, shown: str = "") -> None:
+        """Run one command; ``want``: its exit code, -1 for any failure (the block shows an error);
+        ``shown``: the error line the block shows, which the command must print (``...``: any text)."""
         assert words[0] == "vgpukit", line
         args = words[1:]
         out = None
@@ -153,8 +157,11 @@ class Session:
             args = args[:k] + args[k + 2 :]
         res = invoke(sim, *args)
         ok = res.exit_code != 0 if want == -1 else res.exit_code == want
-        shown = "an error" if want == -1 else want
-        assert ok, f"{line}\nexit {res.exit_code}, documented {shown}\n{res.stderr}"
+        assert ok, f"{line}\nexit {res.exit_code}, documented {'an error' if want == -1 else want}\n{res.stderr}"
+        if shown:
+            said = res.stderr.strip().splitlines()[-1:] or [""]
+            pattern = ".*".join(re.escape(part) for part in shown.split("..."))
+            assert re.fullmatch(pattern, said[0]), f"{line}\nthe docs show:\n{shown}\nit prints:\n{said[0]}"
         if out is not None:
             (self.work / out).write_text(res.stdout)
 
@@ -181,5 +188,5 @@ def test_example_runs_as_written(
     for name, text in ex.files.items():
         (tmp_path / name).write_text(text)
     session = Session(ex, templates, tmp_path)
-    for line, shows_error in ex.lines:
-        session.run(line, shows_error)
+    for line, shown in ex.lines:
+        session.run(line, shown)

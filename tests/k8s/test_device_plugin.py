@@ -252,7 +252,7 @@ def test_a_failed_host_read_keeps_the_plugin_serving(short_tmp: Path) -> None:
     def flaky() -> Inventory:
         calls[0] += 1
         if calls[0] == 2:
-            raise InvalidInput("/etc/vgpukit/qos.yaml: line 3: share must be 1..100")
+            raise InvalidInput("/etc/vgpukit/qos.yaml:3:20: $.gpus.gpu0.tenants.w.share: expected int <= 100")
         return real()
 
     manager = Manager(sim_host(sim), flaky)

@@ -72,6 +72,17 @@ def test_k8s_resources_says_which_rules_and_why_a_gpu_offers_less(a100: Path) ->
                for n in notes), notes  # fmt: skip
 
 
+def test_a_lost_gpu_is_said_lost_not_in_mig_mode_off(tmp_path: Path) -> None:
+    sim = make_sim(tmp_path / "h", "hgx-a100")
+    assert invoke(sim, "sim", "fault", "lost", "gpu1").exit_code == 0
+    r = invoke(sim, "k8s", "resources", "--kubernetes", "1.37", "--node", NODE, "--json")
+    notes = [n for n in json.loads(r.stdout)["sliceNotes"] if n.startswith("0000:04:00.0")]
+    assert notes == [
+        "0000:04:00.0 (NVIDIA A100-SXM4-40GB): the GPU is lost (NVML cannot answer for it): no MIG slices offered "
+        "(see: vgpukit health 0000:04:00.0)"
+    ]
+
+
 def test_k8s_resources_shows_the_devices_shared_by_capacity(a100: Path) -> None:
     library = a100 / "usr/lib/vgpukit/libvgpukit-cuda.so"
     library.parent.mkdir(parents=True, exist_ok=True)

@@ -243,3 +243,15 @@ def test_the_command_listens_in_the_kubevirt_mode(short_tmp: Path) -> None:
         kubelet.stop()
     assert proc.returncode == 0, err
     assert "listening to kernel uevents" in out + err
+
+
+def test_a_refused_device_plugin_starts_nothing_and_makes_nothing(short_tmp: Path) -> None:
+    """A refusal (exit 2) comes before the plugin directory is made or the watch starts: no listening
+    thread is left behind (CI, 2026-11-29: one outlived its test and failed when the host was removed)."""
+    sim = hgx(short_tmp / "h")
+    before = {t.ident for t in threading.enumerate()}
+    r = invoke(sim, "k8s", "device-plugin", "--kubevirt", "--allocate", "cdi")
+    assert r.exit_code == 2
+    left = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+    assert left == []
+    assert not sim_host(sim).exists(plugin_dir(sim_host(sim)))

@@ -45,7 +45,7 @@ if name == "busy" and not os.path.exists(os.environ["APPLY_LOG"] + ".busy"):
     sys.exit(4)
 if name == "broken":
     print(json.dumps({{"schema": "vgpukit.error/v1", "error": "invalid-input", "exit_code": 2,
-                      "message": "fleet.yaml: line 3: unknown key 'vfz'"}}))
+                      "message": "fleet.yaml:3:7: config a: $.configs.a: unknown field (allowed: sriov)"}}))
     sys.exit(2)
 print(json.dumps({{"schema": "vgpukit.apply/v1", "config": name, "changed": True, "plan": ["a", "b"]}}))
 """
@@ -148,6 +148,8 @@ def allowed_verbs() -> set[str]:
 def test_outcome_follows_the_apply_contract() -> None:
     assert outcome(0, '{"changed": false, "plan": []}') == outcome(0, '{"changed": false}')
     assert outcome(0, '{"changed": false}').message == "nothing to change"
+    assert outcome(0, '{"changed": true, "plan": ["one"]}').message == "applied 1 step"  # not "1 steps"
+    assert outcome(0, '{"changed": true, "plan": ["one", "two"]}').message == "applied 2 steps"
     assert outcome(4, '{"error": "busy", "message": "m"}').state == PENDING
     assert outcome(4, '{"error": "in-use", "message": "m"}').message == "refused: m"
     assert outcome(4, '{"error": "no-capacity", "message": "m"}').state == FAILED
@@ -168,7 +170,10 @@ def test_cli_once_against_the_stub(
     )  # fmt: skip
     assert r.exit_code == 0, r.stderr
     assert api.labels()[STATE_LABEL] == FAILED
-    assert api.node["metadata"]["annotations"][MESSAGE_ANNOTATION] == "fleet.yaml: line 3: unknown key 'vfz'"
+    assert (
+        api.node["metadata"]["annotations"][MESSAGE_ANNOTATION]
+        == "fleet.yaml:3:7: config a: $.configs.a: unknown field (allowed: sriov)"
+    )
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, stand_in: Path) -> None:

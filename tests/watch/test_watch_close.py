@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -69,4 +70,73 @@ def test_an_nvml_event_after_close_is_dropped(tmp_path: Path, monkeypatch: pytes
         for r, w in reused:
             os.close(r)
             os.close(w)
+        app.close()
+
+
+def test_a_host_removed_under_a_closed_watch_ends_its_nvml_thread_quietly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CI failure of 2026-11-29: a test's simulated host was deleted while the closed watch's NVML
+    thread still waited; the simulator's event watcher then failed (its directory gone) and the thread
+    ended by an unhandled exception."""
+    import shutil
+
+    from vgpukit.sim.nvml_events import SimEventWatcher
+
+    errors: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    sim = make_sim(tmp_path / "h")
+    app = app_of(sim)
+    real = SimEventWatcher(sim, 1, None)
+    entered = threading.Event()
+
+    class Gone:
+        def wait(self, timeout: float) -> list[NvmlEvent]:
+            entered.set()
+            time.sleep(0.3)  # the host is removed meanwhile
+            return real.wait(timeout)
+
+        def close(self) -> None:
+            real.close()
+
+    opener: Callable[[], tuple[EventWatcher | None, Callable[[], None]]] = lambda: (Gone(), lambda: None)  # noqa: E731
+    watch = Watch(model_of(sim), app.host, None, opener, resync=3600).start()
+    nvml_thread = next(t for t in watch.threads if t.name == NVML_THREAD)
+    assert entered.wait(30)
+    watch.close()
+    app.close()
+    shutil.rmtree(sim)
+    nvml_thread.join(30)
+    assert not nvml_thread.is_alive()
+    assert errors == []
+
+
+def test_an_nvml_watcher_that_fails_is_said_once_and_the_thread_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    errors: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    sim = make_sim(tmp_path / "h")
+    app = app_of(sim)
+
+    class Broken:
+        def wait(self, timeout: float) -> list[NvmlEvent]:
+            raise FileNotFoundError(2, "No such file or directory")
+
+        def close(self) -> None:
+            pass
+
+    opener: Callable[[], tuple[EventWatcher | None, Callable[[], None]]] = lambda: (Broken(), lambda: None)  # noqa: E731
+    with caplog.at_level("WARNING", logger="vgpukit.watch"):
+        watch = Watch(model_of(sim), app.host, None, opener, resync=3600).start()
+        nvml_thread = next(t for t in watch.threads if t.name == NVML_THREAD)
+        nvml_thread.join(30)
+    try:
+        assert not nvml_thread.is_alive()
+        assert errors == []
+        assert [r.getMessage() for r in caplog.records if "NVML events no longer watched" in r.getMessage()] == [
+            "NVML events no longer watched: FileNotFoundError: [Errno 2] No such file or directory"
+        ]
+    finally:
+        watch.close()
         app.close()

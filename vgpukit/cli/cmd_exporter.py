@@ -47,11 +47,8 @@ def exporter(app: App, listen: tuple[str, int], once: bool, resync: float) -> No
 
     views = {**inventory_views(lambda _host: Options(replicas=0)), **health_views(save=False)}
     views.pop("held")  # holders are read at each scrape
-    watch = start_watch(app, views, resync)
-    try:
+    with start_watch(app, views, resync) as watch:
         _serve(HostCollector(app.host, lambda: app.nvml, watch.model), *listen)
-    finally:
-        watch.close()
 
 
 def _lost(app: App) -> None:

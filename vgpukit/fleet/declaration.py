@@ -21,7 +21,13 @@ from msgspec import UNSET, Meta, UnsetType
 from ..remedy.policy import RemediationDoc
 
 # (?!\n): Python's $ (msgspec's and jsonschema's re.search) also matches before a last newline
-Name = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$(?!\n)")]
+Name = Annotated[
+    str,
+    Meta(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$(?!\n)",
+        description="a config name: a letter or digit, then up to 63 letters, digits, _ . + -",
+    ),
+]
 DevName = Annotated[
     str,
     Meta(

@@ -18,7 +18,7 @@ import yaml
 
 from ..declared import convert
 from ..errors import InvalidInput, NotFound
-from ..inputs import Positions, load_yaml, positions, where_in
+from ..inputs import Positions, load_yaml, placed, positions, where_in
 from ..mig import config as migconfig
 from .declaration import HostDoc
 
@@ -103,11 +103,11 @@ class HostConfig:
         """``FILE:LINE:COLUMN`` of the value at ``path`` under the config (its nearest ancestor's when
         the document has no such value; the config's line when nothing is known)."""
         found = self.places.locate((*self.path, *path))
-        return f"{self.source}:{found[0]}:{found[1]}" if found else f"{self.source}:{self.line}"
+        return placed(self.source, found) if found else f"{self.source}:{self.line}"
 
 
 def _err(source: str, node: yaml.Node, msg: str) -> InvalidInput:
-    return InvalidInput(f"{source}:{node.start_mark.line + 1}:{node.start_mark.column + 1}: {msg}", path=source)
+    return InvalidInput(f"{placed(source, (node.start_mark.line + 1, node.start_mark.column + 1))}: {msg}", path=source)
 
 
 def _value(node: yaml.Node) -> Any:
@@ -121,10 +121,9 @@ def _check(doc: Any, root: yaml.Node, source: str, places: Positions) -> None:
         convert(doc, HostDoc)
     except InvalidInput as err:
         path = where_in(err)
-        found = places.locate(path) or (1, 1)
         name = path[1] if len(path) > 1 and path[0] == "configs" and isinstance(path[1], str) else None
         config = f"config {name}: " if name is not None and SAFE_NAME.match(name) else ""
-        raise InvalidInput(f"{source}:{found[0]}:{found[1]}: {config}{err}", path=source) from None
+        raise InvalidInput(f"{placed(source, places.locate(path) or (1, 1))}: {config}{err}", path=source) from None
 
 
 def _no_duplicate_keys(root: yaml.Node, source: str) -> None:

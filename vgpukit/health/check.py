@@ -58,18 +58,30 @@ def _pci_facts(host: Host, dev: PciDevice, entries: frozenset[str], scan: Scan) 
     return facts
 
 
-def _disabled_vf(before: dict[str, Any], pci: dict[str, dict[str, Any]]) -> bool:
+def _pf_vfs(before: dict[str, Any], pci: dict[str, dict[str, Any]], scan: Scan) -> tuple[str, int, int] | None:
+    """(PF, VFs configured, VFs present) of the PF of a VF that left sysfs, from this look (its PF is
+    looked at again even when no longer watched: VFs disabled, ``sriov_numvfs`` 0); None: not a VF, or
+    its PF is gone too."""
     pf = before.get("physfn")
-    return isinstance(pf, str) and pf in pci and not pci[pf].get("numvfs")
+    if not isinstance(pf, str) or pci.get(pf, {}).get("gone"):  # its PF left sysfs too: gone, not removed
+        return None
+    if pf in pci and "numvfs" in pci[pf]:
+        return pf, int(pci[pf]["numvfs"] or 0), int(pci[pf].get("vfs_present") or 0)
+    if not scan.exists(pf):
+        return None
+    sriov = scan.device(pf).sriov
+    if sriov is None:
+        return pf, 0, 0
+    return pf, sriov.num_vfs, sum(1 for vf in sriov.vfs if scan.exists(vf))
 
 
-def _missing_vf(before: dict[str, Any], pci: dict[str, dict[str, Any]]) -> str | None:
-    """The PF of a VF that left sysfs while its PF still says more VFs than it has (a PF reset took
-    them away): the repair is re-creating them, not a reboot."""
-    pf = before.get("physfn")
-    if isinstance(pf, str) and pf in pci and int(pci[pf].get("numvfs") or 0) > int(pci[pf].get("vfs_present") or 0):
-        return pf
-    return None
+def _renewed(dev: PciDevice, record: Record, scan: Scan) -> bool:
+    """A VF whose PF's VF count changed since the record (the kernel changes it only through 0): a new
+    function at an old address, to which nothing recorded of the old one applies (IOMMU group, AER)."""
+    if dev.physfn is None or not scan.exists(dev.physfn):
+        return False
+    was, sriov = record.pci.get(dev.physfn, {}).get("numvfs"), scan.device(dev.physfn).sriov
+    return was is not None and sriov is not None and int(was) != sriov.num_vfs
 
 
 def _repair(pf: str, facts: dict[str, Any], record: Record) -> str:
@@ -143,7 +155,7 @@ def look(
     for dev, name, kind in watched(scan, names):
         devices[dev.bdf] = (name, kind)
         facts = _pci_facts(host, dev, scan.entries(dev.bdf), scan)
-        before = record.pci.get(dev.bdf, {})
+        before = {} if _renewed(dev, record, scan) else record.pci.get(dev.bdf, {})
         pci[dev.bdf] = {**facts, "name": name, "kind": kind}
         if "numvfs" in facts and facts["vfs_present"] < facts["numvfs"]:
             findings.setdefault(dev.bdf, []).append(("vfs-missing", facts["numvfs"] - facts["vfs_present"]))
@@ -159,20 +171,28 @@ def look(
             and VFIO in (facts["driver"], before.get("driver"))
         ):
             new.append(event(now, name, dev.bdf, "iommu-group-changed", facts["group"] or -1, table))
+    left: dict[tuple[str, str], int] = {}  # (PF, vfs-removed | vfs-missing) -> its VFs that left in this look
     for bdf, before in record.pci.items():
-        if bdf in pci or scan.exists(bdf) or _disabled_vf(before, pci):
-            continue  # still there (no longer watched), or a VF whose PF's VFs were disabled on purpose
+        if bdf in pci or scan.exists(bdf):
+            continue  # still there (no longer watched)
+        vfs = _pf_vfs(before, pci, scan)
+        if vfs is not None and vfs[1] <= vfs[2]:  # its PF's VF count changed on purpose (disabled, fewer)
+            left[vfs[0], "vfs-removed"] = left.get((vfs[0], "vfs-removed"), 0) + (not before.get("gone"))
+            continue  # forgotten: the VF is no more, nothing is missing
         name, kind = str(before.get("name", bdf)), str(before.get("kind", "pci"))
         devices[bdf] = (name, kind)
         pci[bdf] = {**before, "gone": True}
-        pf = _missing_vf(before, pci)
-        if pf is not None:  # gone with its PF's other VFs: re-created by the PF's repair, not a reboot
+        if vfs is not None:  # gone with its PF's other VFs: re-created by the PF's repair, not a reboot
             findings.setdefault(bdf, []).append(("vf-missing", 0))
-            repairs[bdf] = repairs.get(pf, "") + _still_held(host, before.get("group"))
+            repairs[bdf] = repairs.get(vfs[0], "") + _still_held(host, before.get("group"))
+            left[vfs[0], "vfs-missing"] = left.get((vfs[0], "vfs-missing"), 0) + (not before.get("gone"))
             continue
         findings.setdefault(bdf, []).append(("pci-gone", 0))
         if not before.get("gone"):
             new.append(event(now, name, bdf, "pci-gone", 0, table))
+    for (pf, what), count in left.items():  # one event per PF for the VFs that went (docs/health.md)
+        if count:
+            new.append(event(now, names.get(pf, pf), pf, what, count, table))
     for bdf in devices:  # a device whose lasting condition went away (reset, back on the bus) starts afresh
         now_bad = sorted({k for k, _ in findings.get(bdf, [])})
         before_bad = record.pci.get(bdf, {}).get("bad", [])

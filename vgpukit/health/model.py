@@ -40,6 +40,7 @@ KINDS: dict[str, tuple[str, str, str]] = {
     "pci-gone": ("unusable", "reboot", "the device left sysfs"),
     "vfs-missing": ("degraded", "recreate-vfs", "VFs configured but missing (a PF reset took them away)"),
     "vf-missing": ("unusable", "recreate-vfs", "gone with its PF's other VFs (configured but missing)"),
+    "vfs-removed": ("info", "none", "VFs removed on purpose (SR-IOV disabled or the VF count changed)"),
     "iommu-group-changed": ("degraded", "drain", "its IOMMU group changed since recorded"),
     "aer-fatal": ("unusable", "reset", "PCIe AER fatal errors counted"),
     "aer-nonfatal": ("degraded", "drain", "PCIe AER non-fatal errors counted"),
@@ -47,12 +48,17 @@ KINDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+VF_COUNTS = ("vfs-missing", "vfs-removed")  # events of a PF whose data is how many of its VFs went
+
+
 class HealthEvent(msgspec.Struct, frozen=True, omit_defaults=True):  # gi left out when -1 (none)
     time: float  # seconds since the epoch
     device: str  # gpuN, or the PCI address
     bdf: str
     kind: str  # "xid" or a key of KINDS
-    data: int  # the XID; the count for AER; the new group for iommu-group-changed; the NVML code for error
+    # the XID; the count for AER; the new group for iommu-group-changed; the NVML code for error; how many
+    # VFs went for vfs-missing and vfs-removed (an event of their PF)
+    data: int
     severity: str
     action: str
     meaning: str
@@ -60,6 +66,8 @@ class HealthEvent(msgspec.Struct, frozen=True, omit_defaults=True):  # gi left o
 
     def line(self) -> str:
         what = f"XID {self.data}" if self.kind == "xid" else self.kind
+        if self.kind in VF_COUNTS:  # one event for a PF's VFs that went: how many
+            what += f" ({self.data} VF{'s' if self.data != 1 else ''})"
         where = f"{self.device} GI {self.gi}" if self.gi >= 0 else self.device
         return f"{where} ({self.bdf}): {what}: {self.meaning} [{self.severity}, action {self.action}]"
 

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 from ..errors import HostIOError, InvalidInput, VgpukitError
 from ..stopping import Bell, Stop, wait_woken
+from ..words import plural
 
 CONFIG_LABEL = "vgpukit.io/config"
 STATE_LABEL = "vgpukit.io/config.state"
@@ -107,7 +108,7 @@ def outcome(code: int, stdout: str) -> ApplyOutcome:
     if code == 0:
         plan = doc.get("plan")
         steps = len(plan) if isinstance(plan, list) else 0
-        return ApplyOutcome(SUCCESS, f"applied {steps} steps" if doc.get("changed") else "nothing to change")
+        return ApplyOutcome(SUCCESS, f"applied {plural(steps, 'step')}" if doc.get("changed") else "nothing to change")
     if code == EXIT_BUSY and doc.get("error") == "busy":
         return ApplyOutcome(PENDING, f"waiting: {message or 'host busy'}")
     if code == EXIT_BUSY and doc.get("error") == "in-use":

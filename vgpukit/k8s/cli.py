@@ -174,21 +174,19 @@ def device_plugin(app: App, replicas: int, interval: float, resync: float, mode:
     from .plugin import Manager, plugin_dir
     from .watched import device_plugin_views
 
+    allocate = vm_mode(vms, mode)  # a refusal before anything is made or started
     host, woken = app.host, Bell()
     host.mkdir(plugin_dir(host))
     views = device_plugin_views(lambda h: _options(h, replicas), vms)
-    watch = start_watch(app, views, resync, dirs={str(plugin_dir(host)): (CHANGED, "kubelet")})
-    watch.listeners.append(lambda _touch: woken.ring())
-    model = watch.model
-    manager = Manager(
-        host, lambda: model.get("held") or Inventory(), vm_mode(vms, mode), health=lambda: model.get("sick") or {}
-    )
-    stop = Stop().on_signals()
-    say(f"vgpukit device plugin: {host.display(plugin_dir(host))}, {watch.describe()}")
-    try:
+    with start_watch(app, views, resync, dirs={str(plugin_dir(host)): (CHANGED, "kubelet")}) as watch:
+        watch.listeners.append(lambda _touch: woken.ring())
+        model = watch.model
+        manager = Manager(
+            host, lambda: model.get("held") or Inventory(), allocate, health=lambda: model.get("sick") or {}
+        )
+        stop = Stop().on_signals()
+        say(f"vgpukit device plugin: {host.display(plugin_dir(host))}, {watch.describe()}")
         manager.run(stop, interval, on_event=_log, woken=woken)
-    finally:
-        watch.close()
 
 
 @k8s.command("node-agent")
@@ -229,16 +227,21 @@ def node_agent(
     from .agent_host import AgentHost
 
     runner = ApplyRunner(apply_command, config_file, root=app.root, sim_dir=app.sim_dir)
-    # lock let go, devices let go; with remediation, health changes too (NVML events)
-    host = None if once else AgentHost(app.host, start_watch(app, {}, nvml=remedy_s > 0))
-    agent = Agent(kube_api(kubeconfig), node, runner, log=_log, host=host, check=runner.check)
-    agent = with_remediation(agent, app, apply_command, remedy_s)
-    stop = Stop().on_signals()  # the main thread waits in its inbox: told by Stop.then
+    api = kube_api(kubeconfig)  # a kubeconfig that cannot be read is refused before anything starts
+
+    def agent_on(host: AgentHost | None) -> Agent:
+        agent = Agent(api, node, runner, log=_log, host=host, check=runner.check)
+        return with_remediation(agent, app, apply_command, remedy_s)
+
     if once:
+        agent = agent_on(None)
         try:
             agent.reconcile(agent.current_config())
             agent.remediate()
         except Exception as err:
             raise api_error(err) from None
         return
-    agent.run(stop)
+    # lock let go, devices let go; with remediation, health changes too (NVML events)
+    with start_watch(app, {}, nvml=remedy_s > 0) as watch:
+        agent = agent_on(AgentHost(app.host, watch))
+        agent.run(Stop().on_signals())  # the main thread waits in its inbox: told by Stop.then

@@ -200,21 +200,21 @@ def dra_plugin(
     _log_to_stderr("vgpukit.k8s.dra")
     api = resource_api(kubeconfig)
     stop = Stop().on_signals()  # before the servers: a SIGTERM from then on ends the plugin cleanly
-    watch = start_watch(app, dra_views(), resync)
-    model = watch.model
-    driver = Driver(node, _dra_opener(app), ClaimReader(api), lambda: model.get("sick") or {}, partitionable, taints)
-    driver.device_metadata = metadata  # KEP-5304 (docs/kubevirt.md)
-    driver.unhealthy_effect = unhealthy_effect or "NoSchedule"  # NoExecute: Kubernetes evicts the pods
-    driver.evicting = lambda: model.get("evicting") or {}  # drained / remediated: the taint's effect NoExecute
-    driver.capacity.choice = share  # shared by capacity
-    driver.model = model
-    plugin = Plugin(app.host, driver, interval, Publisher(api, node, partitionable)).start()
-    say(f"vgpukit DRA plugin: {app.host.display(registry_socket(app.host))}, node {node}, {watch.describe()}")
-    try:
-        stop.wait()
-    finally:
-        plugin.close()
-        watch.close()
+    with start_watch(app, dra_views(), resync) as watch:
+        model = watch.model
+        sick = lambda: model.get("sick") or {}  # noqa: E731
+        driver = Driver(node, _dra_opener(app), ClaimReader(api), sick, partitionable, taints)
+        driver.device_metadata = metadata  # KEP-5304 (docs/kubevirt.md)
+        driver.unhealthy_effect = unhealthy_effect or "NoSchedule"  # NoExecute: Kubernetes evicts the pods
+        driver.evicting = lambda: model.get("evicting") or {}  # drained / remediated: the taint's effect NoExecute
+        driver.capacity.choice = share  # shared by capacity
+        driver.model = model
+        plugin = Plugin(app.host, driver, interval, Publisher(api, node, partitionable)).start()
+        say(f"vgpukit DRA plugin: {app.host.display(registry_socket(app.host))}, node {node}, {watch.describe()}")
+        try:
+            stop.wait()
+        finally:
+            plugin.close()
 
 
 def _yaml(docs: list[dict[str, Any]]) -> None:

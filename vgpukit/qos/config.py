@@ -44,8 +44,7 @@ def load_base(host: Host, path: Path, rules: Callable[[QosConfig], object] | Non
             rules(cfg)
         return cfg
     except VgpukitError as err:
-        place = places.describe(where_in(err))
-        raise InvalidInput(f"{where}: {place + ': ' if place else ''}{err}") from None
+        raise InvalidInput(f"{places.describe(str(where), where_in(err))}: {err}") from None
 
 
 @dataclass

@@ -16,6 +16,8 @@ from typing import Annotated, Literal, get_args
 import msgspec
 from msgspec import Meta
 
+from ..declared import text_sizes
+
 PolicyName = Literal["best-effort", "fixed-share", "burst-share"]
 ClassName = Literal["online", "offline"]
 DemandName = Literal["auto", "notify", "sample"]  # docs/qos.md, "Demand"
@@ -34,9 +36,9 @@ MAX_BYTES = 1 << 50
 KEY_FORM = r"^[A-Za-z0-9_.:-]{1,128}$(?!\n)"  # (?!\n): Python's $ also matches before a last newline
 
 Key = Annotated[str, Meta(pattern=KEY_FORM, description="a GPU key, tenant or domain name: letters, digits, _ . : -")]
+SIZE_FORM = "bytes with a binary unit: 4G = 4Gi = 4 GiB"
 Size = (
-    Annotated[int, Meta(ge=1, le=MAX_BYTES)]
-    | Annotated[str, Meta(min_length=1, max_length=64, description="bytes with a binary unit: 4G = 4Gi = 4 GiB")]
+    Annotated[int, Meta(ge=1, le=MAX_BYTES)] | Annotated[str, Meta(min_length=1, max_length=64, description=SIZE_FORM)]
 )
 Pid = Annotated[int, Meta(gt=1, le=PID_MAX)]
 
@@ -55,6 +57,9 @@ class TenantDoc(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     inflight_ms: Annotated[int, Meta(ge=1, le=MAX_INFLIGHT_MS)] | None = None
     memory_burst: Size | None = None  # offline tenants: unified memory beyond the cap (docs/qos.md)
 
+    def __post_init__(self) -> None:  # a size as text: its form and bound (no schema can say them)
+        text_sizes(self, SIZE_FORM, "memory", "memory_burst", lo=1, hi=MAX_BYTES)
+
 
 class MemoryDoc(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """The GPU's memory QoS policy (docs/qos.md, "Memory QoS")."""
@@ -63,6 +68,9 @@ class MemoryDoc(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     suspend: SuspendName = "off"
     restore_ms: Annotated[int, Meta(ge=0, le=MAX_MS)] = 1000
     reclaim_ms: Annotated[int, Meta(ge=0, le=MAX_MS)] = 10000
+
+    def __post_init__(self) -> None:
+        text_sizes(self, SIZE_FORM, "watermark", lo=0, hi=MAX_BYTES)
 
 
 class GpuDoc(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

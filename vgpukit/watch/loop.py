@@ -149,7 +149,14 @@ class Watch:
         """Listen from now on, read the host once (a full refresh), then follow it in a thread."""
         self._add_dirs()
         nvml = self._open_nvml()  # before the first read: an event from then on is not missed
-        self.model.refresh(self._everything("start"))
+        try:
+            self.model.refresh(self._everything("start"))
+        except BaseException:  # nothing left listening: what was opened is closed
+            if nvml is not None:
+                nvml[0].close()
+                nvml[1]()
+            self.close()
+            raise
         if nvml is not None:
             loop = threading.Thread(target=self._nvml_loop, args=nvml, daemon=True, name=NVML_THREAD)
             self.threads.append(loop)
@@ -299,12 +306,19 @@ class Watch:
                         self.nvml_events += events
                     with contextlib.suppress(BlockingIOError, BrokenPipeError):  # full: a wake-up is pending
                         os.write(self.nvml_w, b"n")  # closed: the watch has stopped reading
-        except VgpukitError as err:
-            log.warning("NVML events no longer watched: %s", err)
+        except Exception as err:  # never end this thread by an exception: the host may be gone under it
+            if not self.stop.is_set():  # a stopped watch's host may be gone (a test's directory): said nothing
+                log.warning("NVML events no longer watched: %s: %s", type(err).__name__, err)
         finally:
             os.close(self.nvml_w)  # this thread's end of the pipe: close() leaves it to the thread
             watcher.close()
             close()
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         self.stop.set()

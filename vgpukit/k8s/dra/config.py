@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from ...declared import convert
+from ...declared import convert, text_sizes
 from ...errors import InvalidInput
 from ...inputs import parse_k8s_quantity
 from ...qos.document import ClassName, PolicyName  # the QoS config's own classes and policies
@@ -40,16 +40,15 @@ MAX_BYTES = 1 << 50
 
 # ---- the declaration: what a config entry's ``opaque.parameters`` may be (and its JSON Schema)
 _QUANTITY_FORM = r"^[+]?([0-9]+([.][0-9]*)?|[.][0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]{1,2})?$"
+QUANTITY_FORM = (
+    "bytes: an integer, or a Kubernetes quantity (4Gi, 1.5Gi, 4G = 4*10^9, 1e9) that comes to whole bytes, "
+    "at most 1 PiB"
+)
 Quantity = (
     Annotated[int, Meta(ge=1, le=MAX_BYTES)]
     | Annotated[
         str,
-        Meta(
-            max_length=64,
-            pattern=_QUANTITY_FORM,
-            description="bytes: an integer, or a Kubernetes quantity (4Gi, 1.5Gi, 4G = 4*10^9, 1e9) that comes "
-            "to whole bytes, at most 1 PiB",
-        ),
+        Meta(max_length=64, pattern=_QUANTITY_FORM, description=QUANTITY_FORM),
     ]
 )
 Percent = Annotated[int, Meta(ge=1, le=100)]
@@ -79,6 +78,9 @@ class MemoryCapConfig(_Kind, tag=True, frozen=True):
     limit: Quantity
     burst: Quantity | msgspec.UnsetType = msgspec.UNSET
 
+    def __post_init__(self) -> None:  # a quantity's value: whole bytes, 1 byte to 1 PiB (no schema says it)
+        text_sizes(self, QUANTITY_FORM, "limit", "burst", lo=1, hi=MAX_BYTES, k8s=True)
+
 
 class MpsConfig(_Kind, tag=True, frozen=True):
     """NVIDIA MPS: one control daemon per GPU or MIG device, started and stopped by the driver."""
@@ -89,6 +91,9 @@ class MpsConfig(_Kind, tag=True, frozen=True):
     pinned_device_memory_limit: Quantity | msgspec.UnsetType = msgspec.field(
         name="pinnedDeviceMemoryLimit", default=msgspec.UNSET
     )
+
+    def __post_init__(self) -> None:
+        text_sizes(self, QUANTITY_FORM, "pinned_device_memory_limit", lo=1, hi=MAX_BYTES, k8s=True)
 
 
 class QosClassConfig(_Kind, tag=True, frozen=True):

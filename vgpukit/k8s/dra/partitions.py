@@ -186,8 +186,12 @@ def publication(
             continue
         if not (gpu.mig_current or layout.toggles_without_reset(gpu)):
             out.notes[gpu.bdf] = (
-                f"{gpu.bdf} ({gpu.name}): MIG mode is off and changing it needs a GPU reset, never done under a "
-                "pod: offered whole; its MIG slices once MIG mode is on (vgpukit partition or mig apply)"
+                _lost(gpu)
+                if gpu.lost
+                else (
+                    f"{gpu.bdf} ({gpu.name}): MIG mode is off and changing it needs a GPU reset, never done under a "
+                    "pod: offered whole; its MIG slices once MIG mode is on (vgpukit partition or mig apply)"
+                )
             )
             continue
         try:
@@ -204,3 +208,10 @@ def publication(
         except VgpukitError as err:  # a GPU that stopped answering: its last part is kept (.lost)
             out.warnings[gpu.bdf] = f"{gpu.bdf}: MIG slices not read: {err}"
     return out
+
+
+def _lost(gpu: NvmlGpu) -> str:
+    """Why a lost GPU offers no MIG slices: NVML cannot answer for it (its MIG mode is not known, not off)."""
+    named = f" ({gpu.name})" if gpu.name else ""
+    why = "the GPU is lost (NVML cannot answer for it): no MIG slices offered"
+    return f"{gpu.bdf}{named}: {why} (see: vgpukit health {gpu.bdf})"
