@@ -152,8 +152,8 @@ class Scene:
         p.wait_for("held")
         return p
 
-    def online(self, size: int, count: int, cap: int = 1024 * MIB) -> Proc:
-        p = self.start("web", "online", ["online", str(size), str(count)], VGPUKIT_CUDA_MEMORY=str(cap))
+    def online(self, size: int, count: int, cap: int = 1024 * MIB, **lib: str) -> Proc:
+        p = self.start("web", "online", ["online", str(size), str(count)], VGPUKIT_CUDA_MEMORY=str(cap), **lib)
         p.wait_for("ready")
         return p
 

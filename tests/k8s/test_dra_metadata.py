@@ -5,6 +5,7 @@ out of it (tests/k8s/virtlauncher.py), the published standard attributes, and ki
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -164,17 +165,21 @@ def test_a_kill_at_every_change_leaves_metadata_all_or_nothing(
     ref = ("default", "c", "u-meta")
     kubeconfig = api.kubeconfig(short_tmp / "kubeconfig")
     points = 0
+    prepared: Path | None = None  # unprepare: the host with the claim prepared, made once, copied for each kill
     for n in range(1, 60):
         sim = short_tmp / f"h{n}"
         import shutil
 
-        shutil.copytree(pristine, sim, symlinks=True)
+        if prepared is None:
+            shutil.copytree(pristine, sim, symlinks=True)
+        else:  # cp -a: the prepared tree holds the kubelet's sockets
+            subprocess.run(["cp", "-a", str(prepared), str(sim)], check=True)
         files = [
             sim / f"var/lib/kubelet/plugins/{DRIVER}/dra-device-metadata/default_c/r0/metadata.json",
             sim / f"run/cdi/{DRIVER}-metadata-u-meta-r0.json",
             sim / "run/cdi/vgpukit.io-claim-u-meta.json",
         ]
-        if verb == "unprepare":
+        if verb == "unprepare" and prepared is None:
             node = Node(sim, api)
             node.driver.device_metadata = True
             try:
@@ -182,6 +187,9 @@ def test_a_kill_at_every_change_leaves_metadata_all_or_nothing(
             finally:
                 node.close()
             invoke(sim, "health")
+            prepared = short_tmp / "prepared"
+            subprocess.run(["cp", "-a", str(sim), str(prepared)], check=True)
+        if verb == "unprepare":
             assert all(f.exists() for f in files)
         p = Plugin(sim, kubeconfig, crash_at=n, args=("--device-metadata",))
         try:

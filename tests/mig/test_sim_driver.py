@@ -139,7 +139,10 @@ def _create_one(args: tuple[str, int]) -> int:
 
 def test_concurrent_commands_see_one_driver(hgx: Path) -> None:
     enable_now(hgx, 0)
-    with multiprocessing.get_context("fork").Pool(4) as pool:
+    # spawn, not fork: the session has threads (the real-kernel guest's, the shipping builds'); a fork of
+    # a process with threads can copy a lock another thread held, and the child waits for it forever
+    # (a whole-suite run hung here, its pool worker in futex_wait)
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
         starts = pool.map(_create_one, [(str(hgx), i) for i in range(7)])
     assert sorted(starts) == list(range(7))
     assert len(SimNvml(hgx).gpu_instances(0)) == 7

@@ -105,7 +105,7 @@ class Config:
     abi: str | None = None  # "6.1.0-56"; resolved from linux-image-amd64 when None
     install: bool = True  # apt-get install missing packages (needs root)
     memory_mb: int = 1024
-    smp: int = 2
+    smp: int = 1  # one vCPU: under TCG a second one makes every step slower (CONTRIBUTING.md, the suite's time budget)
     timeout: float = 600.0  # whole run
     accel: str = "tcg"  # kvm hangs on the reference machines
 
@@ -123,6 +123,7 @@ class Config:
             install=not _truthy("VGPUKIT_REALKERNEL_NO_INSTALL"),
             memory_mb=int(os.environ.get("VGPUKIT_REALKERNEL_MEMORY", "1024")),
             accel=os.environ.get("VGPUKIT_REALKERNEL_ACCEL", "tcg"),
+            smp=int(os.environ.get("VGPUKIT_REALKERNEL_SMP", "1")),
         )
 
 
