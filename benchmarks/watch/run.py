@@ -218,13 +218,14 @@ class Doors:
         while not self.stop:
             with api.changed:
                 api.changed.wait_for(lambda v=last: api.version != v or self.stop, timeout=1.0)  # type: ignore[misc]
+                stored = time.monotonic()  # when the stand-in stored the write (as the kubelet peer stamps an update)
                 last = api.version
-                devices = {
+                devices = {  # (turning a 1,024-VF pool into text takes the recorder a few ms: not the plugin's)
                     d["name"]: json.dumps(d.get("attributes", {}), sort_keys=True)
                     for doc in api.slices.values()
                     for d in doc["spec"].get("devices", [])
                 }
-            self.dra_log.append((time.monotonic(), devices))
+            self.dra_log.append((stored, devices))
 
     def dp_ids(self, resource: str) -> set[str]:
         ep = self.kubelet.endpoints.get(resource)

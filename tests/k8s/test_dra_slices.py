@@ -81,18 +81,19 @@ def test_a_stale_resource_version_conflicts_and_the_next_poll_succeeds(tmp_path:
     _sim, driver, pub = setup(tmp_path, api)
     pub.publish(driver.slice_entries())
     entries = driver.slice_entries()[1:]
-    real = pub.api.replace_resource_slice
+    real = pub._write
 
-    def racing(name: str, body: dict[str, Any], **kw: Any) -> Any:  # someone else writes first
+    def racing(body: dict[str, Any], name: str | None = None) -> Any:  # someone else writes first
+        assert name is not None
         with api.changed:
             api.version += 1
             api.slices[name]["metadata"]["resourceVersion"] = str(api.version)
-        return real(name, body, **kw)
+        return real(body, name)
 
-    pub.api.replace_resource_slice = racing
+    pub._write = racing  # type: ignore[method-assign]
     with pytest.raises(VgpukitError, match="409"):
         pub.publish(entries)
-    pub.api.replace_resource_slice = real
+    pub._write = real  # type: ignore[method-assign]
     assert pub.publish(entries) is not None  # tried again: re-read, replaced
     assert _slice(api)["spec"]["devices"] == entries and _slice(api)["spec"]["pool"]["generation"] == 2
 

@@ -210,9 +210,12 @@ def look(
         for r in record.events
     ]
     reset_at = resets.load(host)  # a reset by vgpukit is a recovery point too (vgpukit reset / remediate)
+    by_bdf: dict[str, list[HealthEvent]] = {}  # each device's events, in the record's order
+    for was in past:
+        by_bdf.setdefault(was.bdf, []).append(was)
     out = []
     for bdf, (name, kind) in devices.items():
-        evs = [e for e in past if e.bdf == bdf]
+        evs = by_bdf.get(bdf, [])
         since = max(float(pci[bdf].get("cleared", 0)), reset_at.get(bdf, 0.0))
         counted = [e for e in evs if e.time >= since]  # a new event of this very look counts
         health = summarize(name, bdf, kind, findings.get(bdf, []), evs, table, now, window, counted)

@@ -36,7 +36,7 @@ def parse_creatable(text: str | None) -> list[tuple[int, str]]:
     return out
 
 
-def _is_nvidia_gpu(d: PciDevice) -> bool:
+def is_nvidia_gpu(d: PciDevice) -> bool:
     return d.vendor == "10de" and d.kind == "gpu" and not d.is_vf
 
 
@@ -46,7 +46,7 @@ def gpus(host: Host, scan: Scan) -> list[GpuView]:
     mdev_parents = set(mdev_sysfs.parent_names(host))
     out = []
     for d in scan.physical():
-        if not _is_nvidia_gpu(d):
+        if not is_nvidia_gpu(d):
             continue
         vfs = d.sriov.vfs if d.sriov else ()
         parents = tuple(p for p in (d.bdf, *vfs) if p in mdev_parents and _nvidia_types(host, p))

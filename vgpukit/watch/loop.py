@@ -11,7 +11,10 @@ Sources (each optional):
 * NVML events: a thread blocks in the driver's wait (``nvmlEventSetWait``) and hands them over.
 
 A burst is taken whole (events are drained until the sources stay quiet for ``DEBOUNCE``) before one
-refresh. A safety net looks every ``resync`` seconds (default 5 minutes) at what no event reports: the
+refresh; while a command of vgpukit's is changing the host (the engine's journal is there), the burst
+goes on until its commit removes the journal (at most ``HOLD``), so that a command whose events come in
+several batches (VFs created, then bound) costs each door one refresh and one publication, not one per
+batch half-done. A safety net looks every ``resync`` seconds (default 5 minutes) at what no event reports: the
 GPUs' side (a MIG layout another tool changed through NVML, which sends no event: the GPUs, their VFs,
 slices, vGPUs and health are read again), and, every :data:`FULL_EVERY`-th time (an hour by default),
 everything (an AER counter or a link's speed of any function, a change made while events were lost
@@ -58,6 +61,7 @@ RESYNC = 300.0  # seconds between two safety-net looks (the GPUs' side)
 FULL_EVERY = 12  # every 12th look of the safety net re-reads everything (an hour at the default)
 DEBOUNCE = 0.005  # a burst ends when no event came for this long...
 BURST = 0.1  # ...or after this long (a refresh then runs, and the rest of the burst follows)
+HOLD = 0.25  # a burst while a command's journal is open waits for its commit this long at most (one refresh)
 NVML_WAIT = 5.0  # seconds the NVML thread blocks in the driver's wait before it looks at the stop flag
 NVML_THREAD = "vgpukit-watch-nvml"
 JOURNAL = "journal"  # the engine's journal (vgpukit/engine/journal.py): removed when a change is committed
@@ -243,13 +247,16 @@ class Watch:
             if self.stop_r in ready:
                 return
             touch = self.safety_net() if not ready else Touch()
-            burst_end = time.monotonic() + BURST
+            start = time.monotonic()
             while ready:
                 self._take(ready, touch)
-                left = burst_end - time.monotonic()
-                if left <= 0 or touch.full:
+                if touch.full:
                     break
-                ready = readable(self._fds(), min(DEBOUNCE, left))
+                left = start + BURST - time.monotonic()
+                ready = readable(self._fds(), min(DEBOUNCE, left)) if left > 0 else []
+                hold = start + HOLD - time.monotonic()
+                if not ready and hold > 0 and self._in_command():  # one refresh for the whole command
+                    ready = readable(self._fds(), hold)  # its commit (the journal removed) or more events
                 if self.stop_r in ready:
                     return
             if touch.full or touch.net:
@@ -259,6 +266,13 @@ class Watch:
             elif touch:
                 for listener in self.listeners:
                     listener(touch)
+
+    def _in_command(self) -> bool:
+        """Whether a command of vgpukit's is changing the host (its journal there: removed at its commit)."""
+        try:
+            return self.host.exists(self.host.state_dir(JOURNAL))
+        except (OSError, VgpukitError):
+            return False
 
     def safety_net(self) -> Touch:
         """What the safety net's next look reads: everything every :data:`FULL_EVERY`-th time (always

@@ -73,6 +73,7 @@ class Driver:
         self.hidden: set[str] = set()  # what claims made, as last known (a lost GPU's cannot be listed)
         self.rings: set[Callable[[], None]] = set()  # the streams' wake-ups (:meth:`listen`)
         self.model: HostModel | None = None  # the watch's (vgpukit.watch): its views instead of a read per call
+        self.entries = slices.Entries()  # the VFs' entries of the last publication, made again only where changed
 
     def version(self) -> int:
         """The watch's model's version: taken before a read, handed to :meth:`wait_change` after it."""
@@ -175,8 +176,11 @@ class Driver:
             return slices.taint(e, own) if slices.unusable(d, sick) else e
 
         every = dra_devices(inv)
-        marked = [e for e in map(entry, slices.offered(every, sick, self.taints_ok)) if e is not None]
-        marked = extended.annotate(marked, every)  # KEP-5004 names
+        marked = self.entries.marked(
+            slices.offered(every, sick, self.taints_ok),
+            lambda d: extended.annotate([e], every)[0] if (e := entry(d)) is not None else None,  # KEP-5004 names
+            (inv.pci, facts, self.vgpu_types, sick, evict, self.taints_ok, effect),
+        )
         found = partitions.Publication()
         if self.counters_ok:
             env, _collect, close = self.open_host()

@@ -47,9 +47,12 @@ class MadeVgpu(msgspec.Struct, frozen=True):
     type: VgpuType
 
 
-def _views(env: Env) -> list[GpuView]:
+def _views(env: Env, pci: dict[str, PciDevice] | None = None) -> list[GpuView]:
     """The GPUs vGPUs are made on demand on: legacy mdev parents. A vendor-VFIO vGPU (a VF on the
-    ``nvidia`` driver with a type) has no CDI entry for a container, so none is offered."""
+    ``nvidia`` driver with a type) has no CDI entry for a container, so none is offered. ``pci``: the
+    caller's PCI snapshot; where it holds no NVIDIA GPU, none (the bus not read again: a NIC host's)."""
+    if pci is not None and not any(hostview.is_nvidia_gpu(d) for d in pci.values()):
+        return []
     return [g for g in hostview.gpus(env.host, Scan(env.host)) if g.interface == MDEV]
 
 
@@ -145,7 +148,7 @@ def slice_parts(
     entries; not published as static devices). ``names``: the GPUs' names as NVML gives them
     (``productName``, as an existing vGPU's)."""
     parts: dict[str, dict[str, Any]] = {}
-    views = _views(env)
+    views = _views(env, pci)
     vgpus = hostview.vgpus(env.host, views)
     ids = {str(m["id"]) for m in made}
     claimed = {str(m["device"]) for m in made}

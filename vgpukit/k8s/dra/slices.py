@@ -19,7 +19,7 @@ from ...logs import logger
 from ...pci import PciDevice
 from ...words import plural
 from ..agent import api_error
-from . import capacity, cluster, pool
+from . import capacity, cluster, pool, wire
 from .attributes import standard
 from .devices import DRIVER, DraDevice
 from .pool import slice_name as slice_name
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 log = logger("vgpukit.k8s.dra")
 API_VERSION = "resource.k8s.io/v1"
 MIB = 1024 * 1024
-API_TIMEOUT = 30  # seconds one API call may take (connect and read)
+API_TIMEOUT = cluster.API_TIMEOUT  # seconds one API call may take (connect and read)
 
 
 def _s(value: str) -> dict[str, Any]:
@@ -149,6 +149,44 @@ def device_entry(
     return entry
 
 
+class Entries:
+    """The entries of the last publication's VFs (by device name) with what each was made of, so that a
+    publication over a host of a thousand VFs makes again only those of the VFs that changed, and hands the
+    others on as the same objects (the publisher's comparisons then end at once on them). A VF's entry is a
+    function of its device, its PCI record (its own and its ``topo_bdf``'s), its vGPU type, why the health
+    layer finds it unusable or drained, and the taint options; only VFs with no NVML facts of their own
+    (a NIC's: a GPU's VF, a MIG slice, a GPU depend on NVML's) are kept. Equal to making every entry afresh
+    (tests/watch/test_dra_entries.py)."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, tuple[tuple[Any, ...], dict[str, Any] | None]] = {}
+
+    def marked(
+        self,
+        devices: list[DraDevice],
+        make: Callable[[DraDevice], dict[str, Any] | None],
+        inputs: tuple[dict[str, PciDevice], NvmlFacts, dict[str, str], dict[str, str], dict[str, str], bool, str],
+    ) -> list[dict[str, Any]]:
+        """``make(d)`` of every device (None left out), a VF's as last made when made of the same."""
+        pci, facts, vgpu_types, sick, evict, taints, effect = inputs
+        out: list[dict[str, Any]] = []
+        now: dict[str, tuple[tuple[Any, ...], dict[str, Any] | None]] = {}
+        for d in devices:
+            dev = d.device
+            if d.kind != "vf" or dev.topo_bdf in facts.gpus:
+                e = make(d)
+            else:
+                key = (d, pci.get(dev.topo_bdf), pci.get(dev.id), vgpu_types.get(dev.id), unusable(d, sick),
+                       unusable(d, evict), taints, effect)  # fmt: skip
+                was = self.last.get(d.name)
+                e = was[1] if was is not None and was[0] == key else make(d)
+                now[d.name] = (key, e)
+            if e is not None:
+                out.append(e)
+        self.last = now
+        return out
+
+
 def unusable(dev: DraDevice, sick: dict[str, str]) -> str:
     """Why the health layer finds a device unusable (a MIG slice: its own, else its GPU's); "" when usable."""
     return sick.get(dev.device.id) or sick.get(dev.device.topo_bdf) or ""
@@ -207,11 +245,20 @@ class Publisher:
         self.features = False  # also read the taints' and consumable capacity's gates before writing
         self.said: set[str] = set()  # warnings logged once
         self.stored: dict[str, Any] | None = None  # this node's slices as stored, from our writes (None: list)
+        # by slice name: (resourceVersion, slices in the pool, the part) of a write the server kept as written
+        self.agreed: dict[str, tuple[Any, int, dict[str, Any]]] = {}
+        self.order: wire.Order | None = None  # how the client's models order a slice's keys (read at the first write)
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         """One API call; a connection that hangs gives up after API_TIMEOUT (the next poll tries again)."""
         raw = fn(*args, _preload_content=False, _request_timeout=API_TIMEOUT, **kw)
         return json.loads(raw.data) if raw.data else None
+
+    def _write(self, doc: dict[str, Any], name: str | None = None) -> Any:
+        """Create (``name`` None) or replace a slice, its body encoded without the client's models (:mod:`.wire`)."""
+        if self.order is None:
+            self.order = wire.Order()
+        return wire.write(self.api, self.order, doc, name)
 
     def detected(self) -> cluster.Server:
         """What the API server serves, found out now when not known yet."""
@@ -270,7 +317,7 @@ class Publisher:
             current = {n: known[n] for n in wanted if n in known}
             stale = sorted(n for n in known if n not in wanted)  # deleted once the wanted ones are stored
             count = len(wanted)  # every slice of the pool, counter-only ones included
-            changed = [n for n in wanted if n not in current or not _same(current[n], wanted[n], count)]
+            changed = [n for n in wanted if n not in current or not self._agrees(current[n], n, wanted[n], count)]
             gens = {str(c["spec"]["pool"].get("generation")) for c in current.values()}
             gen = max((int(c["spec"]["pool"].get("generation", 0)) for c in current.values()), default=0)
             if len(current) == len(wanted) and len(gens) == 1 and (not changed or (len(changed) == 1 and count > 1)):
@@ -283,12 +330,15 @@ class Publisher:
                 doc = self._doc(name, part, gen, count)
                 if name in current:
                     doc["metadata"]["resourceVersion"] = current[name]["metadata"].get("resourceVersion")
-                    stored = self._call(self.api.replace_resource_slice, name, doc)  # 409 when stale: next poll
+                    stored = self._write(doc, name)  # 409 when stale: next poll
                 else:
-                    stored = self._call(self.api.create_resource_slice, doc)
+                    stored = self._write(doc)
                 self._check(part, stored)
                 if self.stored is not None:
                     self.stored[name] = stored or doc
+                self.agreed.pop(name, None)
+                if stored is not None and _same(stored, part, count):  # kept as written: known until it changes
+                    self.agreed[name] = (stored["metadata"].get("resourceVersion"), count, part)
                 devices += len(part.get("devices", []))
             self._delete(stale)
         except BaseException:
@@ -300,6 +350,16 @@ class Publisher:
         if len(write) < count:  # one slice of several: the others as they were
             return f"published {plural(devices, 'device')} in slice {name} (generation {gen}, {count - 1} unchanged)"
         return f"published {plural(devices, 'device')}{extra} (generation {gen})"
+
+    def _agrees(self, stored: dict[str, Any], name: str, part: dict[str, Any], count: int) -> bool:
+        """Whether the stored slice ``name`` holds ``part`` (:func:`_same`): at once when it is the very
+        version this publisher wrote and found kept as written, and ``part`` equals what it wrote (the
+        same entry objects, :class:`Entries`: compared by identity)."""
+        agreed = self.agreed.get(name)
+        version = stored.get("metadata", {}).get("resourceVersion")
+        if agreed is not None and version is not None and agreed[0] == version and agreed[1:] == (count, part):
+            return True
+        return _same(stored, part, count)
 
     def _check(self, part: dict[str, Any], stored: Any) -> None:
         """What the API server dropped of a slice it stored: counter sets, taints, consumable capacity."""
