@@ -26,17 +26,22 @@ def model_of(sim: Path) -> HostModel:
     return HostModel(opener(app_of(sim)), views())
 
 
+def read_all(model: HostModel, why: str) -> None:
+    """Refresh ``model`` as the watch does when it must read everything (start, lost events)."""
+    from vgpukit.watch.touch import Touch
+
+    t = Touch()
+    t.everything(why)
+    model.refresh(t)
+
+
 def fresh(sim: Path) -> tuple[Inventory, list[Any]]:
     """The devices with their holders, and the health layer's look, read afresh (no model)."""
     app = app_of(sim)
     try:
         m = HostModel(opener(app), views())
         inv = with_holders(app.host, collect(app.host, app.nvml, Options(replicas=1)))
-        from vgpukit.watch.touch import Touch
-
-        t = Touch()
-        t.everything("fresh")
-        m.refresh(t)
+        read_all(m, "fresh")
         return inv, m.get("health")
     finally:
         app.close()

@@ -13,14 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import invoke, make_sim
-from tests.watch.helpers import app_of
+from tests.watch.helpers import app_of, read_all
 from vgpukit.clikit.watch import opener
 from vgpukit.k8s.cli_host import _dra_opener
 from vgpukit.k8s.dra import slices
 from vgpukit.k8s.dra.server import Driver
 from vgpukit.k8s.watched import dra_views
 from vgpukit.watch.model import HostModel
-from vgpukit.watch.touch import Touch
 
 NICS = {"nic0": "0000:05:00", "nic3": "0000:a5:00"}
 nic = st.sampled_from(sorted(NICS))
@@ -60,9 +59,7 @@ def test_a_publication_equals_one_made_afresh_after_any_changes(
     app = app_of(sim)
     try:
         model = HostModel(opener(app), dra_views())
-        full = Touch()
-        full.everything("start")
-        model.refresh(full)
+        read_all(model, "start")
         kept = _driver(app, model)
         kept.publication()
         for args in steps:
@@ -72,9 +69,7 @@ def test_a_publication_equals_one_made_afresh_after_any_changes(
                 kept.unhealthy_effect = "NoExecute" if kept.unhealthy_effect == "NoSchedule" else "NoSchedule"
             else:
                 invoke(sim, *args)  # refused or not: the host is what it is
-                full = Touch()
-                full.everything(str(args))
-                model.refresh(full)
+                read_all(model, str(args))
             fresh = _driver(app, model)
             fresh.taints_ok, fresh.unhealthy_effect = kept.taints_ok, kept.unhealthy_effect
             assert kept.publication() == fresh.publication(), f"after {args}"
@@ -88,15 +83,11 @@ def test_unchanged_vfs_keep_their_entries(tmp_path: Path) -> None:
     app = app_of(sim)
     try:
         model = HostModel(opener(app), dra_views())
-        full = Touch()
-        full.everything("start")
-        model.refresh(full)
+        read_all(model, "start")
         driver = _driver(app, model)
         before = {e["name"]: e for e in driver.publication()[0]}
         assert invoke(sim, "bind", "0000:05:00.2", "--restore").exit_code == 0
-        full = Touch()
-        full.everything("bind")
-        model.refresh(full)
+        read_all(model, "bind")
         after = {e["name"]: e for e in driver.publication()[0]}
         kept = {n for n, e in after.items() if before.get(n) is e}
         assert "vf-0000-05-00-3" in kept and "vf-0000-05-00-2" not in kept
@@ -125,9 +116,7 @@ def test_a_slice_written_as_it_is_kept_is_not_compared_again(tmp_path: Path, mon
     app = app_of(sim)
     try:
         model = HostModel(opener(app), dra_views())
-        full = Touch()
-        full.everything("start")
-        model.refresh(full)
+        read_all(model, "start")
         driver = _driver(app, model)
         pub = slices.Publisher(resource_api(str(api.kubeconfig(tmp_path / "kc"))), "n1", "off")
         assert pub.publish(*driver.publication()) is not None

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import invoke, make_sim
-from tests.watch.helpers import app_of
+from tests.watch.helpers import app_of, read_all
 from vgpukit.clikit.watch import opener
 from vgpukit.node import views as node_views
 from vgpukit.node.inventory import Inventory, Options, collect
@@ -79,9 +79,7 @@ def started(sim: Path) -> tuple[HostModel, FeedReader]:
     model = HostModel(opener(app_of(sim)), inventory_views(lambda _h: OPTIONS))
     reader = FeedReader(sim)
     reader.read()
-    full = Touch()
-    full.everything("start")
-    model.refresh(full)
+    read_all(model, "start")
     return model, reader
 
 
