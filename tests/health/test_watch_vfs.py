@@ -109,3 +109,21 @@ def test_vfs_that_left_with_their_pf_are_gone_not_removed(sim: Path) -> None:
     doc = json.loads(invoke(sim, "health", "--json").stdout)
     gone = {d["bdf"]: d["reasons"] for d in doc["devices"] if d["state"] == "unusable"}
     assert set(gone) == {NIC1, *VFS} and all(r == ["the device left sysfs"] for r in gone.values())
+
+
+def test_a_slice_xid_line_is_valid_under_the_shipped_schema(sim: Path) -> None:
+    """An XID in a MIG slice carries ``gi`` (docs/health.md); the stream's line must validate against
+    health-event.json as every other line does (trial 6: it was refused, 'gi' was unexpected)."""
+    _ok(sim, "partition", "gpu2", "--mig", "7g.40gb")
+    code, out = _watch(sim, lambda: nvml_events.inject_xid(sim, 2, 13, gi=0), "--json")
+    slice_lines = [e for e in _events(out) if e["kind"] == "xid"]
+    assert [(e["data"], e.get("gi")) for e in slice_lines] == [(13, 0)]
+
+
+def test_a_stream_line_has_the_fields_of_a_recorded_event_and_its_schema_name() -> None:
+    """health-event.json states an event twice (the stream's line at the top, the record's event under
+    ``$defs`` for health.json): the two stay the same but for ``schema``."""
+    doc = json.loads((Path(__file__).parents[2] / "vgpukit/data/schemas/health-event.json").read_text())
+    top = {k: v for k, v in doc["properties"].items() if k != "schema"}
+    assert top == doc["$defs"]["event"]["properties"]
+    assert [k for k in doc["required"] if k != "schema"] == doc["$defs"]["event"]["required"]
