@@ -115,7 +115,7 @@ def test_a_slice_xid_line_is_valid_under_the_shipped_schema(sim: Path) -> None:
     """An XID in a MIG slice carries ``gi`` (docs/health.md); the stream's line must validate against
     health-event.json as every other line does (trial 6: it was refused, 'gi' was unexpected)."""
     _ok(sim, "partition", "gpu2", "--mig", "7g.40gb")
-    code, out = _watch(sim, lambda: nvml_events.inject_xid(sim, 2, 13, gi=0), "--json")
+    _, out = _watch(sim, lambda: nvml_events.inject_xid(sim, 2, 13, gi=0), "--json")
     slice_lines = [e for e in _events(out) if e["kind"] == "xid"]
     assert [(e["data"], e.get("gi")) for e in slice_lines] == [(13, 0)]
 
