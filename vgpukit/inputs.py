@@ -203,21 +203,66 @@ def load_json(text: str | bytes, where: str, *, limit: int = MAX_DEPTH, max_byte
     return check_depth(doc, where, limit)
 
 
-def load_yaml(text: str, where: str, *, limit: int = MAX_DEPTH, max_bytes: int = MAX_DOC_BYTES) -> Any:
+def load_yaml(
+    text: str, where: str, *, limit: int = MAX_DEPTH, max_bytes: int = MAX_DOC_BYTES, unique: bool = False
+) -> Any:
     """Parse one YAML document (safe loader); size, syntax and nesting checked before construction.
 
     One parse: the composer refuses to go deeper than ``limit`` as it goes (it recurses, and letting it
     reach Python's recursion limit on a 5000-level file takes seconds), and the checked node tree is
-    then constructed.
+    then constructed. ``unique``: a key written twice in one mapping is refused (:func:`key_twice`).
     """
-    return _load_yaml(text, where, limit, max_bytes)[0]
+    doc, node = _load_yaml(text, where, limit, max_bytes)
+    if unique and node is not None:
+        _refuse_key_twice(node, where)
+    return doc
+
+
+SAFE_KEY = re.compile(r"[A-Za-z0-9_.+-]{1,64}\Z", re.ASCII)  # a key shown in a path only when plain
+
+
+def key_twice(root: Any, descend: Callable[[Path, Any], bool] | None = None) -> tuple[Path, Any] | None:
+    """The first key written twice in one mapping of a composed YAML tree (PyYAML keeps the last one
+    silently): the mapping's path (a key that is not plain shown as ``?``) and the second key's node.
+    ``descend(path, key)``: whether to look inside that key's value (all of them by default)."""
+    import yaml
+
+    stack: list[tuple[Any, Path]] = [(root, ())]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for k, v in node.value:
+                key = yaml.safe_load(yaml.serialize(k)) if isinstance(k, yaml.ScalarNode) else None
+                if key in seen and isinstance(key, str | int):
+                    return path, k
+                seen.add(key)
+                if descend is None or descend(path, key):
+                    stack.append((v, (*path, key if SAFE_KEY.match(str(key)) else "?")))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((v, (*path, i)) for i, v in enumerate(node.value))
+    return None
+
+
+def json_path(path: Path) -> str:
+    """``$.gpus.gpu0.tenants[1]``: a document path as the declarations' errors say it."""
+    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+
+
+def _refuse_key_twice(root: Any, where: str) -> None:
+    found = key_twice(root)
+    if found is not None:
+        path, key = found
+        raise InvalidInput(f"{placed(where, _mark(key.start_mark))}: {json_path(path)}: a key written twice")
 
 
 def load_yaml_located(
-    text: str, where: str, *, limit: int = MAX_DEPTH, max_bytes: int = MAX_DOC_BYTES
+    text: str, where: str, *, limit: int = MAX_DEPTH, max_bytes: int = MAX_DOC_BYTES, unique: bool = False
 ) -> tuple[Any, Positions]:
     """:func:`load_yaml`, and where each value of the document is (:class:`Positions`), from the same parse."""
     doc, node = _load_yaml(text, where, limit, max_bytes)
+    if unique and node is not None:
+        _refuse_key_twice(node, where)
     return doc, positions(node) if node is not None else Positions()
 
 

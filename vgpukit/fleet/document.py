@@ -18,7 +18,7 @@ import yaml
 
 from ..declared import convert
 from ..errors import InvalidInput, NotFound
-from ..inputs import Positions, load_yaml, placed, positions, where_in
+from ..inputs import Positions, json_path, key_twice, load_yaml, placed, positions, where_in
 from ..mig import config as migconfig
 from .declaration import HostDoc
 
@@ -127,24 +127,13 @@ def _check(doc: Any, root: yaml.Node, source: str, places: Positions) -> None:
 
 
 def _no_duplicate_keys(root: yaml.Node, source: str) -> None:
-    """A key written twice in one mapping is refused (PyYAML keeps the last silently); mig-configs is
+    """A key written twice in one mapping is refused (:func:`~vgpukit.inputs.key_twice`); mig-configs is
     mig-parted's, whose leniencies its reader says (docs/mig.md)."""
-    stack: list[tuple[yaml.Node, tuple[Any, ...]]] = [(root, ())]
-    while stack:
-        node, path = stack.pop()
-        if isinstance(node, yaml.MappingNode):
-            seen: set[Any] = set()
-            for k, v in node.value:
-                key = _value(k)
-                if key in seen and isinstance(key, str | int):
-                    named = len(path) > 1 and path[0] == "configs" and SAFE_NAME.match(str(path[1]))
-                    shown = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
-                    raise _err(source, k, f"{f'config {path[1]}: ' if named else ''}{shown}: a key written twice")
-                seen.add(key)
-                if path or key != "mig-configs":
-                    stack.append((v, (*path, key if SAFE_NAME.match(str(key)) else "?")))
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend((v, (*path, i)) for i, v in enumerate(node.value))
+    found = key_twice(root, lambda path, key: bool(path) or key != "mig-configs")
+    if found is not None:
+        path, k = found
+        named = len(path) > 1 and path[0] == "configs" and SAFE_NAME.match(str(path[1]))
+        raise _err(source, k, f"{f'config {path[1]}: ' if named else ''}{json_path(path)}: a key written twice")
 
 
 def _mig_lines(root: yaml.MappingNode) -> dict[str, int]:

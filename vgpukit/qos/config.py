@@ -37,7 +37,7 @@ def load_base(host: Host, path: Path, rules: Callable[[QosConfig], object] | Non
         return QosConfig()
     text = text.strip()  # as attribute reads are: an error at the end of the file names its last line
     where = str(path) if user_file else host.display(path)
-    doc, places = load_yaml_located(text, str(where))  # size, syntax and nesting: the message names the line
+    doc, places = load_yaml_located(text, str(where), unique=True)  # size, syntax, nesting, a key twice: the line
     try:
         cfg = QosConfig.from_dict(doc)
         if rules is not None:

@@ -17,7 +17,6 @@ import click
 from ..clikit.context import App
 from ..clikit.output import json_doc
 from ..errors import NotFound
-from ..inputs import load_yaml
 
 
 def _policy(app: App, path: Path | None) -> object:
@@ -25,7 +24,7 @@ def _policy(app: App, path: Path | None) -> object:
 
     if path is not None:
         text = app.host.read_doc(path, "remediation policy", policy.MAX_BYTES, user_file=True)
-        return policy.from_dict(load_yaml(text or "", str(path)))
+        return policy.from_text(text or "", str(path))
     found = policy.load(app.host)
     if found is None:
         shown = app.host.display(policy.path(app.host))

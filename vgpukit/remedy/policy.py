@@ -35,7 +35,7 @@ from ..engine import Step
 from ..engine.files import PutFile
 from ..errors import InvalidInput, VgpukitError
 from ..host import Host
-from ..inputs import load_yaml
+from ..inputs import load_yaml_located, where_in
 
 WHAT = ("remediate", "drain", "quarantine", "none")
 ACTIONS = ("reset", "drain", "reboot", "replace")
@@ -149,7 +149,17 @@ def load(host: Host) -> Policy | None:
     text = host.read_doc(path(host), "remediation policy", MAX_BYTES, missing_ok=True)
     if text is None:
         return None
-    return from_dict(load_yaml(text, host.display(path(host))))
+    return from_text(text, host.display(path(host)))
+
+
+def from_text(text: str, where: str) -> Policy:
+    """A policy file's text; a refusal is one line at the place of the value at fault
+    (``FILE:LINE:COLUMN: remediation: $.retries: ...``); a key written twice is refused."""
+    doc, places = load_yaml_located(text, where, unique=True)
+    try:
+        return from_dict(doc)
+    except InvalidInput as err:
+        raise InvalidInput(f"{places.describe(where, where_in(err))}: {err}") from None
 
 
 def plan_config(host: Host, doc: Any) -> list[Step]:
