@@ -18,8 +18,9 @@ import yaml
 
 from ..declared import convert
 from ..errors import InvalidInput, NotFound
-from ..inputs import Positions, json_path, key_twice, load_yaml, placed, positions, where_in
+from ..inputs import Positions, load_yaml, placed, positions, where_in
 from ..mig import config as migconfig
+from ..yaml_keys import json_path, key_twice
 from .declaration import HostDoc
 
 MAX_DOC_BYTES = 1024 * 1024
