@@ -25,6 +25,7 @@ import msgspec.inspect as mi
 
 from .errors import InvalidInput
 from .inputs import SI_UNIT, at, parse_k8s_quantity, parse_size
+from .words import plural
 
 T = TypeVar("T")
 _MSG = re.compile(r"(?P<what>.*?)(?: - at `(?P<path>[^`]*)`(?: in `(?P<outer>[^`]*)`)?)?\Z", re.DOTALL)
@@ -77,7 +78,7 @@ def size_refused(text: str, form: str, *, lo: int, hi: int, k8s: bool = False) -
             )
         return f"expected {form}"
     if value < lo:
-        return f"expected a size >= {lo} byte{'s' if lo != 1 else ''}"
+        return f"expected a size >= {plural(lo, 'byte')}"
     if value > hi:
         return f"expected a size <= {bytes_text(hi)}"
     return None
@@ -88,7 +89,7 @@ def bytes_text(n: int) -> str:
     for shift, unit in ((50, "PiB"), (40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")):
         if n and n % (1 << shift) == 0:
             return f"{n >> shift} {unit}"
-    return f"{n} byte{'s' if n != 1 else ''}"
+    return plural(n, "byte")
 
 
 def schema(typ: Any, **head: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 from msgspec.structs import replace
 
+from ..words import plural
 from .xid import ACTIONS, SEVERITIES, XidTable
 
 STATES = ("healthy", "degraded", "unusable")
@@ -67,7 +68,7 @@ class HealthEvent(msgspec.Struct, frozen=True, omit_defaults=True):  # gi left o
     def line(self) -> str:
         what = f"XID {self.data}" if self.kind == "xid" else self.kind
         if self.kind in VF_COUNTS:  # one event for a PF's VFs that went: how many
-            what += f" ({self.data} VF{'s' if self.data != 1 else ''})"
+            what += f" ({plural(self.data, 'VF')})"
         where = f"{self.device} GI {self.gi}" if self.gi >= 0 else self.device
         return f"{where} ({self.bdf}): {what}: {self.meaning} [{self.severity}, action {self.action}]"
 
