@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import invoke, make_sim
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.test_dra_ondemand import OnDemandNode, gathered, publish
-from tests.k8s.test_dra_plugin import NODE, Node, claim, short_tmp  # noqa: F401 (fixture)
+from tests.k8s.test_dra_plugin import NODE, Node, claim
 from vgpukit.k8s.drahealth_v1 import api_pb2 as hl
 
 TAINT = [{"key": "gpu.vgpukit.io/unhealthy", "value": "unusable", "effect": "NoExecute"}]
@@ -41,7 +41,7 @@ def _noexecute(node: Node) -> None:
 
 
 def test_a_restarted_plugin_keeps_the_pool_and_taints_the_claimed_slice_of_a_lost_mig_gpu(
-    short_tmp: Path,  # noqa: F811
+    short_tmp: Path,
     api: ApiServer,
 ) -> None:
     """hgx-a100, gpu1 in MIG mode with a 3g.20gb slice a claim holds, falls off the bus; the plugin restarts:
@@ -87,7 +87,7 @@ def test_a_restarted_plugin_keeps_the_pool_and_taints_the_claimed_slice_of_a_los
         node.close()
 
 
-def test_a_running_plugin_keeps_a_lost_gpus_attributes_and_capacities(short_tmp: Path, api: ApiServer) -> None:  # noqa: F811
+def test_a_running_plugin_keeps_a_lost_gpus_attributes_and_capacities(short_tmp: Path, api: ApiServer) -> None:
     """A GPU that falls off the bus while the plugin runs is published as it was, with the taint: NVML's facts
     of it (UUID, product, memory, SMs) are the last it gave, not dropped (a thinned device matches no
     selector on them)."""
@@ -106,7 +106,7 @@ def test_a_running_plugin_keeps_a_lost_gpus_attributes_and_capacities(short_tmp:
         node.close()
 
 
-def test_a_restarted_plugin_taints_a_lost_hopper_gpus_claimed_slice(short_tmp: Path, api: ApiServer) -> None:  # noqa: F811
+def test_a_restarted_plugin_taints_a_lost_hopper_gpus_claimed_slice(short_tmp: Path, api: ApiServer) -> None:
     """hgx-h100: a 3g.40gb slice made on demand for a claim on gpu0 (MIG mode turned on for it); gpu0 falls
     off the bus and the plugin restarts: the claim's slice is published with the taint (from its made
     record), every other GPU whole and in slices as before."""
