@@ -76,6 +76,8 @@ def test_a_restarted_plugin_keeps_the_pool_and_taints_the_claimed_slice_of_a_los
         assert not any(d.get("taints") for n, d in devices.items() if n != mig)
         lines = [r.getMessage() for r in seen]
         assert lines and len(lines) == len(set(lines)), lines  # each failure once, not at every poll
+        (said,) = [line for line in lines if "0000:04:00.0" in line]  # what an operator reads of gpu1: lost
+        assert "the GPU is lost" in said and "see: vgpukit health 0000:04:00.0" in said, said
         view = invoke(sim, "k8s", "resources", "--kubernetes", "1.37", "--node", NODE, "--json")
         assert view.exit_code == 6, view.stderr  # everything else shown, the lost GPU named: not exit 1
         shown = {d["name"]: d for s in _json(view.stdout)["resourceSlices"] for d in s["spec"].get("devices") or []}
