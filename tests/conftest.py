@@ -55,7 +55,7 @@ def short_dir(prefix: str) -> Iterator[Path]:
     107 bytes. It lies in the suite's temporary directory (``TMPDIR``: scripts/test.sh picks tmpfs
     when it has room), or in /tmp when that path is long."""
     base = tempfile.gettempdir()
-    with tempfile.TemporaryDirectory(prefix=prefix, dir=base if len(base) <= 24 else "/tmp") as d:
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=base if len(base) <= 12 else "/tmp") as d:
         yield Path(d)
 
 
