@@ -234,6 +234,8 @@ def _message(what: str, info: Any, described: str | None = None) -> str:
         return "expected one of " + ", ".join(map(str, allowed)) if allowed else "not an allowed value"
     if what.startswith("Object contains unknown field"):  # its place is the key's; the name is content
         known = [f.encode_name for f in info.fields] if isinstance(info, mi.StructType) else []
+        if isinstance(info, mi.StructType) and info.tag_field:  # a tagged union's tag (``kind``) is allowed too
+            known.insert(0, info.tag_field)
         return f"unknown field (allowed: {', '.join(known)})" if known else "unknown field"
     if "matching regex" in what:  # the form as the declaration describes it, not the regex
         return f"expected {described}" if described else "expected str in the form the schema describes"
