@@ -25,7 +25,7 @@ import msgspec.inspect as mi
 
 from .errors import InvalidInput
 from .inputs import SI_UNIT, at, parse_k8s_quantity, parse_size
-from .words import plural
+from .words import bytes_text
 
 T = TypeVar("T")
 _MSG = re.compile(r"(?P<what>.*?)(?: - at `(?P<path>[^`]*)`(?: in `(?P<outer>[^`]*)`)?)?\Z", re.DOTALL)
@@ -78,18 +78,10 @@ def size_refused(text: str, form: str, *, lo: int, hi: int, k8s: bool = False) -
             )
         return f"expected {form}"
     if value < lo:
-        return f"expected a size >= {plural(lo, 'byte')}"
+        return f"expected a size >= {bytes_text(lo)}"
     if value > hi:
         return f"expected a size <= {bytes_text(hi)}"
     return None
-
-
-def bytes_text(n: int) -> str:
-    """``n`` bytes in the largest binary unit that divides it (``1 PiB``, ``1536 MiB``, ``7 bytes``)."""
-    for shift, unit in ((50, "PiB"), (40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")):
-        if n and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return plural(n, "byte")
 
 
 def schema(typ: Any, **head: Any) -> dict[str, Any]:

@@ -189,7 +189,6 @@ def test_cli_errors_are_one_line(tmp_path: Path, stand_in: Path) -> None:
     assert not calls(tmp_path)
 
 
-
 @pytest.mark.parametrize(
     "command",
     [("node-agent", "--config-file", "fleet.yaml", "--once"), ("dra-plugin",)],
