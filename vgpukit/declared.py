@@ -84,10 +84,14 @@ def size_refused(text: str, form: str, *, lo: int, hi: int, k8s: bool = False) -
     return None
 
 
-def schema(typ: Any, **head: Any) -> dict[str, Any]:
+def schema(typ: Any, *, refer: dict[str, str] | None = None, **head: Any) -> dict[str, Any]:
     """The JSON Schema (2020-12) of ``typ``, its definitions under ``$defs`` (a top-level struct inlined);
-    ``head`` (``$id``, ``title``, ``description``) comes first and wins over the struct's own."""
+    ``head`` (``$id``, ``title``, ``description``) comes first and wins over the struct's own. ``refer``:
+    definitions that are another shipped schema (struct name -> its reference, ``qos/config.json``), referred
+    to instead of copied (the definitions only they use left out)."""
     (body,), defs = msgspec.json.schema_components([typ], ref_template="#/$defs/{name}")
+    if refer:
+        body, defs = _referred(body, defs, refer)
     for d in defs.values():  # a docstring's line breaks and indentation are not the description's
         if "description" in d:
             d["description"] = " ".join(d["description"].split())
@@ -98,6 +102,25 @@ def schema(typ: Any, **head: Any) -> dict[str, Any]:
     out = {"$schema": "https://json-schema.org/draft/2020-12/schema", **head}
     out.update((k, v) for k, v in body.items() if k not in head)
     return {**out, "$defs": defs} if defs else out
+
+
+def _referred(
+    body: dict[str, Any], defs: dict[str, Any], refer: dict[str, str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``body`` and ``defs`` with each definition named in ``refer`` replaced by its reference, and the
+    definitions no longer reachable from ``body`` dropped."""
+    text = json.dumps([body, {k: v for k, v in defs.items() if k not in refer}])
+    for name, ref in refer.items():
+        text = text.replace(json.dumps(f"#/$defs/{name}"), json.dumps(ref))
+    body, left = json.loads(text)
+    used: set[str] = set()
+    todo = [json.dumps(body)]
+    while todo:
+        for name in re.findall(r'"#/\$defs/([^"]+)"', todo.pop()):
+            if name not in used and name in left:
+                used.add(name)
+                todo.append(json.dumps(left[name]))
+    return body, {k: v for k, v in left.items() if k in used}
 
 
 def _explain(doc: Any, typ: Any, raw: str) -> tuple[tuple[Any, ...], str, tuple[Any, ...]]:

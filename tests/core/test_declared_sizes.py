@@ -67,7 +67,8 @@ def test_a_host_config_size_refused_is_one_line_with_the_path(tmp_path: Path) ->
     r = invoke(sim, "apply", "-f", str(doc), "-c", "a", "--dry-run")
     assert r.exit_code == 2
     assert r.stderr == (
-        f"vgpukit: error: {doc}:8:66: config a: qos: $.gpus.gpu0.tenants.web.memory: expected a size <= 1 PiB\n"
+        f"vgpukit: error: {doc}:8:66: config a: $.configs.a.qos.gpus.gpu0.tenants.web.memory: "
+        "expected a size <= 1 PiB\n"
     )
 
 
