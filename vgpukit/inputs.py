@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import InvalidInput, VgpukitError
 from .words import bytes_text
-from .yaml_keys import Path, json_path, key_twice
+from .yaml_keys import Path, json_path, key_twice, scalar_key
 
 if TYPE_CHECKING:  # fractions (and decimal) load only where a Kubernetes quantity is read
     from fractions import Fraction
@@ -321,25 +321,12 @@ def positions(node: Any) -> Positions:
         if isinstance(n, yaml.MappingNode):
             for k, v in n.value:
                 if isinstance(k, yaml.ScalarNode):
-                    key = _scalar(k)
+                    key = scalar_key(k)
                     marks.setdefault((*path, key, "<key>"), (k.start_mark.line + 1, k.start_mark.column + 1))
                     stack.append((v, (*path, key)))
         elif isinstance(n, yaml.SequenceNode):
             stack += [(v, (*path, i)) for i, v in enumerate(n.value)]
     return Positions(marks)
-
-
-def _scalar(node: Any) -> Any:
-    """A scalar key as the safe loader builds it (``1`` an int, ``gpu0`` a str)."""
-    import yaml
-
-    loader = yaml.SafeLoader("")
-    try:
-        return loader.construct_object(node)
-    except (yaml.YAMLError, ValueError, TypeError, OverflowError):
-        return node.value
-    finally:
-        loader.dispose()
 
 
 E = TypeVar("E", bound=VgpukitError)
