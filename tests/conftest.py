@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -43,6 +47,60 @@ def _no_watch_outlives_its_test() -> Iterator[None]:
     for t in left:
         t.join(2)
     assert not [t for t in left if t.is_alive()], "the test left a watch listening: close it"
+
+
+@contextmanager
+def short_dir(prefix: str) -> Iterator[Path]:
+    """A directory of our own with a short path, removed afterwards: Unix socket paths are limited to
+    107 bytes. It lies in the suite's temporary directory (``TMPDIR``: scripts/test.sh picks tmpfs
+    when it has room), or in /tmp when that path is long."""
+    base = tempfile.gettempdir()
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=base if len(base) <= 24 else "/tmp") as d:
+        yield Path(d)
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """:func:`short_dir` as a fixture."""
+    with short_dir("vk") as d:
+        yield d
+
+
+_TMP_BEFORE = pytest.StashKey[set[str]]()
+_SESSION_CACHES: list[Path] = []
+# podman's lock of its containers' state: always /dev/shm/libpod_lock, whatever TMPDIR says
+_NOT_OURS = {"libpod_lock"}
+
+
+def remove_at_session_end(path: Path) -> None:
+    """PATH, a cache the whole session shares in the temporary directory, is removed when it ends."""
+    _SESSION_CACHES.append(path)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.stash[_TMP_BEFORE] = set(os.listdir(tempfile.gettempdir()))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Nothing the suite made is left in the temporary directory (pytest's own ``pytest-of-*``
+    aside, which keeps only failed tests' directories). A CI run's tmpfs filled up with what tests
+    left there (2026-11-29); with ``CI`` set, anything left fails the run."""
+    before = session.stash.get(_TMP_BEFORE, None)
+    if before is None:
+        return
+    for path in _SESSION_CACHES:
+        shutil.rmtree(path, ignore_errors=True)
+    base = tempfile.gettempdir()
+    left = sorted(n for n in set(os.listdir(base)) - before - _NOT_OURS if not n.startswith("pytest-of-"))
+    if not left:
+        return
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    line = f"the suite left {len(left)} entries in {base}: " + " ".join(left[:20])
+    if tr is not None:
+        tr.write_line(line, red=True)
+    if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:  # elsewhere another job may have made them
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def sim_host(path: Path) -> Host:

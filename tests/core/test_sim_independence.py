@@ -87,6 +87,7 @@ vf = (dev("h100-vgpu", "0000:41:00.0", "virtfn0")).resolve()
 SimKernel(base / "h100-vgpu").write(vf / "nvidia/current_vgpu_type", "1052")
 SimNvml(base / "hgx-a100").gpus()
 print(json.dumps(sorted(m for m in sys.modules if m.startswith("vgpukit"))))
+import shutil; shutil.rmtree(base)
 """
 
 

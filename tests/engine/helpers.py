@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import remove_at_session_end
 from vgpukit.sim.build import init_sim
 
 _PRISTINE: dict[str, Path] = {}
@@ -21,6 +22,8 @@ def fresh(tmp: Path, profile: str, name: str = "host") -> Path:
     if profile not in _PRISTINE or not base.exists():
         shutil.rmtree(base, ignore_errors=True)
         init_sim(base, profile)
+        if profile not in _PRISTINE:
+            remove_at_session_end(base)
         _PRISTINE[profile] = base
     dst = tmp / name
     shutil.copytree(base, dst, symlinks=True)

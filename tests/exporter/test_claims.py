@@ -4,7 +4,6 @@ record the plugin writes, prepared here through the kubelet's side of the DRA AP
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,12 +12,6 @@ import pytest
 from tests.exporter.helpers import scrape, value
 from tests.k8s import test_dra_plugin as dra
 from tests.k8s.apiserver import ApiServer
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="dra", dir="/dev/shm") as d:  # Unix socket paths are short
-        yield Path(d)
 
 
 @pytest.fixture

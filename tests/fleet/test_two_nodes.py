@@ -5,7 +5,6 @@ engine, exactly what `vgpukit cdi generate` writes) resolve."""
 
 from __future__ import annotations
 
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import invoke, make_sim, sim_host
+from tests.conftest import invoke, make_sim, short_dir, sim_host
 from tests.fleet.test_ansible import play, site
 from tests.k8s.kubelet import Kubelet
 from tests.k8s.test_device_plugin import poller
@@ -51,7 +50,7 @@ WANT = {
 @pytest.fixture
 def fleet() -> Iterator[tuple[Path, dict[str, Path]]]:
     """Two hgx-a100 nodes with CDI enabled (Unix socket paths need a short directory)."""
-    with tempfile.TemporaryDirectory(prefix="fl", dir="/dev/shm") as d:
+    with short_dir("fl") as d:
         where = Path(d)
         sims = {name: make_sim(where / name, "hgx-a100") for name in NODES}
         for sim in sims.values():

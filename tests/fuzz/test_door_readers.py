@@ -123,8 +123,7 @@ def _answer(reader: str, host: Host, path: Path) -> object:
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[Path]:
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    with tempfile.TemporaryDirectory(prefix="vgpukit-door-", dir=base) as tmp:
+    with tempfile.TemporaryDirectory(prefix="vgpukit-door-") as tmp:
         yield Path(tmp)
 
 

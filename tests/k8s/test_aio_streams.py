@@ -12,7 +12,7 @@ import grpc.aio
 import pytest
 
 from tests.k8s.apiserver import ApiServer
-from tests.k8s.test_device_plugin import VF_POOL, Running, hgx, short_tmp  # noqa: F401 (fixture)
+from tests.k8s.test_device_plugin import VF_POOL, Running, hgx
 from tests.k8s.test_dra_plugin import Node, api  # noqa: F401 (fixture)
 
 
@@ -26,7 +26,7 @@ def until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
 
 
 @pytest.fixture
-def running(short_tmp: Path) -> Iterator[Running]:  # noqa: F811
+def running(short_tmp: Path) -> Iterator[Running]:
     r = Running(hgx(short_tmp / "h"))
     yield r
     r.close()

@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -130,13 +129,6 @@ def run_container(container: dict[str, Any], root: Path, api: ApiServer, tmp: Pa
                 break
     out = proc.stdout.read() if proc.stdout else ""
     return changed(before, snapshot(root)), out
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    """Unix socket paths are limited to 107 bytes: a short directory of our own."""
-    with tempfile.TemporaryDirectory(prefix="k8s", dir="/dev/shm") as d:
-        yield Path(d)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -25,13 +24,6 @@ from vgpukit.wiring import Wiring
 
 VF_POOL = "vgpukit.io/vf-15b3-101b"
 MIG_3G = "vgpukit.io/mig-3g.20gb"
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    """Unix socket paths are limited to 107 bytes: a short directory of our own."""
-    with tempfile.TemporaryDirectory(prefix="k8s", dir="/dev/shm") as d:
-        yield Path(d)
 
 
 def _ok(sim: Path, *args: str) -> None:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tests.conftest import make_sim
 from tests.k8s.allocator import Allocator, Unallocatable, q
 from tests.k8s.apiserver import ApiServer
-from tests.k8s.test_dra_plugin import NODE, Node, _ok, api, opener, short_tmp, unusable  # noqa: F401 (fixtures)
+from tests.k8s.test_dra_plugin import NODE, Node, _ok, api, opener, unusable  # noqa: F401 (fixtures)
 from tests.qos.conftest import DaemonProc
 from vgpukit.errors import InvalidInput
 from vgpukit.k8s.dra import capacity

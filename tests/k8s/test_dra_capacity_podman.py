@@ -9,14 +9,13 @@ Needs root, podman, runc and busybox (tests/containers.py); in CI a missing tool
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests import containers
-from tests.conftest import invoke
+from tests.conftest import invoke, short_dir
 from tests.k8s.allocator import Allocator, Unallocatable
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.test_dra_capacity import LIBRARY, SharedNode, classes, pod_cgroup, shared_claim, tenants
@@ -31,7 +30,7 @@ GIB = 1 << 30
 @pytest.fixture(scope="module")
 def rootfs() -> Iterator[tuple[Path, Path]]:
     containers.need_tools()
-    with tempfile.TemporaryDirectory(prefix="drac", dir="/dev/shm") as d:  # short: Unix socket paths
+    with short_dir("drac") as d:
         base = Path(d)
         yield base, containers.busybox_rootfs(base)
 

@@ -36,7 +36,7 @@ from tests.conftest import invoke, sim_host
 from tests.engine.helpers import fresh, journal_left
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.drakubelet import DraKubelet
-from tests.k8s.test_dra_plugin import NODE, Node, _ok, api, claim, short_tmp  # noqa: F401 (fixtures)
+from tests.k8s.test_dra_plugin import NODE, Node, _ok, api, claim  # noqa: F401 (fixtures)
 from vgpukit.host import Host
 from vgpukit.k8s.dra.server import plugin_socket, registry_socket
 from vgpukit.sim.kernel import CRASH_CHANGE_ENV
@@ -188,7 +188,7 @@ def state(host: Host, uid: str, bdf: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def copy(short_tmp: Path, pristine: dict[str, Path]) -> Iterator[Any]:  # noqa: F811
+def copy(short_tmp: Path, pristine: dict[str, Path]) -> Iterator[Any]:
     n = 0
 
     def make(case: Case) -> Path:
@@ -245,7 +245,7 @@ def test_a_kill_at_every_change_leaks_nothing(
     verb: str,
     copy: Any,
     api: ApiServer,  # noqa: F811
-    short_tmp: Path,  # noqa: F811
+    short_tmp: Path,
 ) -> None:
     from vgpukit.k8s.dra.capacity import shared_name
 

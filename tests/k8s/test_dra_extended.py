@@ -23,7 +23,7 @@ from tests.k8s.allocator import Allocator, extended_claim
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.test_deploy import DEPLOY, _runs_on, cel, dra_documents, of_kind
 from tests.k8s.test_dra_capacity import LIBRARY, SharedNode, classes, pod_cgroup, tenants
-from tests.k8s.test_dra_plugin import NODE, api, opener, short_tmp, unusable  # noqa: F401 (fixtures)
+from tests.k8s.test_dra_plugin import NODE, api, opener, unusable  # noqa: F401 (fixtures)
 from tests.qos.conftest import DaemonProc
 from vgpukit.k8s.dra import capacity
 from vgpukit.k8s.dra.extended import SHARE, class_name, device_class, device_classes
@@ -124,7 +124,7 @@ POD = {
 
 
 def test_a_gpu_share_pod_gets_a_whole_gpu_where_gpus_are_not_shared_by_capacity(
-    short_tmp: Path,  # noqa: F811
+    short_tmp: Path,
     api: ApiServer,  # noqa: F811
 ) -> None:
     """Without --share-by-capacity (or a cluster without DRAConsumableCapacity) a pod asking the device
@@ -155,7 +155,7 @@ def test_a_gpu_share_pod_gets_a_whole_gpu_where_gpus_are_not_shared_by_capacity(
 
 
 def test_a_pod_written_for_the_device_plugin_is_served_by_the_dra_plugin_unchanged(
-    short_tmp: Path,  # noqa: F811
+    short_tmp: Path,
     api: ApiServer,  # noqa: F811
 ) -> None:
     import json

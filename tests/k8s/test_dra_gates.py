@@ -11,7 +11,7 @@ import pytest
 from tests.k8s.apiserver import SLICES, ApiServer
 from tests.k8s.test_dra_capacity import shared_host
 from tests.k8s.test_dra_layout import _ok, _plugin, _stop, h100_host, stored_ok
-from tests.k8s.test_dra_plugin import NODE, short_tmp  # noqa: F401 (fixture)
+from tests.k8s.test_dra_plugin import NODE
 from vgpukit.k8s.dra.slices import slice_name
 
 
@@ -20,7 +20,7 @@ def _devices(api: ApiServer) -> dict[str, dict[str, object]]:
 
 
 @pytest.mark.parametrize("release", ["1.34", "1.37"])
-def test_taints_and_consumable_capacity_are_read_before_the_first_write(release: str, short_tmp: Path) -> None:  # noqa: F811
+def test_taints_and_consumable_capacity_are_read_before_the_first_write(release: str, short_tmp: Path) -> None:
     """1.34 (both gates off): the first generation already leaves the lost GPU out and publishes the GPUs
     exclusively; 1.37 (on): shared and tainted from the first generation. One generation either way."""
     api = ApiServer(NODE, release)
@@ -64,7 +64,7 @@ def test_taints_and_consumable_capacity_are_read_before_the_first_write(release:
         assert "device taints on" in err and "consumable capacity on" in err, err
 
 
-def test_partitionable_on_where_the_server_drops_counters_is_an_error_and_the_static_view(short_tmp: Path) -> None:  # noqa: F811
+def test_partitionable_on_where_the_server_drops_counters_is_an_error_and_the_static_view(short_tmp: Path) -> None:
     """``--partitionable on`` against 1.35 with its gate off (the default): the dry run shows the counters
     dropped; the plugin says so as an error and publishes the static view rather than slices whose counters
     the scheduler would not see (two claims could get the whole GPU and a slice of it)."""

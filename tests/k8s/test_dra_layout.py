@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import invoke, make_sim
 from tests.k8s.apiserver import SLICES, ApiServer
-from tests.k8s.test_dra_plugin import NODE, opener, short_tmp, unusable  # noqa: F401 (fixture)
+from tests.k8s.test_dra_plugin import NODE, opener, unusable
 from vgpukit.errors import Unsupported
 from vgpukit.k8s.dra import cluster, pool
 from vgpukit.k8s.dra.api import ClaimReader, resource_api
@@ -51,7 +51,7 @@ def stored_ok(api: ApiServer) -> None:
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_each_release_gets_its_layout_and_no_write_is_refused(release: str, short_tmp: Path) -> None:  # noqa: F811
+def test_each_release_gets_its_layout_and_no_write_is_refused(release: str, short_tmp: Path) -> None:
     api = ApiServer(NODE, release)
     api.partitionable = True  # the gate turned on where it is off by default
     try:
@@ -94,7 +94,7 @@ def _stop(proc: subprocess.Popen[str]) -> str:
 
 @pytest.mark.parametrize("release", RELEASES)
 @pytest.mark.parametrize("gate", ["default", "on"])
-def test_the_plugin_process_publishes_what_each_release_serves(release: str, gate: str, short_tmp: Path) -> None:  # noqa: F811
+def test_the_plugin_process_publishes_what_each_release_serves(release: str, gate: str, short_tmp: Path) -> None:
     """``vgpukit k8s dra-plugin`` (``--partitionable auto``) against each release as installed (the gate as
     the release has it: off in 1.34 and 1.35) and with the gate on: partitionable devices where the gate
     is on, the static view elsewhere; not one write refused."""
@@ -132,7 +132,7 @@ def test_a_provider_version_and_a_later_release_follow_the_known_rules() -> None
     assert [cluster.for_version(v).partitionable for v in RELEASES] == [False, False, True, True]
 
 
-def test_a_provider_api_server_is_read_by_its_minor(short_tmp: Path) -> None:  # noqa: F811
+def test_a_provider_api_server_is_read_by_its_minor(short_tmp: Path) -> None:
     api = ApiServer(NODE, "1.36", git_version="v1.36.4-gke.1200")
     try:
         client = resource_api(str(api.kubeconfig(short_tmp / "kubeconfig")))
@@ -157,7 +157,7 @@ def _parts(n: int) -> dict[str, dict[str, Any]]:
 
 
 @pytest.mark.parametrize("release", ["1.34", "1.37"])
-def test_limits_split_slices_stably_and_every_change_moves_the_whole_pool(release: str, short_tmp: Path) -> None:  # noqa: F811
+def test_limits_split_slices_stably_and_every_change_moves_the_whole_pool(release: str, short_tmp: Path) -> None:
     """20 counter sets: counter slices of 8, 8 and 4 (1.35+); a part of 150 devices: 64, 64 and 22 (1.35+;
     1.34 keeps what one slice holds, 128); every slice, counter-only ones included, at the pool's generation
     and in its count; the same devices again change nothing; one GPU fewer: every slice rewritten."""
@@ -189,7 +189,7 @@ def test_limits_split_slices_stably_and_every_change_moves_the_whole_pool(releas
         api.close()
 
 
-def test_a_device_over_a_limit_is_left_out_with_a_warning(short_tmp: Path, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
+def test_a_device_over_a_limit_is_left_out_with_a_warning(short_tmp: Path, caplog: pytest.LogCaptureFixture) -> None:
     api = ApiServer(NODE, "1.37")
     try:
         pub = Publisher(resource_api(str(api.kubeconfig(short_tmp / "kubeconfig"))), NODE)
@@ -208,7 +208,7 @@ def test_a_device_over_a_limit_is_left_out_with_a_warning(short_tmp: Path, caplo
 
 
 def test_a_refused_write_is_logged_as_a_bug_and_the_next_poll_reads_the_server_again(
-    short_tmp: Path,  # noqa: F811
+    short_tmp: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The API server upgraded from 1.34 to 1.35 under a running plugin: the combined slices it knew are
@@ -240,7 +240,7 @@ def test_a_refused_write_is_logged_as_a_bug_and_the_next_poll_reads_the_server_a
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_k8s_resources_shows_exactly_what_the_plugin_publishes(release: str, short_tmp: Path) -> None:  # noqa: F811
+def test_k8s_resources_shows_exactly_what_the_plugin_publishes(release: str, short_tmp: Path) -> None:
     api = ApiServer(NODE, release)
     try:
         sim = h100_host(short_tmp / "h")
@@ -258,7 +258,7 @@ def test_k8s_resources_shows_exactly_what_the_plugin_publishes(release: str, sho
         api.close()
 
 
-def test_the_pool_layout_names_slices_by_their_part(short_tmp: Path) -> None:  # noqa: F811
+def test_the_pool_layout_names_slices_by_their_part(short_tmp: Path) -> None:
     server = cluster.for_version("1.37", True)
     out, warnings = pool.layout(NODE, [], _parts(2), server)
     assert list(out) == [

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import invoke, make_sim
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.test_dra_ondemand import OnDemandNode, gathered, publish
-from tests.k8s.test_dra_plugin import NODE, Node, claim, short_tmp  # noqa: F401 (fixture)
+from tests.k8s.test_dra_plugin import NODE, Node, claim
 from vgpukit.k8s.drahealth_v1 import api_pb2 as hl
 
 TAINT = [{"key": "gpu.vgpukit.io/unhealthy", "value": "unusable", "effect": "NoExecute"}]
@@ -43,7 +43,7 @@ def _noexecute(node: Node) -> None:
 
 
 def test_a_restarted_plugin_keeps_the_pool_and_taints_the_claimed_slice_of_a_lost_mig_gpu(
-    short_tmp: Path,  # noqa: F811
+    short_tmp: Path,
     api: ApiServer,
 ) -> None:
     """hgx-a100, gpu1 in MIG mode with a 3g.20gb slice a claim holds, falls off the bus; the plugin restarts:
@@ -80,10 +80,9 @@ def test_a_restarted_plugin_keeps_the_pool_and_taints_the_claimed_slice_of_a_los
         assert not any(d.get("taints") for n, d in devices.items() if n != mig)
         lines = [r.getMessage() for r in seen if r.levelno >= logging.WARNING or "0000:04:00.0" in r.getMessage()]
         assert len(lines) == len(set(lines)), lines  # each note or failure of the lost GPU once, not at every poll
-        assert [line for line in lines if "0000:04:00.0" in line] == [  # a note (the lost GPU's), not a warning
-            "0000:04:00.0 (NVIDIA A100-SXM4-40GB): the GPU is lost (NVML cannot answer for it): no MIG slices offered"
-            " (see: vgpukit health 0000:04:00.0)"
-        ], lines
+        (said,) = [line for line in lines if "0000:04:00.0" in line]  # what an operator reads of gpu1: lost
+        assert "the GPU is lost" in said and "see: vgpukit health 0000:04:00.0" in said, said
+        assert not any(r.levelno >= logging.WARNING for r in seen if "0000:04:00.0" in r.getMessage())  # a note
         view = invoke(sim, "k8s", "resources", "--kubernetes", "1.37", "--node", NODE, "--json")
         assert view.exit_code == 6, view.stderr  # everything else shown, the lost GPU named: not exit 1
         shown = {d["name"]: d for s in _json(view.stdout)["resourceSlices"] for d in s["spec"].get("devices") or []}
@@ -95,7 +94,7 @@ def test_a_restarted_plugin_keeps_the_pool_and_taints_the_claimed_slice_of_a_los
         node.close()
 
 
-def test_a_running_plugin_keeps_a_lost_gpus_attributes_and_capacities(short_tmp: Path, api: ApiServer) -> None:  # noqa: F811
+def test_a_running_plugin_keeps_a_lost_gpus_attributes_and_capacities(short_tmp: Path, api: ApiServer) -> None:
     """A GPU that falls off the bus while the plugin runs is published as it was, with the taint: NVML's facts
     of it (UUID, product, memory, SMs) are the last it gave, not dropped (a thinned device matches no
     selector on them)."""
@@ -114,7 +113,7 @@ def test_a_running_plugin_keeps_a_lost_gpus_attributes_and_capacities(short_tmp:
         node.close()
 
 
-def test_a_restarted_plugin_taints_a_lost_hopper_gpus_claimed_slice(short_tmp: Path, api: ApiServer) -> None:  # noqa: F811
+def test_a_restarted_plugin_taints_a_lost_hopper_gpus_claimed_slice(short_tmp: Path, api: ApiServer) -> None:
     """hgx-h100: a 3g.40gb slice made on demand for a claim on gpu0 (MIG mode turned on for it); gpu0 falls
     off the bus and the plugin restarts: the claim's slice is published with the taint (from its made
     record), every other GPU whole and in slices as before."""

@@ -15,7 +15,7 @@ from tests.conftest import invoke, make_sim, sim_host
 from tests.k8s import virtlauncher
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.test_dra_crash import Plugin
-from tests.k8s.test_dra_plugin import NODE, Node, _ok, api, claim, opener, short_tmp, unusable  # noqa: F401
+from tests.k8s.test_dra_plugin import NODE, Node, _ok, api, claim, opener, unusable  # noqa: F401
 from vgpukit.k8s.dra import metadata
 from vgpukit.k8s.dra.devices import DRIVER, dra_devices
 from vgpukit.k8s.dra.server import Driver, plugin_socket, registry_socket
@@ -152,7 +152,7 @@ def test_slices_publish_the_standard_attributes(tmp_path: Path) -> None:
 @pytest.mark.parametrize("verb", ["prepare", "unprepare"])
 def test_a_kill_at_every_change_leaves_metadata_all_or_nothing(
     verb: str,
-    short_tmp: Path,  # noqa: F811
+    short_tmp: Path,
     api: ApiServer,  # noqa: F811
 ) -> None:
     pristine = hgx(short_tmp / "p")

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import invoke, make_sim
 from tests.k8s.apiserver import ApiServer
-from tests.k8s.test_dra_plugin import NODE, Node, claim, opener, short_tmp, unusable  # noqa: F401 (fixture)
+from tests.k8s.test_dra_plugin import NODE, Node, claim, opener, unusable
 from vgpukit.k8s.dra.api import ClaimReader, resource_api
 from vgpukit.k8s.dra.server import Driver, Plugin
 from vgpukit.k8s.dra.slices import Publisher, slice_name
@@ -88,7 +88,7 @@ def api() -> Iterator[ApiServer]:
 
 
 @pytest.fixture
-def node(short_tmp: Path, api: ApiServer) -> Iterator[OnDemandNode]:  # noqa: F811
+def node(short_tmp: Path, api: ApiServer) -> Iterator[OnDemandNode]:
     n = OnDemandNode(mig_host(short_tmp / "h"), api)
     yield n
     n.close()
@@ -111,7 +111,7 @@ def gathered(slices: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any
 
 @pytest.mark.parametrize("release", ["1.34", "1.37"])
 def test_a_mig_gpu_is_published_with_its_counters_and_every_placement_it_could_still_hold(
-    short_tmp: Path,  # noqa: F811
+    short_tmp: Path,
     release: str,
 ) -> None:
     api = ApiServer(NODE, release)
@@ -220,7 +220,7 @@ def test_unprepare_of_a_slice_in_use_is_refused_and_destroys_nothing(node: OnDem
 
 
 def test_without_the_feature_gate_the_static_view_is_published(
-    short_tmp: Path,  # noqa: F811
+    short_tmp: Path,
     api: ApiServer,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -301,7 +301,7 @@ def _kubelet(sim: Path) -> Any:
 
 
 @pytest.mark.parametrize("crash_at", [1, 2])  # killed before creating the GPU instance / its compute instance
-def test_kill_9_mid_prepare_leaks_no_slice(short_tmp: Path, api: ApiServer, crash_at: int) -> None:  # noqa: F811
+def test_kill_9_mid_prepare_leaks_no_slice(short_tmp: Path, api: ApiServer, crash_at: int) -> None:
     import grpc
 
     from tests.engine.helpers import journal_left, vgpukit
@@ -364,7 +364,7 @@ def test_a_slice_made_before_the_claim_was_recorded_is_kept_or_destroyed(node: O
 
 
 def test_a_1_35_server_with_the_gate_on_gets_counter_sets_in_slices_of_their_own(
-    short_tmp: Path,  # noqa: F811
+    short_tmp: Path,
 ) -> None:
     """1.35 refuses counters beside devices: the plugin, knowing the release before it writes, publishes
     its layout (it used to write 1.34's, be refused, and fall back to the static view)."""

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import invoke, make_sim
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.test_dra_ondemand import OnDemandNode, gathered, publish
-from tests.k8s.test_dra_plugin import NODE, claim, short_tmp  # noqa: F401 (fixture)
+from tests.k8s.test_dra_plugin import NODE, claim
 from vgpukit.k8s.dra.slices import slice_name
 
 T4 = "gpu-0000-3b-00-0"
@@ -32,7 +32,7 @@ def mdevs(node: OnDemandNode) -> list[str]:
 
 
 def test_a_legacy_vgpu_is_published_created_at_prepare_and_removed_at_unprepare(
-    short_tmp: Path,  # noqa: F811
+    short_tmp: Path,
     api: ApiServer,
 ) -> None:
     sim = make_sim(short_tmp / "t", "t4-mdev")
@@ -76,7 +76,7 @@ def test_a_legacy_vgpu_is_published_created_at_prepare_and_removed_at_unprepare(
         node.close()
 
 
-def test_vendor_vfio_vgpus_are_not_made_on_demand(short_tmp: Path, api: ApiServer) -> None:  # noqa: F811
+def test_vendor_vfio_vgpus_are_not_made_on_demand(short_tmp: Path, api: ApiServer) -> None:
     node = OnDemandNode(make_sim(short_tmp / "h", "h100-vgpu"), api)
     try:
         assert not any(name.endswith("-vgpu") for name in publish(node, api))  # no CDI entry for such a VF
@@ -136,7 +136,7 @@ def test_existing_and_on_demand_vgpus_have_one_vocabulary_on_every_profile(tmp_p
 
 
 def test_on_demand_vgpus_are_offered_only_where_the_host_can_still_make_them(
-    short_tmp: Path,  # noqa: F811
+    short_tmp: Path,
     api: ApiServer,
 ) -> None:
     """Once a GPU holds a vGPU of one type the legacy driver makes no other type on it (0 available): its

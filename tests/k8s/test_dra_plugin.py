@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,13 +90,6 @@ class Node:
     def close(self) -> None:
         self.kubelet.close()
         self.plugin.close()
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    """Unix socket paths are limited to 107 bytes: a short directory of our own."""
-    with tempfile.TemporaryDirectory(prefix="dra", dir="/dev/shm") as d:
-        yield Path(d)
 
 
 @pytest.fixture

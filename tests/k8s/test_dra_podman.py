@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any
 import pytest
 
 from tests import containers
-from tests.conftest import invoke
+from tests.conftest import invoke, short_dir
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.test_dra_ondemand import OnDemandNode
 from tests.k8s.test_dra_plugin import NODE, Node, claim
@@ -137,7 +136,7 @@ ROWS = [
 @pytest.fixture(scope="module")
 def rootfs() -> Iterator[tuple[Path, Path]]:
     containers.need_tools()
-    with tempfile.TemporaryDirectory(prefix="drap", dir="/dev/shm") as d:  # short: Unix socket paths
+    with short_dir("drap") as d:
         base = Path(d)
         yield base, containers.busybox_rootfs(base)
 

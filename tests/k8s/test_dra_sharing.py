@@ -17,7 +17,7 @@ from jsonschema import Draft202012Validator
 
 from tests.conftest import make_sim
 from tests.k8s.apiserver import ApiServer
-from tests.k8s.test_dra_plugin import Node, _ok, api, claim, hgx, short_tmp  # noqa: F401 (fixtures)
+from tests.k8s.test_dra_plugin import Node, _ok, api, claim, hgx  # noqa: F401 (fixtures)
 from tests.qos.conftest import DaemonProc
 from vgpukit.errors import InvalidInput
 from vgpukit.k8s.dra import mps

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import invoke, make_sim
+from tests.conftest import invoke, make_sim, short_dir
 from tests.k8s.apiserver import SLICES, ApiServer
 from tests.k8s.test_dra_plugin import NODE, opener, unusable
 from vgpukit.errors import VgpukitError
@@ -113,12 +113,11 @@ def test_a_stale_slice_of_this_driver_and_node_is_deleted(tmp_path: Path, api: A
 
 
 def test_the_running_plugin_publishes_its_slice(tmp_path: Path, api: ApiServer) -> None:
-    import tempfile
 
     from tests.conftest import sim_host
     from vgpukit.k8s.dra.server import Plugin
 
-    with tempfile.TemporaryDirectory(prefix="dra", dir="/dev/shm") as d:
+    with short_dir("dra") as d:
         _sim, driver, pub = setup(Path(d), api)
         plugin = Plugin(sim_host(_sim), driver, interval=0.1, publisher=pub).start()
         try:
@@ -174,13 +173,12 @@ def test_a_cluster_without_device_taints_gets_unusable_devices_left_out(tmp_path
     """The gate off: the API server drops the taints, so a tainted device would look usable; the running
     plugin (auto) finds that out by its dry run before the first write and leaves unusable devices out
     instead (no tainted device is ever written)."""
-    import tempfile
 
     from tests.conftest import sim_host
     from vgpukit.k8s.dra.server import Plugin
 
     api.device_taints = False
-    with tempfile.TemporaryDirectory(prefix="dra", dir="/dev/shm") as d:
+    with short_dir("dra") as d:
         sim, driver, pub = setup(Path(d), api)
         driver.taints, driver.taints_ok = "auto", True
         plugin = Plugin(sim_host(sim), driver, interval=0.1, publisher=pub).start()
@@ -197,12 +195,11 @@ def test_a_cluster_without_device_taints_gets_unusable_devices_left_out(tmp_path
 def test_an_unexpected_error_does_not_end_publishing(tmp_path: Path, api: ApiServer) -> None:
     """The publisher thread logs any failure and tries again at the next poll (it caught vgpukit's
     errors only: anything else ended it silently and the slice went stale)."""
-    import tempfile
 
     from tests.conftest import sim_host
     from vgpukit.k8s.dra.server import Plugin
 
-    with tempfile.TemporaryDirectory(prefix="dra", dir="/dev/shm") as d:
+    with short_dir("dra") as d:
         sim, driver, pub = setup(Path(d), api)
         real, calls = driver.publication, []
 

@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import make_sim
 from tests.engine.storage_matrix import state
 from tests.k8s.apiserver import ApiServer
-from tests.k8s.test_dra_plugin import Node, _ok, api, claim, short_tmp  # noqa: F401 (fixtures)
+from tests.k8s.test_dra_plugin import Node, _ok, api, claim  # noqa: F401 (fixtures)
 from vgpukit.sim import storage
 from vgpukit.sriov.binding import current_driver
 

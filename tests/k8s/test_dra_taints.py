@@ -10,12 +10,12 @@ import pytest
 from tests.conftest import invoke
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.test_dra_capacity import SharedNode, shared_host
-from tests.k8s.test_dra_plugin import NODE, _ok, api, short_tmp  # noqa: F401 (fixtures)
+from tests.k8s.test_dra_plugin import NODE, _ok, api  # noqa: F401 (fixtures)
 from vgpukit.k8s.dra.devices import DRIVER
 
 
 def test_an_unusable_device_and_its_shared_form_are_tainted_with_the_effect_asked(
-    short_tmp: Path,  # noqa: F811
+    short_tmp: Path,
     api: ApiServer,  # noqa: F811
 ) -> None:
     node = SharedNode(shared_host(short_tmp / "h"), api)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.conftest import invoke, make_sim
 from tests.k8s.apiserver import ApiServer
-from tests.k8s.test_dra_plugin import Node, api, claim, short_tmp  # noqa: F401 (fixtures)
+from tests.k8s.test_dra_plugin import Node, api, claim  # noqa: F401 (fixtures)
 
 
 def _ok(sim: Path, *args: str) -> None:
@@ -23,7 +23,7 @@ def _partition_says(sim: Path, gpu: str) -> str:
 
 
 def test_a_device_on_an_unusable_gpu_is_refused_at_prepare_as_partition_refuses_it(
-    short_tmp: Path,  # noqa: F811
+    short_tmp: Path,
     api: ApiServer,  # noqa: F811
 ) -> None:
     sim = make_sim(short_tmp / "h", "hgx-a100")

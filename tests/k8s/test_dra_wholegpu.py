@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import invoke, make_sim
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.test_dra_ondemand import OnDemandNode, gathered, layout, publish
-from tests.k8s.test_dra_plugin import NODE, claim, short_tmp  # noqa: F401 (fixture)
+from tests.k8s.test_dra_plugin import NODE, claim
 from vgpukit.k8s.dra.slices import slice_name
 from vgpukit.sim.nvml import SimNvml
 
@@ -42,7 +42,7 @@ def api() -> Iterator[ApiServer]:
 
 
 @pytest.fixture
-def node(short_tmp: Path, api: ApiServer) -> Iterator[OnDemandNode]:  # noqa: F811
+def node(short_tmp: Path, api: ApiServer) -> Iterator[OnDemandNode]:
     n = OnDemandNode(make_sim(short_tmp / "h", "hgx-h100"), api)
     yield n
     n.close()
@@ -160,7 +160,7 @@ def test_a_held_gpu_keeps_mig_mode_until_the_whole_gpu_is_claimed(
 
 
 def test_an_ampere_gpu_offers_what_its_mode_allows_and_says_why_once(
-    short_tmp: Path,  # noqa: F811
+    short_tmp: Path,
     api: ApiServer,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -180,7 +180,7 @@ def test_an_ampere_gpu_offers_what_its_mode_allows_and_says_why_once(
         node.close()
 
 
-def test_the_mig_planner_refuses_to_turn_mig_on_where_it_needs_a_reset(short_tmp: Path) -> None:  # noqa: F811
+def test_the_mig_planner_refuses_to_turn_mig_on_where_it_needs_a_reset(short_tmp: Path) -> None:
     from vgpukit.errors import Conflict
     from vgpukit.mig import layout as mig_layout
 
@@ -198,7 +198,7 @@ def test_the_mig_planner_refuses_to_turn_mig_on_where_it_needs_a_reset(short_tmp
 
 @pytest.mark.parametrize(("profile", "immediate"), [("hgx-h100", True), ("h100-vgpu", True), ("hgx-a100", False)])
 def test_the_simulated_driver_changes_mig_mode_as_its_model_does(
-    short_tmp: Path,  # noqa: F811
+    short_tmp: Path,
     profile: str,
     immediate: bool,
 ) -> None:

@@ -6,8 +6,6 @@ sets, tainted and shared devices); a body the models would not take goes through
 from __future__ import annotations
 
 import json
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +15,6 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.conftest import invoke, make_sim
 from vgpukit.k8s.dra import wire
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    """Unix socket paths are limited to 107 bytes: a short directory of our own."""
-    with tempfile.TemporaryDirectory(prefix="wire", dir="/dev/shm") as d:
-        yield Path(d)
-
 
 LIBRARY = "usr/lib/vgpukit/libvgpukit-cuda.so"
 SENT: list[tuple[str, str, dict[str, str], bytes]] = []

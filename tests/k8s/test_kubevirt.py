@@ -4,9 +4,7 @@ Allocate answer (through the stand-in, tests/k8s/virtlauncher.py), naming, IOMMU
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,12 +25,6 @@ GPU_RES = "vgpukit.io/vm-pci-10de-20b0"
 def _ok(sim: Path, *args: str) -> None:
     r = invoke(sim, *args)
     assert r.exit_code == 0, r.stderr
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="kv", dir="/dev/shm") as d:
-        yield Path(d)
 
 
 def hgx(path: Path) -> Path:

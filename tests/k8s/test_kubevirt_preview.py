@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.conftest import invoke, make_sim
 from tests.core.test_json_schemas import validator
-from tests.k8s.test_kubevirt import GPU_RES, VF_RES, Running, hgx, short_tmp  # noqa: F401 (fixture)
+from tests.k8s.test_kubevirt import GPU_RES, VF_RES, Running, hgx
 
 NIC1 = "0000:25:00.0"
 
@@ -38,7 +38,7 @@ def test_a_pf_with_vfs_enabled_is_not_offered_and_bind_warns(tmp_path: Path) -> 
     assert NIC1 in {d["id"] for devs in doc["resources"].values() for d in devs} and not doc["warnings"]
 
 
-def test_nvidia_naming_without_pci_ids_warns(short_tmp: Path) -> None:  # noqa: F811
+def test_nvidia_naming_without_pci_ids_warns(short_tmp: Path) -> None:
     sim = hgx(short_tmp / "h")
     doc = _json(sim, "k8s", "resources", "--kubevirt", "--kubevirt-naming", "nvidia")
     assert "nvidia.com/20b0" in doc["resources"]
@@ -67,7 +67,7 @@ def test_resources_show_the_health_the_plugin_lists(tmp_path: Path) -> None:
     assert {d["health"] for d in doc["resources"]["vgpukit.io/vgpu-t4-4q"]} == {"Unhealthy"}
 
 
-def test_allocate_shows_the_answer_the_running_plugin_gives(short_tmp: Path) -> None:  # noqa: F811
+def test_allocate_shows_the_answer_the_running_plugin_gives(short_tmp: Path) -> None:
     sim = hgx(short_tmp / "h")
     r = Running(sim)
     try:

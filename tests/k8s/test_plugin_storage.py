@@ -4,9 +4,7 @@ that goes bad still turns Unhealthy within a poll; the health record is kept in 
 from __future__ import annotations
 
 import logging
-import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,12 +18,6 @@ from vgpukit.stopping import Stop
 from vgpukit.wiring import Wiring
 
 VF_RES = "vgpukit.io/vm-pci-15b3-101c"
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="kv", dir="/dev/shm") as d:
-        yield Path(d)
 
 
 @pytest.mark.parametrize("error", ["EROFS", "ENOSPC"])

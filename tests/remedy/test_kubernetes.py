@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import invoke, make_sim, sim_host
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.kubelet import Kubelet
-from tests.k8s.test_device_plugin import MIG_3G, hgx, poller, short_tmp  # noqa: F401 (fixture)
+from tests.k8s.test_device_plugin import MIG_3G, hgx, poller
 from tests.k8s.test_dra_plugin import NODE, opener
 from vgpukit.clikit.context import App
 from vgpukit.k8s.agent import Agent, ApplyRunner, RemedyRunner, kube_api
@@ -43,7 +43,7 @@ def app(sim: Path) -> App:
     return App(sim_dir=sim, wiring=Wiring())
 
 
-def test_the_device_plugin_lists_a_quarantined_device_unhealthy(short_tmp: Path) -> None:  # noqa: F811
+def test_the_device_plugin_lists_a_quarantined_device_unhealthy(short_tmp: Path) -> None:
     sim = hgx(short_tmp / "h")
     host = sim_host(sim)
     kubelet = Kubelet(plugin_dir(host)).start()

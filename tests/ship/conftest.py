@@ -8,6 +8,7 @@ where they fail: scripts/setup.sh installs what they need.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -135,12 +136,16 @@ def _root_is_a_mount() -> bool:
         return any(line.split()[4] == "/" for line in f if len(line.split()) > 4)
 
 
+_REROOTS: list[str] = []
+
+
 def _podman() -> list[str]:
     """podman as the project runs it; in a chroot (/ not a mount point: the fresh-machine check) in its
     own mount namespace whose / is a recursive bind of this one, as tests/attach/test_podman.py does."""
     cmd = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
     if os.environ.get("VGPUKIT_TEST_PODMAN_REROOT") == "1" or not _root_is_a_mount():
         top = tempfile.mkdtemp(prefix="vgpukit-reroot.")
+        _REROOTS.append(top)  # an empty mount point in this namespace: removed at the session's end
         return ["unshare", "--mount", "--propagation", "unchanged", "sh", "-c",
                 'mount --rbind / "$0" && exec chroot "$0" "$@"', top, *cmd]  # fmt: skip
     return cmd
@@ -224,6 +229,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         job.cancel()
     if out is not None and all(j.done() for j in jobs.values()):
         shutil.rmtree(out, ignore_errors=True)
+    for top in _REROOTS:
+        with contextlib.suppress(OSError):
+            os.rmdir(top)
 
 
 @pytest.fixture(scope="session")

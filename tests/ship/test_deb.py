@@ -5,8 +5,10 @@ it was; lintian shows only the tags docs/install.md explains."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -27,7 +29,13 @@ EXPLAINED = {"embedded-library", "unusual-interpreter"}
 
 
 def _lintian(deb: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["lintian", "--no-tag-display-limit", str(deb)], capture_output=True, text=True)
+    with tempfile.TemporaryDirectory(prefix="vgpukit-lintian-") as tmp:  # it leaves an mldbm-elf-* file there
+        return subprocess.run(
+            ["lintian", "--no-tag-display-limit", str(deb)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "TMPDIR": tmp},
+        )
 
 
 @pytest.fixture(scope="module", autouse=True)

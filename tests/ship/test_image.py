@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import invoke, make_sim, sim_host
+from tests.conftest import invoke, make_sim, short_dir, sim_host
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.kubelet import Kubelet
 
@@ -39,9 +38,8 @@ configs:
 
 @pytest.fixture
 def short() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="vk", dir="/dev/shm"))  # unix socket paths stay short
-    yield d
-    subprocess.run(["rm", "-rf", str(d)], check=False)
+    with short_dir("vk") as d:  # unix socket paths stay short
+        yield d
 
 
 def _run(image: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from tests.conftest import invoke, make_sim
 from tests.watch.helpers import app_of, read_all
 from vgpukit.clikit.watch import opener
+from vgpukit.holders import Holder, OpenFiles
 from vgpukit.node import views as node_views
 from vgpukit.node.inventory import Inventory, Options, collect
 from vgpukit.node.views import inventory_views
@@ -165,3 +166,26 @@ def test_the_watch_follows_a_bind_without_collecting_everything(
     finally:
         watch.close()
         app.close()
+
+
+def test_a_refresh_scans_proc_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Who holds the devices is read once per refresh, by the ``held`` view: the inventory reads none
+    (three scans of /proc per change before, each over every process of the host)."""
+    scans: list[int] = []
+    real = OpenFiles._scan
+
+    def counted(self: OpenFiles) -> dict[str, list[Holder]]:
+        scans.append(1)
+        return real(self)
+
+    monkeypatch.setattr(OpenFiles, "_scan", counted)
+    sim = make_sim(tmp_path / "h")
+    assert invoke(sim, "sriov", "enable", "nic3", "--vfs", "4", "--driver", "vfio-pci").exit_code == 0
+    model, reader = started(sim)
+    assert model.get("held") == fresh(sim)
+    for args in [("bind", "0000:a5:00.2", "--restore"), ("sim", "hold", "0000:a5:00.3"), ("unbind", "0000:a5:00.4")]:
+        assert invoke(sim, *args).exit_code == 0, args
+        scans.clear()
+        follow(model, reader)
+        assert model.get("held") is not None and len(scans) == 1, (args, len(scans))
+        assert model.get("held") == fresh(sim), args

@@ -160,12 +160,14 @@ def collect(
     scan: Scan | None = None,
     only: Collection[str] | None = None,
     read: Collection[str] | None = None,
+    holders: bool = True,
 ) -> Inventory:
     """Every device the node offers, by resource (one read of sysfs, /proc and NVML; ``scan``: the
     caller's PCI snapshot, whose reads are not made again). ``only``: the PCI functions (BDFs) to read,
     with their PFs (None: all): the same rules over fewer functions, for a caller that needs a few
     (a DRA claim's prepare); GPUs, MIG devices and mdevs are read as always. ``read``: the whole bus
-    known, but the functions' own devices (VFs of a pool) read for these only (:mod:`.update`)."""
+    known, but the functions' own devices (VFs of a pool) read for these only (:mod:`.update`).
+    ``holders=False``: ``held_by`` not read (a watch's ``held`` view reads it, once per refresh)."""
     inv = Inventory()
     scan = scan or Scan(host)
     if only is None:
@@ -192,7 +194,7 @@ def collect(
     for devices in inv.resources.values():
         devices.sort(key=lambda d: d.id)
     inv.options = options
-    return with_holders(host, inv)
+    return with_holders(host, inv) if holders else inv
 
 
 def with_holders(host: Host, inv: Inventory) -> Inventory:

@@ -70,15 +70,16 @@ def update(
     scan: Scan,
     named: Iterable[str] = (),
     groups: Iterable[str] = (),
+    holders: bool = True,
 ) -> Inventory | None:
     """``last`` with every device read again over ``scan`` but the own devices of functions that did not
     change (``named``: the functions a change named; ``groups``: VFIO groups whose node came or went);
-    None when the options changed (collect everything then)."""
+    None when the options changed (collect everything then). ``holders``: as :func:`.inventory.collect`'s."""
     if last.options is None or last.options != options:
         return None
     pci = {d.bdf: d for d in scan.devices()}
     scope = (changed_functions(last, pci, named, groups) | _gpu_side(pci | last.pci)) & (pci.keys() | last.pci.keys())
-    fresh = collect(host, nvml, options, scan, read=scope & pci.keys())
+    fresh = collect(host, nvml, options, scan, read=scope & pci.keys(), holders=False)
     resources: dict[str, list[Device]] = {}
     for name, devices in last.resources.items():  # the own devices of functions that did not change
         kept = [d for d in devices if _own(d) and d.id not in scope]
@@ -99,4 +100,4 @@ def update(
         fresh.unread,
         options=options,
     )
-    return with_holders(host, inv)
+    return with_holders(host, inv) if holders else inv

@@ -5,8 +5,8 @@ plugin and the exporter:
   are read again, the rest kept), recomputed when PCI functions, vgpukit's files or NVML change: the own devices
   (VFs of a pool) of the functions that did not change are kept, the rest read again
   (:func:`.update.update`); a full re-read or a configuration file of vgpukit's collects everything;
-* ``held``: the same devices with who holds them (one ``/proc`` scan), read again when a VFIO node is
-  opened or closed too.
+* ``held``: the same devices with who holds them (the refresh's one ``/proc`` scan: ``inventory`` reads
+  none), read again when a VFIO node is opened or closed too.
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ def inventory_views(options: Callable[[Host], Options]) -> dict[str, View]:
     def inventory(r: Refresh) -> Inventory:
         opts, last = options(r.host), r.value("inventory")
         if last is not None and not r.touch.full and not r.touch.settings:  # no full re-read, no settings
-            kept = update(last, r.host, r.nvml, opts, r.scan, r.touch.bdfs | r.touch.added, r.touch.groups)
+            named = r.touch.bdfs | r.touch.added
+            kept = update(last, r.host, r.nvml, opts, r.scan, named, r.touch.groups, holders=False)
             if kept is not None:
                 return kept
-        return collect(r.host, r.nvml, opts, scan=r.scan)
+        return collect(r.host, r.nvml, opts, scan=r.scan, holders=False)  # ``held`` reads who holds them
 
     return {"inventory": view(inventory, *DEVICES), "held": held_view()}

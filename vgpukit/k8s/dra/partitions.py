@@ -43,6 +43,7 @@ from ...mig import layout, planner
 from ...node.dra_names import device_name
 from ...node.inventory import Device
 from ...nvml import GiProfile, Nvml, NvmlGpu
+from ...nvml.errors import NvmlGpuLost
 from ...pci import PciDevice
 from . import ondemand_vgpu, slices
 from .attributes import standard
@@ -208,15 +209,18 @@ def publication(
             parts[device_name("gpu", gpu.bdf)] = gpu_slice(nvml, gpu, made, pci.get(gpu.bdf), whole)
         except VgpukitError as err:  # a GPU that stopped answering: its last part is kept (.lost)
             out.unread.add(gpu.bdf)
-            if gpu.lost:  # a note, as for a lost GPU out of MIG mode: the health layer's line says it failed
-                out.notes[gpu.bdf] = _lost(gpu)
+            if gpu.lost or isinstance(err, NvmlGpuLost):  # a note, as out of MIG mode: the not-read line says it
+                out.notes[gpu.bdf] = _lost(gpu, in_mig_mode=True)
             else:
                 out.warnings[gpu.bdf] = f"{gpu.bdf}: MIG slices not read: {err}"
     return out
 
 
-def _lost(gpu: NvmlGpu) -> str:
-    """Why a lost GPU offers no MIG slices: NVML cannot answer for it (its MIG mode is not known, not off)."""
+def _lost(gpu: NvmlGpu, in_mig_mode: bool = False) -> str:
+    """Why a lost GPU offers no new MIG slices: NVML cannot answer for it (its MIG mode is not known, not
+    off). One lost while in MIG mode keeps what it published, tainted, where the cluster has device taints."""
     named = f" ({gpu.name})" if gpu.name else ""
     why = "the GPU is lost (NVML cannot answer for it): no MIG slices offered"
+    if in_mig_mode:
+        why += " (those published before stay, tainted, where the cluster has device taints)"
     return f"{gpu.bdf}{named}: {why} (see: vgpukit health {gpu.bdf})"
