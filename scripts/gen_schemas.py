@@ -46,13 +46,17 @@ DECLARED: dict[str, tuple[str, str, dict[str, str]]] = {
 }
 
 
+# a declaration that is another shipped schema's, referred to (relative to the $id) rather than copied
+REFER: dict[str, dict[str, str]] = {"host.json": {"QosDoc": "qos/config.json"}}
+
+
 def generated() -> dict[str, str]:
     """Each declared schema file's text, as it ships."""
     from vgpukit.declared import schema
 
     out = {}
     for name, (module, typ, head) in DECLARED.items():
-        doc: dict[str, Any] = schema(getattr(importlib.import_module(module), typ), **head)
+        doc: dict[str, Any] = schema(getattr(importlib.import_module(module), typ), refer=REFER.get(name), **head)
         out[name] = json.dumps(doc, indent=2) + "\n"
     return out
 

@@ -25,7 +25,7 @@ import msgspec.inspect as mi
 
 from .errors import InvalidInput
 from .inputs import SI_UNIT, at, parse_k8s_quantity, parse_size
-from .words import plural
+from .words import bytes_text
 
 T = TypeVar("T")
 _MSG = re.compile(r"(?P<what>.*?)(?: - at `(?P<path>[^`]*)`(?: in `(?P<outer>[^`]*)`)?)?\Z", re.DOTALL)
@@ -78,24 +78,20 @@ def size_refused(text: str, form: str, *, lo: int, hi: int, k8s: bool = False) -
             )
         return f"expected {form}"
     if value < lo:
-        return f"expected a size >= {plural(lo, 'byte')}"
+        return f"expected a size >= {bytes_text(lo)}"
     if value > hi:
         return f"expected a size <= {bytes_text(hi)}"
     return None
 
 
-def bytes_text(n: int) -> str:
-    """``n`` bytes in the largest binary unit that divides it (``1 PiB``, ``1536 MiB``, ``7 bytes``)."""
-    for shift, unit in ((50, "PiB"), (40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")):
-        if n and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return plural(n, "byte")
-
-
-def schema(typ: Any, **head: Any) -> dict[str, Any]:
+def schema(typ: Any, *, refer: dict[str, str] | None = None, **head: Any) -> dict[str, Any]:
     """The JSON Schema (2020-12) of ``typ``, its definitions under ``$defs`` (a top-level struct inlined);
-    ``head`` (``$id``, ``title``, ``description``) comes first and wins over the struct's own."""
+    ``head`` (``$id``, ``title``, ``description``) comes first and wins over the struct's own. ``refer``:
+    definitions that are another shipped schema (struct name -> its reference, ``qos/config.json``), referred
+    to instead of copied (the definitions only they use left out)."""
     (body,), defs = msgspec.json.schema_components([typ], ref_template="#/$defs/{name}")
+    if refer:
+        body, defs = _referred(body, defs, refer)
     for d in defs.values():  # a docstring's line breaks and indentation are not the description's
         if "description" in d:
             d["description"] = " ".join(d["description"].split())
@@ -106,6 +102,25 @@ def schema(typ: Any, **head: Any) -> dict[str, Any]:
     out = {"$schema": "https://json-schema.org/draft/2020-12/schema", **head}
     out.update((k, v) for k, v in body.items() if k not in head)
     return {**out, "$defs": defs} if defs else out
+
+
+def _referred(
+    body: dict[str, Any], defs: dict[str, Any], refer: dict[str, str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``body`` and ``defs`` with each definition named in ``refer`` replaced by its reference, and the
+    definitions no longer reachable from ``body`` dropped."""
+    text = json.dumps([body, {k: v for k, v in defs.items() if k not in refer}])
+    for name, ref in refer.items():
+        text = text.replace(json.dumps(f"#/$defs/{name}"), json.dumps(ref))
+    body, left = json.loads(text)
+    used: set[str] = set()
+    todo = [json.dumps(body)]
+    while todo:
+        for name in re.findall(r'"#/\$defs/([^"]+)"', todo.pop()):
+            if name not in used and name in left:
+                used.add(name)
+                todo.append(json.dumps(left[name]))
+    return body, {k: v for k, v in left.items() if k in used}
 
 
 def _explain(doc: Any, typ: Any, raw: str) -> tuple[tuple[Any, ...], str, tuple[Any, ...]]:
@@ -234,6 +249,8 @@ def _message(what: str, info: Any, described: str | None = None) -> str:
         return "expected one of " + ", ".join(map(str, allowed)) if allowed else "not an allowed value"
     if what.startswith("Object contains unknown field"):  # its place is the key's; the name is content
         known = [f.encode_name for f in info.fields] if isinstance(info, mi.StructType) else []
+        if isinstance(info, mi.StructType) and info.tag_field:  # a tagged union's tag (``kind``) is allowed too
+            known.insert(0, info.tag_field)
         return f"unknown field (allowed: {', '.join(known)})" if known else "unknown field"
     if "matching regex" in what:  # the form as the declaration describes it, not the regex
         return f"expected {described}" if described else "expected str in the form the schema describes"

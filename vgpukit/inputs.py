@@ -13,7 +13,6 @@ Every refusal is an :class:`~vgpukit.errors.InvalidInput` (exit 2) with one line
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import re
 import unicodedata
@@ -21,7 +20,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import InvalidInput, VgpukitError
-from .yaml_keys import Path, json_path, key_twice
+from .words import bytes_text
+from .yaml_keys import Path, json_path, key_twice, scalar_key
 
 if TYPE_CHECKING:  # fractions (and decimal) load only where a Kubernetes quantity is read
     from fractions import Fraction
@@ -60,7 +60,7 @@ def parse_size(text: object, what: str, *, lo: int | None = 0, hi: int | None = 
     Docker's ``--memory 4g``; ``B`` or none: bytes. ``KB``/``MB``/``GB``/``TB`` are refused: they mean
     powers of 1000 elsewhere (Kubernetes' ``4G`` is 4*10^9, :func:`parse_k8s_quantity`)."""
     if isinstance(text, int) and not isinstance(text, bool):
-        return check_range(text, what, lo=lo, hi=hi)
+        return _size_in(text, what, lo, hi)
     if not isinstance(text, str) or not text.isascii() or len(text) > 48:
         raise InvalidInput(f"{what} must be {SIZE_FORMS}")
     s = text.strip()
@@ -77,7 +77,15 @@ def parse_size(text: object, what: str, *, lo: int | None = 0, hi: int | None = 
     size, rest = divmod(scaled, 10 ** len(frac))
     if rest:
         raise InvalidInput(f"{what} is not a whole number of bytes")
-    return check_range(size, what, lo=lo, hi=hi)
+    return _size_in(size, what, lo, hi)
+
+
+def _size_in(size: int, what: str, lo: int | None, hi: int | None) -> int:
+    """A size out of [lo, hi] refused as every size is (``$.memory: expected a size <= 1 PiB``), unquoted."""
+    if (lo is not None and size < lo) or (hi is not None and size > hi):
+        bound = f">= {bytes_text(lo)}" if lo is not None and size < lo else f"<= {bytes_text(hi or 0)}"
+        raise InvalidInput(f"{what}: expected a size {bound}")
+    return size
 
 
 # Kubernetes' quantity grammar (k8s.io/apimachinery resource.Quantity): sign, digits with an optional
@@ -313,25 +321,12 @@ def positions(node: Any) -> Positions:
         if isinstance(n, yaml.MappingNode):
             for k, v in n.value:
                 if isinstance(k, yaml.ScalarNode):
-                    key = _scalar(k)
+                    key = scalar_key(k)
                     marks.setdefault((*path, key, "<key>"), (k.start_mark.line + 1, k.start_mark.column + 1))
                     stack.append((v, (*path, key)))
         elif isinstance(n, yaml.SequenceNode):
             stack += [(v, (*path, i)) for i, v in enumerate(n.value)]
     return Positions(marks)
-
-
-def _scalar(node: Any) -> Any:
-    """A scalar key as the safe loader builds it (``1`` an int, ``gpu0`` a str)."""
-    import yaml
-
-    loader = yaml.SafeLoader("")
-    try:
-        return loader.construct_object(node)
-    except (yaml.YAMLError, ValueError, TypeError, OverflowError):
-        return node.value
-    finally:
-        loader.dispose()
 
 
 E = TypeVar("E", bound=VgpukitError)
@@ -421,29 +416,3 @@ def _shown(value: object) -> str:
     text = value if isinstance(value, str) else type(value).__name__
     text = "".join(ch if not has_control(ch) else "?" for ch in text)
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-_HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """``ADDR:PORT`` (``:PORT`` all addresses, ``[v6]:PORT``) -> (address, port); ValueError: why."""
-    addr, sep, port_text = text.rpartition(":")
-    if not sep:
-        raise ValueError("expected ADDR:PORT (or :PORT)")
-    try:
-        port = parse_int(port_text, "port", lo=1, hi=65535)
-    except InvalidInput as exc:
-        raise ValueError("the port must be a number from 1 to 65535") from exc
-    if addr.startswith("[") and addr.endswith("]"):
-        try:
-            return str(ipaddress.IPv6Address(addr[1:-1])), port
-        except ValueError as exc:
-            raise ValueError("not an IPv6 address between the brackets") from exc
-    if addr == "":
-        return "", port
-    if ":" in addr:
-        raise ValueError("an IPv6 address goes between brackets: [::1]:PORT")
-    if not addr.isascii() or _HOSTNAME.match(addr) is None:
-        raise ValueError("not an address or a host name")
-    return addr, port

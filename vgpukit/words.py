@@ -25,6 +25,14 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
     return f"{n} {noun if n == 1 else nouns or noun + 's'}"
 
 
+def bytes_text(n: int) -> str:
+    """``n`` bytes in the largest binary unit that divides it (``1 PiB``, ``1536 MiB``, ``7 bytes``)."""
+    for shift, unit in ((50, "PiB"), (40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if n and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return plural(n, "byte")
+
+
 def article(word: str) -> str:
     """``word`` with a or an (by its first letter: right for the words vgpukit's messages use)."""
     return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"

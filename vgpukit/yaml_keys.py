@@ -1,6 +1,7 @@
-"""Keys in a composed YAML tree: the first key written twice in one mapping (PyYAML keeps the last
-one silently), and a document path as the declarations' errors say it (``$.gpus.gpu0``). Used by
-:mod:`vgpukit.inputs` (every configuration file) and the host config's reader."""
+"""Keys in a composed YAML tree: a scalar key as the safe loader builds it, the first key written twice
+in one mapping (PyYAML keeps the last one silently), and a document path as the declarations' errors
+say it (``$.gpus.gpu0``). Used by :mod:`vgpukit.inputs` (every configuration file) and the host
+config's reader."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def key_twice(root: Any, descend: Callable[[Path, Any], bool] | None = None) -> 
         if isinstance(node, yaml.MappingNode):
             seen: set[Any] = set()
             for k, v in node.value:
-                key = yaml.safe_load(yaml.serialize(k)) if isinstance(k, yaml.ScalarNode) else None
+                key = scalar_key(k) if isinstance(k, yaml.ScalarNode) else None
                 if key in seen and isinstance(key, str | int):
                     return path, k
                 seen.add(key)
@@ -34,6 +35,20 @@ def key_twice(root: Any, descend: Callable[[Path, Any], bool] | None = None) -> 
         elif isinstance(node, yaml.SequenceNode):
             stack.extend((v, (*path, i)) for i, v in enumerate(node.value))
     return None
+
+
+def scalar_key(node: Any) -> Any:
+    """A scalar key as the safe loader builds it (``1`` an int, ``gpu0`` a str, ``?`` None): an empty
+    scalar serialized alone is no document PyYAML reads back, so it is constructed, not reparsed."""
+    import yaml
+
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_object(node)
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError):
+        return node.value
+    finally:
+        loader.dispose()
 
 
 def json_path(path: Path) -> str:

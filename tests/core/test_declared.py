@@ -125,8 +125,18 @@ host_docs = st.fixed_dictionaries(
 )
 
 
+def shipped(schema: str) -> Draft202012Validator:
+    """The shipped schema's validator, its references to the other shipped schemas resolved (by ``$id``) from
+    the files, as a validator given the schemas would (host.json refers to qos/config.json for ``qos:``)."""
+    from referencing import Registry, Resource
+
+    docs = [json.loads(p.read_text()) for p in sorted(SCHEMAS.rglob("*.json"))]
+    registry = Registry().with_resources((d["$id"], Resource.from_contents(d)) for d in docs if "$id" in d)
+    return Draft202012Validator(json.loads((SCHEMAS / schema).read_text()), registry=registry)
+
+
 def agree(doc: Any, typ: Any, schema: str) -> None:
-    valid = Draft202012Validator(json.loads((SCHEMAS / schema).read_text())).is_valid(doc)
+    valid = shipped(schema).is_valid(doc)
     try:
         convert(doc, typ, "f.yaml")
         ok = True
@@ -147,6 +157,25 @@ def test_the_qos_declaration_accepts_exactly_what_its_schema_does(doc: Any) -> N
 @settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 def test_the_host_declaration_accepts_exactly_what_its_schema_does(doc: Any) -> None:
     agree(doc, HostDoc, "host.json")
+
+
+def test_the_host_schema_checks_a_qos_section_by_the_qos_configs_schema() -> None:
+    """host.json refers to qos/config.json for ``qos:`` (it said only ``object``): a bad QoS section is refused
+    by the shipped schema, at its path from the root, as the declaration refuses it."""
+    host = shipped("host.json")
+    assert host.schema["$defs"]["Config"]["properties"]["qos"]["$ref"] == "qos/config.json"
+    tenant = {"class": "online", "share": 40, "cgroup": "web.slice", "memory": "4G"}
+    good = {"version": "vgpukit.host/v1", "configs": {"a": {"qos": {"gpus": {"gpu0": {"tenants": {"web": tenant}}}}}}}
+    assert host.is_valid(good)
+    for key, bad in (("share", 101), ("class", "both"), ("colour", "blue")):
+        doc = json.loads(json.dumps(good))
+        doc["configs"]["a"]["qos"]["gpus"]["gpu0"]["tenants"]["web"][key] = bad
+        (error,) = host.iter_errors(doc)  # under qos (its gpus are a mapping or null: the schema's anyOf)
+        assert list(error.absolute_path)[:3] == ["configs", "a", "qos"], error
+        with pytest.raises(InvalidInput) as exc:
+            convert(doc, HostDoc)
+        assert str(exc.value).startswith("$.configs.a.qos.gpus.gpu0.tenants.web"), exc.value
+    assert not host.is_valid({"version": "vgpukit.host/v1", "configs": {"a": {"qos": {"sample_ms": 0}}}})
 
 
 @pytest.mark.parametrize(

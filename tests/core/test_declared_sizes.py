@@ -67,7 +67,8 @@ def test_a_host_config_size_refused_is_one_line_with_the_path(tmp_path: Path) ->
     r = invoke(sim, "apply", "-f", str(doc), "-c", "a", "--dry-run")
     assert r.exit_code == 2
     assert r.stderr == (
-        f"vgpukit: error: {doc}:8:66: config a: qos: $.gpus.gpu0.tenants.web.memory: expected a size <= 1 PiB\n"
+        f"vgpukit: error: {doc}:8:66: config a: $.configs.a.qos.gpus.gpu0.tenants.web.memory: "
+        "expected a size <= 1 PiB\n"
     )
 
 
@@ -87,3 +88,23 @@ def test_a_dra_quantity_refused_is_a_path_and_what_was_expected(doc: dict[str, s
     with pytest.raises(InvalidInput) as exc:
         parameters({"apiVersion": "vgpukit.io/v1", **doc}, "config entry 1")
     assert str(exc.value) == f"config entry 1: {said}"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("qos", "tenant", "add", "gpu0", "web", "--class", "online", "--share", "10", "--memory", "9999PiB"),
+         "'--memory': expected a size <= 1 PiB"),
+        (("qos", "tenant", "add", "gpu0", "web", "--class", "online", "--share", "10", "--memory", "0"),
+         "'--memory': expected a size >= 1 byte"),
+        (("render", "domain", "--name", "vm", "--vcpus", "1", "--memory", "17T"),
+         "'--memory': expected a size <= 16 TiB"),
+        (("render", "domain", "--name", "vm", "--vcpus", "1", "--memory", "99999999"),
+         "'--memory': expected a size <= 16 TiB"),  # plain digits are MiB there: the bound is said in bytes' units
+    ],
+)  # fmt: skip
+def test_a_command_line_size_refused_says_what_the_files_say(tmp_path: Path, args: tuple[str, ...], said: str) -> None:
+    """One wording for a size out of bounds, wherever it is written (it was `must be at most 1125899906842624`)."""
+    r = invoke(make_sim(tmp_path / "host", "hgx-a100"), *args)
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"Invalid value for {said} (see: " in r.stderr and "1125899906842624" not in r.stderr

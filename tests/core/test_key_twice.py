@@ -33,6 +33,18 @@ def test_a_tenant_key_written_twice_is_refused_at_its_place(tmp_path: Path) -> N
     assert str(exc.value) == "/etc/vgpukit/qos.yaml:4:43: $.gpus.gpu0.tenants.web: a key written twice"
 
 
+@pytest.mark.parametrize("text", ["?\n", "? \n: 1\n", "{? , ?}\n", "a: {? : 1}\n"])
+def test_an_empty_key_is_a_key_not_a_traceback(tmp_path: Path, text: str) -> None:
+    """An empty (null) mapping key (``?``) was read again by serializing it alone, which PyYAML cannot parse:
+    the finder raised instead of answering (found by the XID table's any-text test)."""
+    path = tmp_path / "etc/vgpukit/qos.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    with pytest.raises(InvalidInput) as exc:
+        load_base(Host(tmp_path), path)
+    assert str(exc.value).startswith("/etc/vgpukit/qos.yaml:") and "\n" not in str(exc.value)
+
+
 @pytest.fixture
 def sim(tmp_path: Path) -> Path:
     return make_sim(tmp_path / "h", "hgx-a100")

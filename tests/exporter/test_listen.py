@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import invoke, make_sim
-from vgpukit.inputs import parse_listen
+from vgpukit.clikit.params import parse_listen
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,8 @@ configs:
       gpus:
         gpu0:
           tenants:
-            t: {class: online, share: 500, pids: [1]}
+            t: {class: online, share: 60, pids: [5]}
+            u: {class: online, share: 60, pids: [6]}
   toomany:
     sriov:
       - device: nic0
@@ -49,8 +50,8 @@ configs:
 """
 
 # the line and column of the value at fault
-LINES = {"absent": "5:17", "word": "9:17", "noparent": "12:17", "share": "20:39", "toomany": "24:14",
-         "nomig": "26:10", "novgpu": "29:17", "twice": "35:17"}  # fmt: skip
+LINES = {"absent": "5:17", "word": "9:17", "noparent": "12:17", "share": "21:39", "toomany": "25:14",
+         "nomig": "27:10", "novgpu": "30:17", "twice": "36:17"}  # fmt: skip
 
 # the document's types are checked as a whole, before any config is planned
 TYPED = "version: vgpukit.host/v1\nconfigs:\n  ok: {}\n  typed:\n    sriov:\n      - device: nic0\n        vfs: x\n"
@@ -83,3 +84,42 @@ def test_a_type_error_names_the_config_it_is_in(setup: tuple[Path, Path], comman
     assert r.exit_code == 2
     refused = "config typed: $.configs.typed.sriov[0].vfs: expected int, got str"
     assert r.stderr == f"vgpukit: error: {typed}:7:14: {refused}\n"
+
+
+QOS = """\
+version: vgpukit.host/v1
+configs:
+  ok: {}
+  typed:
+    qos:
+      gpus:
+        gpu0:
+          tenants:
+            t: {class: online, share: 500, pids: [5]}
+  ruled:
+    qos:
+      gpus:
+        gpu0:
+          tenants:
+            web: {share: 5, cgroup: ../../escape}
+"""
+
+
+@pytest.mark.parametrize("command", ["apply", "diff"])
+def test_a_qos_error_names_the_path_from_the_files_root(setup: tuple[Path, Path], command: str) -> None:
+    """A ``qos:`` section is the host document's like any other: its type errors are the document's (whichever
+    config is selected, as for sriov), and every refusal names the path from the file's root (it was
+    ``config typed: qos: $.gpus.gpu0...``, relative to the section)."""
+    sim, doc = setup
+    bad = doc.parent / "qos.yaml"
+    bad.write_text(QOS)
+    for selected in ("ok", "typed"):
+        r = invoke(sim, command, "-f", str(bad), "-c", selected)
+        assert r.exit_code == 2, r.stderr
+        refused = "config typed: $.configs.typed.qos.gpus.gpu0.tenants.t.share: expected int <= 100"
+        assert r.stderr == f"vgpukit: error: {bad}:9:39: {refused}\n"
+    bad.write_text(QOS.replace("share: 500", "share: 50"))
+    r = invoke(sim, command, "-f", str(bad), "-c", "ruled")  # the QoS model's own rule, past the schema
+    assert r.exit_code == 2, r.stderr
+    refused = "config ruled: $.configs.ruled.qos.gpus.gpu0.tenants.web.cgroup: tenant web: invalid cgroup path"
+    assert r.stderr == f"vgpukit: error: {bad}:15:37: {refused}\n"

@@ -165,6 +165,10 @@ def test_a_bad_xid_table_is_one_line(run_cli: Run, sim_dir: Path, tmp_path: Path
     bad.write_text("version: 1\nxids: {79: {meaning: x, severity: dire, action: none}}\n")
     r = run_cli(sim_dir, "health", "--xid-table", str(bad))
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert r.stderr == f"vgpukit: error: {bad}:1:1: $: missing source, date, default\n"  # FILE:LINE:COLUMN: $.path
+    bad.write_text(bad.read_text().replace("version: 1", "version: 1\nsource: s\ndate: 2026-11-27\ndefault: {}"))
+    r = run_cli(sim_dir, "health", "--xid-table", str(bad))
+    assert r.stderr == f"vgpukit: error: {bad}:5:35: $.xids.79.severity: expected one of info, degraded, unusable\n"
 
 
 def test_xid_109_now_follows_the_catalog_a_gpu_reset(run_cli: Run, sim_dir: Path) -> None:

@@ -219,5 +219,50 @@ def test_the_shipped_table_is_not_read_by_the_guarded_parser(monkeypatch: pytest
     def refuse(*_: object, **__: object) -> None:
         raise AssertionError("the shipped XID table went through the guarded parser")
 
-    monkeypatch.setattr(xid, "load_yaml", refuse)
+    monkeypatch.setattr(xid, "load_yaml_located", refuse)
     assert len(xid.builtin().xids) > 50
+
+
+HEAD = "version: 2\ndate: 2026-11-27\nsources:\n  - {title: t, took: k}\n"
+HEAD += "default: {meaning: m, severity: degraded, action: drain}\n"
+ROW = "xids: {79: {meaning: m, severity: info, action: none}}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (HEAD + "xids:\n  79: {meaning: m, severity: dire, action: reboot}\n",
+         "site.yaml:7:30: $.xids.79.severity: expected one of info, degraded, unusable"),
+        (HEAD + "xids:\n  79:\n    meaning: m\n    severity: unusable\n    action: reboot\n    nvidia:\n"
+         "      mnemonic: GPU_OFF_THE_BUS\n      gpus: [A100]\n      immediate: NOPE\n      investigatory: X\n",
+         "site.yaml:14:18: $.xids.79.nvidia.immediate: expected one of " + ", ".join(xid.IMMEDIATE)),
+        (HEAD + "xids:\n  79: {meaning: m, severity: degraded, action: drain, nvidia: {mnemonic: GPU_OFF_THE_BUS,"
+         " gpus: [A100], immediate: RESTART_BM, investigatory: X}}\n",
+         "site.yaml:7:30: $.xids.79.severity: nvidia.immediate RESTART_BM gives severity unusable, action reboot"
+         " (or a stricter one with a `stricter` reason)"),
+        (HEAD.replace("{title: t, took: k}", "{title: t}") + ROW,
+         "site.yaml:4:5: $.sources[0]: needs exactly title and took"),
+        (HEAD + "xids:\n  79: {meaning: m, severity: info, action: none}\n  70000: {meaning: m}\n",
+         "site.yaml:8:3: $.xids: a key is not an XID number from 1 to 65535"),
+        (HEAD.replace("date: 2026-11-27", "date: [" + MARKER + "]") + ROW,
+         "site.yaml:2:7: $.date: expected a date (2026-11-27, quoted or not) or a one-line text"),
+        (HEAD.replace("version: 2", "version: 3") + "xids: {}\n", "site.yaml:1:10: $.version: expected 1 or 2"),
+        (HEAD + ROW + "default: {}\n",
+         "site.yaml:7:1: $: a key written twice"),
+    ],
+)  # fmt: skip
+def test_a_refusal_says_the_file_line_column_and_path_of_the_value(text: str, said: str) -> None:
+    """As every YAML file vgpukit reads: ``FILE:LINE:COLUMN: $.path: ...`` (it was ``FILE: XID 79: ...``)."""
+    with pytest.raises(InvalidInput) as exc:
+        xid.parse(text, "site.yaml")
+    assert str(exc.value) == said and MARKER not in str(exc.value)
+
+
+@pytest.mark.parametrize("written", ["2026-11-27", '"2026-11-27"', "'2026-11-27'"])
+def test_a_date_is_taken_quoted_or_not(written: str) -> None:
+    """An unquoted date is a date to YAML, not a text: it is taken as the date it is (it was refused as
+    `date must be a non-empty text`)."""
+    text = (
+        HEAD.replace("date: 2026-11-27", f"date: {written}") + "xids: {79: {meaning: m, severity: info, action: none}}"
+    )
+    assert xid.parse(text, "site.yaml").date == "2026-11-27"

@@ -5,6 +5,8 @@ restart -- are published with the taint, so ``--unhealthy-effect NoExecute`` has
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -61,23 +63,26 @@ def test_a_restarted_plugin_keeps_the_pool_and_taints_the_claimed_slice_of_a_los
         node.restart()
         _noexecute(node)
         seen: list[logging.LogRecord] = []
-        catch = logging.Handler(logging.WARNING)
+        catch = logging.Handler(logging.INFO)
         catch.emit = seen.append  # type: ignore[method-assign]
         dra_log = logging.getLogger("vgpukit.k8s.dra")
         dra_log.addHandler(catch)  # the plugin's logger, whatever propagates where
+        level, _ = dra_log.level, dra_log.setLevel(logging.INFO)
         try:
             for _ in range(3):
                 _sets, devices = gathered(publish(node, api))
         finally:
             dra_log.removeHandler(catch)
+            dra_log.setLevel(level)
         placements = {n for n in before if n.startswith("gpu-0000-04-00-0-mig-")}
         assert placements and set(devices) == set(before) - placements, set(before) ^ set(devices)
         assert _effects(devices[mig]) == TAINT
         assert not any(d.get("taints") for n, d in devices.items() if n != mig)
-        lines = [r.getMessage() for r in seen]
-        assert lines and len(lines) == len(set(lines)), lines  # each failure once, not at every poll
+        lines = [r.getMessage() for r in seen if r.levelno >= logging.WARNING or "0000:04:00.0" in r.getMessage()]
+        assert len(lines) == len(set(lines)), lines  # each note or failure of the lost GPU once, not at every poll
         (said,) = [line for line in lines if "0000:04:00.0" in line]  # what an operator reads of gpu1: lost
         assert "the GPU is lost" in said and "see: vgpukit health 0000:04:00.0" in said, said
+        assert not any(r.levelno >= logging.WARNING for r in seen if "0000:04:00.0" in r.getMessage())  # a note
         view = invoke(sim, "k8s", "resources", "--kubernetes", "1.37", "--node", NODE, "--json")
         assert view.exit_code == 6, view.stderr  # everything else shown, the lost GPU named: not exit 1
         shown = {d["name"]: d for s in _json(view.stdout)["resourceSlices"] for d in s["spec"].get("devices") or []}
@@ -138,3 +143,22 @@ def _json(text: str) -> dict[str, Any]:
 
     doc: dict[str, Any] = json.loads(text)
     return doc
+
+
+def test_resources_says_a_lost_mig_gpu_in_one_stderr_line_and_notes_why_it_offers_no_slices(tmp_path: Path) -> None:
+    """hgx-a100, gpu1 in MIG mode, falls off the bus: `k8s resources --kubernetes` exits 6 with the one
+    not-read line; why its slices are not offered is a note (as for a lost GPU out of MIG mode), not a second
+    stderr line (`MIG slices not read: ... GPU_IS_LOST`)."""
+    sim = make_sim(tmp_path / "h")
+    _ok(sim, "partition", "gpu1", "--mig", "1g.5gb=2")
+    _ok(sim, "sim", "fault", "lost", "gpu1")
+    for json_out in ((), ("--json",)):  # the command itself: its log lines go where the installed one's go
+        cmd = [sys.executable, "-m", "vgpukit", "--sim", str(sim), "k8s", "resources", "--kubernetes", "1.36"]
+        r = subprocess.run([*cmd, "--node", NODE, *json_out], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 6, r.stderr
+        assert r.stderr.count("\n") == 1 and r.stderr.startswith("vgpukit: error: not read: gpu1 "), r.stderr
+    doc = _json(r.stdout)
+    assert not doc["sliceWarnings"]
+    assert "0000:04:00.0 (NVIDIA A100-SXM4-40GB): the GPU is lost (NVML cannot answer for it)" in "\n".join(
+        doc["sliceNotes"]
+    )

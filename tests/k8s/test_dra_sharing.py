@@ -64,6 +64,16 @@ def test_the_parser_accepts_exactly_what_the_schema_does_and_refuses_in_one_line
     assert ok == valid, doc
 
 
+@pytest.mark.parametrize("kind", ["TimeSliceConfig", "MemoryCapConfig", "MpsConfig", "QosClassConfig"])
+def test_an_unknown_field_lists_every_allowed_field_kind_too(kind: str) -> None:
+    """The list of allowed fields names the tag (``kind``) as well as the kind's own fields (it left it out)."""
+    with pytest.raises(InvalidInput) as err:
+        parameters({"apiVersion": V, "kind": kind, SECRET: 1}, "config entry 1")
+    allowed = str(err.value).partition("(allowed: ")[2].rstrip(")").split(", ")
+    assert str(err.value).startswith("config entry 1: $: unknown field (allowed: ") and SECRET not in str(err.value)
+    assert "kind" in allowed and "apiVersion" in allowed, allowed
+
+
 def test_precedence_class_first_then_claim_later_entries_win_requests_and_subrequests() -> None:
     entries = [
         opaque({"apiVersion": V, "kind": "TimeSliceConfig", "share": 30}),

@@ -189,6 +189,21 @@ def test_cli_errors_are_one_line(tmp_path: Path, stand_in: Path) -> None:
     assert not calls(tmp_path)
 
 
+@pytest.mark.parametrize(
+    "command",
+    [("node-agent", "--config-file", "fleet.yaml", "--once"), ("dra-plugin",)],
+    ids=["node-agent", "dra-plugin"],
+)
+def test_a_kubeconfig_that_is_a_directory_is_said_to_be_one(tmp_path: Path, command: tuple[str, ...]) -> None:
+    """Every door that takes --kubeconfig: a directory is named as one (it was "not a kubeconfig file")."""
+    sim = make_sim(tmp_path / "h")
+    r = invoke(sim, "k8s", *command, "--node", "node-1", "--kubeconfig", str(tmp_path))
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr == (
+        f"vgpukit: error: cannot load the Kubernetes client configuration: --kubeconfig {tmp_path}: is a directory\n"
+    )
+
+
 REAL_FLEET = """\
 version: vgpukit.host/v1
 configs:

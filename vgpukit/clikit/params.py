@@ -4,13 +4,15 @@ A refusal is a usage error: one line, exit 2."""
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import click
 
 from ..errors import InvalidInput
 from ..host import MDEV_TYPES
-from ..inputs import check_range, check_text, parse_float, parse_int, parse_listen, parse_size
+from ..inputs import check_text, parse_float, parse_int, parse_size
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -28,7 +30,9 @@ def _what(param: click.Parameter | None, ctx: click.Context | None) -> str:
 
 def _said(message: str, param: click.Parameter | None, ctx: click.Context | None) -> str:
     """``message`` without the option's name in front: click's ``Invalid value for '--memory':`` says it."""
-    return message.removeprefix(f"{_what(param, ctx)} ") if param is not None and ctx is not None else message
+    if param is None or ctx is None:
+        return message
+    return message.removeprefix(f"{_what(param, ctx)}: ").removeprefix(f"{_what(param, ctx)} ")
 
 
 class AsciiInt(_Base):
@@ -79,12 +83,14 @@ class Size(_Base):
         what = _what(param, ctx)
         shift = self.UNITS[self.unit]
         try:
-            if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-                return check_range(int(value.strip()), what, lo=self.lo, hi=self.hi)  # plain digits: the unit
-            size = parse_size(value, what)
+            text = value.strip() if isinstance(value, str) else value
+            if isinstance(text, str) and text.isascii() and text.isdigit() and len(text) <= 40:
+                text = int(text) << shift  # plain digits: the unit
+            size = parse_size(text, what, lo=None, hi=None)
             if size & ((1 << shift) - 1):
                 raise InvalidInput(f"{what} must be a whole number of {self.unit} (such as 512M or 8G)")
-            return check_range(size >> shift, what, lo=self.lo, hi=self.hi)
+            # the bounds in bytes, said as every size is (``expected a size <= 1 PiB``: inputs.parse_size)
+            return parse_size(size, what, lo=self.lo << shift, hi=self.hi << shift) >> shift
         except InvalidInput as err:
             self.fail(_said(err.message, param, ctx), param, ctx)
 
@@ -251,3 +257,29 @@ class Listen(_Base):
             return parse_listen(str(value))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
+
+
+_HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``ADDR:PORT`` (``:PORT`` all addresses, ``[v6]:PORT``) -> (address, port); ValueError: why."""
+    addr, sep, port_text = text.rpartition(":")
+    if not sep:
+        raise ValueError("expected ADDR:PORT (or :PORT)")
+    try:
+        port = parse_int(port_text, "port", lo=1, hi=65535)
+    except InvalidInput as exc:
+        raise ValueError("the port must be a number from 1 to 65535") from exc
+    if addr.startswith("[") and addr.endswith("]"):
+        try:
+            return str(ipaddress.IPv6Address(addr[1:-1])), port
+        except ValueError as exc:
+            raise ValueError("not an IPv6 address between the brackets") from exc
+    if addr == "":
+        return "", port
+    if ":" in addr:
+        raise ValueError("an IPv6 address goes between brackets: [::1]:PORT")
+    if not addr.isascii() or _HOSTNAME.match(addr) is None:
+        raise ValueError("not an address or a host name")
+    return addr, port

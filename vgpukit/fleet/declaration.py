@@ -4,8 +4,9 @@ The ``msgspec.Struct`` types below state every key, type and bound of a host doc
 :func:`vgpukit.fleet.document.parse` checks the file with them (:func:`vgpukit.declared.convert`, the
 refusal placed at the line and column of the value at fault) and ``vgpukit/data/schemas/host.json`` is
 generated from them (``scripts/gen_schemas.py``). ``mig-configs`` is mig-parted's format, read by
-mig-parted's own reader (:mod:`vgpukit.mig.config`), and ``qos`` the QoS config, checked by its own
-declaration (:mod:`vgpukit.qos.document`) when its config is planned; the remediation policy is
+mig-parted's own reader (:mod:`vgpukit.mig.config`); ``qos`` is the QoS config's declaration
+(:class:`vgpukit.qos.document.QosDoc`, a refusal's path from the file's root: ``$.configs.a.qos.gpus...``;
+host.json refers to qos/config.json for it), the remediation policy
 :class:`vgpukit.remedy.policy.RemediationDoc`. What a schema cannot say (exactly one of ``device`` and
 ``match``, uuids at most ``count``, a ``mig`` naming a config under ``mig-configs``) stays in
 :mod:`vgpukit.fleet.document` and the areas' planners (docs/decisions.md, "Configuration documents").
@@ -18,6 +19,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from ..qos.document import QosDoc
 from ..remedy.policy import RemediationDoc
 
 # (?!\n): Python's $ (msgspec's and jsonschema's re.search) also matches before a last newline
@@ -99,10 +101,9 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     mig: Annotated[Name, Meta(description="a config name under mig-configs")] | UnsetType = UNSET
     qos: (
         Annotated[
-            dict[Any, Any],
+            QosDoc,
             Meta(
-                description="the QoS daemon's config (schema qos/config.json), written to its config file "
-                "(docs/qos.md); checked when this config is planned"
+                description="the QoS daemon's config (schema qos/config.json), written to its config file (docs/qos.md)"
             ),
         ]
         | UnsetType

@@ -36,6 +36,7 @@ from ..vgpu import hostview
 from ..vgpu import planner as vgpu_planner
 from ..vgpu.catalog import short_name
 from ..vgpu.model import MDEV, GpuView
+from ..yaml_keys import SAFE_KEY, json_path
 from .document import HostConfig, Selector, VgpuWant
 
 AREAS = ("sriov", "bind", "mdev", "vgpu", "mig", "qos", "remediation")
@@ -359,9 +360,12 @@ def _qos(ctx: _Ctx, out: Plan) -> list[Step]:
     ctx.path = ("qos",)  # the QoS planner notes which value of the section its refusals are about
     try:
         want = QosConfig.from_dict(ctx.cfg.qos)
-    except VgpukitError as err:
-        where = ctx.cfg.place("qos", *where_in(err))
-        raise InvalidInput(f"{where}: config {ctx.cfg.name}: qos: {err}") from None
+    except VgpukitError as err:  # what no schema says (a cgroup path, one kind per tenant): the path from the root
+        path = ("qos", *where_in(err))
+        shown = json_path(
+            tuple(p if isinstance(p, int) or SAFE_KEY.match(str(p)) else "?" for p in (*ctx.cfg.path, *path))
+        )
+        raise InvalidInput(f"{ctx.cfg.place(*path)}: config {ctx.cfg.name}: {shown}: {err}") from None
     try:
         found = qos_planner.plan_config(ctx.host, want, nvml=lambda: ctx.env.nvml, mig=ctx.mig_after)
     except DeviceUnusable as err:  # a new tenant on a quarantined device: the section is left alone, the rest done

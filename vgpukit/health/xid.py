@@ -9,13 +9,14 @@ catalog's bucket and is classified otherwise, so the table cannot drift from its
 
 from __future__ import annotations
 
+import datetime
 import re
 from typing import Any
 
 import msgspec
 
 from ..errors import InvalidInput
-from ..inputs import has_control, load_yaml
+from ..inputs import at, has_control, load_yaml_located, where_in
 
 SEVERITIES = ("info", "degraded", "unusable")  # in order: the worst of several wins
 ACTIONS = ("none", "restart-app", "recreate-vfs", "reset", "drain", "reboot", "replace")
@@ -92,100 +93,129 @@ class XidTable(msgspec.Struct, frozen=True):
         return self.xids.get(xid, self.default)
 
 
-def _text(value: Any, where: str, name: str, most: int) -> str:
+def _refused(text: str, *path: Any) -> InvalidInput:
+    """A refusal of the value at ``path`` (``$.xids.79.severity: expected ...``), noted (:func:`at`) so the
+    reader of a file can say its line and column (an XID is a mapping key: ``.79``, a list index ``[0]``)."""
+    shown = "".join(
+        f"[{p}]" if isinstance(p, int) and path[i - 1 : i] != ("xids",) else f".{p}" for i, p in enumerate(path)
+    )
+    return at(InvalidInput(f"${shown}: {text}"), *path)
+
+
+def _text(value: Any, most: int, *path: Any) -> str:
     if not isinstance(value, str) or not value or len(value) > most or has_control(value):
-        raise InvalidInput(f"{where}: {name} must be a one-line text of 1 to {most} characters")
+        raise _refused(f"expected a one-line text of 1 to {most} characters", *path)
     return value
 
 
-def _catalog(value: Any, where: str) -> Catalog:
+def _catalog(value: Any, *path: Any) -> Catalog:
     keys = ("mnemonic", "gpus", "immediate", "investigatory")
     if not isinstance(value, dict) or set(value) != set(keys):
-        raise InvalidInput(f"{where}: nvidia needs exactly {', '.join(keys)}")
+        raise _refused(f"expected exactly {', '.join(keys)}", *path)
     mnemonic = value["mnemonic"]
     if not isinstance(mnemonic, str) or len(mnemonic) > 120 or not _MNEMONIC.fullmatch(mnemonic):
-        raise InvalidInput(f"{where}: nvidia.mnemonic must be the catalog's upper-case name (A-Z, 0-9, _)")
+        raise _refused("expected the catalog's upper-case name (A-Z, 0-9, _)", *path, "mnemonic")
     gpus = value["gpus"]
     if not isinstance(gpus, list) or not gpus or any(g not in GPUS for g in gpus) or len(set(gpus)) != len(gpus):
-        raise InvalidInput(f"{where}: nvidia.gpus must be a list of distinct names from {', '.join(GPUS)}")
+        raise _refused(f"expected a list of distinct names from {', '.join(GPUS)}", *path, "gpus")
     if value["immediate"] not in IMMEDIATE:
-        raise InvalidInput(f"{where}: nvidia.immediate must be one of {', '.join(IMMEDIATE)}")
-    investigatory = _text(value["investigatory"], where, "nvidia.investigatory", 80)
+        raise _refused(f"expected one of {', '.join(IMMEDIATE)}", *path, "immediate")
+    investigatory = _text(value["investigatory"], 80, *path, "investigatory")
     return Catalog(mnemonic, tuple(gpus), value["immediate"], investigatory)
 
 
-def _entry(value: Any, where: str, version: int) -> XidClass:
+def _entry(value: Any, version: int, *path: Any) -> XidClass:
     required, optional = {"meaning", "severity", "action"}, {"nvidia", "stricter"} if version >= 2 else set()
     if not isinstance(value, dict) or not required <= set(value) or not set(value) <= required | optional:
         more = " (and optionally nvidia, stricter)" if optional else ""
-        raise InvalidInput(f"{where}: needs exactly meaning, severity and action{more}")
+        raise _refused(f"needs exactly meaning, severity and action{more}", *path)
     meaning, severity, action = value["meaning"], value["severity"], value["action"]
     if not isinstance(meaning, str) or not meaning or len(meaning) > 200:
-        raise InvalidInput(f"{where}: meaning must be a text of 1 to 200 characters")
+        raise _refused("expected a text of 1 to 200 characters", *path, "meaning")
     if severity not in SEVERITIES:
-        raise InvalidInput(f"{where}: severity must be one of {', '.join(SEVERITIES)}")
+        raise _refused(f"expected one of {', '.join(SEVERITIES)}", *path, "severity")
     if action not in ACTIONS:
-        raise InvalidInput(f"{where}: action must be one of {', '.join(ACTIONS)}")
-    nvidia = _catalog(value["nvidia"], where) if "nvidia" in value else None
-    stricter = _text(value["stricter"], where, "stricter", 200) if "stricter" in value else None
+        raise _refused(f"expected one of {', '.join(ACTIONS)}", *path, "action")
+    nvidia = _catalog(value["nvidia"], *path, "nvidia") if "nvidia" in value else None
+    stricter = _text(value["stricter"], 200, *path, "stricter") if "stricter" in value else None
     if stricter is not None and nvidia is None:
-        raise InvalidInput(f"{where}: stricter needs the nvidia classification it is stricter than")
+        raise _refused("stricter needs the nvidia classification it is stricter than", *path, "stricter")
     if nvidia is not None:
         expected = catalog_class(nvidia.immediate, nvidia.investigatory)
         if stricter is None and (severity, action) != expected:
-            raise InvalidInput(
-                f"{where}: nvidia.immediate {nvidia.immediate} gives severity {expected[0]}, action {expected[1]}"
-                " (or a stricter one with a `stricter` reason)"
+            raise _refused(
+                f"nvidia.immediate {nvidia.immediate} gives severity {expected[0]}, action {expected[1]}"
+                " (or a stricter one with a `stricter` reason)",
+                *path,
+                "severity",
             )
         if stricter is not None and rank(severity, action) <= rank(*expected):
-            raise InvalidInput(f"{where}: stricter, but not stricter than {expected[0]}, action {expected[1]}")
+            raise _refused(f"stricter, but not stricter than {expected[0]}, action {expected[1]}", *path, "stricter")
     return XidClass(meaning, severity, action, nvidia, stricter)
 
 
-def _sources(doc: dict[Any, Any], where: str) -> tuple[Source, ...]:
+def _sources(doc: dict[Any, Any]) -> tuple[Source, ...]:
     if doc["version"] == 1:
         if not isinstance(doc["source"], str) or not doc["source"]:
-            raise InvalidInput(f"{where}: source must be a non-empty text")
+            raise _refused("expected a non-empty text", "source")
         return (Source(doc["source"], "the whole table"),)
     items = doc["sources"]
     if not isinstance(items, list) or not 0 < len(items) <= MAX_SOURCES:
-        raise InvalidInput(f"{where}: sources must be a list of 1 to {MAX_SOURCES} (title, took) mappings")
+        raise _refused(f"expected a list of 1 to {MAX_SOURCES} (title, took) mappings", "sources")
     out = []
-    for item in items:
+    for i, item in enumerate(items):
         if not isinstance(item, dict) or set(item) != {"title", "took"}:
-            raise InvalidInput(f"{where}: each source needs exactly title and took")
+            raise _refused("needs exactly title and took", "sources", i)
         out.append(
-            Source(_text(item["title"], where, "a source's title", 300), _text(item["took"], where, "took", 600))
+            Source(_text(item["title"], 300, "sources", i, "title"), _text(item["took"], 600, "sources", i, "took"))
         )
     return tuple(out)
 
 
+def _date(value: Any) -> str:
+    """The table's date: a text, or a YAML date written unquoted (``date: 2026-11-27``, which YAML reads as
+    a date, not a text), kept as its ISO text (docs/health.md)."""
+    if isinstance(value, datetime.date):  # datetime.datetime too (``2026-11-27 10:00:00``)
+        return value.isoformat()
+    if isinstance(value, str):
+        return _text(value, 64, "date")
+    raise _refused("expected a date (2026-11-27, quoted or not) or a one-line text", "date")
+
+
 def parse(text: str, where: str = "XID table") -> XidTable:
-    """A table document; one clear :class:`InvalidInput` line (never quoting the file) when it is not one."""
-    return table_of(load_yaml(text, where, max_bytes=MAX_TABLE_BYTES), where)
+    """A table document; one clear :class:`InvalidInput` line (never quoting the file) when it is not one:
+    ``WHERE:LINE:COLUMN: $.xids.79.severity: expected one of ...`` (the place of the value at fault, as every
+    YAML file vgpukit reads says it); a key written twice is refused."""
+    doc, places = load_yaml_located(text, where, max_bytes=MAX_TABLE_BYTES, unique=True)
+    try:
+        return table_of(doc)
+    except InvalidInput as err:
+        raise InvalidInput(f"{places.describe(where, where_in(err))}: {err}") from None
 
 
-def table_of(doc: Any, where: str) -> XidTable:
-    """The table a parsed document holds (every rule of :func:`parse` but the parsing)."""
-    if not isinstance(doc, dict) or type(doc.get("version")) is not int or doc["version"] not in VERSIONS:
-        raise InvalidInput(f"{where}: not a mapping with version (1 or 2), date, default, xids and sources")
+def table_of(doc: Any) -> XidTable:
+    """The table a parsed document holds (every rule of :func:`parse` but the parsing); a refusal names the
+    value's path (``$.xids.79.severity: ...``), noted for :func:`parse` to place it."""
+    if not isinstance(doc, dict):
+        raise _refused("expected a mapping with version (1 or 2), date, sources, default and xids")
+    if type(doc.get("version")) is not int or doc["version"] not in VERSIONS:
+        raise _refused("expected 1 or 2", "version") if "version" in doc else _refused("missing version")
     keys = ("version", "source" if doc["version"] == 1 else "sources", "date", "default", "xids")
     missing = [k for k in keys if k not in doc]
     if missing:
-        raise InvalidInput(f"{where}: missing {', '.join(missing)}")
-    if not isinstance(doc["date"], str) or not doc["date"]:
-        raise InvalidInput(f"{where}: date must be a non-empty text")
-    sources = _sources(doc, where)
+        raise _refused(f"missing {', '.join(missing)}")
+    date = _date(doc["date"])
+    sources = _sources(doc)
     if not isinstance(doc["xids"], dict) or not doc["xids"]:
-        raise InvalidInput(f"{where}: xids must be a non-empty mapping of XID numbers")
+        raise _refused("expected a non-empty mapping of XID numbers", "xids")
     version = doc["version"]
     xids = {}
     for key, value in doc["xids"].items():
         if type(key) is not int or not 0 < key <= MAX_XID:
-            raise InvalidInput(f"{where}: an XID key is not a number from 1 to {MAX_XID}")
-        xids[key] = _entry(value, f"{where}: XID {key}", version)
-    default = _entry(doc["default"], f"{where}: default", 1)
-    return XidTable(version, sources, doc["date"], default, xids)
+            raise at(InvalidInput(f"$.xids: a key is not an XID number from 1 to {MAX_XID}"), "xids", key, "<key>")
+        xids[key] = _entry(value, version, "xids", key)
+    default = _entry(doc["default"], 1, "default")
+    return XidTable(version, sources, date, default, xids)
 
 
 def builtin() -> XidTable:
@@ -194,4 +224,7 @@ def builtin() -> XidTable:
 
     # the shipped file is the package's own: parsed by libyaml (the guarded parser of a user's
     # --xid-table takes ~0.15 s on it, paid by every planner that reads the health fact)
-    return table_of(load_shipped("xid.yaml"), "vgpukit/data/xid.yaml")
+    try:
+        return table_of(load_shipped("xid.yaml"))
+    except InvalidInput as err:
+        raise InvalidInput(f"vgpukit/data/xid.yaml: {err}") from None

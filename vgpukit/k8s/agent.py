@@ -203,6 +203,8 @@ def load_kube_config(kubeconfig: str | None) -> None:
             isinstance(err, FileNotFoundError) or not Path(kubeconfig).exists()
         ):  # the client's own file, not the host's
             where = f"--kubeconfig {kubeconfig}: no such file"
+        elif isinstance(err, IsADirectoryError) or Path(kubeconfig).is_dir():
+            where = f"--kubeconfig {kubeconfig}: is a directory"
         elif isinstance(err, PermissionError):
             where = f"--kubeconfig {kubeconfig}: permission denied"
         elif isinstance(err, config.ConfigException):  # a kubeconfig, without a usable context, cluster or user

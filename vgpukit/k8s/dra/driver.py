@@ -195,7 +195,7 @@ class Driver:
                     self.said[bdf] = note
                     log.info("%s", note)
         ids = {d.device.id for d in every.values()}
-        found.hidden |= self.hidden & ids if found.warnings else set()  # a GPU not read: what claims made on it
+        found.hidden |= self.hidden & ids if found.warnings or found.unread else set()  # a GPU not read: its claims
         self.hidden = found.hidden
         self._once("parts", set(found.warnings.values()))
         devices = {n: d for n, d in every.items() if d.device.id not in found.hidden}

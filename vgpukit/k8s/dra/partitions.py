@@ -142,6 +142,7 @@ class Publication:
     moved: set[str] = field(default_factory=set)  # whole GPUs published in their part, not as static devices
     notes: dict[str, str] = field(default_factory=dict)  # GPU -> why it offers less (logged once)
     warnings: dict[str, str] = field(default_factory=dict)  # GPU -> why it could not be read (logged once)
+    unread: set[str] = field(default_factory=set)  # GPUs whose MIG slices could not be read (lost or failing)
 
 
 def _whole(
@@ -207,8 +208,11 @@ def publication(
                 out.moved.add(str(whole["name"]))
             parts[device_name("gpu", gpu.bdf)] = gpu_slice(nvml, gpu, made, pci.get(gpu.bdf), whole)
         except VgpukitError as err:  # a GPU that stopped answering: its last part is kept (.lost)
-            lost = gpu.lost or isinstance(err, NvmlGpuLost)
-            out.warnings[gpu.bdf] = _lost(gpu, in_mig_mode=True) if lost else f"{gpu.bdf}: MIG slices not read: {err}"
+            out.unread.add(gpu.bdf)
+            if gpu.lost or isinstance(err, NvmlGpuLost):  # a note, as out of MIG mode: the not-read line says it
+                out.notes[gpu.bdf] = _lost(gpu, in_mig_mode=True)
+            else:
+                out.warnings[gpu.bdf] = f"{gpu.bdf}: MIG slices not read: {err}"
     return out
 
 
