@@ -219,3 +219,18 @@ def test_the_repair_names_the_vm_still_holding_a_gone_vfs_group(tmp_path: Path) 
     assert repairs["0000:25:00.2"].startswith("vgpukit sriov enable 0000:25:00.0 --vfs 2 --driver vfio-pci")
     assert "; vm1 (pid " in repairs["0000:25:00.2"] and "still holds its old VFIO group" in repairs["0000:25:00.2"]
     assert "vm1" not in repairs["0000:25:00.3"] and "vm1" not in repairs[NIC1]
+
+
+def test_the_summary_says_the_missing_vfs_were_made_again(sim_dir: Path) -> None:
+    """After a PF reset, the command that makes the VFs again says so in its summary; a command with
+    nothing missing, or one that leaves no VFs, does not (trial 6: no "repaired" line)."""
+    _ok(sim_dir, "sriov", "enable", "nic1", "--vfs", "4", "--driver", "vfio-pci")
+    assert "re-created" not in _ok(sim_dir, "sriov", "enable", "nic1", "--vfs", "4", "--driver", "vfio-pci")
+    _ok(sim_dir, "sim", "fault", "pf-reset", "nic1")
+    out = _ok(sim_dir, "sriov", "enable", "nic1", "--vfs", "4", "--driver", "vfio-pci")
+    assert out.rstrip().endswith("4 on vfio-pci; the 4 missing VFs re-created"), out
+    _ok(sim_dir, "sim", "fault", "pf-reset", "nic1")
+    out = _ok(sim_dir, "sriov", "enable", "nic1", "--vfs", "2", "--driver", "vfio-pci")
+    assert out.rstrip().endswith("2 on vfio-pci; 2 of the 4 missing VFs re-created"), out
+    _ok(sim_dir, "sim", "fault", "pf-reset", "nic1")
+    assert "re-created" not in _ok(sim_dir, "sriov", "disable", "nic1")

@@ -150,6 +150,12 @@ def _report(
         after = read_pf(app.host, pf.bdf, OpenFiles(app.host), alias=pf.alias, known=known, before=before)
         data["pf"] = after.to_dict()
     summary = _pf_line(pf, data.get("pf"), (extra or {}).get("requested"))
+    made = min(pf.missing, len(data["pf"]["vfs"])) if "pf" in data and not data["pf"].get("missing_vfs") else 0
+    if made:  # VFs a PF reset took away, made again
+        from ..words import plural
+
+        some = f"{made} of the {pf.missing} missing VFs" if made < pf.missing else f"the {plural(made, 'missing VF')}"
+        summary += f"; {some} re-created"
     emit_result(app, kind, plan=plan, data=data, summary=[summary])
 
 
