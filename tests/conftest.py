@@ -95,11 +95,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     left = sorted(n for n in set(os.listdir(base)) - before - _NOT_OURS if not n.startswith("pytest-of-"))
     if not left:
         return
+    ci = os.environ.get("CI", "").lower() in {"1", "true", "yes"}  # elsewhere another job may have made them
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
-    line = f"the suite left {len(left)} entries in {base}: " + " ".join(left[:20])
+    entries = "an entry" if len(left) == 1 else f"{len(left)} entries"
+    line = f"LEFT BEHIND: the session left {entries} in {base}: " + " ".join(left[:20])
+    line += " (a failure under CI)" if ci else " (made by another process? a failure only under CI)"
     if tr is not None:
+        tr.write("\n")  # after the progress line, which the reporter ends at its summary
         tr.write_line(line, red=True)
-    if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:  # elsewhere another job may have made them
+    if ci:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

@@ -51,6 +51,8 @@ _SIZE_RE = re.compile(r"([0-9]{1,20})(?:\.([0-9]{1,20}))?([kmgtp](?:i|ib)?|b)?\Z
 _SIZE_SHIFT = {"": 0, "b": 0, "k": 10, "m": 20, "g": 30, "t": 40, "p": 50}
 SI_UNIT = re.compile(r"[0-9.]+[kmgtpe]b\Z", re.ASCII | re.IGNORECASE)
 SIZE_FORMS = "a size such as 4G, 4GiB, 1.5G or 512M (binary: G = GiB = 2^30 bytes)"
+# _SIZE_RE as a JSON Schema pattern, for the schemas that ship (no flags there; no spaces around it)
+SIZE_PATTERN = r"^[0-9]{1,20}([.][0-9]{1,20})?([KkMmGgTtPp]([Ii][Bb]?)?|[Bb])?$"
 
 
 def parse_size(text: object, what: str, *, lo: int | None = 0, hi: int | None = 1 << 50) -> int:
@@ -261,6 +263,14 @@ def _load_yaml(text: str, where: str, limit: int, max_bytes: int) -> tuple[Any, 
                 return super().compose_node(parent, index)
             finally:
                 self.depth -= 1
+
+        def construct_yaml_timestamp(self, node: Any) -> Any:
+            try:
+                return super().construct_yaml_timestamp(node)
+            except (ValueError, OverflowError):  # 2026-13-45: the text it is, for its reader to place
+                return self.construct_scalar(node)
+
+    Loader.add_constructor("tag:yaml.org,2002:timestamp", Loader.construct_yaml_timestamp)
 
     loader = None
     try:

@@ -216,3 +216,64 @@ def test_a_refusal_names_the_path_and_notes_it_for_the_line(doc: Any, said: str,
     with pytest.raises(InvalidInput) as exc:
         convert(doc, QosDoc)
     assert str(exc.value) == said and where_in(exc.value) == at
+
+
+def test_the_shipped_schemas_refuse_a_size_vgpukit_refuses() -> None:
+    """A size written as text has its form in the shipped schema too: ``lots``, ``4GB`` and ``-5`` were valid
+    to host.json and qos/config.json though vgpukit refuses them (trial 7)."""
+    host = shipped("host.json")
+    tenant: dict[str, Any] = {"class": "online", "share": 40, "cgroup": "web.slice"}
+    for memory, valid in (
+        ("4G", True),
+        ("1.5GiB", True),
+        ("512m", True),
+        ("lots", False),
+        ("4GB", False),
+        ("-5", False),
+    ):
+        doc = {
+            "version": "vgpukit.host/v1",
+            "configs": {"a": {"qos": {"gpus": {"g": {"tenants": {"web": {**tenant, "memory": memory}}}}}}},
+        }
+        assert host.is_valid(doc) is valid, memory
+        watermark = {"gpus": {"g": {"memory": {"watermark": memory}}}}
+        assert shipped("qos/config.json").is_valid(watermark) is valid, memory
+
+
+SIZE_TEXT = st.text(alphabet="0123456789.kKmMgGtTpPiIbBeE-x", max_size=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=SIZE_TEXT)
+def test_the_size_pattern_takes_what_parse_size_takes(text: str) -> None:
+    """The schemas' size pattern and vgpukit's size grammar (inputs.parse_size) agree on every text
+    without spaces around it: its form (a pattern cannot say that ``0.1`` is not a whole number of
+    bytes, nor check the bounds)."""
+    import re
+
+    from vgpukit.inputs import SIZE_PATTERN, parse_size
+
+    try:
+        parse_size(text, "size", lo=None, hi=None)
+        taken = True
+    except InvalidInput as exc:
+        taken = "not a whole number of bytes" in str(exc)
+    assert (re.search(SIZE_PATTERN, text) is not None) is taken, text
+
+
+def test_the_docs_way_to_check_a_host_file_with_the_shipped_schemas_runs(tmp_path: Path) -> None:
+    """docs/fleet.md's snippet (the schemas given to jsonschema by their ``$id``) finds a bad size under
+    ``qos:``; the docs said only that host.json refers to qos/config.json (trial 7)."""
+    import subprocess
+    import sys
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "fleet.md").read_text()
+    snippet = text.split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "check.py").write_text(snippet)
+    tenant = "{class: online, share: 40, cgroup: web.slice, memory: lots}"
+    (tmp_path / "host.yaml").write_text(
+        f"version: vgpukit.host/v1\nconfigs:\n  a:\n    qos: {{gpus: {{gpu0: {{tenants: {{web: {tenant}}}}}}}}}\n"
+    )
+    r = subprocess.run([sys.executable, "check.py", "host.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "$.configs.a.qos" in r.stdout, r.stdout

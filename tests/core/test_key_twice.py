@@ -82,3 +82,15 @@ def test_the_host_config_still_refuses_it_and_keeps_mig_parted_leniency(sim: Pat
     doc.write_text("version: vgpukit.host/v1\nconfigs:\n  a:\n    sriov: []\n    sriov: []\n")
     r = invoke(sim, "diff", "-f", str(doc), "-c", "a")
     assert (r.exit_code, r.stderr) == (2, f"vgpukit: error: {doc}:5:5: config a: $.configs.a: a key written twice\n")
+
+
+def test_an_impossible_date_is_read_as_the_text_it_is() -> None:
+    """YAML reads ``2026-02-30`` as a timestamp and fails to build it: every file of vgpukit's lost the
+    place of its error to "a value cannot be read" (trial 7). The loader keeps such a value as text, for
+    the document's own checks to place."""
+    from vgpukit.inputs import load_yaml
+
+    assert load_yaml("cgroup: 2026-02-30\nwhen: 2026-02-28\n", "f.yaml") == {
+        "cgroup": "2026-02-30",
+        "when": __import__("datetime").date(2026, 2, 28),
+    }

@@ -47,11 +47,11 @@ def _session(tmp_path: Path, body: str, ci: str) -> subprocess.CompletedProcess[
 @pytest.mark.parametrize("ci", ["true", ""])
 def test_a_session_that_leaves_a_directory_fails_under_ci(tmp_path: Path, ci: str) -> None:
     r = _session(tmp_path, LEAKY, ci)
-    assert "the suite left 1 entries in" in r.stdout and "left-behind-" in r.stdout, r.stdout + r.stderr
+    assert "\nLEFT BEHIND: the session left an entry in" in r.stdout and "left-behind-" in r.stdout, r.stdout
     assert r.returncode == (1 if ci else 0), r.stdout + r.stderr
 
 
 def test_a_tidy_session_passes_under_ci(tmp_path: Path) -> None:
     r = _session(tmp_path, TIDY, "true")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "the suite left" not in r.stdout
+    assert "LEFT BEHIND" not in r.stdout

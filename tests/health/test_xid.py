@@ -249,6 +249,8 @@ ROW = "xids: {79: {meaning: m, severity: info, action: none}}\n"
         (HEAD.replace("version: 2", "version: 3") + "xids: {}\n", "site.yaml:1:10: $.version: expected 1 or 2"),
         (HEAD + ROW + "default: {}\n",
          "site.yaml:7:1: $: a key written twice"),
+        (HEAD + ROW + "colour: blue\n",  # trial 7: an unknown key at the top was taken
+         "site.yaml:7:1: $: unknown field (allowed: version, sources, date, default, xids)"),
     ],
 )  # fmt: skip
 def test_a_refusal_says_the_file_line_column_and_path_of_the_value(text: str, said: str) -> None:
@@ -266,3 +268,10 @@ def test_a_date_is_taken_quoted_or_not(written: str) -> None:
         HEAD.replace("date: 2026-11-27", f"date: {written}") + "xids: {79: {meaning: m, severity: info, action: none}}"
     )
     assert xid.parse(text, "site.yaml").date == "2026-11-27"
+
+
+def test_an_impossible_date_is_kept_as_text() -> None:
+    """``date: 2026-13-45`` is no date: YAML's constructor failed on it and the loader said only "a value
+    cannot be read", without the place (trial 7). It is the text it is now, which the date takes."""
+    text = HEAD.replace("date: 2026-11-27", "date: 2026-13-45") + ROW
+    assert xid.parse(text, "site.yaml").date == "2026-13-45"

@@ -204,6 +204,9 @@ def table_of(doc: Any) -> XidTable:
     missing = [k for k in keys if k not in doc]
     if missing:
         raise _refused(f"missing {', '.join(missing)}")
+    for key in doc:
+        if key not in keys:  # placed at the key itself, not quoted (file content)
+            raise at(InvalidInput(f"$: unknown field (allowed: {', '.join(keys)})"), key, "<key>")
     date = _date(doc["date"])
     sources = _sources(doc)
     if not isinstance(doc["xids"], dict) or not doc["xids"]:

@@ -17,6 +17,7 @@ import msgspec
 from msgspec import Meta
 
 from ..declared import text_sizes
+from ..inputs import SIZE_PATTERN
 
 PolicyName = Literal["best-effort", "fixed-share", "burst-share"]
 ClassName = Literal["online", "offline"]
@@ -37,9 +38,11 @@ KEY_FORM = r"^[A-Za-z0-9_.:-]{1,128}$(?!\n)"  # (?!\n): Python's $ also matches 
 
 Key = Annotated[str, Meta(pattern=KEY_FORM, description="a GPU key, tenant or domain name: letters, digits, _ . : -")]
 SIZE_FORM = "bytes with a binary unit: 4G = 4Gi = 4 GiB"
-Size = (
-    Annotated[int, Meta(ge=1, le=MAX_BYTES)] | Annotated[str, Meta(min_length=1, max_length=64, description=SIZE_FORM)]
-)
+# a size as text: checked by text_sizes (its words); the schema that ships checks its form too
+SizeText = Annotated[
+    str, Meta(min_length=1, max_length=64, description=SIZE_FORM, extra_json_schema={"pattern": SIZE_PATTERN})
+]
+Size = Annotated[int, Meta(ge=1, le=MAX_BYTES)] | SizeText
 Pid = Annotated[int, Meta(gt=1, le=PID_MAX)]
 
 
@@ -64,7 +67,7 @@ class TenantDoc(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 class MemoryDoc(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """The GPU's memory QoS policy (docs/qos.md, "Memory QoS")."""
 
-    watermark: Annotated[int, Meta(ge=0, le=MAX_BYTES)] | Annotated[str, Meta(min_length=1, max_length=64)] = 0
+    watermark: Annotated[int, Meta(ge=0, le=MAX_BYTES)] | SizeText = 0
     suspend: SuspendName = "off"
     restore_ms: Annotated[int, Meta(ge=0, le=MAX_MS)] = 1000
     reclaim_ms: Annotated[int, Meta(ge=0, le=MAX_MS)] = 10000
