@@ -70,10 +70,11 @@ def try_flock(fd: int, shown: str) -> bool:
 
 
 @contextmanager
-def flocked(host: Host, path: Path, what: str, take: Callable[[int, str], None], record: str) -> Iterator[None]:
+def flocked(host: Host, path: Path, what: str, take: Callable[[int, str], None], record: str) -> Iterator[int]:
     """Hold an exclusive ``flock`` on the state file ``path`` (one holder per host): ``take(fd, shown)``
     gets it or raises; the holder's ``record`` (its pid first) is written into the file while it holds
-    it and cleared after. The kernel drops the lock when the holder dies, even on ``kill -9``."""
+    it and cleared after. The kernel drops the lock when the holder dies, even on ``kill -9``, unless a
+    child forked meanwhile still has the descriptor: the one yielded, for such a child to close."""
     host.mkdir(path.parent)
     host.resolve(path.parent)  # refuse a state directory that leads outside the root
     shown = host.display(path)
@@ -88,7 +89,7 @@ def flocked(host: Host, path: Path, what: str, take: Callable[[int, str], None],
 
         host.through(Change("record", shown), put)
         try:
-            yield
+            yield fd
         finally:
             try:
                 os.ftruncate(fd, 0)
@@ -98,7 +99,7 @@ def flocked(host: Host, path: Path, what: str, take: Callable[[int, str], None],
         os.close(fd)  # closing drops the flock
 
 
-def host_lock(host: Host, command: str, wait: float, progress: Progress | None = None) -> AbstractContextManager[None]:
+def host_lock(host: Host, command: str, wait: float, progress: Progress | None = None) -> AbstractContextManager[int]:
     """Hold the host lock; wait up to ``wait`` seconds for it, telling ``progress`` at once who holds it."""
 
     def take(fd: int, shown: str) -> None:

@@ -30,10 +30,11 @@ def socket_path(host: Host) -> Path:
     return host.state_dir("qos", "control.sock")
 
 
-def daemon_lock(host: Host) -> AbstractContextManager[None]:
+def daemon_lock(host: Host) -> AbstractContextManager[int]:
     """One QoS daemon per host: an exclusive ``flock`` on ``/run/vgpukit/qos/daemon.pid`` (holding the
     holder's pid), taken before the daemon touches anything. A second daemon exits 4 naming the first;
-    the kernel drops the lock when its holder dies, so a killed daemon never blocks the next one."""
+    the kernel drops the lock when its holder dies, so a killed daemon never blocks the next one (its
+    forked guardian closes its copy of the descriptor: the one this yields)."""
 
     def take(fd: int, shown: str) -> None:
         if try_flock(fd, shown):

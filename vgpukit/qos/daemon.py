@@ -343,13 +343,13 @@ class Daemon:
 
     # ------------------------------------------------------------------ the loop
     def run(self, ready: Callable[[], None] | None = None) -> None:
-        with daemon_lock(self.host):  # a second daemon refuses before it touches anything
-            self._run(ready)
+        with daemon_lock(self.host) as lock:  # a second daemon refuses before it touches anything
+            self._run(ready, lock)
 
-    def _run(self, ready: Callable[[], None] | None) -> None:
+    def _run(self, ready: Callable[[], None] | None, lock: int) -> None:
         if thawed := thaw_all(self.host, load_managed(self.host)):  # a previous daemon may have died
             log.warning("thawed %d target(s) left by a previous daemon", len(thawed))
-        guardian = Guardian.start(self.host, float(self.base.watchdog_s))
+        guardian = Guardian.start(self.host, float(self.base.watchdog_s), drop=(lock,))
         stop = self.stop.on_signals(hangup=self._hangup)  # SIGHUP: reload (docs/engine.md, the stop idiom)
         dsock = demand_proto.open_server(self.host)
         ctrl = ControlServer(self.host, self.handle)

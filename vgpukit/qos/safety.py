@@ -81,13 +81,17 @@ class Guardian:
         self.last = 0.0
 
     @classmethod
-    def start(cls, host: Host, watchdog_s: float) -> Guardian:
+    def start(cls, host: Host, watchdog_s: float, drop: tuple[int, ...] = ()) -> Guardian:
+        """Fork the guardian; it closes its copies of ``drop`` (the daemon's lock: a guardian still thawing
+        after a ``kill -9`` of the daemon held it, and the next daemon was refused)."""
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # the guardian
             code = 0
             try:
                 os.close(w)
+                for fd in drop:
+                    os.close(fd)
                 _guard(host, r, watchdog_s)
             except BaseException:
                 code = 1
