@@ -265,10 +265,9 @@ def _load_yaml(text: str, where: str, limit: int, max_bytes: int) -> tuple[Any, 
                 self.depth -= 1
 
         def construct_yaml_timestamp(self, node: Any) -> Any:
-            try:
-                return super().construct_yaml_timestamp(node)
-            except (ValueError, OverflowError):  # 2026-13-45: the text it is, for its reader to place
-                return self.construct_scalar(node)
+            # a date is the text it is written as: no document of vgpukit's has a date type, and YAML's
+            # would make 2026-02-28 a date but 2026-02-30 an error without a place (trials 7 and 8)
+            return self.construct_scalar(node)
 
     Loader.add_constructor("tag:yaml.org,2002:timestamp", Loader.construct_yaml_timestamp)
 

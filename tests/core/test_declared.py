@@ -275,5 +275,8 @@ def test_the_docs_way_to_check_a_host_file_with_the_shipped_schemas_runs(tmp_pat
         f"version: vgpukit.host/v1\nconfigs:\n  a:\n    qos: {{gpus: {{gpu0: {{tenants: {{web: {tenant}}}}}}}}}\n"
     )
     r = subprocess.run([sys.executable, "check.py", "host.yaml"], cwd=tmp_path, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert "$.configs.a.qos" in r.stdout, r.stdout
+    assert r.returncode == 1, r.stderr  # a script can tell (trial 8: it exited 0)
+    assert r.stdout.startswith("$.configs.a.qos.gpus.gpu0.tenants.web.memory 'lots' does not match"), r.stdout
+    (tmp_path / "host.yaml").write_text((tmp_path / "host.yaml").read_text().replace("lots", "4G"))
+    r = subprocess.run([sys.executable, "check.py", "host.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert (r.returncode, r.stdout) == (0, ""), r.stdout + r.stderr

@@ -12,6 +12,7 @@ import pytest
 
 from vgpukit.errors import Conflict, InvalidInput, NotFound, VgpukitError
 from vgpukit.qos import control
+from vgpukit.qos.config import Overlay
 from vgpukit.qos.demand import DemandClient
 
 from .conftest import DaemonProc, proc_state, wait_for
@@ -344,3 +345,20 @@ def _gone(pid: int) -> bool:
         return ") Z" in Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return True
+
+
+def test_a_run_time_tenant_whose_processes_died_meanwhile_is_forgotten_at_start(daemon: DaemonProc, spawn) -> None:  # type: ignore[no-untyped-def]
+    """docs/qos.md, "Vanished targets": a tenant dropped at start is forgotten from the runtime overlay. One
+    added at run time whose pids died while no daemon ran was dropped again at every start, and kept in
+    runtime.json, where a reused pid would have been frozen (trial 8)."""
+    daemon.start()
+    p = spawn()
+    add(daemon, "batch", p.pid)
+    daemon.stop(signal.SIGKILL)  # before the liveness check saw anything
+    p.kill()
+    p.wait()
+    daemon.start()
+    assert "batch" not in json.loads(Overlay.path(daemon.host).read_text())["tenants"].get("gpu0", {})
+    daemon.stop()
+    daemon.start()  # not dropped, nor said, again
+    assert (daemon.root / "daemon.log").read_text().count("tenant batch dropped") == 1

@@ -9,7 +9,6 @@ catalog's bucket and is classified otherwise, so the table cannot drift from its
 
 from __future__ import annotations
 
-import datetime
 import re
 from typing import Any
 
@@ -173,10 +172,8 @@ def _sources(doc: dict[Any, Any]) -> tuple[Source, ...]:
 
 
 def _date(value: Any) -> str:
-    """The table's date: a text, or a YAML date written unquoted (``date: 2026-11-27``, which YAML reads as
-    a date, not a text), kept as its ISO text (docs/health.md)."""
-    if isinstance(value, datetime.date):  # datetime.datetime too (``2026-11-27 10:00:00``)
-        return value.isoformat()
+    """The table's date: a text (the loader reads ``date: 2026-11-27`` unquoted as the text it is written
+    as, docs/health.md)."""
     if isinstance(value, str):
         return _text(value, 64, "date")
     raise _refused("expected a date (2026-11-27, quoted or not) or a one-line text", "date")

@@ -86,8 +86,11 @@ class Daemon:
 
     # ------------------------------------------------------------------ configuration
     def _backends(self, cfg: QosConfig) -> tuple[QosConfig, dict[str, dict[str, Backend]]]:
-        """Resolve every tenant's backend; tenants whose target is gone are dropped."""
+        """Resolve every tenant's backend; tenants whose target is gone are dropped, and forgotten from the
+        runtime overlay (one added at run time with pids that all died would otherwise come back at every
+        start, and could freeze whatever process reuses a pid)."""
         out: dict[str, dict[str, Backend]] = {}
+        forgot = False
         for key, gpu in list(cfg.gpus.items()):
             out[key] = {}
             for t in gpu.tenants:
@@ -97,6 +100,11 @@ class Daemon:
                     log.warning("%s: tenant %s dropped: %s", key, t.name, err)
                     self.dropped[(key, t.name)] = str(err).removeprefix(f"tenant {t.name}: ")  # said beside it
                     cfg = planner.change(cfg, planner.RemoveTenant(key, t.name)).config
+                    if t.name in self.overlay.tenants.get(key, {}):
+                        self.overlay.forget_tenant(key, t.name)
+                        forgot = True
+        if forgot:
+            self.overlay.save(self.host)
         return cfg, out
 
     def apply_config(self, cfg: QosConfig) -> None:
