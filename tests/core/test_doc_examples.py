@@ -178,8 +178,11 @@ def _split(words: list[str], sep: str) -> list[list[str]]:
 
 @pytest.mark.parametrize("ex", ALL, ids=[ex.where for ex in ALL])
 def test_example_runs_as_written(
-    ex: Example, templates: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ex: Example, templates: dict[str, Path], tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # the example's directory is the process's cwd while it runs, so a background job's subprocess started
+    # then (tests/ship: git clone) works in it: it stays until the session ends, not removed as this passes
+    tmp_path = tmp_path_factory.mktemp("example")
     monkeypatch.delenv("VGPUKIT_SIM", raising=False)
     monkeypatch.delenv("VGPUKIT_ROOT", raising=False)
     if "needs" in ex.attrs:

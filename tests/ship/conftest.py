@@ -64,7 +64,11 @@ def dists(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 def build_dists(out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        [sys.executable, "-m", "build", "-o", str(out), str(ROOT)], check=True, capture_output=True, env=clean_env()
+        [sys.executable, "-m", "build", "-o", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+        env=clean_env(),
+        cwd=ROOT,
     )
     wheel, sdist = next(out.glob("vgpukit-*.whl")), next(out.glob("vgpukit-*.tar.gz"))
     return {"wheel": wheel, "sdist": sdist, "dir": out}
@@ -126,6 +130,7 @@ def build_debs(dists: dict[str, Path], out: Path) -> dict[str, Path]:
             capture_output=True,
             text=True,
             env=env,
+            cwd=ROOT,
         )
         built[key] = Path(done.stdout.strip().splitlines()[-1])
     return built
@@ -164,7 +169,9 @@ def release_tagged(where: Path, debian_base: Path) -> tuple[Path, subprocess.Com
     """scripts/release.sh on a clone of the committed tree tagged v<version>: its output directory and
     its run (the image's root file system from the session's debootstrap, as the image fixture's)."""
     clone = where / "vgpukit"
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    # cwd given: the process's may be a test's directory, removed while this background job runs (a test
+    # chdirs; its tmp_path goes when it passes), and git then fails (exit 128) (every job here does so)
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, cwd=where)
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", "tag", "-a", f"v{version()}",
                     "-m", "test"], cwd=clone, check=True)  # fmt: skip
     out = where / "out"
@@ -259,4 +266,5 @@ def build_image(debs: dict[str, Path], debian_base: Path) -> subprocess.Complete
         capture_output=True,
         text=True,
         env=clean_env(),
+        cwd=ROOT,
     )

@@ -41,9 +41,10 @@ def base_tarball() -> Path:
                 ["debootstrap", "--variant=minbase", f"--include={packages}", "bookworm", str(tmp), mirror()],
                 check=True,
                 capture_output=True,
+                cwd=BASE_DIR,  # not the process's: a test's directory may go while this runs (tests/ship/conftest.py)
             )
             part = tmp.with_suffix(".tar")
-            subprocess.run(["tar", "-C", str(tmp), "--numeric-owner", "-cf", str(part), "."], check=True)
+            subprocess.run(["tar", "-C", str(tmp), "--numeric-owner", "-cf", str(part), "."], check=True, cwd=BASE_DIR)
             part.rename(BASE)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
