@@ -171,7 +171,7 @@ def release_tagged(where: Path, debian_base: Path) -> tuple[Path, subprocess.Com
     clone = where / "vgpukit"
     # cwd given: the process's may be a test's directory, removed while this background job runs (a test
     # chdirs; its tmp_path goes when it passes), and git then fails (exit 128) (every job here does so)
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, cwd=where)
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, cwd=ROOT)
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", "tag", "-a", f"v{version()}",
                     "-m", "test"], cwd=clone, check=True)  # fmt: skip
     out = where / "out"
