@@ -24,8 +24,7 @@ import msgspec
 import msgspec.inspect as mi
 
 from .errors import InvalidInput
-from .inputs import SI_UNIT, at, parse_k8s_quantity, parse_size
-from .words import bytes_text
+from .inputs import SI_UNIT, at, parse_k8s_quantity, parse_size, size_bound
 
 T = TypeVar("T")
 _MSG = re.compile(r"(?P<what>.*?)(?: - at `(?P<path>[^`]*)`(?: in `(?P<outer>[^`]*)`)?)?\Z", re.DOTALL)
@@ -77,11 +76,7 @@ def size_refused(text: str, form: str, *, lo: int, hi: int, k8s: bool = False) -
                 "expected a binary unit such as G or GiB (KB, MB, GB and TB are ambiguous: powers of 1000 or of 1024)"
             )
         return f"expected {form}"
-    if value < lo:
-        return f"expected a size >= {bytes_text(lo)}"
-    if value > hi:
-        return f"expected a size <= {bytes_text(hi)}"
-    return None
+    return size_bound(value, lo, hi)
 
 
 def schema(typ: Any, *, refer: dict[str, str] | None = None, **head: Any) -> dict[str, Any]:

@@ -84,10 +84,19 @@ def parse_size(text: object, what: str, *, lo: int | None = 0, hi: int | None = 
 
 def _size_in(size: int, what: str, lo: int | None, hi: int | None) -> int:
     """A size out of [lo, hi] refused as every size is (``$.memory: expected a size <= 1 PiB``), unquoted."""
-    if (lo is not None and size < lo) or (hi is not None and size > hi):
-        bound = f">= {bytes_text(lo)}" if lo is not None and size < lo else f"<= {bytes_text(hi or 0)}"
-        raise InvalidInput(f"{what}: expected a size {bound}")
+    if (bound := size_bound(size, lo, hi)) is not None:
+        raise InvalidInput(f"{what}: {bound}")
     return size
+
+
+def size_bound(size: int, lo: int | None, hi: int | None) -> str | None:
+    """What a size out of [lo, hi] fails (``expected a size <= 1 PiB``), else None: the one wording of
+    the command line's sizes and the documents' (:func:`vgpukit.declared.size_refused`)."""
+    if lo is not None and size < lo:
+        return f"expected a size >= {bytes_text(lo)}"
+    if hi is not None and size > hi:
+        return f"expected a size <= {bytes_text(hi)}"
+    return None
 
 
 # Kubernetes' quantity grammar (k8s.io/apimachinery resource.Quantity): sign, digits with an optional

@@ -42,6 +42,8 @@ def scalar_key(node: Any) -> Any:
     scalar serialized alone is no document PyYAML reads back, so it is constructed, not reparsed."""
     import yaml
 
+    if node.tag == "tag:yaml.org,2002:timestamp":  # as the document's loader builds a date: its text
+        return node.value
     loader = yaml.SafeLoader("")
     try:
         return loader.construct_object(node)

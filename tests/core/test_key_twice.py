@@ -92,3 +92,15 @@ def test_a_date_is_read_as_the_text_it_is() -> None:
 
     doc = "cgroup: 2026-02-30\nwhen: 2026-02-28\nat: 2026-11-28 10:00:00\n"
     assert load_yaml(doc, "f.yaml") == {"cgroup": "2026-02-30", "when": "2026-02-28", "at": "2026-11-28 10:00:00"}
+
+
+def test_a_date_key_is_its_text_to_the_key_finder_too() -> None:
+    """The loader reads a date as its text, keys included; the key finder (and the places of values) read
+    such a key as a date, so a date key written twice was taken."""
+    from vgpukit.inputs import load_yaml_located
+
+    with pytest.raises(InvalidInput) as exc:
+        load_yaml_located("2026-11-28: 1\n2026-11-28: 2\n", "f.yaml", unique=True)
+    assert str(exc.value) == "f.yaml:2:1: $: a key written twice"
+    doc, places = load_yaml_located("d:\n  2026-11-28: x\n", "f.yaml")
+    assert doc == {"d": {"2026-11-28": "x"}} and places.locate(("d", "2026-11-28")) == (2, 15)
